@@ -1,0 +1,153 @@
+/* bench_kernels.c - CPU kernel throughput: prefill matmul GFLOP/s and decode
+ * matvec GB/s (weight bytes streamed per second) for every weight format,
+ * next to this machine's measured read and memcpy bandwidth.
+ *
+ * usage: bench_kernels [threads] [--quick]   (threads 0 = all CPUs) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_util.h"
+#include "fmt_dtype.h"
+#include "kn_ops.h"
+
+/* Process CPU seconds (all threads): on a shared machine wall time
+ * includes time the scheduler gave to others; work / (cpu / threads) is
+ * what the kernels reach while they actually run. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *g_names[] = { "F32", "F16", "BF16", "Q8", "Q4", "Q4S" };
+
+typedef struct bmat {
+    kn_matrix m;
+    void *d, *s, *z;
+    double bytes; /* all parts */
+} bmat;
+
+static int bmat_make(bmat *b, kn_wformat f, uint32_t rows, uint32_t cols)
+{
+    memset(b, 0, sizeof *b);
+    uint32_t g = 128;
+    size_t db = (size_t)kn_wformat_data_bytes(f, rows, cols);
+    size_t sb = (size_t)kn_wformat_scale_bytes(f, rows, cols, g);
+    size_t zb = (size_t)kn_wformat_zero_bytes(f, rows, cols, g);
+    b->d = malloc(db);
+    b->s = sb ? malloc(sb) : NULL;
+    b->z = zb ? malloc(zb) : NULL;
+    if (!b->d || (sb && !b->s) || (zb && !b->z))
+        return -1;
+    /* 0x3c bytes are normal numbers in every float format */
+    memset(b->d, 0x3c, db);
+    if (f == KN_W_Q8)
+        for (uint32_t r = 0; r < rows; r++)
+            ((float *)b->s)[r] = 0.01f;
+    else if (sb)
+        for (size_t i = 0; i < sb / 2; i++)
+            ((uint16_t *)b->s)[i] = fmt_f32_to_f16(0.01f);
+    if (zb)
+        memset(b->z, 8, zb);
+    kn_matrix m = { f, rows, cols, b->d, b->s, (const uint8_t *)b->z,
+                    (f == KN_W_Q4 || f == KN_W_Q4S) ? g : 0 };
+    b->m = m;
+    b->bytes = (double)(db + sb + zb);
+    return 0;
+}
+
+static void bmat_free(bmat *b)
+{
+    free(b->d);
+    free(b->s);
+    free(b->z);
+}
+
+int main(int argc, char **argv)
+{
+    int nth = argc > 1 ? atoi(argv[1]) : 0;
+    int quick = argc > 2 && strcmp(argv[2], "--quick") == 0;
+    kn_pool *p = kn_pool_create(nth);
+    if (!p) {
+        fprintf(stderr, "bench_kernels: cannot create thread pool\n");
+        return 1;
+    }
+    nth = kn_pool_threads(p);
+    size_t bwbytes = (size_t)1 << (quick ? 27 : 30);
+    double rd = kn_measure_copy_bandwidth(p, bwbytes);
+    double cp = bench_bandwidth(p, bwbytes, 1);
+    printf("threads %d, avx2 %s\n", nth, kn_cpu_has_avx2() ? "yes" : "no");
+    printf("memory: read %.1f GB/s, memcpy %.1f GB/s (%zu MiB buffer)\n", rd,
+           cp, bwbytes >> 20);
+
+    /* Prefill: T x 4096 x 4096 (scaled down with --quick). */
+    size_t T = quick ? 128 : 512;
+    uint32_t dim = quick ? 1024 : 4096;
+    float *X = malloc(T * dim * sizeof(float));
+    float *Y = malloc(T * dim * sizeof(float));
+    if (!X || !Y)
+        return 1;
+    for (size_t i = 0; i < T * dim; i++)
+        X[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    printf("\nprefill matmul  T=%zu, %ux%u (GFLOP/s)\n", T, dim, dim);
+    for (int f = 0; f < KN_W_COUNT_; f++) {
+        bmat b;
+        if (bmat_make(&b, (kn_wformat)f, dim, dim) != 0)
+            return 1;
+        kn_matmul(p, &b.m, X, T, Y, NULL); /* warm up */
+        double best = 1e30, bestc = 1e30;
+        for (int it = 0; it < 3; it++) {
+            double t0 = bench_now(), c0 = cpu_now();
+            kn_matmul(p, &b.m, X, T, Y, NULL);
+            double dt = bench_now() - t0, dc = (cpu_now() - c0) / nth;
+            best = dt < best ? dt : best;
+            bestc = dc < bestc ? dc : bestc;
+        }
+        double fl = 2.0 * (double)T * dim * dim;
+        printf("  %-5s %8.1f GFLOP/s  (%.1f ms; %.1f GFLOP/s per CPU-time)\n",
+               g_names[f], fl / best / 1e9, best * 1e3, fl / bestc / 1e9);
+        bmat_free(&b);
+    }
+
+    /* Decode: T=1 over a matrix of ~768 MiB (well past the last-level
+     * cache, so the figure is DRAM streaming), cols 4096. */
+    uint32_t cols = 4096;
+    double target = quick ? 64.0 * (1 << 20) : 768.0 * (1 << 20);
+    printf("\ndecode matvec   T=1, cols %u, ~%.0f MiB of weights (GB/s of "
+           "weight bytes; ratio to read bandwidth)\n", cols, target / (1 << 20));
+    for (int f = 0; f < KN_W_COUNT_; f++) {
+        double rb = (double)kn_wformat_data_bytes((kn_wformat)f, 1, cols) +
+                    (double)kn_wformat_scale_bytes((kn_wformat)f, 1, cols, 128) +
+                    (double)kn_wformat_zero_bytes((kn_wformat)f, 1, cols, 128);
+        uint32_t rows = (uint32_t)(target / rb);
+        bmat b;
+        if (bmat_make(&b, (kn_wformat)f, rows, cols) != 0)
+            return 1;
+        float *y = malloc((size_t)rows * sizeof(float));
+        if (!y)
+            return 1;
+        kn_matmul(p, &b.m, X, 1, y, NULL);
+        double best = 1e30, bestc = 1e30;
+        for (int it = 0; it < 5; it++) {
+            double t0 = bench_now(), c0 = cpu_now();
+            kn_matmul(p, &b.m, X, 1, y, NULL);
+            double dt = bench_now() - t0, dc = (cpu_now() - c0) / nth;
+            best = dt < best ? dt : best;
+            bestc = dc < bestc ? dc : bestc;
+        }
+        double gbs = b.bytes / best / 1e9;
+        printf("  %-5s %8.1f GB/s  %5.2f x read bw  (%.2f ms, %.1f Gweights/s; "
+               "%.1f GB/s per CPU-time)\n", g_names[f], gbs, gbs / rd,
+               best * 1e3, (double)rows * cols / best / 1e9,
+               b.bytes / bestc / 1e9);
+        free(y);
+        bmat_free(&b);
+    }
+    free(X);
+    free(Y);
+    kn_pool_free(p);
+    return 0;
+}

@@ -1,0 +1,290 @@
+/* bench_runtime.c - runtime throughput on a generated Llama of a realistic
+ * shape (default: hidden 768, 12 layers, 12 heads, ffn 2048, vocab 32000,
+ * untied: 134M parameters), in f32 and bf16.
+ *
+ * Reports prefill and decode tokens/s at batch 1 and batch 8, this
+ * machine's memcpy bandwidth measured in the same run, and decode as a
+ * fraction of the memory-bandwidth bound: a decode step must stream every
+ * weight byte once (model.weight_bytes: all linears + lm_head), so steps/s
+ * <= bandwidth / weight_bytes; batch 8 gets 8 tokens per step.
+ *
+ * The model is written to a temporary directory and deleted afterwards.
+ * Usage: bench_runtime [--quick] [--threads N] [--json]
+ *   --quick: a 4-layer model and shorter runs (smoke test). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "fmt_dtype.h"
+#include "fmt_safetensors.h"
+#include "rt_model.h"
+#include "rt_session.h"
+
+typedef struct shape {
+    uint32_t hidden, layers, heads, ffn, vocab;
+} shape;
+
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+
+static float rnd(float scale)
+{
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return ((float)(g_rng >> 40) / 16777216.0f - 0.5f) * 2.0f * scale;
+}
+
+/* Stream one tensor of n elements: value() each, written as dt. */
+static int write_tensor(fmt_st_writer *w, fmt_dtype dt, uint64_t n,
+                        float base, float scale)
+{
+    enum { CH = 1 << 16 };
+    static float buf[CH];
+    static uint16_t half[CH];
+    mc_error e;
+    for (uint64_t i = 0; i < n; i += CH) {
+        size_t k = n - i < CH ? (size_t)(n - i) : CH;
+        for (size_t j = 0; j < k; j++)
+            buf[j] = base + rnd(scale);
+        const void *p = buf;
+        size_t nb = k * 4;
+        if (dt == FMT_DT_BF16) {
+            for (size_t j = 0; j < k; j++)
+                half[j] = fmt_f32_to_bf16(buf[j]);
+            p = half;
+            nb = k * 2;
+        }
+        if (fmt_st_writer_write(w, p, nb, &e))
+            return -1;
+    }
+    return 0;
+}
+
+static int gen_model(const char *dir, const shape *s, fmt_dtype dt)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": "
+            "\"llama\", \"hidden_size\": %u, \"intermediate_size\": %u, "
+            "\"num_hidden_layers\": %u, \"num_attention_heads\": %u, "
+            "\"num_key_value_heads\": %u, \"vocab_size\": %u, "
+            "\"max_position_embeddings\": 2048, \"rms_norm_eps\": 1e-5, "
+            "\"rope_theta\": 10000.0, \"hidden_act\": \"silu\", "
+            "\"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", "
+            "\"bos_token_id\": 1, \"eos_token_id\": 2}\n",
+            s->hidden, s->ffn, s->layers, s->heads, s->heads, s->vocab,
+            dt == FMT_DT_BF16 ? "bfloat16" : "float32");
+    fclose(f);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    fmt_st_writer *w;
+    mc_error e;
+    if (fmt_st_writer_create(path, &w, &e))
+        return -1;
+    typedef struct t {
+        char name[96];
+        uint64_t r, c;
+        float base, scale;
+    } t;
+    size_t cap = 16 + 9 * (size_t)s->layers, n = 0;
+    t *ts = calloc(cap, sizeof *ts);
+    const uint64_t H = s->hidden, F = s->ffn;
+#define ADD(nm, rr, cc, b, sc)                                                 \
+    do {                                                                       \
+        snprintf(ts[n].name, sizeof ts[n].name, "%s", nm);                     \
+        ts[n].r = rr, ts[n].c = cc, ts[n].base = b, ts[n].scale = sc;          \
+        n++;                                                                   \
+    } while (0)
+    char nm[96];
+    ADD("model.embed_tokens.weight", s->vocab, H, 0, 0.5f);
+    for (uint32_t l = 0; l < s->layers; l++) {
+        const char *sub[] = {"self_attn.q_proj", "self_attn.k_proj",
+                             "self_attn.v_proj", "self_attn.o_proj",
+                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+        const uint64_t rows[] = {H, H, H, H, F, F, H};
+        const uint64_t cols[] = {H, H, H, H, H, H, F};
+        snprintf(nm, sizeof nm, "model.layers.%u.input_layernorm.weight", l);
+        ADD(nm, H, 0, 1.0f, 0.1f);
+        snprintf(nm, sizeof nm,
+                 "model.layers.%u.post_attention_layernorm.weight", l);
+        ADD(nm, H, 0, 1.0f, 0.1f);
+        for (int k = 0; k < 7; k++) {
+            snprintf(nm, sizeof nm, "model.layers.%u.%s.weight", l, sub[k]);
+            ADD(nm, rows[k], cols[k], 0, 0.05f);
+        }
+    }
+    ADD("model.norm.weight", H, 0, 1.0f, 0.1f);
+    ADD("lm_head.weight", s->vocab, H, 0, 0.05f);
+#undef ADD
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        uint64_t shp[2] = {ts[i].r, ts[i].c};
+        rc = fmt_st_writer_add(w, ts[i].name, dt, ts[i].c ? 2 : 1, shp, &e)
+                 ? -1 : 0;
+    }
+    if (!rc)
+        rc = fmt_st_writer_begin_data(w, &e) ? -1 : 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = write_tensor(w, dt, ts[i].r * (ts[i].c ? ts[i].c : 1),
+                          ts[i].base, ts[i].scale);
+    free(ts);
+    if (rc) {
+        fmt_st_writer_abort(w);
+        return -1;
+    }
+    return fmt_st_writer_finish(w, &e) ? -1 : 0;
+}
+
+typedef struct result {
+    double prefill_tok_s, decode_tok_s;
+} result;
+
+/* One generate call of `batch` prompts of `plen` tokens, `ndec` new
+ * tokens each; rates from the session's prefill/decode split. */
+static int run(const rt_model *m, int threads, uint32_t batch, size_t plen,
+               uint32_t ndec, result *out)
+{
+    rt_limits L = {.max_batch = batch, .max_seq = plen + ndec,
+                   .prefill_chunk = 256 > batch ? 256 : batch,
+                   .kv_type = KN_KV_F32, .threads = threads};
+    rt_session *s;
+    mc_error e;
+    char buf[1400];
+    if (rt_session_create(m, &L, NULL, &s, &e)) {
+        fprintf(stderr, "bench_runtime: %s\n",
+                mc_error_format(&e, buf, sizeof buf));
+        return -1;
+    }
+    int32_t *ids = malloc(batch * plen * sizeof *ids);
+    int32_t *outs = malloc(batch * (size_t)ndec * sizeof *outs);
+    rt_prompt *pr = calloc(batch, sizeof *pr);
+    rt_gen_result *res = calloc(batch, sizeof *res);
+    for (uint32_t b = 0; b < batch; b++) {
+        for (size_t i = 0; i < plen; i++)
+            ids[b * plen + i] = (int32_t)((b * 7919u + i * 104729u) %
+                                          m->cfg.vocab_size);
+        pr[b] = (rt_prompt){ids + b * plen, plen};
+        res[b].ids = outs + (size_t)b * ndec;
+    }
+    rt_gen_params gp = {.max_new_tokens = ndec};
+    int rc = rt_session_generate(s, pr, batch, &gp, res, &e) ? -1 : 0;
+    rt_session_stats st;
+    rt_session_stats_get(s, &st);
+    out->prefill_tok_s = st.prefill_tokens / st.prefill_seconds;
+    out->decode_tok_s = st.decode_tokens / st.decode_seconds;
+    free(ids);
+    free(outs);
+    free(pr);
+    free(res);
+    rt_session_free(s);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, threads = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_runtime [--quick] [--threads N] "
+                            "[--json]\n");
+            return 2;
+        }
+    }
+    shape sh = {768, quick ? 4 : 12, 12, 2048, 32000};
+    const size_t plen = quick ? 32 : 128;
+    const uint32_t ndec = quick ? 8 : 24;
+    kn_pool *pool = kn_pool_create(threads);
+    threads = kn_pool_threads(pool);
+    double copy_bw = bench_bandwidth(pool, (size_t)512 << 20, 1);
+    double read_bw = bench_bandwidth(pool, (size_t)512 << 20, 0);
+    kn_pool_free(pool);
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/bench_runtime.XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("bench_runtime: mkdtemp");
+        return 1;
+    }
+    /* The load average says whether other work shared the machine (the
+     * figures are only comparable on an idle one). */
+    double load[1] = {-1.0};
+    if (getloadavg(load, 1) < 1)
+        load[0] = -1.0;
+    if (!json)
+        printf("bench_runtime: %d threads, memcpy %.2f GB/s, read %.2f GB/s "
+               "(bytes moved once / s), load average %.2f\n", threads,
+               copy_bw, read_bw, load[0]);
+    else
+        printf("{\"threads\": %d, \"copy_gb_s\": %.3f, \"read_gb_s\": %.3f, "
+               "\"load_average\": %.2f, \"runs\": [", threads, copy_bw,
+               read_bw, load[0]);
+    const fmt_dtype dts[2] = {FMT_DT_F32, FMT_DT_BF16};
+    int rc = 0;
+    for (int d = 0; d < 2 && !rc; d++) {
+        if (gen_model(dir, &sh, dts[d])) {
+            fprintf(stderr, "bench_runtime: cannot write the model\n");
+            rc = 1;
+            break;
+        }
+        rt_model *m;
+        mc_error e;
+        if (rt_model_open_hf(dir, &m, &e)) {
+            char buf[1400];
+            fprintf(stderr, "bench_runtime: %s\n",
+                    mc_error_format(&e, buf, sizeof buf));
+            rc = 1;
+            break;
+        }
+        uint64_t params = rt_model_param_count(m);
+        double wb = (double)m->weight_bytes;
+        /* steps/s bound; batch b decodes b tokens per step */
+        double bound = copy_bw * 1e9 / wb;
+        const uint32_t batches[2] = {1, 8};
+        for (int b = 0; b < 2 && !rc; b++) {
+            result r;
+            if (run(m, threads, batches[b], plen, ndec, &r)) {
+                rc = 1;
+                break;
+            }
+            double frac = r.decode_tok_s / batches[b] / bound;
+            if (json)
+                printf("%s{\"dtype\": \"%s\", \"params\": %llu, "
+                       "\"weight_bytes\": %.0f, \"batch\": %u, "
+                       "\"prompt_tokens\": %zu, \"new_tokens\": %u, "
+                       "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
+                       "\"decode_bound_tok_s\": %.2f, "
+                       "\"decode_fraction_of_bound\": %.3f}",
+                       d || b ? ", " : "", fmt_dtype_name(dts[d]),
+                       (unsigned long long)params, wb, batches[b], plen, ndec,
+                       r.prefill_tok_s, r.decode_tok_s, bound * batches[b],
+                       frac);
+            else
+                printf("%-4s %4.0fM params, %6.1f MB weights/token | batch "
+                       "%u: prefill %8.1f tok/s, decode %7.1f tok/s (bound "
+                       "%7.1f tok/s at memcpy bw: %.0f%%)\n",
+                       fmt_dtype_name(dts[d]), params / 1e6, wb / 1e6,
+                       batches[b], r.prefill_tok_s, r.decode_tok_s,
+                       bound * batches[b], 100.0 * frac);
+            fflush(stdout);
+        }
+        rt_model_free(m);
+    }
+    if (json)
+        printf("]}\n");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+    return rc;
+}

@@ -1,0 +1,121 @@
+/*
+ * bench_util.h - timing and memory-bandwidth helpers for the benchmark
+ * programs (header-only: only benchmarks use them, the library never does).
+ */
+#ifndef BENCH_UTIL_H
+#define BENCH_UTIL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kn_ops.h"
+
+static inline double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct bench_bw_ctx {
+    const uint8_t *src;   /* [bytes] */
+    uint8_t *dst;         /* [bytes] for copies; NULL for read-only */
+    size_t bytes;
+    uint64_t sink[64];    /* per-thread results, keeps reads alive */
+} bench_bw_ctx;
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static inline uint64_t
+bench_read_avx2(const uint8_t *p, size_t n)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    uint64_t r = (uint64_t)_mm256_extract_epi64(a0, 0) ^ (uint64_t)_mm256_extract_epi64(a0, 3);
+    for (; i < n; i++)
+        r += p[i];
+    return r;
+}
+#endif
+
+static inline uint64_t bench_read_scalar(const uint8_t *p, size_t n)
+{
+    uint64_t a = 0, b = 0, c = 0, d = 0, w[4];
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        memcpy(w, p + i, 32);
+        a ^= w[0], b ^= w[1], c ^= w[2], d ^= w[3];
+    }
+    for (; i < n; i++)
+        a += p[i];
+    return a ^ b ^ c ^ d;
+}
+
+static inline void bench_bw_task(void *v, int tid, int nth)
+{
+    bench_bw_ctx *c = (bench_bw_ctx *)v;
+    size_t per = (c->bytes / (size_t)nth) & ~(size_t)4095;
+    size_t off = per * (size_t)tid;
+    size_t n = tid == nth - 1 ? c->bytes - off : per;
+    if (c->dst) {
+        memcpy(c->dst + off, c->src + off, n);
+        return;
+    }
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+        c->sink[tid & 63] ^= bench_read_avx2(c->src + off, n);
+        return;
+    }
+#endif
+    c->sink[tid & 63] ^= bench_read_scalar(c->src + off, n);
+}
+
+/* Best-of-5 bandwidth in GB/s (1e9 bytes/s) of reading (copy = 0) or
+ * memcpy'ing (copy = 1; counts bytes copied, each read once and written
+ * once) a buffer of `bytes` split over the pool's threads.  Use a buffer
+ * well above the last-level cache.  Returns 0 if allocation fails. */
+static inline double bench_bandwidth(kn_pool *p, size_t bytes, int copy)
+{
+    bench_bw_ctx c;
+    memset(&c, 0, sizeof c);
+    uint8_t *src = (uint8_t *)malloc(bytes);
+    uint8_t *dst = copy ? (uint8_t *)malloc(bytes) : NULL;
+    if (!src || (copy && !dst)) {
+        free(src);
+        free(dst);
+        return 0.0;
+    }
+    memset(src, 1, bytes);
+    if (dst)
+        memset(dst, 0, bytes);
+    c.src = src;
+    c.dst = dst;
+    c.bytes = bytes;
+    double best = 1e30;
+    for (int it = 0; it < 5; it++) {
+        double t0 = bench_now();
+        kn_pool_run(p, bench_bw_task, &c);
+        double dt = bench_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    free(src);
+    free(dst);
+    return (double)bytes / best / 1e9;
+}
+
+/* Multi-threaded read bandwidth (GB/s) of this machine. */
+static inline double kn_measure_copy_bandwidth(kn_pool *p, size_t bytes)
+{
+    return bench_bandwidth(p, bytes, 0);
+}
+
+#endif /* BENCH_UTIL_H */

@@ -1,0 +1,172 @@
+/* cli_inspect.c - `mcompile inspect ARTIFACT [--verify] [--json]`: the
+ * manifest and plan of an artifact; --verify checks every checksum. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmp_cli.h"
+#include "fmt_artifact.h"
+#include "mc_alloc.h"
+
+#define GIB 1073741824.0
+
+static void inspect_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: mcompile inspect ARTIFACT [--verify] [--json]\n"
+            "  Shows the manifest (config, tensors, plan, provenance).\n"
+            "  Every open checks magic, version, header/manifest/table\n"
+            "  checksums and the section table; --verify also checks every\n"
+            "  section's checksum (and decompresses zstd sections).\n"
+            "exit: 0 ok, 1 damaged or unreadable, 2 usage\n");
+}
+
+static long long geti(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+}
+
+static const char *gets(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : "?";
+}
+
+static void print_human(const char *path, const fmt_art *a)
+{
+    const json_t *m = fmt_art_manifest(a);
+    const json_t *c = json_object_get(m, "config");
+    const json_t *p = json_object_get(m, "plan");
+    const json_t *pv = json_object_get(m, "provenance");
+    size_t mlen;
+    fmt_art_manifest_text(a, &mlen);
+    size_t nz = 0;
+    for (size_t i = 0; i < fmt_art_section_count(a); i++)
+        nz += fmt_art_section_at(a, i)->codec == FMT_ART_CODEC_ZSTD;
+    printf("artifact: %s, %llu bytes, version %u, manifest %zu bytes, %zu "
+           "sections (%zu zstd)\n", path,
+           (unsigned long long)fmt_art_file_bytes(a), FMT_ART_VERSION, mlen,
+           fmt_art_section_count(a), nz);
+    printf("model: %s, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld, "
+           "max_position %lld\n", gets(c, "model_type"),
+           geti(c, "num_hidden_layers"), geti(c, "hidden_size"),
+           geti(c, "num_attention_heads"), geti(c, "num_key_value_heads"),
+           geti(c, "vocab_size"), geti(c, "max_position_embeddings"));
+    uint64_t by[6] = {0};
+    static const char *const fn[] = {"f32", "f16", "bf16", "q8", "q4", "q4s"};
+    for (size_t i = 0; i < fmt_art_tensor_count(a); i++) {
+        const fmt_art_tensor *t = fmt_art_tensor_at(a, i);
+        for (int k = 0; k < 6; k++)
+            if (strcmp(t->format, fn[k]) == 0)
+                by[k] += t->data.bytes + t->scales.bytes + t->zeros.bytes;
+    }
+    printf("tensors: %zu (quant %s);", fmt_art_tensor_count(a),
+           gets(p, "quant"));
+    for (int k = 0; k < 6; k++)
+        if (by[k])
+            printf(" %s %llu bytes", fn[k], (unsigned long long)by[k]);
+    printf("\n");
+    printf("plan: batch %lld x context %lld, prefill chunk %lld, threads "
+           "%lld, KV %s, device %s\n", geti(p, "max_batch"),
+           geti(p, "max_seq"), geti(p, "prefill_chunk"), geti(p, "threads"),
+           gets(p, "kv_type"), gets(p, "device"));
+    printf("  weights %.3f GiB, KV %.3f GiB, activations %.3f GiB, reserve "
+           "%.3f GiB: total %.3f GiB of target %.3f GiB\n",
+           geti(p, "weights_bytes") / GIB, geti(p, "kv_bytes") / GIB,
+           geti(p, "activation_bytes") / GIB, geti(p, "reserve_bytes") / GIB,
+           geti(p, "total_bytes") / GIB, geti(p, "target_bytes") / GIB);
+    printf("  arena %lld bytes:\n", geti(p, "arena_bytes"));
+    const json_t *bufs = json_object_get(p, "buffers");
+    for (size_t i = 0; i < json_array_size(bufs); i++) {
+        const json_t *b = json_array_get(bufs, i);
+        if (geti(b, "bytes") > 0)
+            printf("    %-14s offset %12lld  bytes %12lld\n", gets(b, "name"),
+                   geti(b, "offset"), geti(b, "bytes"));
+    }
+    printf("provenance: %s, model %s\n", gets(pv, "compiler"),
+           gets(pv, "model"));
+    const json_t *in = json_object_get(pv, "inputs");
+    for (size_t i = 0; i < json_array_size(in); i++) {
+        const json_t *f = json_array_get(in, i);
+        printf("  input %-32s xxh3 %s  %lld bytes\n", gets(f, "file"),
+               gets(f, "xxh3"), geti(f, "bytes"));
+    }
+    const json_t *ad = json_object_get(pv, "adapters");
+    for (size_t i = 0; i < json_array_size(ad); i++)
+        printf("  adapter %s (weight %g)\n", gets(json_array_get(ad, i), "name"),
+               json_number_value(json_object_get(json_array_get(ad, i),
+                                                 "weight")));
+    printf("tokenizer: %s\n",
+           fmt_art_find_section(a, "tokenizer") != (size_t)-1 ? "embedded"
+                                                              : "none");
+}
+
+int cmp_cli_inspect(int argc, char **argv)
+{
+    const char *path = NULL;
+    int verify = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            inspect_usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--verify") == 0)
+            verify = 1;
+        else if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else if (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "-v") == 0)
+            ;
+        else if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "mcompile inspect: unexpected '%s'\n", argv[i]);
+            inspect_usage(stderr);
+            return 2;
+        } else
+            path = argv[i];
+    }
+    if (!path) {
+        inspect_usage(stderr);
+        return 2;
+    }
+    fmt_art *a = NULL;
+    mc_error err;
+    mc_error_clear(&err);
+    char buf[1600];
+    mc_status st = fmt_art_open(path, &a, &err);
+    if (st != MC_OK) {
+        if (json)
+            printf("{\"ok\": false, \"status\": %d, \"error\": \"%s\"}\n", st,
+                   mc_status_str(st));
+        fprintf(stderr, "mcompile inspect: %s\n",
+                mc_error_format(&err, buf, sizeof buf));
+        return 1;
+    }
+    size_t bad = 0;
+    mc_status vs = verify ? fmt_art_verify(a, &bad, &err) : MC_OK;
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "ok", json_boolean(vs == MC_OK));
+        json_object_set_new(o, "file_bytes",
+                            json_integer((json_int_t)fmt_art_file_bytes(a)));
+        json_object_set_new(o, "version", json_integer(FMT_ART_VERSION));
+        json_object_set_new(o, "sections",
+                            json_integer((json_int_t)fmt_art_section_count(a)));
+        json_object_set_new(o, "verified", verify ? json_boolean(vs == MC_OK)
+                                                  : json_null());
+        json_object_set_new(o, "manifest",
+                            json_deep_copy(fmt_art_manifest(a)));
+        char *t = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+        if (t)
+            printf("%s\n", t);
+        mc_free(t);
+        json_decref(o);
+    } else {
+        print_human(path, a);
+        if (verify && vs == MC_OK)
+            printf("verify: all %zu sections OK\n", fmt_art_section_count(a));
+    }
+    if (vs != MC_OK)
+        fprintf(stderr, "mcompile inspect: verify failed at section %zu: %s\n",
+                bad, mc_error_format(&err, buf, sizeof buf));
+    fmt_art_close(a);
+    return vs == MC_OK ? 0 : 1;
+}

@@ -1,0 +1,209 @@
+/* cli_plan.c - `mcompile plan MODEL_OR_CONFIG --target SIZE ...`: the memory
+ * breakdown, the batch x context frontier and what dominates, from
+ * config.json alone (no weights needed). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cmp_cli.h"
+#include "cmp_compile.h"
+#include "cmp_plan.h"
+#include "fmt_config.h"
+#include "mc_alloc.h"
+
+#define GIB 1073741824.0
+
+static void plan_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: mcompile plan MODEL_OR_CONFIG --target SIZE [options]\n"
+        "  MODEL_OR_CONFIG  a model directory, a config.json, or a file beside\n"
+        "                   one (weights are not read)\n"
+        "  --target SIZE    memory available: 24GiB, 24G, 1.5GiB, 512MiB, bytes\n"
+        "  --quant Q        f32 | f16 | bf16 | int8 | int4 (default f16)\n"
+        "  --group G        int4 group size 32 | 64 | 128 (default 128)\n"
+        "  --max-batch B    sequences per step (default: the most that fit, <= 64)\n"
+        "  --max-seq T      context per sequence (default min(max_position, 4096))\n"
+        "  --kv f16|int8|f32  KV cache type (default f16)\n"
+        "  --prefill-chunk C  token rows per step (default min(256, batch x context))\n"
+        "  --threads N      threads the plan is sized for (default 4)\n"
+        "  --device cpu|cuda  reserve default: cpu 0, cuda 1 GiB + 32 MiB\n"
+        "  --reserve SIZE   device reserve, overriding the default\n"
+        "  --json           one JSON object on stdout\n"
+        "exit: 0 fits, 1 does not fit (breakdown on stderr) or error, 2 usage\n");
+}
+
+/* config.json of a model directory, a .json path, or beside a file. */
+static char *config_path_for(const char *arg)
+{
+    struct stat st;
+    size_t n = strlen(arg);
+    char *p = mc_malloc(n + 16);
+    if (!p)
+        return NULL;
+    if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(p, n + 16, "%s/config.json", arg);
+    } else if (n >= 5 && strcmp(arg + n - 5, ".json") == 0 &&
+               !strstr(arg, "index.json")) {
+        snprintf(p, n + 16, "%s", arg);
+    } else {
+        const char *slash = strrchr(arg, '/');
+        if (slash)
+            snprintf(p, n + 16, "%.*s/config.json", (int)(slash - arg), arg);
+        else
+            snprintf(p, n + 16, "config.json");
+    }
+    return p;
+}
+
+int cmp_cli_load_config(const char *arg, fmt_model_config *cfg, char *path,
+                        size_t n)
+{
+    char *p = config_path_for(arg);
+    if (!p) {
+        fprintf(stderr, "mcompile: out of memory\n");
+        return 1;
+    }
+    snprintf(path, n, "%s", p);
+    mc_error err;
+    mc_status st = fmt_config_load(p, cfg, &err);
+    mc_free(p);
+    if (st != MC_OK) {
+        char buf[1600];
+        fprintf(stderr, "mcompile: %s\n", mc_error_format(&err, buf, sizeof buf));
+        return 1;
+    }
+    return 0;
+}
+
+void cmp_cli_print_plan(FILE *o, const fmt_model_config *cfg,
+                        const cmp_plan *p)
+{
+    char buf[512];
+    fprintf(o, "model: %s, %u layers, hidden %u, heads %u/%u, vocab %u, "
+            "%llu parameters\n", cfg->model_type, cfg->num_layers,
+            cfg->hidden_size, cfg->num_heads, cfg->num_kv_heads,
+            cfg->vocab_size, (unsigned long long)p->params);
+    fprintf(o, "weights: --quant %s (linear %s%s), KV %s, device %s\n",
+            p->req.policy.quant, cmp_wformat_name(p->req.policy.linear),
+            p->req.policy.linear == KN_W_Q4 ? " groups" : "",
+            cmp_kv_name(p->limits.kv_type),
+            p->req.device == CMP_DEV_CUDA ? "cuda" : "cpu");
+    fprintf(o, "plan: batch %u x context %llu (%s), prefill chunk %u, "
+            "threads %d\n", p->limits.max_batch,
+            (unsigned long long)p->limits.max_seq,
+            p->chosen ? "chosen" : "requested", p->limits.prefill_chunk,
+            p->limits.threads);
+    fprintf(o, "  weights      %9.2f GiB  %llu bytes\n", p->weights_bytes / GIB,
+            (unsigned long long)p->weights_bytes);
+    fprintf(o, "  KV cache     %9.2f GiB  %llu bytes (%llu per token%s)\n",
+            p->kv_bytes / GIB, (unsigned long long)p->kv_bytes,
+            (unsigned long long)p->kv_bytes_per_token,
+            cfg->sliding_window ? ", capped by the sliding window" : "");
+    fprintf(o, "  activations  %9.2f GiB  %llu bytes (logits %llu, sampler "
+            "%llu, attention workspace %llu; buffers share bytes by "
+            "lifetime)\n", p->activation_bytes / GIB,
+            (unsigned long long)p->activation_bytes,
+            (unsigned long long)p->logits_bytes,
+            (unsigned long long)p->sampler_bytes,
+            (unsigned long long)p->workspace_bytes);
+    fprintf(o, "  reserve      %9.2f GiB  %llu bytes (%s)\n",
+            p->reserve_bytes / GIB, (unsigned long long)p->reserve_bytes,
+            p->reserve_source);
+    fprintf(o, "  total        %9.2f GiB  of target %.2f GiB: %s\n",
+            p->total_bytes / GIB, p->target_bytes / GIB,
+            p->fits ? "fits" : "DOES NOT FIT");
+    fprintf(o, "frontier (longest context that fits per batch size):\n");
+    fprintf(o, "  %7s  %11s\n", "batch", "max context");
+    for (size_t i = 0; i < p->nfrontier; i++)
+        fprintf(o, "  %7u  %11llu%s\n", p->frontier[i].batch,
+                (unsigned long long)p->frontier[i].max_seq,
+                p->frontier[i].max_seq == cfg->max_position_embeddings
+                    ? "  (model maximum)" : "");
+    if (p->nfrontier == 0)
+        fprintf(o, "  (nothing fits)\n");
+    fprintf(o, "%s\n", cmp_plan_dominant(p, buf, sizeof buf));
+}
+
+int cmp_cli_plan(int argc, char **argv)
+{
+    cmp_plan_request req;
+    cmp_plan_request_default(&req);
+    const char *model = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            plan_usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(a, "-q") == 0 || strcmp(a, "-v") == 0)
+            continue;
+        if (a[0] == '-' && a[1] == '-') {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mcompile plan: %s needs a value\n", a);
+                return 2;
+            }
+            char why[256];
+            int r = cmp_plan_parse_option(&req, a, argv[i + 1], why, sizeof why);
+            if (r == 0) {
+                fprintf(stderr, "mcompile plan: unknown option %s\n", a);
+                plan_usage(stderr);
+                return 2;
+            }
+            if (r < 0) {
+                fprintf(stderr, "mcompile plan: %s\n", why);
+                return 2;
+            }
+            i++;
+            continue;
+        }
+        if (model) {
+            fprintf(stderr, "mcompile plan: one model only ('%s')\n", a);
+            return 2;
+        }
+        model = a;
+    }
+    if (!model || req.target_bytes == 0) {
+        fprintf(stderr, "mcompile plan: need MODEL_OR_CONFIG and --target\n");
+        plan_usage(stderr);
+        return 2;
+    }
+    fmt_model_config cfg;
+    char cpath[4096];
+    if (cmp_cli_load_config(model, &cfg, cpath, sizeof cpath) != 0)
+        return 1;
+    cmp_plan plan;
+    mc_error err;
+    mc_error_clear(&err);
+    mc_status st = cmp_plan_build(&cfg, &req, &plan, &err);
+    if (st != MC_OK && st != MC_ERR_PLAN) {
+        char buf[1600];
+        fprintf(stderr, "mcompile plan: %s\n",
+                mc_error_format(&err, buf, sizeof buf));
+        return 1;
+    }
+    if (json) {
+        json_t *o = cmp_plan_to_json(&plan);
+        char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+        if (s)
+            printf("%s\n", s);
+        mc_free(s);
+        json_decref(o);
+    } else {
+        cmp_cli_print_plan(stdout, &cfg, &plan);
+    }
+    if (st == MC_ERR_PLAN) {
+        char bd[256];
+        fprintf(stderr, "mcompile plan: batch %u x context %llu does not fit: "
+                "%s\n", plan.limits.max_batch,
+                (unsigned long long)plan.limits.max_seq,
+                cmp_plan_breakdown(&plan, bd, sizeof bd));
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,879 @@
+/* cmp_calib.c - layer-by-layer calibration driver (see cmp_calib.h). */
+#include "cmp_calib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <stdlib.h>
+
+#include "cmp_awq.h"
+#include "cmp_gptq.h"
+#include "mc_alloc.h"
+
+static const char *const LIN_NAMES[CMP_LIN_COUNT] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+static const char *const LIN_PARENT[CMP_LIN_COUNT] = {
+    "self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
+/* Tap point (input group) of each slot. */
+static const int LIN_TAP[CMP_LIN_COUNT] = {0, 0, 0, 1, 2, 2, 3};
+
+const char *cmp_lin_name(int slot)
+{
+    return slot >= 0 && slot < CMP_LIN_COUNT ? LIN_NAMES[slot] : "?";
+}
+
+const char *cmp_qmethod_name(cmp_qmethod m)
+{
+    switch (m) {
+    case CMP_QM_RTN: return "rtn";
+    case CMP_QM_AWQ: return "awq";
+    case CMP_QM_GPTQ: return "gptq";
+    case CMP_QM_BEST: return "best";
+    case CMP_QM_AWQ_GPTQ: return "awq+gptq";
+    case CMP_QM_GPTAQ: return "gptaq";
+    case CMP_QM_AWQ_GPTAQ: return "awq+gptaq";
+    }
+    return "?";
+}
+
+int cmp_qmethod_parse(const char *s, cmp_qmethod *out)
+{
+    for (int m = 0; m <= CMP_QM_AWQ_GPTAQ; m++)
+        if (strcmp(s, cmp_qmethod_name((cmp_qmethod)m)) == 0) {
+            *out = (cmp_qmethod)m;
+            return 0;
+        }
+    return -1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- owned quantized buffers -------------------------------------------- */
+
+static mc_status qbuf_alloc(cmp_qbuf *b, kn_wformat f, uint32_t rows,
+                            uint32_t cols, uint32_t group)
+{
+    memset(b, 0, sizeof *b);
+    b->fmt = f;
+    b->rows = rows;
+    b->cols = cols;
+    b->group = f == KN_W_Q8 ? 0 : group;
+    b->data = mc_calloc(1, (size_t)kn_wformat_data_bytes(f, rows, cols));
+    b->scales = mc_calloc(1, (size_t)kn_wformat_scale_bytes(f, rows, cols, group));
+    uint64_t zb = kn_wformat_zero_bytes(f, rows, cols, group);
+    b->zeros = zb ? mc_calloc(1, (size_t)zb) : NULL;
+    if (!b->data || !b->scales || (zb && !b->zeros))
+        return MC_ERR_NOMEM;
+    return MC_OK;
+}
+
+static void qbuf_release(cmp_qbuf *b)
+{
+    mc_free(b->data);
+    mc_free(b->scales);
+    mc_free(b->zeros);
+    b->data = b->scales = NULL;
+    b->zeros = NULL;
+}
+
+/* ---- taps ---------------------------------------------------------------- */
+
+typedef struct tap_acc {
+    int pass;               /* 0: full-precision states, 1: quantized */
+    unsigned mask;          /* 1 << tap point: the points collected */
+    cmp_hessian h[4];       /* Hq: inputs in the partly quantized model */
+    cmp_hessian hf[4];      /* Hf: inputs in the full-precision model */
+    double *c[4];           /* [width][width] sum x_f x_q^T */
+    double *abs_sum[4];     /* [width] sum |x_q,j| */
+    float *xf[4];           /* [maxT][width] this sequence's x_f */
+} tap_acc;
+
+static void tap_collect(void *ctx, kn_tap_point where, const float *x,
+                        size_t T, size_t width)
+{
+    tap_acc *a = ctx;
+    if (!(a->mask & (1u << where)))
+        return;
+    if (a->pass == 0) {
+        cmp_hessian_add(&a->hf[where], x, T);
+        memcpy(a->xf[where], x, T * width * sizeof(float));
+        return;
+    }
+    cmp_hessian_add(&a->h[where], x, T);
+    double *s = a->abs_sum[where];
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < width; j++)
+            s[j] += fabs(x[t * width + j]);
+    double *c = a->c[where];
+    const float *xf = a->xf[where];
+    for (size_t t = 0; t < T; t++) {
+        const float *f = xf + t * width, *q = x + t * width;
+        for (size_t i = 0; i < width; i++) {
+            double fi = f[i];
+            if (fi == 0.0)
+                continue;
+            double *ci = c + i * width;
+            for (size_t j = 0; j < width; j++)
+                ci[j] += fi * q[j];
+        }
+    }
+}
+
+/* sum_i a_i sum_j M_ij b_j for full M [n][n]. */
+static double bilinear(const double *M, const float *a, const float *b,
+                       size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] == 0.0f)
+            continue;
+        const double *mi = M + i * n;
+        double t = 0.0;
+        for (size_t j = 0; j < n; j++)
+            t += mi[j] * b[j];
+        s += a[i] * t;
+    }
+    return s;
+}
+
+/* ---- one layer ------------------------------------------------------------ */
+
+typedef struct layer_ctx {
+    const cmp_calib_opts *o;
+    cmp_calib_result *r;
+    uint32_t l;
+    uint32_t rows[CMP_LIN_COUNT], cols[CMP_LIN_COUNT];
+    float *w[CMP_LIN_COUNT];     /* float32 working copies (folds applied) */
+    kn_wformat fmt[CMP_LIN_COUNT];
+    tap_acc acc;
+    float *xabs[4];              /* mean |x_j| per tap point */
+} layer_ctx;
+
+static kn_wformat slot_fmt(const cmp_calib_opts *o, uint32_t l, int slot)
+{
+    if (o->tensor_fmt)
+        return o->tensor_fmt[(size_t)l * CMP_LIN_COUNT + slot];
+    return o->fmt;
+}
+
+static int is_awq(cmp_qmethod m)
+{
+    return m == CMP_QM_AWQ || m == CMP_QM_AWQ_GPTQ || m == CMP_QM_AWQ_GPTAQ;
+}
+static int is_gptq(cmp_qmethod m)
+{
+    return m == CMP_QM_GPTQ || m == CMP_QM_AWQ_GPTQ || m == CMP_QM_GPTAQ ||
+           m == CMP_QM_AWQ_GPTAQ;
+}
+static int is_retarget(cmp_qmethod m)
+{
+    return m == CMP_QM_GPTAQ || m == CMP_QM_AWQ_GPTAQ;
+}
+
+/* Quantize n linears of one input group with one candidate method.  s:
+ * AWQ scales (NULL = none); hs: the Hessian of x_q / s (NULL when s is).
+ * q[i] receive the results, rel[i] the relative output errors against the
+ * full-precision model. */
+static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
+                               cmp_qmethod m, const float *s,
+                               const cmp_hessian *hs, cmp_qbuf *q,
+                               double *rel, mc_error *err)
+{
+    int tp = LIN_TAP[slots[0]];
+    const cmp_hessian *h = &c->acc.h[tp], *hf = &c->acc.hf[tp];
+    const double *C = c->acc.c[tp];
+    const cmp_hessian *hq = s ? hs : h;
+    mc_status st = MC_OK;
+    for (int i = 0; i < n; i++) {
+        int sl = slots[i];
+        uint32_t R = c->rows[sl], K = c->cols[sl];
+        rel[i] = 0.0;
+        if (!cmp_quant_is_quantized(c->fmt[sl]))
+            continue;
+        size_t nel = (size_t)R * K;
+        float *ws = mc_malloc_array(nel, sizeof(float));
+        float *wc = mc_malloc_array(nel, sizeof(float));
+        if (!ws || !wc) {
+            mc_free(ws);
+            mc_free(wc);
+            return mc_fail(err, MC_ERR_NOMEM, NULL, c->r->t[c->l * CMP_LIN_COUNT + sl].name,
+                           -1, "quantization work space");
+        }
+        if (is_retarget(m))
+            st = cmp_gptq_retarget(h, C, c->w[sl], R, getenv("RD") ? atof(getenv("RD")) : 1e-3, ws, err);
+        else
+            memcpy(ws, c->w[sl], nel * sizeof(float));
+        if (st == MC_OK) {
+            if (s)
+                cmp_awq_scale_cols(ws, R, K, s);
+            memcpy(wc, ws, nel * sizeof(float));
+            if (m == CMP_QM_AWQ && sl != CMP_LIN_Q && sl != CMP_LIN_K)
+                st = cmp_awq_clip(hq, wc, R, c->fmt[sl], c->o->group, err);
+        }
+        if (st == MC_OK) {
+            if (is_gptq(m)) {
+                cmp_gptq_opts go = {c->o->damp, c->o->act_order, 128, getenv("SP") ? 1 : 0};
+                st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
+            } else {
+                st = cmp_quant_matrix(wc, NULL, &q[i], err);
+                if (st == MC_OK)
+                    cmp_dequant_matrix(&q[i], wc);
+            }
+        }
+        if (st == MC_OK) {
+            /* wc: the effective weight applied to x_q. */
+            if (s)
+                for (uint32_t r = 0; r < R; r++)
+                    for (uint32_t k = 0; k < K; k++)
+                        wc[(size_t)r * K + k] /= s[k];
+            double ef = cmp_hessian_output_error(hf, c->w[sl], NULL, R);
+            double cross = 0.0;
+            for (uint32_t r = 0; r < R; r++)
+                cross += bilinear(C, c->w[sl] + (size_t)r * K, wc + (size_t)r * K, K);
+            double eq = cmp_hessian_output_error(h, wc, NULL, R);
+            double e = ef - 2.0 * cross + eq;
+            rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
+        }
+        mc_free(ws);
+        mc_free(wc);
+        if (st != MC_OK) {
+            if (err)
+                snprintf(err->field, sizeof err->field, "%s",
+                         c->r->t[c->l * CMP_LIN_COUNT + sl].name);
+            return st;
+        }
+    }
+    return MC_OK;
+}
+
+/* Quantize one input group (tap point tp, n slots), choose the method,
+ * record the results and apply the chosen AWQ scales to the float copies
+ * and to the producer of the input (fold). */
+static mc_status quant_group(layer_ctx *c, const int *slots, int n,
+                             int allow_scale, float *fold_vec, int fold_rows_slot,
+                             float *fold_bias, mc_error *err)
+{
+    const cmp_calib_opts *o = c->o;
+    int tp = LIN_TAP[slots[0]];
+    const cmp_hessian *h = &c->acc.h[tp];
+    uint32_t C = c->cols[slots[0]];
+    int first_q = -1;
+    for (int i = 0; i < n; i++)
+        if (cmp_quant_is_quantized(c->fmt[slots[i]]) && first_q < 0)
+            first_q = i;
+    cmp_calib_tensor *T = c->r->t + (size_t)c->l * CMP_LIN_COUNT;
+    for (int i = 0; i < n; i++)
+        if (!cmp_quant_is_quantized(c->fmt[slots[i]])) {
+            T[slots[i]].fmt = KN_W_F32;
+            T[slots[i]].method = CMP_QM_RTN;
+        }
+    if (first_q < 0)
+        return MC_OK; /* every linear of the group stays float */
+
+    cmp_qmethod cands[6];
+    int nc = 0;
+    cands[nc++] = CMP_QM_RTN; /* always: the table's baseline */
+    if (o->method == CMP_QM_BEST) {
+        cands[nc++] = CMP_QM_GPTQ;
+        cands[nc++] = CMP_QM_GPTAQ;
+        cands[nc++] = CMP_QM_AWQ;
+        cands[nc++] = CMP_QM_AWQ_GPTAQ;
+    } else if (o->method != CMP_QM_RTN) {
+        cands[nc++] = o->method;
+    }
+
+    mc_status st = MC_OK;
+    cmp_qbuf best[3], cur[3];
+    double best_rel[3] = {0}, cur_rel[3] = {0}, rtn_rel[3] = {0};
+    memset(best, 0, sizeof best);
+    memset(cur, 0, sizeof cur);
+    float *s = NULL;
+    double alpha = 0.0;
+    cmp_hessian hs;
+    memset(&hs, 0, sizeof hs);
+    cmp_qmethod chosen = CMP_QM_RTN;
+    double best_sum = INFINITY;
+    for (int i = 0; i < n; i++) {
+        int sl = slots[i];
+        if (!cmp_quant_is_quantized(c->fmt[sl]))
+            continue;
+        if (qbuf_alloc(&best[i], c->fmt[sl], c->rows[sl], C, o->group) != MC_OK ||
+            qbuf_alloc(&cur[i], c->fmt[sl], c->rows[sl], C, o->group) != MC_OK) {
+            st = mc_fail(err, MC_ERR_NOMEM, NULL, T[sl].name, -1, "quantized buffers");
+            goto done;
+        }
+    }
+    for (int k = 0; k < nc; k++) {
+        cmp_qmethod m = cands[k];
+        int awq = is_awq(m);
+        if (awq && allow_scale && !s) {
+            s = mc_malloc_array(C, sizeof(float));
+            cmp_awq_linear lin[3];
+            int nl = 0;
+            for (int i = 0; i < n; i++)
+                if (cmp_quant_is_quantized(c->fmt[slots[i]]))
+                    lin[nl++] = (cmp_awq_linear){c->w[slots[i]], c->rows[slots[i]]};
+            if (!s) {
+                st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
+                goto done;
+            }
+            if ((st = cmp_awq_search(h, c->xabs[tp], lin, (size_t)nl,
+                                     c->fmt[slots[first_q]], o->group, s,
+                                     &alpha, NULL, NULL, err)) != MC_OK ||
+                (st = cmp_hessian_init(&hs, C, err)) != MC_OK)
+                goto done;
+            cmp_awq_scale_hessian(h, s, &hs);
+        }
+        const float *sk = awq && allow_scale ? s : NULL;
+        if ((st = run_candidate(c, slots, n, m, sk, sk ? &hs : NULL, cur,
+                                cur_rel, err)) != MC_OK)
+            goto done;
+        double sum = 0.0;
+        for (int i = 0; i < n; i++)
+            sum += cur_rel[i];
+        if (m == CMP_QM_RTN)
+            memcpy(rtn_rel, cur_rel, sizeof rtn_rel);
+        /* Ties keep the earlier (simpler) method; RTN is first. */
+        if (sum < best_sum) {
+            best_sum = sum;
+            chosen = m;
+            for (int i = 0; i < n; i++) {
+                cmp_qbuf t = best[i];
+                best[i] = cur[i];
+                cur[i] = t;
+                best_rel[i] = cur_rel[i];
+            }
+        }
+        /* A plain method asked alone is the result even when RTN measured
+         * lower (the table shows both). */
+        if (o->method != CMP_QM_BEST && m == o->method && chosen != m) {
+            best_sum = sum;
+            chosen = m;
+            for (int i = 0; i < n; i++) {
+                cmp_qbuf t = best[i];
+                best[i] = cur[i];
+                cur[i] = t;
+                best_rel[i] = cur_rel[i];
+            }
+        }
+    }
+    int scaled = is_awq(chosen) && allow_scale && s;
+    for (int i = 0; i < n; i++) {
+        int sl = slots[i];
+        cmp_calib_tensor *t = &T[sl];
+        if (scaled)
+            cmp_awq_scale_cols(c->w[sl], c->rows[sl], C, s);
+        if (!cmp_quant_is_quantized(c->fmt[sl]))
+            continue;
+        t->fmt = c->fmt[sl];
+        t->q = best[i];
+        memset(&best[i], 0, sizeof best[i]);
+        t->method = chosen;
+        t->err = best_rel[i];
+        t->err_rtn = rtn_rel[i];
+        if (scaled)
+            t->alpha = alpha;
+    }
+    if (scaled) {
+        if (fold_vec)
+            cmp_awq_div_vec(fold_vec, s, C);
+        if (fold_rows_slot >= 0)
+            cmp_awq_div_rows(c->w[fold_rows_slot], c->rows[fold_rows_slot],
+                             c->cols[fold_rows_slot], s);
+        if (fold_bias)
+            cmp_awq_div_vec(fold_bias, s, C);
+    }
+done:
+    for (int i = 0; i < 3; i++) {
+        qbuf_release(&best[i]);
+        qbuf_release(&cur[i]);
+    }
+    mc_free(s);
+    cmp_hessian_free(&hs);
+    return st;
+}
+
+static const kn_matrix *src_matrix(const kn_block_weights *w, int slot)
+{
+    switch (slot) {
+    case CMP_LIN_Q: return &w->wq;
+    case CMP_LIN_K: return &w->wk;
+    case CMP_LIN_V: return &w->wv;
+    case CMP_LIN_O: return &w->wo;
+    case CMP_LIN_GATE: return &w->w_gate;
+    case CMP_LIN_UP: return &w->w_up;
+    default: return &w->w_down;
+    }
+}
+
+static const float *src_bias(const kn_block_weights *w, int slot)
+{
+    switch (slot) {
+    case CMP_LIN_Q: return w->bq;
+    case CMP_LIN_K: return w->bk;
+    case CMP_LIN_V: return w->bv;
+    case CMP_LIN_O: return w->bo;
+    case CMP_LIN_GATE: return w->b_gate;
+    case CMP_LIN_UP: return w->b_up;
+    default: return w->b_down;
+    }
+}
+
+/* The block weights of layer l of the result (views into r). */
+static void result_block(const cmp_calib_result *r, uint32_t l,
+                         kn_block_weights *w)
+{
+    memset(w, 0, sizeof *w);
+    w->attn_norm = r->attn_norm[l];
+    w->mlp_norm = r->mlp_norm[l];
+    kn_matrix *mats[CMP_LIN_COUNT] = {&w->wq, &w->wk, &w->wv, &w->wo,
+                                      &w->w_gate, &w->w_up, &w->w_down};
+    const float **bs[CMP_LIN_COUNT] = {&w->bq, &w->bk, &w->bv, &w->bo,
+                                       &w->b_gate, &w->b_up, &w->b_down};
+    for (int s = 0; s < CMP_LIN_COUNT; s++) {
+        const cmp_calib_tensor *t = &r->t[(size_t)l * CMP_LIN_COUNT + s];
+        if (cmp_quant_is_quantized(t->fmt)) {
+            *mats[s] = cmp_qbuf_matrix(&t->q);
+        } else {
+            kn_matrix m = {KN_W_F32, t->q.rows, t->q.cols, t->f32, NULL, NULL, 0};
+            *mats[s] = m;
+        }
+        *bs[s] = r->bias[(size_t)l * CMP_LIN_COUNT + s];
+    }
+}
+
+/* The block as it stands: quantized slots from the result, the others from
+ * the float copies; norms and biases (folded) from the result. */
+static void mixed_block(const layer_ctx *c, const int *done,
+                        kn_block_weights *w)
+{
+    result_block(c->r, c->l, w);
+    kn_matrix *mats[CMP_LIN_COUNT] = {&w->wq, &w->wk, &w->wv, &w->wo,
+                                      &w->w_gate, &w->w_up, &w->w_down};
+    for (int s = 0; s < CMP_LIN_COUNT; s++)
+        if (!done[s]) {
+            kn_matrix m = {KN_W_F32, c->rows[s], c->cols[s], c->w[s], NULL, NULL, 0};
+            *mats[s] = m;
+        }
+}
+
+typedef struct seqs {
+    float *states, *states_f;   /* [tokens][hidden] quantized / f.p. model */
+    const size_t *len;
+    size_t n, maxT;
+    float *xtmp, *xtmp_f;       /* [maxT][hidden] */
+} seqs;
+
+/* Reset and collect the statistics of the tap points in mask: the
+ * full-precision block on the full-precision states gives x_f, the block
+ * as it stands (qw) on the partly quantized states gives x_q. */
+static void collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
+                    const seqs *S, unsigned mask, const kn_block_weights *qw)
+{
+    const rt_layer *L = &m->layers[c->l];
+    /* The full-precision block with the AWQ folds made so far (the same
+     * function as the original; x_f then lives in the same scaled space as
+     * x_q and the float copies). */
+    static const int none[CMP_LIN_COUNT] = {0};
+    kn_block_weights fw;
+    mixed_block(c, none, &fw);
+    uint32_t H = m->cfg.hidden_size;
+    for (int p = 0; p < 4; p++) {
+        if (!(mask & (1u << p)))
+            continue;
+        size_t w = c->acc.h[p].cols;
+        memset(c->acc.h[p].h, 0, w * w * sizeof(double));
+        memset(c->acc.hf[p].h, 0, w * w * sizeof(double));
+        memset(c->acc.c[p], 0, w * w * sizeof(double));
+        memset(c->acc.abs_sum[p], 0, w * sizeof(double));
+        c->acc.h[p].n = c->acc.hf[p].n = 0;
+    }
+    c->acc.mask = mask;
+    size_t at = 0;
+    for (size_t i = 0; i < S->n; i++) {
+        size_t T = S->len[i];
+        c->acc.pass = 0;
+        memcpy(S->xtmp_f, S->states_f + at * H, T * H * sizeof(float));
+        cmp_fwd_block(f, &fw, &L->dims, S->xtmp_f, T, tap_collect, &c->acc);
+        c->acc.pass = 1;
+        memcpy(S->xtmp, S->states + at * H, T * H * sizeof(float));
+        cmp_fwd_block(f, qw, &L->dims, S->xtmp, T, tap_collect, &c->acc);
+        at += T;
+    }
+    for (int p = 0; p < 4; p++)
+        if (mask & (1u << p))
+            for (uint32_t j = 0; j < c->acc.h[p].cols; j++)
+                c->xabs[p][j] = c->acc.h[p].n
+                    ? (float)(c->acc.abs_sum[p][j] / (double)c->acc.h[p].n) : 0.0f;
+}
+
+/* AWQ scales of down (folded into up rows) or o (into v rows), searched on
+ * the first pass's statistics before anything of the block is quantized:
+ * the producers are quantized before these groups in the sequential order. */
+static mc_status prescale(layer_ctx *c, int slot, int producer,
+                          float *producer_bias, mc_error *err)
+{
+    int tp = LIN_TAP[slot];
+    uint32_t K = c->cols[slot];
+    if (!cmp_quant_is_quantized(c->fmt[slot]))
+        return MC_OK;
+    float *s = mc_malloc_array(K, sizeof(float));
+    if (!s)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
+    cmp_awq_linear lin = {c->w[slot], c->rows[slot]};
+    double alpha = 0.0;
+    mc_status st = cmp_awq_search(&c->acc.h[tp], c->xabs[tp], &lin, 1,
+                                  c->fmt[slot], c->o->group, s, &alpha, NULL,
+                                  NULL, err);
+    if (st == MC_OK && alpha > 0.0) {
+        cmp_awq_scale_cols(c->w[slot], c->rows[slot], K, s);
+        cmp_awq_div_rows(c->w[producer], c->rows[producer], c->cols[producer], s);
+        if (producer_bias)
+            cmp_awq_div_vec(producer_bias, s, K);
+        c->r->t[(size_t)c->l * CMP_LIN_COUNT + slot].alpha = alpha;
+    }
+    mc_free(s);
+    return st;
+}
+
+static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
+                             const seqs *S, mc_error *err)
+{
+    const rt_layer *L = &m->layers[c->l];
+    cmp_calib_result *r = c->r;
+    cmp_calib_tensor *T = r->t + (size_t)c->l * CMP_LIN_COUNT;
+    uint32_t H = m->cfg.hidden_size;
+    mc_status st = MC_OK;
+    uint32_t widths[4] = {H, m->cfg.num_heads * m->cfg.head_dim, H,
+                          m->cfg.intermediate_size};
+    for (int s = 0; s < CMP_LIN_COUNT; s++) {
+        const kn_matrix *src = src_matrix(&L->w, s);
+        c->rows[s] = src->rows;
+        c->cols[s] = src->cols;
+        c->fmt[s] = slot_fmt(c->o, c->l, s);
+        c->w[s] = mc_malloc_array((size_t)src->rows * src->cols, sizeof(float));
+        if (!c->w[s])
+            return mc_fail(err, MC_ERR_NOMEM, NULL, T[s].name, -1,
+                           "float32 copy of %ux%u", src->rows, src->cols);
+        for (uint32_t i = 0; i < src->rows; i++)
+            kn_matrix_row(src, i, c->w[s] + (size_t)i * src->cols);
+        T[s].q.rows = src->rows;
+        T[s].q.cols = src->cols;
+    }
+    for (int p = 0; p < 4; p++) {
+        if ((st = cmp_hessian_init(&c->acc.h[p], widths[p], err)) != MC_OK ||
+            (st = cmp_hessian_init(&c->acc.hf[p], widths[p], err)) != MC_OK)
+            return st;
+        c->acc.abs_sum[p] = mc_calloc(widths[p], sizeof(double));
+        c->acc.c[p] = mc_calloc((size_t)widths[p] * widths[p], sizeof(double));
+        c->acc.xf[p] = mc_malloc_array(S->maxT * widths[p], sizeof(float));
+        c->xabs[p] = mc_malloc_array(widths[p], sizeof(float));
+        if (!c->acc.abs_sum[p] || !c->acc.c[p] || !c->acc.xf[p] || !c->xabs[p])
+            return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "statistics");
+    }
+    float *an = r->attn_norm[c->l], *mn = r->mlp_norm[c->l];
+    float **bias = r->bias + (size_t)c->l * CMP_LIN_COUNT;
+    int mha = m->cfg.num_kv_heads == m->cfg.num_heads;
+    int done[CMP_LIN_COUNT] = {0};
+    kn_block_weights qw;
+    static const int g_down[1] = {CMP_LIN_DOWN}, g_o[1] = {CMP_LIN_O};
+    static const int g_qkv[3] = {CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V};
+    static const int g_gu[2] = {CMP_LIN_GATE, CMP_LIN_UP};
+
+    /* Sequential within the block too (qkv, o, gate/up, down): each group's
+     * statistics come from the block with the groups before it quantized. */
+    mixed_block(c, done, &qw);
+    collect(c, m, f, S, 0xFu, &qw);
+    if (is_awq(c->o->method) || c->o->method == CMP_QM_BEST) {
+        if ((st = prescale(c, CMP_LIN_DOWN, CMP_LIN_UP, bias[CMP_LIN_UP], err)) != MC_OK)
+            return st;
+        if (mha && (st = prescale(c, CMP_LIN_O, CMP_LIN_V, bias[CMP_LIN_V], err)) != MC_OK)
+            return st;
+    }
+    if ((st = quant_group(c, g_qkv, 3, 1, an, -1, NULL, err)) != MC_OK)
+        return st;
+    done[CMP_LIN_Q] = done[CMP_LIN_K] = done[CMP_LIN_V] = 1;
+    mixed_block(c, done, &qw);
+    collect(c, m, f, S, 1u << KN_TAP_O_IN, &qw);
+    if ((st = quant_group(c, g_o, 1, 0, NULL, -1, NULL, err)) != MC_OK)
+        return st;
+    done[CMP_LIN_O] = 1;
+    mixed_block(c, done, &qw);
+    collect(c, m, f, S, 1u << KN_TAP_GATE_UP_IN, &qw);
+    if ((st = quant_group(c, g_gu, 2, 1, mn, -1, NULL, err)) != MC_OK)
+        return st;
+    done[CMP_LIN_GATE] = done[CMP_LIN_UP] = 1;
+    mixed_block(c, done, &qw);
+    collect(c, m, f, S, 1u << KN_TAP_DOWN_IN, &qw);
+    if ((st = quant_group(c, g_down, 1, 0, NULL, -1, NULL, err)) != MC_OK)
+        return st;
+    /* Float-kept linears keep their (folded) float copy. */
+    for (int s = 0; s < CMP_LIN_COUNT; s++)
+        if (!cmp_quant_is_quantized(T[s].fmt)) {
+            T[s].f32 = c->w[s];
+            c->w[s] = NULL;
+        }
+    /* Both state sets move to the next block boundary. */
+    result_block(r, c->l, &qw);
+    size_t at = 0;
+    for (size_t i = 0; i < S->n; i++) {
+        cmp_fwd_block(f, &L->w, &L->dims, S->states_f + at * H, S->len[i], NULL, NULL);
+        cmp_fwd_block(f, &qw, &L->dims, S->states + at * H, S->len[i], NULL, NULL);
+        at += S->len[i];
+    }
+    return MC_OK;
+}
+
+static void layer_ctx_free(layer_ctx *c)
+{
+    for (int s = 0; s < CMP_LIN_COUNT; s++) {
+        mc_free(c->w[s]);
+        c->w[s] = NULL;
+    }
+    for (int p = 0; p < 4; p++) {
+        cmp_hessian_free(&c->acc.h[p]);
+        cmp_hessian_free(&c->acc.hf[p]);
+        mc_free(c->acc.abs_sum[p]);
+        mc_free(c->acc.c[p]);
+        mc_free(c->acc.xf[p]);
+        c->acc.c[p] = NULL;
+        c->acc.xf[p] = NULL;
+        mc_free(c->xabs[p]);
+        c->acc.abs_sum[p] = NULL;
+        c->xabs[p] = NULL;
+    }
+}
+
+/* ---- the driver ----------------------------------------------------------- */
+
+static mc_status result_create(const rt_model *m, cmp_calib_result **out,
+                               mc_error *err)
+{
+    const fmt_model_config *cfg = &m->cfg;
+    uint32_t NL = cfg->num_layers, H = cfg->hidden_size;
+    cmp_calib_result *r = mc_calloc(1, sizeof *r);
+    if (!r)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "calibration result");
+    *out = r;
+    r->layers = NL;
+    uint64_t per = 0;
+    for (int s = 0; s < CMP_LIN_COUNT; s++)
+        per += src_matrix(&m->layers[0].w, s)->rows;
+    per += 2ull * H;
+    r->t = mc_calloc((size_t)NL * CMP_LIN_COUNT, sizeof *r->t);
+    r->vecs = mc_calloc((size_t)(per * NL), sizeof(float));
+    r->attn_norm = mc_calloc(NL, sizeof(float *));
+    r->mlp_norm = mc_calloc(NL, sizeof(float *));
+    r->bias = mc_calloc((size_t)NL * CMP_LIN_COUNT, sizeof(float *));
+    r->layer_seconds = mc_calloc(NL, sizeof(double));
+    if (!r->t || !r->vecs || !r->attn_norm || !r->mlp_norm || !r->bias ||
+        !r->layer_seconds)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "calibration result");
+    float *v = r->vecs;
+    for (uint32_t l = 0; l < NL; l++) {
+        const kn_block_weights *w = &m->layers[l].w;
+        r->attn_norm[l] = v;
+        memcpy(v, w->attn_norm, H * sizeof(float));
+        v += H;
+        r->mlp_norm[l] = v;
+        memcpy(v, w->mlp_norm, H * sizeof(float));
+        v += H;
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            uint32_t rows = src_matrix(w, s)->rows;
+            const float *b = src_bias(w, s);
+            if (b) {
+                memcpy(v, b, rows * sizeof(float));
+                r->bias[(size_t)l * CMP_LIN_COUNT + s] = v;
+            }
+            v += rows;
+            cmp_calib_tensor *t = &r->t[(size_t)l * CMP_LIN_COUNT + s];
+            snprintf(t->name, sizeof t->name, "model.layers.%u.%s.%s.weight", l,
+                     LIN_PARENT[s], LIN_NAMES[s]);
+            t->layer = l;
+            t->slot = s;
+        }
+    }
+    return MC_OK;
+}
+
+void cmp_calib_result_free(cmp_calib_result *r)
+{
+    if (!r)
+        return;
+    if (r->t)
+        for (size_t i = 0; i < (size_t)r->layers * CMP_LIN_COUNT; i++) {
+            qbuf_release(&r->t[i].q);
+            mc_free(r->t[i].f32);
+        }
+    qbuf_release(&r->lm_head);
+    mc_free(r->t);
+    mc_free(r->vecs);
+    mc_free(r->attn_norm);
+    mc_free(r->mlp_norm);
+    mc_free(r->bias);
+    mc_free(r->layer_seconds);
+    mc_free(r);
+}
+
+mc_status cmp_calib_view(const rt_model *base, const cmp_calib_result *r,
+                         rt_model *view, mc_error *err)
+{
+    *view = *base;
+    view->layers = mc_malloc_array(r->layers, sizeof(rt_layer));
+    if (!view->layers)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "model view");
+    for (uint32_t l = 0; l < r->layers; l++) {
+        view->layers[l].dims = base->layers[l].dims;
+        result_block(r, l, &view->layers[l].w);
+    }
+    if (r->lm_head.data)
+        view->lm_head = cmp_qbuf_matrix(&r->lm_head);
+    view->owner = NULL;
+    view->owner_free = NULL;
+    view->owned = NULL;
+    return MC_OK;
+}
+
+void cmp_calib_view_free(rt_model *view)
+{
+    if (view) {
+        mc_free(view->layers);
+        view->layers = NULL;
+    }
+}
+
+mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
+                        const size_t *off, size_t nseq,
+                        const cmp_calib_opts *o, cmp_calib_result **out,
+                        mc_error *err)
+{
+    *out = NULL;
+    if (!cmp_quant_is_quantized(o->fmt) && !o->tensor_fmt)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "quant", -1,
+                       "calibration needs a quantized format");
+    if (o->fmt != KN_W_Q8 && cmp_quant_is_quantized(o->fmt) &&
+        o->group != 32 && o->group != 64 && o->group != 128)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
+                       "int4 group must be 32, 64 or 128, not %u", o->group);
+    if (nseq <= o->heldout)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
+                       "%zu sequences, %zu held out: nothing left to calibrate on",
+                       nseq, o->heldout);
+    size_t ncal = nseq - o->heldout, ntok = 0, maxT = 0;
+    uint32_t H = m->cfg.hidden_size;
+    for (size_t i = 0; i < ncal; i++) {
+        size_t T = off[i + 1] - off[i];
+        ntok += T;
+        if (T > maxT)
+            maxT = T;
+        if (m->cfg.max_position_embeddings && T > m->cfg.max_position_embeddings)
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
+                           "sequence %zu has %zu tokens; the context is %llu", i,
+                           T, (unsigned long long)m->cfg.max_position_embeddings);
+    }
+    if (ntok == 0)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
+                       "no calibration tokens");
+    cmp_calib_result *r = NULL;
+    mc_status st = result_create(m, &r, err);
+    float *states = NULL, *states_f = NULL, *xtmp = NULL, *xtmp_f = NULL;
+    size_t *len = NULL;
+    cmp_fwd *f = NULL;
+    layer_ctx c;
+    memset(&c, 0, sizeof c);
+    if (st != MC_OK)
+        goto fail;
+    r->calib_tokens = ntok;
+    states = mc_malloc_array(ntok * H, sizeof(float));
+    states_f = mc_malloc_array(ntok * H, sizeof(float));
+    xtmp = mc_malloc_array(maxT * H, sizeof(float));
+    xtmp_f = mc_malloc_array(maxT * H, sizeof(float));
+    len = mc_malloc_array(ncal, sizeof(size_t));
+    if (!states || !states_f || !xtmp || !xtmp_f || !len) {
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                     "calibration states (%zu tokens x %u)", ntok, H);
+        goto fail;
+    }
+    if ((st = cmp_fwd_create(m, maxT, o->pool, &f, err)) != MC_OK)
+        goto fail;
+    size_t at = 0;
+    for (size_t i = 0; i < ncal; i++) {
+        len[i] = off[i + 1] - off[i];
+        if ((st = cmp_fwd_embed(f, tok + off[i], len[i], states + at * H, err)) != MC_OK)
+            goto fail;
+        at += len[i];
+    }
+    memcpy(states_f, states, ntok * H * sizeof(float));
+    double t0 = now_s();
+    for (uint32_t l = 0; l < m->cfg.num_layers; l++) {
+        double tl = now_s();
+        memset(&c, 0, sizeof c);
+        c.o = o;
+        c.r = r;
+        c.l = l;
+        seqs S = {states, states_f, len, ncal, maxT, xtmp, xtmp_f};
+        st = calib_layer(&c, m, f, &S, err);
+        layer_ctx_free(&c);
+        if (st != MC_OK)
+            goto fail;
+        r->layer_seconds[l] = now_s() - tl;
+        if (o->progress) {
+            cmp_calib_progress p;
+            p.layer = l + 1;
+            p.layers = m->cfg.num_layers;
+            p.elapsed_s = now_s() - t0;
+            p.eta_s = p.elapsed_s / (l + 1) * (m->cfg.num_layers - l - 1);
+            o->progress(o->progress_ctx, &p);
+        }
+    }
+    if (o->lm_head_q8) {
+        const kn_matrix *lm = &m->lm_head;
+        float *w = mc_malloc_array((size_t)lm->rows * lm->cols, sizeof(float));
+        if (!w || qbuf_alloc(&r->lm_head, KN_W_Q8, lm->rows, lm->cols, 0) != MC_OK) {
+            mc_free(w);
+            st = mc_fail(err, MC_ERR_NOMEM, NULL, "lm_head", -1, "output layer");
+            goto fail;
+        }
+        for (uint32_t i = 0; i < lm->rows; i++)
+            kn_matrix_row(lm, i, w + (size_t)i * lm->cols);
+        st = cmp_quant_matrix(w, NULL, &r->lm_head, err);
+        mc_free(w);
+        if (st != MC_OK)
+            goto fail;
+    }
+    if (o->heldout > 0) {
+        rt_model view;
+        if ((st = cmp_calib_view(m, r, &view, err)) != MC_OK)
+            goto fail;
+        st = cmp_eval_models(m, &view, tok, off + ncal, o->heldout, o->pool,
+                             NULL, NULL, &r->heldout, err);
+        cmp_calib_view_free(&view);
+        if (st != MC_OK)
+            goto fail;
+        r->has_heldout = 1;
+    }
+    mc_free(states);
+    mc_free(states_f);
+    mc_free(xtmp);
+    mc_free(xtmp_f);
+    mc_free(len);
+    cmp_fwd_free(f);
+    *out = r;
+    return MC_OK;
+fail:
+    layer_ctx_free(&c);
+    mc_free(states);
+    mc_free(states_f);
+    mc_free(xtmp);
+    mc_free(xtmp_f);
+    mc_free(len);
+    cmp_fwd_free(f);
+    cmp_calib_result_free(r);
+    return st;
+}

@@ -1,0 +1,148 @@
+/*
+ * cmp_calib.h - layer-by-layer calibration and quantization of a model's
+ * linear layers (RTN, AWQ, GPTQ, or the best of them per layer).
+ *
+ * Order (../shared/REFERENCE.md, GPTQ): the hidden states of every
+ * calibration token at the current block boundary are kept ([tokens]
+ * [hidden] floats, the only model-sized activation buffer).  For block L:
+ *   1. copy block L's matrices to float32 (the only full-precision weights
+ *      live at a time) and run it over every calibration sequence with a
+ *      kn_block tap that accumulates, per linear input group (qkv, o,
+ *      gate/up, down), the Hessian sum x x^T (cmp_hessian) and sum |x_j|;
+ *   2. quantize its groups in the order down, o, qkv, gate/up (a group's
+ *      AWQ scales fold into the producer of its input: up_proj rows for
+ *      down, v_proj rows for o when kv_heads == heads, the two RMSNorm
+ *      weights for qkv and gate/up; under GQA o_proj is not scaled, see
+ *      cmp_awq.h), each with the method asked:
+ *        rtn       plain round to nearest (cmp_quant_matrix)
+ *        gptq      cmp_gptq_quantize with the group's Hessian
+ *        awq       AWQ scales + clipping (not for q/k), then RTN
+ *        gptaq     GPTQ after least-squares retargeting (cmp_gptq.h)
+ *        best      rtn, gptq, gptaq, awq and awq-scales-then-gptaq; keeps
+ *                  the candidate with the smallest summed output error
+ *   3. run the QUANTIZED block over the stored states to produce block
+ *      L+1's inputs, so each block sees the outputs of the already
+ *      quantized ones.
+ * Two sets of states are kept: the full-precision model's and the
+ * partly quantized model's.  Each linear's error is its relative output
+ * error on the calibration tokens against the FULL-PRECISION model:
+ *   sum_t ||W x_f - Q x_q||^2 / sum_t ||W x_f||^2
+ * (x_f: the input in the full-precision model, x_q: in the model whose
+ * earlier blocks are quantized; computed from Hf = sum x_f x_f^T,
+ * Hq = sum x_q x_q^T and C = sum x_f x_q^T).  The RTN error is measured
+ * too, for the per-layer table.
+ *
+ * Memory: two sets of stored states (2 x tokens x hidden x 4 bytes), one
+ * block's float32 weights, three width^2 double matrices per input group
+ * and GPTQ work space for the widest input.  The model itself is read through its views (mmap).
+ *
+ * The result owns every quantized buffer and the folded norms/biases;
+ * cmp_calib_view() builds an rt_model over it (for evaluation, or for the
+ * artifact writer to read matrices from).  Progress is reported through a
+ * callback; the library never prints.
+ */
+#ifndef CMP_CALIB_H
+#define CMP_CALIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cmp_eval.h"
+#include "cmp_quant.h"
+#include "kn_ops.h"
+#include "mc_error.h"
+#include "rt_model.h"
+
+typedef enum cmp_qmethod {
+    CMP_QM_RTN = 0,
+    CMP_QM_AWQ = 1,
+    CMP_QM_GPTQ = 2,
+    CMP_QM_BEST = 3,
+    CMP_QM_AWQ_GPTQ = 4,  /* AWQ scales, then GPTQ (a "best" candidate) */
+    CMP_QM_GPTAQ = 5,     /* GPTQ on the least-squares retargeted weight
+                             (cmp_gptq_retarget): fits the full-precision
+                             model's outputs from the quantized inputs */
+    CMP_QM_AWQ_GPTAQ = 6, /* AWQ scales, then GPTAQ */
+} cmp_qmethod;
+
+/* "rtn", "awq", "gptq", "best", "awq+gptq", "gptaq", "awq+gptaq". */
+const char *cmp_qmethod_name(cmp_qmethod m);
+/* Parse a --method value; returns 0 on success, -1 if unknown. */
+int cmp_qmethod_parse(const char *s, cmp_qmethod *out);
+
+/* Linear slots of a block, in the order of the per-layer table. */
+enum { CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V, CMP_LIN_O, CMP_LIN_GATE, CMP_LIN_UP,
+       CMP_LIN_DOWN, CMP_LIN_COUNT };
+/* "q_proj".."down_proj". */
+const char *cmp_lin_name(int slot);
+
+typedef struct cmp_calib_progress {
+    uint32_t layer;       /* layers finished */
+    uint32_t layers;      /* total */
+    double elapsed_s;     /* since the start */
+    double eta_s;         /* estimate of the time left */
+} cmp_calib_progress;
+
+typedef struct cmp_calib_opts {
+    kn_wformat fmt;          /* format of every linear (Q8, Q4, Q4S) */
+    uint32_t group;          /* Q4/Q4S group: 32, 64 or 128 */
+    cmp_qmethod method;
+    const kn_wformat *tensor_fmt; /* optional [layers][CMP_LIN_COUNT]
+                                     per-linear format (auto precision);
+                                     F32/F16/BF16 keep the linear float */
+    int act_order;           /* GPTQ act-order (static groups) */
+    double damp;             /* GPTQ dampening; 0 -> 0.01 */
+    size_t heldout;          /* last sequences kept out of calibration and
+                                used for the summary (0 = none) */
+    int lm_head_q8;          /* 1: output layer int8 per channel (RTN) */
+    kn_pool *pool;           /* threads for the forward passes, or NULL */
+    void (*progress)(void *ctx, const cmp_calib_progress *p);
+    void *progress_ctx;
+} cmp_calib_opts;
+
+/* One linear's result. */
+typedef struct cmp_calib_tensor {
+    char name[96];           /* HF name: model.layers.L.self_attn.q_proj.weight */
+    uint32_t layer;
+    int slot;                /* CMP_LIN_* */
+    kn_wformat fmt;          /* as stored (F32 when kept float) */
+    cmp_qbuf q;              /* quantized buffers (owned) when quantized */
+    float *f32;              /* [rows][cols] when kept float (owned) */
+    cmp_qmethod method;      /* what was chosen */
+    double err;              /* relative output error of the result */
+    double err_rtn;          /* relative output error of plain RTN */
+    double alpha;            /* AWQ alpha (0 when not scaled) */
+} cmp_calib_tensor;
+
+typedef struct cmp_calib_result {
+    uint32_t layers;
+    cmp_calib_tensor *t;     /* [layers][CMP_LIN_COUNT] */
+    float *vecs;             /* folded norms and biases, one block (owned) */
+    float **attn_norm;       /* [layers] -> [hidden] into vecs */
+    float **mlp_norm;        /* [layers] -> [hidden] */
+    float **bias;            /* [layers][CMP_LIN_COUNT] -> bias or NULL */
+    cmp_qbuf lm_head;        /* when lm_head_q8: owned buffers; else data NULL */
+    double *layer_seconds;   /* [layers] calibration time per layer */
+    size_t calib_tokens;     /* tokens calibrated on */
+    int has_heldout;         /* 1: heldout holds the summary */
+    cmp_eval_report heldout; /* quantized vs reference on held-out seqs */
+} cmp_calib_result;
+
+/* Calibrate and quantize model m (borrowed; float weights) on nseq token
+ * sequences (seq i = tok[off[i] .. off[i+1])).  *out is owned by the caller
+ * (cmp_calib_result_free).  Returns MC_ERR_INVALID_ARG for bad options or
+ * too few sequences, MC_ERR_NOMEM, or what the parts return. */
+mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
+                        const size_t *off, size_t nseq,
+                        const cmp_calib_opts *o, cmp_calib_result **out,
+                        mc_error *err);
+void cmp_calib_result_free(cmp_calib_result *r); /* NULL is a no-op */
+
+/* Fill *view with a copy of base whose layers (and lm_head when quantized)
+ * point into r.  view->layers is mc_malloc'ed: release it with
+ * cmp_calib_view_free (never rt_model_free: the view owns nothing else). */
+mc_status cmp_calib_view(const rt_model *base, const cmp_calib_result *r,
+                         rt_model *view, mc_error *err);
+void cmp_calib_view_free(rt_model *view);
+
+#endif /* CMP_CALIB_H */

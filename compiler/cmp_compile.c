@@ -1,0 +1,320 @@
+/* cmp_compile.c - merge, convert, plan and emit one artifact (see
+ * cmp_compile.h). */
+#include "cmp_compile.h"
+
+#include <sys/stat.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmp_quant.h"
+#include "fmt_artifact.h"
+#include "fmt_dtype.h"
+#include "fmt_model.h"
+#include "mc_alloc.h"
+#include "mc_checked.h"
+
+/* Where float32 values of a tensor come from: the merge (when adapters are
+ * given) or the base checkpoint directly. */
+typedef struct source {
+    fmt_model *base;
+    cmp_merge *merge;
+    const char *model;
+} source;
+
+static int shape_matches(const cmp_tensor_plan *t, int ndim,
+                         const uint64_t *shape)
+{
+    if (t->ndim == 2)
+        return ndim == 2 && shape[0] == t->rows && shape[1] == t->cols;
+    return ndim == 1 && shape[0] == t->cols;
+}
+
+static mc_status read_f32(source *s, const cmp_tensor_plan *t, float *out,
+                          mc_error *err)
+{
+    if (s->merge) {
+        fmt_dtype dt;
+        int ndim;
+        uint64_t shape[FMT_ST_MAX_DIMS];
+        if (!cmp_merge_tensor_info(s->merge, t->name, &dt, &ndim, shape, NULL))
+            return mc_fail(err, MC_ERR_NOT_FOUND, s->model, t->name, -1,
+                           "tensor '%s' is missing from the (merged) model",
+                           t->name);
+        if (!shape_matches(t, ndim, shape))
+            return mc_fail(err, MC_ERR_SHAPE, s->model, t->name, -1,
+                           "tensor '%s' has a shape the config does not "
+                           "imply (expected [%u, %u])", t->name, t->rows,
+                           t->cols);
+        return cmp_merge_tensor_f32(s->merge, t->name, out, err);
+    }
+    const fmt_st_tensor *st = fmt_model_find(s->base, t->name, NULL);
+    if (!st)
+        return mc_fail(err, MC_ERR_NOT_FOUND, s->model, t->name, -1,
+                       "tensor '%s' is missing from the model", t->name);
+    if (!shape_matches(t, st->ndim, st->shape))
+        return mc_fail(err, MC_ERR_SHAPE, s->model, t->name,
+                       (int64_t)st->file_offset,
+                       "tensor '%s' has a shape the config does not imply "
+                       "(expected [%u, %u])", t->name, t->rows, t->cols);
+    if (fmt_to_f32(st->dtype, st->data, out, (size_t)st->nelem) != 0)
+        return mc_fail(err, MC_ERR_UNSUPPORTED, s->model, t->name,
+                       (int64_t)st->file_offset, "tensor '%s' has dtype %s; "
+                       "F32, F16 or BF16 expected", t->name,
+                       fmt_dtype_name(st->dtype));
+    return MC_OK;
+}
+
+/* Convert values w of t into its section bytes sec (zeroed, section_bytes). */
+static mc_status convert(const cmp_tensor_plan *t, const float *w, uint8_t *sec,
+                         mc_error *err)
+{
+    size_t n = (size_t)t->rows * t->cols;
+    switch (t->fmt) {
+    case KN_W_F32:
+        fmt_from_f32(FMT_DT_F32, w, sec, n);
+        return MC_OK;
+    case KN_W_F16:
+        fmt_from_f32(FMT_DT_F16, w, sec, n);
+        return MC_OK;
+    case KN_W_BF16:
+        fmt_from_f32(FMT_DT_BF16, w, sec, n);
+        return MC_OK;
+    default: {
+        cmp_qbuf b = {t->fmt, t->rows, t->cols, t->group, sec + t->data_off,
+                      sec + t->scale_off,
+                      t->zero_bytes ? sec + t->zero_off : NULL};
+        mc_status st = cmp_quant_matrix(w, NULL, &b, err);
+        if (st != MC_OK && err && !err->field[0])
+            snprintf(err->field, sizeof err->field, "%s", t->name);
+        return st;
+    }
+    }
+}
+
+static json_t *hexj(uint64_t h)
+{
+    char buf[17];
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+    return json_string(buf);
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s && s[1] ? s + 1 : p;
+}
+
+/* Append {"file", "xxh3", "bytes"} for dir/name when it is a regular file
+ * (optional files that are absent are skipped). */
+static mc_status file_checksum(const char *dir, const char *name, json_t *arr,
+                               mc_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return MC_OK;
+    uint64_t h;
+    mc_status s = fmt_art_file_xxh3(path, &h, err);
+    if (s == MC_OK &&
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:I}", "file", name,
+                                             "xxh3", hexj(h), "bytes",
+                                             (json_int_t)st.st_size)))
+        s = mc_fail(err, MC_ERR_NOMEM, path, NULL, -1, "out of memory");
+    return s;
+}
+
+static json_t *provenance(source *s, const cmp_compile_opts *o, int tok,
+                          mc_error *err, mc_status *st)
+{
+    json_t *p = json_object(), *inputs = json_array(), *ads = json_array();
+    const char *dir = fmt_model_dir(s->base);
+    *st = file_checksum(dir, "config.json", inputs, err);
+    if (*st == MC_OK && fmt_model_is_sharded(s->base))
+        *st = file_checksum(dir, "model.safetensors.index.json", inputs, err);
+    for (size_t i = 0; *st == MC_OK && i < fmt_model_shard_count(s->base); i++)
+        *st = file_checksum(dir, fmt_model_shard_name(s->base, i), inputs, err);
+    if (*st == MC_OK && tok)
+        *st = file_checksum(dir, "tokenizer.json", inputs, err);
+    for (size_t i = 0; *st == MC_OK && i < o->n_adapters; i++) {
+        json_t *files = json_array();
+        *st = file_checksum(o->adapters[i].dir, "adapter_config.json", files,
+                            err);
+        if (*st == MC_OK)
+            *st = file_checksum(o->adapters[i].dir,
+                                "adapter_model.safetensors", files, err);
+        if (json_array_append_new(ads, json_pack("{s:s, s:f, s:o}", "name",
+                                             base_name(o->adapters[i].dir),
+                                             "weight", o->adapters[i].weight,
+                                             "files", files)) &&
+            *st == MC_OK)
+            *st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    int bad = json_object_set_new(p, "compiler",
+                                  json_string("mcompile " MC_VERSION)) |
+              json_object_set_new(p, "model", json_string(base_name(o->model))) |
+              json_object_set_new(p, "inputs", inputs) |
+              json_object_set_new(p, "adapters", ads);
+    if (bad) {
+        json_decref(p);
+        return NULL;
+    }
+    return p;
+}
+
+static json_t *tensor_json(const cmp_tensor_plan *t, size_t section)
+{
+    json_t *shape = t->ndim == 2 ? json_pack("[I, I]", (json_int_t)t->rows,
+                                             (json_int_t)t->cols)
+                                 : json_pack("[I]", (json_int_t)t->cols);
+    return json_pack("{s:s, s:s, s:o, s:I, s:I, s:[I, I], s:[I, I], s:[I, I]}",
+                     "name", t->name, "format", cmp_wformat_name(t->fmt),
+                     "shape", shape, "group", (json_int_t)t->group, "section",
+                     (json_int_t)section, "data", (json_int_t)t->data_off,
+                     (json_int_t)t->data_bytes, "scales",
+                     (json_int_t)t->scale_off, (json_int_t)t->scale_bytes,
+                     "zeros", (json_int_t)t->zero_off,
+                     (json_int_t)t->zero_bytes);
+}
+
+static mc_status emit(source *s, const cmp_compile_opts *o,
+                      const fmt_model_config *cfg, cmp_compile_report *rep,
+                      mc_error *err)
+{
+    cmp_tensor_plan *ts = NULL;
+    size_t nt = 0;
+    mc_status st = cmp_plan_tensors(cfg, &o->req.policy, &ts, &nt, err);
+    if (st != MC_OK)
+        return st;
+    char tokpath[4096];
+    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", fmt_model_dir(s->base));
+    char *tok = NULL;
+    size_t toklen = 0;
+    FILE *tf = fopen(tokpath, "rb");
+    if (tf) {
+        if (fseek(tf, 0, SEEK_END) == 0) {
+            long l = ftell(tf);
+            if (l >= 0 && fseek(tf, 0, SEEK_SET) == 0 &&
+                (tok = mc_malloc((size_t)l + 1)) != NULL &&
+                fread(tok, 1, (size_t)l, tf) == (size_t)l)
+                toklen = (size_t)l;
+        }
+        fclose(tf);
+        if (!toklen) {
+            mc_free(tok);
+            tok = NULL;
+        }
+    }
+
+    fmt_art_writer *w = NULL;
+    json_t *man = json_object(), *tj = json_array();
+    float *wbuf = NULL;
+    uint8_t *sec = NULL;
+    uint64_t maxn = 0, maxsec = 0;
+    for (size_t i = 0; i < nt; i++) {
+        uint64_t n = (uint64_t)ts[i].rows * ts[i].cols;
+        maxn = n > maxn ? n : maxn;
+        maxsec = ts[i].section_bytes > maxsec ? ts[i].section_bytes : maxsec;
+    }
+    if (!man || !tj || !(wbuf = mc_malloc_array((size_t)maxn, sizeof(float))) ||
+        !(sec = mc_malloc((size_t)maxsec))) {
+        st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
+        goto done;
+    }
+    fmt_art_codec codec = o->compress ? FMT_ART_CODEC_ZSTD : FMT_ART_CODEC_RAW;
+    if ((st = fmt_art_writer_create(o->out, &w, err)) != MC_OK)
+        goto done;
+    if (o->zstd_level)
+        fmt_art_writer_set_level(w, o->zstd_level);
+    for (size_t i = 0; i < nt && st == MC_OK; i++) {
+        st = fmt_art_writer_add_section(w, ts[i].name, "tensor",
+                                        ts[i].section_bytes, codec, err);
+        if (st == MC_OK && json_array_append_new(tj, tensor_json(&ts[i], i)))
+            st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1,
+                         "out of memory");
+    }
+    if (st == MC_OK && tok)
+        st = fmt_art_writer_add_section(w, "tokenizer", "tokenizer", toklen,
+                                        codec, err);
+    if (st != MC_OK)
+        goto done;
+    char *ctext = fmt_config_to_json(cfg);
+    json_t *cj = ctext ? json_loads(ctext, 0, NULL) : NULL;
+    mc_free(ctext);
+    json_t *pj = cmp_plan_to_json(&rep->plan);
+    json_t *prov = provenance(s, o, tok != NULL, err, &st);
+    int bad = !cj || !pj || !prov;
+    bad |= json_object_set_new(man, "config", cj ? cj : json_object());
+    bad |= json_object_set_new(man, "plan", pj ? pj : json_object());
+    bad |= json_object_set_new(man, "provenance", prov ? prov : json_object());
+    bad |= json_object_set_new(man, "tensors", tj);
+    tj = NULL;
+    bad |= json_object_set_new(man, "tokenizer", json_boolean(tok != NULL));
+    if (st == MC_OK && bad)
+        st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
+    if (st == MC_OK)
+        st = fmt_art_writer_begin(w, man, err);
+    for (size_t i = 0; i < nt && st == MC_OK; i++) {
+        memset(sec, 0, (size_t)ts[i].section_bytes);
+        st = read_f32(s, &ts[i], wbuf, err);
+        if (st == MC_OK)
+            st = convert(&ts[i], wbuf, sec, err);
+        if (st == MC_OK)
+            st = fmt_art_writer_write(w, sec, (size_t)ts[i].section_bytes, err);
+    }
+    if (st == MC_OK && tok)
+        st = fmt_art_writer_write(w, tok, toklen, err);
+    if (st == MC_OK) {
+        st = fmt_art_writer_finish(w, err);
+        w = NULL;
+    }
+    if (st == MC_OK) {
+        rep->tensors = nt;
+        rep->weights_bytes = cmp_plan_weight_bytes(ts, nt);
+        rep->tokenizer = tok != NULL;
+        FILE *f = fopen(o->out, "rb");
+        if (f) {
+            if (fseek(f, 0, SEEK_END) == 0)
+                rep->file_bytes = (uint64_t)ftell(f);
+            fclose(f);
+        }
+    }
+done:
+    fmt_art_writer_abort(w);
+    json_decref(man);
+    json_decref(tj);
+    mc_free(wbuf);
+    mc_free(sec);
+    mc_free(tok);
+    mc_free(ts);
+    return st;
+}
+
+mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
+                      mc_error *err)
+{
+    cmp_compile_report local, *rep = rep_out ? rep_out : &local;
+    memset(rep, 0, sizeof *rep);
+    source s = {NULL, NULL, o->model};
+    mc_status st = fmt_model_open(o->model, &s.base, err);
+    if (st != MC_OK)
+        return st;
+    fmt_model_config cfg;
+    st = fmt_config_load(fmt_model_config_path(s.base), &cfg, err);
+    if (st == MC_OK && o->n_adapters) {
+        st = cmp_merge_open(s.base, o->adapters, o->n_adapters, &s.merge, err);
+        if (st == MC_OK && cmp_merge_unties_lm_head(s.merge))
+            cfg.tie_word_embeddings = 0;
+        rep->adapters = o->n_adapters;
+    }
+    if (st == MC_OK) {
+        rep->cfg = cfg;
+        st = cmp_plan_build(&cfg, &o->req, &rep->plan, err);
+    }
+    if (st == MC_OK)
+        st = emit(&s, o, &cfg, rep, err);
+    cmp_merge_close(s.merge);
+    fmt_model_close(s.base);
+    return st;
+}

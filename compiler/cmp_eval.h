@@ -1,0 +1,101 @@
+/*
+ * cmp_eval.h - quantization quality: a reference model and a quantized one
+ * over the same tokens (../shared/REFERENCE.md, "Measuring quantization
+ * quality").
+ *
+ * Two parts:
+ *  - cmp_fwd: a sequence forward pass over an rt_model built from the
+ *    runtime's own pieces (kn_block_forward for every block, the same
+ *    kernels and KV layout), with the three stages exposed separately so the
+ *    calibration driver can run the model one block at a time:
+ *    embed -> block 0..L-1 -> head (final norm + lm_head).
+ *  - cmp_eval_acc: per position, p = softmax(ref logits), q = softmax(quant
+ *    logits) in double via log-softmax; KL(p || q) = sum p (log p - log q);
+ *    top-1 agreement (same argmax); NLL of the actual next token under each
+ *    (perplexity = exp(mean NLL)).  Positions without a next token (the last
+ *    of a sequence) are not scored.  kld_p99 is the nearest-rank 99th
+ *    percentile.
+ */
+#ifndef CMP_EVAL_H
+#define CMP_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kn_block.h"
+#include "kn_ops.h"
+#include "mc_error.h"
+#include "rt_model.h"
+
+/* ---- forward pass -------------------------------------------------------- */
+
+typedef struct cmp_fwd cmp_fwd;
+
+/* A forward context for sequences of up to max_T tokens on model m
+ * (borrowed; must outlive the context).  pool may be NULL (one thread). */
+mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
+                         cmp_fwd **out, mc_error *err);
+void cmp_fwd_free(cmp_fwd *f); /* NULL is a no-op */
+
+/* x [T][hidden] = embedding rows of tok[0..T).  Token ids out of range give
+ * MC_ERR_INVALID_ARG naming the position. */
+mc_status cmp_fwd_embed(cmp_fwd *f, const int32_t *tok, size_t T, float *x,
+                        mc_error *err);
+/* Run one block (weights w, dims d) over one sequence x [T][hidden] at
+ * positions 0..T-1 with a fresh KV cache, in place; tap as in kn_block.h. */
+void cmp_fwd_block(cmp_fwd *f, const kn_block_weights *w,
+                   const kn_block_dims *d, float *x, size_t T, kn_tap_fn tap,
+                   void *tap_ctx);
+/* logits [T][vocab] = lm_head(rmsnorm(x) * final_norm); x is overwritten. */
+void cmp_fwd_head(cmp_fwd *f, float *x, size_t T, float *logits);
+/* The whole model: logits [T][vocab] for tok[0..T) (T <= max_T). */
+mc_status cmp_fwd_logits(cmp_fwd *f, const int32_t *tok, size_t T,
+                         float *logits, mc_error *err);
+
+/* ---- metrics ------------------------------------------------------------- */
+
+typedef struct cmp_eval_report {
+    double kld_mean;   /* mean KL(ref || quant) over scored positions, nats */
+    double kld_p99;    /* 99th percentile (nearest rank) */
+    double top1;       /* fraction of positions with equal argmax, 0..1 */
+    double ppl_ref;    /* exp(mean NLL of the next token), reference */
+    double ppl;        /* same for the quantized model */
+    uint64_t tokens;   /* scored positions */
+} cmp_eval_report;
+
+typedef struct cmp_eval_acc {
+    double kld_sum, nll_ref_sum, nll_sum;
+    uint64_t top1, n;  /* positions scored */
+    uint64_t n_nll;    /* positions with a next token (perplexity) */
+    double *klds;      /* per position KLD (for the percentile), owned */
+    size_t cap;
+} cmp_eval_acc;
+
+void cmp_eval_acc_init(cmp_eval_acc *a);
+void cmp_eval_acc_free(cmp_eval_acc *a);
+/* Score one position: ref and quant logits [vocab]; next: the actual next
+ * token, or -1 to score KLD and top-1 only (perplexity then averages over
+ * the positions that had one).  Returns MC_OK or MC_ERR_NOMEM. */
+mc_status cmp_eval_acc_add(cmp_eval_acc *a, const float *ref,
+                           const float *quant, uint32_t vocab, int32_t next);
+/* Summaries (zeros when nothing was scored); sorts a copy of the KLDs. */
+mc_status cmp_eval_acc_report(const cmp_eval_acc *a, cmp_eval_report *out);
+
+/* Run ref and quant over nseq sequences (seq i = tok[off[i] .. off[i+1]))
+ * and report.  Sequences longer than the models' context are refused
+ * (MC_ERR_INVALID_ARG).  progress (optional) is called after each sequence
+ * with (done, total). */
+mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
+                          const int32_t *tok, const size_t *off, size_t nseq,
+                          kn_pool *pool,
+                          void (*progress)(void *ctx, size_t done, size_t total),
+                          void *progress_ctx, cmp_eval_report *out,
+                          mc_error *err);
+
+/* Parse a token-id file: one sequence per line, ids separated by spaces or
+ * commas; blank lines skipped.  *tok and *off (nseq + 1 entries) are
+ * mc_malloc'ed and owned by the caller.  Errors name the line. */
+mc_status cmp_ids_load(const char *path, int32_t **tok, size_t **off,
+                       size_t *nseq, mc_error *err);
+
+#endif /* CMP_EVAL_H */

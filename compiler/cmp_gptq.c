@@ -1,0 +1,422 @@
+/* cmp_gptq.c - GPTQ error-compensating quantization (see cmp_gptq.h). */
+#include "cmp_gptq.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mc_alloc.h"
+
+#define HCHUNK 64 /* tokens per transposed chunk in cmp_hessian_add */
+
+mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err)
+{
+    memset(h, 0, sizeof *h);
+    if (cols == 0)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "cols", -1,
+                       "Hessian of zero columns");
+    h->cols = cols;
+    h->h = mc_calloc((size_t)cols * cols, sizeof(double));
+    h->xt = mc_malloc_array((size_t)cols * HCHUNK, sizeof(double));
+    if (!h->h || !h->xt) {
+        cmp_hessian_free(h);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, "hessian", -1,
+                       "cannot allocate %u x %u doubles", cols, cols);
+    }
+    return MC_OK;
+}
+
+void cmp_hessian_free(cmp_hessian *h)
+{
+    if (!h)
+        return;
+    mc_free(h->h);
+    mc_free(h->xt);
+    h->h = NULL;
+    h->xt = NULL;
+}
+
+void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
+{
+    size_t n = h->cols;
+    for (size_t t0 = 0; t0 < T; t0 += HCHUNK) {
+        size_t m = T - t0 < HCHUNK ? T - t0 : HCHUNK;
+        for (size_t t = 0; t < m; t++)
+            for (size_t i = 0; i < n; i++)
+                h->xt[i * HCHUNK + t] = X[(t0 + t) * n + i];
+        for (size_t i = 0; i < n; i++) {
+            const double *xi = h->xt + i * HCHUNK;
+            double *row = h->h + i * n;
+            for (size_t j = i; j < n; j++) {
+                const double *xj = h->xt + j * HCHUNK;
+                double s = 0.0;
+                for (size_t t = 0; t < m; t++)
+                    s += xi[t] * xj[t];
+                row[j] += s;
+            }
+        }
+    }
+    h->n += T;
+}
+
+void cmp_hessian_diag_mean(const cmp_hessian *h, float *out)
+{
+    for (size_t j = 0; j < h->cols; j++)
+        out[j] = h->n ? (float)(h->h[j * h->cols + j] / (double)h->n) : 0.0f;
+}
+
+static double hsym(const cmp_hessian *h, size_t i, size_t j)
+{
+    return i <= j ? h->h[i * h->cols + j] : h->h[j * h->cols + i];
+}
+
+double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
+                                const float *q, uint32_t rows)
+{
+    size_t n = h->cols;
+    double total = 0.0;
+    double d[1024];
+    double *dd = n <= 1024 ? d : mc_malloc_array(n, sizeof(double));
+    if (!dd)
+        return NAN;
+    for (uint32_t r = 0; r < rows; r++) {
+        for (size_t j = 0; j < n; j++)
+            dd[j] = (double)w[r * n + j] - (q ? q[r * n + j] : 0.0f);
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            if (dd[i] == 0.0)
+                continue;
+            const double *row = h->h + i * n;
+            double acc = row[i] * dd[i];
+            for (size_t j = i + 1; j < n; j++)
+                acc += 2.0 * row[j] * dd[j];
+            s += dd[i] * acc;
+        }
+        total += s;
+    }
+    if (dd != d)
+        mc_free(dd);
+    return total;
+}
+
+/* In-place lower Cholesky of the n x n symmetric a (lower triangle read and
+ * written; upper left alone).  0 on success, -1 if not positive definite. */
+static int cholesky_lower(double *a, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        double s = a[j * n + j];
+        for (size_t k = 0; k < j; k++)
+            s -= a[j * n + k] * a[j * n + k];
+        if (!(s > 0.0) || !isfinite(s))
+            return -1;
+        double d = sqrt(s);
+        a[j * n + j] = d;
+        for (size_t i = j + 1; i < n; i++) {
+            double t = a[i * n + j];
+            const double *ri = a + i * n, *rj = a + j * n;
+            for (size_t k = 0; k < j; k++)
+                t -= ri[k] * rj[k];
+            a[i * n + j] = t / d;
+        }
+    }
+    return 0;
+}
+
+/* U = upper Cholesky factor of (L L^T)^-1, given lower L in a; result in
+ * b (upper triangle, row-major; lower part zero).  a is destroyed. */
+static int upper_chol_of_inverse(double *a, double *b, size_t n)
+{
+    /* Invert L in place (lower triangular): column by column. */
+    for (size_t j = 0; j < n; j++) {
+        a[j * n + j] = 1.0 / a[j * n + j];
+        for (size_t i = j + 1; i < n; i++) {
+            double s = 0.0;
+            for (size_t k = j; k < i; k++)
+                s += a[i * n + k] * a[k * n + j];
+            a[i * n + j] = -s / a[i * n + i];
+        }
+    }
+    /* b = Linv^T Linv (symmetric; fill lower triangle). */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j <= i; j++) {
+            double s = 0.0;
+            for (size_t k = i; k < n; k++)
+                s += a[k * n + i] * a[k * n + j];
+            b[i * n + j] = s;
+        }
+    if (cholesky_lower(b, n) != 0)
+        return -1;
+    /* U = L2^T into a's storage, then copy back to b as upper. */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            a[i * n + j] = j >= i ? b[j * n + i] : 0.0;
+    memcpy(b, a, n * n * sizeof(double));
+    return 0;
+}
+
+/* Indices 0..n-1 sorted by descending key, stable (ties keep column
+ * order, so act-order is deterministic). */
+static void argsort_desc(const double *key, uint32_t *idx, uint32_t *tmp,
+                         size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (uint32_t)i;
+    /* bottom-up merge sort, stable */
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n;
+            size_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+            size_t a = lo, b = mid, o = lo;
+            while (a < mid && b < hi)
+                tmp[o++] = key[idx[b]] > key[idx[a]] ? idx[b++] : idx[a++];
+            while (a < mid)
+                tmp[o++] = idx[a++];
+            while (b < hi)
+                tmp[o++] = idx[b++];
+        }
+        memcpy(idx, tmp, n * sizeof *idx);
+    }
+}
+
+mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
+                            const cmp_gptq_opts *opts, cmp_qbuf *out,
+                            float *deq, double *damp_used, mc_error *err)
+{
+    mc_status st = cmp_qbuf_check(out, err);
+    if (st != MC_OK)
+        return st;
+    if (!h || !h->h || h->cols != out->cols)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
+                       "Hessian width %u does not match %u columns",
+                       h ? h->cols : 0, out->cols);
+    cmp_gptq_opts o = {0.01, 0, 128, 0};
+    if (opts)
+        o = *opts;
+    if (o.damp <= 0.0)
+        o.damp = 0.01;
+    if (o.block == 0)
+        o.block = 128;
+    kn_wformat fmt = out->fmt;
+    size_t rows = out->rows, n = out->cols;
+    uint32_t span = cmp_qbuf_span(out), ng = cmp_qbuf_nparams(out);
+    /* Block must hold whole groups (ragged last group aside). */
+    if (fmt != KN_W_Q8 && o.block % span != 0)
+        o.block = ((o.block + span - 1) / span) * span;
+
+    for (size_t i = 0; i < rows * n; i++)
+        if (!isfinite(w[i])) {
+            char where[64];
+            snprintf(where, sizeof where, "row %zu col %zu", i / n, i % n);
+            return mc_fail(err, MC_ERR_NONFINITE, NULL, where, -1,
+                           "weight is not finite");
+        }
+
+    float *W = mc_malloc_array(rows * n, sizeof(float));
+    double *A = mc_malloc_array(n * n, sizeof(double));
+    double *B = mc_malloc_array(n * n, sizeof(double));
+    double *diag = mc_malloc_array(n, sizeof(double));
+    uint32_t *perm = mc_malloc_array(n, sizeof(uint32_t));
+    uint32_t *tmp = mc_malloc_array(n, sizeof(uint32_t));
+    float *imp = mc_malloc_array(n, sizeof(float));
+    float *gbuf = mc_malloc_array(n, sizeof(float));
+    float *E = mc_malloc_array(rows * (size_t)o.block, sizeof(float));
+    if (!W || !A || !B || !diag || !perm || !tmp || !imp || !gbuf || !E) {
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, "gptq", -1,
+                     "cannot allocate GPTQ work space for %zux%zu", rows, n);
+        goto done;
+    }
+    memcpy(W, w, rows * n * sizeof(float));
+    double mean = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        diag[j] = h->h[j * n + j];
+        imp[j] = (float)diag[j];
+        if (diag[j] == 0.0) {
+            diag[j] = 1.0;
+            for (size_t r = 0; r < rows; r++)
+                W[r * n + j] = 0.0f;
+        }
+        mean += diag[j];
+    }
+    mean /= (double)n;
+    if (o.act_order)
+        argsort_desc(diag, perm, tmp, n);
+    else
+        for (size_t j = 0; j < n; j++)
+            perm[j] = (uint32_t)j;
+
+    /* Static parameters: Q8 per row, and Q4 groups under act-order, from
+     * the dead-zeroed original weights in original column order. */
+    int static_params = fmt == KN_W_Q8 || o.act_order;
+    if (fmt != KN_W_Q8)
+        memset(out->data, 0, (size_t)kn_wformat_data_bytes(fmt, out->rows, out->cols));
+    if (static_params)
+        for (size_t r = 0; r < rows; r++)
+            for (uint32_t g = 0; g < ng; g++) {
+                size_t c0 = (size_t)g * span, m = n - c0 < span ? n - c0 : span;
+                cmp_qbuf_set_param(out, (uint32_t)r, g,
+                                   cmp_quant_choose(fmt, W + r * n + c0,
+                                                    o.search_params ? imp + c0 : NULL, m));
+            }
+
+    /* Permute W's columns in place (row by row through gbuf). */
+    if (o.act_order)
+        for (size_t r = 0; r < rows; r++) {
+            for (size_t j = 0; j < n; j++)
+                gbuf[j] = W[r * n + perm[j]];
+            memcpy(W + r * n, gbuf, n * sizeof(float));
+        }
+
+    /* Dampened, permuted H, lower Cholesky; raise lambda on failure. */
+    double damp = o.damp;
+    int ok = 0;
+    for (int attempt = 0; attempt < 7 && !ok; attempt++) {
+        double lambda = damp * mean;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j <= i; j++) {
+                size_t pi = perm[i], pj = perm[j];
+                double v = pi == pj ? diag[pi] + lambda : hsym(h, pi, pj);
+                A[i * n + j] = v;
+            }
+        if (cholesky_lower(A, n) == 0 && upper_chol_of_inverse(A, B, n) == 0)
+            ok = 1;
+        else
+            damp *= 10.0;
+    }
+    if (!ok) {
+        st = mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
+                     "Hessian is not positive definite even with dampening "
+                     "%g x mean diagonal", damp / 10.0);
+        goto done;
+    }
+    if (damp_used)
+        *damp_used = damp;
+
+    const double *U = B;
+    for (size_t i1 = 0; i1 < n; i1 += o.block) {
+        size_t i2 = i1 + o.block < n ? i1 + o.block : n;
+        for (size_t i = i1; i < i2; i++) {
+            size_t oc = perm[i]; /* original column */
+            if (!static_params && oc % span == 0) {
+                /* Without act-order perm is the identity: columns
+                 * i .. i+span of W are the group, already updated. */
+                size_t m = n - i < span ? n - i : span;
+                for (size_t r = 0; r < rows; r++)
+                    cmp_qbuf_set_param(out, (uint32_t)r, (uint32_t)(oc / span),
+                                       cmp_quant_choose(fmt, W + r * n + i,
+                                                        o.search_params ? imp + i : NULL, m));
+            }
+            double d = U[i * n + i];
+            const double *urow = U + i * n;
+            for (size_t r = 0; r < rows; r++) {
+                cmp_qparam p = cmp_qbuf_get_param(out, (uint32_t)r, (uint32_t)(oc / span));
+                float x = W[r * n + i];
+                int q = cmp_quant_code(fmt, p, x);
+                float v = cmp_quant_value(fmt, p, q);
+                cmp_qbuf_set_code(out, (uint32_t)r, (uint32_t)oc, q);
+                double e = ((double)x - v) / d;
+                E[r * o.block + (i - i1)] = (float)e;
+                float *wr = W + r * n;
+                for (size_t j = i + 1; j < i2; j++)
+                    wr[j] -= (float)(e * urow[j]);
+            }
+        }
+        if (i2 < n)
+            for (size_t r = 0; r < rows; r++) {
+                float *wr = W + r * n;
+                for (size_t k = i1; k < i2; k++) {
+                    double e = E[r * o.block + (k - i1)];
+                    if (e == 0.0)
+                        continue;
+                    const double *uk = U + k * n;
+                    for (size_t j = i2; j < n; j++)
+                        wr[j] -= (float)(e * uk[j]);
+                }
+            }
+    }
+    if (deq)
+        cmp_dequant_matrix(out, deq);
+    st = MC_OK;
+done:
+    mc_free(W);
+    mc_free(A);
+    mc_free(B);
+    mc_free(diag);
+    mc_free(perm);
+    mc_free(tmp);
+    mc_free(imp);
+    mc_free(gbuf);
+    mc_free(E);
+    return st;
+}
+
+mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
+                            const float *w, uint32_t rows, double damp,
+                            float *out, mc_error *err)
+{
+    size_t n = hq->cols;
+    double *A = mc_malloc_array(n * n, sizeof(double));
+    double *z = mc_malloc_array(2 * n, sizeof(double));
+    if (!A || !z) {
+        mc_free(A);
+        mc_free(z);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, "retarget", -1,
+                       "cannot allocate %zu x %zu doubles", n, n);
+    }
+    double mean = 0.0;
+    for (size_t j = 0; j < n; j++)
+        mean += hq->h[j * n + j];
+    mean /= (double)n;
+    if (!(mean > 0.0))
+        mean = 1.0;
+    if (damp <= 0.0)
+        damp = 0.01;
+    int ok = 0;
+    for (int attempt = 0; attempt < 7 && !ok; attempt++) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j <= i; j++)
+                A[i * n + j] = hsym(hq, i, j) + (i == j ? damp * mean : 0.0);
+        if (cholesky_lower(A, n) == 0)
+            ok = 1;
+        else
+            damp *= 10.0;
+    }
+    if (!ok) {
+        mc_free(A);
+        mc_free(z);
+        return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
+                       "input Hessian is not positive definite");
+    }
+    double *b = z, *y = z + n;
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *wr = w + (size_t)r * n;
+        /* b = C^T w_r */
+        for (size_t j = 0; j < n; j++)
+            b[j] = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double wi = wr[i];
+            if (wi == 0.0)
+                continue;
+            const double *ci = c + i * n;
+            for (size_t j = 0; j < n; j++)
+                b[j] += wi * ci[j];
+        }
+        /* Solve L L^T x = b. */
+        for (size_t i = 0; i < n; i++) {
+            double t = b[i];
+            for (size_t k = 0; k < i; k++)
+                t -= A[i * n + k] * y[k];
+            y[i] = t / A[i * n + i];
+        }
+        for (size_t i = n; i-- > 0;) {
+            double t = y[i];
+            for (size_t k = i + 1; k < n; k++)
+                t -= A[k * n + i] * b[k];
+            b[i] = t / A[i * n + i];
+        }
+        for (size_t j = 0; j < n; j++)
+            out[(size_t)r * n + j] = (float)b[j];
+    }
+    mc_free(A);
+    mc_free(z);
+    return MC_OK;
+}

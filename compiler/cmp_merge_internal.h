@@ -1,0 +1,59 @@
+/* cmp_merge_internal.h - state shared by cmp_merge.c (matching, math) and
+ * cmp_merge_write.c (output).  Not a public header. */
+#ifndef CMP_MERGE_INTERNAL_H
+#define CMP_MERGE_INTERNAL_H
+
+#include "cmp_merge.h"
+
+typedef enum merge_op_kind {
+    OP_DELTA = 0, /* LoRA delta (optionally DoRA) on a weight */
+    OP_REPLACE,   /* full replacement tensor */
+    OP_BIAS_ADD,  /* bias += coef * lora_B.bias */
+} merge_op_kind;
+
+typedef struct merge_op {
+    merge_op_kind kind;
+    const fmt_peft_module *mod;  /* DELTA, BIAS_ADD */
+    const fmt_st_tensor *rep;    /* REPLACE */
+    double coef;                 /* adapter weight x module scaling */
+    int transposed;              /* delta stored as (B@A)^T */
+    int dora;                    /* DoRA normalisation after the delta */
+} merge_op;
+
+/* A tensor of the merged model. */
+typedef struct merge_tensor {
+    const char *name;            /* borrowed from src, or "lm_head.weight" */
+    const fmt_st_tensor *src;    /* base tensor (embed_tokens for lm_head) */
+    size_t shard;                /* output shard */
+    int untied;                  /* lm_head written out of a tied model */
+    merge_op *ops;               /* in application order; NULL if untouched */
+    size_t n_ops, cap_ops;
+} merge_tensor;
+
+struct cmp_merge {
+    const fmt_model *base;
+    fmt_peft_adapter **adapters;
+    size_t n_adapters;
+    merge_tensor *tensors;       /* output order */
+    size_t n_tensors;
+    size_t *by_name;             /* indexes into tensors, sorted by name */
+    int untie;                   /* lm_head untied */
+    size_t lora_modules, replaced;
+    double max_abs_delta;        /* over tensors computed so far */
+    struct merge_prep *prep;     /* per-tensor prepared adapters (cmp_merge.c) */
+    cmp_merge_progress_fn progress; /* may be NULL */
+    void *progress_ctx;
+    uint64_t progress_done, progress_total; /* output tensor bytes */
+};
+
+const merge_tensor *cmp_merge_find_(const cmp_merge *m, const char *name);
+/* Compute rows [row0, row0 + nrows) of tensor t as float32 into out
+ * (nrows x cols).  Prepared state for t is built on first use and kept
+ * until cmp_merge_release_(). */
+mc_status cmp_merge_rows_(cmp_merge *m, const merge_tensor *t, uint64_t row0,
+                          uint64_t nrows, float *out, mc_error *err);
+void cmp_merge_release_(cmp_merge *m);
+/* rows x cols view of a tensor (1-D: one row). */
+void cmp_merge_dims_(const fmt_st_tensor *t, uint64_t *rows, uint64_t *cols);
+
+#endif /* CMP_MERGE_INTERNAL_H */

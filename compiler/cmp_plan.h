@@ -1,0 +1,180 @@
+/*
+ * cmp_plan.h - the memory planner: from config.json and the chosen weight
+ * formats alone (no weights), every byte a session will need.
+ *
+ *   total = weights + arena + reserve
+ *   weights  sum over the tensors cmp_plan_tensors lists of data + scales +
+ *            zeros bytes (kn_wformat_*_bytes of kn_quant.h, exactly)
+ *   arena    rt_layout_build (runtime/rt_layout.h, the single source of
+ *            truth): KV cache (capped per layer by a sliding window) plus
+ *            the step buffers laid out by lifetime (activations of a
+ *            prefill chunk, logits, sampler, attention workspace)
+ *   reserve  what the device takes outside our allocations: CPU 0; CUDA
+ *            CMP_CUDA_CONTEXT_BYTES + CMP_CUBLAS_WORKSPACE_BYTES; or the
+ *            user's --reserve
+ *
+ * Which tensor gets which format is decided in ONE place,
+ * cmp_plan_tensors(), used by plan and compile alike, so the planned weight
+ * bytes are the compiled weight bytes:
+ *   linear weights (q k v o gate up down)  the requested format
+ *   embed_tokens       f32 for --quant f32, bf16 for bf16, else f16
+ *   lm_head (untied)   q8 for int8/int4, else as embed_tokens
+ *   norms and biases   f32 (small; the runtime reads them as float)
+ *
+ * Nothing here prints; cmp_cli_plan formats the reports.
+ */
+#ifndef CMP_PLAN_H
+#define CMP_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "fmt_config.h"
+#include "kn_quant.h"
+#include "mc_error.h"
+#include "rt_layout.h"
+
+#define CMP_CUDA_CONTEXT_BYTES (1024ull << 20)  /* REFERENCE.md: 0.3-0.7 GiB,
+                                                  rounded up for safety */
+#define CMP_CUBLAS_WORKSPACE_BYTES (32ull << 20) /* Hopper */
+#define CMP_PLAN_DEFAULT_CHUNK 256u   /* capped at max_batch x max_seq */
+#define CMP_PLAN_DEFAULT_THREADS 4   /* fixed so artifacts do not depend on
+                                        the compiling machine's CPU count */
+#define CMP_PLAN_MAX_FRONTIER 24
+
+/* Weight formats chosen by --quant. */
+typedef struct cmp_wpolicy {
+    char quant[8];           /* "f32", "f16", "bf16", "int8", "int4" */
+    kn_wformat linear;       /* format of the linear layers */
+    uint32_t group;          /* int4 group size (32, 64, 128) */
+} cmp_wpolicy;
+
+/* Parse --quant (and the int4 group, 0 = 128). */
+mc_status cmp_wpolicy_parse(const char *quant, uint32_t group,
+                            cmp_wpolicy *out, mc_error *err);
+const char *cmp_wformat_name(kn_wformat f); /* "f32".."q4s" (artifact names) */
+
+typedef enum cmp_role {
+    CMP_ROLE_EMBED = 0,
+    CMP_ROLE_LINEAR = 1,
+    CMP_ROLE_LM_HEAD = 2,
+    CMP_ROLE_NORM = 3,
+    CMP_ROLE_BIAS = 4,
+} cmp_role;
+
+/* One tensor of the compiled model and where its parts sit in its artifact
+ * section (each part 64-byte aligned). */
+typedef struct cmp_tensor_plan {
+    char name[96];           /* Hugging Face name */
+    cmp_role role;
+    int ndim;                /* 1 (norm, bias) or 2 */
+    uint32_t rows, cols;     /* 1-D: rows 1, cols n */
+    kn_wformat fmt;
+    uint32_t group;          /* Q4/Q4S only, else 0 */
+    uint64_t data_bytes, scale_bytes, zero_bytes;  /* exact */
+    uint64_t data_off, scale_off, zero_off;        /* inside the section */
+    uint64_t section_bytes;  /* raw section size */
+} cmp_tensor_plan;
+
+/* List every tensor for cfg under policy p, in a fixed order (embed, layers
+ * 0..L-1, final norm, lm_head).  *out is mc_malloc'ed (caller mc_free). */
+mc_status cmp_plan_tensors(const fmt_model_config *cfg, const cmp_wpolicy *p,
+                           cmp_tensor_plan **out, size_t *n, mc_error *err);
+/* Sum of data + scale + zero bytes over the list. */
+uint64_t cmp_plan_weight_bytes(const cmp_tensor_plan *t, size_t n);
+/* Number of parameters the config implies (matrix elements + norms + biases). */
+uint64_t cmp_plan_param_count(const fmt_model_config *cfg);
+
+typedef enum cmp_device {
+    CMP_DEV_CPU = 0,
+    CMP_DEV_CUDA = 1,
+} cmp_device;
+
+typedef struct cmp_plan_request {
+    cmp_wpolicy policy;
+    uint64_t target_bytes;   /* memory available */
+    uint32_t max_batch;      /* 0: choose */
+    uint64_t max_seq;        /* 0: choose */
+    uint32_t prefill_chunk;  /* 0: CMP_PLAN_DEFAULT_CHUNK (raised to batch) */
+    kn_kvtype kv_type;
+    int threads;             /* 0: CMP_PLAN_DEFAULT_THREADS */
+    cmp_device device;
+    int64_t reserve_bytes;   /* -1: the device default */
+} cmp_plan_request;
+
+/* Defaults: f16 linear, f16 KV, CPU, chunk 256, 4 threads, no limits. */
+void cmp_plan_request_default(cmp_plan_request *r);
+
+typedef struct cmp_frontier_point {
+    uint32_t batch;
+    uint64_t max_seq;        /* longest context that fits at this batch */
+} cmp_frontier_point;
+
+typedef struct cmp_plan {
+    cmp_plan_request req;    /* as given (policy echoed) */
+    rt_limits limits;        /* chosen (or requested) limits */
+    rt_layout layout;        /* rt_layout_build(cfg, limits) */
+    uint64_t params;
+    uint64_t weights_bytes;
+    uint64_t kv_bytes_per_token;   /* all layers, uncapped */
+    uint64_t kv_bytes;             /* session KV (window-capped) */
+    uint64_t activation_bytes;     /* arena - KV */
+    uint64_t arena_bytes;
+    uint64_t logits_bytes;         /* logits + hx buffers (inside arena) */
+    uint64_t sampler_bytes;        /* probs + index (inside arena) */
+    uint64_t workspace_bytes;      /* attention scratch (inside arena) */
+    uint64_t reserve_bytes;
+    const char *reserve_source;    /* "cpu default", "cuda default", "--reserve" */
+    uint64_t total_bytes;
+    uint64_t target_bytes;
+    int fits;
+    int chosen;                    /* 1: limits chosen by the planner */
+    cmp_frontier_point frontier[CMP_PLAN_MAX_FRONTIER];
+    size_t nfrontier;
+} cmp_plan;
+
+/* Build the plan.  With both max_batch and max_seq given, they are checked:
+ * MC_ERR_PLAN when they do not fit (out is still filled, fits = 0, so the
+ * caller can print the breakdown).  Otherwise the missing one(s) are chosen
+ * from the frontier: max_seq defaults to min(max_position_embeddings, 4096)
+ * and batch to the largest (<= 64) that fits; MC_ERR_PLAN if not even batch
+ * 1 with 1 token fits. */
+mc_status cmp_plan_build(const fmt_model_config *cfg,
+                         const cmp_plan_request *req, cmp_plan *out,
+                         mc_error *err);
+
+/* Total bytes of (batch, max_seq) under req (0 on overflow/invalid). */
+uint64_t cmp_plan_total_for(const fmt_model_config *cfg,
+                            const cmp_plan_request *req, uint64_t weights,
+                            uint64_t reserve, uint32_t batch,
+                            uint64_t max_seq);
+
+/* "needs 26.31 GiB: weights 13.49, KV 10.00, activations 1.80, reserve
+ * 1.02; target 24.00" into buf. */
+const char *cmp_plan_breakdown(const cmp_plan *p, char *buf, size_t n);
+/* One sentence on what dominates the total. */
+const char *cmp_plan_dominant(const cmp_plan *p, char *buf, size_t n);
+
+/* The plan as JSON (new reference): the keys of the --json report and of
+ * the artifact manifest's "plan" (limits, every arena buffer's offset and
+ * size, frontier). */
+json_t *cmp_plan_to_json(const cmp_plan *p);
+
+/* "24GiB", "24G", "1.5GiB", "512MiB", "512M", "4096" (bytes), "2KB"...
+ * Binary units (K/M/G/T, with or without "iB"/"B").  Returns 0 on success,
+ * -1 on a malformed or overflowing size. */
+int cmp_parse_size(const char *s, uint64_t *out);
+/* kv type from "f16", "int8", "f32"; -1 if unknown. */
+int cmp_parse_kv(const char *s, kn_kvtype *out);
+const char *cmp_kv_name(kn_kvtype t);
+
+/* Shared option parsing of plan and compile: --target --reserve --quant
+ * --group --max-batch --max-seq --prefill-chunk --threads --kv --device.
+ * Returns 1 if opt is one of them (val consumed), 0 if not, -1 on a bad
+ * value (why says what). */
+int cmp_plan_parse_option(cmp_plan_request *r, const char *opt,
+                          const char *val, char *why, size_t n);
+
+#endif /* CMP_PLAN_H */

@@ -1,0 +1,61 @@
+/* mcompile_main.c - the mcompile program: dispatch to subcommands.
+ *
+ *   mcompile merge BASE --lora DIR[:W] ... -o OUT     (cli_merge.c)
+ *   mcompile plan MODEL_OR_CONFIG --target SIZE ...   (cli_plan.c)
+ *   mcompile inspect ARTIFACT [--verify] [--json]     (cli_inspect.c)
+ *   mcompile eval ARTIFACT --ref MODEL --tokens FILE  (cli_eval.c)
+ *   mcompile MODEL --target SIZE [-o OUT.mca] ...     (cli_compile.c)
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmp_cli.h"
+#include "fmt_atomic.h"
+#include "mc_alloc.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+/* One line per subcommand; a subcommand's file adds its entry here. */
+static const command commands[] = {
+    {"merge", cmp_cli_merge, "merge PEFT LoRA adapters into base weights"},
+    {"plan", cmp_cli_plan, "memory plan of a model for a target size"},
+    {"inspect", cmp_cli_inspect, "show (and --verify) a compiled artifact"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: mcompile MODEL --target SIZE [-o OUT.mca] [options]\n"
+            "       mcompile COMMAND [options]   (COMMAND --help for more)\n\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n  --version  print the version\n  --help     this text\n");
+}
+
+int main(int argc, char **argv)
+{
+    mc_alloc_install_jansson();
+    fmt_atomic_install_signal_handlers();
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("mcompile %s\n", MC_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    /* No subcommand: compile MODEL into an artifact. */
+    return cmp_cli_compile(argc, argv);
+}

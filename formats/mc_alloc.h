@@ -1,0 +1,37 @@
+/*
+ * mc_alloc.h - the allocator every mcompile library allocation goes through.
+ *
+ * Why: fault injection.  Tests set a countdown with mc_alloc_fail_after(n);
+ * the n-th allocation after that returns NULL (and every one after it, until
+ * reset), so each error path that follows a failed allocation runs under the
+ * sanitizers.  jansson is routed here too (mc_alloc_install_jansson), so JSON
+ * parsing fails the same way.  Behaviour matches malloc/calloc/realloc/free:
+ * mc_free(NULL) is a no-op, mc_calloc checks n*size for overflow.
+ */
+#ifndef MC_ALLOC_H
+#define MC_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *mc_malloc(size_t size);
+void *mc_calloc(size_t n, size_t size);
+void *mc_realloc(void *p, size_t size);
+void mc_free(void *p);
+char *mc_strdup(const char *s);
+/* malloc(n*size) with overflow check; NULL on overflow. */
+void *mc_malloc_array(size_t n, size_t size);
+
+/* Fault injection.  n < 0 disables (the default).  n == 0 fails the next
+ * allocation.  Returns nothing; mc_alloc_count() says how many allocations
+ * were attempted since the last mc_alloc_reset_count(). */
+void mc_alloc_fail_after(long n);
+uint64_t mc_alloc_count(void);
+void mc_alloc_reset_count(void);
+/* 1 if an injected failure has happened since mc_alloc_fail_after(). */
+int mc_alloc_failure_injected(void);
+
+/* Route jansson's allocations through mc_malloc/mc_free.  Idempotent. */
+void mc_alloc_install_jansson(void);
+
+#endif /* MC_ALLOC_H */

@@ -1,0 +1,99 @@
+/*
+ * kn_internal.h - helpers shared by the kernel files (not a public API).
+ *
+ * Scalar element access for every weight format, exactly as kn_quant.h
+ * defines it, so the references, the scalar fallbacks and the row lookup
+ * dequantize identically: Q8 w = scale * (float)q, Q4 w = (float)(q - z) *
+ * scale, in float32.  The AVX2 paths compute the same float products.
+ */
+#ifndef KN_INTERNAL_H
+#define KN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fmt_dtype.h"
+#include "kn_ops.h"
+
+static inline float kn_q4_at(const kn_matrix *W, uint32_t r, uint32_t c)
+{
+    uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * kn_q4_row_bytes(W->cols);
+    uint8_t b = row[c / 2];
+    int q = (c & 1) ? (b >> 4) : (b & 15);
+    size_t gi = (size_t)r * ng + c / W->group;
+    int z = W->fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
+    float s = fmt_f16_to_f32(((const uint16_t *)W->scales)[gi]);
+    return (float)(q - z) * s;
+}
+
+/* W[r][c] as float32. */
+static inline float kn_w_at(const kn_matrix *W, uint32_t r, uint32_t c)
+{
+    size_t i = (size_t)r * W->cols + c;
+    switch (W->fmt) {
+    case KN_W_F32: return ((const float *)W->data)[i];
+    case KN_W_F16: return fmt_f16_to_f32(((const uint16_t *)W->data)[i]);
+    case KN_W_BF16: return fmt_bf16_to_f32(((const uint16_t *)W->data)[i]);
+    case KN_W_Q8:
+        return ((const float *)W->scales)[r] * (float)((const int8_t *)W->data)[i];
+    case KN_W_Q4: case KN_W_Q4S: return kn_q4_at(W, r, c);
+    default: return 0.0f;
+    }
+}
+
+/* Dequantize W[r][c0 .. c0+n) into out[n] (scalar). */
+void kn_dequant_span(const kn_matrix *W, uint32_t r, uint32_t c0, uint32_t n,
+                     float *out);
+
+/* Stored KV element (head-major within a slot) as float32. */
+static inline float kn_kv_at(const kn_kv *kv, const void *base,
+                             const float *scale, uint64_t slot, uint32_t h,
+                             uint32_t d)
+{
+    size_t w = (size_t)kv->n_kv_heads * kv->head_dim;
+    size_t i = (size_t)slot * w + (size_t)h * kv->head_dim + d;
+    switch (kv->type) {
+    case KN_KV_F32: return ((const float *)base)[i];
+    case KN_KV_F16: return fmt_f16_to_f32(((const uint16_t *)base)[i]);
+    case KN_KV_I8:
+        return scale[(size_t)slot * kv->n_kv_heads + h] *
+               (float)((const int8_t *)base)[i];
+    default: return 0.0f;
+    }
+}
+
+/* Floats of scratch one attention thread uses for up to nctx positions:
+ * the score row and two head_dim vectors, each rounded to 16 floats so
+ * every part stays 64-byte aligned relative to the scratch base. */
+static inline uint64_t kn_attn_thread_floats(uint64_t nctx, uint32_t head_dim)
+{
+    return ((nctx + 15) & ~(uint64_t)15) + 2 * (((uint64_t)head_dim + 15) & ~(uint64_t)15);
+}
+
+/* First attended position for a query at position p. */
+static inline int64_t kn_attn_first(int64_t p, uint64_t window)
+{
+    if (window == 0 || (uint64_t)p < window)
+        return 0;
+    return p - (int64_t)window + 1;
+}
+
+/* ---- AVX2 entry points (kn_ops_avx2.c; only call when kn_cpu_has_avx2()) */
+
+/* Y rows [r0, r1) of every token; Y already holds bias or 0 there. */
+void kn_avx2_matmul_rows(const kn_matrix *W, const float *X, size_t T,
+                         float *Y, uint32_t r0, uint32_t r1);
+/* 1 if kn_avx2_matmul_rows handles this matrix (format and group). */
+int kn_avx2_matmul_supported(const kn_matrix *W);
+void kn_avx2_rmsnorm_row(float *out, const float *x, const float *w,
+                         size_t n, float eps);
+void kn_avx2_silu_mul(float *gate, const float *up, size_t n);
+void kn_avx2_add(float *y, const float *x, size_t n);
+/* One (token, head) of attention; sc: score row, acc: [head_dim] */
+void kn_avx2_attend_one(const kn_kv *kv, const float *q, int64_t p,
+                        uint64_t window, uint32_t kvh, float *out, float *sc,
+                        float *acc);
+void kn_avx2_softmax(float *x, size_t n);
+
+#endif /* KN_INTERNAL_H */

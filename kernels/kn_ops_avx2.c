@@ -1,0 +1,625 @@
+/*
+ * kn_ops_avx2.c - AVX2/FMA/F16C kernels (compiled with -mavx2 -mfma -mf16c;
+ * kn_ops.c calls them only when kn_cpu_has_avx2()).
+ *
+ * Matmul has two shapes of work:
+ *  - decode (T <= 8 tokens): memory bound.  Each weight row is streamed
+ *    once, dequantized 32 columns at a time in registers and multiplied
+ *    into all T tokens while it is in registers.
+ *  - prefill (T > 8): compute bound.  A block of 4 rows x KN_KC columns is
+ *    dequantized once into an L1 buffer and reused by every token; a 4 x 3
+ *    register tile of dot products keeps the FMA units busy.
+ * Dequantized values equal kn_w_at()'s exactly (same float products), so
+ * results differ from the references only in summation order.  Q8's per-row
+ * scale is applied to the finished dot product in the decode path.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kn_internal.h"
+
+#define KN_KC 256   /* prefill column block (floats); multiple of 32 */
+#define KN_RB 4     /* prefill row block */
+#define KN_TB 3     /* prefill token tile */
+#define KN_AI __attribute__((always_inline)) static inline
+
+KN_AI float hsum256(__m256 v)
+{
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 sh = _mm_movehdup_ps(lo);
+    lo = _mm_add_ps(lo, sh);
+    sh = _mm_movehl_ps(sh, lo);
+    return _mm_cvtss_f32(_mm_add_ss(lo, sh));
+}
+
+/* e^x for float lanes (Cephes polynomial, ~1 ulp on [-87, 88]). */
+KN_AI __m256 exp256(__m256 x)
+{
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365447504f));
+    __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
+                                _mm256_set1_ps(0.5f));
+    fx = _mm256_floor_ps(fx);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* ---- weight access --------------------------------------------------------- */
+
+/* Per-row pointers and constants of one matrix row. */
+typedef struct kn_rowp {
+    const uint8_t *data;     /* start of the row's data */
+    const uint16_t *scales;  /* Q4: the row's group scales */
+    const uint8_t *zeros;    /* Q4: the row's zeros */
+    float qscale;            /* Q8: the row's scale */
+} kn_rowp;
+
+KN_AI kn_rowp row_ptrs(const kn_matrix *W, uint32_t r, int fmt)
+{
+    kn_rowp rp = { 0 };
+    size_t cols = W->cols;
+    switch (fmt) {
+    case KN_W_F32: rp.data = (const uint8_t *)W->data + (size_t)r * cols * 4; break;
+    case KN_W_F16: case KN_W_BF16:
+        rp.data = (const uint8_t *)W->data + (size_t)r * cols * 2; break;
+    case KN_W_Q8:
+        rp.data = (const uint8_t *)W->data + (size_t)r * cols;
+        rp.qscale = ((const float *)W->scales)[r];
+        break;
+    default: {
+        uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+        rp.data = (const uint8_t *)W->data + (size_t)r * kn_q4_row_bytes(W->cols);
+        rp.scales = (const uint16_t *)W->scales + (size_t)r * ng;
+        if (fmt == KN_W_Q4)
+            rp.zeros = W->zeros + (size_t)r * ng;
+        break;
+    }
+    }
+    return rp;
+}
+
+/* Weights c .. c+31 of a row (c a multiple of 32, c + 32 <= cols) into w[4].
+ * Q8 gives the raw integers (the caller applies the row scale). */
+KN_AI void deq32(const kn_rowp *rp, uint32_t c, int gshift, int fmt, __m256 w[4])
+{
+    switch (fmt) {
+    case KN_W_F32: {
+        const float *p = (const float *)rp->data + c;
+        #pragma GCC unroll 16
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_loadu_ps(p + 8 * k);
+        break;
+    }
+    case KN_W_F16: {
+        const __m128i *p = (const __m128i *)((const uint16_t *)rp->data + c);
+        #pragma GCC unroll 16
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_cvtph_ps(_mm_loadu_si128(p + k));
+        break;
+    }
+    case KN_W_BF16: {
+        const __m128i *p = (const __m128i *)((const uint16_t *)rp->data + c);
+        #pragma GCC unroll 16
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128(p + k)), 16));
+        break;
+    }
+    case KN_W_Q8: {
+        const int8_t *p = (const int8_t *)rp->data + c;
+        #pragma GCC unroll 16
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                _mm_loadl_epi64((const __m128i *)(p + 8 * k))));
+        break;
+    }
+    default: { /* Q4, Q4S: 4 bytes broadcast to 8 lanes, shifted 0..28 */
+        uint32_t g = c >> gshift;
+        int z = fmt == KN_W_Q4 ? rp->zeros[g] : KN_Q4_ZERO_SYM;
+        __m256 s = _mm256_set1_ps(_cvtsh_ss(rp->scales[g]));
+        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        const __m256i m4 = _mm256_set1_epi32(0xf);
+        __m256i zv = _mm256_set1_epi32(z);
+        const uint8_t *b = rp->data + c / 2;
+#pragma GCC unroll 16
+        for (int k = 0; k < 4; k++) {
+            int32_t u;
+            memcpy(&u, b + 4 * k, 4);
+            __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(u), sh), m4);
+            w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, zv)), s);
+        }
+        break;
+    }
+    }
+}
+
+int kn_avx2_matmul_supported(const kn_matrix *W)
+{
+    switch (W->fmt) {
+    case KN_W_F32: case KN_W_F16: case KN_W_BF16: case KN_W_Q8: return 1;
+    case KN_W_Q4: case KN_W_Q4S:
+        return W->group == 32 || W->group == 64 || W->group == 128;
+    default: return 0;
+    }
+}
+
+/* ---- decode: T <= 8 ---------------------------------------------------------- */
+
+KN_AI void dec_rows(const kn_matrix *W, const float *X, float *Y, uint32_t r0,
+                    uint32_t r1, int fmt, int T)
+{
+    /* Independent accumulators per token so the FMA latency is hidden even
+     * for one token: 4 chains for T = 1-2, 2 for T = 3-4, 1 above. */
+    const int NA = T <= 2 ? 4 : T <= 4 ? 2 : 1;
+    uint32_t cols = W->cols, cmain = cols & ~31u, rows = W->rows;
+    int gshift = W->group ? __builtin_ctz(W->group) : 0;
+    float tailw[32];
+    for (uint32_t r = r0; r < r1; r++) {
+        kn_rowp rp = row_ptrs(W, r, fmt);
+        __m256 acc[8][4];
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; t++)
+            #pragma GCC unroll 16
+            for (int a = 0; a < NA; a++)
+                acc[t][a] = _mm256_setzero_ps();
+        for (uint32_t c = 0; c < cmain; c += 32) {
+            __m256 w[4];
+            deq32(&rp, c, gshift, fmt, w);
+            #pragma GCC unroll 16
+            for (int k = 0; k < 4; k++)
+                #pragma GCC unroll 16
+                for (int t = 0; t < T; t++)
+                    acc[t][k % NA] = _mm256_fmadd_ps(
+                        w[k], _mm256_loadu_ps(X + (size_t)t * cols + c + 8 * k),
+                        acc[t][k % NA]);
+        }
+        uint32_t nt = cols - cmain;
+        if (nt)
+            kn_dequant_span(W, r, cmain, nt, tailw);
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; t++) {
+            #pragma GCC unroll 16
+            for (int a = 1; a < NA; a++)
+                acc[t][0] = _mm256_add_ps(acc[t][0], acc[t][a]);
+            float s = hsum256(acc[t][0]);
+            if (fmt == KN_W_Q8)
+                s *= rp.qscale;
+            const float *xt = X + (size_t)t * cols + cmain;
+            for (uint32_t i = 0; i < nt; i++)
+                s += tailw[i] * xt[i];
+            Y[(size_t)t * rows + r] += s;
+        }
+    }
+}
+
+/* int4 decode.  Per group, sum_c q[c]*x[c] is accumulated on the raw
+ * nibbles and the group's scale and zero are applied once:
+ *   sum_c s*(q-z)*x = s * (sum_c q*x - z * sum_c x),
+ * with sum_c x per (token, group) computed once per call.  Nibbles are
+ * expanded without byte shuffles: 4 bytes broadcast to 8 lanes, shifted by
+ * 0, 4, .., 28 bits (element k of a little-endian u32 is nibble k). */
+#define KN_Q4_XSUM_MAX 8192 /* floats of per-(token, group) sums on stack */
+
+KN_AI void dec_q4_rows(const kn_matrix *W, const float *X, float *Y,
+                       uint32_t r0, uint32_t r1, int fmt, int T,
+                       const float *xsum)
+{
+    const int NA = T <= 2 ? 4 : T <= 4 ? 2 : 1;
+    uint32_t cols = W->cols, cmain = cols & ~31u, rows = W->rows, g = W->group;
+    uint32_t ng = kn_q4_ngroups(cols, g);
+    uint32_t ngv = (cmain + g - 1) / g; /* groups with a vector part */
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i m4 = _mm256_set1_epi32(0xf);
+    float tailw[32];
+    for (uint32_t r = r0; r < r1; r++) {
+        kn_rowp rp = row_ptrs(W, r, fmt);
+        __m256 acc[8];
+        float corr[8];
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_setzero_ps(), corr[t] = 0.0f;
+        for (uint32_t gi = 0; gi < ngv; gi++) {
+            uint32_t c0 = gi * g, c1 = c0 + g < cmain ? c0 + g : cmain;
+            __m256 tmp[8][4];
+#pragma GCC unroll 16
+            for (int t = 0; t < T; t++)
+#pragma GCC unroll 16
+                for (int a = 0; a < NA; a++)
+                    tmp[t][a] = _mm256_setzero_ps();
+            for (uint32_t c = c0; c < c1; c += 32) {
+                const uint8_t *b = rp.data + c / 2;
+#pragma GCC unroll 16
+                for (int k = 0; k < 4; k++) {
+                    int32_t u;
+                    memcpy(&u, b + 4 * k, 4);
+                    __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(
+                        _mm256_srlv_epi32(_mm256_set1_epi32(u), sh), m4));
+#pragma GCC unroll 16
+                    for (int t = 0; t < T; t++)
+                        tmp[t][k % NA] = _mm256_fmadd_ps(
+                            q, _mm256_loadu_ps(X + (size_t)t * cols + c + 8 * k),
+                            tmp[t][k % NA]);
+                }
+            }
+            float s = _cvtsh_ss(rp.scales[gi]);
+            float zs = s * (float)(fmt == KN_W_Q4 ? rp.zeros[gi] : KN_Q4_ZERO_SYM);
+            __m256 vs = _mm256_set1_ps(s);
+#pragma GCC unroll 16
+            for (int t = 0; t < T; t++) {
+#pragma GCC unroll 16
+                for (int a = 1; a < NA; a++)
+                    tmp[t][0] = _mm256_add_ps(tmp[t][0], tmp[t][a]);
+                acc[t] = _mm256_fmadd_ps(vs, tmp[t][0], acc[t]);
+                corr[t] += zs * xsum[(size_t)t * ng + gi];
+            }
+        }
+        uint32_t nt = cols - cmain;
+        if (nt)
+            kn_dequant_span(W, r, cmain, nt, tailw);
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++) {
+            float sum = hsum256(acc[t]) - corr[t];
+            const float *xt = X + (size_t)t * cols + cmain;
+            for (uint32_t i = 0; i < nt; i++)
+                sum += tailw[i] * xt[i];
+            Y[(size_t)t * rows + r] += sum;
+        }
+    }
+}
+
+static void dec_q4(const kn_matrix *W, const float *X, size_t T, float *Y,
+                   uint32_t r0, uint32_t r1)
+{
+    float xsum[KN_Q4_XSUM_MAX];
+    uint32_t cols = W->cols, cmain = cols & ~31u, g = W->group;
+    uint32_t ng = kn_q4_ngroups(cols, g);
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t gi = 0; gi < ng; gi++) {
+            uint32_t c0 = gi * g, c1 = c0 + g < cmain ? c0 + g : cmain;
+            float s = 0.0f;
+            for (uint32_t c = c0; c < c1; c++)
+                s += X[t * cols + c];
+            xsum[t * ng + gi] = s;
+        }
+    int q4 = W->fmt == KN_W_Q4;
+#define KN_DQ(n)                                                               \
+    case n:                                                                    \
+        if (q4)                                                                \
+            dec_q4_rows(W, X, Y, r0, r1, KN_W_Q4, n, xsum);                    \
+        else                                                                   \
+            dec_q4_rows(W, X, Y, r0, r1, KN_W_Q4S, n, xsum);                   \
+        break;
+    switch (T) {
+        KN_DQ(1) KN_DQ(2) KN_DQ(3) KN_DQ(4) KN_DQ(5) KN_DQ(6) KN_DQ(7)
+        default: KN_DQ(8)
+    }
+#undef KN_DQ
+}
+
+KN_AI void dec_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
+                   uint32_t r0, uint32_t r1, int fmt)
+{
+    switch (T) {
+    case 1: dec_rows(W, X, Y, r0, r1, fmt, 1); break;
+    case 2: dec_rows(W, X, Y, r0, r1, fmt, 2); break;
+    case 3: dec_rows(W, X, Y, r0, r1, fmt, 3); break;
+    case 4: dec_rows(W, X, Y, r0, r1, fmt, 4); break;
+    case 5: dec_rows(W, X, Y, r0, r1, fmt, 5); break;
+    case 6: dec_rows(W, X, Y, r0, r1, fmt, 6); break;
+    case 7: dec_rows(W, X, Y, r0, r1, fmt, 7); break;
+    default: dec_rows(W, X, Y, r0, r1, fmt, 8); break;
+    }
+}
+
+/* ---- prefill: T > 8 ---------------------------------------------------------- */
+
+/* Dequantize W[r][c0 .. c0+n) (c0 a multiple of 32) into out. */
+KN_AI void deq_block(const kn_matrix *W, uint32_t r, uint32_t c0, uint32_t n,
+                     float *out, int fmt)
+{
+    kn_rowp rp = row_ptrs(W, r, fmt);
+    int gshift = W->group ? __builtin_ctz(W->group) : 0;
+    uint32_t nmain = n & ~31u;
+    __m256 qs = _mm256_set1_ps(rp.qscale);
+    for (uint32_t i = 0; i < nmain; i += 32) {
+        __m256 w[4];
+        deq32(&rp, c0 + i, gshift, fmt, w);
+        #pragma GCC unroll 16
+        for (int k = 0; k < 4; k++) {
+            if (fmt == KN_W_Q8)
+                w[k] = _mm256_mul_ps(qs, w[k]); /* = scale * (float)q */
+            _mm256_store_ps(out + i + 8 * k, w[k]);
+        }
+    }
+    if (n > nmain)
+        kn_dequant_span(W, r, c0 + nmain, n - nmain, out + nmain);
+}
+
+/* Y[t][i] += dot(wb[i][0..n), X[t][0..n)) for i < R, t < TT. */
+KN_AI void micro(const float *wb, const float *X, size_t ldx, uint32_t n,
+                 float *Y, size_t ldy, int R, int TT)
+{
+    __m256 acc[KN_RB][KN_TB];
+    #pragma GCC unroll 16
+    for (int i = 0; i < R; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < TT; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    uint32_t nmain = n & ~7u;
+    for (uint32_t k = 0; k < nmain; k += 8) {
+        __m256 x[KN_TB];
+        #pragma GCC unroll 16
+        for (int t = 0; t < TT; t++)
+            x[t] = _mm256_loadu_ps(X + (size_t)t * ldx + k);
+        #pragma GCC unroll 16
+        for (int i = 0; i < R; i++) {
+            __m256 w = _mm256_load_ps(wb + (size_t)i * KN_KC + k);
+            #pragma GCC unroll 16
+            for (int t = 0; t < TT; t++)
+                acc[i][t] = _mm256_fmadd_ps(w, x[t], acc[i][t]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < R; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < TT; t++) {
+            float s = hsum256(acc[i][t]);
+            for (uint32_t k = nmain; k < n; k++)
+                s += wb[(size_t)i * KN_KC + k] * X[(size_t)t * ldx + k];
+            Y[(size_t)t * ldy + i] += s;
+        }
+}
+
+static void micro_any(const float *wb, const float *X, size_t ldx, uint32_t n,
+                      float *Y, size_t ldy, int R, int TT)
+{
+#define KN_MC(r, t)                                                            \
+    case (r) * 4 + (t): micro(wb, X, ldx, n, Y, ldy, r, t); break;
+    switch (R * 4 + TT) {
+        KN_MC(1, 1) KN_MC(1, 2) KN_MC(1, 3) KN_MC(2, 1) KN_MC(2, 2) KN_MC(2, 3)
+        KN_MC(3, 1) KN_MC(3, 2) KN_MC(3, 3) KN_MC(4, 1) KN_MC(4, 2)
+        default: micro(wb, X, ldx, n, Y, ldy, 4, 3); break;
+    }
+#undef KN_MC
+}
+
+KN_AI void pre_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
+                   uint32_t r0, uint32_t r1, int fmt)
+{
+    _Alignas(64) float wb[KN_RB * KN_KC];
+    uint32_t cols = W->cols, rows = W->rows;
+    for (uint32_t c0 = 0; c0 < cols; c0 += KN_KC) {
+        uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
+        for (uint32_t r = r0; r < r1; r += KN_RB) {
+            int R = r1 - r < KN_RB ? (int)(r1 - r) : KN_RB;
+            #pragma GCC unroll 16
+            for (int i = 0; i < R; i++)
+                deq_block(W, r + (uint32_t)i, c0, n, wb + (size_t)i * KN_KC, fmt);
+            size_t t = 0;
+            for (; t + KN_TB <= T; t += KN_TB) {
+                if (R == KN_RB)
+                    micro(wb, X + t * cols + c0, cols, n, Y + t * rows + r,
+                          rows, KN_RB, KN_TB);
+                else
+                    micro_any(wb, X + t * cols + c0, cols, n, Y + t * rows + r,
+                              rows, R, KN_TB);
+            }
+            if (t < T)
+                micro_any(wb, X + t * cols + c0, cols, n, Y + t * rows + r,
+                          rows, R, (int)(T - t));
+        }
+    }
+}
+
+void kn_avx2_matmul_rows(const kn_matrix *W, const float *X, size_t T,
+                         float *Y, uint32_t r0, uint32_t r1)
+{
+    if (T <= 8) {
+        switch (W->fmt) {
+        case KN_W_F32: dec_fmt(W, X, T, Y, r0, r1, KN_W_F32); break;
+        case KN_W_F16: dec_fmt(W, X, T, Y, r0, r1, KN_W_F16); break;
+        case KN_W_BF16: dec_fmt(W, X, T, Y, r0, r1, KN_W_BF16); break;
+        case KN_W_Q8: dec_fmt(W, X, T, Y, r0, r1, KN_W_Q8); break;
+        default:
+            /* group 32: the per-group fold costs more than it saves */
+            if (W->group >= 64 &&
+                (uint64_t)kn_q4_ngroups(W->cols, W->group) * T <= KN_Q4_XSUM_MAX)
+                dec_q4(W, X, T, Y, r0, r1);
+            else if (W->fmt == KN_W_Q4)
+                dec_fmt(W, X, T, Y, r0, r1, KN_W_Q4);
+            else
+                dec_fmt(W, X, T, Y, r0, r1, KN_W_Q4S);
+            break;
+        }
+        return;
+    }
+    switch (W->fmt) {
+    case KN_W_F32: pre_fmt(W, X, T, Y, r0, r1, KN_W_F32); break;
+    case KN_W_F16: pre_fmt(W, X, T, Y, r0, r1, KN_W_F16); break;
+    case KN_W_BF16: pre_fmt(W, X, T, Y, r0, r1, KN_W_BF16); break;
+    case KN_W_Q8: pre_fmt(W, X, T, Y, r0, r1, KN_W_Q8); break;
+    case KN_W_Q4: pre_fmt(W, X, T, Y, r0, r1, KN_W_Q4); break;
+    default: pre_fmt(W, X, T, Y, r0, r1, KN_W_Q4S); break;
+    }
+}
+
+/* ---- elementwise ---------------------------------------------------------------- */
+
+void kn_avx2_rmsnorm_row(float *out, const float *x, const float *w,
+                         size_t n, float eps)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_fmadd_ps(v0, v0, a0);
+        a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    double ss = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    __m256 vi = _mm256_set1_ps(inv);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi),
+                                                _mm256_loadu_ps(w + i)));
+    for (; i < n; i++)
+        out[i] = x[i] * inv * w[i];
+}
+
+void kn_avx2_silu_mul(float *gate, const float *up, size_t n)
+{
+    size_t i = 0;
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++)
+        gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void kn_avx2_add(float *y, const float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
+                                              _mm256_loadu_ps(x + i)));
+    for (; i < n; i++)
+        y[i] += x[i];
+}
+
+void kn_avx2_softmax(float *x, size_t n)
+{
+    if (n == 0)
+        return;
+    float mx = x[0];
+    for (size_t i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    double sum = hsum256(vs);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; i++)
+        x[i] *= (float)(1.0 / sum);
+}
+
+/* ---- attention ------------------------------------------------------------------ */
+
+/* 8 stored KV values of one row at offset d as floats (scale not applied). */
+KN_AI __m256 kv_load8(const void *row, uint32_t d, int type)
+{
+    switch (type) {
+    case KN_KV_F32: return _mm256_loadu_ps((const float *)row + d);
+    case KN_KV_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
+    default:
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64((const __m128i *)((const int8_t *)row + d))));
+    }
+}
+
+KN_AI float kv_load1(const void *row, uint32_t d, int type)
+{
+    switch (type) {
+    case KN_KV_F32: return ((const float *)row)[d];
+    case KN_KV_F16: return _cvtsh_ss(((const uint16_t *)row)[d]);
+    default: return (float)((const int8_t *)row)[d];
+    }
+}
+
+KN_AI void attend_t(const kn_kv *kv, const float *q, int64_t p, uint64_t window,
+                    uint32_t kvh, float *out, float *sc, float *acc, int type)
+{
+    uint32_t hd = kv->head_dim, dmain = hd & ~7u;
+    size_t es = type == KN_KV_F32 ? 4 : type == KN_KV_F16 ? 2 : 1;
+    size_t slot_bytes = (size_t)kv->n_kv_heads * hd * es;
+    size_t head_off = (size_t)kvh * hd * es;
+    int64_t first = kn_attn_first(p, window);
+    size_t n = (size_t)(p - first + 1);
+    float scale = 1.0f / sqrtf((float)hd);
+    uint64_t slot = (uint64_t)first % kv->cap;
+    float mx = -INFINITY;
+    for (size_t j = 0; j < n; j++) {
+        const void *kr = (const uint8_t *)kv->k + slot * slot_bytes + head_off;
+        __m256 a = _mm256_setzero_ps();
+        for (uint32_t d = 0; d < dmain; d += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv_load8(kr, d, type), a);
+        float s = hsum256(a);
+        for (uint32_t d = dmain; d < hd; d++)
+            s += q[d] * kv_load1(kr, d, type);
+        if (type == KN_KV_I8)
+            s *= kv->k_scale[slot * kv->n_kv_heads + kvh];
+        s *= scale;
+        sc[j] = s;
+        mx = s > mx ? s : mx;
+        if (++slot == kv->cap)
+            slot = 0;
+    }
+    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vm));
+        _mm256_storeu_ps(sc + j, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    float sum = hsum256(vs);
+    for (; j < n; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    float inv = 1.0f / sum;
+    for (uint32_t d = 0; d < hd; d++)
+        acc[d] = 0.0f;
+    slot = (uint64_t)first % kv->cap;
+    for (j = 0; j < n; j++) {
+        const void *vr = (const uint8_t *)kv->v + slot * slot_bytes + head_off;
+        float pj = sc[j] * inv;
+        if (type == KN_KV_I8)
+            pj *= kv->v_scale[slot * kv->n_kv_heads + kvh];
+        __m256 vp = _mm256_set1_ps(pj);
+        for (uint32_t d = 0; d < dmain; d += 8)
+            _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(vp, kv_load8(vr, d, type),
+                                                      _mm256_loadu_ps(acc + d)));
+        for (uint32_t d = dmain; d < hd; d++)
+            acc[d] += pj * kv_load1(vr, d, type);
+        if (++slot == kv->cap)
+            slot = 0;
+    }
+    memcpy(out, acc, (size_t)hd * sizeof(float));
+}
+
+void kn_avx2_attend_one(const kn_kv *kv, const float *q, int64_t p,
+                        uint64_t window, uint32_t kvh, float *out, float *sc,
+                        float *acc)
+{
+    switch (kv->type) {
+    case KN_KV_F32: attend_t(kv, q, p, window, kvh, out, sc, acc, KN_KV_F32); break;
+    case KN_KV_F16: attend_t(kv, q, p, window, kvh, out, sc, acc, KN_KV_F16); break;
+    default: attend_t(kv, q, p, window, kvh, out, sc, acc, KN_KV_I8); break;
+    }
+}

@@ -1,0 +1,102 @@
+/*
+ * kn_quant.h - weight and KV-cache quantization layouts, shared by C and
+ * CUDA (include from .cu files too: plain C, no intrinsics).
+ *
+ * int8 per output channel (KN_W_Q8), symmetric:
+ *   w[r][c] = scale[r] * q[r][c],  q int8 in [-127, 127]
+ *   data:   int8  [rows][cols]           row-major
+ *   scales: float [rows]
+ *
+ * int4 in groups of g along the input dimension (KN_W_Q4 asymmetric,
+ * KN_W_Q4S symmetric), g in {32, 64, 128}; ngroups = ceil(cols / g), the
+ * last group of a row may be shorter (ragged rows such as 172 are legal):
+ *   w[r][c] = scale[r][c/g] * (q[r][c] - zero[r][c/g]),  q in [0, 15]
+ *   data:   u8 [rows][(cols + 1) / 2]    element c of a row is in byte c/2,
+ *           low nibble for even c, high nibble for odd c; a row with odd
+ *           cols has its last high nibble 0
+ *   scales: u16 (IEEE half bits) [rows][ngroups]
+ *   zeros:  u8  [rows][ngroups], 0..15 (KN_W_Q4); absent for KN_W_Q4S,
+ *           whose zero is 8 (q - 8 in [-8, 7])
+ *
+ * int8 KV cache (KN_KV_I8): per token and per KV head, symmetric:
+ *   x[h][d] = scale[h] * q[h][d], scale = max|x[h][:]| / 127 (f32).
+ */
+#ifndef KN_QUANT_H
+#define KN_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kn_wformat {
+    KN_W_F32 = 0,
+    KN_W_F16 = 1,
+    KN_W_BF16 = 2,
+    KN_W_Q8 = 3,  /* int8 per row, f32 scale per row */
+    KN_W_Q4 = 4,  /* int4 groups, f16 scale + u8 zero per group */
+    KN_W_Q4S = 5, /* int4 groups, f16 scale per group, zero 8 */
+    KN_W_COUNT_
+} kn_wformat;
+
+typedef enum kn_kvtype {
+    KN_KV_F32 = 0,
+    KN_KV_F16 = 1,
+    KN_KV_I8 = 2,
+} kn_kvtype;
+
+#define KN_Q4_ZERO_SYM 8
+
+/* The inline helpers below are callable from CUDA device code too. */
+#ifdef __CUDACC__
+#define KN_HOST_DEVICE __host__ __device__
+#else
+#define KN_HOST_DEVICE
+#endif
+#ifdef __cplusplus
+#define KN_STATIC_ASSERT static_assert
+#else
+#define KN_STATIC_ASSERT _Static_assert
+#endif
+
+KN_HOST_DEVICE static inline uint32_t kn_q4_ngroups(uint32_t cols, uint32_t group)
+{
+    return (cols + group - 1) / group;
+}
+KN_HOST_DEVICE static inline uint64_t kn_q4_row_bytes(uint32_t cols)
+{
+    return ((uint64_t)cols + 1) / 2;
+}
+
+/* Bytes of each part of a rows x cols matrix in format f (group for Q4).
+ * Returns 0 for a part the format does not have. */
+KN_HOST_DEVICE static inline uint64_t kn_wformat_data_bytes(kn_wformat f, uint32_t rows,
+                                             uint32_t cols)
+{
+    uint64_t n = (uint64_t)rows * cols;
+    switch (f) {
+    case KN_W_F32: return n * 4;
+    case KN_W_F16: case KN_W_BF16: return n * 2;
+    case KN_W_Q8: return n;
+    case KN_W_Q4: case KN_W_Q4S: return (uint64_t)rows * kn_q4_row_bytes(cols);
+    default: return 0;
+    }
+}
+KN_HOST_DEVICE static inline uint64_t kn_wformat_scale_bytes(kn_wformat f, uint32_t rows,
+                                              uint32_t cols, uint32_t group)
+{
+    switch (f) {
+    case KN_W_Q8: return (uint64_t)rows * 4;
+    case KN_W_Q4: case KN_W_Q4S:
+        return (uint64_t)rows * kn_q4_ngroups(cols, group) * 2;
+    default: return 0;
+    }
+}
+KN_HOST_DEVICE static inline uint64_t kn_wformat_zero_bytes(kn_wformat f, uint32_t rows,
+                                             uint32_t cols, uint32_t group)
+{
+    return f == KN_W_Q4 ? (uint64_t)rows * kn_q4_ngroups(cols, group) : 0;
+}
+
+KN_STATIC_ASSERT(sizeof(uint16_t) == 2, "f16 scales are 2 bytes");
+KN_STATIC_ASSERT(KN_W_COUNT_ == 6, "update the layout table above");
+
+#endif /* KN_QUANT_H */

@@ -1,0 +1,135 @@
+/*
+ * mcrt.h - the small public C API for embedding the mcompile runtime.
+ *
+ *   mcrt *h;
+ *   if (mcrt_open("model_dir", NULL, &h) != 0)
+ *       fprintf(stderr, "%s\n", mcrt_last_error(NULL));
+ *   int32_t out[64]; mcrt_result r = {.ids = out};
+ *   const int32_t *p[1] = {prompt}; size_t n[1] = {len};
+ *   mcrt_gen_params gp; mcrt_gen_params_default(&gp);
+ *   gp.max_new_tokens = 64;
+ *   mcrt_generate(h, p, n, 1, &gp, &r);
+ *   mcrt_close(h);
+ *
+ * Self-contained (plain C types only).  Return values are mc_status codes
+ * (0 = ok; the values of formats/mc_error.h, e.g. 10 = request exceeds the
+ * memory plan).  Any number of prompts may be passed: they run in waves of
+ * the session's max_batch, and sequence i of the request is seeded with
+ * (seed, i) whatever wave it lands in, so results do not depend on n.
+ * A handle is not thread-safe; use one per thread.
+ */
+#ifndef MCRT_H
+#define MCRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mcrt mcrt;
+
+/* Zero-initialized options mean defaults (from the artifact's plan, or
+ * batch 8 / max_seq min(max_position, 2048) / chunk 256 / f32 KV / all
+ * CPUs for a Hugging Face directory). */
+typedef struct mcrt_options {
+    int threads;               /* 0: online CPUs */
+    uint32_t max_batch;        /* 0: default */
+    uint64_t max_seq;          /* 0: default */
+    uint32_t prefill_chunk;    /* 0: default (raised to max_batch) */
+    int kv_type;               /* 0 f32, 1 f16, 2 int8; -1: default */
+    /* Hints for a model without a stored plan, used where the field above
+     * is 0: size the session for this request instead of the defaults
+     * (max_batch = min(8, want_batch), max_seq = min(max_position,
+     * want_seq)).  0 = no hint. */
+    uint32_t want_batch;
+    uint64_t want_seq;
+} mcrt_options;
+
+typedef struct mcrt_gen_params {
+    uint32_t max_new_tokens;
+    float temperature;         /* <= 0: greedy */
+    uint32_t top_k;            /* 0: off */
+    float top_p;               /* >= 1: off */
+    uint64_t seed;
+    const int32_t *stop_ids;   /* extra stop tokens (borrowed) */
+    size_t n_stop;
+    int use_model_eos;         /* 1: the config's eos ids stop too */
+    int truncate;              /* 0 refuse, 1 drop left, 2 drop right */
+} mcrt_gen_params;
+
+typedef struct mcrt_result {
+    int32_t *ids;              /* caller buffer of max_new_tokens ids */
+    size_t n_ids;              /* out */
+    int stop_reason;           /* out: 1 length, 2 stop token */
+    size_t prompt_used;        /* out: prompt tokens used after truncation */
+} mcrt_result;
+
+typedef struct mcrt_info {
+    uint32_t vocab_size;
+    uint32_t hidden_size;
+    uint32_t num_layers;
+    uint64_t max_seq;
+    uint32_t max_batch;
+    uint32_t prefill_chunk;
+    int threads;
+    int32_t bos_id;            /* -1 if none */
+    int32_t eos_ids[8];
+    int n_eos;
+    uint64_t arena_bytes;
+    uint64_t kv_bytes;
+    uint64_t weight_bytes;
+    uint64_t params;
+} mcrt_info;
+
+typedef struct mcrt_stats {
+    uint64_t prefill_tokens, decode_tokens;
+    double prefill_seconds, decode_seconds;
+} mcrt_stats;
+
+void mcrt_options_default(mcrt_options *o);
+void mcrt_gen_params_default(mcrt_gen_params *p);
+
+/* Open a model (HF directory/file or artifact).  On failure *out is NULL
+ * and mcrt_last_error(NULL) says why. */
+int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out);
+void mcrt_close(mcrt *h);      /* NULL is a no-op */
+
+/* Last error of h, or of the last failed mcrt_open in this thread when h
+ * is NULL.  "" when none.  Valid until the next call on h. */
+const char *mcrt_last_error(const mcrt *h);
+
+int mcrt_get_info(const mcrt *h, mcrt_info *out);
+
+/* Generate for n prompts; results[i].ids must hold max_new_tokens ids. */
+int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
+                  size_t n, const mcrt_gen_params *p, mcrt_result *results);
+
+/* Log-probabilities of each label token right after each prompt:
+ * out[i * n_labels + j] = log p(labels[j] | prompt i). */
+int mcrt_score_labels(mcrt *h, const int32_t *const *prompts,
+                      const size_t *lens, size_t n, const int32_t *labels,
+                      size_t n_labels, float *out, int truncate);
+
+/* Log-probability of each continuation token given the prompt and the
+ * continuation before it: per_token[i] has cont_lens[i] entries (may be
+ * NULL), sum[i] (may be NULL) gets their sum. */
+int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
+                             const size_t *lens, size_t n,
+                             const int32_t *const *conts,
+                             const size_t *cont_lens, float *const *per_token,
+                             double *sum, int truncate);
+
+/* Logits at every position of each prompt: out[i] holds lens[i] * vocab
+ * floats. */
+int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
+                size_t n, float *const *out);
+
+void mcrt_get_stats(const mcrt *h, mcrt_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MCRT_H */

@@ -1,0 +1,334 @@
+/* rt_api.c - the public embedding API (mcrt.h) over rt_model + rt_session:
+ * defaults, waves of max_batch, error strings.  Calls after mcrt_open do
+ * not allocate either (every table is sized at open). */
+#include "mcrt.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "mc_alloc.h"
+#include "rt_model.h"
+#include "rt_session.h"
+
+#define MCRT_MAX_STOP 64
+
+struct mcrt {
+    rt_model *model;
+    rt_session *sess;
+    rt_limits limits;
+    rt_prompt *prompts;        /* [max_batch] */
+    rt_gen_result *gres;       /* [max_batch] */
+    rt_score_item *items;      /* [max_batch] */
+    float *cont_scratch;       /* [max_batch][max_seq] when per_token NULL */
+    int32_t stop[MCRT_MAX_STOP];
+    char err[1400];
+};
+
+static _Thread_local char g_open_err[1400];
+
+static int set_err(mcrt *h, const mc_error *e)
+{
+    char *dst = h ? h->err : g_open_err;
+    mc_error_format(e, dst, sizeof h->err);
+    return (int)e->status;
+}
+
+static int set_msg(mcrt *h, int status, const char *msg)
+{
+    mc_error e;
+    mc_error_clear(&e);
+    mc_fail(&e, (mc_status)status, NULL, NULL, -1, "%s", msg);
+    return set_err(h, &e);
+}
+
+void mcrt_options_default(mcrt_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kv_type = -1;
+}
+
+void mcrt_gen_params_default(mcrt_gen_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->max_new_tokens = 16;
+    p->top_p = 1.0f;
+    p->use_model_eos = 1;
+}
+
+const char *mcrt_last_error(const mcrt *h)
+{
+    return h ? h->err : g_open_err;
+}
+
+void mcrt_close(mcrt *h)
+{
+    if (!h)
+        return;
+    rt_session_free(h->sess);
+    rt_model_free(h->model);
+    mc_free(h->prompts);
+    mc_free(h->gres);
+    mc_free(h->items);
+    mc_free(h->cont_scratch);
+    mc_free(h);
+}
+
+int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
+{
+    mc_error e;
+    mc_error_clear(&e);
+    g_open_err[0] = '\0';
+    *out = NULL;
+    if (!path)
+        return set_msg(NULL, MC_ERR_INVALID_ARG, "mcrt_open: NULL path");
+    mcrt_options o;
+    if (opts)
+        o = *opts;
+    else
+        mcrt_options_default(&o);
+    mcrt *h = mc_calloc(1, sizeof *h);
+    if (!h)
+        return set_msg(NULL, MC_ERR_NOMEM, "mcrt_open: out of memory");
+    mc_status st = rt_model_open(path, &h->model, &e);
+    if (st) {
+        mcrt_close(h);
+        return set_err(NULL, &e);
+    }
+    const rt_model *m = h->model;
+    rt_limits L;
+    if (m->has_plan)
+        L = m->plan_limits;
+    else
+        rt_limits_default(&m->cfg, &L);
+    if (!m->has_plan) {
+        /* Size a plan-less session for the request when asked to. */
+        if (o.want_batch && !o.max_batch)
+            L.max_batch = o.want_batch < 8 ? o.want_batch : 8;
+        if (o.want_seq && !o.max_seq) {
+            uint64_t mp = m->cfg.max_position_embeddings;
+            L.max_seq = mp && o.want_seq > mp ? mp : o.want_seq;
+        }
+        if (o.want_seq && !o.prefill_chunk && L.prefill_chunk > L.max_seq *
+                                                  L.max_batch)
+            L.prefill_chunk = (uint32_t)(L.max_seq * L.max_batch);
+    }
+    int changed = 0;
+    if (o.max_batch && o.max_batch != L.max_batch) {
+        L.max_batch = o.max_batch;
+        changed = 1;
+    }
+    if (o.max_seq && o.max_seq != L.max_seq) {
+        L.max_seq = o.max_seq;
+        changed = 1;
+    }
+    if (o.prefill_chunk && o.prefill_chunk != L.prefill_chunk) {
+        L.prefill_chunk = o.prefill_chunk;
+        changed = 1;
+    }
+    if (L.prefill_chunk < L.max_batch) {
+        L.prefill_chunk = L.max_batch;
+        changed = 1;
+    }
+    if (o.kv_type >= 0 && (kn_kvtype)o.kv_type != L.kv_type) {
+        L.kv_type = (kn_kvtype)o.kv_type;
+        changed = 1;
+    }
+    if (o.threads > 0)
+        L.threads = o.threads;
+    const rt_layout *plan = m->has_plan && !changed ? &m->plan_layout : NULL;
+    if ((st = rt_session_create(m, &L, plan, &h->sess, &e))) {
+        mcrt_close(h);
+        return set_err(NULL, &e);
+    }
+    h->limits = rt_session_layout(h->sess)->limits;
+    size_t B = h->limits.max_batch;
+    h->prompts = mc_calloc(B, sizeof *h->prompts);
+    h->gres = mc_calloc(B, sizeof *h->gres);
+    h->items = mc_calloc(B, sizeof *h->items);
+    h->cont_scratch = mc_malloc_array(B * (size_t)h->limits.max_seq,
+                                      sizeof(float));
+    if (!h->prompts || !h->gres || !h->items || !h->cont_scratch) {
+        mcrt_close(h);
+        return set_msg(NULL, MC_ERR_NOMEM, "mcrt_open: out of memory");
+    }
+    *out = h;
+    return 0;
+}
+
+int mcrt_get_info(const mcrt *h, mcrt_info *out)
+{
+    memset(out, 0, sizeof *out);
+    const rt_model *m = h->model;
+    const rt_layout *l = rt_session_layout(h->sess);
+    out->vocab_size = m->cfg.vocab_size;
+    out->hidden_size = m->cfg.hidden_size;
+    out->num_layers = m->cfg.num_layers;
+    out->max_seq = l->limits.max_seq;
+    out->max_batch = l->limits.max_batch;
+    out->prefill_chunk = l->limits.prefill_chunk;
+    out->threads = l->limits.threads;
+    out->bos_id = m->cfg.bos_token_id;
+    out->n_eos = m->cfg.n_eos < 8 ? m->cfg.n_eos : 8;
+    for (int i = 0; i < out->n_eos; i++)
+        out->eos_ids[i] = m->cfg.eos_token_ids[i];
+    out->arena_bytes = l->arena_bytes;
+    out->kv_bytes = l->kv_bytes;
+    out->weight_bytes = m->weight_bytes;
+    out->params = rt_model_param_count(m);
+    return 0;
+}
+
+void mcrt_get_stats(const mcrt *h, mcrt_stats *out)
+{
+    rt_session_stats s;
+    rt_session_stats_get(h->sess, &s);
+    out->prefill_tokens = s.prefill_tokens;
+    out->decode_tokens = s.decode_tokens;
+    out->prefill_seconds = s.prefill_seconds;
+    out->decode_seconds = s.decode_seconds;
+}
+
+static int check_truncate(mcrt *h, int t)
+{
+    if (t < 0 || t > 2)
+        return set_msg(h, MC_ERR_INVALID_ARG,
+                       "truncate must be 0 (refuse), 1 (left) or 2 (right)");
+    return 0;
+}
+
+int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
+                  size_t n, const mcrt_gen_params *p, mcrt_result *results)
+{
+    h->err[0] = '\0';
+    int rc = check_truncate(h, p->truncate);
+    if (rc)
+        return rc;
+    size_t n_stop = 0;
+    if (p->n_stop > MCRT_MAX_STOP - 8)
+        return set_msg(h, MC_ERR_INVALID_ARG, "too many stop tokens (max 56)");
+    for (size_t i = 0; i < p->n_stop; i++)
+        h->stop[n_stop++] = p->stop_ids[i];
+    if (p->use_model_eos)
+        for (int i = 0; i < h->model->cfg.n_eos; i++)
+            h->stop[n_stop++] = h->model->cfg.eos_token_ids[i];
+    rt_gen_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.max_new_tokens = p->max_new_tokens;
+    gp.sampler.temperature = p->temperature;
+    gp.sampler.top_k = p->top_k;
+    gp.sampler.top_p = p->top_p;
+    gp.seed = p->seed;
+    gp.stop = h->stop;
+    gp.n_stop = n_stop;
+    gp.truncate = (rt_truncate)p->truncate;
+    const size_t B = h->limits.max_batch;
+    for (size_t w0 = 0; w0 < n; w0 += B) {
+        size_t k = n - w0 < B ? n - w0 : B;
+        for (size_t i = 0; i < k; i++) {
+            h->prompts[i].ids = prompts[w0 + i];
+            h->prompts[i].n = lens[w0 + i];
+            memset(&h->gres[i], 0, sizeof h->gres[i]);
+            h->gres[i].ids = results[w0 + i].ids;
+        }
+        gp.seq_index0 = w0;
+        mc_error e;
+        mc_error_clear(&e);
+        mc_status st = rt_session_generate(h->sess, h->prompts, k, &gp,
+                                           h->gres, &e);
+        if (st)
+            return set_err(h, &e);
+        for (size_t i = 0; i < k; i++) {
+            results[w0 + i].n_ids = h->gres[i].n;
+            results[w0 + i].stop_reason = (int)h->gres[i].stop;
+            results[w0 + i].prompt_used = h->gres[i].prompt_used;
+        }
+    }
+    return 0;
+}
+
+static int score_waves(mcrt *h, const int32_t *const *prompts,
+                       const size_t *lens, size_t n, const int32_t *labels,
+                       size_t n_labels, float *label_out,
+                       const int32_t *const *conts, const size_t *cont_lens,
+                       float *const *per_token, double *sum, int truncate)
+{
+    h->err[0] = '\0';
+    int rc = check_truncate(h, truncate);
+    if (rc)
+        return rc;
+    const size_t B = h->limits.max_batch;
+    const size_t S = (size_t)h->limits.max_seq;
+    for (size_t w0 = 0; w0 < n; w0 += B) {
+        size_t k = n - w0 < B ? n - w0 : B;
+        for (size_t i = 0; i < k; i++) {
+            rt_score_item *it = &h->items[i];
+            memset(it, 0, sizeof *it);
+            it->prompt.ids = prompts[w0 + i];
+            it->prompt.n = lens[w0 + i];
+            if (conts) {
+                it->cont = conts[w0 + i];
+                it->n_cont = cont_lens[w0 + i];
+                if (it->n_cont > S)
+                    return set_msg(h, MC_ERR_PLAN,
+                                   "continuation longer than max_seq");
+                it->cont_logprobs = per_token && per_token[w0 + i]
+                                        ? per_token[w0 + i]
+                                        : h->cont_scratch + i * S;
+            }
+            if (label_out)
+                it->label_logprobs = label_out + (w0 + i) * n_labels;
+        }
+        mc_error e;
+        mc_error_clear(&e);
+        mc_status st = rt_session_score(h->sess, h->items, k, labels,
+                                        n_labels, (rt_truncate)truncate, &e);
+        if (st)
+            return set_err(h, &e);
+        if (sum)
+            for (size_t i = 0; i < k; i++) {
+                double t = 0.0;
+                for (size_t j = 0; j < h->items[i].n_cont; j++)
+                    t += h->items[i].cont_logprobs[j];
+                sum[w0 + i] = t;
+            }
+    }
+    return 0;
+}
+
+int mcrt_score_labels(mcrt *h, const int32_t *const *prompts,
+                      const size_t *lens, size_t n, const int32_t *labels,
+                      size_t n_labels, float *out, int truncate)
+{
+    return score_waves(h, prompts, lens, n, labels, n_labels, out, NULL, NULL,
+                       NULL, NULL, truncate);
+}
+
+int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
+                             const size_t *lens, size_t n,
+                             const int32_t *const *conts,
+                             const size_t *cont_lens, float *const *per_token,
+                             double *sum, int truncate)
+{
+    return score_waves(h, prompts, lens, n, NULL, 0, NULL, conts, cont_lens,
+                       per_token, sum, truncate);
+}
+
+int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
+                size_t n, float *const *out)
+{
+    h->err[0] = '\0';
+    const size_t B = h->limits.max_batch;
+    for (size_t w0 = 0; w0 < n; w0 += B) {
+        size_t k = n - w0 < B ? n - w0 : B;
+        for (size_t i = 0; i < k; i++) {
+            h->prompts[i].ids = prompts[w0 + i];
+            h->prompts[i].n = lens[w0 + i];
+        }
+        mc_error e;
+        mc_error_clear(&e);
+        mc_status st = rt_session_logits(h->sess, h->prompts, k, out + w0, &e);
+        if (st)
+            return set_err(h, &e);
+    }
+    return 0;
+}

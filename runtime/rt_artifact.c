@@ -1,0 +1,369 @@
+/* rt_artifact.c - an mcompile artifact as an rt_model (see rt_artifact.h). */
+#include "rt_artifact.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "fmt_artifact.h"
+#include "mc_alloc.h"
+#include "mc_checked.h"
+
+typedef struct art_owner {
+    fmt_art *a;
+    uint8_t *zbuf;            /* decompressed zstd sections, one block */
+    const uint8_t **base;     /* [nsections] raw bytes of each section */
+} art_owner;
+
+static void owner_free(void *p)
+{
+    art_owner *o = p;
+    if (!o)
+        return;
+    fmt_art_close(o->a);
+    mc_free(o->zbuf);
+    mc_free((void *)o->base);
+    mc_free(o);
+}
+
+int rt_artifact_is(const char *path)
+{
+    return fmt_art_is_artifact(path);
+}
+
+const char *rt_artifact_tokenizer(const rt_model *m, size_t *len)
+{
+    if (!m || m->owner_free != owner_free)
+        return NULL;
+    const art_owner *o = m->owner;
+    size_t i = fmt_art_find_section(o->a, "tokenizer");
+    if (i == (size_t)-1)
+        return NULL;
+    if (len)
+        *len = (size_t)fmt_art_section_at(o->a, i)->raw_bytes;
+    return (const char *)o->base[i];
+}
+
+typedef struct loader {
+    const char *path;
+    art_owner *o;
+    rt_model *m;
+    float *next;              /* next free float of m->owned */
+    float *owned_end;
+} loader;
+
+static int wformat_of(const char *s, kn_wformat *f)
+{
+    static const char *const n[] = {"f32", "f16", "bf16", "q8", "q4", "q4s"};
+    for (int i = 0; i < KN_W_COUNT_; i++)
+        if (strcmp(s, n[i]) == 0) {
+            *f = (kn_wformat)i;
+            return 1;
+        }
+    return 0;
+}
+
+static mc_status get_matrix(loader *L, const char *name, uint32_t rows,
+                            uint32_t cols, kn_matrix *out, mc_error *err)
+{
+    const fmt_art_tensor *t = fmt_art_find_tensor(L->o->a, name);
+    if (!t)
+        return mc_fail(err, MC_ERR_NOT_FOUND, L->path, name, -1,
+                       "tensor '%s' is missing from the artifact", name);
+    kn_wformat f;
+    if (t->ndim != 2 || t->rows != rows || t->cols != cols ||
+        !wformat_of(t->format, &f))
+        return mc_fail(err, MC_ERR_SHAPE, L->path, name, -1,
+                       "tensor '%s' is [%llu, %llu] %s; expected [%u, %u]",
+                       name, (unsigned long long)t->rows,
+                       (unsigned long long)t->cols, t->format, rows, cols);
+    uint32_t g = t->group;
+    int q4 = f == KN_W_Q4 || f == KN_W_Q4S;
+    if (q4 ? (g == 0 || g > 4096) : g != 0)
+        return mc_fail(err, MC_ERR_FORMAT, L->path, name, -1,
+                       "tensor '%s': group %u invalid for %s", name, g,
+                       t->format);
+    if (t->data.bytes != kn_wformat_data_bytes(f, rows, cols) ||
+        t->scales.bytes != kn_wformat_scale_bytes(f, rows, cols, g) ||
+        t->zeros.bytes != kn_wformat_zero_bytes(f, rows, cols, g))
+        return mc_fail(err, MC_ERR_FORMAT, L->path, name, -1,
+                       "tensor '%s': part sizes disagree with the %s layout",
+                       name, t->format);
+    const uint8_t *b = L->o->base[t->section];
+    memset(out, 0, sizeof *out);
+    out->fmt = f;
+    out->rows = rows;
+    out->cols = cols;
+    out->group = g;
+    out->data = b + t->data.off;
+    out->scales = t->scales.bytes ? b + t->scales.off : NULL;
+    out->zeros = t->zeros.bytes ? b + t->zeros.off : NULL;
+    return MC_OK;
+}
+
+static uint64_t matrix_bytes(const kn_matrix *w)
+{
+    return kn_wformat_data_bytes(w->fmt, w->rows, w->cols) +
+           kn_wformat_scale_bytes(w->fmt, w->rows, w->cols, w->group) +
+           kn_wformat_zero_bytes(w->fmt, w->rows, w->cols, w->group);
+}
+
+/* A float32 vector of n into owned; *out points at it (or NULL when
+ * optional and absent). */
+static mc_status get_vec(loader *L, const char *name, uint32_t n, int optional,
+                         const float **out, mc_error *err)
+{
+    *out = NULL;
+    const fmt_art_tensor *t = fmt_art_find_tensor(L->o->a, name);
+    if (!t) {
+        if (optional)
+            return MC_OK;
+        return mc_fail(err, MC_ERR_NOT_FOUND, L->path, name, -1,
+                       "tensor '%s' is missing from the artifact", name);
+    }
+    if (t->ndim != 1 || t->cols != n || strcmp(t->format, "f32") != 0 ||
+        t->data.bytes != (uint64_t)n * 4)
+        return mc_fail(err, MC_ERR_SHAPE, L->path, name, -1,
+                       "tensor '%s' must be f32 [%u]", name, n);
+    if ((uint64_t)(L->owned_end - L->next) < n)
+        return mc_fail(err, MC_ERR_FORMAT, L->path, name, -1,
+                       "more norm/bias tensors than the config implies");
+    memcpy(L->next, L->o->base[t->section] + t->data.off, (size_t)n * 4);
+    *out = L->next;
+    L->next += n;
+    return MC_OK;
+}
+
+static mc_status load_plan(loader *L, mc_error *err)
+{
+    const json_t *p = json_object_get(fmt_art_manifest(L->o->a), "plan");
+    rt_limits lim;
+    memset(&lim, 0, sizeof lim);
+    const json_t *b = json_object_get(p, "max_batch"),
+                 *s = json_object_get(p, "max_seq"),
+                 *c = json_object_get(p, "prefill_chunk"),
+                 *t = json_object_get(p, "threads"),
+                 *k = json_object_get(p, "kv_type"),
+                 *a = json_object_get(p, "arena_bytes"),
+                 *bufs = json_object_get(p, "buffers");
+    if (!json_is_integer(b) || !json_is_integer(s) || !json_is_integer(c) ||
+        !json_is_integer(t) || !json_is_string(k) || !json_is_integer(a) ||
+        !json_is_array(bufs) || json_integer_value(b) < 1 ||
+        json_integer_value(b) > UINT32_MAX || json_integer_value(s) < 1 ||
+        json_integer_value(c) < 1 || json_integer_value(c) > UINT32_MAX ||
+        json_integer_value(t) < 1 || json_integer_value(t) > 256)
+        return mc_fail(err, MC_ERR_FORMAT, L->path, "plan", -1,
+                       "manifest plan lacks max_batch, max_seq, "
+                       "prefill_chunk, threads, kv_type, arena_bytes or "
+                       "buffers (or has them out of range)");
+    lim.max_batch = (uint32_t)json_integer_value(b);
+    lim.max_seq = (uint64_t)json_integer_value(s);
+    lim.prefill_chunk = (uint32_t)json_integer_value(c);
+    lim.threads = (int)json_integer_value(t);
+    const char *ks = json_string_value(k);
+    lim.kv_type = strcmp(ks, "f16") == 0    ? KN_KV_F16
+                  : strcmp(ks, "int8") == 0 ? KN_KV_I8
+                  : strcmp(ks, "f32") == 0  ? KN_KV_F32
+                                            : (kn_kvtype)-1;
+    rt_layout lay;
+    mc_status st = rt_layout_build(&L->m->cfg, &lim, &lay, err);
+    if (st != MC_OK)
+        return st;
+    int same = (uint64_t)json_integer_value(a) == lay.arena_bytes &&
+               json_array_size(bufs) == RT_BUF_COUNT_;
+    for (size_t i = 0; same && i < RT_BUF_COUNT_; i++) {
+        const json_t *e = json_array_get(bufs, i);
+        const json_t *off = json_object_get(e, "offset"),
+                     *by = json_object_get(e, "bytes");
+        same = json_is_integer(off) && json_is_integer(by) &&
+               (uint64_t)json_integer_value(off) == lay.buf[i].offset &&
+               (uint64_t)json_integer_value(by) == lay.buf[i].bytes;
+    }
+    if (!same)
+        return mc_fail(err, MC_ERR_PLAN, L->path, "plan", -1,
+                       "the artifact's arena plan (batch %u, max_seq %llu, "
+                       "chunk %u) differs from this runtime's layout for the "
+                       "same limits; recompile the artifact", lim.max_batch,
+                       (unsigned long long)lim.max_seq, lim.prefill_chunk);
+    L->m->has_plan = 1;
+    L->m->plan_limits = lay.limits;
+    L->m->plan_layout = lay;
+    return MC_OK;
+}
+
+static mc_status load_sections(loader *L, unsigned flags, mc_error *err)
+{
+    fmt_art *a = L->o->a;
+    size_t n = fmt_art_section_count(a);
+    if (!(flags & RT_ART_NO_VERIFY)) {
+        size_t bad;
+        mc_status st = fmt_art_verify(a, &bad, err);
+        if (st != MC_OK)
+            return st;
+    }
+    L->o->base = mc_calloc(n ? n : 1, sizeof *L->o->base);
+    if (!L->o->base)
+        return mc_fail(err, MC_ERR_NOMEM, L->path, NULL, -1, "out of memory");
+    uint64_t ztotal = 0;
+    for (size_t i = 0; i < n; i++) {
+        const fmt_art_section *s = fmt_art_section_at(a, i);
+        if (s->codec == FMT_ART_CODEC_ZSTD) {
+            uint64_t r;
+            if (!mc_align_up_u64(s->raw_bytes, 64, &r) ||
+                !mc_add_u64(ztotal, r, &ztotal) || ztotal > SIZE_MAX / 2)
+                return mc_fail(err, MC_ERR_OVERFLOW, L->path, s->name, -1,
+                               "decompressed sections overflow");
+        }
+    }
+    if (ztotal) {
+        L->o->zbuf = mc_malloc((size_t)ztotal);
+        if (!L->o->zbuf)
+            return mc_fail(err, MC_ERR_NOMEM, L->path, NULL, -1,
+                           "cannot allocate %llu bytes for the compressed "
+                           "sections", (unsigned long long)ztotal);
+    }
+    uint64_t zoff = 0;
+    for (size_t i = 0; i < n; i++) {
+        const fmt_art_section *s = fmt_art_section_at(a, i);
+        if (s->codec == FMT_ART_CODEC_RAW) {
+            L->o->base[i] = s->stored;
+            continue;
+        }
+        mc_status st = fmt_art_section_read(a, i, L->o->zbuf + zoff,
+                                            s->raw_bytes, 0, err);
+        if (st != MC_OK)
+            return st;
+        L->o->base[i] = L->o->zbuf + zoff;
+        uint64_t r = 0;
+        mc_align_up_u64(s->raw_bytes, 64, &r);
+        zoff += r;
+    }
+    return MC_OK;
+}
+
+static mc_status load_weights(loader *L, mc_error *err)
+{
+    rt_model *m = L->m;
+    const fmt_model_config *c = &m->cfg;
+    const uint32_t H = c->hidden_size, V = c->vocab_size,
+                   F = c->intermediate_size,
+                   QD = (uint32_t)fmt_config_q_dim(c),
+                   KD = (uint32_t)fmt_config_kv_dim(c);
+    uint64_t per = 2ull * H + (c->qkv_bias ? QD + 2ull * KD : 0) +
+                   (c->o_bias ? H : 0) + (c->mlp_bias ? 2ull * F + H : 0);
+    uint64_t nf = per * c->num_layers + H;
+    m->owned = mc_malloc_array((size_t)nf, sizeof(float));
+    m->layers = mc_calloc(c->num_layers, sizeof *m->layers);
+    if (!m->owned || !m->layers)
+        return mc_fail(err, MC_ERR_NOMEM, L->path, NULL, -1, "out of memory");
+    m->owned_floats = nf;
+    L->next = m->owned;
+    L->owned_end = m->owned + nf;
+    mc_status st = get_matrix(L, "model.embed_tokens.weight", V, H, &m->embed,
+                              err);
+    char nm[128];
+#define NAME(fmt_) (snprintf(nm, sizeof nm, "model.layers.%u." fmt_, l), nm)
+    for (uint32_t l = 0; st == MC_OK && l < c->num_layers; l++) {
+        rt_layer *ly = &m->layers[l];
+        kn_block_weights *w = &ly->w;
+        rt_model_layer_dims(c, l, &ly->dims);
+        int qb = c->qkv_bias, ob = c->o_bias, mb = c->mlp_bias;
+        if ((st = get_vec(L, NAME("input_layernorm.weight"), H, 0,
+                          &w->attn_norm, err)) ||
+            (st = get_matrix(L, NAME("self_attn.q_proj.weight"), QD, H, &w->wq,
+                             err)) ||
+            (st = get_matrix(L, NAME("self_attn.k_proj.weight"), KD, H, &w->wk,
+                             err)) ||
+            (st = get_matrix(L, NAME("self_attn.v_proj.weight"), KD, H, &w->wv,
+                             err)) ||
+            (st = get_matrix(L, NAME("self_attn.o_proj.weight"), H, QD, &w->wo,
+                             err)) ||
+            (qb && (st = get_vec(L, NAME("self_attn.q_proj.bias"), QD, 0,
+                                 &w->bq, err))) ||
+            (qb && (st = get_vec(L, NAME("self_attn.k_proj.bias"), KD, 0,
+                                 &w->bk, err))) ||
+            (qb && (st = get_vec(L, NAME("self_attn.v_proj.bias"), KD, 0,
+                                 &w->bv, err))) ||
+            (ob && (st = get_vec(L, NAME("self_attn.o_proj.bias"), H, 0,
+                                 &w->bo, err))) ||
+            (st = get_vec(L, NAME("post_attention_layernorm.weight"), H, 0,
+                          &w->mlp_norm, err)) ||
+            (st = get_matrix(L, NAME("mlp.gate_proj.weight"), F, H,
+                             &w->w_gate, err)) ||
+            (st = get_matrix(L, NAME("mlp.up_proj.weight"), F, H, &w->w_up,
+                             err)) ||
+            (st = get_matrix(L, NAME("mlp.down_proj.weight"), H, F,
+                             &w->w_down, err)) ||
+            (mb && (st = get_vec(L, NAME("mlp.gate_proj.bias"), F, 0,
+                                 &w->b_gate, err))) ||
+            (mb && (st = get_vec(L, NAME("mlp.up_proj.bias"), F, 0, &w->b_up,
+                                 err))) ||
+            (mb && (st = get_vec(L, NAME("mlp.down_proj.bias"), H, 0,
+                                 &w->b_down, err))))
+            break;
+        m->weight_bytes += matrix_bytes(&w->wq) + matrix_bytes(&w->wk) +
+                           matrix_bytes(&w->wv) + matrix_bytes(&w->wo) +
+                           matrix_bytes(&w->w_gate) + matrix_bytes(&w->w_up) +
+                           matrix_bytes(&w->w_down);
+    }
+#undef NAME
+    if (st == MC_OK)
+        st = get_vec(L, "model.norm.weight", H, 0, &m->final_norm, err);
+    if (st == MC_OK) {
+        if (c->tie_word_embeddings)
+            m->lm_head = m->embed;
+        else
+            st = get_matrix(L, "lm_head.weight", V, H, &m->lm_head, err);
+    }
+    if (st == MC_OK)
+        m->weight_bytes += matrix_bytes(&m->lm_head);
+    return st;
+}
+
+mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
+                                    rt_model **out, mc_error *err)
+{
+    *out = NULL;
+    rt_model *m = mc_calloc(1, sizeof *m);
+    art_owner *o = mc_calloc(1, sizeof *o);
+    if (!m || !o) {
+        mc_free(m);
+        mc_free(o);
+        return mc_fail(err, MC_ERR_NOMEM, path, NULL, -1, "out of memory");
+    }
+    m->owner = o;
+    m->owner_free = owner_free;
+    snprintf(m->path, sizeof m->path, "%s", path);
+    loader L = {path, o, m, NULL, NULL};
+    mc_status st = fmt_art_open(path, &o->a, err);
+    if (st == MC_OK) {
+        char *cj = json_dumps(json_object_get(fmt_art_manifest(o->a), "config"),
+                              JSON_COMPACT | JSON_REAL_PRECISION(17));
+        if (!cj)
+            st = mc_fail(err, MC_ERR_FORMAT, path, "config", -1,
+                         "manifest config cannot be serialized");
+        else
+            st = fmt_config_parse(cj, strlen(cj), path, &m->cfg, err);
+        mc_free(cj);
+    }
+    if (st == MC_OK)
+        st = load_plan(&L, err);
+    if (st == MC_OK)
+        st = load_sections(&L, flags, err);
+    if (st == MC_OK)
+        st = load_weights(&L, err);
+    if (st == MC_OK && L.next != L.owned_end)
+        st = mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
+                     "norm/bias tensors do not match the config");
+    if (st != MC_OK) {
+        rt_model_free(m);
+        return st;
+    }
+    *out = m;
+    return MC_OK;
+}
+
+mc_status rt_model_open_artifact(const char *path, rt_model **out,
+                                 mc_error *err)
+{
+    return rt_model_open_artifact_ex(path, 0, out, err);
+}

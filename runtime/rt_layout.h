@@ -1,0 +1,145 @@
+/*
+ * rt_layout.h - the session arena: THE single source of truth for how many
+ * bytes a session needs and where each buffer lives.
+ *
+ * The runtime (rt_session_create) allocates one arena of arena_bytes and
+ * places every buffer at its offset; the compiler's memory planner calls
+ * rt_layout_build with the same inputs and stores the result in the
+ * artifact.  Nothing else is allocated per token.
+ *
+ * A step (one call of the model on up to prefill_chunk token rows) goes
+ * through phases; every buffer lives over an interval of them:
+ *
+ *   phase  0 INPUT     ids, pos, segments, logit-row list written
+ *          1 EMBED     x filled from the embedding rows
+ *          2 LAYERS    the blocks: xb q k v att hb hb2 attn-scratch
+ *          3 NORM      rows that need logits: x -> normed hx
+ *          4 HEAD      hx -> logits (groups of max_batch rows)
+ *          5 SAMPLE    logits -> probs/index scratch -> token / log-probs
+ *   PERSIST  KV cache, RoPE inv_freq (global and per slot): all steps
+ *
+ * Two buffers may share bytes only when their intervals are disjoint.
+ * Offsets: buffers sorted by size (descending, ties by id), each placed at
+ * the lowest 64-byte-aligned offset where it overlaps no already placed
+ * buffer whose lifetime overlaps its own.  Deterministic for equal inputs.
+ *
+ *   0                                                        arena_bytes
+ *   +--------------------------------------+--------------------------+
+ *   | KV cache (PERSIST)                   | step buffers, reused     |
+ *   |  layer 0: slot 0 [cap0][K,V slot] .. |  LAYERS: q k v att hb .. |
+ *   |  layer 1: slot 0 ..   slot B-1 ...   |  HEAD:   logits hx ...   |
+ *   |                                      |  (same bytes, other      |
+ *   |                                      |   phases)  + rope, ids.. |
+ *   +--------------------------------------+--------------------------+
+ *   (the picture is typical: the greedy placement puts the largest,
+ *    persistent KV region first; buf[] with rt_layout_buf_name gives the
+ *    real one, and `mcompile plan` reports it)
+ *
+ * Inside the KV region layer l, batch slot b start at
+ *   kv_offset + sum_{l' < l} B * cap_l' * slot_bytes + b * cap_l * slot_bytes
+ * with cap_l = max_seq for full-attention layers and
+ * min(max_seq, window_l + prefill_chunk) for sliding-window layers (a ring:
+ * position p in slot p % cap_l), slot_bytes = kn_kv_slot_bytes(kv type).
+ */
+#ifndef RT_LAYOUT_H
+#define RT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fmt_config.h"
+#include "kn_quant.h"
+#include "mc_error.h"
+
+#define RT_LAYOUT_ALIGN 64
+
+/* What a session is planned for. */
+typedef struct rt_limits {
+    uint32_t max_batch;      /* sequences decoded together (>= 1) */
+    uint64_t max_seq;        /* context per sequence, prompt + generated */
+    uint32_t prefill_chunk;  /* token rows per step (>= max_batch) */
+    kn_kvtype kv_type;       /* KV cache element type */
+    int threads;             /* worker threads (0 = online CPUs) */
+} rt_limits;
+
+/* Phases of a step (see the table above). */
+typedef enum rt_phase {
+    RT_PH_INPUT = 0,
+    RT_PH_EMBED = 1,
+    RT_PH_LAYERS = 2,
+    RT_PH_NORM = 3,
+    RT_PH_HEAD = 4,
+    RT_PH_SAMPLE = 5,
+    RT_PH_PERSIST = 6,       /* first = last = PERSIST: lives across steps */
+} rt_phase;
+
+/* Every buffer of the arena.  Values are pinned (artifacts store offsets
+ * by id): add new ones before RT_BUF_COUNT_. */
+typedef enum rt_buf_id {
+    RT_BUF_KV = 0,           /* all layers x slots, PERSIST */
+    RT_BUF_ROPE = 1,         /* float [head_dim/2] inv_freq, PERSIST */
+    RT_BUF_ROPE_SLOT = 2,    /* float [max_batch][head_dim/2] dynamic NTK, PERSIST */
+    RT_BUF_IDS = 3,          /* int32 [chunk] token ids of the step */
+    RT_BUF_POS = 4,          /* int64 [chunk] positions */
+    RT_BUF_SEGS = 5,         /* kn_block_segment [max_batch] */
+    RT_BUF_ROWS = 6,         /* int32 [chunk][2] (row, sequence) needing logits */
+    RT_BUF_X = 7,            /* float [chunk][hidden] residual */
+    RT_BUF_XB = 8,           /* float [chunk][hidden] */
+    RT_BUF_Q = 9,            /* float [chunk][q_dim] */
+    RT_BUF_K = 10,           /* float [chunk][kv_dim] */
+    RT_BUF_V = 11,           /* float [chunk][kv_dim] */
+    RT_BUF_ATT = 12,         /* float [chunk][q_dim] */
+    RT_BUF_HB = 13,          /* float [chunk][ffn] */
+    RT_BUF_HB2 = 14,         /* float [chunk][ffn] */
+    RT_BUF_ATTN_SCRATCH = 15,/* float kn_attention_scratch_floats(threads, max_seq) */
+    RT_BUF_HX = 16,          /* float [max_batch][hidden] normed rows for the head */
+    RT_BUF_LOGITS = 17,      /* float [max_batch][vocab] */
+    RT_BUF_PROBS = 18,       /* float [vocab] sampler */
+    RT_BUF_INDEX = 19,       /* int32 [vocab] sampler */
+    RT_BUF_COUNT_
+} rt_buf_id;
+
+typedef struct rt_buffer {
+    uint64_t offset;         /* bytes from the arena start, 64-aligned */
+    uint64_t bytes;          /* size (0: unused, offset 0) */
+    rt_phase first, last;    /* lifetime, inclusive */
+} rt_buffer;
+
+typedef struct rt_layout {
+    rt_limits limits;        /* the limits it was built for (threads resolved) */
+    rt_buffer buf[RT_BUF_COUNT_];
+    uint64_t arena_bytes;    /* total, 64-aligned */
+    uint64_t kv_bytes;       /* RT_BUF_KV */
+    uint64_t activation_bytes; /* arena_bytes - kv_bytes */
+    uint64_t kv_slot_bytes;  /* K+V bytes of one position of one layer */
+} rt_layout;
+
+/* Check limits against the config (batch >= 1, chunk >= batch, max_seq >= 1,
+ * kv type known) and fill out.  Threads 0 is resolved to the online CPU
+ * count here (the attention scratch depends on it).  Returns MC_ERR_PLAN
+ * with a message naming the bad limit, MC_ERR_OVERFLOW when sizes do not
+ * fit 64 bits. */
+mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
+                          rt_layout *out, mc_error *err);
+
+/* Ring capacity (positions) of layer's cache under lim. */
+uint64_t rt_layout_kv_cap(const fmt_model_config *cfg, const rt_limits *lim,
+                          uint32_t layer);
+/* Byte offset (from the arena start) of layer's cache for batch slot. */
+uint64_t rt_layout_kv_offset(const rt_layout *l, const fmt_model_config *cfg,
+                             uint32_t layer, uint32_t slot);
+
+/* KV bytes one token costs over all layers (for the planner), and the KV
+ * bytes of a whole session: sum over layers of max_batch * cap * slot. */
+uint64_t rt_layout_kv_bytes_per_token(const fmt_model_config *cfg,
+                                      kn_kvtype kv_type);
+uint64_t rt_layout_kv_bytes_total(const fmt_model_config *cfg,
+                                  const rt_limits *lim);
+
+/* Name of a buffer ("kv", "logits", ...), for reports. */
+const char *rt_layout_buf_name(rt_buf_id id);
+/* Default limits for a config when no plan is given: batch 8, max_seq
+ * min(max_position_embeddings, 2048), chunk 256, f32 KV, threads 0. */
+void rt_limits_default(const fmt_model_config *cfg, rt_limits *out);
+
+#endif /* RT_LAYOUT_H */

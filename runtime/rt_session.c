@@ -1,0 +1,616 @@
+/* rt_session.c - sessions: the arena, the step scheduler, the head, and
+ * generation / scoring / logits on top (see rt_session.h).
+ *
+ * Everything that runs tokens (run_calls below) touches only the arena and
+ * the tables allocated at create; it never calls mc_malloc. */
+#include "rt_session.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kn_block.h"
+#include "kn_ops.h"
+#include "mc_alloc.h"
+
+#define RT_CANARY 0xA5u
+
+typedef enum run_mode {
+    MODE_GENERATE = 0,
+    MODE_SCORE = 1,
+    MODE_LOGITS = 2,
+} run_mode;
+
+/* One sequence of the current call, in batch slot = its index. */
+typedef struct rt_seq {
+    const int32_t *a;          /* prompt (after truncation) */
+    size_t na;
+    const int32_t *b;          /* continuation (score) / generated ids */
+    size_t nb;                 /* tokens of b available to feed */
+    size_t fed;                /* positions stored in the KV cache */
+    int done;                  /* nothing more to feed or sample */
+    rt_rng rng;
+} rt_seq;
+
+struct rt_session {
+    const rt_model *m;
+    rt_layout layout;
+    uint8_t *arena;            /* layout.arena_bytes, posix_memalign */
+    kn_pool *pool;
+    kn_kv *kv;                 /* [num_layers][max_batch] cache views */
+    rt_seq *seq;               /* [max_batch] */
+    kn_rope *slot_rope;        /* [max_batch] dynamic-NTK RoPE per slot */
+    size_t *seg_seq;           /* [max_batch] sequence of each segment */
+    kn_rope rope;              /* default RoPE (inv_freq in the arena) */
+    int dynamic_rope;          /* rope type is dynamic NTK */
+    /* views of the arena buffers */
+    int32_t *ids;
+    int64_t *pos;
+    kn_block_segment *segs;
+    int32_t *rows;             /* [chunk][2]: (row, sequence) */
+    float *x, *hx, *logits, *probs;
+    int32_t *index;
+    kn_block_scratch scratch;
+    /* the current call */
+    run_mode mode;
+    const rt_gen_params *gp;
+    rt_gen_result *gres;
+    rt_score_item *items;
+    const int32_t *labels;
+    size_t n_labels;
+    float *const *logits_out;
+    /* calibration tap */
+    rt_tap_fn tap;
+    void *tap_ctx;
+    uint32_t tap_layer;
+    rt_session_stats stats;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *buf_at(rt_session *s, rt_buf_id id)
+{
+    return s->arena + s->layout.buf[id].offset;
+}
+
+static size_t kv_elem_bytes(kn_kvtype t)
+{
+    return t == KN_KV_F32 ? 4 : t == KN_KV_F16 ? 2 : 1;
+}
+
+static int limits_equal(const rt_limits *a, const rt_limits *b)
+{
+    return a->max_batch == b->max_batch && a->max_seq == b->max_seq &&
+           a->prefill_chunk == b->prefill_chunk && a->kv_type == b->kv_type;
+}
+
+mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
+                            const rt_layout *layout, rt_session **out,
+                            mc_error *err)
+{
+    *out = NULL;
+    if (!model || !lim)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
+                       "rt_session_create: NULL model or limits");
+    const fmt_model_config *c = &model->cfg;
+    rt_layout built;
+    mc_status st = rt_layout_build(c, lim, &built, err);
+    if (st)
+        return st;
+    if (layout) {
+        /* A stored plan must be exactly what rt_layout_build gives for its
+         * own limits (same code, same inputs) and be for the limits asked;
+         * anything else is a stale or foreign plan.  Its thread count
+         * sized the attention scratch: run with at most that many. */
+        rt_layout check;
+        rt_limits lp = layout->limits;
+        mc_status cst = rt_layout_build(c, &lp, &check, NULL);
+        if (cst || !limits_equal(&lp, &built.limits) ||
+            check.arena_bytes != layout->arena_bytes ||
+            memcmp(check.buf, layout->buf, sizeof check.buf) != 0)
+            return mc_fail(err, MC_ERR_PLAN, model->path, "layout", -1,
+                           "stored plan (batch %u, max_seq %llu, chunk %u, "
+                           "%llu arena bytes) does not match the requested "
+                           "limits (batch %u, max_seq %llu, chunk %u, needs "
+                           "%llu bytes) or this model",
+                           layout->limits.max_batch,
+                           (unsigned long long)layout->limits.max_seq,
+                           layout->limits.prefill_chunk,
+                           (unsigned long long)layout->arena_bytes,
+                           built.limits.max_batch,
+                           (unsigned long long)built.limits.max_seq,
+                           built.limits.prefill_chunk,
+                           (unsigned long long)built.arena_bytes);
+        int threads = built.limits.threads;
+        built = *layout;
+        if (threads < built.limits.threads)
+            built.limits.threads = threads;
+    }
+    rt_session *s = mc_calloc(1, sizeof *s);
+    if (!s)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "session");
+    s->m = model;
+    s->layout = built;
+    const uint32_t B = built.limits.max_batch;
+    if (built.arena_bytes > SIZE_MAX ||
+        posix_memalign((void **)&s->arena, RT_LAYOUT_ALIGN,
+                       (size_t)built.arena_bytes) != 0) {
+        s->arena = NULL;
+        rt_session_free(s);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, "arena", -1,
+                       "cannot allocate the %llu-byte arena (KV %llu bytes "
+                       "for batch %u x max_seq %llu)",
+                       (unsigned long long)built.arena_bytes,
+                       (unsigned long long)built.kv_bytes, B,
+                       (unsigned long long)built.limits.max_seq);
+    }
+    memset(s->arena, RT_CANARY, (size_t)built.arena_bytes);
+    s->kv = mc_calloc((size_t)c->num_layers * B, sizeof *s->kv);
+    s->seq = mc_calloc(B, sizeof *s->seq);
+    s->slot_rope = mc_calloc(B, sizeof *s->slot_rope);
+    s->seg_seq = mc_calloc(B, sizeof *s->seg_seq);
+    s->pool = kn_pool_create(built.limits.threads);
+    if (!s->kv || !s->seq || !s->slot_rope || !s->seg_seq || !s->pool) {
+        rt_session_free(s);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                       "session tables or thread pool");
+    }
+
+    /* KV views: layer l, slot b -> [cap][K], [cap][V], scales (I8). */
+    const uint64_t kvd = (uint64_t)c->num_kv_heads * c->head_dim;
+    const size_t esz = kv_elem_bytes(built.limits.kv_type);
+    for (uint32_t l = 0; l < c->num_layers; l++) {
+        uint64_t cap = rt_layout_kv_cap(c, &built.limits, l);
+        for (uint32_t b = 0; b < B; b++) {
+            kn_kv *kv = &s->kv[(size_t)l * B + b];
+            uint8_t *base = s->arena + rt_layout_kv_offset(&built, c, l, b);
+            kv->type = built.limits.kv_type;
+            kv->n_kv_heads = c->num_kv_heads;
+            kv->head_dim = c->head_dim;
+            kv->cap = cap;
+            kv->k = base;
+            kv->v = base + cap * kvd * esz;
+            if (kv->type == KN_KV_I8) {
+                kv->k_scale = (float *)(base + 2 * cap * kvd * esz);
+                kv->v_scale = kv->k_scale + cap * c->num_kv_heads;
+            }
+        }
+    }
+
+    s->ids = buf_at(s, RT_BUF_IDS);
+    s->pos = buf_at(s, RT_BUF_POS);
+    s->segs = buf_at(s, RT_BUF_SEGS);
+    s->rows = buf_at(s, RT_BUF_ROWS);
+    s->x = buf_at(s, RT_BUF_X);
+    s->hx = buf_at(s, RT_BUF_HX);
+    s->logits = buf_at(s, RT_BUF_LOGITS);
+    s->probs = buf_at(s, RT_BUF_PROBS);
+    s->index = buf_at(s, RT_BUF_INDEX);
+    s->scratch.xb = buf_at(s, RT_BUF_XB);
+    s->scratch.q = buf_at(s, RT_BUF_Q);
+    s->scratch.k = buf_at(s, RT_BUF_K);
+    s->scratch.v = buf_at(s, RT_BUF_V);
+    s->scratch.att = buf_at(s, RT_BUF_ATT);
+    s->scratch.hb = buf_at(s, RT_BUF_HB);
+    s->scratch.hb2 = buf_at(s, RT_BUF_HB2);
+    s->scratch.attn = buf_at(s, RT_BUF_ATTN_SCRATCH);
+
+    /* RoPE: the default table, and per-slot tables for dynamic NTK. */
+    const fmt_rope *r = &c->rope;
+    s->dynamic_rope = r->type == FMT_ROPE_DYNAMIC;
+    s->rope.head_dim = c->head_dim;
+    s->rope.inv_freq = buf_at(s, RT_BUF_ROPE);
+    uint64_t orig = r->original_max_pos ? r->original_max_pos
+                                        : c->max_position_embeddings;
+    if (s->dynamic_rope)
+        orig = c->max_position_embeddings; /* as transformers does */
+    kn_rope_init((int)r->type, r->theta, r->factor, r->low_freq_factor,
+                 r->high_freq_factor, orig, r->beta_fast, r->beta_slow,
+                 r->attention_factor, c->head_dim, 0, s->rope.inv_freq,
+                 &s->rope.attn_scale);
+    float *slot_inv = buf_at(s, RT_BUF_ROPE_SLOT);
+    for (uint32_t b = 0; b < B; b++) {
+        s->slot_rope[b].head_dim = c->head_dim;
+        s->slot_rope[b].inv_freq = slot_inv + (size_t)b * (c->head_dim / 2);
+        s->slot_rope[b].attn_scale = 1.0f;
+    }
+    *out = s;
+    return MC_OK;
+}
+
+void rt_session_free(rt_session *s)
+{
+    if (!s)
+        return;
+    kn_pool_free(s->pool);
+    free(s->arena); /* posix_memalign'ed */
+    mc_free(s->kv);
+    mc_free(s->seq);
+    mc_free(s->slot_rope);
+    mc_free(s->seg_seq);
+    mc_free(s);
+}
+
+const rt_layout *rt_session_layout(const rt_session *s)
+{
+    return &s->layout;
+}
+
+const rt_model *rt_session_model(const rt_session *s)
+{
+    return s->m;
+}
+
+void rt_session_set_tap(rt_session *s, rt_tap_fn fn, void *ctx)
+{
+    s->tap = fn;
+    s->tap_ctx = ctx;
+}
+
+uint64_t rt_session_arena_high_water(const rt_session *s)
+{
+    uint64_t n = s->layout.arena_bytes;
+    const uint8_t *a = s->arena;
+    while (n > 0 && a[n - 1] == RT_CANARY)
+        n--;
+    return n;
+}
+
+void rt_session_stats_get(const rt_session *s, rt_session_stats *out)
+{
+    *out = s->stats;
+}
+
+void rt_session_reset_stats(rt_session *s)
+{
+    memset(&s->stats, 0, sizeof s->stats);
+}
+
+/* ---- the step loop (no allocation below this line) ----------------------- */
+
+static int32_t tok_at(const rt_seq *q, size_t i)
+{
+    return i < q->na ? q->a[i] : q->b[i - q->na];
+}
+
+/* Does the row at position p of sequence i need logits? */
+static int row_needs_logits(const rt_session *s, size_t i, size_t p)
+{
+    const rt_seq *q = &s->seq[i];
+    switch (s->mode) {
+    case MODE_GENERATE:
+        /* The last available token of a sequence that still samples. */
+        return p + 1 == q->na + q->nb && q->nb < s->gp->max_new_tokens;
+    case MODE_SCORE: {
+        const rt_score_item *it = &s->items[i];
+        if (p + 1 == q->na && s->n_labels > 0)
+            return 1;
+        return p + 1 >= q->na && p + 1 < q->na + it->n_cont;
+    }
+    default:
+        return 1;
+    }
+}
+
+static void tap_adapter(void *ctx, kn_tap_point where, const float *x,
+                        size_t T, size_t width)
+{
+    rt_session *s = ctx;
+    s->tap(s->tap_ctx, s->tap_layer, where, x, T, width);
+}
+
+/* Use the logits of row j of the head group for (sequence i, position p). */
+static void consume_row(rt_session *s, size_t i, size_t p, const float *lg)
+{
+    const uint32_t V = s->m->cfg.vocab_size;
+    rt_seq *q = &s->seq[i];
+    if (s->mode == MODE_LOGITS) {
+        memcpy(s->logits_out[i] + p * V, lg, (size_t)V * sizeof(float));
+        return;
+    }
+    if (s->mode == MODE_SCORE) {
+        rt_score_item *it = &s->items[i];
+        if (p + 1 == q->na)
+            for (size_t j = 0; j < s->n_labels; j++)
+                it->label_logprobs[j] = rt_logprob(lg, V, s->labels[j]);
+        if (p + 1 >= q->na && p + 1 < q->na + it->n_cont) {
+            size_t c = p + 1 - q->na;
+            it->cont_logprobs[c] = rt_logprob(lg, V, it->cont[c]);
+        }
+        return;
+    }
+    const rt_gen_params *gp = s->gp;
+    rt_gen_result *res = &s->gres[i];
+    int32_t t = rt_sample(&gp->sampler, lg, V, &q->rng, s->probs, s->index);
+    if (gp->on_logits)
+        gp->on_logits(gp->on_logits_ctx, i, q->nb, lg, V);
+    if (rt_is_stop(t, gp->stop, gp->n_stop)) {
+        res->stop = RT_STOP_TOKEN;
+        res->stop_token = t;
+        q->done = 1;
+        return;
+    }
+    res->ids[q->nb++] = t;
+    res->n = q->nb;
+    if (q->nb >= gp->max_new_tokens) {
+        res->stop = RT_STOP_LENGTH;
+        q->done = 1;
+    }
+}
+
+/* Lay out one step: decoding sequences first, then prompt rows.  Returns
+ * the number of rows T (0 when every sequence is done). */
+static size_t plan_step(rt_session *s, size_t n, size_t *nseg_out,
+                        size_t *nrows_out, size_t *n_decode_rows)
+{
+    const size_t C = s->layout.limits.prefill_chunk;
+    size_t T = 0, nseg = 0, nrows = 0;
+    *n_decode_rows = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n && T < C; i++) {
+            rt_seq *q = &s->seq[i];
+            size_t avail = q->na + q->nb;
+            if (q->done || q->fed >= avail)
+                continue;
+            int decoding = s->mode == MODE_GENERATE && q->fed >= q->na;
+            if (decoding != (pass == 0))
+                continue;
+            size_t take = avail - q->fed;
+            if (take > C - T)
+                take = C - T;
+            kn_block_segment *g = &s->segs[nseg];
+            g->kv = NULL; /* set per layer */
+            g->pos0 = (int64_t)q->fed;
+            g->count = take;
+            g->rope = NULL;
+            if (s->dynamic_rope) {
+                /* transformers: a call's positions use seq_len = last
+                 * position + 1 (floored at max_position_embeddings). */
+                const fmt_model_config *c = &s->m->cfg;
+                const fmt_rope *r = &c->rope;
+                kn_rope *sr = &s->slot_rope[i];
+                kn_rope_init((int)r->type, r->theta, r->factor,
+                             r->low_freq_factor, r->high_freq_factor,
+                             c->max_position_embeddings, r->beta_fast,
+                             r->beta_slow, r->attention_factor, c->head_dim,
+                             q->fed + take, sr->inv_freq, &sr->attn_scale);
+                g->rope = sr;
+            }
+            s->seg_seq[nseg++] = i;
+            for (size_t t = 0; t < take; t++) {
+                size_t p = q->fed + t;
+                s->ids[T + t] = tok_at(q, p);
+                s->pos[T + t] = (int64_t)p;
+                if (row_needs_logits(s, i, p)) {
+                    s->rows[2 * nrows] = (int32_t)(T + t);
+                    s->rows[2 * nrows + 1] = (int32_t)i;
+                    nrows++;
+                }
+            }
+            if (decoding)
+                *n_decode_rows += take;
+            q->fed += take;
+            T += take;
+        }
+    }
+    *nseg_out = nseg;
+    *nrows_out = nrows;
+    return T;
+}
+
+/* Run steps until every sequence of the call is done. */
+static void run_calls(rt_session *s, size_t n)
+{
+    const rt_model *m = s->m;
+    const fmt_model_config *c = &m->cfg;
+    const uint32_t B = s->layout.limits.max_batch;
+    const size_t H = c->hidden_size, V = c->vocab_size;
+    for (;;) {
+        double t0 = now_seconds();
+        size_t nseg, nrows, ndec;
+        size_t T = plan_step(s, n, &nseg, &nrows, &ndec);
+        if (T == 0)
+            break;
+        for (size_t t = 0; t < T; t++)
+            kn_matrix_row(&m->embed, (uint32_t)s->ids[t], s->x + t * H);
+        for (uint32_t l = 0; l < c->num_layers; l++) {
+            for (size_t g = 0; g < nseg; g++)
+                s->segs[g].kv = &s->kv[(size_t)l * B + s->seg_seq[g]];
+            s->tap_layer = l;
+            kn_block_forward(s->pool, &m->layers[l].w, &m->layers[l].dims,
+                             &s->rope, s->x, T, s->pos, s->segs, nseg,
+                             &s->scratch, s->tap ? tap_adapter : NULL, s);
+        }
+        /* Head: only the rows that need logits, max_batch at a time. */
+        for (size_t r0 = 0; r0 < nrows; r0 += B) {
+            size_t g = nrows - r0 < B ? nrows - r0 : B;
+            for (size_t j = 0; j < g; j++)
+                kn_rmsnorm(s->hx + j * H,
+                           s->x + (size_t)s->rows[2 * (r0 + j)] * H,
+                           m->final_norm, 1, H, (float)c->rms_norm_eps);
+            kn_matmul(s->pool, &m->lm_head, s->hx, g, s->logits, NULL);
+            for (size_t j = 0; j < g; j++) {
+                size_t row = (size_t)s->rows[2 * (r0 + j)];
+                size_t i = (size_t)s->rows[2 * (r0 + j) + 1];
+                consume_row(s, i, (size_t)s->pos[row], s->logits + j * V);
+            }
+        }
+        /* Sequences whose last row ran and that sample nothing are done. */
+        for (size_t i = 0; i < n; i++) {
+            rt_seq *q = &s->seq[i];
+            if (!q->done && q->fed == q->na + q->nb &&
+                (s->mode != MODE_GENERATE ||
+                 q->nb >= s->gp->max_new_tokens))
+                q->done = 1;
+        }
+        double dt = now_seconds() - t0;
+        size_t npre = T - ndec;
+        s->stats.steps++;
+        s->stats.logit_rows += nrows;
+        s->stats.prefill_tokens += npre;
+        s->stats.decode_tokens += ndec;
+        s->stats.prefill_seconds += dt * (double)npre / (double)T;
+        s->stats.decode_seconds += dt * (double)ndec / (double)T;
+    }
+}
+
+/* ---- request checks and entry points -------------------------------------- */
+
+static mc_status check_batch(const rt_session *s, size_t n, mc_error *err)
+{
+    const rt_limits *L = &s->layout.limits;
+    if (n > L->max_batch)
+        return mc_fail(err, MC_ERR_PLAN, NULL, "batch", -1,
+                       "batch of %zu sequences exceeds the plan's max_batch "
+                       "%u (plan: max_batch %u, max_seq %llu, prefill_chunk "
+                       "%u)", n, L->max_batch, L->max_batch,
+                       (unsigned long long)L->max_seq, L->prefill_chunk);
+    return MC_OK;
+}
+
+static mc_status check_ids(const rt_session *s, const int32_t *ids, size_t n,
+                           size_t seq, const char *what, mc_error *err)
+{
+    const uint32_t V = s->m->cfg.vocab_size;
+    for (size_t j = 0; j < n; j++)
+        if (ids[j] < 0 || (uint32_t)ids[j] >= V)
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, what, -1,
+                           "sequence %zu: token %zu is %d, outside the "
+                           "vocabulary [0, %u)", seq, j, (int)ids[j], V);
+    return MC_OK;
+}
+
+/* Fit prompt i (na tokens) plus extra tokens into max_seq, truncating when
+ * asked.  Sets q->a, q->na. */
+static mc_status fit_prompt(const rt_session *s, const rt_prompt *p,
+                            size_t extra, rt_truncate tr, size_t i,
+                            rt_seq *q, mc_error *err)
+{
+    const rt_limits *L = &s->layout.limits;
+    if (!p->ids || p->n == 0)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "prompt", -1,
+                       "sequence %zu: empty prompt (at least one token, "
+                       "e.g. BOS, is needed)", i);
+    q->a = p->ids;
+    q->na = p->n;
+    if (extra < L->max_seq && p->n <= L->max_seq - extra)
+        return MC_OK;
+    size_t room = extra < L->max_seq ? (size_t)(L->max_seq - extra) : 0;
+    if (tr == RT_TRUNC_NONE || room == 0)
+        return mc_fail(err, MC_ERR_PLAN, NULL, "max_seq", -1,
+                       "sequence %zu: %zu prompt tokens + %zu more exceed "
+                       "the plan's max_seq %llu (plan: max_batch %u, "
+                       "max_seq %llu, prefill_chunk %u)%s",
+                       i, p->n, extra, (unsigned long long)L->max_seq,
+                       L->max_batch, (unsigned long long)L->max_seq,
+                       L->prefill_chunk,
+                       room ? "; truncation left/right can be asked for" : "");
+    if (tr == RT_TRUNC_LEFT)
+        q->a = p->ids + (p->n - room);
+    q->na = room;
+    return MC_OK;
+}
+
+static void reset_seq(rt_seq *q)
+{
+    memset(q, 0, sizeof *q);
+}
+
+mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
+                              size_t n, const rt_gen_params *p,
+                              rt_gen_result *res, mc_error *err)
+{
+    mc_status st = check_batch(s, n, err);
+    if (st)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        rt_seq *q = &s->seq[i];
+        reset_seq(q);
+        if ((st = fit_prompt(s, &prompts[i], p->max_new_tokens, p->truncate,
+                             i, q, err)) ||
+            (st = check_ids(s, q->a, q->na, i, "prompt", err)))
+            return st;
+        if (p->max_new_tokens > 0 && !res[i].ids)
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "ids", -1,
+                           "sequence %zu: no output buffer", i);
+        q->b = res[i].ids;
+        rt_rng_seed(&q->rng, p->seed, p->seq_index0 + i);
+        res[i].n = 0;
+        res[i].stop = p->max_new_tokens ? RT_STOP_NONE : RT_STOP_LENGTH;
+        res[i].stop_token = -1;
+        res[i].prompt_used = q->na;
+    }
+    s->mode = MODE_GENERATE;
+    s->gp = p;
+    s->gres = res;
+    run_calls(s, n);
+    s->gp = NULL;
+    s->gres = NULL;
+    return MC_OK;
+}
+
+mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
+                           const int32_t *labels, size_t n_labels,
+                           rt_truncate truncate, mc_error *err)
+{
+    mc_status st = check_batch(s, n, err);
+    if (st)
+        return st;
+    if ((st = check_ids(s, labels, n_labels, 0, "labels", err)))
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        rt_seq *q = &s->seq[i];
+        rt_score_item *it = &items[i];
+        reset_seq(q);
+        if ((st = fit_prompt(s, &it->prompt, it->n_cont, truncate, i, q,
+                             err)) ||
+            (st = check_ids(s, q->a, q->na, i, "prompt", err)) ||
+            (st = check_ids(s, it->cont, it->n_cont, i, "continuation",
+                            err)))
+            return st;
+        if ((it->n_cont && !it->cont_logprobs) ||
+            (n_labels && !it->label_logprobs))
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "score", -1,
+                           "sequence %zu: missing output buffer", i);
+        /* Feed the continuation except its last token (nothing scores
+         * what follows it). */
+        q->b = it->cont;
+        q->nb = it->n_cont ? it->n_cont - 1 : 0;
+    }
+    s->mode = MODE_SCORE;
+    s->items = items;
+    s->labels = labels;
+    s->n_labels = n_labels;
+    run_calls(s, n);
+    s->items = NULL;
+    s->labels = NULL;
+    return MC_OK;
+}
+
+mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
+                            size_t n, float *const *out, mc_error *err)
+{
+    mc_status st = check_batch(s, n, err);
+    if (st)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        rt_seq *q = &s->seq[i];
+        reset_seq(q);
+        if ((st = fit_prompt(s, &prompts[i], 0, RT_TRUNC_NONE, i, q, err)) ||
+            (st = check_ids(s, q->a, q->na, i, "prompt", err)))
+            return st;
+        if (!out[i])
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "logits", -1,
+                           "sequence %zu: no output buffer", i);
+    }
+    s->mode = MODE_LOGITS;
+    s->logits_out = out;
+    run_calls(s, n);
+    s->logits_out = NULL;
+    return MC_OK;
+}

@@ -1,0 +1,146 @@
+/*
+ * rt_session.h - running a model: one arena, a KV cache per batch slot,
+ * chunked batched prefill, decode, generation, scoring.
+ *
+ * rt_session_create allocates exactly one arena of layout.arena_bytes (plus
+ * the small session struct and its thread pool) and never allocates again:
+ * rt_session_generate / _score / _logits run with mc_malloc failing.
+ *
+ * Scheduling of a call on n <= max_batch sequences (slot i = sequence i):
+ * each step takes up to prefill_chunk token rows: first one row for every
+ * sequence that is decoding, then prompt rows of the sequences still in
+ * prefill, in sequence order (a prompt may be split across steps, several
+ * may share a step).  Logits are computed only for rows that need them (the
+ * last row of a sequence about to sample; continuation rows when scoring;
+ * every row for rt_session_logits), in groups of at most max_batch rows.
+ * Each row's result depends only on its own sequence, so a sequence gives
+ * bit-identical logits and tokens alone or in a batch (given per-row
+ * deterministic kernels, see kn_block.h).
+ *
+ * Requests beyond the plan are refused with MC_ERR_PLAN and a message that
+ * states the limits (n > max_batch: use the waves of mcrt.h; prompt +
+ * max_new_tokens > max_seq: refused unless truncation is asked for).
+ * Not thread-safe: one call at a time per session.
+ */
+#ifndef RT_SESSION_H
+#define RT_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mc_error.h"
+#include "rt_layout.h"
+#include "rt_model.h"
+#include "rt_sample.h"
+
+typedef struct rt_session rt_session;
+
+typedef enum rt_truncate {
+    RT_TRUNC_NONE = 0,         /* refuse sequences that do not fit */
+    RT_TRUNC_LEFT = 1,         /* drop the oldest prompt tokens */
+    RT_TRUNC_RIGHT = 2,        /* drop the newest prompt tokens */
+} rt_truncate;
+
+typedef enum rt_stop_reason {
+    RT_STOP_NONE = 0,          /* not run */
+    RT_STOP_LENGTH = 1,        /* max_new_tokens reached */
+    RT_STOP_TOKEN = 2,         /* a stop token was sampled */
+} rt_stop_reason;
+
+/* One prompt (ids borrowed for the duration of the call). */
+typedef struct rt_prompt {
+    const int32_t *ids;
+    size_t n;                  /* >= 1 */
+} rt_prompt;
+
+typedef struct rt_gen_params {
+    uint32_t max_new_tokens;   /* 0: only prefill */
+    rt_sampler sampler;        /* greedy / temperature / top-k / top-p */
+    uint64_t seed;             /* RNG of sequence i: (seed, seq_index0 + i) */
+    uint64_t seq_index0;       /* index of the first prompt in the request */
+    const int32_t *stop;       /* stop tokens (borrowed), n_stop of them */
+    size_t n_stop;
+    rt_truncate truncate;      /* when prompt + max_new > max_seq */
+    /* Optional: called with the logits row each generated token was
+     * sampled from (seq = index in this call, step = 0, 1, ...). */
+    void (*on_logits)(void *ctx, size_t seq, size_t step,
+                      const float *logits, uint32_t vocab);
+    void *on_logits_ctx;
+} rt_gen_params;
+
+typedef struct rt_gen_result {
+    int32_t *ids;              /* caller buffer, >= max_new_tokens entries */
+    size_t n;                  /* out: tokens generated (stop token excluded) */
+    rt_stop_reason stop;       /* out */
+    int32_t stop_token;        /* out: the stop token sampled, or -1 */
+    size_t prompt_used;        /* out: prompt tokens fed (after truncation) */
+} rt_gen_result;
+
+/* Scoring item: log-probabilities of cont[] after prompt (each token given
+ * the prompt and the continuation before it), and/or of each of the call's
+ * labels as the token right after the prompt. */
+typedef struct rt_score_item {
+    rt_prompt prompt;
+    const int32_t *cont;       /* may be NULL when n_cont == 0 */
+    size_t n_cont;
+    float *cont_logprobs;      /* out [n_cont] (may be NULL if n_cont == 0) */
+    float *label_logprobs;     /* out [n_labels] (may be NULL if none) */
+} rt_score_item;
+
+/* Timing counters since create (or rt_session_reset_stats). */
+typedef struct rt_session_stats {
+    uint64_t prefill_tokens;   /* prompt rows run */
+    uint64_t decode_tokens;    /* generated-token rows run + first samples */
+    double prefill_seconds;    /* wall time attributed to prefill rows */
+    double decode_seconds;     /* wall time attributed to decode rows */
+    uint64_t steps;            /* forward steps */
+    uint64_t logit_rows;       /* rows that went through the lm head */
+} rt_session_stats;
+
+/* Create a session for model (borrowed; must outlive the session) under
+ * lim.  layout NULL: built from (model cfg, lim).  A given layout (an
+ * artifact's stored plan) must be exactly what rt_layout_build produces for
+ * this config and the same limits (checked: MC_ERR_PLAN); the session then
+ * runs with at most the plan's thread count (its attention scratch).
+ * Allocates the arena (filled with a canary pattern for the high-water
+ * measurement) and the thread pool. */
+mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
+                            const rt_layout *layout, rt_session **out,
+                            mc_error *err);
+void rt_session_free(rt_session *s); /* NULL is a no-op */
+
+const rt_layout *rt_session_layout(const rt_session *s);
+const rt_model *rt_session_model(const rt_session *s);
+
+/* Generate for n prompts (n <= max_batch).  res[i].ids must have room for
+ * p->max_new_tokens ids. */
+mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
+                              size_t n, const rt_gen_params *p,
+                              rt_gen_result *res, mc_error *err);
+
+/* Score n items (n <= max_batch) without generating.  labels (n_labels of
+ * them, borrowed) are shared by all items.  truncate applies to prompts
+ * whose prompt + continuation exceed max_seq. */
+mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
+                           const int32_t *labels, size_t n_labels,
+                           rt_truncate truncate, mc_error *err);
+
+/* Logits at every position of n prompts: out[i] is [prompts[i].n][vocab]
+ * (caller buffers).  For evaluation (perplexity, KL divergence) and tests. */
+mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
+                            size_t n, float *const *out, mc_error *err);
+
+/* The tap of kn_block.h, called for every layer (layer index added) during
+ * the next calls until cleared with fn NULL.  For calibration. */
+typedef void (*rt_tap_fn)(void *ctx, uint32_t layer, kn_tap_point where,
+                          const float *x, size_t T, size_t width);
+void rt_session_set_tap(rt_session *s, rt_tap_fn fn, void *ctx);
+
+/* Highest byte offset + 1 of the arena that no longer holds the canary
+ * written at create: a measurement of how much of the arena ran. */
+uint64_t rt_session_arena_high_water(const rt_session *s);
+
+void rt_session_stats_get(const rt_session *s, rt_session_stats *out);
+void rt_session_reset_stats(rt_session *s);
+
+#endif /* RT_SESSION_H */

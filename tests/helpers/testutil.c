@@ -1,0 +1,147 @@
+/* testutil.c - helpers shared by the cmocka tests (see testutil.h). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char *tu_fmt(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = malloc((size_t)n + 1);
+    assert_non_null(s);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+char *tu_mkdtemp(const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    char *tmpl = tu_fmt("%s/mc-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+    assert_non_null(mkdtemp(tmpl));
+    return tmpl;
+}
+
+void tu_rmtree(const char *path)
+{
+    if (!path || !*path)
+        return;
+    char *cmd = tu_fmt("rm -rf '%s'", path);
+    int rc = system(cmd);
+    (void)rc;
+    free(cmd);
+}
+
+const char *tu_stories_dir(void)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/models/stories260k", MC_SHARED_DIR);
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/model.safetensors", path);
+    return access(cfg, R_OK) == 0 ? path : NULL;
+}
+
+static char *slurp_fd(int fd, size_t *len_out)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    for (;;) {
+        if (len + 1 >= cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        ssize_t r = read(fd, buf + len, cap - len - 1);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    if (len_out)
+        *len_out = len;
+    return buf;
+}
+
+int tu_run(const char *cmd, char **out, char **err)
+{
+    char *dir = tu_mkdtemp("run");
+    char *outp = tu_fmt("%s.out", dir);
+    free(dir);
+    char *errp = tu_fmt("%s.err", outp);
+    char *full = tu_fmt("( %s ) >'%s' 2>'%s' </dev/null", cmd, outp, errp);
+    int st = system(full);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st)
+             : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 255;
+    if (out) {
+        char *s = tu_read_file(outp, NULL);
+        *out = s ? s : calloc(1, 1);
+    }
+    if (err) {
+        char *s = tu_read_file(errp, NULL);
+        *err = s ? s : calloc(1, 1);
+    }
+    /* outp is "<dir>.out": remove the files and the directory */
+    unlink(outp);
+    unlink(errp);
+    outp[strlen(outp) - 4] = '\0';
+    tu_rmtree(outp);
+    free(outp);
+    free(errp);
+    free(full);
+    return rc;
+}
+
+char *tu_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *s = slurp_fd(fileno(f), len);
+    fclose(f);
+    return s;
+}
+
+int tu_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(data, 1, len, f);
+    int rc = fclose(f);
+    return (w == len && rc == 0) ? 0 : -1;
+}
+
+int tu_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int tu_count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}

@@ -1,0 +1,51 @@
+/*
+ * testutil.h - small helpers shared by the cmocka tests.
+ *
+ * Include after <stdarg.h>, <stddef.h>, <setjmp.h>, <stdint.h> and
+ * <cmocka.h> (cmocka's rule).  Paths come from compile definitions set in
+ * tests/CMakeLists.txt: MC_SOURCE_DIR, MC_FIXTURE_DIR, MC_SHARED_DIR,
+ * MC_BIN_DIR.
+ */
+#ifndef TESTUTIL_H
+#define TESTUTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* A fresh empty directory under $TMPDIR (or /tmp), unique per call; the
+ * caller removes it with tu_rmtree.  Returns a static-free malloc'ed path. */
+char *tu_mkdtemp(const char *tag);
+/* rm -rf path (best effort). */
+void tu_rmtree(const char *path);
+
+/* snprintf into a malloc'ed string. */
+char *tu_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Path of stories260k in ../shared, or NULL when absent (tests then print
+ * why and skip). */
+const char *tu_stories_dir(void);
+/* Skip the current cmocka test, printing the reason, if cond. */
+#define TU_SKIP_IF(cond, why)                                                  \
+    do {                                                                       \
+        if (cond) {                                                            \
+            printf("[  SKIP    ] %s\n", why);                                  \
+            skip();                                                            \
+        }                                                                      \
+    } while (0)
+
+/* Run a shell command; returns its exit status (0-255, or 128+signal).
+ * Captures stdout into *out and stderr into *err (malloc'ed, NUL-terminated;
+ * pass NULL to discard). */
+int tu_run(const char *cmd, char **out, char **err);
+
+/* Read a whole file (malloc'ed, NUL-terminated, *len = its byte length,
+ * binary safe); NULL on failure. */
+char *tu_read_file(const char *path, size_t *len);
+/* Write bytes to a file; 0 on success. */
+int tu_write_file(const char *path, const void *data, size_t len);
+/* 1 if the path exists. */
+int tu_exists(const char *path);
+/* Number of entries in a directory (excluding . and ..), -1 if none. */
+int tu_count_entries(const char *dir);
+
+#endif /* TESTUTIL_H */

@@ -1,0 +1,276 @@
+/* test_calib.c - the layer-by-layer calibration pipeline: on a generated
+ * fixture model (every method runs, errors are reported, GPTQ/AWQ beat RTN
+ * on the measured output error, the quantized model evaluates), and on
+ * stories260k (the quality targets of the issue; skipped when ../shared is
+ * absent). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmp_calib.h"
+#include "cmp_eval.h"
+#include "mc_alloc.h"
+#include "rt_model.h"
+#include "testutil.h"
+
+/* Random token sequences for a fixture (vocab V). */
+static void random_seqs(uint32_t V, size_t nseq, size_t T, int32_t **tok,
+                        size_t **off)
+{
+    *tok = malloc(nseq * T * sizeof(int32_t));
+    *off = malloc((nseq + 1) * sizeof(size_t));
+    uint64_t s = 12345;
+    for (size_t i = 0; i < nseq * T; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        (*tok)[i] = (int32_t)((s >> 33) % V);
+    }
+    for (size_t i = 0; i <= nseq; i++)
+        (*off)[i] = i * T;
+}
+
+static double total_err(const cmp_calib_result *r, int rtn)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < (size_t)r->layers * CMP_LIN_COUNT; i++)
+        s += rtn ? r->t[i].err_rtn : r->t[i].err;
+    return s;
+}
+
+static void run_fixture(const char *name, kn_wformat fmt, uint32_t group)
+{
+    char *path = tu_fmt("%s/%s", MC_FIXTURE_DIR, name);
+    rt_model *m = NULL;
+    mc_error e;
+    if (rt_model_open_hf(path, &m, &e) != MC_OK) {
+        char buf[2048];
+        fail_msg("open %s: %s", path, mc_error_format(&e, buf, sizeof buf));
+    }
+    int32_t *tok;
+    size_t *off;
+    random_seqs(m->cfg.vocab_size, 10, 48, &tok, &off);
+    double errs[4] = {0}, kld[4] = {0};
+    cmp_qmethod ms[4] = {CMP_QM_RTN, CMP_QM_GPTQ, CMP_QM_AWQ, CMP_QM_BEST};
+    for (int k = 0; k < 4; k++) {
+        cmp_calib_opts o;
+        memset(&o, 0, sizeof o);
+        o.fmt = fmt;
+        o.group = group;
+        o.method = ms[k];
+        o.heldout = 2;
+        cmp_calib_result *r = NULL;
+        if (cmp_calib_run(m, tok, off, 10, &o, &r, &e) != MC_OK) {
+            char buf[2048];
+            fail_msg("calib: %s", mc_error_format(&e, buf, sizeof buf));
+        }
+        assert_true(r->has_heldout);
+        assert_int_equal(r->calib_tokens, 8 * 48);
+        for (size_t i = 0; i < (size_t)r->layers * CMP_LIN_COUNT; i++) {
+            assert_true(isfinite(r->t[i].err) && r->t[i].err >= 0.0);
+            assert_true(r->t[i].err_rtn > 0.0);
+            assert_int_equal(r->t[i].fmt, fmt);
+            assert_non_null(r->t[i].q.data);
+        }
+        errs[k] = total_err(r, 0);
+        kld[k] = r->heldout.kld_mean;
+        if (k == 0)
+            assert_float_equal(errs[0], total_err(r, 1), 1e-12);
+        print_message("%s fmt %d %s: err %.5f (rtn %.5f) held-out KLD %.5f top1 %.3f\n",
+                      name, fmt, cmp_qmethod_name(ms[k]), errs[k], total_err(r, 1),
+                      kld[k], r->heldout.top1);
+        cmp_calib_result_free(r);
+    }
+    /* Error-compensating methods measure lower output error than RTN. */
+    assert_true(errs[1] < 0.9 * errs[0]);
+    assert_true(errs[2] < errs[0]);
+    assert_true(errs[3] <= errs[1] * 1.0000001 || errs[3] <= errs[2]);
+    assert_true(kld[1] < kld[0]);
+    free(tok);
+    free(off);
+    rt_model_free(m);
+    free(path);
+}
+
+static void test_calib_fixture_llama_int4_methods_beat_rtn(void **state)
+{
+    (void)state;
+    run_fixture("llama", KN_W_Q4, 32);
+}
+
+static void test_calib_fixture_qwen2_bias_int8(void **state)
+{
+    (void)state;
+    run_fixture("qwen2", KN_W_Q8, 0);
+}
+
+/* Every linear kept float through the per-tensor formats: the result
+ * reproduces the reference exactly (KLD 0). */
+static void test_calib_all_float_is_identity(void **state)
+{
+    (void)state;
+    char *path = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    rt_model *m = NULL;
+    assert_int_equal(rt_model_open_hf(path, &m, NULL), MC_OK);
+    int32_t *tok;
+    size_t *off;
+    random_seqs(m->cfg.vocab_size, 3, 20, &tok, &off);
+    kn_wformat *tf = malloc((size_t)m->cfg.num_layers * CMP_LIN_COUNT * sizeof *tf);
+    for (size_t i = 0; i < (size_t)m->cfg.num_layers * CMP_LIN_COUNT; i++)
+        tf[i] = KN_W_F32;
+    cmp_calib_opts o;
+    memset(&o, 0, sizeof o);
+    o.fmt = KN_W_Q8;
+    o.method = CMP_QM_BEST;
+    o.tensor_fmt = tf;
+    o.heldout = 1;
+    cmp_calib_result *r = NULL;
+    assert_int_equal(cmp_calib_run(m, tok, off, 3, &o, &r, NULL), MC_OK);
+    assert_true(r->heldout.kld_mean < 1e-9);
+    assert_true(r->heldout.top1 == 1.0);
+    cmp_calib_result_free(r);
+    free(tf);
+    free(tok);
+    free(off);
+    rt_model_free(m);
+    free(path);
+}
+
+static void test_calib_rejects_bad_options(void **state)
+{
+    (void)state;
+    char *path = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    rt_model *m = NULL;
+    assert_int_equal(rt_model_open_hf(path, &m, NULL), MC_OK);
+    int32_t *tok;
+    size_t *off;
+    random_seqs(m->cfg.vocab_size, 2, 8, &tok, &off);
+    cmp_calib_opts o;
+    memset(&o, 0, sizeof o);
+    o.fmt = KN_W_Q4;
+    o.group = 48;
+    cmp_calib_result *r = NULL;
+    mc_error e;
+    assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
+    assert_string_equal(e.field, "group");
+    o.group = 32;
+    o.heldout = 2;
+    assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
+    assert_null(r);
+    tok[3] = 100000;
+    o.heldout = 0;
+    assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
+    assert_string_equal(e.field, "position 3");
+    free(tok);
+    free(off);
+    rt_model_free(m);
+    free(path);
+}
+
+/* ---- stories260k ----------------------------------------------------------- */
+
+typedef struct stories {
+    rt_model *m;
+    int32_t *ctok, *etok;
+    size_t *coff, *eoff, nc, ne;
+} stories;
+
+static int stories_open(stories *s)
+{
+    memset(s, 0, sizeof *s);
+    const char *dir = tu_stories_dir();
+    if (!dir)
+        return 0;
+    char *c = tu_fmt("%s/reference/calib_64x256.ids", dir);
+    char *e = tu_fmt("%s/reference/eval_64x256.ids", dir);
+    assert_int_equal(rt_model_open_hf(dir, &s->m, NULL), MC_OK);
+    assert_int_equal(cmp_ids_load(c, &s->ctok, &s->coff, &s->nc, NULL), MC_OK);
+    assert_int_equal(cmp_ids_load(e, &s->etok, &s->eoff, &s->ne, NULL), MC_OK);
+    free(c);
+    free(e);
+    return 1;
+}
+
+static void stories_close(stories *s)
+{
+    rt_model_free(s->m);
+    mc_free(s->ctok);
+    mc_free(s->coff);
+    mc_free(s->etok);
+    mc_free(s->eoff);
+}
+
+/* Calibrate on calib_64x256 and evaluate on eval_64x256 (16 of its
+ * sequences here to keep the test short; the benchmark uses all 64). */
+static cmp_eval_report stories_run(stories *s, kn_wformat fmt, uint32_t g,
+                                   cmp_qmethod meth, size_t neval)
+{
+    cmp_calib_opts o;
+    memset(&o, 0, sizeof o);
+    o.fmt = fmt;
+    o.group = g;
+    o.method = meth;
+    cmp_calib_result *r = NULL;
+    mc_error e;
+    if (cmp_calib_run(s->m, s->ctok, s->coff, s->nc, &o, &r, &e) != MC_OK) {
+        char buf[2048];
+        fail_msg("calib: %s", mc_error_format(&e, buf, sizeof buf));
+    }
+    rt_model view;
+    assert_int_equal(cmp_calib_view(s->m, r, &view, NULL), MC_OK);
+    cmp_eval_report rep;
+    assert_int_equal(cmp_eval_models(s->m, &view, s->etok, s->eoff, neval, NULL,
+                                     NULL, NULL, &rep, NULL), MC_OK);
+    print_message("stories260k %s %s: KLD %.4f p99 %.4f top1 %.2f%% ppl %.3f (ref %.3f)\n",
+                  fmt == KN_W_Q8 ? "int8" : "int4-g32", cmp_qmethod_name(meth),
+                  rep.kld_mean, rep.kld_p99, 100.0 * rep.top1, rep.ppl, rep.ppl_ref);
+    cmp_calib_view_free(&view);
+    cmp_calib_result_free(r);
+    return rep;
+}
+
+static void test_calib_stories_int8_calibrated_meets_target(void **state)
+{
+    (void)state;
+    stories s;
+    TU_SKIP_IF(!stories_open(&s), "stories260k not found under ../shared");
+    cmp_eval_report rtn = stories_run(&s, KN_W_Q8, 0, CMP_QM_RTN, 16);
+    cmp_eval_report best = stories_run(&s, KN_W_Q8, 0, CMP_QM_BEST, 16);
+    assert_true(best.kld_mean <= 0.015);
+    assert_true(best.top1 >= 0.92);
+    assert_true(best.kld_mean < rtn.kld_mean);
+    stories_close(&s);
+}
+
+static void test_calib_stories_int4_methods_beat_rtn(void **state)
+{
+    (void)state;
+    stories s;
+    TU_SKIP_IF(!stories_open(&s), "stories260k not found under ../shared");
+    cmp_eval_report rtn = stories_run(&s, KN_W_Q4, 32, CMP_QM_RTN, 16);
+    cmp_eval_report gptq = stories_run(&s, KN_W_Q4, 32, CMP_QM_GPTQ, 16);
+    cmp_eval_report awq = stories_run(&s, KN_W_Q4, 32, CMP_QM_AWQ, 16);
+    cmp_eval_report best = stories_run(&s, KN_W_Q4, 32, CMP_QM_BEST, 16);
+    assert_true(gptq.kld_mean < rtn.kld_mean);
+    assert_true(awq.kld_mean < rtn.kld_mean);
+    assert_true(best.kld_mean <= 0.5 * rtn.kld_mean);
+    stories_close(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calib_fixture_llama_int4_methods_beat_rtn),
+        cmocka_unit_test(test_calib_fixture_qwen2_bias_int8),
+        cmocka_unit_test(test_calib_all_float_is_identity),
+        cmocka_unit_test(test_calib_rejects_bad_options),
+        cmocka_unit_test(test_calib_stories_int8_calibrated_meets_target),
+        cmocka_unit_test(test_calib_stories_int4_methods_beat_rtn),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,426 @@
+/* test_kernels.c - the thread pool and the float32 ops of kn_ops.h (norms,
+ * activations, softmax family, KV cache, attention) against their scalar
+ * references and against naive double implementations written here. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmt_dtype.h"
+#include "kn_ops.h"
+#include "testutil.h"
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint32_t rnd_u32(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float rnd_f(void) /* [-1, 1) */
+{
+    return (float)((rnd_u32() & 0xffffff) / 8388608.0 - 1.0);
+}
+static void fill(float *x, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = amp * rnd_f();
+}
+
+static double norm_err(const float *a, const float *b, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Run body once with AVX2 (when present) and once forced scalar. */
+#define FOR_BOTH_PATHS(s)                                                      \
+    for (int s = kn_cpu_has_avx2() ? 0 : 1; s < 2; s++)
+
+/* ---- pool --------------------------------------------------------------- */
+
+typedef struct pool_ctx {
+    atomic_int hits[8];
+    atomic_int calls;
+    int nth_seen;
+} pool_ctx;
+
+static void pool_fn(void *v, int tid, int nth)
+{
+    pool_ctx *c = v;
+    atomic_fetch_add(&c->hits[tid], 1);
+    atomic_fetch_add(&c->calls, 1);
+    c->nth_seen = nth;
+}
+
+static void test_pool_runs_every_thread_once_per_call(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 4; n++) {
+        kn_pool *p = kn_pool_create(n);
+        assert_non_null(p);
+        assert_int_equal(kn_pool_threads(p), n);
+        pool_ctx c;
+        memset(&c, 0, sizeof c);
+        for (int it = 0; it < 2000; it++)
+            kn_pool_run(p, pool_fn, &c);
+        assert_int_equal(atomic_load(&c.calls), 2000 * n);
+        for (int t = 0; t < n; t++)
+            assert_int_equal(atomic_load(&c.hits[t]), 2000);
+        assert_int_equal(c.nth_seen, n);
+        kn_pool_free(p);
+    }
+}
+
+static void test_pool_null_runs_inline_and_free_null_is_noop(void **state)
+{
+    (void)state;
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    kn_pool_run(NULL, pool_fn, &c);
+    assert_int_equal(atomic_load(&c.hits[0]), 1);
+    assert_int_equal(c.nth_seen, 1);
+    assert_int_equal(kn_pool_threads(NULL), 1);
+    kn_pool_free(NULL);
+    kn_pool *p = kn_pool_create(0); /* one per online CPU */
+    assert_non_null(p);
+    assert_true(kn_pool_threads(p) >= 1);
+    kn_pool_free(p);
+}
+
+static void test_force_scalar_switch_round_trips(void **state)
+{
+    (void)state;
+    kn_set_force_scalar(1);
+    assert_int_equal(kn_force_scalar(), 1);
+    kn_set_force_scalar(0);
+    assert_int_equal(kn_force_scalar(), 0);
+}
+
+/* ---- elementwise -------------------------------------------------------- */
+
+static void test_rmsnorm_matches_reference_odd_sizes(void **state)
+{
+    (void)state;
+    static const size_t ns[] = { 1, 7, 8, 17, 100, 4096 };
+    FOR_BOTH_PATHS(s) {
+        kn_set_force_scalar(s);
+        for (size_t k = 0; k < 6; k++) {
+            size_t n = ns[k], T = 3;
+            float *x = malloc(T * n * 4), *w = malloc(n * 4);
+            float *a = malloc(T * n * 4), *b = malloc(T * n * 4);
+            fill(x, T * n, 3.0f);
+            fill(w, n, 1.0f);
+            kn_ref_rmsnorm(b, x, w, T, n, 1e-5f);
+            kn_rmsnorm(a, x, w, T, n, 1e-5f);
+            assert_true(norm_err(a, b, T * n) < 1e-6);
+            kn_rmsnorm(x, x, w, T, n, 1e-5f); /* in place */
+            assert_true(norm_err(x, b, T * n) < 1e-6);
+            free(x), free(w), free(a), free(b);
+        }
+    }
+    kn_set_force_scalar(0);
+}
+
+static void test_rmsnorm_known_answer(void **state)
+{
+    (void)state;
+    float x[4] = { 1, 2, 3, 4 }, w[4] = { 1, 1, 2, 0.5f }, o[4];
+    kn_rmsnorm(o, x, w, 1, 4, 0.0f);
+    double inv = 1.0 / sqrt(30.0 / 4.0);
+    assert_float_equal(o[0], 1 * inv, 1e-6);
+    assert_float_equal(o[2], 6 * inv, 1e-6);
+    assert_float_equal(o[3], 2 * inv, 1e-6);
+}
+
+static void test_silu_mul_matches_reference_incl_extremes(void **state)
+{
+    (void)state;
+    size_t n = 1003;
+    float *g = malloc(n * 4), *u = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
+    fill(g, n, 12.0f);
+    fill(u, n, 2.0f);
+    g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f, g[3] = -87.0f;
+    FOR_BOTH_PATHS(s) {
+        kn_set_force_scalar(s);
+        memcpy(a, g, n * 4);
+        memcpy(b, g, n * 4);
+        kn_ref_silu_mul(b, u, n);
+        kn_silu_mul(a, u, n);
+        assert_true(norm_err(a, b, n) < 1e-6);
+        assert_true(isfinite(a[0]) && fabsf(a[0]) < 1e-30f);
+    }
+    kn_set_force_scalar(0);
+    free(g), free(u), free(a), free(b);
+}
+
+static void test_add_adds_elementwise(void **state)
+{
+    (void)state;
+    float y[13], x[13];
+    for (int i = 0; i < 13; i++)
+        y[i] = (float)i, x[i] = 0.5f * (float)i;
+    kn_add(y, x, 13);
+    for (int i = 0; i < 13; i++)
+        assert_true(y[i] == 1.5f * (float)i);
+}
+
+static void test_softmax_matches_double_and_sums_to_one(void **state)
+{
+    (void)state;
+    static const size_t ns[] = { 1, 5, 8, 33, 32000 };
+    FOR_BOTH_PATHS(s) {
+        kn_set_force_scalar(s);
+        for (int k = 0; k < 5; k++) {
+            size_t n = ns[k];
+            float *x = malloc(n * 4), *e = malloc(n * 4);
+            fill(x, n, 20.0f);
+            double mx = -INFINITY, sum = 0.0;
+            for (size_t i = 0; i < n; i++)
+                mx = x[i] > mx ? x[i] : mx;
+            for (size_t i = 0; i < n; i++)
+                sum += exp((double)x[i] - mx);
+            for (size_t i = 0; i < n; i++)
+                e[i] = (float)(exp((double)x[i] - mx) / sum);
+            double lse = mx + log(sum);
+            assert_float_equal(kn_logsumexp(x, n), lse, 1e-5 * fabs(lse) + 1e-6);
+            kn_softmax(x, n);
+            assert_true(norm_err(x, e, n) < 1e-5);
+            free(x), free(e);
+        }
+    }
+    kn_set_force_scalar(0);
+}
+
+static void test_logsumexp_is_stable_for_large_values(void **state)
+{
+    (void)state;
+    float x[3] = { 1000.0f, 1000.0f, -1e30f };
+    assert_float_equal(kn_logsumexp(x, 3), 1000.0 + log(2.0), 1e-3);
+    float y[2] = { -INFINITY, -INFINITY };
+    assert_true(isinf(kn_logsumexp(y, 2)) && kn_logsumexp(y, 2) < 0);
+}
+
+static void test_argmax_returns_first_of_ties(void **state)
+{
+    (void)state;
+    float x[6] = { -1, 3, 2, 3, -5, 3 };
+    assert_int_equal(kn_argmax(x, 6), 1);
+    assert_int_equal(kn_argmax(x, 1), 0);
+    float y[3] = { -INFINITY, -2, -2 };
+    assert_int_equal(kn_argmax(y, 3), 1);
+}
+
+/* ---- KV cache and attention --------------------------------------------- */
+
+typedef struct tkv {
+    kn_kv kv;
+    float *kf, *vf; /* [npos][kvw] the unquantized values, for naive checks */
+} tkv;
+
+static tkv tkv_make(kn_kvtype type, uint32_t nkv, uint32_t hd, uint64_t cap,
+                    int64_t npos)
+{
+    tkv t;
+    memset(&t, 0, sizeof t);
+    t.kv.type = type;
+    t.kv.n_kv_heads = nkv;
+    t.kv.head_dim = hd;
+    t.kv.cap = cap;
+    size_t w = (size_t)nkv * hd;
+    size_t es = type == KN_KV_F32 ? 4 : type == KN_KV_F16 ? 2 : 1;
+    t.kv.k = malloc(cap * w * es);
+    t.kv.v = malloc(cap * w * es);
+    if (type == KN_KV_I8) {
+        t.kv.k_scale = malloc(cap * nkv * 4);
+        t.kv.v_scale = malloc(cap * nkv * 4);
+    }
+    assert_int_equal(kn_kv_slot_bytes(type, nkv, hd),
+                     2 * w * es + (type == KN_KV_I8 ? 2 * nkv * 4 : 0));
+    t.kf = malloc((size_t)npos * w * 4);
+    t.vf = malloc((size_t)npos * w * 4);
+    fill(t.kf, (size_t)npos * w, 2.0f);
+    fill(t.vf, (size_t)npos * w, 1.0f);
+    for (int64_t p = 0; p < npos; p++)
+        kn_kv_store(&t.kv, p, t.kf + p * w, t.vf + p * w);
+    return t;
+}
+
+static void tkv_free(tkv *t)
+{
+    free(t->kv.k), free(t->kv.v), free(t->kv.k_scale), free(t->kv.v_scale);
+    free(t->kf), free(t->vf);
+}
+
+/* Naive causal GQA attention in double over the unquantized K/V. */
+static void naive_attention(const tkv *t, const float *q, size_t T,
+                            uint32_t nh, int64_t pos0, uint64_t window,
+                            float *out)
+{
+    uint32_t hd = t->kv.head_dim, nkv = t->kv.n_kv_heads;
+    size_t w = (size_t)nkv * hd;
+    for (size_t ti = 0; ti < T; ti++)
+        for (uint32_t h = 0; h < nh; h++) {
+            int64_t p = pos0 + (int64_t)ti;
+            int64_t lo = window && (uint64_t)p >= window ? p - (int64_t)window + 1 : 0;
+            uint32_t kh = h / (nh / nkv);
+            const float *qh = q + (ti * nh + h) * hd;
+            double sc[512], mx = -INFINITY, sum = 0.0;
+            for (int64_t j = lo; j <= p; j++) {
+                double s = 0.0;
+                for (uint32_t d = 0; d < hd; d++)
+                    s += (double)qh[d] * t->kf[j * w + kh * hd + d];
+                sc[j - lo] = s / sqrt((double)hd);
+                mx = sc[j - lo] > mx ? sc[j - lo] : mx;
+            }
+            for (int64_t j = lo; j <= p; j++)
+                sum += (sc[j - lo] = exp(sc[j - lo] - mx));
+            for (uint32_t d = 0; d < hd; d++) {
+                double a = 0.0;
+                for (int64_t j = lo; j <= p; j++)
+                    a += sc[j - lo] * t->vf[j * w + kh * hd + d];
+                out[(ti * nh + h) * hd + d] = (float)(a / sum);
+            }
+        }
+}
+
+typedef struct att_case {
+    kn_kvtype type;
+    uint32_t nh, nkv, hd;
+    uint64_t cap, window;
+    int64_t pos0;
+    size_t T;
+    double tol_naive; /* vs the naive double on unquantized K/V */
+} att_case;
+
+static void run_att_case(const att_case *c)
+{
+    int64_t npos = c->pos0 + (int64_t)c->T;
+    tkv t = tkv_make(c->type, c->nkv, c->hd, c->cap, npos);
+    size_t qn = c->T * c->nh * c->hd;
+    float *q = malloc(qn * 4), *o = malloc(qn * 4), *r = malloc(qn * 4);
+    float *nv = malloc(qn * 4);
+    fill(q, qn, 1.0f);
+    uint64_t maxctx = (uint64_t)npos;
+    float *scr = malloc(kn_attention_scratch_floats(2, maxctx, c->hd) * 4);
+    kn_pool *p2 = kn_pool_create(2);
+    assert_true(q && o && r && nv && scr && p2);
+    naive_attention(&t, q, c->T, c->nh, c->pos0, c->window, nv);
+    kn_ref_attention(&t.kv, q, c->T, c->nh, c->pos0, c->window, r, scr);
+    double en = norm_err(r, nv, qn);
+    if (!(en < c->tol_naive))
+        fprintf(stderr, "ref vs naive type %d: %g\n", c->type, en);
+    assert_true(en < c->tol_naive);
+    FOR_BOTH_PATHS(s) {
+        kn_set_force_scalar(s);
+        for (int th = 0; th < 2; th++) {
+            for (size_t i = 0; i < qn; i++)
+                o[i] = NAN;
+            kn_attention(th ? p2 : NULL, &t.kv, q, c->T, c->nh, c->pos0,
+                         c->window, o, scr);
+            double e = norm_err(o, r, qn);
+            if (!(e < 1e-5))
+                fprintf(stderr, "attention type %d nh %u nkv %u hd %u T %zu "
+                        "pos0 %lld win %llu cap %llu scalar %d thr %d: %g\n",
+                        c->type, c->nh, c->nkv, c->hd, c->T, (long long)c->pos0,
+                        (unsigned long long)c->window,
+                        (unsigned long long)c->cap, s, th + 1, e);
+            assert_true(e < 1e-5);
+        }
+    }
+    kn_set_force_scalar(0);
+    kn_pool_free(p2);
+    free(q), free(o), free(r), free(nv), free(scr);
+    tkv_free(&t);
+}
+
+static void test_attention_f32_matches_naive_causal_and_gqa(void **state)
+{
+    (void)state;
+    const att_case cs[] = {
+        { KN_KV_F32, 4, 4, 16, 64, 0, 0, 17, 1e-5 },   /* prefill from 0 */
+        { KN_KV_F32, 8, 2, 64, 64, 0, 30, 1, 1e-5 },   /* decode, GQA 4:1 */
+        { KN_KV_F32, 6, 3, 13, 64, 0, 5, 3, 1e-5 },    /* odd head_dim */
+        { KN_KV_F32, 4, 1, 128, 100, 0, 60, 9, 1e-5 }, /* MQA */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_att_case(&cs[i]);
+}
+
+static void test_attention_sliding_window_and_ring_wrap(void **state)
+{
+    (void)state;
+    /* cap 10, window 8: positions 13..22 live in the ring at the end; the
+     * three new tokens attend 13..20, 14..21, 15..22. */
+    const att_case cs[] = {
+        { KN_KV_F32, 4, 2, 32, 10, 8, 20, 3, 1e-5 },
+        { KN_KV_F32, 2, 1, 8, 5, 5, 37, 1, 1e-5 },  /* window = cap, decode */
+        { KN_KV_F32, 4, 4, 24, 64, 4, 0, 12, 1e-5 }, /* window inside prefill */
+        { KN_KV_F16, 4, 2, 32, 10, 8, 20, 3, 2e-3 },
+        { KN_KV_I8, 4, 2, 32, 10, 8, 20, 3, 3e-2 },
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_att_case(&cs[i]);
+}
+
+static void test_attention_f16_and_i8_kv_match_reference(void **state)
+{
+    (void)state;
+    const att_case cs[] = {
+        { KN_KV_F16, 8, 2, 64, 64, 0, 40, 5, 2e-3 },
+        { KN_KV_I8, 8, 2, 64, 64, 0, 40, 5, 3e-2 },
+        { KN_KV_I8, 3, 3, 21, 32, 0, 0, 9, 3e-2 },
+        { KN_KV_F16, 3, 1, 19, 32, 0, 7, 1, 2e-3 },
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_att_case(&cs[i]);
+}
+
+static void test_kv_store_i8_quantizes_per_head(void **state)
+{
+    (void)state;
+    int8_t k[2][4], v[2][4];
+    float ks[2], vs[2];
+    kn_kv kv = { KN_KV_I8, 1, 4, 2, k, v, ks, vs };
+    float kr[4] = { 1.0f, -0.5f, 0.25f, 0.0f }, vr[4] = { 0, 0, 0, 0 };
+    kn_kv_store(&kv, 3, kr, vr); /* slot 1 */
+    assert_float_equal(ks[1], 1.0f / 127.0f, 1e-9);
+    assert_int_equal(k[1][0], 127);
+    assert_int_equal(k[1][1], -64); /* -63.5 rounds to even */
+    assert_int_equal(k[1][2], 32);  /* 31.75 */
+    assert_true(vs[1] == 0.0f && v[1][0] == 0 && v[1][3] == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_runs_every_thread_once_per_call),
+        cmocka_unit_test(test_pool_null_runs_inline_and_free_null_is_noop),
+        cmocka_unit_test(test_force_scalar_switch_round_trips),
+        cmocka_unit_test(test_rmsnorm_matches_reference_odd_sizes),
+        cmocka_unit_test(test_rmsnorm_known_answer),
+        cmocka_unit_test(test_silu_mul_matches_reference_incl_extremes),
+        cmocka_unit_test(test_add_adds_elementwise),
+        cmocka_unit_test(test_softmax_matches_double_and_sums_to_one),
+        cmocka_unit_test(test_logsumexp_is_stable_for_large_values),
+        cmocka_unit_test(test_argmax_returns_first_of_ties),
+        cmocka_unit_test(test_attention_f32_matches_naive_causal_and_gqa),
+        cmocka_unit_test(test_attention_sliding_window_and_ring_wrap),
+        cmocka_unit_test(test_attention_f16_and_i8_kv_match_reference),
+        cmocka_unit_test(test_kv_store_i8_quantizes_per_head),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

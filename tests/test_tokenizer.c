@@ -1,0 +1,979 @@
+/*
+ * test_tokenizer.c - rt_tokenizer on small generated tokenizer.json files
+ * (answers worked out by hand from their merges) and on the real Mistral
+ * tokenizer in ../shared (answers checked against a plain Python BPE over
+ * its vocab and merges; skipped when the file is absent).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mc_alloc.h"
+#include "rt_tok_internal.h" /* rt_tok_pattern_match for the split tests */
+#include "rt_tokenizer.h"
+#include "testutil.h"
+
+/* ---- generated tokenizers ---------------------------------------------- */
+
+#define MS "\xE2\x96\x81" /* U+2581, the SentencePiece space */
+
+/* Pieces after <unk> <s> </s> and the 256 <0xNN> tokens: ids 259.. */
+static const char *const SPM_PIECES[] = {
+    MS, "a", "b", "c", "h", "e", "l", "o", MS "h", "ll", MS "he", MS "hell",
+    MS "hello", "\xC3\xA9", "ab", MS "a", MS MS};
+enum {
+    S_SP = 259, S_A, S_B, S_C, S_H, S_E, S_L, S_O, S_SPH, S_LL, S_SPHE,
+    S_SPHELL, S_SPHELLO, S_EACUTE, S_AB, S_SPA, S_SPSP
+};
+static const char *const SPM_MERGES[][2] = {
+    {MS, MS}, {MS, "h"}, {"l", "l"}, {MS "h", "e"}, {MS "he", "ll"},
+    {MS "hell", "o"}, {"a", "b"}, {MS, "a"}};
+
+typedef struct spm_opts {
+    int legacy;          /* normalizer Prepend+Replace, no pre-tokenizer */
+    int pair_merges;     /* [["a","b"]] instead of ["a b"] */
+    const char *scheme;  /* Metaspace prepend_scheme */
+    int split;           /* Metaspace split */
+    int byte_fallback;
+    int fuse_unk;
+} spm_opts;
+
+static json_t *merges_json(const char *const (*m)[2], size_t n, int pairs)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (pairs) {
+            json_array_append_new(arr, json_pack("[ss]", m[i][0], m[i][1]));
+        } else {
+            char *s = tu_fmt("%s %s", m[i][0], m[i][1]);
+            json_array_append_new(arr, json_string(s));
+            free(s);
+        }
+    }
+    return arr;
+}
+
+static json_t *added_json(const char *content, int id, int special)
+{
+    return json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", id, "content",
+                     content, "single_word", 0, "lstrip", 0, "rstrip", 0,
+                     "normalized", 0, "special", special);
+}
+
+static char *spm_json(const spm_opts *o)
+{
+    json_t *vocab = json_object();
+    json_object_set_new(vocab, "<unk>", json_integer(0));
+    json_object_set_new(vocab, "<s>", json_integer(1));
+    json_object_set_new(vocab, "</s>", json_integer(2));
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        json_object_set_new(vocab, name, json_integer(3 + b));
+    }
+    for (size_t i = 0; i < sizeof SPM_PIECES / sizeof *SPM_PIECES; i++)
+        json_object_set_new(vocab, SPM_PIECES[i], json_integer(259 + (int)i));
+    json_t *model = json_pack(
+        "{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:o}", "type", "BPE", "dropout",
+        "unk_token", "<unk>", "continuing_subword_prefix", "end_of_word_suffix",
+        "fuse_unk", o->fuse_unk, "byte_fallback", o->byte_fallback,
+        "ignore_merges", 0, "vocab", vocab, "merges",
+        merges_json(SPM_MERGES, sizeof SPM_MERGES / sizeof *SPM_MERGES,
+                    o->pair_merges));
+    json_t *added = json_pack("[o,o,o]", added_json("<unk>", 0, 1),
+                              added_json("<s>", 1, 1), added_json("</s>", 2, 1));
+    json_t *norm, *pre;
+    if (o->legacy) {
+        norm = json_pack("{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]}", "type",
+                         "Sequence", "normalizers", "type", "Prepend",
+                         "prepend", MS, "type", "Replace", "pattern", "String",
+                         " ", "content", MS);
+        pre = json_null();
+    } else {
+        norm = json_null();
+        pre = json_pack("{s:s,s:s,s:s,s:b}", "type", "Metaspace",
+                        "replacement", MS, "prepend_scheme",
+                        o->scheme ? o->scheme : "first", "split", o->split);
+    }
+    json_t *dec = json_pack(
+        "{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]}", "type",
+        "Sequence", "decoders", "type", "Replace", "pattern", "String", MS,
+        "content", " ", "type", "ByteFallback", "type", "Fuse", "type",
+        "Strip", "content", " ", "start", 1, "stop", 0);
+    json_t *post = json_pack(
+        "{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],s:{s:{s:s,s:[i],s:[s]}}}",
+        "type", "TemplateProcessing", "single", "SpecialToken", "id", "<s>",
+        "type_id", 0, "Sequence", "id", "A", "type_id", 0, "special_tokens",
+        "<s>", "id", "<s>", "ids", 1, "tokens", "<s>");
+    json_t *root = json_pack("{s:s,s:n,s:n,s:o,s:o,s:o,s:o,s:o,s:o}",
+                             "version", "1.0", "truncation", "padding",
+                             "added_tokens", added, "normalizer", norm,
+                             "pre_tokenizer", pre, "post_processor", post,
+                             "decoder", dec, "model", model);
+    assert_non_null(root);
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+/* GPT-2's byte -> char map (written independently of the library). */
+static void byte_char(int b, char out[4])
+{
+    int n = 0, cp;
+    int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) ||
+               (b >= 174 && b <= 255);
+    if (keep) {
+        cp = b;
+    } else {
+        cp = 256;
+        for (int x = 0; x < b; x++)
+            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) ||
+                  (x >= 174 && x <= 255)))
+                cp++;
+    }
+    if (cp < 0x80) {
+        out[n++] = (char)cp;
+    } else {
+        out[n++] = (char)(0xC0 | (cp >> 6));
+        out[n++] = (char)(0x80 | (cp & 0x3F));
+    }
+    out[n] = '\0';
+}
+
+static const char *const BL_PIECES[] = {"\xC4\xA0t", "he", "\xC4\xA0the",
+                                        "is", "\xC4\xA0is", "this"};
+enum { B_GT = 256, B_HE, B_GTHE, B_IS, B_GIS, B_THIS, B_EOT };
+static const char *const BL_MERGES[][2] = {
+    {"\xC4\xA0", "t"}, {"h", "e"}, {"\xC4\xA0t", "he"}, {"i", "s"},
+    {"\xC4\xA0", "is"}};
+
+/* split: 0 ByteLevel(use_regex) alone; 1 Split(Llama-3 regex)+ByteLevel */
+static char *bl_json(int split, int pair_merges, int ignore_merges)
+{
+    json_t *vocab = json_object();
+    for (int b = 0; b < 256; b++) {
+        char c[4];
+        byte_char(b, c);
+        json_object_set_new(vocab, c, json_integer(b));
+    }
+    for (size_t i = 0; i < sizeof BL_PIECES / sizeof *BL_PIECES; i++)
+        json_object_set_new(vocab, BL_PIECES[i], json_integer(256 + (int)i));
+    json_t *model = json_pack(
+        "{s:s,s:n,s:n,s:b,s:b,s:o,s:o}", "type", "BPE", "dropout",
+        "unk_token", "byte_fallback", 0, "ignore_merges", ignore_merges,
+        "vocab", vocab, "merges",
+        merges_json(BL_MERGES, sizeof BL_MERGES / sizeof *BL_MERGES,
+                    pair_merges));
+    json_t *pre;
+    if (split)
+        pre = json_pack(
+            "{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]}", "type",
+            "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+            "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+            "\\s+(?!\\S)|\\s+",
+            "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
+            "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0);
+    else
+        pre = json_pack("{s:s,s:b,s:b,s:b}", "type", "ByteLevel",
+                        "add_prefix_space", 0, "trim_offsets", 1, "use_regex",
+                        1);
+    json_t *root = json_pack(
+        "{s:[o],s:n,s:o,s:{s:s},s:{s:s,s:b,s:b},s:o}", "added_tokens",
+        added_json("<|endoftext|>", B_EOT, 1), "normalizer", "pre_tokenizer",
+        pre, "post_processor", "type", "ByteLevel", "decoder", "type",
+        "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1, "model", model);
+    assert_non_null(root);
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+static rt_tokenizer *load_text(const char *json)
+{
+    rt_tokenizer *t = NULL;
+    mc_error e;
+    mc_status r = rt_tokenizer_load_memory(json, strlen(json), "gen.json", &t,
+                                           &e);
+    if (r) {
+        char buf[1600];
+        print_error("load: %s\n", mc_error_format(&e, buf, sizeof buf));
+    }
+    assert_int_equal(r, MC_OK);
+    return t;
+}
+
+static rt_tokenizer *load_spm(spm_opts o)
+{
+    char *s = spm_json(&o);
+    rt_tokenizer *t = load_text(s);
+    free(s);
+    return t;
+}
+
+static rt_tokenizer *load_bl(int split, int pairs, int ignore)
+{
+    char *s = bl_json(split, pairs, ignore);
+    rt_tokenizer *t = load_text(s);
+    free(s);
+    return t;
+}
+
+static void expect_ids(const rt_tokenizer *t, const char *text, int special,
+                       const int32_t *want, size_t n_want)
+{
+    int32_t ids[512];
+    size_t n = 0;
+    mc_error e;
+    assert_int_equal(rt_tokenizer_encode(t, text, strlen(text), special, ids,
+                                         512, &n, &e), MC_OK);
+    int same = n == n_want &&
+               (n == 0 || memcmp(ids, want, n * sizeof *ids) == 0);
+    if (!same) {
+        print_error("encode(\"%s\"): got", text);
+        for (size_t i = 0; i < n; i++)
+            print_error(" %d", ids[i]);
+        print_error(", want");
+        for (size_t i = 0; i < n_want; i++)
+            print_error(" %d", want[i]);
+        print_error("\n");
+    }
+    assert_true(same);
+}
+#define EXPECT(t, text, special, ...)                                          \
+    do {                                                                       \
+        const int32_t want_[] = {__VA_ARGS__};                                 \
+        expect_ids(t, text, special, want_, sizeof want_ / sizeof *want_);     \
+    } while (0)
+
+/* decode(encode(text)) == want (text itself when want is NULL).  skip:
+ * encode with add_special and decode with skip_special; else neither. */
+static void expect_round_trip_skip(const rt_tokenizer *t, const char *text,
+                                   size_t len, const char *want,
+                                   size_t want_len, int skip)
+{
+    size_t cap = 4 * len + 16, n = 0, out_len = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    char *out = malloc(4 * len + 64);
+    assert_int_equal(rt_tokenizer_encode(t, text, len, skip, ids, cap, &n,
+                                         NULL), MC_OK);
+    assert_int_equal(rt_tokenizer_decode(t, ids, n, skip, out, 4 * len + 64,
+                                         &out_len), MC_OK);
+    if (!want) {
+        want = text;
+        want_len = len;
+    }
+    if (out_len != want_len || memcmp(out, want, want_len) != 0)
+        print_error("round trip of \"%.*s\" gave \"%.*s\"\n", (int)len, text,
+                    (int)out_len, out);
+    assert_int_equal(out_len, want_len);
+    assert_memory_equal(out, want, want_len);
+    free(ids);
+    free(out);
+}
+static void expect_round_trip(const rt_tokenizer *t, const char *text,
+                              size_t len, const char *want, size_t want_len)
+{
+    expect_round_trip_skip(t, text, len, want, want_len, 1);
+}
+#define ROUND_TRIP(t, s) expect_round_trip(t, s, strlen(s), NULL, 0)
+#define ROUND_TRIP_SPECIAL(t, s)                                               \
+    expect_round_trip_skip(t, s, strlen(s), NULL, 0, 0)
+
+/* ---- SentencePiece-style ----------------------------------------------- */
+
+static void test_spm_metaspace_known_answers(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    EXPECT(t, "hello", 0, S_SPHELLO);
+    EXPECT(t, "hello", 1, 1, S_SPHELLO);
+    EXPECT(t, "hell", 0, S_SPHELL);
+    /* "a b" (rank 6) merges before "▁ a" (rank 7) */
+    EXPECT(t, "ab a", 0, S_SP, S_AB, S_SPA);
+    /* "▁ ▁" has rank 0: split=false lets it win */
+    EXPECT(t, "a  a", 0, S_SPA, S_SPSP, S_A);
+    expect_ids(t, "", 0, NULL, 0);
+    size_t n = 99;
+    assert_int_equal(rt_tokenizer_encode(t, "", 0, 0, NULL, 0, &n, NULL),
+                     MC_OK);
+    assert_int_equal(n, 0);
+    EXPECT(t, "", 1, 1);
+    assert_int_equal(rt_tokenizer_vocab_size(t), 276);
+    assert_int_equal(rt_tokenizer_bos(t), 1);
+    assert_int_equal(rt_tokenizer_eos(t), 2);
+    assert_int_equal(rt_tokenizer_token_to_id(t, MS "hello", 8), S_SPHELLO);
+    assert_int_equal(rt_tokenizer_token_to_id(t, "</s>", 4), 2);
+    assert_int_equal(rt_tokenizer_token_to_id(t, "zz", 2), -1);
+    size_t len;
+    const char *p = rt_tokenizer_id_to_token(t, S_LL, &len);
+    assert_non_null(p);
+    assert_int_equal(len, 2);
+    assert_memory_equal(p, "ll", 2);
+    assert_null(rt_tokenizer_id_to_token(t, 276, &len));
+    assert_true(rt_tokenizer_is_special(t, 1));
+    assert_false(rt_tokenizer_is_special(t, S_A));
+    rt_tokenizer_free(t);
+}
+
+static void test_spm_legacy_normalizer_known_answers(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.legacy = 1, .pair_merges = 1,
+                                          .byte_fallback = 1});
+    EXPECT(t, "hello", 1, 1, S_SPHELLO);
+    EXPECT(t, "ab a", 0, S_SP, S_AB, S_SPA);
+    /* Prepend is unconditional: " hello" -> "▁▁hello" */
+    EXPECT(t, " hello", 0, S_SPSP, S_H, S_E, S_LL, S_O);
+    /* the legacy form prepends to every segment between added tokens */
+    EXPECT(t, "hello</s>hello", 0, S_SPHELLO, 2, S_SPHELLO);
+    ROUND_TRIP(t, "hello ab");
+    rt_tokenizer_free(t);
+}
+
+static void test_spm_merge_encodings_agree(void **state)
+{
+    (void)state;
+    const char *texts[] = {"hello", "ab a", "a  a", "hell o", "h\xC3\xA9!",
+                           "  hello  ", "abcabc"};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        rt_tokenizer *a = load_spm((spm_opts){.legacy = legacy,
+                                              .byte_fallback = 1});
+        rt_tokenizer *b = load_spm((spm_opts){.legacy = legacy,
+                                              .pair_merges = 1,
+                                              .byte_fallback = 1});
+        for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+            int32_t x[64], y[64];
+            size_t nx, ny;
+            assert_int_equal(rt_tokenizer_encode(a, texts[i], strlen(texts[i]),
+                                                 1, x, 64, &nx, NULL), MC_OK);
+            assert_int_equal(rt_tokenizer_encode(b, texts[i], strlen(texts[i]),
+                                                 1, y, 64, &ny, NULL), MC_OK);
+            assert_int_equal(nx, ny);
+            assert_memory_equal(x, y, nx * sizeof *x);
+        }
+        rt_tokenizer_free(a);
+        rt_tokenizer_free(b);
+    }
+}
+
+static void test_spm_byte_fallback_and_decode(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    /* é is a piece, '!' is not: <0x21> = 3 + 0x21 */
+    EXPECT(t, "h\xC3\xA9!", 0, S_SPH, S_EACUTE, 3 + 0x21);
+    /* U+1F600 F0 9F 98 80 */
+    EXPECT(t, "h\xF0\x9F\x98\x80", 0, S_SPH, 3 + 0xF0, 3 + 0x9F, 3 + 0x98,
+           3 + 0x80);
+    const int32_t ids[] = {1, S_SPH, 3 + 0xF0, 3 + 0x9F, 3 + 0x98, 3 + 0x80,
+                           S_SP, S_A, 2};
+    char buf[64];
+    size_t len;
+    assert_int_equal(rt_tokenizer_decode(t, ids, 9, 1, buf, sizeof buf, &len),
+                     MC_OK);
+    assert_string_equal(buf, "h\xF0\x9F\x98\x80 a");
+    assert_int_equal(len, strlen(buf));
+    /* not skipping specials: they pass through the decoder unchanged */
+    assert_int_equal(rt_tokenizer_decode(t, ids, 9, 0, buf, sizeof buf, &len),
+                     MC_OK);
+    assert_string_equal(buf, "<s> h\xF0\x9F\x98\x80 a</s>");
+    ROUND_TRIP(t, "hello world, \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80!");
+    ROUND_TRIP(t, "tab\tnew\nline \x01\x7F");
+    /* invalid UTF-8 survives through byte fallback */
+    expect_round_trip(t, "a\xFF\xC3(b", 6, NULL, 0);
+    rt_tokenizer_free(t);
+}
+
+static void test_spm_special_tokens_split(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    /* prepend_scheme "first": only the segment at offset 0 gets "▁" */
+    EXPECT(t, "hello</s>hello", 1, 1, S_SPHELLO, 2, S_H, S_E, S_LL, S_O);
+    EXPECT(t, "<s>hello", 0, 1, S_H, S_E, S_LL, S_O);
+    /* longest match first, and a partial special is plain text */
+    EXPECT(t, "</s", 0, S_SP, 3 + '<', 3 + '/', 3 + 's');
+    ROUND_TRIP_SPECIAL(t, "hello</s>hello");
+    rt_tokenizer_free(t);
+
+    t = load_spm((spm_opts){.byte_fallback = 1, .scheme = "always"});
+    EXPECT(t, "hello</s>hello", 0, S_SPHELLO, 2, S_SPHELLO);
+    rt_tokenizer_free(t);
+    t = load_spm((spm_opts){.byte_fallback = 1, .scheme = "never"});
+    EXPECT(t, "hello", 0, S_H, S_E, S_LL, S_O);
+    rt_tokenizer_free(t);
+}
+
+static void test_spm_metaspace_split_true_cuts_words(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1, .split = 1});
+    /* pieces "▁a", "▁", "▁a": "▁ ▁" can no longer merge */
+    EXPECT(t, "a  a", 0, S_SPA, S_SP, S_SPA);
+    EXPECT(t, "hello hell", 0, S_SPHELLO, S_SPHELL);
+    rt_tokenizer_free(t);
+}
+
+static void test_spm_unknown_chars_use_unk(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.fuse_unk = 1});
+    EXPECT(t, "h!!", 0, S_SPH, 0);
+    EXPECT(t, "!h!", 0, S_SP, 0, S_H, 0);
+    rt_tokenizer_free(t);
+    t = load_spm((spm_opts){.fuse_unk = 0});
+    EXPECT(t, "h!!", 0, S_SPH, 0, 0);
+    rt_tokenizer_free(t);
+}
+
+/* ---- byte-level -------------------------------------------------------- */
+
+static void test_bytelevel_known_answers(void **state)
+{
+    (void)state;
+    for (int split = 0; split < 2; split++) {
+        rt_tokenizer *t = load_bl(split, split, 0);
+        EXPECT(t, "the is", 0, 't', B_HE, B_GIS);
+        EXPECT(t, " the", 1, B_GTHE);
+        EXPECT(t, "this", 0, 't', 'h', B_IS);
+        EXPECT(t, "Hi\xF0\x9F\x98\x80", 0, 'H', 'i', 0xF0, 0x9F, 0x98, 0x80);
+        EXPECT(t, "the<|endoftext|> is", 0, 't', B_HE, B_EOT, B_GIS);
+        assert_int_equal(rt_tokenizer_bos(t), -1);
+        assert_int_equal(rt_tokenizer_eos(t), B_EOT);
+        assert_int_equal(rt_tokenizer_token_to_id(t, "\xC4\xA0the", 5), B_GTHE);
+        rt_tokenizer_free(t);
+    }
+}
+
+static void test_bytelevel_ignore_merges_takes_whole_words(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_bl(1, 0, 1);
+    EXPECT(t, "this", 0, B_THIS);
+    /* "Ġthis" is no token: ordinary merges */
+    EXPECT(t, " this", 0, B_GT, 'h', B_IS);
+    rt_tokenizer_free(t);
+}
+
+static void test_bytelevel_round_trips(void **state)
+{
+    (void)state;
+    for (int split = 0; split < 2; split++) {
+        rt_tokenizer *t = load_bl(split, 0, 0);
+        ROUND_TRIP(t, "The quick brown fox, isn't it?  42 + 7\n\n\tend ");
+        ROUND_TRIP(t, "na\xC3\xAFve caf\xC3\xA9 \xCE\xB1\xCE\xB2\xCE\xB3");
+        ROUND_TRIP(t, "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE "
+                      "\xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\xA0\x9C\x8E");
+        ROUND_TRIP_SPECIAL(t, "the<|endoftext|>the");
+        expect_round_trip(t, "\x00\xFF\xC3(\x80", 5, NULL, 0);
+        /* skip_special drops the special token */
+        expect_round_trip(t, "a<|endoftext|>b", 15, "ab", 2);
+        rt_tokenizer_free(t);
+    }
+}
+
+/* ---- split regexes ----------------------------------------------------- */
+
+static void expect_split(int pattern, const char *text, const char *const *want,
+                         size_t n_want)
+{
+    const uint8_t *s = (const uint8_t *)text;
+    size_t n = strlen(text), i = 0, k = 0;
+    while (i < n) {
+        size_t m = rt_tok_pattern_match(pattern, s, n, i);
+        assert_true(m >= 1 && m <= n - i);
+        if (k >= n_want || strlen(want[k]) != m ||
+            memcmp(want[k], s + i, m) != 0)
+            print_error("pattern %d on \"%s\": piece %zu is \"%.*s\"\n",
+                        pattern, text, k, (int)m, text + i);
+        assert_true(k < n_want);
+        assert_int_equal(strlen(want[k]), m);
+        i += m;
+        k++;
+    }
+    assert_int_equal(k, n_want);
+}
+#define SPLIT(p, text, ...)                                                    \
+    do {                                                                       \
+        const char *const w_[] = {__VA_ARGS__};                                \
+        expect_split(p, text, w_, sizeof w_ / sizeof *w_);                     \
+    } while (0)
+
+static void test_split_patterns_match_regex_semantics(void **state)
+{
+    (void)state;
+    SPLIT(RT_PAT_GPT2, "Hello world  123 it's!!", "Hello", " world", " ",
+          " 123", " it", "'s", "!!");
+    SPLIT(RT_PAT_GPT2, "A'S  \n x ", "A", "'", "S", "  \n", " x", " ");
+    SPLIT(RT_PAT_GPT2, "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC",
+          "caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC");
+    SPLIT(RT_PAT_LLAMA3, "Hello world  12345 IT'S\n\n  x", "Hello", " world",
+          " ", " ", "123", "45", " IT", "'S", "\n\n", " ", " x");
+    SPLIT(RT_PAT_LLAMA3, "(ok)...\r\n!x", "(ok", ")...\r\n", "!x");
+    SPLIT(RT_PAT_QWEN2, "x 2024", "x", " ", "2", "0", "2", "4");
+    assert_int_equal(rt_tok_pattern_from_regex("\\s+", 3), -1);
+}
+
+/* ---- API contract ------------------------------------------------------ */
+
+static void test_encode_reports_needed_size(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    int32_t ids[2];
+    size_t n = 0;
+    mc_error e;
+    assert_int_equal(rt_tokenizer_encode(t, "ab a", 4, 1, ids, 2, &n, &e),
+                     MC_ERR_INVALID_ARG);
+    assert_int_equal(n, 4);
+    assert_non_null(strstr(e.message, "4 ids"));
+    assert_int_equal(rt_tokenizer_encode(t, "ab a", 4, 1, NULL, 0, &n, NULL),
+                     MC_ERR_INVALID_ARG);
+    assert_int_equal(n, 4);
+    assert_int_equal(rt_tokenizer_encode(t, NULL, 3, 1, NULL, 0, &n, NULL),
+                     MC_ERR_INVALID_ARG);
+    rt_tokenizer_free(t);
+}
+
+static void test_decode_checks_ids_and_size(void **state)
+{
+    (void)state;
+    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    const int32_t ok[] = {S_SPHELLO, S_SPA};
+    char buf[8];
+    size_t len = 0;
+    assert_int_equal(rt_tokenizer_decode(t, ok, 2, 0, NULL, 0, &len),
+                     MC_ERR_INVALID_ARG);
+    assert_int_equal(len, 7); /* "hello a" */
+    assert_int_equal(rt_tokenizer_decode(t, ok, 2, 0, buf, 7, &len),
+                     MC_ERR_INVALID_ARG);
+    assert_int_equal(len, 7);
+    assert_int_equal(rt_tokenizer_decode(t, ok, 2, 0, buf, 8, &len), MC_OK);
+    assert_string_equal(buf, "hello a");
+    const int32_t bad1[] = {5, -1}, bad2[] = {276};
+    assert_int_equal(rt_tokenizer_decode(t, bad1, 2, 0, buf, 8, &len),
+                     MC_ERR_INVALID_ARG);
+    assert_int_equal(rt_tokenizer_decode(t, bad2, 1, 0, buf, 8, &len),
+                     MC_ERR_INVALID_ARG);
+    assert_int_equal(rt_tokenizer_decode(t, NULL, 0, 0, buf, 8, &len), MC_OK);
+    assert_int_equal(len, 0);
+    assert_string_equal(buf, "");
+    rt_tokenizer_free(t);
+    rt_tokenizer_free(NULL);
+}
+
+/* ---- malformed files --------------------------------------------------- */
+
+#define V "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2}"
+#define M(extra) "{\"model\":{\"type\":\"BPE\"," V extra "}}"
+#define R(extra) "{\"model\":{\"type\":\"BPE\"," V "}," extra "}"
+static const struct bad_case {
+    const char *json;
+    mc_status status;
+    const char *field; /* exact err.field */
+} BAD[] = {
+    {"{", MC_ERR_FORMAT, ""},
+    {"[]", MC_ERR_FORMAT, ""},
+    {"{}", MC_ERR_FORMAT, "model"},
+    {"{\"model\":{\"vocab\":[]}}", MC_ERR_FORMAT, "model.vocab"},
+    {"{\"model\":{\"vocab\":{}}}", MC_ERR_FORMAT, "model.vocab"},
+    {"{\"model\":{\"vocab\":{\"a\":\"0\"}}}", MC_ERR_FORMAT, "model.vocab[\"a\"]"},
+    {"{\"model\":{\"vocab\":{\"a\":-1}}}", MC_ERR_FORMAT, "model.vocab[\"a\"]"},
+    {"{\"model\":{\"vocab\":{\"a\":99999999999}}}", MC_ERR_FORMAT, "model.vocab[\"a\"]"},
+    {"{\"model\":{\"vocab\":{\"a\":5000}}}", MC_ERR_FORMAT, "model.vocab"},
+    {"{\"model\":{\"vocab\":{\"a\":0,\"b\":0}}}", MC_ERR_FORMAT, "model.vocab[\"b\"]"},
+    {"{\"model\":{\"vocab\":{\"a\":0,\"a\":1}}}", MC_ERR_FORMAT, ""},
+    {M(",\"merges\":[\"a c\"]"), MC_ERR_FORMAT, "model.merges[0]"},
+    {M(",\"merges\":[\"a b\",\"b a\"]"), MC_ERR_FORMAT, "model.merges[1]"},
+    {M(",\"merges\":[\"ab\"]"), MC_ERR_FORMAT, "model.merges[0]"},
+    {M(",\"merges\":[\"a  b\"]"), MC_ERR_FORMAT, "model.merges[0]"},
+    {M(",\"merges\":[[\"a\"]]"), MC_ERR_FORMAT, "model.merges[0]"},
+    {M(",\"merges\":[[\"a\",2]]"), MC_ERR_FORMAT, "model.merges[0]"},
+    {M(",\"merges\":\"a b\""), MC_ERR_FORMAT, "model.merges"},
+    {"{\"model\":{\"type\":\"WordPiece\"," V "}}", MC_ERR_UNSUPPORTED, "model.type"},
+    {M(",\"unk_token\":\"<zz>\""), MC_ERR_FORMAT, "model.unk_token"},
+    {M(",\"unk_token\":7"), MC_ERR_FORMAT, "model.unk_token"},
+    {M(",\"byte_fallback\":\"yes\""), MC_ERR_FORMAT, "model.byte_fallback"},
+    {M(",\"dropout\":0.1"), MC_ERR_UNSUPPORTED, "model.dropout"},
+    {M(",\"continuing_subword_prefix\":\"##\""), MC_ERR_UNSUPPORTED, "model"},
+    {R("\"added_tokens\":{}"), MC_ERR_FORMAT, "added_tokens"},
+    {R("\"added_tokens\":[{\"id\":3,\"content\":\"\"}]"), MC_ERR_FORMAT,
+     "added_tokens[0].content"},
+    {R("\"added_tokens\":[{\"id\":\"3\",\"content\":\"x\"}]"), MC_ERR_FORMAT,
+     "added_tokens[0].id"},
+    {R("\"added_tokens\":[{\"id\":3,\"content\":\"x\",\"special\":1}]"),
+     MC_ERR_FORMAT, "added_tokens[0].special"},
+    {R("\"added_tokens\":[{\"id\":3,\"content\":\"x\"},{\"id\":3,\"content\":\"y\"}]"),
+     MC_ERR_FORMAT, "added_tokens[1]"},
+    {R("\"pre_tokenizer\":{\"type\":\"Whitespace\"}"), MC_ERR_UNSUPPORTED,
+     "pre_tokenizer"},
+    {R("\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+\"},"
+       "\"behavior\":\"Isolated\",\"invert\":false}"), MC_ERR_UNSUPPORTED,
+     "pre_tokenizer"},
+    {R("\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"ab\"}"),
+     MC_ERR_FORMAT, "pre_tokenizer.replacement"},
+    {R("\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"_\","
+       "\"prepend_scheme\":\"sometimes\"}"), MC_ERR_FORMAT,
+     "pre_tokenizer.prepend_scheme"},
+    {R("\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":{}}"),
+     MC_ERR_FORMAT, "pre_tokenizer.pretokenizers"},
+    {R("\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[7]}"),
+     MC_ERR_FORMAT, "pre_tokenizer.pretokenizers[0]"},
+    {R("\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"use_regex\":0}"),
+     MC_ERR_FORMAT, "pre_tokenizer.use_regex"},
+    {R("\"normalizer\":{\"type\":\"Lowercase\"}"), MC_ERR_UNSUPPORTED,
+     "normalizer"},
+    {R("\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"}}"),
+     MC_ERR_FORMAT, "normalizer.content"},
+    {R("\"normalizer\":{\"type\":\"Replace\",\"pattern\":\" \",\"content\":\"x\"}"),
+     MC_ERR_FORMAT, "normalizer.pattern"},
+    {R("\"decoder\":{\"type\":\"Strip\",\"content\":\" \",\"start\":-1,\"stop\":0}"),
+     MC_ERR_FORMAT, "decoder.start"},
+    {R("\"decoder\":5"), MC_ERR_FORMAT, "decoder"},
+    {R("\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"CTC\"}]}"),
+     MC_ERR_UNSUPPORTED, "decoder.decoders[0]"},
+    {R("\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":"
+       "[{\"SpecialToken\":{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"A\"}}],"
+       "\"special_tokens\":{}}"), MC_ERR_FORMAT, "post_processor.single[0]"},
+    {R("\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[]}"),
+     MC_ERR_FORMAT, "post_processor.single"},
+    {R("\"post_processor\":{\"type\":\"BertProcessing\"}"), MC_ERR_UNSUPPORTED,
+     "post_processor"},
+};
+
+static void test_tokenizer_rejects_malformed_files(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        rt_tokenizer *t = (rt_tokenizer *)1;
+        mc_error e;
+        mc_error_clear(&e);
+        mc_status r = rt_tokenizer_load_memory(BAD[i].json, strlen(BAD[i].json),
+                                               "bad.json", &t, &e);
+        if (r != BAD[i].status || strcmp(e.field, BAD[i].field) != 0)
+            print_error("case %zu (%s): status %d field '%s' message '%s'\n",
+                        i, BAD[i].json, r, e.field, e.message);
+        assert_int_equal(r, BAD[i].status);
+        assert_string_equal(e.field, BAD[i].field);
+        assert_string_equal(e.file, "bad.json");
+        assert_true(strlen(e.message) > 0);
+        assert_null(t);
+    }
+    /* the minimal valid file loads */
+    rt_tokenizer *t = NULL;
+    const char *ok = M(",\"merges\":[\"a b\"]");
+    assert_int_equal(rt_tokenizer_load_memory(ok, strlen(ok), NULL, &t, NULL),
+                     MC_OK);
+    EXPECT(t, "abab", 0, 2, 2);
+    rt_tokenizer_free(t);
+}
+
+static void test_tokenizer_load_reports_missing_file(void **state)
+{
+    (void)state;
+    rt_tokenizer *t;
+    mc_error e;
+    assert_int_equal(rt_tokenizer_load("/nonexistent/tokenizer.json", &t, &e),
+                     MC_ERR_NOT_FOUND);
+    assert_string_equal(e.file, "/nonexistent/tokenizer.json");
+}
+
+static void test_tokenizer_survives_allocation_failures(void **state)
+{
+    (void)state;
+    char *json = spm_json(&(spm_opts){.byte_fallback = 1});
+    const char *text = "hello</s>ab a h\xF0\x9F\x98\x80";
+    int loaded = 0;
+    for (long k = 0; !loaded && k < 100000; k++) {
+        rt_tokenizer *t = NULL;
+        mc_error e;
+        mc_alloc_fail_after(k);
+        mc_status r = rt_tokenizer_load_memory(json, strlen(json), "g", &t, &e);
+        mc_alloc_fail_after(-1);
+        if (r != MC_OK) {
+            if (r != MC_ERR_NOMEM)
+                print_error("fail_after(%ld): status %d: %s\n", k, r,
+                            e.message);
+            assert_int_equal(r, MC_ERR_NOMEM);
+            assert_null(t);
+            continue;
+        }
+        loaded = 1;
+        for (long j = 0; j < 100000; j++) {
+            int32_t ids[64];
+            size_t n;
+            mc_alloc_fail_after(j);
+            r = rt_tokenizer_encode(t, text, strlen(text), 1, ids, 64, &n, NULL);
+            mc_alloc_fail_after(-1);
+            if (r == MC_OK)
+                break;
+            assert_int_equal(r, MC_ERR_NOMEM);
+        }
+        const int32_t ids[] = {1, S_SPHELLO, 2, 3 + 0xF0, 3 + 0x9F};
+        for (long j = 0; j < 100000; j++) {
+            char buf[64];
+            size_t len;
+            mc_alloc_fail_after(j);
+            r = rt_tokenizer_decode(t, ids, 5, 0, buf, sizeof buf, &len);
+            mc_alloc_fail_after(-1);
+            if (r == MC_OK)
+                break;
+            assert_int_equal(r, MC_ERR_NOMEM);
+        }
+        rt_tokenizer_free(t);
+    }
+    assert_true(loaded);
+    free(json);
+}
+
+static void test_tokenizer_reads_sibling_config(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("tok");
+    char *path = tu_fmt("%s/tokenizer.json", dir);
+    char *cfg = tu_fmt("%s/tokenizer_config.json", dir);
+    char *json = bl_json(0, 0, 0);
+    assert_int_equal(tu_write_file(path, json, strlen(json)), 0);
+    const char *c1 = "{\"bos_token\":{\"content\":\"<|endoftext|>\"},"
+                     "\"eos_token\":\"\xC4\xA0the\",\"model_max_length\":"
+                     "1000000000000000019884624838656}";
+    assert_int_equal(tu_write_file(cfg, c1, strlen(c1)), 0);
+    rt_tokenizer *t = NULL;
+    mc_error e;
+    assert_int_equal(rt_tokenizer_load(path, &t, &e), MC_OK);
+    assert_int_equal(rt_tokenizer_bos(t), B_EOT);
+    assert_int_equal(rt_tokenizer_eos(t), B_GTHE);
+    rt_tokenizer_free(t);
+    const char *c2 = "{\"eos_token\":\"<nope>\"}";
+    assert_int_equal(tu_write_file(cfg, c2, strlen(c2)), 0);
+    assert_int_equal(rt_tokenizer_load(path, &t, &e), MC_ERR_FORMAT);
+    assert_string_equal(e.file, cfg);
+    assert_string_equal(e.field, "eos_token");
+    assert_null(t);
+    free(json);
+    free(cfg);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ---- the real Mistral tokenizer ---------------------------------------- */
+
+static rt_tokenizer *g_mistral;
+static char g_mistral_path[4096];
+
+static int mistral_setup(void **state)
+{
+    (void)state;
+    snprintf(g_mistral_path, sizeof g_mistral_path,
+             "%s/tokenizers/mistral-7b-instruct-v0.1/tokenizer.json",
+             MC_SHARED_DIR);
+    if (!tu_exists(g_mistral_path))
+        return 0;
+    mc_error e;
+    if (rt_tokenizer_load(g_mistral_path, &g_mistral, &e) != MC_OK) {
+        char buf[1600];
+        printf("mistral load failed: %s\n", mc_error_format(&e, buf, sizeof buf));
+        g_mistral = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int mistral_teardown(void **state)
+{
+    (void)state;
+    rt_tokenizer_free(g_mistral);
+    g_mistral = NULL;
+    return 0;
+}
+
+#define NEED_MISTRAL()                                                         \
+    TU_SKIP_IF(!g_mistral, "mistral-7b-instruct-v0.1/tokenizer.json absent "  \
+                           "in ../shared/tokenizers")
+
+static void test_mistral_known_answers(void **state)
+{
+    (void)state;
+    NEED_MISTRAL();
+    rt_tokenizer *t = g_mistral;
+    assert_int_equal(rt_tokenizer_vocab_size(t), 32000);
+    assert_int_equal(rt_tokenizer_bos(t), 1);
+    assert_int_equal(rt_tokenizer_eos(t), 2);
+    assert_int_equal(rt_tokenizer_token_to_id(t, MS "Hello", 8), 22557);
+    assert_int_equal(rt_tokenizer_token_to_id(t, "<0x0A>", 6), 13);
+    /* checked against a plain Python BPE over the file's vocab and merges */
+    EXPECT(t, "Hello world", 1, 1, 22557, 1526);
+    EXPECT(t, "Hello world", 0, 22557, 1526);
+    EXPECT(t, "The quick brown fox jumps over the lazy dog.", 1, 1, 415, 2936,
+           9060, 285, 1142, 461, 10575, 754, 272, 17898, 3914, 28723);
+    EXPECT(t, "Once upon a time, there was a little girl named Lily.", 1, 1,
+           5713, 3714, 264, 727, 28725, 736, 403, 264, 1628, 2746, 5160, 25492,
+           28723);
+    EXPECT(t, "Tom's cat, 42 times", 1, 1, 4660, 28742, 28713, 5255, 28725,
+           28705, 28781, 28750, 2421);
+    EXPECT(t, "  leading spaces", 1, 1, 28705, 5374, 10599);
+    EXPECT(t, "tab\tand\nnewline", 1, 1, 7683, 12, 391, 13, 1095, 1081);
+    EXPECT(t, "a</s>b", 1, 1, 264, 2, 28726);
+}
+
+static void test_mistral_rare_chars_fall_back_to_bytes(void **state)
+{
+    (void)state;
+    NEED_MISTRAL();
+    rt_tokenizer *t = g_mistral;
+    /* U+2070E (F0 A0 9C 8E) is not a piece: <0xF0><0xA0><0x9C><0x8E> */
+    EXPECT(t, "\xF0\xA0\x9C\x8E", 1, 1, 28705, 243, 163, 159, 145);
+    /* 😀 is a piece of its own */
+    EXPECT(t, "\xF0\x9F\x98\x80", 1, 1, 28705, 30575);
+    /* 寿 (E5 AF BF) falls back, 司 is a piece */
+    EXPECT(t, "I like \xE5\xAF\xBF\xE5\x8F\xB8 and \xE2\x98\x83.", 1, 1, 315,
+           737, 28705, 232, 178, 194, 29989, 304, 28705, 31666, 28723);
+}
+
+static void test_mistral_round_trips(void **state)
+{
+    (void)state;
+    NEED_MISTRAL();
+    const char *texts[] = {
+        "Hello world",
+        "The quick brown fox jumps over the lazy dog.",
+        "naïve café, Ærøskøbing, Straße",
+        "日本語の文章です。中文句子。한국어 문장.",
+        "emoji 😀👍🏽 and rare 𠜎𠜱 chars",
+        "code:\n\tif (x) {\n\t\treturn y;\n\t}\n",
+        "multiple   spaces   and trailing  ",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+        ROUND_TRIP(g_mistral, texts[i]);
+    /* the decoder strips the one leading space the encoder added */
+    expect_round_trip(g_mistral, " x", 2, "x", 1);
+}
+
+/* The same vocabulary in the older saved form (normalizer Prepend+Replace,
+ * no pre-tokenizer, pair merges) encodes plain text the same way. */
+static void test_mistral_legacy_form_matches(void **state)
+{
+    (void)state;
+    NEED_MISTRAL();
+    json_error_t je;
+    json_t *root = json_load_file(g_mistral_path, 0, &je);
+    assert_non_null(root);
+    json_object_set_new(root, "pre_tokenizer", json_null());
+    json_object_set_new(root, "normalizer",
+                        json_pack("{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]}",
+                                  "type", "Sequence", "normalizers", "type",
+                                  "Prepend", "prepend", MS, "type", "Replace",
+                                  "pattern", "String", " ", "content", MS));
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    for (size_t i = 0; i < json_array_size(merges); i++) {
+        const char *m = json_string_value(json_array_get(merges, i));
+        const char *sp = strchr(m, ' ');
+        char *a = tu_fmt("%.*s", (int)(sp - m), m);
+        json_array_set_new(merges, i, json_pack("[ss]", a, sp + 1));
+        free(a);
+    }
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    rt_tokenizer *legacy = load_text(text);
+    free(text);
+    const char *texts[] = {"Hello world", "Once upon a time, there was a girl.",
+                           "日本語 😀 𠜎", "a  b\tc\nd"};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        int32_t x[256], y[256];
+        size_t nx, ny;
+        assert_int_equal(rt_tokenizer_encode(g_mistral, texts[i],
+                                             strlen(texts[i]), 1, x, 256, &nx,
+                                             NULL), MC_OK);
+        assert_int_equal(rt_tokenizer_encode(legacy, texts[i], strlen(texts[i]),
+                                             1, y, 256, &ny, NULL), MC_OK);
+        assert_int_equal(nx, ny);
+        assert_memory_equal(x, y, nx * sizeof *x);
+    }
+    /* where they differ: the legacy form prepends even before a space */
+    EXPECT(legacy, " Hello", 0, 28705, 22557);
+    EXPECT(g_mistral, " Hello", 0, 22557);
+    rt_tokenizer_free(legacy);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void test_mistral_load_and_encode_speed(void **state)
+{
+    (void)state;
+    NEED_MISTRAL();
+    double t0 = now_s();
+    rt_tokenizer *t = NULL;
+    assert_int_equal(rt_tokenizer_load(g_mistral_path, &t, NULL), MC_OK);
+    double load_s = now_s() - t0;
+    const char *base = "Once upon a time, there was a little girl named Lily. "
+                       "She liked 123 apples and 日本語 😀!\n";
+    size_t bl = strlen(base), len = (size_t)2 << 20;
+    char *text = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        text[i] = base[i % bl];
+    len -= len % bl; /* whole sentences */
+    size_t cap = len, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    t0 = now_s();
+    assert_int_equal(rt_tokenizer_encode(t, text, len, 0, ids, cap, &n, NULL),
+                     MC_OK);
+    double enc_s = now_s() - t0;
+    double mbps = (double)len / enc_s / 1e6;
+    printf("[  INFO    ] mistral: load %.3f s, encode %zu bytes -> %zu ids "
+           "in %.3f s (%.1f MB/s)\n", load_s, len, n, enc_s, mbps);
+    /* per-sentence ids repeat: the split into chunks changed nothing */
+    size_t per = 0;
+    assert_int_equal(rt_tokenizer_encode(t, base, bl, 0, NULL, 0, &per, NULL),
+                     MC_ERR_INVALID_ARG);
+#ifndef MC_SANITIZE
+    assert_true(load_s < 3.0); /* generous: 2 shared cores */
+    assert_true(mbps > 1.0);
+#endif
+    free(ids);
+    free(text);
+    rt_tokenizer_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spm_metaspace_known_answers),
+        cmocka_unit_test(test_spm_legacy_normalizer_known_answers),
+        cmocka_unit_test(test_spm_merge_encodings_agree),
+        cmocka_unit_test(test_spm_byte_fallback_and_decode),
+        cmocka_unit_test(test_spm_special_tokens_split),
+        cmocka_unit_test(test_spm_metaspace_split_true_cuts_words),
+        cmocka_unit_test(test_spm_unknown_chars_use_unk),
+        cmocka_unit_test(test_bytelevel_known_answers),
+        cmocka_unit_test(test_bytelevel_ignore_merges_takes_whole_words),
+        cmocka_unit_test(test_bytelevel_round_trips),
+        cmocka_unit_test(test_split_patterns_match_regex_semantics),
+        cmocka_unit_test(test_encode_reports_needed_size),
+        cmocka_unit_test(test_decode_checks_ids_and_size),
+        cmocka_unit_test(test_tokenizer_rejects_malformed_files),
+        cmocka_unit_test(test_tokenizer_load_reports_missing_file),
+        cmocka_unit_test(test_tokenizer_survives_allocation_failures),
+        cmocka_unit_test(test_tokenizer_reads_sibling_config),
+        cmocka_unit_test(test_mistral_known_answers),
+        cmocka_unit_test(test_mistral_rare_chars_fall_back_to_bytes),
+        cmocka_unit_test(test_mistral_round_trips),
+        cmocka_unit_test(test_mistral_legacy_form_matches),
+        cmocka_unit_test(test_mistral_load_and_encode_speed),
+    };
+    return cmocka_run_group_tests(tests, mistral_setup, mistral_teardown);
+}
