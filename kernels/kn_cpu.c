@@ -3,8 +3,33 @@
 #include "kn_ops.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 static atomic_int g_force_scalar;
+
+#if defined(__x86_64__) || defined(__i386__)
+/* cpuid directly rather than __builtin_cpu_supports: clang 14 does not know
+ * "f16c" there.  Also checks that the OS saves YMM state (OSXSAVE + XCR0). */
+static int detect_avx2_fma_f16c(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    int f16c = (c >> 29) & 1;
+    if (!(fma && osxsave && avx && f16c))
+        return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6) != 6) /* XMM and YMM state enabled */
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> 5) & 1; /* AVX2 */
+}
+#endif
 
 int kn_cpu_has_avx2(void)
 {
@@ -14,9 +39,7 @@ int kn_cpu_has_avx2(void)
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c");
+        v = detect_avx2_fma_f16c();
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;

@@ -5,13 +5,15 @@
  * Matmul has two shapes of work:
  *  - decode (T <= 8 tokens): memory bound.  Each weight row is streamed
  *    once, dequantized 32 columns at a time in registers and multiplied
- *    into all T tokens while it is in registers.
+ *    into all T tokens while it is in registers (canon_rows).
  *  - prefill (T > 8): compute bound.  A block of 4 rows x KN_KC columns is
  *    dequantized once into an L1 buffer and reused by every token; a 4 x 3
  *    register tile of dot products keeps the FMA units busy.
  * Dequantized values equal kn_w_at()'s exactly (same float products), so
- * results differ from the references only in summation order.  Q8's per-row
- * scale is applied to the finished dot product in the decode path.
+ * results differ from the references only in summation order, and both
+ * paths use the SAME order for every output element (see canon_rows): a
+ * row's result does not depend on T or on the thread split, which is what
+ * makes a sequence bit-identical alone or in a batch.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -19,7 +21,7 @@
 
 #include "kn_internal.h"
 
-#define KN_KC 256   /* prefill column block (floats); multiple of 32 */
+#define KN_KC 512   /* prefill column block (floats); multiple of 32 */
 #define KN_RB 4     /* prefill row block */
 #define KN_TB 3     /* prefill token tile */
 #define KN_AI __attribute__((always_inline)) static inline
@@ -154,172 +156,109 @@ int kn_avx2_matmul_supported(const kn_matrix *W)
     }
 }
 
-/* ---- decode: T <= 8 ---------------------------------------------------------- */
+/* ---- decode, row-invariant ------------------------------------------------- */
 
-KN_AI void dec_rows(const kn_matrix *W, const float *X, float *Y, uint32_t r0,
-                    uint32_t r1, int fmt, int T)
+/* The runtime promises that a sequence gives bit-identical results alone or
+ * in a batch, so every output element must be summed in one canonical
+ * order whatever T is: for each KN_KC column block, one 8-lane chain over
+ * the block's columns in order, hsum256, the scalar tail, then added to Y
+ * -- exactly the order of micro() below.  This decode path keeps that order
+ * but dequantizes in registers (no L1 buffer) and hides the FMA latency
+ * with R rows x T tokens independent chains instead of several chains per
+ * element. */
+KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
+                      uint32_t r, int fmt, int R, int T)
 {
-    /* Independent accumulators per token so the FMA latency is hidden even
-     * for one token: 4 chains for T = 1-2, 2 for T = 3-4, 1 above. */
-    const int NA = T <= 2 ? 4 : T <= 4 ? 2 : 1;
-    uint32_t cols = W->cols, cmain = cols & ~31u, rows = W->rows;
+    uint32_t cols = W->cols, rows = W->rows;
     int gshift = W->group ? __builtin_ctz(W->group) : 0;
-    float tailw[32];
-    for (uint32_t r = r0; r < r1; r++) {
-        kn_rowp rp = row_ptrs(W, r, fmt);
-        __m256 acc[8][4];
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++)
-            #pragma GCC unroll 16
-            for (int a = 0; a < NA; a++)
-                acc[t][a] = _mm256_setzero_ps();
-        for (uint32_t c = 0; c < cmain; c += 32) {
-            __m256 w[4];
-            deq32(&rp, c, gshift, fmt, w);
-            #pragma GCC unroll 16
-            for (int k = 0; k < 4; k++)
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++)
-                    acc[t][k % NA] = _mm256_fmadd_ps(
-                        w[k], _mm256_loadu_ps(X + (size_t)t * cols + c + 8 * k),
-                        acc[t][k % NA]);
-        }
-        uint32_t nt = cols - cmain;
-        if (nt)
-            kn_dequant_span(W, r, cmain, nt, tailw);
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-            #pragma GCC unroll 16
-            for (int a = 1; a < NA; a++)
-                acc[t][0] = _mm256_add_ps(acc[t][0], acc[t][a]);
-            float s = hsum256(acc[t][0]);
-            if (fmt == KN_W_Q8)
-                s *= rp.qscale;
-            const float *xt = X + (size_t)t * cols + cmain;
-            for (uint32_t i = 0; i < nt; i++)
-                s += tailw[i] * xt[i];
-            Y[(size_t)t * rows + r] += s;
-        }
+    kn_rowp rp[4];
+    __m256 qs[4];
+    #pragma GCC unroll 16
+    for (int i = 0; i < R; i++) {
+        rp[i] = row_ptrs(W, r + (uint32_t)i, fmt);
+        qs[i] = _mm256_set1_ps(rp[i].qscale);
     }
-}
-
-/* int4 decode.  Per group, sum_c q[c]*x[c] is accumulated on the raw
- * nibbles and the group's scale and zero are applied once:
- *   sum_c s*(q-z)*x = s * (sum_c q*x - z * sum_c x),
- * with sum_c x per (token, group) computed once per call.  Nibbles are
- * expanded without byte shuffles: 4 bytes broadcast to 8 lanes, shifted by
- * 0, 4, .., 28 bits (element k of a little-endian u32 is nibble k). */
-#define KN_Q4_XSUM_MAX 8192 /* floats of per-(token, group) sums on stack */
-
-KN_AI void dec_q4_rows(const kn_matrix *W, const float *X, float *Y,
-                       uint32_t r0, uint32_t r1, int fmt, int T,
-                       const float *xsum)
-{
-    const int NA = T <= 2 ? 4 : T <= 4 ? 2 : 1;
-    uint32_t cols = W->cols, cmain = cols & ~31u, rows = W->rows, g = W->group;
-    uint32_t ng = kn_q4_ngroups(cols, g);
-    uint32_t ngv = (cmain + g - 1) / g; /* groups with a vector part */
-    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i m4 = _mm256_set1_epi32(0xf);
-    float tailw[32];
-    for (uint32_t r = r0; r < r1; r++) {
-        kn_rowp rp = row_ptrs(W, r, fmt);
-        __m256 acc[8];
-        float corr[8];
-#pragma GCC unroll 16
-        for (int t = 0; t < T; t++)
-            acc[t] = _mm256_setzero_ps(), corr[t] = 0.0f;
-        for (uint32_t gi = 0; gi < ngv; gi++) {
-            uint32_t c0 = gi * g, c1 = c0 + g < cmain ? c0 + g : cmain;
-            __m256 tmp[8][4];
-#pragma GCC unroll 16
+    for (uint32_t c0 = 0; c0 < cols; c0 += KN_KC) {
+        uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
+        uint32_t n32 = n & ~31u, n8 = n & ~7u;
+        __m256 acc[4][8];
+        #pragma GCC unroll 16
+        for (int i = 0; i < R; i++)
+            #pragma GCC unroll 16
             for (int t = 0; t < T; t++)
-#pragma GCC unroll 16
-                for (int a = 0; a < NA; a++)
-                    tmp[t][a] = _mm256_setzero_ps();
-            for (uint32_t c = c0; c < c1; c += 32) {
-                const uint8_t *b = rp.data + c / 2;
-#pragma GCC unroll 16
-                for (int k = 0; k < 4; k++) {
-                    int32_t u;
-                    memcpy(&u, b + 4 * k, 4);
-                    __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(
-                        _mm256_srlv_epi32(_mm256_set1_epi32(u), sh), m4));
-#pragma GCC unroll 16
+                acc[i][t] = _mm256_setzero_ps();
+        for (uint32_t k = 0; k < n32; k += 32) {
+            #pragma GCC unroll 16
+            for (int i = 0; i < R; i++) {
+                __m256 w[4];
+                deq32(&rp[i], c0 + k, gshift, fmt, w);
+                #pragma GCC unroll 16
+                for (int kk = 0; kk < 4; kk++) {
+                    if (fmt == KN_W_Q8)
+                        w[kk] = _mm256_mul_ps(qs[i], w[kk]);
+                    #pragma GCC unroll 16
                     for (int t = 0; t < T; t++)
-                        tmp[t][k % NA] = _mm256_fmadd_ps(
-                            q, _mm256_loadu_ps(X + (size_t)t * cols + c + 8 * k),
-                            tmp[t][k % NA]);
+                        acc[i][t] = _mm256_fmadd_ps(
+                            w[kk],
+                            _mm256_loadu_ps(X + (size_t)t * cols + c0 + k + 8 * kk),
+                            acc[i][t]);
                 }
             }
-            float s = _cvtsh_ss(rp.scales[gi]);
-            float zs = s * (float)(fmt == KN_W_Q4 ? rp.zeros[gi] : KN_Q4_ZERO_SYM);
-            __m256 vs = _mm256_set1_ps(s);
-#pragma GCC unroll 16
+        }
+        float tw[4][32];
+        if (n > n32) {
+            #pragma GCC unroll 16
+            for (int i = 0; i < R; i++)
+                kn_dequant_span(W, r + (uint32_t)i, c0 + n32, n - n32, tw[i]);
+            for (uint32_t k = n32; k < n8; k += 8)
+                #pragma GCC unroll 16
+                for (int i = 0; i < R; i++)
+                    #pragma GCC unroll 16
+                    for (int t = 0; t < T; t++)
+                        acc[i][t] = _mm256_fmadd_ps(
+                            _mm256_loadu_ps(tw[i] + (k - n32)),
+                            _mm256_loadu_ps(X + (size_t)t * cols + c0 + k),
+                            acc[i][t]);
+        }
+        #pragma GCC unroll 16
+        for (int i = 0; i < R; i++)
+            #pragma GCC unroll 16
             for (int t = 0; t < T; t++) {
-#pragma GCC unroll 16
-                for (int a = 1; a < NA; a++)
-                    tmp[t][0] = _mm256_add_ps(tmp[t][0], tmp[t][a]);
-                acc[t] = _mm256_fmadd_ps(vs, tmp[t][0], acc[t]);
-                corr[t] += zs * xsum[(size_t)t * ng + gi];
+                float s = hsum256(acc[i][t]);
+                for (uint32_t k = n8; k < n; k++)
+                    s += tw[i][k - n32] * X[(size_t)t * cols + c0 + k];
+                Y[(size_t)t * rows + r + (uint32_t)i] += s;
             }
-        }
-        uint32_t nt = cols - cmain;
-        if (nt)
-            kn_dequant_span(W, r, cmain, nt, tailw);
-#pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-            float sum = hsum256(acc[t]) - corr[t];
-            const float *xt = X + (size_t)t * cols + cmain;
-            for (uint32_t i = 0; i < nt; i++)
-                sum += tailw[i] * xt[i];
-            Y[(size_t)t * rows + r] += sum;
-        }
     }
 }
 
-static void dec_q4(const kn_matrix *W, const float *X, size_t T, float *Y,
-                   uint32_t r0, uint32_t r1)
+/* Rows [r0, r1) for T <= 8 tokens: R x T <= 12 chains (R <= 4). */
+KN_AI void canon_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
+                     uint32_t r0, uint32_t r1, int fmt)
 {
-    float xsum[KN_Q4_XSUM_MAX];
-    uint32_t cols = W->cols, cmain = cols & ~31u, g = W->group;
-    uint32_t ng = kn_q4_ngroups(cols, g);
-    for (size_t t = 0; t < T; t++)
-        for (uint32_t gi = 0; gi < ng; gi++) {
-            uint32_t c0 = gi * g, c1 = c0 + g < cmain ? c0 + g : cmain;
-            float s = 0.0f;
-            for (uint32_t c = c0; c < c1; c++)
-                s += X[t * cols + c];
-            xsum[t * ng + gi] = s;
-        }
-    int q4 = W->fmt == KN_W_Q4;
-#define KN_DQ(n)                                                               \
-    case n:                                                                    \
-        if (q4)                                                                \
-            dec_q4_rows(W, X, Y, r0, r1, KN_W_Q4, n, xsum);                    \
-        else                                                                   \
-            dec_q4_rows(W, X, Y, r0, r1, KN_W_Q4S, n, xsum);                   \
+    int t = (int)T;
+    int R = t <= 3 ? 4 : t == 4 ? 3 : t <= 6 ? 2 : 1;
+    uint32_t r = r0;
+#define KN_CR(rr, tt)                                                          \
+    case (rr) * 16 + (tt):                                                     \
+        for (; r + (rr) <= r1; r += (rr))                                      \
+            canon_rows(W, X, Y, r, fmt, rr, tt);                               \
         break;
-    switch (T) {
-        KN_DQ(1) KN_DQ(2) KN_DQ(3) KN_DQ(4) KN_DQ(5) KN_DQ(6) KN_DQ(7)
-        default: KN_DQ(8)
+    switch (R * 16 + t) {
+        KN_CR(4, 1) KN_CR(4, 2) KN_CR(4, 3) KN_CR(3, 4) KN_CR(2, 5)
+        KN_CR(2, 6) KN_CR(1, 7) default: KN_CR(1, 8)
     }
-#undef KN_DQ
-}
-
-KN_AI void dec_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
-                   uint32_t r0, uint32_t r1, int fmt)
-{
-    switch (T) {
-    case 1: dec_rows(W, X, Y, r0, r1, fmt, 1); break;
-    case 2: dec_rows(W, X, Y, r0, r1, fmt, 2); break;
-    case 3: dec_rows(W, X, Y, r0, r1, fmt, 3); break;
-    case 4: dec_rows(W, X, Y, r0, r1, fmt, 4); break;
-    case 5: dec_rows(W, X, Y, r0, r1, fmt, 5); break;
-    case 6: dec_rows(W, X, Y, r0, r1, fmt, 6); break;
-    case 7: dec_rows(W, X, Y, r0, r1, fmt, 7); break;
-    default: dec_rows(W, X, Y, r0, r1, fmt, 8); break;
+#undef KN_CR
+#define KN_C1(tt)                                                              \
+    case tt:                                                                   \
+        for (; r < r1; r++)                                                    \
+            canon_rows(W, X, Y, r, fmt, 1, tt);                                \
+        break;
+    switch (t) {
+        KN_C1(1) KN_C1(2) KN_C1(3) KN_C1(4) KN_C1(5) KN_C1(6) KN_C1(7)
+        default: KN_C1(8)
     }
+#undef KN_C1
 }
 
 /* ---- prefill: T > 8 ---------------------------------------------------------- */
@@ -427,20 +366,12 @@ void kn_avx2_matmul_rows(const kn_matrix *W, const float *X, size_t T,
 {
     if (T <= 8) {
         switch (W->fmt) {
-        case KN_W_F32: dec_fmt(W, X, T, Y, r0, r1, KN_W_F32); break;
-        case KN_W_F16: dec_fmt(W, X, T, Y, r0, r1, KN_W_F16); break;
-        case KN_W_BF16: dec_fmt(W, X, T, Y, r0, r1, KN_W_BF16); break;
-        case KN_W_Q8: dec_fmt(W, X, T, Y, r0, r1, KN_W_Q8); break;
-        default:
-            /* group 32: the per-group fold costs more than it saves */
-            if (W->group >= 64 &&
-                (uint64_t)kn_q4_ngroups(W->cols, W->group) * T <= KN_Q4_XSUM_MAX)
-                dec_q4(W, X, T, Y, r0, r1);
-            else if (W->fmt == KN_W_Q4)
-                dec_fmt(W, X, T, Y, r0, r1, KN_W_Q4);
-            else
-                dec_fmt(W, X, T, Y, r0, r1, KN_W_Q4S);
-            break;
+        case KN_W_F32: canon_fmt(W, X, T, Y, r0, r1, KN_W_F32); break;
+        case KN_W_F16: canon_fmt(W, X, T, Y, r0, r1, KN_W_F16); break;
+        case KN_W_BF16: canon_fmt(W, X, T, Y, r0, r1, KN_W_BF16); break;
+        case KN_W_Q8: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q8); break;
+        case KN_W_Q4: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q4); break;
+        default: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q4S); break;
         }
         return;
     }

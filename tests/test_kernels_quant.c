@@ -286,6 +286,49 @@ static void test_matrix_row_matches_matmul_with_unit_vector(void **state)
     }
 }
 
+/* A token's output row must have the same bits whatever else is in the
+ * call (T tokens, 1 or 2 threads): the runtime's promise that a sequence
+ * gives identical results alone or in a batch rests on it. */
+static void test_matmul_rows_are_bit_identical_for_every_T(void **state)
+{
+    (void)state;
+    static const kn_wformat fmts[] = {KN_W_F32, KN_W_F16, KN_W_BF16,
+                                      KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    static const uint32_t colss[] = {40, 172, 520, 1100};
+    enum { ROWS = 13, TMAX = 20 };
+    kn_pool *pool = kn_pool_create(2);
+    assert_non_null(pool);
+    for (size_t f = 0; f < 6; f++)
+        for (size_t ci = 0; ci < 4; ci++) {
+            uint32_t cols = colss[ci];
+            tmat t = tmat_make(fmts[f], ROWS, cols, 32);
+            float *x = malloc((size_t)TMAX * cols * sizeof(float));
+            float *alone = malloc((size_t)TMAX * ROWS * sizeof(float));
+            float *y = malloc((size_t)TMAX * ROWS * sizeof(float));
+            assert_non_null(x);
+            for (size_t i = 0; i < (size_t)TMAX * cols; i++)
+                x[i] = rnd_f();
+            for (size_t tok = 0; tok < TMAX; tok++)
+                kn_matmul(NULL, &t.m, x + tok * cols, 1, alone + tok * ROWS,
+                          NULL);
+            for (size_t T = 2; T <= TMAX; T++)
+                for (int th = 0; th < 2; th++) {
+                    kn_matmul(th ? pool : NULL, &t.m, x, T, y, NULL);
+                    for (size_t tok = 0; tok < T; tok++)
+                        if (memcmp(y + tok * ROWS, alone + tok * ROWS,
+                                   ROWS * sizeof(float)) != 0)
+                            fail_msg("%s cols %u: token %zu differs at T=%zu "
+                                     "(threads %d)", fmt_name(fmts[f]), cols,
+                                     tok, T, th + 1);
+                }
+            free(x);
+            free(alone);
+            free(y);
+            tmat_free(&t);
+        }
+    kn_pool_free(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_matrix_row_known_values_q4),
         cmocka_unit_test(test_matrix_row_known_values_q8_f16_bf16),
         cmocka_unit_test(test_matrix_row_matches_matmul_with_unit_vector),
+        cmocka_unit_test(test_matmul_rows_are_bit_identical_for_every_T),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -446,19 +446,15 @@ static void test_runtime_sequence_alone_equals_in_batch_bitwise(void **st)
     kn_set_force_scalar(0);
 }
 
-/* With the optimized kernels: bit-identical as soon as kn_matmul is
- * row-invariant; until then (AVX2 decode path: 4/2/1 accumulator chains
- * for T = 1-2 / 3-4 / 5-8, prefill path T > 8 blocks columns by 256) the
- * difference is reported and bounded. */
+/* With the optimized kernels too: kn_matmul sums every output element in
+ * one canonical order whatever T is (kn_ops_avx2.c), so a sequence is
+ * bit-identical alone or in a batch. */
 static void test_runtime_alone_vs_batch_with_optimized_kernels(void **st)
 {
     (void)st;
-    int strict = matmul_is_row_invariant();
-    if (!strict)
-        printf("NOTE: kn_matmul per-row results depend on T: batch "
-               "results are not bit-identical to single-sequence ones\n");
+    assert_true(matmul_is_row_invariant());
     for (size_t i = 0; i < 4; i++)
-        check_alone_vs_batch(k_batch_models[i], strict);
+        check_alone_vs_batch(k_batch_models[i], 1);
 }
 
 static void test_runtime_score_matches_logits(void **st)
@@ -500,6 +496,44 @@ static void test_runtime_score_matches_logits(void **st)
                             1e-4 * (1 + fabs(ll[k])));
     }
     rt_session_free(s);
+    free(r);
+    close_pair(&p);
+}
+
+/* Quantized KV caches stay close to the reference (f16: rounding of
+ * K/V only; int8: per-head scales). */
+static void test_runtime_quantized_kv_cache_stays_close(void **st)
+{
+    (void)st;
+    enum { N = 40 };
+    const kn_kvtype types[2] = {KN_KV_F16, KN_KV_I8};
+    const double tol[2] = {2e-3, 3e-2};
+    pair p = open_pair("mistral");
+    int32_t ids[N];
+    make_ids(ids, N, 77, p.V);
+    double *r = calloc((size_t)N * p.V, sizeof(double));
+    tu_ref_forward(p.ref, ids, N, r);
+    for (int k = 0; k < 2; k++) {
+        rt_limits L = {.max_batch = 1, .max_seq = N, .prefill_chunk = 8,
+                       .kv_type = types[k], .threads = 2};
+        rt_session *s;
+        mc_error e;
+        assert_int_equal(rt_session_create(p.m, &L, NULL, &s, &e), MC_OK);
+        float *lg = calloc((size_t)N * p.V, sizeof(float));
+        rt_prompt pr = {ids, N};
+        assert_int_equal(rt_session_logits(s, &pr, 1, &lg, &e), MC_OK);
+        double worst = 0.0;
+        for (size_t t = 0; t < N; t++) {
+            double d = row_err(lg + t * p.V, r + t * p.V, p.V);
+            worst = d > worst ? d : worst;
+        }
+        printf("mistral KV %s: relative error %.3g\n", k ? "int8" : "f16",
+               worst);
+        assert_true(worst < tol[k]);
+        assert_true(worst > 0.0); /* the cache really is quantized */
+        free(lg);
+        rt_session_free(s);
+    }
     free(r);
     close_pair(&p);
 }
@@ -566,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_runtime_alone_vs_batch_with_optimized_kernels),
         cmocka_unit_test(test_runtime_score_matches_logits),
         cmocka_unit_test(test_runtime_tap_sees_every_linear_input),
+        cmocka_unit_test(test_runtime_quantized_kv_cache_stays_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
