@@ -8,6 +8,8 @@
 #include "cmp_cli.h"
 #include "cmp_compile.h"
 #include "cmp_plan.h"
+#include "cmp_svg.h"
+#include "fmt_atomic.h"
 #include "fmt_config.h"
 #include "mc_alloc.h"
 
@@ -29,6 +31,8 @@ static void plan_usage(FILE *out)
         "  --threads N      threads the plan is sized for (default 4)\n"
         "  --device cpu|cuda  reserve default: cpu 0, cuda 1 GiB + 32 MiB\n"
         "  --reserve SIZE   device reserve, overriding the default\n"
+        "  --svg FILE       also draw the plan (budget bars per format and the\n"
+        "                   batch x context frontier) as an SVG picture\n"
         "  --json           one JSON object on stdout\n"
         "exit: 0 fits, 1 does not fit (breakdown on stderr) or error, 2 usage\n");
 }
@@ -125,11 +129,40 @@ void cmp_cli_print_plan(FILE *o, const fmt_model_config *cfg,
     fprintf(o, "%s\n", cmp_plan_dominant(p, buf, sizeof buf));
 }
 
+/* Render the plan picture and write it atomically; 0 on success. */
+static int write_svg(const char *path, const fmt_model_config *cfg,
+                     const cmp_plan *plan)
+{
+    mc_error err;
+    mc_error_clear(&err);
+    char *svg = NULL;
+    fmt_atomic_file *f = NULL;
+    mc_status st = cmp_plan_svg(cfg, plan, &svg, &err);
+    if (st == MC_OK)
+        st = fmt_atomic_create(path, &f, &err);
+    if (st == MC_OK)
+        st = fmt_atomic_write(f, svg, strlen(svg), &err);
+    if (st == MC_OK) {
+        st = fmt_atomic_commit(f, &err);
+        f = NULL;
+    }
+    fmt_atomic_abort(f);
+    mc_free(svg);
+    if (st != MC_OK) {
+        char buf[1600];
+        fprintf(stderr, "mcompile plan: %s\n",
+                mc_error_format(&err, buf, sizeof buf));
+        return 1;
+    }
+    return 0;
+}
+
 int cmp_cli_plan(int argc, char **argv)
 {
     cmp_plan_request req;
     cmp_plan_request_default(&req);
     const char *model = NULL;
+    const char *svg_path = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -143,6 +176,14 @@ int cmp_cli_plan(int argc, char **argv)
         }
         if (strcmp(a, "-q") == 0 || strcmp(a, "-v") == 0)
             continue;
+        if (strcmp(a, "--svg") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mcompile plan: --svg needs a file name\n");
+                return 2;
+            }
+            svg_path = argv[++i];
+            continue;
+        }
         if (a[0] == '-' && a[1] == '-') {
             if (i + 1 >= argc) {
                 fprintf(stderr, "mcompile plan: %s needs a value\n", a);
@@ -187,6 +228,9 @@ int cmp_cli_plan(int argc, char **argv)
                 mc_error_format(&err, buf, sizeof buf));
         return 1;
     }
+    /* The picture is drawn for plans that do not fit too: it shows why. */
+    if (svg_path && write_svg(svg_path, &cfg, &plan) != 0)
+        return 1;
     if (json) {
         json_t *o = cmp_plan_to_json(&plan);
         char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;

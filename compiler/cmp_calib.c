@@ -181,9 +181,9 @@ static int is_retarget(cmp_qmethod m)
  * q[i] receive the results, rel[i] the relative output errors against the
  * full-precision model. */
 static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
-                               cmp_qmethod m, const float *s,
+                               cmp_qmethod m, int act_order, const float *s,
                                const cmp_hessian *hs, cmp_qbuf *q,
-                               double *rel, mc_error *err)
+                               double *rel, double *loc, mc_error *err)
 {
     int tp = LIN_TAP[slots[0]];
     const cmp_hessian *h = &c->acc.h[tp], *hf = &c->acc.hf[tp];
@@ -206,7 +206,7 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                            -1, "quantization work space");
         }
         if (is_retarget(m))
-            st = cmp_gptq_retarget(h, C, c->w[sl], R, getenv("RD") ? atof(getenv("RD")) : 1e-3, ws, err);
+            st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, err);
         else
             memcpy(ws, c->w[sl], nel * sizeof(float));
         if (st == MC_OK) {
@@ -218,7 +218,9 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
         }
         if (st == MC_OK) {
             if (is_gptq(m)) {
-                cmp_gptq_opts go = {c->o->damp, c->o->act_order, 128, getenv("SP") ? 1 : 0};
+                /* best: the imatrix choice of group parameters too */
+                cmp_gptq_opts go = {c->o->damp, act_order, 128,
+                                    c->o->method == CMP_QM_BEST};
                 st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
             } else {
                 st = cmp_quant_matrix(wc, NULL, &q[i], err);
@@ -239,6 +241,9 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
             double eq = cmp_hessian_output_error(h, wc, NULL, R);
             double e = ef - 2.0 * cross + eq;
             rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
+            double el = cmp_hessian_output_error(h, c->w[sl], wc, R);
+            double dl = cmp_hessian_output_error(h, c->w[sl], NULL, R);
+            loc[i] = dl > 0.0 ? el / dl : 0.0;
         }
         mc_free(ws);
         mc_free(wc);
@@ -276,21 +281,30 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
     if (first_q < 0)
         return MC_OK; /* every linear of the group stays float */
 
-    cmp_qmethod cands[6];
+    cmp_qmethod cands[8];
+    int cao[8];
     int nc = 0;
+    cao[nc] = 0;
     cands[nc++] = CMP_QM_RTN; /* always: the table's baseline */
     if (o->method == CMP_QM_BEST) {
-        cands[nc++] = CMP_QM_GPTQ;
-        cands[nc++] = CMP_QM_GPTAQ;
-        cands[nc++] = CMP_QM_AWQ;
-        cands[nc++] = CMP_QM_AWQ_GPTAQ;
+        /* GPTQ-family candidates with and without act-order. */
+        static const cmp_qmethod bm[6] = {CMP_QM_GPTQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
+                                          CMP_QM_AWQ, CMP_QM_AWQ_GPTAQ,
+                                          CMP_QM_AWQ_GPTAQ};
+        static const int ba[6] = {0, 0, 1, 0, 0, 1};
+        for (int k = 0; k < 6; k++) {
+            cao[nc] = ba[k];
+            cands[nc++] = bm[k];
+        }
     } else if (o->method != CMP_QM_RTN) {
+        cao[nc] = o->act_order;
         cands[nc++] = o->method;
     }
 
     mc_status st = MC_OK;
     cmp_qbuf best[3], cur[3];
     double best_rel[3] = {0}, cur_rel[3] = {0}, rtn_rel[3] = {0};
+    double best_loc[3] = {0}, cur_loc[3] = {0}, rtn_loc[3] = {0};
     memset(best, 0, sizeof best);
     memset(cur, 0, sizeof cur);
     float *s = NULL;
@@ -331,14 +345,16 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
             cmp_awq_scale_hessian(h, s, &hs);
         }
         const float *sk = awq && allow_scale ? s : NULL;
-        if ((st = run_candidate(c, slots, n, m, sk, sk ? &hs : NULL, cur,
-                                cur_rel, err)) != MC_OK)
+        if ((st = run_candidate(c, slots, n, m, cao[k], sk, sk ? &hs : NULL, cur,
+                                cur_rel, cur_loc, err)) != MC_OK)
             goto done;
         double sum = 0.0;
         for (int i = 0; i < n; i++)
             sum += cur_rel[i];
-        if (m == CMP_QM_RTN)
+        if (m == CMP_QM_RTN) {
             memcpy(rtn_rel, cur_rel, sizeof rtn_rel);
+            memcpy(rtn_loc, cur_loc, sizeof rtn_loc);
+        }
         /* Ties keep the earlier (simpler) method; RTN is first. */
         if (sum < best_sum) {
             best_sum = sum;
@@ -348,6 +364,7 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
                 best[i] = cur[i];
                 cur[i] = t;
                 best_rel[i] = cur_rel[i];
+                best_loc[i] = cur_loc[i];
             }
         }
         /* A plain method asked alone is the result even when RTN measured
@@ -360,6 +377,7 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
                 best[i] = cur[i];
                 cur[i] = t;
                 best_rel[i] = cur_rel[i];
+                best_loc[i] = cur_loc[i];
             }
         }
     }
@@ -377,6 +395,8 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
         t->method = chosen;
         t->err = best_rel[i];
         t->err_rtn = rtn_rel[i];
+        t->err_local = best_loc[i];
+        t->err_local_rtn = rtn_loc[i];
         if (scaled)
             t->alpha = alpha;
     }
@@ -457,7 +477,7 @@ static void mixed_block(const layer_ctx *c, const int *done,
     kn_matrix *mats[CMP_LIN_COUNT] = {&w->wq, &w->wk, &w->wv, &w->wo,
                                       &w->w_gate, &w->w_up, &w->w_down};
     for (int s = 0; s < CMP_LIN_COUNT; s++)
-        if (!done[s]) {
+        if (!done[s] || !cmp_quant_is_quantized(c->fmt[s])) {
             kn_matrix m = {KN_W_F32, c->rows[s], c->cols[s], c->w[s], NULL, NULL, 0};
             *mats[s] = m;
         }
@@ -761,6 +781,12 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         o->group != 32 && o->group != 64 && o->group != 128)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
                        "int4 group must be 32, 64 or 128, not %u", o->group);
+    if (o->tensor_fmt)
+        for (size_t i = 0; i < (size_t)m->cfg.num_layers * CMP_LIN_COUNT; i++)
+            if ((o->tensor_fmt[i] == KN_W_Q4 || o->tensor_fmt[i] == KN_W_Q4S) &&
+                o->group != 32 && o->group != 64 && o->group != 128)
+                return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
+                               "int4 group must be 32, 64 or 128, not %u", o->group);
     if (nseq <= o->heldout)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
                        "%zu sequences, %zu held out: nothing left to calibrate on",

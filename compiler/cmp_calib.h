@@ -111,6 +111,10 @@ typedef struct cmp_calib_tensor {
     cmp_qmethod method;      /* what was chosen */
     double err;              /* relative output error of the result */
     double err_rtn;          /* relative output error of plain RTN */
+    double err_local;        /* own error: tr(D Hq D^T) / tr(W Hq W^T) on
+                                this linear's actual inputs (no upstream
+                                error): the sensitivity auto precision uses */
+    double err_local_rtn;    /* the same for plain RTN */
     double alpha;            /* AWQ alpha (0 when not scaled) */
 } cmp_calib_tensor;
 

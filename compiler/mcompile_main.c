@@ -24,6 +24,7 @@ static const command commands[] = {
     {"merge", cmp_cli_merge, "merge PEFT LoRA adapters into base weights"},
     {"plan", cmp_cli_plan, "memory plan of a model for a target size"},
     {"inspect", cmp_cli_inspect, "show (and --verify) a compiled artifact"},
+    {"eval", cmp_cli_eval, "quantization quality: KLD, top-1, perplexity"},
 };
 
 static void usage(FILE *out)

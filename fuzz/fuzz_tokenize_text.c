@@ -84,7 +84,9 @@ static const char SPM[] =
     "\"e\":5,\"l\":6,\"a\":7,\"b\":8,\"" MS MS "\":9,\"" MS "h\":10,"
     "\"ll\":11,\"" MS "he\":12,\"ab\":13,\"\xC3\xA9\":14%s}}}";
 
-static rt_tokenizer *g_tok[2];
+/* g_tok[2] is g_tok[1] plus a token "x▁" no merge can build: it turns off
+ * the chunking shortcut (rt_tokenizer.chunk) and must change nothing. */
+static rt_tokenizer *g_tok[3];
 
 static void init(void)
 {
@@ -95,7 +97,7 @@ static void init(void)
     char bytes[256 * 16] = "", *p = bytes;
     for (int b = 0; b < 256; b++)
         p += sprintf(p, ",\"<0x%02X>\":%d", b, 15 + b);
-    char *spm = malloc(sizeof SPM + sizeof bytes);
+    char *spm = malloc(sizeof SPM + sizeof bytes + 32);
     if (!spm)
         abort();
     sprintf(spm, SPM, bytes);
@@ -103,6 +105,13 @@ static void init(void)
     char msg[1600];
     if (rt_tokenizer_load_memory(bl, strlen(bl), "bl", &g_tok[0], &e) ||
         rt_tokenizer_load_memory(spm, strlen(spm), "spm", &g_tok[1], &e)) {
+        fprintf(stderr, "fuzz_tokenize_text: %s\n",
+                mc_error_format(&e, msg, sizeof msg));
+        abort();
+    }
+    strcat(bytes, ",\"x" MS "\":271");
+    sprintf(spm, SPM, bytes);
+    if (rt_tokenizer_load_memory(spm, strlen(spm), "spm2", &g_tok[2], &e)) {
         fprintf(stderr, "fuzz_tokenize_text: %s\n",
                 mc_error_format(&e, msg, sizeof msg));
         abort();
@@ -118,8 +127,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     size_t cap = size * 4 + 8;
     int32_t *ids = malloc(cap * sizeof *ids);
+    int32_t *ids2 = malloc(cap * sizeof *ids2);
     char *out = malloc(size * 8 + 64);
-    if (!ids || !out)
+    if (!ids || !ids2 || !out)
         abort();
     for (int k = 0; k < 2; k++) {
         const rt_tokenizer *t = g_tok[k];
@@ -141,6 +151,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (check && (len != size || memcmp(out, data, size) != 0))
             abort();
     }
+    /* with and without the chunking shortcut, the same ids */
+    size_t n1 = 0, n2 = 0;
+    if (rt_tokenizer_encode(g_tok[1], (const char *)data, size, 1, ids, cap,
+                            &n1, NULL) != MC_OK ||
+        rt_tokenizer_encode(g_tok[2], (const char *)data, size, 1, ids2, cap,
+                            &n2, NULL) != MC_OK ||
+        n1 != n2 || (n1 && memcmp(ids, ids2, n1 * sizeof *ids) != 0))
+        abort();
+    free(ids2);
     free(ids);
     free(out);
     return 0;

@@ -38,7 +38,8 @@ typedef struct mcrt_options {
     uint32_t max_batch;        /* 0: default */
     uint64_t max_seq;          /* 0: default */
     uint32_t prefill_chunk;    /* 0: default (raised to max_batch) */
-    int kv_type;               /* 0 f32, 1 f16, 2 int8; -1: default */
+    int kv_type;               /* 0: default (the plan's, else f32);
+                                  1 f32, 2 f16, 3 int8 */
     /* Hints for a model without a stored plan, used where the field above
      * is 0: size the session for this request instead of the defaults
      * (max_batch = min(8, want_batch), max_seq = min(max_position,

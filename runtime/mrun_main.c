@@ -42,7 +42,7 @@ static const char *g_usage =
     "Plan and machine:\n"
     "  --threads N             worker threads (default: all CPUs)\n"
     "  --max-batch N --max-seq N --prefill-chunk N   session limits\n"
-    "  --kv f32|f16|i8         KV cache type (default f32)\n"
+    "  --kv f32|f16|i8         KV cache type (default: the plan's, else f32)\n"
     "  --truncate left|right   fit over-long prompts instead of refusing\n"
     "\n"
     "Output:\n"
@@ -303,11 +303,11 @@ static int parse_args(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--kv")) {
             NEED_VALUE();
             if (!strcmp(v, "f32"))
-                c->opts.kv_type = 0;
-            else if (!strcmp(v, "f16"))
                 c->opts.kv_type = 1;
-            else if (!strcmp(v, "i8"))
+            else if (!strcmp(v, "f16"))
                 c->opts.kv_type = 2;
+            else if (!strcmp(v, "i8"))
+                c->opts.kv_type = 3;
             else
                 return usage_error("--kv: f32, f16 or i8, got '%s'", v);
         } else if (!strcmp(a, "--truncate")) {

@@ -44,7 +44,6 @@ static int set_msg(mcrt *h, int status, const char *msg)
 void mcrt_options_default(mcrt_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->kv_type = -1;
 }
 
 void mcrt_gen_params_default(mcrt_gen_params *p)
@@ -129,8 +128,14 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
         L.prefill_chunk = L.max_batch;
         changed = 1;
     }
-    if (o.kv_type >= 0 && (kn_kvtype)o.kv_type != L.kv_type) {
-        L.kv_type = (kn_kvtype)o.kv_type;
+    if (o.kv_type < 0 || o.kv_type > 3) {
+        mcrt_close(h);
+        return set_msg(NULL, MC_ERR_INVALID_ARG,
+                       "mcrt_open: kv_type must be 0 (default), 1 (f32), "
+                       "2 (f16) or 3 (int8)");
+    }
+    if (o.kv_type > 0 && (kn_kvtype)(o.kv_type - 1) != L.kv_type) {
+        L.kv_type = (kn_kvtype)(o.kv_type - 1);
         changed = 1;
     }
     if (o.threads > 0)

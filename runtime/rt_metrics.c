@@ -41,6 +41,16 @@ rt_refuse_reason rt_metrics_reason_of_status(int status)
     return RT_REFUSE_OTHER;
 }
 
+void rt_metrics_count(rt_metrics *m, int status, uint64_t n)
+{
+    if (!m)
+        return;
+    if (status == MC_OK)
+        m->requests_served += n;
+    else
+        m->requests_refused[rt_metrics_reason_of_status(status)] += n;
+}
+
 uint64_t rt_metrics_peak_rss_bytes(void)
 {
     /* VmHWM is the high water of this program image.  getrusage's ru_maxrss

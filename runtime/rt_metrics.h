@@ -61,6 +61,11 @@ const char *rt_metrics_reason_name(rt_refuse_reason r);
  * argument) -> input, anything else -> other. */
 rt_refuse_reason rt_metrics_reason_of_status(int status);
 
+/* Count n requests that ended with status (an mc_status value, as the
+ * mcrt_* functions return): 0 -> served, else refused by
+ * rt_metrics_reason_of_status.  m may be NULL (no-op). */
+void rt_metrics_count(rt_metrics *m, int status, uint64_t n);
+
 /* Peak resident set of this program image in bytes (VmHWM of
  * /proc/self/status, else getrusage), 0 if unknown. */
 uint64_t rt_metrics_peak_rss_bytes(void);

@@ -3,6 +3,8 @@
  * norms and biases are converted to float32 into one owned block. */
 #include "rt_model.h"
 
+#include "rt_artifact.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -297,7 +299,9 @@ fail:
 
 mc_status rt_model_open(const char *path, rt_model **out, mc_error *err)
 {
-    /* Artifacts: check the file's magic here and call
-     * rt_model_open_artifact(path, out, err). */
+    /* An artifact is recognised by its magic; anything else is a Hugging
+     * Face directory or file. */
+    if (rt_artifact_is(path))
+        return rt_model_open_artifact(path, out, err);
     return rt_model_open_hf(path, out, err);
 }

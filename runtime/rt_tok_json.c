@@ -382,7 +382,12 @@ static void set_chunking(rt_tokenizer *t)
             sym = t->norm[i].b;
             len = t->norm[i].b_len;
         }
-    if (!sym || len > sizeof t->chunk_sym)
+    /* the symbol must be one character and a token itself: were it byte
+     * fallback or unk, a token without it in its text could cover it */
+    uint32_t cp;
+    if (!sym || len > sizeof t->chunk_sym ||
+        rt_tok_utf8_next(sym, len, &cp) != len || cp == RT_TOK_BAD_CP ||
+        rt_tok_vocab_find(t, sym, len) < 0)
         return;
     for (uint32_t id = 0; id < t->vocab_size; id++) {
         if (!(t->flags[id] & RT_TOK_F_MODEL))

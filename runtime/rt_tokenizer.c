@@ -481,11 +481,18 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
     for (size_t i = 0; i < n && !r; i++) {
         if (skip_special && (tok->flags[ids[i]] & RT_TOK_F_SPECIAL))
             continue;
-        if (!tok->has_decoder && list_count(&a) > 0 &&
-            !rt_tok_buf_append(&a.bytes, " ", 1))
-            r = MC_ERR_NOMEM; /* no decoder: HF joins tokens with spaces */
-        if (!r && !list_add(&a, tok->pool + tok->tok_off[ids[i]],
-                            tok->tok_len[ids[i]]))
+        /* no decoder: HF joins the tokens with spaces; the space goes
+         * into the token's span so the final concatenation keeps it */
+        size_t start = a.bytes.len;
+        int sep = !tok->has_decoder && list_count(&a) > 0;
+        size_t span[2];
+        if ((sep && !rt_tok_buf_append(&a.bytes, " ", 1)) ||
+            !rt_tok_buf_append(&a.bytes, tok->pool + tok->tok_off[ids[i]],
+                               tok->tok_len[ids[i]]))
+            r = MC_ERR_NOMEM;
+        span[0] = start;
+        span[1] = a.bytes.len - start;
+        if (!r && !rt_tok_buf_append(&a.spans, span, sizeof span))
             r = MC_ERR_NOMEM;
     }
     for (size_t k = 0; k < tok->n_dec && !r; k++) {

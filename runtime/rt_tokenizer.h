@@ -26,7 +26,8 @@
  *    U+FFFD (so concatenated partial decodes keep multi-byte characters).
  *  - added tokens are all matched on the raw text (HF matches "normalized"
  *    ones after normalization; identical for the supported normalizers);
- *    single_word is ignored; the NFC normalizer is taken as the identity
+ *    single_word is ignored; lstrip/rstrip absorb ASCII whitespace only;
+ *    the NFC normalizer is taken as the identity
  *    (inputs are assumed to be NFC already).
  *
  * Input is untrusted: every JSON field is type-checked and errors name the

@@ -488,6 +488,64 @@ static void test_artifact_lora_compile_equals_merge_then_compile(void **s)
     free(dir);
 }
 
+/* tokenizer.json beside the model is embedded as section "tokenizer" and
+ * handed back by the runtime loader; its checksum is in the provenance. */
+static void test_artifact_embeds_tokenizer(void **s)
+{
+    (void)s;
+    char *tokp = tu_fmt("%s/tokenizers/mistral-7b-instruct-v0.1/tokenizer.json",
+                        MC_SHARED_DIR);
+    if (!tu_exists(tokp)) {
+        free(tokp);
+        TU_SKIP_IF(1, "no tokenizer.json in ../shared/tokenizers");
+    }
+    char *dir = tu_mkdtemp("artt");
+    char *mdir = tu_fmt("%s/model", dir);
+    char *cmd = tu_fmt("mkdir -p '%s' && ln -s '%s/llama/config.json' "
+                       "'%s/llama/model.safetensors' '%s' && ln -s '%s' "
+                       "'%s/tokenizer.json'", mdir, MC_FIXTURE_DIR,
+                       MC_FIXTURE_DIR, mdir, tokp, mdir);
+    assert_int_equal(system(cmd), 0);
+    char *art = tu_fmt("%s/t.mca", dir);
+    cmp_compile_opts o;
+    memset(&o, 0, sizeof o);
+    cmp_plan_request_default(&o.req);
+    o.req.target_bytes = 1ull << 30;
+    o.model = mdir;
+    o.out = art;
+    o.compress = 1;
+    mc_error err;
+    cmp_compile_report rep;
+    assert_int_equal(cmp_compile(&o, &rep, &err), MC_OK);
+    assert_true(rep.tokenizer);
+    rt_model *m = NULL;
+    assert_int_equal(rt_model_open_artifact(art, &m, &err), MC_OK);
+    size_t n = 0, want_n;
+    const char *t = rt_artifact_tokenizer(m, &n);
+    uint8_t *want = read_bin(tokp, &want_n);
+    assert_non_null(t);
+    assert_int_equal(n, want_n);
+    assert_memory_equal(t, want, n);
+    fmt_art *a;
+    assert_int_equal(fmt_art_open(art, &a, &err), MC_OK);
+    const json_t *in = json_object_get(json_object_get(fmt_art_manifest(a),
+                                                       "provenance"), "inputs");
+    int found = 0;
+    for (size_t i = 0; i < json_array_size(in); i++)
+        found |= !strcmp(json_string_value(json_object_get(
+                             json_array_get(in, i), "file")), "tokenizer.json");
+    assert_true(found);
+    fmt_art_close(a);
+    rt_model_free(m);
+    free(want);
+    tu_rmtree(dir);
+    free(art);
+    free(cmd);
+    free(mdir);
+    free(dir);
+    free(tokp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_artifact_compressed_and_raw_compiles_load_identical),
         cmocka_unit_test(test_artifact_stories_f32_reproduces_reference_greedy),
         cmocka_unit_test(test_artifact_lora_compile_equals_merge_then_compile),
+        cmocka_unit_test(test_artifact_embeds_tokenizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,9 +52,11 @@ static void assert_in_sync(const char *rel)
     char *cmd = tu_fmt("diff -u '%s' '%s'", kept, fresh);
     char *out = NULL;
     int rc = tu_run(cmd, &out, NULL);
-    if (rc != 0)
-        fail_msg("docs/%s is out of date with the programs' --help; run "
-                 "scripts/gen-cli-docs build\n%s", rel, out ? out : "");
+    if (rc != 0) {
+        printf("%s", out ? out : "");
+        fail_msg("docs/%s is out of date with the programs' --help (diff "
+                 "above); run scripts/gen-cli-docs build", rel);
+    }
     free(out);
     free(cmd);
     free(kept);

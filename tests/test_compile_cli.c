@@ -294,6 +294,40 @@ static void test_compile_cli_refuses_and_inspects(void **state)
     free(cmd);
     free(out);
     free(err);
+    /* damaged copies: a section byte fails --verify; a header or manifest
+     * byte fails even a plain inspect */
+    FILE *f = fopen(art, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    size_t len = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *buf = malloc(len);
+    assert_int_equal(fread(buf, 1, len, f), len);
+    fclose(f);
+    char *bad = tu_fmt("%s/bad.mca", g_dir);
+    const struct {
+        size_t at;
+        int verify;
+    } dmg[] = {{len / 2, 1}, {0, 0}, {20, 0}, {100, 0}};
+    for (size_t i = 0; i < 4; i++) {
+        buf[dmg[i].at] ^= 0x08;
+        assert_int_equal(tu_write_file(bad, buf, len), 0);
+        buf[dmg[i].at] ^= 0x08;
+        cmd = tu_fmt("%s/mcompile inspect %s%s", MC_BIN_DIR, bad,
+                     dmg[i].verify ? " --verify" : "");
+        assert_int_equal(tu_run(cmd, &out, &err), 1);
+        assert_true(strstr(err, "checksum") || strstr(err, "magic"));
+        free(cmd);
+        free(out);
+        free(err);
+    }
+    /* truncated */
+    assert_int_equal(tu_write_file(bad, buf, len - 100), 0);
+    cmd = tu_fmt("%s/mcompile inspect %s", MC_BIN_DIR, bad);
+    assert_int_equal(tu_run(cmd, NULL, NULL), 1);
+    free(cmd);
+    free(buf);
+    free(bad);
     free(model);
     free(art);
 }

@@ -402,7 +402,7 @@ static void test_metrics_survives_each_failed_allocation(void **state)
     free(dir);
 }
 
-static void test_metrics_reason_of_status_maps_plan_and_input(void **state)
+static void test_metrics_counts_requests_by_reason(void **state)
 {
     (void)state;
     assert_int_equal(rt_metrics_reason_of_status(MC_ERR_PLAN), RT_REFUSE_PLAN);
@@ -410,7 +410,60 @@ static void test_metrics_reason_of_status_maps_plan_and_input(void **state)
                      RT_REFUSE_INPUT);
     assert_int_equal(rt_metrics_reason_of_status(MC_ERR_IO), RT_REFUSE_OTHER);
     assert_string_equal(rt_metrics_reason_name(RT_REFUSE_PLAN), "plan");
+    rt_metrics m;
+    rt_metrics_init(&m);
+    rt_metrics_count(&m, MC_OK, 3);
+    rt_metrics_count(&m, MC_ERR_PLAN, 2);
+    rt_metrics_count(&m, MC_ERR_IO, 1);
+    rt_metrics_count(NULL, MC_OK, 1);
+    assert_int_equal(m.requests_served, 3);
+    assert_int_equal(m.requests_refused[RT_REFUSE_PLAN], 2);
+    assert_int_equal(m.requests_refused[RT_REFUSE_INPUT], 0);
+    assert_int_equal(m.requests_refused[RT_REFUSE_OTHER], 1);
     assert_true(rt_metrics_peak_rss_bytes() > 0);
+}
+
+static void test_metrics_from_mcrt_reports_a_real_run(void **state)
+{
+    (void)state;
+    char *model = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    mcrt *h = NULL;
+    mcrt_options o;
+    mcrt_options_default(&o);
+    o.threads = 1;
+    if (mcrt_open(model, &o, &h) != 0)
+        fail_msg("mcrt_open %s: %s", model, mcrt_last_error(NULL));
+    int32_t prompt[3] = {1, 2, 3}, out[4];
+    const int32_t *p[1] = {prompt};
+    size_t n[1] = {3};
+    mcrt_gen_params gp;
+    mcrt_gen_params_default(&gp);
+    gp.max_new_tokens = 4;
+    gp.use_model_eos = 0;
+    mcrt_result r = {.ids = out};
+    int rc = mcrt_generate(h, p, n, 1, &gp, &r);
+    assert_int_equal(rc, 0);
+    rt_metrics m;
+    rt_metrics_init(&m);
+    rt_metrics_from_mcrt(&m, h);
+    rt_metrics_count(&m, rc, 1);
+    mcrt_info info;
+    assert_int_equal(mcrt_get_info(h, &info), 0);
+    assert_true(m.arena_bytes == info.arena_bytes && m.arena_bytes > 0);
+    assert_true(m.planned_bytes == info.weight_bytes + info.arena_bytes);
+    assert_int_equal(m.prefill_tokens, 3);
+    assert_true(m.decode_tokens >= 3);
+    assert_true(m.peak_rss_bytes > m.arena_bytes);
+    char *text = NULL;
+    assert_int_equal(rt_metrics_format_prometheus(&m, &text, NULL, NULL),
+                     MC_OK);
+    parsed pp;
+    assert_valid_exposition(text, &pp);
+    assert_true(sample(text, "mcompile_requests_served_total") == 1.0);
+    assert_true(sample(text, "mcompile_decode_tokens_per_second") > 0.0);
+    mc_free(text);
+    mcrt_close(h);
+    free(model);
 }
 
 int main(void)
@@ -423,7 +476,8 @@ int main(void)
         cmocka_unit_test(test_metrics_write_to_missing_dir_fails_with_path),
         cmocka_unit_test(test_metrics_rewrite_replaces_whole_file),
         cmocka_unit_test(test_metrics_survives_each_failed_allocation),
-        cmocka_unit_test(test_metrics_reason_of_status_maps_plan_and_input),
+        cmocka_unit_test(test_metrics_counts_requests_by_reason),
+        cmocka_unit_test(test_metrics_from_mcrt_reports_a_real_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,7 @@ static void test_mrun_help_and_usage_errors(void **st)
     assert_non_null(strstr(g_err, "--bogus"));
     assert_int_equal(mrun("%s --tokens 1 --top-p 1.5", m), 2);
     assert_int_equal(mrun("%s --tokens 1 --max-new-tokens", m), 2);
+    assert_int_equal(mrun("%s --tokens 1 --kv q4", m), 2);
     assert_int_equal(mrun("/nonexistent/model --tokens 1"), 1);
     /* the fixtures have no tokenizer.json */
     assert_int_equal(mrun("%s --prompt hello", m), 1);
@@ -84,6 +85,12 @@ static void test_mrun_greedy_ids_match_reference_and_timing_on_stderr(
     assert_int_equal(mrun("%s --tokens '1 17 99 4' --max-new-tokens 3 -q", m),
                      0);
     assert_string_equal(g_err, "");
+    /* quantized KV caches run too (int8 / f16 rounding may change ids) */
+    assert_int_equal(mrun("%s --tokens '1 17 99 4' --max-new-tokens 3 -q "
+                          "--kv i8 --threads 1", m), 0);
+    assert_int_equal(mrun("%s --tokens '1 17 99 4' --max-new-tokens 3 -q "
+                          "--kv f16 --json", m), 0);
+    assert_non_null(strstr(g_out, "\"ids\": ["));
     tu_ref_free(ref);
     free(m);
 }

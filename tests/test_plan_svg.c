@@ -137,12 +137,38 @@ static void test_plan_svg_renders_in_headless_chromium(void **state)
     mc_free(svg);
 }
 
+static void test_plan_cli_writes_the_svg_file(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("svgcli");
+    char *path = tu_fmt("%s/plan.svg", dir);
+    char *cmd = tu_fmt("'%s/mcompile' plan '%s/qwen2' --target 32MiB --svg '%s'",
+                       MC_BIN_DIR, MC_FIXTURE_DIR, path);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(tu_run(cmd, &out, &err), 0);
+    size_t len = 0;
+    char *svg = tu_read_file(path, &len);
+    assert_non_null(svg);
+    assert_non_null(strstr(svg, "id=\"budget-bars\""));
+    assert_non_null(strstr(svg, "</svg>"));
+    /* nothing but the picture is left in the directory (no temp files) */
+    assert_int_equal(tu_count_entries(dir), 1);
+    free(svg);
+    free(out);
+    free(err);
+    free(cmd);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_svg_has_a_bar_per_format_and_the_frontier),
         cmocka_unit_test(test_plan_svg_marks_formats_that_do_not_fit),
         cmocka_unit_test(test_plan_svg_renders_in_headless_chromium),
+        cmocka_unit_test(test_plan_cli_writes_the_svg_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

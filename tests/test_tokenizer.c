@@ -674,6 +674,13 @@ static void test_tokenizer_rejects_malformed_files(void **state)
     assert_int_equal(rt_tokenizer_load_memory(ok, strlen(ok), NULL, &t, NULL),
                      MC_OK);
     EXPECT(t, "abab", 0, 2, 2);
+    /* no decoder: tokens are joined with spaces, as in HF */
+    const int32_t ids[] = {2, 0, 1};
+    char buf[16];
+    size_t len;
+    assert_int_equal(rt_tokenizer_decode(t, ids, 3, 0, buf, sizeof buf, &len),
+                     MC_OK);
+    assert_string_equal(buf, "ab a b");
     rt_tokenizer_free(t);
 }
 

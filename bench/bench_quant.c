@@ -1,0 +1,294 @@
+/* bench_quant.c - quantization benchmarks (not a test; run by hand or by
+ * scripts/bench):
+ *   1. RTN int8 / int4-g32 throughput in MB/s of float32 input weights over
+ *      a generated safetensors model of >= 1 GiB in a temp dir;
+ *   2. decode (one token through every matrix of a generated ~1 GiB-in-f16
+ *      set of linears) tokens/s for f16, int8, int4, and the fraction of
+ *      the bandwidth bound (measured read bandwidth / bytes per token);
+ *   3. with ../shared present: calibration seconds per layer and the
+ *      stories260k quality table (RTN/GPTQ/AWQ/best x int8/int4-g32: mean
+ *      KLD, p99, top-1, perplexity) on eval_64x256 after calibrating on
+ *      calib_64x256.
+ * Usage: bench_quant [--quick] [--skip-big] [SHARED_DIR] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmp_calib.h"
+#include "cmp_eval.h"
+#include "cmp_quant.h"
+#include "fmt_dtype.h"
+#include "fmt_safetensors.h"
+#include "kn_ops.h"
+#include "mc_alloc.h"
+#include "rt_model.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return ((float)(rng >> 40) / 16777216.0f - 0.5f) * 0.1f;
+}
+
+/* 1. RTN throughput over a generated >= 1 GiB safetensors file. */
+static int bench_rtn(int quick)
+{
+    uint32_t R = 4096, C = 4096;
+    int ntens = quick ? 2 : 17; /* 17 x 64 MiB = 1.06 GiB */
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/mc-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    mc_error e;
+    char buf[2048];
+    fmt_st_writer *w = NULL;
+    float *row = malloc((size_t)C * sizeof(float) * 256);
+    if (fmt_st_writer_create(path, &w, &e) != MC_OK)
+        goto fail;
+    for (int t = 0; t < ntens; t++) {
+        char name[64];
+        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", t);
+        uint64_t shape[2] = {R, C};
+        if (fmt_st_writer_add(w, name, FMT_DT_F32, 2, shape, &e) != MC_OK)
+            goto fail;
+    }
+    if (fmt_st_writer_begin_data(w, &e) != MC_OK)
+        goto fail;
+    for (int t = 0; t < ntens; t++)
+        for (uint32_t r = 0; r < R; r += 256) {
+            for (size_t i = 0; i < (size_t)C * 256; i++)
+                row[i] = frand();
+            if (fmt_st_writer_write(w, row, (size_t)C * 256 * sizeof(float), &e) != MC_OK)
+                goto fail;
+        }
+    if (fmt_st_writer_finish(w, &e) != MC_OK) {
+        w = NULL;
+        goto fail;
+    }
+    w = NULL;
+    fmt_st_file *f = NULL;
+    if (fmt_st_open(path, &f, &e) != MC_OK)
+        goto fail;
+    double gib = (double)ntens * R * C * 4 / (1 << 30);
+    printf("RTN throughput on %.2f GiB of float32 weights (%d x %ux%u):\n", gib, ntens, R, C);
+    kn_wformat fs[3] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    const char *nm[3] = {"int8 per channel", "int4 g32 asym", "int4 g32 sym"};
+    for (int k = 0; k < 3; k++) {
+        cmp_qbuf b = {fs[k], R, C, fs[k] == KN_W_Q8 ? 0 : 32, NULL, NULL, NULL};
+        b.data = malloc(kn_wformat_data_bytes(fs[k], R, C));
+        b.scales = malloc(kn_wformat_scale_bytes(fs[k], R, C, 32));
+        size_t zb = kn_wformat_zero_bytes(fs[k], R, C, 32);
+        b.zeros = zb ? malloc(zb) : NULL;
+        double t0 = now_s();
+        for (size_t i = 0; i < fmt_st_count(f); i++)
+            if (cmp_quant_matrix(fmt_st_get(f, i)->data, NULL, &b, &e) != MC_OK) {
+                free(b.data);
+                free(b.scales);
+                free(b.zeros);
+                fmt_st_close(f);
+                goto fail;
+            }
+        double dt = now_s() - t0;
+        printf("  %-18s %8.1f MB/s  (%.2f s, one thread)\n", nm[k],
+               (double)ntens * R * C * 4 / 1e6 / dt, dt);
+        free(b.data);
+        free(b.scales);
+        free(b.zeros);
+    }
+    fmt_st_close(f);
+    unlink(path);
+    rmdir(dir);
+    free(row);
+    return 0;
+fail:
+    fmt_st_writer_abort(w);
+    fprintf(stderr, "bench_quant: %s\n", mc_error_format(&e, buf, sizeof buf));
+    unlink(path);
+    rmdir(dir);
+    free(row);
+    return 1;
+}
+
+/* 2. Decode throughput: one token through n matrices of R x C. */
+static void bench_decode(int quick, kn_pool *pool)
+{
+    uint32_t R = 8192, C = 8192;
+    int n = quick ? 1 : 8; /* 8 x 128 MiB f16 = 1 GiB */
+    /* Read bandwidth: sum a 1 GiB buffer (several passes, best). */
+    size_t bw_bytes = quick ? (256u << 20) : (1u << 30);
+    float *big = malloc(bw_bytes);
+    for (size_t i = 0; i < bw_bytes / 4; i++)
+        big[i] = (float)(i & 7);
+    double best_bw = 0.0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        kn_matrix m = {KN_W_F32, (uint32_t)(bw_bytes / 4 / 4096), 4096, big, NULL, NULL, 0};
+        float x[4096], y[65536 + 1];
+        for (int i = 0; i < 4096; i++)
+            x[i] = 1.0f;
+        float *yy = m.rows <= 65536 ? y : malloc(m.rows * sizeof(float));
+        kn_matmul(pool, &m, x, 1, yy, NULL);
+        double bw = (double)bw_bytes / (now_s() - t0);
+        if (yy != y)
+            free(yy);
+        if (bw > best_bw)
+            best_bw = bw;
+    }
+    free(big);
+    printf("\ndecode, %d linears of %ux%u (%d threads); read bandwidth %.1f GB/s "
+           "(f32 matmul over 1 GiB):\n", n, R, C, pool ? kn_pool_threads(pool) : 1,
+           best_bw / 1e9);
+    kn_wformat fs[3] = {KN_W_F16, KN_W_Q8, KN_W_Q4};
+    const char *nm[3] = {"f16", "int8", "int4 g32"};
+    float *w = malloc((size_t)R * C * sizeof(float));
+    for (size_t i = 0; i < (size_t)R * C; i++)
+        w[i] = frand();
+    float *x = malloc(C * sizeof(float)), *y = malloc(R * sizeof(float));
+    for (uint32_t i = 0; i < C; i++)
+        x[i] = frand();
+    for (int k = 0; k < 3; k++) {
+        kn_matrix m = {fs[k], R, C, NULL, NULL, NULL, fs[k] == KN_W_Q4 ? 32 : 0};
+        void *data = malloc(kn_wformat_data_bytes(fs[k], R, C));
+        void *sc = NULL, *z = NULL;
+        if (fs[k] == KN_W_F16) {
+            fmt_from_f32(FMT_DT_F16, w, data, (size_t)R * C);
+        } else {
+            sc = malloc(kn_wformat_scale_bytes(fs[k], R, C, 32));
+            size_t zb = kn_wformat_zero_bytes(fs[k], R, C, 32);
+            z = zb ? malloc(zb) : NULL;
+            cmp_qbuf b = {fs[k], R, C, m.group, data, sc, z};
+            cmp_quant_matrix(w, NULL, &b, NULL);
+        }
+        m.data = data;
+        m.scales = sc;
+        m.zeros = z;
+        uint64_t bytes = kn_wformat_data_bytes(fs[k], R, C) +
+                         kn_wformat_scale_bytes(fs[k], R, C, 32) +
+                         kn_wformat_zero_bytes(fs[k], R, C, 32);
+        int steps = quick ? 3 : 10;
+        double t0 = now_s();
+        for (int s = 0; s < steps; s++)
+            for (int i = 0; i < n; i++) /* the same matrix n times: */
+                kn_matmul(pool, &m, x, 1, y, NULL); /* memory-bound at this size */
+        double per_tok = (now_s() - t0) / steps;
+        double bound = best_bw / ((double)bytes * n);
+        printf("  %-9s %7.2f tokens/s  (%.0f MiB/token, bound %.2f tokens/s, %.0f %%)\n",
+               nm[k], 1.0 / per_tok, (double)bytes * n / (1 << 20), bound,
+               100.0 / per_tok / bound);
+        free(data);
+        free(sc);
+        free(z);
+    }
+    free(w);
+    free(x);
+    free(y);
+}
+
+/* 3. stories260k quality table and calibration time per layer. */
+static void bench_stories(const char *shared, kn_pool *pool)
+{
+    char dir[512], cp[600], ep[600];
+    snprintf(dir, sizeof dir, "%s/models/stories260k", shared);
+    snprintf(cp, sizeof cp, "%s/reference/calib_64x256.ids", dir);
+    snprintf(ep, sizeof ep, "%s/reference/eval_64x256.ids", dir);
+    rt_model *m = NULL;
+    int32_t *ct = NULL, *et = NULL;
+    size_t *co = NULL, *eo = NULL, nc = 0, ne = 0;
+    mc_error e;
+    char buf[2048];
+    if (rt_model_open_hf(dir, &m, &e) != MC_OK ||
+        cmp_ids_load(cp, &ct, &co, &nc, &e) != MC_OK ||
+        cmp_ids_load(ep, &et, &eo, &ne, &e) != MC_OK) {
+        printf("\nstories260k: skipped (%s)\n", mc_error_format(&e, buf, sizeof buf));
+        goto out;
+    }
+    printf("\nstories260k: calibrate on calib_64x256 (%zu seqs), evaluate on "
+           "eval_64x256 (%zu seqs)\n", nc, ne);
+    printf("  %-9s %-9s %9s %9s %8s %9s %9s %10s\n", "format", "method", "KLD",
+           "KLD p99", "top-1", "ppl", "ppl ref", "s/layer");
+    kn_wformat fs[2] = {KN_W_Q8, KN_W_Q4};
+    cmp_qmethod ms[5] = {CMP_QM_RTN, CMP_QM_GPTQ, CMP_QM_AWQ, CMP_QM_GPTAQ, CMP_QM_BEST};
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 5; k++) {
+            cmp_calib_opts o;
+            memset(&o, 0, sizeof o);
+            o.fmt = fs[f];
+            o.group = 32;
+            o.method = ms[k];
+            o.pool = pool;
+            cmp_calib_result *r = NULL;
+            if (cmp_calib_run(m, ct, co, nc, &o, &r, &e) != MC_OK) {
+                printf("  calibration failed: %s\n", mc_error_format(&e, buf, sizeof buf));
+                continue;
+            }
+            double sec = 0.0;
+            for (uint32_t l = 0; l < r->layers; l++)
+                sec += r->layer_seconds[l];
+            rt_model v;
+            cmp_eval_report rep;
+            memset(&rep, 0, sizeof rep);
+            if (cmp_calib_view(m, r, &v, &e) == MC_OK) {
+                cmp_eval_models(m, &v, et, eo, ne, pool, NULL, NULL, &rep, &e);
+                cmp_calib_view_free(&v);
+            }
+            printf("  %-9s %-9s %9.4f %9.4f %7.2f%% %9.3f %9.3f %10.3f\n",
+                   f ? "int4 g32" : "int8", cmp_qmethod_name(ms[k]), rep.kld_mean,
+                   rep.kld_p99, 100.0 * rep.top1, rep.ppl, rep.ppl_ref,
+                   sec / r->layers);
+            fflush(stdout);
+            cmp_calib_result_free(r);
+        }
+out:
+    rt_model_free(m);
+    mc_free(ct);
+    mc_free(co);
+    mc_free(et);
+    mc_free(eo);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, skip_big = 0;
+    /* Default: ../shared beside the checkout (this file is
+     * <checkout>/bench/bench_quant.c), or $MC_SHARED_DIR. */
+    char def[1024];
+    snprintf(def, sizeof def, "%s", __FILE__);
+    char *slash = strrchr(def, '/');
+    if (slash)
+        *slash = 0;
+    size_t dl = strlen(def);
+    snprintf(def + dl, sizeof def - dl, "/../../shared");
+    const char *shared = getenv("MC_SHARED_DIR") ? getenv("MC_SHARED_DIR") : def;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--skip-big"))
+            skip_big = 1;
+        else
+            shared = argv[i];
+    }
+    kn_pool *pool = kn_pool_create(0);
+    int rc = 0;
+    if (!skip_big) {
+        rc = bench_rtn(quick);
+        bench_decode(quick, pool);
+    }
+    bench_stories(shared, pool);
+    kn_pool_free(pool);
+    return rc;
+}

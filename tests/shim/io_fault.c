@@ -1,0 +1,311 @@
+/*
+ * io_fault.c - an LD_PRELOAD shim that makes writes fail (or the process
+ * die by a signal) after a given number of bytes, to test that outputs stay
+ * atomic under ENOSPC, EIO, SIGINT, SIGTERM and SIGKILL.
+ *
+ * Driven by the environment (read once, at the first intercepted call):
+ *   MC_FAULT_AFTER_BYTES=N     bytes the tracked files may receive in total;
+ *                              the write that would cross N is cut short at
+ *                              N (a short write), the next one fails
+ *                              (default: never)
+ *   MC_FAULT_WRITE_ERRNO=E     ENOSPC (default) or EIO: errno of the
+ *                              failing write/pwrite, and of fsync/fdatasync
+ *                              of a tracked fd once N was reached
+ *   MC_FAULT_SIGNAL=S          INT, TERM or KILL: instead of failing, raise
+ *                              that signal in the process when N is reached
+ *   MC_FAULT_PATH_SUBSTR=s     track only files opened (open, openat, creat,
+ *                              their 64-bit forms) for writing whose path
+ *                              contains s; default: every file opened for
+ *                              writing.  stdin/stdout/stderr are never
+ *                              tracked, so error messages get through.
+ * The shim prints nothing.  It is async-signal-safe enough for its use: no
+ * allocation, atomics for the counters.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define MAX_FD 65536
+
+static atomic_uchar tracked[MAX_FD];
+static atomic_int inited;
+static long long after_bytes = -1;   /* -1: never */
+static int fault_errno = ENOSPC;
+static int fault_signal;             /* 0: fail with errno instead */
+static char path_substr[512];
+static atomic_llong written;         /* bytes accepted on tracked fds */
+static atomic_int tripped;           /* the limit was reached */
+
+static void init(void)
+{
+    if (atomic_load(&inited))
+        return;
+    const char *s = getenv("MC_FAULT_AFTER_BYTES");
+    if (s && *s)
+        after_bytes = atoll(s);
+    s = getenv("MC_FAULT_WRITE_ERRNO");
+    if (s && strcmp(s, "EIO") == 0)
+        fault_errno = EIO;
+    s = getenv("MC_FAULT_SIGNAL");
+    if (s && strcmp(s, "INT") == 0)
+        fault_signal = SIGINT;
+    else if (s && strcmp(s, "TERM") == 0)
+        fault_signal = SIGTERM;
+    else if (s && strcmp(s, "KILL") == 0)
+        fault_signal = SIGKILL;
+    s = getenv("MC_FAULT_PATH_SUBSTR");
+    if (s) {
+        size_t n = strlen(s);
+        if (n >= sizeof path_substr)
+            n = sizeof path_substr - 1;
+        memcpy(path_substr, s, n);
+        path_substr[n] = '\0';
+    }
+    atomic_store(&inited, 1);
+}
+
+static void *next(const char *name)
+{
+    return dlsym(RTLD_NEXT, name);
+}
+
+static void note_open(int fd, const char *path, int flags)
+{
+    if (fd < 3 || fd >= MAX_FD)
+        return;
+    init();
+    int writing = (flags & O_ACCMODE) != O_RDONLY || (flags & O_CREAT);
+    int match = !path_substr[0] || (path && strstr(path, path_substr));
+    /* A directory opened read-only for fsync is tracked too when it
+     * matches, so fsync of the output's directory can fail. */
+    atomic_store(&tracked[fd], (unsigned char)(match && (writing || path_substr[0])));
+}
+
+/* How many of n bytes a write on fd may pass; -1 (errno set) to fail. */
+static ssize_t allow(int fd, size_t n)
+{
+    init();
+    if (fd < 0 || fd >= MAX_FD || !atomic_load(&tracked[fd]) || after_bytes < 0)
+        return (ssize_t)n;
+    long long done = atomic_load(&written);
+    if (done >= after_bytes) {
+        atomic_store(&tripped, 1);
+        if (fault_signal) {
+            raise(fault_signal);
+            /* INT/TERM: the program's handler ran and re-raised; if it
+             * returned anyway, fail the write. */
+        }
+        errno = fault_errno;
+        return -1;
+    }
+    long long room = after_bytes - done;
+    if ((long long)n > room)
+        n = (size_t)room; /* a short write: the caller must retry */
+    return (ssize_t)n;
+}
+
+static void account(int fd, ssize_t w)
+{
+    if (w > 0 && fd >= 0 && fd < MAX_FD && atomic_load(&tracked[fd]))
+        atomic_fetch_add(&written, w);
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    static ssize_t (*real)(int, const void *, size_t);
+    if (!real)
+        real = (ssize_t (*)(int, const void *, size_t))next("write");
+    ssize_t k = allow(fd, n);
+    if (k < 0)
+        return -1;
+    if (k == 0 && n > 0) {
+        errno = fault_errno;
+        return -1;
+    }
+    ssize_t w = real(fd, buf, (size_t)k);
+    account(fd, w);
+    return w;
+}
+
+static ssize_t do_pwrite(const char *name, int fd, const void *buf, size_t n,
+                         off_t off)
+{
+    ssize_t (*real)(int, const void *, size_t, off_t) =
+        (ssize_t (*)(int, const void *, size_t, off_t))next(name);
+    ssize_t k = allow(fd, n);
+    if (k < 0)
+        return -1;
+    if (k == 0 && n > 0) {
+        errno = fault_errno;
+        return -1;
+    }
+    ssize_t w = real(fd, buf, (size_t)k, off);
+    account(fd, w);
+    return w;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    return do_pwrite("pwrite", fd, buf, n, off);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+    return do_pwrite("pwrite64", fd, buf, n, off);
+}
+
+static int sync_fails(int fd)
+{
+    init();
+    return fd >= 0 && fd < MAX_FD && atomic_load(&tracked[fd]) &&
+           after_bytes >= 0 && atomic_load(&written) >= after_bytes &&
+           !fault_signal;
+}
+
+int fsync(int fd)
+{
+    static int (*real)(int);
+    if (!real)
+        real = (int (*)(int))next("fsync");
+    if (sync_fails(fd)) {
+        errno = fault_errno;
+        return -1;
+    }
+    return real(fd);
+}
+
+int fdatasync(int fd)
+{
+    static int (*real)(int);
+    if (!real)
+        real = (int (*)(int))next("fdatasync");
+    if (sync_fails(fd)) {
+        errno = fault_errno;
+        return -1;
+    }
+    return real(fd);
+}
+
+static mode_t mode_arg(int flags, va_list ap)
+{
+    return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE
+               ? (mode_t)va_arg(ap, int) : 0;
+}
+
+int open(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    int (*real)(const char *, int, ...) =
+        (int (*)(const char *, int, ...))next("open");
+    int fd = real(path, flags, mode);
+    note_open(fd, path, flags);
+    return fd;
+}
+
+int open64(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    int (*real)(const char *, int, ...) =
+        (int (*)(const char *, int, ...))next("open64");
+    int fd = real(path, flags, mode);
+    note_open(fd, path, flags);
+    return fd;
+}
+
+int openat(int dirfd, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    int (*real)(int, const char *, int, ...) =
+        (int (*)(int, const char *, int, ...))next("openat");
+    int fd = real(dirfd, path, flags, mode);
+    note_open(fd, path, flags);
+    return fd;
+}
+
+int openat64(int dirfd, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    int (*real)(int, const char *, int, ...) =
+        (int (*)(int, const char *, int, ...))next("openat64");
+    int fd = real(dirfd, path, flags, mode);
+    note_open(fd, path, flags);
+    return fd;
+}
+
+int creat(const char *path, mode_t mode)
+{
+    int (*real)(const char *, mode_t) =
+        (int (*)(const char *, mode_t))next("creat");
+    int fd = real(path, mode);
+    note_open(fd, path, O_WRONLY | O_CREAT);
+    return fd;
+}
+
+int creat64(const char *path, mode_t mode)
+{
+    int (*real)(const char *, mode_t) =
+        (int (*)(const char *, mode_t))next("creat64");
+    int fd = real(path, mode);
+    note_open(fd, path, O_WRONLY | O_CREAT);
+    return fd;
+}
+
+int close(int fd)
+{
+    static int (*real)(int);
+    if (!real)
+        real = (int (*)(int))next("close");
+    if (fd >= 0 && fd < MAX_FD)
+        atomic_store(&tracked[fd], 0);
+    return real(fd);
+}
+
+/* fopen'd files (e.g. a config.json copy) go through open internally in
+ * glibc without the PLT, so track them here. */
+#include <stdio.h>
+FILE *fopen(const char *path, const char *mode)
+{
+    static FILE *(*real)(const char *, const char *);
+    if (!real)
+        real = (FILE * (*)(const char *, const char *)) next("fopen");
+    FILE *f = real(path, mode);
+    if (f && mode && (strchr(mode, 'w') || strchr(mode, 'a') ||
+                      strchr(mode, '+')))
+        note_open(fileno(f), path, O_WRONLY | O_CREAT);
+    return f;
+}
+
+FILE *fopen64(const char *path, const char *mode)
+{
+    static FILE *(*real)(const char *, const char *);
+    if (!real)
+        real = (FILE * (*)(const char *, const char *)) next("fopen64");
+    FILE *f = real(path, mode);
+    if (f && mode && (strchr(mode, 'w') || strchr(mode, 'a') ||
+                      strchr(mode, '+')))
+        note_open(fileno(f), path, O_WRONLY | O_CREAT);
+    return f;
+}
