@@ -68,14 +68,19 @@ static void mm_task(void *vctx, int tid, int nth)
         mm_scalar_rows(c->W, c->X, c->T, c->Y, (uint32_t)r0, r1);
 }
 
+/* Multiply-adds below which an op runs on the calling thread alone. */
+#define KN_PARALLEL_MIN_WORK (1u << 17)
+
 void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
                float *Y, const float *bias)
 {
     if (T == 0 || W->rows == 0)
         return;
     kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W) };
-    /* Tiny matrices are not worth waking the workers for. */
-    if ((uint64_t)W->rows * W->cols * T < 16384)
+    /* Small products are not worth waking the workers for: a wake-up costs
+     * microseconds, and far more when the machine is busy and a worker has
+     * been descheduled.  2^17 multiply-adds take ~20-40 us on one core. */
+    if ((uint64_t)W->rows * W->cols * T < KN_PARALLEL_MIN_WORK)
         p = NULL;
     kn_pool_run(p, mm_task, &c);
 }
@@ -309,7 +314,10 @@ void kn_attention(kn_pool *p, const kn_kv *kv, const float *q, size_t T,
     kn_att_ctx c = { kv, q, T, n_heads, pos0, window, out, scratch,
                      kn_attn_thread_floats(nctx, kv->head_dim),
                      (nctx + 15) & ~(uint64_t)15, use_avx2() };
-    if (T * n_heads < 2)
+    /* Same rule as kn_matmul: roughly T x heads x context x head_dim x 2
+     * multiply-adds. */
+    if (T * n_heads < 2 ||
+        (uint64_t)T * n_heads * nctx * kv->head_dim * 2 < KN_PARALLEL_MIN_WORK)
         p = NULL;
     kn_pool_run(p, att_task, &c);
 }
