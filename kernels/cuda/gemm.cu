@@ -66,7 +66,13 @@ static mc_status kn_gemm_launch(cublasHandle_t h, const kn_matrix *W,
     kn_fill_bias_kernel<<<kn_grid(ny), 256, 0, st>>>(Y, bias, W->rows, ny);
     if (kn_cuda_launched() != MC_OK)
         return MC_ERR_CUDA;
-    if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS)
+    /* cublasSetStream resets the handle's workspace to cuBLAS's own pool
+     * (documented), which would undo the arena slice given with
+     * cublasSetWorkspace: only switch streams when the stream differs. */
+    cudaStream_t cur = NULL;
+    if (cublasGetStream(h, &cur) != CUBLAS_STATUS_SUCCESS)
+        return MC_ERR_CUDA;
+    if (cur != st && cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS)
         return MC_ERR_CUDA;
     const float alpha = 1.0f, beta = 1.0f; /* Y holds the bias */
     cublasStatus_t cs = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows,
