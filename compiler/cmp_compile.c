@@ -2,9 +2,11 @@
  * cmp_compile.h). */
 #include "cmp_compile.h"
 
-#include <sys/stat.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmp_quant.h"
@@ -65,11 +67,33 @@ static mc_status read_f32(source *s, const cmp_tensor_plan *t, float *out,
     return MC_OK;
 }
 
+/* A compiled model must never hold a NaN or an Inf that the input did not
+ * make obvious: refuse non-finite values, and values that overflow the
+ * output type (f16 tops out at 65504), naming the tensor and element. */
+static mc_status check_finite(const cmp_tensor_plan *t, const float *w,
+                              size_t n, mc_error *err)
+{
+    float limit = t->fmt == KN_W_F16 ? 65504.0f : FLT_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(w[i]) || fabsf(w[i]) > limit)
+            return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
+                           "tensor '%s' element %zu (row %zu, col %zu) is "
+                           "%g: %s", t->name, i, i / t->cols, i % t->cols,
+                           (double)w[i],
+                           isfinite(w[i]) ? "outside the f16 range; compile "
+                                            "with --quant f32 or bf16"
+                                          : "weights must be finite");
+    return MC_OK;
+}
+
 /* Convert values w of t into its section bytes sec (zeroed, section_bytes). */
 static mc_status convert(const cmp_tensor_plan *t, const float *w, uint8_t *sec,
                          mc_error *err)
 {
     size_t n = (size_t)t->rows * t->cols;
+    mc_status st = check_finite(t, w, n, err);
+    if (st != MC_OK)
+        return st;
     switch (t->fmt) {
     case KN_W_F32:
         fmt_from_f32(FMT_DT_F32, w, sec, n);
@@ -84,9 +108,15 @@ static mc_status convert(const cmp_tensor_plan *t, const float *w, uint8_t *sec,
         cmp_qbuf b = {t->fmt, t->rows, t->cols, t->group, sec + t->data_off,
                       sec + t->scale_off,
                       t->zero_bytes ? sec + t->zero_off : NULL};
-        mc_status st = cmp_quant_matrix(w, NULL, &b, err);
-        if (st != MC_OK && err && !err->field[0])
-            snprintf(err->field, sizeof err->field, "%s", t->name);
+        st = cmp_quant_matrix(w, NULL, &b, err);
+        if (st != MC_OK && err) {
+            /* the quantizer names the element ("row R col C"); the user
+             * needs the tensor first */
+            char inner[sizeof err->field];
+            snprintf(inner, sizeof inner, "%s", err->field);
+            snprintf(err->field, sizeof err->field, "%.120s%s%.120s", t->name,
+                     inner[0] ? " " : "", inner);
+        }
         return st;
     }
     }

@@ -160,6 +160,9 @@ static mc_status write_config(const cmp_merge *m, const char *dir,
         return copy_file(src, dst, bytes, err);
     json_error_t je;
     json_t *root = json_load_file(src, JSON_REJECT_DUPLICATES, &je);
+    if (!root && json_error_code(&je) == json_error_out_of_memory)
+        return mc_fail(err, MC_ERR_NOMEM, src, NULL, -1,
+                       "no memory to read config.json");
     if (!root || !json_is_object(root)) {
         json_decref(root);
         return mc_fail(err, MC_ERR_FORMAT, src, NULL, root ? -1 : je.position,

@@ -375,6 +375,9 @@ static mc_status check_manifest(fmt_art *a, mc_error *err)
     json_error_t je;
     a->manifest = json_loadb(a->manifest_text, a->manifest_bytes,
                              JSON_REJECT_DUPLICATES, &je);
+    if (!a->manifest && json_error_code(&je) == json_error_out_of_memory)
+        return mc_fail(err, MC_ERR_NOMEM, a->name, "manifest", -1,
+                       "no memory to parse the manifest");
     if (!a->manifest)
         return mc_fail(err, MC_ERR_FORMAT, a->name, "manifest",
                        FMT_ART_HEADER_BYTES + (int64_t)je.position,

@@ -15,14 +15,18 @@
 /* Translate the Python regex escapes PEFT configs use (\d \w \s, (?:...))
  * into POSIX ERE and anchor the whole thing: "^(?:re)$" semantics is what
  * re.fullmatch gives.  prefix is put before the pattern inside the anchor
- * ("(.*\.)?(" for rank_pattern keys).  Returns a new string or NULL. */
-static char *to_posix(const char *re, const char *prefix, const char *suffix)
+ * ("(.*\.)?(" for rank_pattern keys).  Writes into o (cap bytes): no
+ * allocation, so matching cannot fail for lack of memory and be mistaken
+ * for "no match".  Returns 0, or -1 if the translation might not fit (the
+ * pattern is then rejected as too long when the config is parsed). */
+#define PEFT_REGEX_MAX 4096
+static int to_posix(const char *re, const char *prefix, const char *suffix,
+                    char *o, size_t cap)
 {
     size_t n = strlen(re);
-    size_t cap = 2 * strlen(prefix) + strlen(suffix) + n * 14 + 8;
-    char *o = mc_malloc(cap);
-    if (!o)
-        return NULL;
+    if (n > cap / 16 ||
+        2 * strlen(prefix) + strlen(suffix) + n * 14 + 8 > cap)
+        return -1;
     size_t k = 0;
     o[k++] = '^';
     k += (size_t)snprintf(o + k, cap - k, "%s", prefix);
@@ -52,20 +56,18 @@ static char *to_posix(const char *re, const char *prefix, const char *suffix)
         o[k++] = re[i];
     }
     k += (size_t)snprintf(o + k, cap - k, "%s$", suffix);
-    return o;
+    return 0;
 }
 
 /* 1 if s matches the anchored pattern; -1 if it does not compile. */
 static int regex_match(const char *re, const char *prefix, const char *suffix,
                        const char *s)
 {
-    char *p = to_posix(re, prefix, suffix);
-    if (!p)
-        return 0;
+    char p[PEFT_REGEX_MAX];
+    if (to_posix(re, prefix, suffix, p, sizeof p) != 0)
+        return -1;
     regex_t rx;
-    int rc = regcomp(&rx, p, REG_EXTENDED | REG_NOSUB);
-    mc_free(p);
-    if (rc != 0)
+    if (regcomp(&rx, p, REG_EXTENDED | REG_NOSUB) != 0)
         return -1;
     int m = regexec(&rx, s, 0, NULL, 0) == 0;
     regfree(&rx);
@@ -320,7 +322,8 @@ static mc_status get_select(pctx *p, json_t *o, const char *key,
     if (!regex_compiles(str, "(", ")"))
         return mc_fail(p->err, MC_ERR_FORMAT, p->name, key, -1,
                        "\"%s\" regex \"%.200s\" does not compile (POSIX "
-                       "extended syntax)", key, str);
+                       "extended syntax, at most %d characters)", key, str,
+                       PEFT_REGEX_MAX / 16);
     return MC_OK;
 }
 
@@ -361,7 +364,9 @@ static mc_status get_patterns(pctx *p, json_t *o, const char *key, int is_rank,
         }
         if (!regex_compiles(k, "(.*\\.)?(", ")")) {
             st = mc_fail(p->err, MC_ERR_FORMAT, p->name, field, -1,
-                         "%s key is not a valid regex", key);
+                         "%s key is not a valid regex (POSIX extended "
+                         "syntax, at most %d characters)", key,
+                         PEFT_REGEX_MAX / 16);
             break;
         }
         if (!(a[i].key = mc_strdup(k))) {

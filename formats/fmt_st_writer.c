@@ -321,7 +321,7 @@ static void build_header(const fmt_st_writer *w, sbuf *b)
         sb_puts(b, "]}");
     }
     sb_puts(b, "}");
-    while (b->len % 8)
+    while (!b->oom && b->len % 8) /* a failed append leaves len unchanged */
         sb_puts(b, " ");
 }
 

@@ -338,9 +338,9 @@ mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
     if (st == MC_OK) {
         char *cj = json_dumps(json_object_get(fmt_art_manifest(o->a), "config"),
                               JSON_COMPACT | JSON_REAL_PRECISION(17));
-        if (!cj)
-            st = mc_fail(err, MC_ERR_FORMAT, path, "config", -1,
-                         "manifest config cannot be serialized");
+        if (!cj) /* the manifest validated on open: only memory can fail */
+            st = mc_fail(err, MC_ERR_NOMEM, path, "config", -1,
+                         "no memory to serialize the manifest config");
         else
             st = fmt_config_parse(cj, strlen(cj), path, &m->cfg, err);
         mc_free(cj);

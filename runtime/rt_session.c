@@ -5,6 +5,7 @@
  * the tables allocated at create; it never calls mc_malloc. */
 #include "rt_session.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -403,8 +404,19 @@ static size_t plan_step(rt_session *s, size_t n, size_t *nseg_out,
     return T;
 }
 
-/* Run steps until every sequence of the call is done. */
-static void run_calls(rt_session *s, size_t n)
+/* 1 if every one of the n values is finite. */
+static int row_is_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+/* Run steps until every sequence of the call is done.  A logits row that
+ * is not finite stops the call with MC_ERR_NONFINITE: sampling or scoring
+ * it would silently give token 0 forever or NaN log-probabilities. */
+static mc_status run_calls(rt_session *s, size_t n, mc_error *err)
 {
     const rt_model *m = s->m;
     const fmt_model_config *c = &m->cfg;
@@ -437,6 +449,12 @@ static void run_calls(rt_session *s, size_t n)
             for (size_t j = 0; j < g; j++) {
                 size_t row = (size_t)s->rows[2 * (r0 + j)];
                 size_t i = (size_t)s->rows[2 * (r0 + j) + 1];
+                if (!row_is_finite(s->logits + j * V, V))
+                    return mc_fail(err, MC_ERR_NONFINITE, NULL, "logits", -1,
+                                   "sequence %zu: logits at position %lld "
+                                   "are not finite (NaN or Inf in the "
+                                   "weights, or activations overflowed)",
+                                   i, (long long)s->pos[row]);
                 consume_row(s, i, (size_t)s->pos[row], s->logits + j * V);
             }
         }
@@ -457,6 +475,7 @@ static void run_calls(rt_session *s, size_t n)
         s->stats.prefill_seconds += dt * (double)npre / (double)T;
         s->stats.decode_seconds += dt * (double)ndec / (double)T;
     }
+    return MC_OK;
 }
 
 /* ---- request checks and entry points -------------------------------------- */
@@ -548,10 +567,10 @@ mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
     s->mode = MODE_GENERATE;
     s->gp = p;
     s->gres = res;
-    run_calls(s, n);
+    st = run_calls(s, n, err);
     s->gp = NULL;
     s->gres = NULL;
-    return MC_OK;
+    return st;
 }
 
 mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
@@ -586,10 +605,10 @@ mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
     s->items = items;
     s->labels = labels;
     s->n_labels = n_labels;
-    run_calls(s, n);
+    st = run_calls(s, n, err);
     s->items = NULL;
     s->labels = NULL;
-    return MC_OK;
+    return st;
 }
 
 mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
@@ -610,7 +629,7 @@ mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
     }
     s->mode = MODE_LOGITS;
     s->logits_out = out;
-    run_calls(s, n);
+    st = run_calls(s, n, err);
     s->logits_out = NULL;
-    return MC_OK;
+    return st;
 }
