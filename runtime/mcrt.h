@@ -78,15 +78,48 @@ typedef struct mcrt_info {
     int32_t bos_id;            /* -1 if none */
     int32_t eos_ids[8];
     int n_eos;
-    uint64_t arena_bytes;
-    uint64_t kv_bytes;
-    uint64_t weight_bytes;
+    uint64_t arena_bytes;      /* the one arena the session allocated */
+    uint64_t kv_bytes;         /* KV cache part of the arena */
+    uint64_t weight_bytes;     /* matrix bytes read per token (embedding
+                                  row excluded, lm_head included) */
     uint64_t params;
+    /* Memory the plan accounts for: weights + arena + reserve.  For an
+     * artifact run with its stored limits, the manifest's plan.total_bytes;
+     * with limits overridden at open, the plan's weights and reserve plus
+     * this session's arena; for a Hugging Face model (no stored plan),
+     * weights_mapped_bytes + arena_bytes.  >= arena_bytes. */
+    uint64_t planned_bytes;
+    uint64_t reserve_bytes;    /* device reserve the plan counts (0: none) */
+    uint64_t weights_mapped_bytes; /* every weight byte the model holds:
+                                  matrices mapped from the file (or
+                                  decompressed at load), f32 norms/biases */
+    int plan_source;           /* MCRT_PLAN_* */
 } mcrt_info;
 
+#define MCRT_PLAN_RUNTIME 0    /* no stored plan: the runtime's defaults/hints */
+#define MCRT_PLAN_STORED 1     /* the artifact's plan, as compiled */
+#define MCRT_PLAN_OVERRIDDEN 2 /* the artifact's plan with limits changed */
+
+/* Counters since open.  A request is one sequence (prompt) passed to
+ * mcrt_generate / mcrt_score_* / mcrt_logits; a call that fails refuses
+ * the sequences it had not finished (the waves before it stay served). */
 typedef struct mcrt_stats {
     uint64_t prefill_tokens, decode_tokens;
     double prefill_seconds, decode_seconds;
+    uint64_t requests;         /* sequences submitted */
+    uint64_t refused;          /* of those, refused (sum of the three below) */
+    uint64_t refused_plan;     /* beyond the memory plan (status 10) */
+    uint64_t refused_input;    /* malformed request (status 7) */
+    uint64_t refused_other;    /* any other failure */
+    /* Highest arena byte offset + 1 that no longer holds the canary written
+     * at open: the measured peak of the arena (<= arena_bytes).  A scan
+     * down from the arena's end; it stops at the first touched byte, so it
+     * is cheap once a step has run. */
+    uint64_t arena_high_water_bytes;
+    /* Arena bytes that no longer hold the canary (rt_session.h): how much
+     * of the plan a run really wrote (<= arena_high_water_bytes).  Costs a
+     * scan of the whole arena. */
+    uint64_t arena_touched_bytes;
 } mcrt_stats;
 
 void mcrt_options_default(mcrt_options *o);
@@ -128,6 +161,16 @@ int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
                 size_t n, float *const *out);
 
 void mcrt_get_stats(const mcrt *h, mcrt_stats *out);
+
+/* 1 if path is an mcompile artifact (it starts with the artifact magic),
+ * else 0 (also when it cannot be read).  Cheap: reads 8 bytes. */
+int mcrt_is_artifact(const char *path);
+
+/* The tokenizer.json an artifact embeds: borrowed bytes (not
+ * NUL-terminated) valid until mcrt_close, their count in *len (len may be
+ * NULL).  NULL when h was opened from a Hugging Face model or the artifact
+ * has none. */
+const char *mcrt_tokenizer_json(const mcrt *h, size_t *len);
 
 #ifdef __cplusplus
 }

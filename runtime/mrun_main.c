@@ -1,8 +1,35 @@
 /* mrun - run a model: generate from token ids or text, or score.
  *
- * Uses the public API (mcrt.h) plus the tokenizer (rt_tokenizer.h) for
- * --prompt.  Prints results on stdout, timing on stderr.  Exit codes:
- * 0 ok, 1 failure (model, plan refusal, I/O), 2 usage. */
+ * Uses the public API (mcrt.h), the tokenizer (rt_tokenizer.h) for text,
+ * the token-id parser that calibration and eval share (fmt_ids.h) and the
+ * Prometheus writer (rt_metrics.h).  Results on stdout, timing on stderr.
+ * Exit codes: 0 ok, 1 failure (model, plan refusal, I/O), 2 usage.
+ *
+ * --json prints ONE object on stdout, also when a run is refused after the
+ * model opened (then with "error", exit 1).  Results come first, then
+ * "prefill_tok_s" and the other figures.  Keys:
+ *   "sequences": [{"ids": [int], "text": str|null, "prompt_tokens": int,
+ *     "stop_reason": "length"|"stop_token"|"none"}]      (generation), or
+ *   "scores": [{"labels": [{"id": int, "logprob": num}]}
+ *              | {"logprobs": [num], "sum": num}]        (scoring)
+ *   "error": str                                         (only on failure)
+ *   "prefill_tok_s", "decode_tok_s", "prefill_seconds", "decode_seconds":
+ *     num; "prefill_tokens", "decode_tokens": int
+ *   "requests": int (sequences submitted), "refused": int, "refused_by":
+ *     {"plan": int, "input": int, "other": int}
+ *   bytes, int: "planned_bytes" (the plan: weights + arena + reserve; an
+ *     artifact's manifest total, for a HF model weights + the arena built
+ *     at load), "reserve_bytes", "weights_mapped_bytes" (every weight byte
+ *     held), "arena_bytes" (allocated), "arena_high_water_bytes" (measured
+ *     arena peak, canary scan), "arena_touched_bytes" (arena bytes really
+ *     written), "kv_bytes", "peak_rss_bytes" (process peak
+ *     RSS: VmHWM, else ru_maxrss * 1024), "weight_bytes" (read per token)
+ *   "params": int, "plan": "stored"|"overridden"|"runtime",
+ *   "threads", "max_batch", "max_seq", "prefill_chunk": int
+ * Always arena_touched_bytes <= arena_high_water_bytes <= arena_bytes <=
+ * planned_bytes; figures
+ * are 0 when the model did not open.  --metrics FILE writes the same
+ * figures as Prometheus text (rt_metrics.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,50 +37,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_ids.h"
 #include "mcrt.h"
+#include "mrun_help.h"
+#include "rt_metrics.h"
 #include "rt_tokenizer.h"
-
-static const char *g_usage =
-    "usage: mrun MODEL INPUT [options]\n"
-    "\n"
-    "MODEL is a Hugging Face model directory (config.json + safetensors) or\n"
-    "an mcompile artifact.\n"
-    "\n"
-    "Input (one of; token ids are separated by spaces or commas):\n"
-    "  --tokens \"1 2 3\"        one prompt of token ids (repeatable)\n"
-    "  --tokens-file FILE      one prompt of ids per line\n"
-    "  --prompt TEXT           one text prompt (repeatable; needs a\n"
-    "                          tokenizer.json beside the model)\n"
-    "  --prompts-file FILE     one text prompt per line\n"
-    "\n"
-    "Generation (default mode):\n"
-    "  --max-new-tokens N      tokens to generate per prompt (default 16)\n"
-    "  --temperature T         0 = greedy (default)\n"
-    "  --top-k K  --top-p P    sampling filters (default off)\n"
-    "  --seed S                RNG seed (default 0); sequence i uses (S, i)\n"
-    "  --stop \"ids\"            extra stop token ids\n"
-    "  --ignore-eos            do not stop at the model's EOS ids\n"
-    "\n"
-    "Scoring (no generation):\n"
-    "  --score-labels \"ids\"    log-prob of each label token after each prompt\n"
-    "  --score-continuation \"ids\"  log-prob of each continuation token and\n"
-    "                          their sum, after each prompt\n"
-    "\n"
-    "Plan and machine:\n"
-    "  --threads N             worker threads (default: all CPUs)\n"
-    "  --max-batch N --max-seq N --prefill-chunk N   session limits\n"
-    "  --kv f32|f16|i8         KV cache type (default: the plan's, else f32)\n"
-    "  --truncate left|right   fit over-long prompts instead of refusing\n"
-    "\n"
-    "Output:\n"
-    "  --json                  one JSON object on stdout\n"
-    "  --no-special            with a tokenizer: no BOS added, specials kept\n"
-    "  -q, -v                  quieter (no timing) / more (plan on stderr)\n"
-    "  -h, --help              this text\n"
-    "\n"
-    "Default output: one line per sequence with the generated ids (a tab and\n"
-    "the decoded text follow when a tokenizer is present); timing (prefill\n"
-    "and decode tokens/s) on stderr.  Exit: 0 ok, 1 failure, 2 usage.\n";
 
 typedef struct seqs {
     int32_t **ids;
@@ -64,10 +52,12 @@ typedef struct seqs {
 typedef struct cli {
     const char *model;
     seqs in;
-    int have_text;             /* prompts came as text */
-    const char **texts;        /* pending --prompt texts */
+    const char **texts;        /* --prompt values and prompts-file lines */
     size_t n_texts, cap_texts;
+    char *prompts_text;        /* the prompts file, owning its lines */
     const char *prompts_file;
+    const char *tokens_file;
+    const char *metrics_path;
     mcrt_gen_params gp;
     int32_t *stop;
     size_t n_stop;
@@ -80,6 +70,8 @@ typedef struct cli {
     int json, quiet, verbose, add_special;
 } cli;
 
+static int usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;
@@ -101,48 +93,53 @@ static void *xrealloc(void *p, size_t n)
     return q;
 }
 
-/* Parse "1 2, 3" into a new array; returns -1 on a bad number. */
-static int parse_ids(const char *s, int32_t **out, size_t *n)
-{
-    int32_t *v = NULL;
-    size_t k = 0, cap = 0;
-    const char *p = s;
-    for (;;) {
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n' ||
-               *p == '\r')
-            p++;
-        if (!*p)
-            break;
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX ||
-            (*end && *end != ' ' && *end != ',' && *end != '\t' &&
-             *end != '\n' && *end != '\r')) {
-            free(v);
-            return -1;
-        }
-        if (k == cap) {
-            cap = cap ? 2 * cap : 16;
-            v = xrealloc(v, cap * sizeof *v);
-        }
-        v[k++] = (int32_t)x;
-        p = end;
-    }
-    *out = v;
-    *n = k;
-    return 0;
-}
-
-static void seqs_add(seqs *s, int32_t *ids, size_t n)
+static void seqs_add(seqs *s, const int32_t *ids, size_t n)
 {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 8;
         s->ids = xrealloc(s->ids, s->cap * sizeof *s->ids);
         s->len = xrealloc(s->len, s->cap * sizeof *s->len);
     }
-    s->ids[s->n] = ids;
+    s->ids[s->n] = xrealloc(NULL, n * sizeof *ids);
+    if (n)
+        memcpy(s->ids[s->n], ids, n * sizeof *ids);
     s->len[s->n++] = n;
+}
+
+static void texts_add(cli *c, const char *t)
+{
+    if (c->n_texts == c->cap_texts) {
+        c->cap_texts = c->cap_texts ? 2 * c->cap_texts : 8;
+        c->texts = xrealloc(c->texts, c->cap_texts * sizeof *c->texts);
+    }
+    c->texts[c->n_texts++] = t;
+}
+
+/* One list of ids in fmt_ids syntax ("1 2 3") into a new array.  Returns 0,
+ * or 2 after a usage message.  allow_empty: "" gives zero ids. */
+static int parse_id_list(const char *opt, const char *v, int allow_empty,
+                         int32_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (allow_empty && v[strspn(v, " \t")] == '\0')
+        return 0;
+    fmt_ids *f = NULL;
+    mc_error e;
+    mc_error_clear(&e);
+    if (fmt_ids_parse(v, strlen(v), opt, 0, &f, &e) != MC_OK)
+        return usage_error("%s: '%s' is not a list of token ids: %s", opt, v,
+                           e.message);
+    int rc = 0;
+    if (f->n_seqs != 1) {
+        rc = usage_error("%s: one line of token ids expected", opt);
+    } else {
+        *out = xrealloc(NULL, f->n_ids * sizeof **out);
+        memcpy(*out, f->ids, f->n_ids * sizeof **out);
+        *n = f->n_ids;
+    }
+    fmt_ids_free(f);
+    return rc;
 }
 
 static char *read_text_file(const char *path)
@@ -150,9 +147,8 @@ static char *read_text_file(const char *path)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    size_t cap = 4096, n = 0;
+    size_t cap = 4096, n = 0, r;
     char *b = xrealloc(NULL, cap);
-    size_t r;
     while ((r = fread(b + n, 1, cap - n - 1, f)) > 0) {
         n += r;
         if (cap - n - 1 == 0) {
@@ -165,29 +161,84 @@ static char *read_text_file(const char *path)
     return b;
 }
 
+/* Whole-string numbers; -1 on anything else (sign, junk, overflow). */
 static int parse_u64(const char *s, uint64_t *out)
 {
-    char *end;
+    char *end = NULL;
     errno = 0;
-    if (!s || *s == '-')
+    if (*s == '-')
         return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end || errno)
-        return -1;
-    *out = v;
-    return 0;
+    *out = strtoull(s, &end, 10);
+    return end == s || *end || errno ? -1 : 0;
 }
 
 static int parse_f(const char *s, float *out)
 {
-    char *end;
+    char *end = NULL;
     errno = 0;
-    if (!s)
-        return -1;
-    float v = strtof(s, &end);
-    if (end == s || *end || errno)
-        return -1;
-    *out = v;
+    *out = strtof(s, &end);
+    return end == s || *end || errno ? -1 : 0;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The inputs named by files: ids (fmt_ids) and text lines.  Returns -1 to
+ * go on, else an exit code. */
+static int read_input_files(cli *c)
+{
+    if (c->tokens_file) {
+        fmt_ids *f = NULL;
+        mc_error e;
+        mc_error_clear(&e);
+        mc_status st = fmt_ids_load(c->tokens_file, 0, &f, &e);
+        if (st != MC_OK) {
+            char buf[1400];
+            fprintf(stderr, "mrun: --tokens-file: %s\n",
+                    mc_error_format(&e, buf, sizeof buf));
+            return st == MC_ERR_FORMAT ? 2 : 1;
+        }
+        for (size_t i = 0; i < f->n_seqs; i++) {
+            size_t n;
+            const int32_t *ids = fmt_ids_seq(f, i, &n);
+            seqs_add(&c->in, ids, n);
+        }
+        fmt_ids_free(f);
+    }
+    if (c->prompts_file) {
+        c->prompts_text = read_text_file(c->prompts_file);
+        if (!c->prompts_text) {
+            fprintf(stderr, "mrun: cannot read %s: %s\n", c->prompts_file,
+                    strerror(errno));
+            return 1;
+        }
+        for (char *save = NULL,
+                  *l = strtok_r(c->prompts_text, "\n", &save);
+             l; l = strtok_r(NULL, "\n", &save))
+            if (*l)
+                texts_add(c, l);
+        if (c->n_texts == 0)
+            return usage_error("%s: no prompts in the file", c->prompts_file);
+    }
+    return -1;
+}
+
+/* 1 if option a takes a value (the next argument). */
+static int takes_value(const char *a)
+{
+    static const char *const k[] = {
+        "--tokens", "--tokens-file", "--prompt", "--prompts-file",
+        "--metrics", "--max-new-tokens", "--temperature", "--top-p",
+        "--top-k", "--seed", "--stop", "--score-labels",
+        "--score-continuation", "--threads", "--max-batch", "--max-seq",
+        "--prefill-chunk", "--kv", "--truncate"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(a, k[i]))
+            return 1;
     return 0;
 }
 
@@ -198,15 +249,15 @@ static int parse_args(int argc, char **argv, cli *c)
     mcrt_gen_params_default(&c->gp);
     mcrt_options_default(&c->opts);
     c->add_special = 1;
-    const char *tokens_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint64_t u;
-#define NEED_VALUE()                                                           \
-    if (!v)                                                                    \
-        return usage_error("%s needs a value", a);                            \
-    i++
+        int32_t *ids;
+        size_t n;
+        int takes = takes_value(a);
+        if (takes && !v)
+            return usage_error("%s needs a value", a);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(g_usage, stdout);
             return 0;
@@ -220,88 +271,75 @@ static int parse_args(int argc, char **argv, cli *c)
             c->add_special = 0;
         } else if (!strcmp(a, "--ignore-eos")) {
             c->gp.use_model_eos = 0;
+        } else if (!takes) {
+            if (a[0] == '-' && a[1])
+                return usage_error("unknown option '%s'", a);
+            if (c->model)
+                return usage_error("unexpected argument '%s'", a);
+            c->model = a;
+            continue;
         } else if (!strcmp(a, "--tokens")) {
-            NEED_VALUE();
-            int32_t *ids;
-            size_t n;
-            if (parse_ids(v, &ids, &n))
-                return usage_error("--tokens: '%s' is not a list of token ids",
-                                   v);
-            if (n == 0)
-                return usage_error("--tokens: empty prompt");
+            if (parse_id_list(a, v, 0, &ids, &n))
+                return 2;
             seqs_add(&c->in, ids, n);
+            free(ids);
         } else if (!strcmp(a, "--tokens-file")) {
-            NEED_VALUE();
-            tokens_file = v;
+            c->tokens_file = v;
         } else if (!strcmp(a, "--prompt")) {
-            NEED_VALUE();
-            if (c->n_texts == c->cap_texts) {
-                c->cap_texts = c->cap_texts ? 2 * c->cap_texts : 8;
-                c->texts = xrealloc(c->texts, c->cap_texts * sizeof *c->texts);
-            }
-            c->texts[c->n_texts++] = v;
+            texts_add(c, v);
         } else if (!strcmp(a, "--prompts-file")) {
-            NEED_VALUE();
             c->prompts_file = v;
+        } else if (!strcmp(a, "--metrics")) {
+            c->metrics_path = v;
         } else if (!strcmp(a, "--max-new-tokens")) {
-            NEED_VALUE();
             if (parse_u64(v, &u) || u > 1000000)
                 return usage_error("--max-new-tokens: bad value '%s'", v);
             c->gp.max_new_tokens = (uint32_t)u;
         } else if (!strcmp(a, "--temperature")) {
-            NEED_VALUE();
             if (parse_f(v, &c->gp.temperature) || c->gp.temperature < 0)
                 return usage_error("--temperature: bad value '%s'", v);
         } else if (!strcmp(a, "--top-p")) {
-            NEED_VALUE();
             if (parse_f(v, &c->gp.top_p) || c->gp.top_p <= 0 ||
                 c->gp.top_p > 1)
                 return usage_error("--top-p: must be in (0, 1], got '%s'", v);
         } else if (!strcmp(a, "--top-k")) {
-            NEED_VALUE();
             if (parse_u64(v, &u) || u > UINT32_MAX)
                 return usage_error("--top-k: bad value '%s'", v);
             c->gp.top_k = (uint32_t)u;
         } else if (!strcmp(a, "--seed")) {
-            NEED_VALUE();
             if (parse_u64(v, &c->gp.seed))
                 return usage_error("--seed: bad value '%s'", v);
         } else if (!strcmp(a, "--stop")) {
-            NEED_VALUE();
-            if (parse_ids(v, &c->stop, &c->n_stop))
-                return usage_error("--stop: bad id list '%s'", v);
+            free(c->stop);
+            if (parse_id_list(a, v, 1, &c->stop, &c->n_stop))
+                return 2;
         } else if (!strcmp(a, "--score-labels")) {
-            NEED_VALUE();
-            if (parse_ids(v, &c->labels, &c->n_labels) || c->n_labels == 0)
-                return usage_error("--score-labels: bad id list '%s'", v);
+            free(c->labels);
+            if (parse_id_list(a, v, 0, &c->labels, &c->n_labels))
+                return 2;
             c->score_labels = 1;
         } else if (!strcmp(a, "--score-continuation")) {
-            NEED_VALUE();
-            if (parse_ids(v, &c->cont, &c->n_cont) || c->n_cont == 0)
-                return usage_error("--score-continuation: bad id list '%s'", v);
+            free(c->cont);
+            if (parse_id_list(a, v, 0, &c->cont, &c->n_cont))
+                return 2;
             c->score_cont = 1;
         } else if (!strcmp(a, "--threads")) {
-            NEED_VALUE();
             if (parse_u64(v, &u) || u < 1 || u > 256)
                 return usage_error("--threads: 1..256, got '%s'", v);
             c->opts.threads = (int)u;
         } else if (!strcmp(a, "--max-batch")) {
-            NEED_VALUE();
             if (parse_u64(v, &u) || u < 1 || u > 65536)
                 return usage_error("--max-batch: bad value '%s'", v);
             c->opts.max_batch = (uint32_t)u;
         } else if (!strcmp(a, "--max-seq")) {
-            NEED_VALUE();
             if (parse_u64(v, &u) || u < 1 || u > (1ull << 32))
                 return usage_error("--max-seq: bad value '%s'", v);
             c->opts.max_seq = u;
         } else if (!strcmp(a, "--prefill-chunk")) {
-            NEED_VALUE();
             if (parse_u64(v, &u) || u < 1 || u > (1u << 20))
                 return usage_error("--prefill-chunk: bad value '%s'", v);
             c->opts.prefill_chunk = (uint32_t)u;
         } else if (!strcmp(a, "--kv")) {
-            NEED_VALUE();
             if (!strcmp(v, "f32"))
                 c->opts.kv_type = 1;
             else if (!strcmp(v, "f16"))
@@ -311,53 +349,32 @@ static int parse_args(int argc, char **argv, cli *c)
             else
                 return usage_error("--kv: f32, f16 or i8, got '%s'", v);
         } else if (!strcmp(a, "--truncate")) {
-            NEED_VALUE();
             if (!strcmp(v, "left"))
                 c->gp.truncate = 1;
             else if (!strcmp(v, "right"))
                 c->gp.truncate = 2;
             else
                 return usage_error("--truncate: left or right, got '%s'", v);
-        } else if (a[0] == '-' && a[1]) {
-            return usage_error("unknown option '%s'", a);
-        } else if (!c->model) {
-            c->model = a;
         } else {
-            return usage_error("unexpected argument '%s'", a);
+            return usage_error("unknown option '%s'", a);
         }
-#undef NEED_VALUE
+        if (takes)
+            i++; /* the value was consumed */
     }
     if (!c->model)
         return usage_error("no MODEL given");
-    if (tokens_file) {
-        char *text = read_text_file(tokens_file);
-        if (!text) {
-            fprintf(stderr, "mrun: cannot read %s: %s\n", tokens_file,
-                    strerror(errno));
-            return 1;
-        }
-        size_t line = 0;
-        for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
-             l = strtok_r(NULL, "\n", &save)) {
-            line++;
-            int32_t *ids;
-            size_t n;
-            if (parse_ids(l, &ids, &n)) {
-                free(text);
-                return usage_error("%s:%zu: not a list of token ids",
-                                   tokens_file, line);
-            }
-            if (n)
-                seqs_add(&c->in, ids, n);
-            else
-                free(ids);
-        }
-        free(text);
-    }
-    c->have_text = c->n_texts > 0 || c->prompts_file;
-    if (c->have_text && c->in.n)
+    if (c->metrics_path &&
+        (same_file(c->metrics_path, c->model) ||
+         same_file(c->metrics_path, c->tokens_file) ||
+         same_file(c->metrics_path, c->prompts_file)))
+        return usage_error("--metrics %s would overwrite an input",
+                           c->metrics_path);
+    int rc = read_input_files(c);
+    if (rc >= 0)
+        return rc;
+    if (c->n_texts && c->in.n)
         return usage_error("give token ids or text prompts, not both");
-    if (!c->have_text && c->in.n == 0)
+    if (!c->n_texts && c->in.n == 0)
         return usage_error("no input: use --tokens, --tokens-file, --prompt "
                            "or --prompts-file");
     if (c->score_labels && c->score_cont)
@@ -368,58 +385,86 @@ static int parse_args(int argc, char **argv, cli *c)
     return -1;
 }
 
-/* Tokenizer beside the model (dir/tokenizer.json or the file's dir). */
-static rt_tokenizer *load_tokenizer(const char *model, int verbose)
+/* The tokenizer: the one an artifact embeds (h opened), else
+ * tokenizer.json beside the model (dir/tokenizer.json or the file's dir).
+ * *from says which, for -v. */
+static rt_tokenizer *load_tokenizer(const cli *c, const mcrt *h,
+                                    const char **from)
 {
-    char path[4096];
-    struct stat st;
-    if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(path, sizeof path, "%s/tokenizer.json", model);
-    } else {
-        const char *slash = strrchr(model, '/');
-        if (slash)
-            snprintf(path, sizeof path, "%.*s/tokenizer.json",
-                     (int)(slash - model), model);
-        else
-            snprintf(path, sizeof path, "tokenizer.json");
-    }
-    if (stat(path, &st) != 0)
-        return NULL;
     rt_tokenizer *t = NULL;
     mc_error e;
+    mc_error_clear(&e);
+    char buf[1400];
+    size_t len = 0;
+    const char *emb = h ? mcrt_tokenizer_json(h, &len) : NULL;
+    *from = "none";
+    if (emb) {
+        if (rt_tokenizer_load_memory(emb, len, "embedded tokenizer.json", &t,
+                                     &e) == MC_OK) {
+            *from = "embedded in the artifact";
+            return t;
+        }
+        if (c->verbose)
+            fprintf(stderr, "mrun: embedded tokenizer ignored: %s\n",
+                    mc_error_format(&e, buf, sizeof buf));
+    }
+    char path[4096];
+    struct stat st;
+    const char *slash = strrchr(c->model, '/');
+    if (stat(c->model, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, sizeof path, "%s/tokenizer.json", c->model);
+    else if (slash)
+        snprintf(path, sizeof path, "%.*s/tokenizer.json",
+                 (int)(slash - c->model), c->model);
+    else
+        snprintf(path, sizeof path, "tokenizer.json");
+    if (stat(path, &st) != 0)
+        return NULL;
     if (rt_tokenizer_load(path, &t, &e) != MC_OK) {
-        char buf[1400];
-        if (verbose)
+        if (c->verbose)
             fprintf(stderr, "mrun: tokenizer ignored: %s\n",
                     mc_error_format(&e, buf, sizeof buf));
         return NULL;
     }
+    *from = "tokenizer.json beside the model";
     return t;
 }
 
-static int encode_text(const rt_tokenizer *tok, const char *text, int special,
-                       seqs *out)
+/* Text prompts -> ids.  Returns -1 to go on, else an exit code. */
+static int encode_inputs(cli *c, const rt_tokenizer *tok)
 {
-    size_t need = 0;
-    mc_error e;
-    size_t len = strlen(text);
-    rt_tokenizer_encode(tok, text, len, special, NULL, 0, &need, &e);
-    int32_t *ids = xrealloc(NULL, (need ? need : 1) * sizeof *ids);
-    size_t n = 0;
-    if (rt_tokenizer_encode(tok, text, len, special, ids, need, &n, &e)) {
-        char buf[1400];
-        fprintf(stderr, "mrun: cannot encode prompt: %s\n",
-                mc_error_format(&e, buf, sizeof buf));
-        free(ids);
+    if (!tok) {
+        fprintf(stderr, "mrun: --prompt/--prompts-file need a tokenizer: the "
+                        "artifact embeds none and no tokenizer.json beside "
+                        "the model was found or could be loaded (use "
+                        "--tokens)\n");
         return 1;
     }
-    if (n == 0) {
+    for (size_t i = 0; i < c->n_texts; i++) {
+        const char *text = c->texts[i];
+        size_t need = 0, n = 0, len = strlen(text);
+        mc_error e;
+        mc_error_clear(&e);
+        rt_tokenizer_encode(tok, text, len, c->add_special, NULL, 0, &need,
+                            &e);
+        int32_t *ids = xrealloc(NULL, (need ? need : 1) * sizeof *ids);
+        if (rt_tokenizer_encode(tok, text, len, c->add_special, ids, need, &n,
+                                &e)) {
+            char buf[1400];
+            fprintf(stderr, "mrun: cannot encode prompt %zu: %s\n", i + 1,
+                    mc_error_format(&e, buf, sizeof buf));
+            free(ids);
+            return 1;
+        }
+        if (n == 0) {
+            free(ids);
+            fprintf(stderr, "mrun: prompt %zu encodes to no tokens\n", i + 1);
+            return 1;
+        }
+        seqs_add(&c->in, ids, n);
         free(ids);
-        fprintf(stderr, "mrun: prompt encodes to no tokens\n");
-        return 1;
     }
-    seqs_add(out, ids, n);
-    return 0;
+    return -1;
 }
 
 /* JSON string: quotes and escapes. */
@@ -460,68 +505,154 @@ static char *decode(const rt_tokenizer *tok, const int32_t *ids, size_t n,
     return b;
 }
 
-/* The one place that opens the model: an artifact path (magic check) can be
- * dispatched here (rt_model_open behind mcrt_open also dispatches, so
- * embedders get the same).  Sizes a plan-less session for the request. */
-static int open_model(const cli *c, size_t nseq, uint64_t longest, mcrt **h)
+/* Sizes a plan-less session for the request (an artifact's plan wins). */
+static int open_model(const cli *c, mcrt **h)
 {
+    uint64_t longest = 0;
+    size_t extra = c->score_labels ? 0
+                   : c->score_cont ? c->n_cont
+                                   : c->gp.max_new_tokens;
+    for (size_t i = 0; i < c->in.n; i++)
+        if (c->in.len[i] + extra > longest)
+            longest = c->in.len[i] + extra;
     mcrt_options o = c->opts;
-    o.want_batch = nseq > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)nseq;
+    o.want_batch = c->in.n > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)c->in.n;
     o.want_seq = longest;
     int rc = mcrt_open(c->model, &o, h);
-    if (rc) {
+    if (rc)
         fprintf(stderr, "mrun: %s\n", mcrt_last_error(NULL));
+    return rc;
+}
+
+/* What a run did, for --json, -v and --metrics. */
+typedef struct report {
+    rt_metrics m;              /* Prometheus figures */
+    mcrt_info info;            /* zero when the model did not open */
+    mcrt_stats st;
+    uint64_t requests;         /* sequences submitted */
+    uint64_t refused;          /* of those, refused (any reason) */
+} report;
+
+static const char *plan_name(int source)
+{
+    return source == MCRT_PLAN_STORED       ? "stored"
+           : source == MCRT_PLAN_OVERRIDDEN ? "overridden"
+                                            : "runtime";
+}
+
+static double rate(uint64_t n, double s)
+{
+    return s > 0 ? (double)n / s : 0.0;
+}
+
+/* h may be NULL (the model did not open: open_status says why and all
+ * requests count as refused). */
+static void report_fill(report *r, const mcrt *h, size_t n_req,
+                        int open_status)
+{
+    memset(r, 0, sizeof *r);
+    rt_metrics_init(&r->m);
+    if (!h) {
+        r->requests = r->refused = n_req;
+        rt_metrics_count(&r->m, open_status, n_req);
+        r->m.peak_rss_bytes = rt_metrics_peak_rss_bytes();
+        return;
+    }
+    mcrt_get_info(h, &r->info);
+    mcrt_get_stats(h, &r->st);
+    rt_metrics_from_mcrt(&r->m, h); /* planned, high water, counters too */
+    r->requests = r->st.requests;
+    r->refused = r->st.refused;
+}
+
+/* The figures of the --json object (after the results); closes it. */
+static void json_figures(const report *r, const char *error)
+{
+    const rt_metrics *m = &r->m;
+    const mcrt_info *in = &r->info;
+    if (error) {
+        printf("\"error\": ");
+        json_str(stdout, error, strlen(error));
+        printf(", ");
+    }
+    printf("\"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, "
+           "\"prefill_seconds\": %.6f, \"decode_seconds\": %.6f, ",
+           rate(m->prefill_tokens, m->prefill_seconds),
+           rate(m->decode_tokens, m->decode_seconds), m->prefill_seconds,
+           m->decode_seconds);
+    const struct {
+        const char *key;
+        uint64_t v;
+    } f[] = {{"prefill_tokens", m->prefill_tokens},
+             {"decode_tokens", m->decode_tokens},
+             {"requests", r->requests},
+             {"refused", r->refused},
+             {"planned_bytes", m->planned_bytes},
+             {"reserve_bytes", in->reserve_bytes},
+             {"weights_mapped_bytes", in->weights_mapped_bytes},
+             {"arena_bytes", m->arena_bytes},
+             {"arena_high_water_bytes", m->arena_high_water_bytes},
+             {"arena_touched_bytes", m->arena_touched_bytes},
+             {"kv_bytes", in->kv_bytes},
+             {"peak_rss_bytes", m->peak_rss_bytes},
+             {"weight_bytes", in->weight_bytes},
+             {"params", in->params},
+             {"threads", (uint64_t)(in->threads > 0 ? in->threads : 0)},
+             {"max_batch", in->max_batch},
+             {"max_seq", in->max_seq},
+             {"prefill_chunk", in->prefill_chunk}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        printf("\"%s\": %llu, ", f[i].key, (unsigned long long)f[i].v);
+    printf("\"refused_by\": {\"plan\": %llu, \"input\": %llu, \"other\": "
+           "%llu}, \"plan\": \"%s\"}\n",
+           (unsigned long long)m->requests_refused[RT_REFUSE_PLAN],
+           (unsigned long long)m->requests_refused[RT_REFUSE_INPUT],
+           (unsigned long long)m->requests_refused[RT_REFUSE_OTHER],
+           plan_name(in->plan_source));
+}
+
+/* Timing (after a run that went well, unless -q), the -v memory summary
+ * and --metrics.  Returns 0, or 1 when the metrics file could not be
+ * written. */
+static int report_finish(const cli *c, const report *r, int ok)
+{
+    const rt_metrics *m = &r->m;
+    if (!c->quiet && ok)
+        fprintf(stderr,
+                "mrun: prefill %llu tokens in %.3f s (%.1f tok/s); decode "
+                "%llu tokens in %.3f s (%.1f tok/s)\n",
+                (unsigned long long)m->prefill_tokens, m->prefill_seconds,
+                rate(m->prefill_tokens, m->prefill_seconds),
+                (unsigned long long)m->decode_tokens, m->decode_seconds,
+                rate(m->decode_tokens, m->decode_seconds));
+    if (c->verbose)
+        fprintf(stderr,
+                "mrun: memory: planned %llu, arena %llu (high water %llu), "
+                "peak RSS %llu, weights %llu bytes; prefill %.1f tok/s, "
+                "decode %.1f tok/s; requests %llu, refused %llu\n",
+                (unsigned long long)m->planned_bytes,
+                (unsigned long long)m->arena_bytes,
+                (unsigned long long)m->arena_high_water_bytes,
+                (unsigned long long)m->peak_rss_bytes,
+                (unsigned long long)r->info.weights_mapped_bytes,
+                rate(m->prefill_tokens, m->prefill_seconds),
+                rate(m->decode_tokens, m->decode_seconds),
+                (unsigned long long)r->requests,
+                (unsigned long long)r->refused);
+    if (!c->metrics_path)
+        return 0;
+    mc_error e;
+    mc_error_clear(&e);
+    if (rt_metrics_write_prometheus(m, c->metrics_path, &e) != MC_OK) {
+        char buf[1400];
+        fprintf(stderr, "mrun: cannot write metrics: %s\n",
+                mc_error_format(&e, buf, sizeof buf));
         return 1;
     }
     return 0;
 }
 
-static const char *stop_name(int r)
-{
-    return r == 2 ? "stop_token" : r == 1 ? "length" : "none";
-}
-
-static void print_timing(const cli *c, const mcrt *h)
-{
-    mcrt_stats st;
-    mcrt_get_stats(h, &st);
-    if (c->quiet)
-        return;
-    fprintf(stderr,
-            "mrun: prefill %llu tokens in %.3f s (%.1f tok/s); decode %llu "
-            "tokens in %.3f s (%.1f tok/s)\n",
-            (unsigned long long)st.prefill_tokens, st.prefill_seconds,
-            st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds
-                                   : 0.0,
-            (unsigned long long)st.decode_tokens, st.decode_seconds,
-            st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds
-                                  : 0.0);
-}
-
-static void json_timing(const mcrt *h)
-{
-    mcrt_stats st;
-    mcrt_info info;
-    mcrt_get_stats(h, &st);
-    mcrt_get_info(h, &info);
-    printf("\"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, "
-           "\"prefill_tokens\": %llu, \"decode_tokens\": %llu, "
-           "\"prefill_seconds\": %.6f, \"decode_seconds\": %.6f, "
-           "\"threads\": %d, \"max_batch\": %u, \"max_seq\": %llu, "
-           "\"prefill_chunk\": %u, \"arena_bytes\": %llu, \"kv_bytes\": %llu, "
-           "\"weight_bytes\": %llu, \"params\": %llu}\n",
-           st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds : 0.0,
-           st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
-           (unsigned long long)st.prefill_tokens,
-           (unsigned long long)st.decode_tokens, st.prefill_seconds,
-           st.decode_seconds, info.threads, info.max_batch,
-           (unsigned long long)info.max_seq, info.prefill_chunk,
-           (unsigned long long)info.arena_bytes,
-           (unsigned long long)info.kv_bytes,
-           (unsigned long long)info.weight_bytes,
-           (unsigned long long)info.params);
-}
-
+/* Generation; results on stdout (for --json, the object's first key). */
 static int run_generate(const cli *c, mcrt *h, const rt_tokenizer *tok)
 {
     size_t n = c->in.n, M = c->gp.max_new_tokens;
@@ -533,15 +664,9 @@ static int run_generate(const cli *c, mcrt *h, const rt_tokenizer *tok)
     }
     int rc = mcrt_generate(h, (const int32_t *const *)c->in.ids, c->in.len, n,
                            &c->gp, res);
-    if (rc) {
-        fprintf(stderr, "mrun: %s\n", mcrt_last_error(h));
-        free(res);
-        free(buf);
-        return 1;
-    }
-    if (c->json)
-        printf("{\"sequences\": [");
-    for (size_t i = 0; i < n; i++) {
+    if (c->json && !rc)
+        printf("\"sequences\": [");
+    for (size_t i = 0; !rc && i < n; i++) {
         size_t tl = 0;
         char *text = decode(tok, res[i].ids, res[i].n_ids, &tl);
         if (c->json) {
@@ -554,7 +679,10 @@ static int run_generate(const cli *c, mcrt *h, const rt_tokenizer *tok)
             else
                 printf("null");
             printf(", \"prompt_tokens\": %zu, \"stop_reason\": \"%s\"}",
-                   res[i].prompt_used, stop_name(res[i].stop_reason));
+                   res[i].prompt_used,
+                   res[i].stop_reason == 2   ? "stop_token"
+                   : res[i].stop_reason == 1 ? "length"
+                                             : "none");
         } else {
             for (size_t j = 0; j < res[i].n_ids; j++)
                 printf("%s%d", j ? " " : "", (int)res[i].ids[j]);
@@ -570,15 +698,49 @@ static int run_generate(const cli *c, mcrt *h, const rt_tokenizer *tok)
         }
         free(text);
     }
-    if (c->json) {
+    if (c->json && !rc)
         printf("], ");
-        json_timing(h);
-    }
     free(res);
     free(buf);
-    return 0;
+    return rc;
 }
 
+static void print_scores(const cli *c, size_t n, const float *lab,
+                         float *const *per, const double *sum)
+{
+    if (c->json)
+        printf("\"scores\": [");
+    for (size_t i = 0; i < n; i++) {
+        if (c->json) {
+            printf("%s{", i ? ", " : "");
+            if (lab) {
+                printf("\"labels\": [");
+                for (size_t j = 0; j < c->n_labels; j++)
+                    printf("%s{\"id\": %d, \"logprob\": %.7g}", j ? ", " : "",
+                           (int)c->labels[j], lab[i * c->n_labels + j]);
+                printf("]}");
+            } else {
+                printf("\"logprobs\": [");
+                for (size_t j = 0; j < c->n_cont; j++)
+                    printf("%s%.7g", j ? ", " : "", per[i][j]);
+                printf("], \"sum\": %.9g}", sum[i]);
+            }
+        } else if (lab) {
+            for (size_t j = 0; j < c->n_labels; j++)
+                printf("%s%.7g", j ? " " : "", lab[i * c->n_labels + j]);
+            putchar('\n');
+        } else {
+            printf("%.9g\t", sum[i]);
+            for (size_t j = 0; j < c->n_cont; j++)
+                printf("%s%.7g", j ? " " : "", per[i][j]);
+            putchar('\n');
+        }
+    }
+    if (c->json)
+        printf("], ");
+}
+
+/* Scoring; results as run_generate. */
 static int run_score(const cli *c, mcrt *h)
 {
     size_t n = c->in.n;
@@ -608,80 +770,13 @@ static int run_score(const cli *c, mcrt *h)
         free(conts);
         free(cl);
     }
-    if (rc) {
-        fprintf(stderr, "mrun: %s\n", mcrt_last_error(h));
-    } else {
-        if (c->json)
-            printf("{\"scores\": [");
-        for (size_t i = 0; i < n; i++) {
-            if (c->json) {
-                printf("%s{", i ? ", " : "");
-                if (lab) {
-                    printf("\"labels\": [");
-                    for (size_t j = 0; j < c->n_labels; j++)
-                        printf("%s{\"id\": %d, \"logprob\": %.7g}",
-                               j ? ", " : "", (int)c->labels[j],
-                               lab[i * c->n_labels + j]);
-                    printf("]}");
-                } else {
-                    printf("\"logprobs\": [");
-                    for (size_t j = 0; j < c->n_cont; j++)
-                        printf("%s%.7g", j ? ", " : "", per_ptr[i][j]);
-                    printf("], \"sum\": %.9g}", sum[i]);
-                }
-            } else if (lab) {
-                for (size_t j = 0; j < c->n_labels; j++)
-                    printf("%s%.7g", j ? " " : "", lab[i * c->n_labels + j]);
-                putchar('\n');
-            } else {
-                printf("%.9g\t", sum[i]);
-                for (size_t j = 0; j < c->n_cont; j++)
-                    printf("%s%.7g", j ? " " : "", per_ptr[i][j]);
-                putchar('\n');
-            }
-        }
-        if (c->json) {
-            printf("], ");
-            json_timing(h);
-        }
-    }
+    if (!rc)
+        print_scores(c, n, lab, per_ptr, sum);
     free(lab);
     free(per);
     free(per_ptr);
     free(sum);
-    return rc ? 1 : 0;
-}
-
-/* Text prompts -> ids.  Returns -1 to go on, else an exit code. */
-static int encode_inputs(cli *c, const rt_tokenizer *tok)
-{
-    if (!tok) {
-        fprintf(stderr, "mrun: --prompt/--prompts-file need a tokenizer.json "
-                        "beside the model; none was found or it could not "
-                        "be loaded (use --tokens)\n");
-        return 1;
-    }
-    for (size_t i = 0; i < c->n_texts; i++)
-        if (encode_text(tok, c->texts[i], c->add_special, &c->in))
-            return 1;
-    if (c->prompts_file) {
-        char *text = read_text_file(c->prompts_file);
-        if (!text) {
-            fprintf(stderr, "mrun: cannot read %s: %s\n", c->prompts_file,
-                    strerror(errno));
-            return 1;
-        }
-        for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
-             l = strtok_r(NULL, "\n", &save))
-            if (*l && encode_text(tok, l, c->add_special, &c->in)) {
-                free(text);
-                return 1;
-            }
-        free(text);
-    }
-    if (c->in.n == 0)
-        return usage_error("no prompts in the input");
-    return -1;
+    return rc;
 }
 
 static void cli_free(cli *c)
@@ -691,55 +786,76 @@ static void cli_free(cli *c)
     free(c->in.ids);
     free(c->in.len);
     free(c->texts);
+    free(c->prompts_text);
     free(c->stop);
     free(c->labels);
     free(c->cont);
     memset(c, 0, sizeof *c);
 }
 
+/* Open the model (and its tokenizer), run, report.  An artifact is opened
+ * before encoding text (its tokenizer is inside it, and its plan does not
+ * depend on the request); a Hugging Face model after, so that a plan-less
+ * session is sized for the encoded request. */
+static int run(cli *c)
+{
+    mcrt *h = NULL;
+    report r;
+    int rc = 0, ost = 0;
+    size_t n_req = c->n_texts ? c->n_texts : c->in.n;
+    if (mcrt_is_artifact(c->model))
+        ost = open_model(c, &h);
+    const char *tok_from = "none";
+    rt_tokenizer *tok = ost ? NULL : load_tokenizer(c, h, &tok_from);
+    if (!ost && c->n_texts && (rc = encode_inputs(c, tok)) >= 0) {
+        rt_tokenizer_free(tok);
+        mcrt_close(h);
+        return rc;
+    }
+    if (!ost && !h)
+        ost = open_model(c, &h);
+    if (ost) {
+        report_fill(&r, NULL, n_req, ost);
+        report_finish(c, &r, 0);
+        rt_tokenizer_free(tok);
+        return 1;
+    }
+    if (c->verbose) {
+        mcrt_info in;
+        mcrt_get_info(h, &in);
+        fprintf(stderr,
+                "mrun: %llu params, plan (%s): max_batch %u, max_seq %llu, "
+                "prefill_chunk %u, threads %d, arena %llu bytes (KV %llu); "
+                "tokenizer: %s\n",
+                (unsigned long long)in.params, plan_name(in.plan_source),
+                in.max_batch, (unsigned long long)in.max_seq,
+                in.prefill_chunk, in.threads,
+                (unsigned long long)in.arena_bytes,
+                (unsigned long long)in.kv_bytes, tok_from);
+    }
+    if (c->json)
+        printf("{");
+    rc = c->score_labels || c->score_cont ? run_score(c, h)
+                                          : run_generate(c, h, tok);
+    report_fill(&r, h, c->in.n, 0);
+    if (rc)
+        fprintf(stderr, "mrun: %s\n", mcrt_last_error(h));
+    if (c->json)
+        json_figures(&r, rc ? mcrt_last_error(h) : NULL);
+    rc = rc ? 1 : 0;
+    if (report_finish(c, &r, rc == 0))
+        rc = 1;
+    mcrt_close(h);
+    rt_tokenizer_free(tok);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     cli c;
     int rc = parse_args(argc, argv, &c);
-    if (rc >= 0) {
-        cli_free(&c);
-        return rc;
-    }
-    rt_tokenizer *tok = load_tokenizer(c.model, c.verbose);
-    if (c.have_text && (rc = encode_inputs(&c, tok)) >= 0) {
-        rt_tokenizer_free(tok);
-        cli_free(&c);
-        return rc;
-    }
-    uint64_t longest = 0;
-    size_t extra = c.score_labels ? 0 : c.score_cont ? c.n_cont
-                                                      : c.gp.max_new_tokens;
-    for (size_t i = 0; i < c.in.n; i++)
-        if (c.in.len[i] + extra > longest)
-            longest = c.in.len[i] + extra;
-    mcrt *h = NULL;
-    if (open_model(&c, c.in.n, longest, &h)) {
-        rt_tokenizer_free(tok);
-        cli_free(&c);
-        return 1;
-    }
-    if (c.verbose) {
-        mcrt_info info;
-        mcrt_get_info(h, &info);
-        fprintf(stderr,
-                "mrun: %llu params, plan: max_batch %u, max_seq %llu, "
-                "prefill_chunk %u, threads %d, arena %llu bytes (KV %llu)\n",
-                (unsigned long long)info.params, info.max_batch,
-                (unsigned long long)info.max_seq, info.prefill_chunk,
-                info.threads, (unsigned long long)info.arena_bytes,
-                (unsigned long long)info.kv_bytes);
-    }
-    rc = c.score_labels || c.score_cont ? run_score(&c, h)
-                                        : run_generate(&c, h, tok);
-    if (rc == 0)
-        print_timing(&c, h);
-    mcrt_close(h);
-    rt_tokenizer_free(tok);
+    if (rc < 0)
+        rc = run(&c);
     cli_free(&c);
     return rc;
 }

@@ -1,12 +1,16 @@
 /* rt_api.c - the public embedding API (mcrt.h) over rt_model + rt_session:
- * defaults, waves of max_batch, error strings.  Calls after mcrt_open do
- * not allocate either (every table is sized at open). */
+ * defaults, waves of max_batch, error strings, request counters and the
+ * memory figures (planned vs allocated vs measured).  Calls after
+ * mcrt_open do not allocate either (every table is sized at open). */
 #include "mcrt.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "fmt_artifact.h"
+#include "kn_quant.h"
 #include "mc_alloc.h"
+#include "rt_artifact.h"
 #include "rt_model.h"
 #include "rt_session.h"
 
@@ -21,6 +25,11 @@ struct mcrt {
     rt_score_item *items;      /* [max_batch] */
     float *cont_scratch;       /* [max_batch][max_seq] when per_token NULL */
     int32_t stop[MCRT_MAX_STOP];
+    /* memory figures, fixed at open (see mcrt_info) */
+    uint64_t planned_bytes, reserve_bytes, weights_all_bytes;
+    int plan_source;           /* MCRT_PLAN_* */
+    /* request counters (see mcrt_stats) */
+    uint64_t requests, refused_plan, refused_input, refused_other;
     char err[1400];
 };
 
@@ -70,6 +79,107 @@ void mcrt_close(mcrt *h)
     mc_free(h->items);
     mc_free(h->cont_scratch);
     mc_free(h);
+}
+
+static uint64_t matrix_bytes(const kn_matrix *w)
+{
+    if (!w->data)
+        return 0;
+    return kn_wformat_data_bytes(w->fmt, w->rows, w->cols) +
+           kn_wformat_scale_bytes(w->fmt, w->rows, w->cols, w->group) +
+           kn_wformat_zero_bytes(w->fmt, w->rows, w->cols, w->group);
+}
+
+/* Bytes of w that are not inside m->owned (counted there already: a
+ * misaligned matrix the HF loader copied to f32). */
+static uint64_t view_bytes(const rt_model *m, const kn_matrix *w)
+{
+    const uint8_t *p = w->data, *o = (const uint8_t *)m->owned;
+    if (o && p >= o && p < o + m->owned_floats * sizeof(float))
+        return 0;
+    return matrix_bytes(w);
+}
+
+/* Every weight byte the model holds: the embedding, lm_head when untied,
+ * the layer matrices and the owned f32 block (norms, biases, copies).  For
+ * an artifact this equals the plan's weights_bytes. */
+static uint64_t weights_all_bytes(const rt_model *m)
+{
+    uint64_t n = view_bytes(m, &m->embed) + m->owned_floats * sizeof(float);
+    if (m->lm_head.data != m->embed.data)
+        n += view_bytes(m, &m->lm_head);
+    for (uint32_t l = 0; l < m->cfg.num_layers; l++) {
+        const kn_block_weights *w = &m->layers[l].w;
+        n += view_bytes(m, &w->wq) + view_bytes(m, &w->wk) +
+             view_bytes(m, &w->wv) + view_bytes(m, &w->wo) +
+             view_bytes(m, &w->w_gate) + view_bytes(m, &w->w_up) +
+             view_bytes(m, &w->w_down);
+    }
+    return n;
+}
+
+static uint64_t plan_u64(const json_t *plan, const char *key)
+{
+    const json_t *v = json_object_get(plan, key);
+    return json_is_integer(v) && json_integer_value(v) > 0
+               ? (uint64_t)json_integer_value(v)
+               : 0;
+}
+
+/* planned_bytes and its parts.  The artifact's totals (with the device
+ * reserve, which only the manifest knows) come from a second, cheap open
+ * of the file: header, manifest and table checks; no section is read.
+ * A manifest without them falls back to what the model holds. */
+static void plan_figures(mcrt *h, const char *path, int changed)
+{
+    const rt_model *m = h->model;
+    const uint64_t arena = rt_session_layout(h->sess)->arena_bytes;
+    uint64_t weights = weights_all_bytes(m), total = 0, reserve = 0;
+    h->weights_all_bytes = weights;
+    h->plan_source = MCRT_PLAN_RUNTIME;
+    if (m->has_plan) {
+        h->plan_source = changed ? MCRT_PLAN_OVERRIDDEN : MCRT_PLAN_STORED;
+        fmt_art *a = NULL;
+        if (fmt_art_open(path, &a, NULL) == MC_OK) {
+            const json_t *p = json_object_get(fmt_art_manifest(a), "plan");
+            total = plan_u64(p, "total_bytes");
+            reserve = plan_u64(p, "reserve_bytes");
+            if (plan_u64(p, "weights_bytes"))
+                weights = plan_u64(p, "weights_bytes");
+            fmt_art_close(a);
+        }
+    }
+    h->reserve_bytes = reserve;
+    if (h->plan_source != MCRT_PLAN_STORED || total < arena)
+        total = weights + arena + reserve;
+    h->planned_bytes = total;
+}
+
+int mcrt_is_artifact(const char *path)
+{
+    return path ? rt_artifact_is(path) : 0;
+}
+
+const char *mcrt_tokenizer_json(const mcrt *h, size_t *len)
+{
+    size_t n = 0;
+    const char *t = h ? rt_artifact_tokenizer(h->model, &n) : NULL;
+    if (len)
+        *len = t ? n : 0;
+    return t;
+}
+
+/* Count n sequences of the current call as refused with status; returns
+ * status. */
+static int refuse(mcrt *h, size_t n, int status)
+{
+    if (status == MC_ERR_PLAN)
+        h->refused_plan += n;
+    else if (status == MC_ERR_INVALID_ARG)
+        h->refused_input += n;
+    else
+        h->refused_other += n;
+    return status;
 }
 
 int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
@@ -156,6 +266,7 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
         mcrt_close(h);
         return set_msg(NULL, MC_ERR_NOMEM, "mcrt_open: out of memory");
     }
+    plan_figures(h, path, plan == NULL);
     *out = h;
     return 0;
 }
@@ -180,6 +291,10 @@ int mcrt_get_info(const mcrt *h, mcrt_info *out)
     out->kv_bytes = l->kv_bytes;
     out->weight_bytes = m->weight_bytes;
     out->params = rt_model_param_count(m);
+    out->planned_bytes = h->planned_bytes;
+    out->reserve_bytes = h->reserve_bytes;
+    out->weights_mapped_bytes = h->weights_all_bytes;
+    out->plan_source = h->plan_source;
     return 0;
 }
 
@@ -191,6 +306,13 @@ void mcrt_get_stats(const mcrt *h, mcrt_stats *out)
     out->decode_tokens = s.decode_tokens;
     out->prefill_seconds = s.prefill_seconds;
     out->decode_seconds = s.decode_seconds;
+    out->requests = h->requests;
+    out->refused_plan = h->refused_plan;
+    out->refused_input = h->refused_input;
+    out->refused_other = h->refused_other;
+    out->refused = h->refused_plan + h->refused_input + h->refused_other;
+    out->arena_high_water_bytes = rt_session_arena_high_water(h->sess);
+    out->arena_touched_bytes = rt_session_arena_touched_bytes(h->sess);
 }
 
 static int check_truncate(mcrt *h, int t)
@@ -205,12 +327,14 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
                   size_t n, const mcrt_gen_params *p, mcrt_result *results)
 {
     h->err[0] = '\0';
+    h->requests += n;
     int rc = check_truncate(h, p->truncate);
     if (rc)
-        return rc;
+        return refuse(h, n, rc);
     size_t n_stop = 0;
     if (p->n_stop > MCRT_MAX_STOP - 8)
-        return set_msg(h, MC_ERR_INVALID_ARG, "too many stop tokens (max 56)");
+        return refuse(h, n, set_msg(h, MC_ERR_INVALID_ARG,
+                                    "too many stop tokens (max 56)"));
     for (size_t i = 0; i < p->n_stop; i++)
         h->stop[n_stop++] = p->stop_ids[i];
     if (p->use_model_eos)
@@ -241,7 +365,7 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
         mc_status st = rt_session_generate(h->sess, h->prompts, k, &gp,
                                            h->gres, &e);
         if (st)
-            return set_err(h, &e);
+            return refuse(h, n - w0, set_err(h, &e));
         for (size_t i = 0; i < k; i++) {
             results[w0 + i].n_ids = h->gres[i].n;
             results[w0 + i].stop_reason = (int)h->gres[i].stop;
@@ -258,9 +382,10 @@ static int score_waves(mcrt *h, const int32_t *const *prompts,
                        float *const *per_token, double *sum, int truncate)
 {
     h->err[0] = '\0';
+    h->requests += n;
     int rc = check_truncate(h, truncate);
     if (rc)
-        return rc;
+        return refuse(h, n, rc);
     const size_t B = h->limits.max_batch;
     const size_t S = (size_t)h->limits.max_seq;
     for (size_t w0 = 0; w0 < n; w0 += B) {
@@ -274,8 +399,10 @@ static int score_waves(mcrt *h, const int32_t *const *prompts,
                 it->cont = conts[w0 + i];
                 it->n_cont = cont_lens[w0 + i];
                 if (it->n_cont > S)
-                    return set_msg(h, MC_ERR_PLAN,
-                                   "continuation longer than max_seq");
+                    return refuse(h, n - w0,
+                                  set_msg(h, MC_ERR_PLAN,
+                                          "continuation longer than "
+                                          "max_seq"));
                 it->cont_logprobs = per_token && per_token[w0 + i]
                                         ? per_token[w0 + i]
                                         : h->cont_scratch + i * S;
@@ -288,7 +415,7 @@ static int score_waves(mcrt *h, const int32_t *const *prompts,
         mc_status st = rt_session_score(h->sess, h->items, k, labels,
                                         n_labels, (rt_truncate)truncate, &e);
         if (st)
-            return set_err(h, &e);
+            return refuse(h, n - w0, set_err(h, &e));
         if (sum)
             for (size_t i = 0; i < k; i++) {
                 double t = 0.0;
@@ -322,6 +449,7 @@ int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
                 size_t n, float *const *out)
 {
     h->err[0] = '\0';
+    h->requests += n;
     const size_t B = h->limits.max_batch;
     for (size_t w0 = 0; w0 < n; w0 += B) {
         size_t k = n - w0 < B ? n - w0 : B;
@@ -333,7 +461,7 @@ int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
         mc_error_clear(&e);
         mc_status st = rt_session_logits(h->sess, h->prompts, k, out + w0, &e);
         if (st)
-            return set_err(h, &e);
+            return refuse(h, n - w0, set_err(h, &e));
     }
     return 0;
 }

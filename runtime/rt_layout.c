@@ -121,6 +121,18 @@ static int lifetimes_overlap(const rt_buffer *a, const rt_buffer *b)
     return a->first <= b->last && b->first <= a->last;
 }
 
+/* Placement order: persistent before transient, then larger first, then by
+ * id (so the layout is deterministic). */
+static int goes_before(const rt_buffer *a, int ida, const rt_buffer *b, int idb)
+{
+    int pa = a->first == RT_PH_PERSIST, pb = b->first == RT_PH_PERSIST;
+    if (pa != pb)
+        return pa;
+    if (a->bytes != b->bytes)
+        return a->bytes > b->bytes;
+    return ida < idb;
+}
+
 mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
                           rt_layout *out, mc_error *err)
 {
@@ -213,15 +225,17 @@ mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
     set_life(&b[RT_BUF_PROBS], RT_PH_SAMPLE, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_INDEX], RT_PH_SAMPLE, RT_PH_SAMPLE);
 
-    /* Order: size descending, ties by id ascending (deterministic). */
+    /* Order: buffers that live for the whole session first (KV cache, RoPE
+     * tables: they take the lowest offsets), then size descending, ties by
+     * id ascending (deterministic).  Keeping the persistent ones low puts
+     * the transient step buffers at the top, so the measured high-water
+     * mark shows how much of the step space a request really used. */
     int order[RT_BUF_COUNT_];
     for (int i = 0; i < RT_BUF_COUNT_; i++)
         order[i] = i;
     for (int i = 1; i < RT_BUF_COUNT_; i++) {
         int v = order[i], j = i;
-        while (j > 0 && (b[order[j - 1]].bytes < b[v].bytes ||
-                         (b[order[j - 1]].bytes == b[v].bytes &&
-                          order[j - 1] > v))) {
+        while (j > 0 && goes_before(&b[v], v, &b[order[j - 1]], order[j - 1])) {
             order[j] = order[j - 1];
             j--;
         }

@@ -19,9 +19,13 @@
  *   PERSIST  KV cache, RoPE inv_freq (global and per slot): all steps
  *
  * Two buffers may share bytes only when their intervals are disjoint.
- * Offsets: buffers sorted by size (descending, ties by id), each placed at
- * the lowest 64-byte-aligned offset where it overlaps no already placed
- * buffer whose lifetime overlaps its own.  Deterministic for equal inputs.
+ * Offsets: PERSIST buffers first, then the others; each group by size
+ * (descending, ties by id); each buffer placed at the lowest 64-byte-
+ * aligned offset where it overlaps no already placed buffer whose lifetime
+ * overlaps its own.  Deterministic for equal inputs.  Persistent buffers
+ * low, transient ones on top: the measured high-water mark
+ * (rt_session_arena_high_water) then tells how much step space a request
+ * used, instead of always reaching a small persistent buffer at the top.
  *
  *   0                                                        arena_bytes
  *   +--------------------------------------+--------------------------+
@@ -29,7 +33,7 @@
  *   |  layer 0: slot 0 [cap0][K,V slot] .. |  LAYERS: q k v att hb .. |
  *   |  layer 1: slot 0 ..   slot B-1 ...   |  HEAD:   logits hx ...   |
  *   |                                      |  (same bytes, other      |
- *   |                                      |   phases)  + rope, ids.. |
+ *   |  + rope tables (PERSIST)             |   phases)  + ids, pos .. |
  *   +--------------------------------------+--------------------------+
  *   (the picture is typical: the greedy placement puts the largest,
  *    persistent KV region first; buf[] with rt_layout_buf_name gives the

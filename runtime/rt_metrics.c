@@ -81,15 +81,21 @@ void rt_metrics_from_mcrt(rt_metrics *m, const mcrt *h)
     memset(&info, 0, sizeof info);
     if (mcrt_get_info(h, &info) == 0) {
         m->arena_bytes = info.arena_bytes;
-        m->planned_bytes = info.weight_bytes + info.arena_bytes;
+        m->planned_bytes = info.planned_bytes;
     }
     mcrt_stats st;
     memset(&st, 0, sizeof st);
     mcrt_get_stats(h, &st);
+    m->arena_high_water_bytes = st.arena_high_water_bytes;
+    m->arena_touched_bytes = st.arena_touched_bytes;
     m->prefill_tokens = st.prefill_tokens;
     m->prefill_seconds = st.prefill_seconds;
     m->decode_tokens = st.decode_tokens;
     m->decode_seconds = st.decode_seconds;
+    m->requests_served = st.requests - st.refused;
+    m->requests_refused[RT_REFUSE_PLAN] = st.refused_plan;
+    m->requests_refused[RT_REFUSE_INPUT] = st.refused_input;
+    m->requests_refused[RT_REFUSE_OTHER] = st.refused_other;
     m->peak_rss_bytes = rt_metrics_peak_rss_bytes();
 }
 
@@ -183,13 +189,16 @@ mc_status rt_metrics_format_prometheus(const rt_metrics *m, char **out,
         *len = 0;
     tbuf b = {0};
     sample_u64(&b, "mcompile_planned_bytes", "gauge",
-               "Bytes the memory plan reserves (weights + arena).",
+               "Bytes the memory plan reserves (weights + arena + reserve).",
                m->planned_bytes);
     sample_u64(&b, "mcompile_arena_bytes", "gauge",
                "Bytes of the one arena allocated at load.", m->arena_bytes);
     sample_u64(&b, "mcompile_arena_high_water_bytes", "gauge",
-               "Bytes of the arena actually touched (0 = not measured).",
+               "Highest arena byte offset touched + 1 (0 = not measured).",
                m->arena_high_water_bytes);
+    sample_u64(&b, "mcompile_arena_touched_bytes", "gauge",
+               "Arena bytes actually written (0 = not measured).",
+               m->arena_touched_bytes);
     sample_u64(&b, "mcompile_peak_rss_bytes", "gauge",
                "Peak resident set size of the process (measured peak).",
                m->peak_rss_bytes);

@@ -40,7 +40,8 @@ typedef enum rt_refuse_reason {
 typedef struct rt_metrics {
     uint64_t planned_bytes;          /* weights + arena the plan reserves */
     uint64_t arena_bytes;            /* the one arena allocated at load */
-    uint64_t arena_high_water_bytes; /* arena bytes touched; 0 = unknown */
+    uint64_t arena_high_water_bytes; /* highest arena byte touched + 1; 0 = unknown */
+    uint64_t arena_touched_bytes;    /* arena bytes written; 0 = unknown */
     uint64_t peak_rss_bytes;         /* process peak resident set; 0 = unknown */
     uint64_t prefill_tokens;         /* prompt tokens run */
     double prefill_seconds;          /* wall time of prefill */
@@ -70,10 +71,10 @@ void rt_metrics_count(rt_metrics *m, int status, uint64_t n);
  * /proc/self/status, else getrusage), 0 if unknown. */
 uint64_t rt_metrics_peak_rss_bytes(void);
 
-/* Fill planned_bytes (weight_bytes + arena_bytes), arena_bytes and the
- * token counts and seconds from an open handle (borrowed), and
- * peak_rss_bytes from the process.  Leaves the request counters and
- * arena_high_water_bytes as they are. */
+/* Fill every field from an open handle (borrowed): planned and arena
+ * bytes (mcrt_info), the arena high water, token counts, seconds and the
+ * request counters since open (mcrt_stats: a request is one sequence), and
+ * peak_rss_bytes from this process. */
 void rt_metrics_from_mcrt(rt_metrics *m, const mcrt *h);
 
 /* Format m in the text exposition format into a new buffer (*out, freed

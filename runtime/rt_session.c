@@ -262,6 +262,15 @@ uint64_t rt_session_arena_high_water(const rt_session *s)
     return n;
 }
 
+uint64_t rt_session_arena_touched_bytes(const rt_session *s)
+{
+    uint64_t n = 0;
+    const uint8_t *a = s->arena;
+    for (uint64_t i = 0; i < s->layout.arena_bytes; i++)
+        n += a[i] != RT_CANARY;
+    return n;
+}
+
 void rt_session_stats_get(const rt_session *s, rt_session_stats *out)
 {
     *out = s->stats;

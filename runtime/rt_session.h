@@ -139,6 +139,13 @@ void rt_session_set_tap(rt_session *s, rt_tap_fn fn, void *ctx);
 /* Highest byte offset + 1 of the arena that no longer holds the canary
  * written at create: a measurement of how much of the arena ran. */
 uint64_t rt_session_arena_high_water(const rt_session *s);
+/* Number of arena bytes that no longer hold the canary: the bytes a run
+ * really wrote (a byte that happens to be written with the canary value is
+ * not counted, so it can undercount by a fraction of a percent).  Lifetime
+ * reuse makes the high-water mark reach the top of the arena as soon as a
+ * small buffer there is used; this count says how full the plan was.
+ * Scans the whole arena: for reports, not the hot path. */
+uint64_t rt_session_arena_touched_bytes(const rt_session *s);
 
 void rt_session_stats_get(const rt_session *s, rt_session_stats *out);
 void rt_session_reset_stats(rt_session *s);

@@ -1,17 +1,23 @@
 /* test_mrun_cli.c - the real mrun binary: exit codes (0 ok, 1 failure,
  * 2 usage), ids on stdout, timing on stderr, --json keys, waves over
- * --max-batch, scoring output, and refusal messages that state the plan. */
+ * --max-batch, scoring output, refusal messages that state the plan, the
+ * memory figures (planned vs arena vs measured) in --json and --metrics,
+ * token-id files (fmt_ids syntax) and the tokenizer an artifact embeds. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "ref_forward.h"
 #include "testutil.h"
@@ -296,6 +302,325 @@ static void test_mrun_text_prompt_uses_tokenizer_beside_model(void **st)
     free(m);
 }
 
+/* mcompile SRC --target 64MiB -o OUT (plus extra options); its --json plan
+ * total in *total when non-NULL.  Returns the exit status. */
+static int compile(const char *src, const char *out, const char *extra,
+                   uint64_t *total)
+{
+    char *cmd = tu_fmt("%s/mcompile %s --target 64MiB -o %s --json %s",
+                       MC_BIN_DIR, src, out, extra ? extra : "");
+    char *o = NULL, *e = NULL;
+    int rc = tu_run(cmd, &o, &e);
+    if (rc)
+        printf("%s: exit %d\n%s%s\n", cmd, rc, o, e);
+    if (rc == 0 && total) {
+        json_error_t je;
+        json_t *j = json_loads(o, 0, &je);
+        assert_non_null(j);
+        json_t *t = json_object_get(json_object_get(j, "plan"), "total_bytes");
+        assert_true(json_is_integer(t));
+        *total = (uint64_t)json_integer_value(t);
+        json_decref(j);
+    }
+    free(o);
+    free(e);
+    free(cmd);
+    return rc;
+}
+
+/* Integer key of an mrun --json object (fails the test when absent). */
+static uint64_t jint(const json_t *j, const char *key)
+{
+    const json_t *v = json_object_get(j, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        fail_msg("--json lacks the integer \"%s\"", key);
+    return (uint64_t)json_integer_value(v);
+}
+
+static json_t *parse_out(void)
+{
+    json_error_t je;
+    json_t *j = json_loads(g_out, 0, &je);
+    if (!j)
+        fail_msg("--json output is not one JSON object (%s): %s", je.text,
+                 g_out);
+    return j;
+}
+
+/* The figures every --json report carries, and their order:
+ * arena_high_water_bytes <= arena_bytes <= planned_bytes, a process peak. */
+static void check_figures(const json_t *j, uint64_t requests,
+                          uint64_t refused)
+{
+    const char *nums[] = {"prefill_tok_s", "decode_tok_s", "prefill_seconds",
+                          "decode_seconds"};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        if (!json_is_number(json_object_get(j, nums[i])))
+            fail_msg("--json lacks the number \"%s\"", nums[i]);
+    uint64_t planned = jint(j, "planned_bytes"), arena = jint(j, "arena_bytes"),
+             hw = jint(j, "arena_high_water_bytes");
+    assert_true(hw > 0);
+    assert_true(hw <= arena);
+    assert_true(arena <= planned);
+    assert_true(jint(j, "peak_rss_bytes") > 0);
+    uint64_t w = jint(j, "weights_mapped_bytes");
+    assert_true(w > 0);
+    assert_true(w + arena + jint(j, "reserve_bytes") >= planned);
+    assert_int_equal(jint(j, "requests"), requests);
+    assert_int_equal(jint(j, "refused"), refused);
+    const json_t *by = json_object_get(j, "refused_by");
+    assert_true(json_is_object(by));
+    assert_int_equal(jint(by, "plan") + jint(by, "input") + jint(by, "other"),
+                     refused);
+}
+
+static void test_mrun_json_memory_figures_hold_on_artifact_and_hf_dir(
+    void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("mrun_mem");
+    char *art = tu_fmt("%s/x.mca", dir), *m = fixture("llama");
+    uint64_t total = 0;
+    assert_int_equal(compile(m, art, NULL, &total), 0);
+    assert_int_equal(mrun("%s --tokens '1 2 3' --tokens '1 4' "
+                          "--max-new-tokens 4 --json -q", art), 0);
+    json_t *j = parse_out();
+    check_figures(j, 2, 0);
+    /* an artifact run with its stored limits reports the plan's total */
+    assert_int_equal(jint(j, "planned_bytes"), total);
+    assert_string_equal(json_string_value(json_object_get(j, "plan")),
+                        "stored");
+    assert_int_equal(json_array_size(json_object_get(j, "sequences")), 2);
+    json_decref(j);
+    /* the HF directory: a plan-less session sized for the request */
+    assert_int_equal(mrun("%s --tokens '1 2 3' --max-new-tokens 4 --json -q",
+                          m), 0);
+    j = parse_out();
+    check_figures(j, 1, 0);
+    assert_string_equal(json_string_value(json_object_get(j, "plan")),
+                        "runtime");
+    assert_int_equal(jint(j, "planned_bytes"),
+                     jint(j, "weights_mapped_bytes") + jint(j, "arena_bytes"));
+    json_decref(j);
+    /* scoring reports the same figures; -v sums them up on stderr */
+    assert_int_equal(mrun("%s --tokens '1 2 3' --score-labels '4 5' --json -v",
+                          art), 0);
+    j = parse_out();
+    check_figures(j, 1, 0);
+    json_decref(j);
+    const char *want[] = {"planned ", "high water ", "peak RSS ", "tok/s",
+                          "requests 1, refused 0"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(g_err, want[i]))
+            fail_msg("-v summary lacks '%s': %s", want[i], g_err);
+    tu_rmtree(dir);
+    free(dir);
+    free(art);
+    free(m);
+}
+
+/* Every line of a Prometheus text file: "# HELP|TYPE ..." comments, or
+ * `name{labels} value` / `name value`, each sample after its family's
+ * # TYPE line. */
+static void check_prometheus(const char *text)
+{
+    char *copy = strdup(text), *save = NULL;
+    char types[64][96];
+    size_t ntypes = 0, samples = 0;
+    for (char *l = strtok_r(copy, "\n", &save); l;
+         l = strtok_r(NULL, "\n", &save)) {
+        if (l[0] == '#') {
+            char name[96], kind[32];
+            if (sscanf(l, "# TYPE %95s %31s", name, kind) == 2) {
+                assert_true(ntypes < 64);
+                snprintf(types[ntypes++], sizeof types[0], "%s", name);
+            } else if (strncmp(l, "# HELP ", 7) != 0) {
+                fail_msg("unexpected comment line: %s", l);
+            }
+            continue;
+        }
+        const char *p = l;
+        if (!(isalpha((unsigned char)*p) || *p == '_' || *p == ':'))
+            fail_msg("bad metric name: %s", l);
+        while (isalnum((unsigned char)*p) || *p == '_' || *p == ':')
+            p++;
+        size_t nlen = (size_t)(p - l);
+        if (*p == '{') {
+            const char *close = strchr(p, '}');
+            if (!close || !strchr(p, '='))
+                fail_msg("bad labels: %s", l);
+            p = close + 1;
+        }
+        if (*p != ' ')
+            fail_msg("no space before the value: %s", l);
+        char *end;
+        strtod(p + 1, &end);
+        if (end == p + 1 || *end)
+            fail_msg("bad value: %s", l);
+        int typed = 0;
+        for (size_t i = 0; i < ntypes; i++)
+            typed |= strlen(types[i]) == nlen && !strncmp(types[i], l, nlen);
+        if (!typed)
+            fail_msg("sample before its # TYPE line: %s", l);
+        samples++;
+    }
+    assert_true(samples >= 8);
+    free(copy);
+}
+
+/* The value of the sample line starting with `sample ` (-1 if absent). */
+static double prom_value(const char *text, const char *sample)
+{
+    size_t n = strlen(sample);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1
+                                                            : NULL)
+        if (!strncmp(l, sample, n) && l[n] == ' ')
+            return strtod(l + n + 1, NULL);
+    return -1;
+}
+
+static void test_mrun_metrics_file_parses_and_counts_refusals(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("mrun_prom");
+    char *art = tu_fmt("%s/x.mca", dir), *m = fixture("llama");
+    char *prom = tu_fmt("%s/mrun.prom", dir);
+    uint64_t total = 0;
+    assert_int_equal(compile(m, art, NULL, &total), 0);
+    assert_int_equal(mrun("%s --tokens '1 2 3' --max-new-tokens 4 -q "
+                          "--metrics %s", art, prom), 0);
+    char *text = tu_read_file(prom, NULL);
+    assert_non_null(text);
+    check_prometheus(text);
+    assert_true(prom_value(text, "mcompile_planned_bytes") == (double)total);
+    assert_true(prom_value(text, "mcompile_peak_rss_bytes") > 0);
+    assert_true(prom_value(text, "mcompile_arena_high_water_bytes") > 0);
+    assert_true(prom_value(text, "mcompile_prefill_tokens_per_second") > 0);
+    assert_true(prom_value(text, "mcompile_decode_tokens_per_second") > 0);
+    assert_true(prom_value(text, "mcompile_requests_served_total") == 1);
+    assert_true(prom_value(text,
+                           "mcompile_requests_refused_total{reason=\"plan\"}")
+                == 0);
+    free(text);
+    /* over the plan's max_seq (256): refused, exit 1, counted, reported */
+    assert_int_equal(mrun("%s --tokens '1 2 3' --max-new-tokens 300 --json "
+                          "--metrics %s", art, prom), 1);
+    assert_non_null(strstr(g_err, "max_seq 256"));
+    json_t *j = parse_out();
+    check_figures(j, 1, 1);
+    assert_true(json_is_string(json_object_get(j, "error")));
+    assert_int_equal(jint(json_object_get(j, "refused_by"), "plan"), 1);
+    json_decref(j);
+    text = tu_read_file(prom, NULL);
+    assert_non_null(text);
+    check_prometheus(text);
+    assert_true(prom_value(text,
+                           "mcompile_requests_refused_total{reason=\"plan\"}")
+                == 1);
+    assert_true(prom_value(text, "mcompile_requests_served_total") == 0);
+    free(text);
+    /* the metrics file never replaces an input */
+    assert_int_equal(mrun("%s --tokens 1 --metrics %s", art, art), 2);
+    assert_non_null(strstr(g_err, "overwrite"));
+    tu_rmtree(dir);
+    free(dir);
+    free(art);
+    free(prom);
+    free(m);
+}
+
+static void test_mrun_tokens_file_uses_the_shared_ids_syntax(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("mrun_ids");
+    char *file = tu_fmt("%s/p.ids", dir), *m = fixture("llama");
+    const char *ok = "# two prompts\n1\t5 6\n\n  # indented comment\n1 7\r\n";
+    assert_int_equal(tu_write_file(file, ok, strlen(ok)), 0);
+    assert_int_equal(mrun("%s --tokens-file %s --max-new-tokens 2 -q "
+                          "--ignore-eos", m, file), 0);
+    int nl = 0;
+    for (const char *c = g_out; *c; c++)
+        nl += *c == '\n';
+    assert_int_equal(nl, 2);
+    const char *bad = "1 5\n1, 7\n";
+    assert_int_equal(tu_write_file(file, bad, strlen(bad)), 0);
+    assert_int_equal(mrun("%s --tokens-file %s", m, file), 2);
+    assert_non_null(strstr(g_err, "line 2"));
+    assert_int_equal(mrun("%s --tokens '1,2'", m), 2);
+    assert_int_equal(mrun("%s --tokens-file %s/none.ids", m, dir), 1);
+    tu_rmtree(dir);
+    free(dir);
+    free(file);
+    free(m);
+}
+
+static void test_mrun_prompt_uses_tokenizer_embedded_in_artifact(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("mrun_emb");
+    char *src = tu_fmt("%s/model", dir), *m = fixture("llama");
+    assert_int_equal(mkdir(src, 0755), 0);
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char *a = tu_fmt("%s/%s", m, files[i]), *b = tu_fmt("%s/%s", src,
+                                                               files[i]);
+        size_t n = 0;
+        char *data = tu_read_file(a, &n);
+        assert_non_null(data);
+        assert_int_equal(tu_write_file(b, data, n), 0);
+        free(data);
+        free(a);
+        free(b);
+    }
+    char *tok = tu_fmt("%s/tokenizer.json", src);
+    write_tiny_tokenizer(tok);
+    /* the artifact lies in another directory: no tokenizer.json beside it */
+    char *art = tu_fmt("%s/x.mca", dir);
+    assert_int_equal(compile(src, art, NULL, NULL), 0);
+    assert_int_equal(mrun("%s --prompt 'ab ba' --max-new-tokens 4 "
+                          "--ignore-eos -v", art), 0);
+    assert_non_null(strstr(g_err, "tokenizer: embedded"));
+    char *text_out = strdup(g_out);
+    /* <s> ▁ a b ▁ b a */
+    assert_int_equal(mrun("%s --tokens '1 3 4 5 3 5 4' --max-new-tokens 4 -q "
+                          "--ignore-eos", art), 0);
+    char *tab = strchr(g_out, '\t');
+    assert_non_null(tab); /* decoded text follows the ids */
+    assert_string_equal(text_out, g_out);
+    free(text_out);
+    assert_int_equal(mrun("%s --prompt 'ab' --max-new-tokens 2 --json -q "
+                          "--ignore-eos", art), 0);
+    assert_non_null(strstr(g_out, "\"text\": \""));
+    json_t *j = parse_out();
+    check_figures(j, 1, 0);
+    json_decref(j);
+    /* without an embedded tokenizer, text input is refused */
+    char *plain = tu_fmt("%s/plain.mca", dir);
+    assert_int_equal(compile(m, plain, NULL, NULL), 0);
+    assert_int_equal(mrun("%s --prompt ab", plain), 1);
+    assert_non_null(strstr(g_err, "tokenizer"));
+    tu_rmtree(dir);
+    free(plain);
+    free(dir);
+    free(src);
+    free(tok);
+    free(art);
+    free(m);
+}
+
+static void test_mrun_help_documents_metrics_and_json_figures(void **st)
+{
+    (void)st;
+    assert_int_equal(mrun("--help"), 0);
+    const char *want[] = {"--metrics FILE", "planned_bytes",
+                          "arena_high_water_bytes", "peak_rss_bytes",
+                          "weights_mapped_bytes", "refused", "--tokens-file"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(g_out, want[i]))
+            fail_msg("--help lacks %s", want[i]);
+    assert_null(strstr(g_out, "comma"));
+}
+
 static int teardown(void **st)
 {
     (void)st;
@@ -317,6 +642,12 @@ int main(void)
         cmocka_unit_test(test_mrun_refuses_beyond_plan_and_truncates_on_request),
         cmocka_unit_test(test_mrun_scores_labels_and_continuations),
         cmocka_unit_test(test_mrun_text_prompt_uses_tokenizer_beside_model),
+        cmocka_unit_test(
+            test_mrun_json_memory_figures_hold_on_artifact_and_hf_dir),
+        cmocka_unit_test(test_mrun_metrics_file_parses_and_counts_refusals),
+        cmocka_unit_test(test_mrun_tokens_file_uses_the_shared_ids_syntax),
+        cmocka_unit_test(test_mrun_prompt_uses_tokenizer_embedded_in_artifact),
+        cmocka_unit_test(test_mrun_help_documents_metrics_and_json_figures),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }

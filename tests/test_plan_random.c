@@ -41,6 +41,7 @@ typedef struct stats {
     double slack_sum, slack_max, slack_min;
     double pack_sum, pack_max;      /* (arena - live lower bound) / arena */
     uint64_t planned_sum, used_sum;
+    double touched_slack_sum, touched_slack_max; /* (planned - written) / planned */
 } stats;
 
 /* Generate for n prompts of lengths len[] with max_new tokens each. */
@@ -142,6 +143,13 @@ static void one_case(uint64_t *seed, const char *dir, stats *S)
         S->slack_min = slack;
     S->planned_sum += planned;
     S->used_sum += hw;
+    /* Bytes really written at the corner: how full the plan was. */
+    uint64_t touched = rt_session_arena_touched_bytes(s);
+    assert_true(touched <= hw);
+    double tslack = (double)(planned - touched) / (double)planned;
+    S->touched_slack_sum += tslack;
+    if (tslack > S->touched_slack_max)
+        S->touched_slack_max = tslack;
     /* Tightness of the lifetime packing: no layout can be smaller than the
      * bytes live in the busiest phase. */
     uint64_t lb = 0;
@@ -214,6 +222,9 @@ static void test_plan_random_requests_within_plan(void **state)
            "bytes in total\n", 100 * S.slack_sum / (double)S.cases,
            100 * S.slack_min, 100 * S.slack_max,
            (unsigned long long)S.planned_sum, (unsigned long long)S.used_sum);
+    printf("corner slack (planned - bytes written) / planned: mean %.2f%%, "
+           "max %.2f%%\n", 100 * S.touched_slack_sum / (double)S.cases,
+           100 * S.touched_slack_max);
     printf("lifetime packing: arena over the busiest phase's live bytes: "
            "mean %.3f%%, max %.3f%%\n", 100 * S.pack_sum / (double)S.cases,
            100 * S.pack_max);
