@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include <stdlib.h>
 
 #include "cmp_awq.h"
+#include "cmp_calib_internal.h"
 #include "cmp_gptq.h"
 #include "mc_alloc.h"
 
@@ -15,8 +15,6 @@ static const char *const LIN_NAMES[CMP_LIN_COUNT] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 static const char *const LIN_PARENT[CMP_LIN_COUNT] = {
     "self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
-/* Tap point (input group) of each slot. */
-static const int LIN_TAP[CMP_LIN_COUNT] = {0, 0, 0, 1, 2, 2, 3};
 
 const char *cmp_lin_name(int slot)
 {
@@ -56,7 +54,7 @@ static double now_s(void)
 
 /* ---- owned quantized buffers -------------------------------------------- */
 
-static mc_status qbuf_alloc(cmp_qbuf *b, kn_wformat f, uint32_t rows,
+mc_status cmp_calib_qbuf_alloc(cmp_qbuf *b, kn_wformat f, uint32_t rows,
                             uint32_t cols, uint32_t group)
 {
     memset(b, 0, sizeof *b);
@@ -73,7 +71,7 @@ static mc_status qbuf_alloc(cmp_qbuf *b, kn_wformat f, uint32_t rows,
     return MC_OK;
 }
 
-static void qbuf_release(cmp_qbuf *b)
+void cmp_calib_qbuf_release(cmp_qbuf *b)
 {
     mc_free(b->data);
     mc_free(b->scales);
@@ -83,16 +81,6 @@ static void qbuf_release(cmp_qbuf *b)
 }
 
 /* ---- taps ---------------------------------------------------------------- */
-
-typedef struct tap_acc {
-    int pass;               /* 0: full-precision states, 1: quantized */
-    unsigned mask;          /* 1 << tap point: the points collected */
-    cmp_hessian h[4];       /* Hq: inputs in the partly quantized model */
-    cmp_hessian hf[4];      /* Hf: inputs in the full-precision model */
-    double *c[4];           /* [width][width] sum x_f x_q^T */
-    double *abs_sum[4];     /* [width] sum |x_q,j| */
-    float *xf[4];           /* [maxT][width] this sequence's x_f */
-} tap_acc;
 
 static void tap_collect(void *ctx, kn_tap_point where, const float *x,
                         size_t T, size_t width)
@@ -125,298 +113,13 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
     }
 }
 
-/* sum_i a_i sum_j M_ij b_j for full M [n][n]. */
-static double bilinear(const double *M, const float *a, const float *b,
-                       size_t n)
-{
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (a[i] == 0.0f)
-            continue;
-        const double *mi = M + i * n;
-        double t = 0.0;
-        for (size_t j = 0; j < n; j++)
-            t += mi[j] * b[j];
-        s += a[i] * t;
-    }
-    return s;
-}
-
 /* ---- one layer ------------------------------------------------------------ */
-
-typedef struct layer_ctx {
-    const cmp_calib_opts *o;
-    cmp_calib_result *r;
-    uint32_t l;
-    uint32_t rows[CMP_LIN_COUNT], cols[CMP_LIN_COUNT];
-    float *w[CMP_LIN_COUNT];     /* float32 working copies (folds applied) */
-    kn_wformat fmt[CMP_LIN_COUNT];
-    tap_acc acc;
-    float *xabs[4];              /* mean |x_j| per tap point */
-} layer_ctx;
 
 static kn_wformat slot_fmt(const cmp_calib_opts *o, uint32_t l, int slot)
 {
     if (o->tensor_fmt)
         return o->tensor_fmt[(size_t)l * CMP_LIN_COUNT + slot];
     return o->fmt;
-}
-
-static int is_awq(cmp_qmethod m)
-{
-    return m == CMP_QM_AWQ || m == CMP_QM_AWQ_GPTQ || m == CMP_QM_AWQ_GPTAQ;
-}
-static int is_gptq(cmp_qmethod m)
-{
-    return m == CMP_QM_GPTQ || m == CMP_QM_AWQ_GPTQ || m == CMP_QM_GPTAQ ||
-           m == CMP_QM_AWQ_GPTAQ;
-}
-static int is_retarget(cmp_qmethod m)
-{
-    return m == CMP_QM_GPTAQ || m == CMP_QM_AWQ_GPTAQ;
-}
-
-/* Quantize n linears of one input group with one candidate method.  s:
- * AWQ scales (NULL = none); hs: the Hessian of x_q / s (NULL when s is).
- * q[i] receive the results, rel[i] the relative output errors against the
- * full-precision model. */
-static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
-                               cmp_qmethod m, int act_order, const float *s,
-                               const cmp_hessian *hs, cmp_qbuf *q,
-                               double *rel, double *loc, mc_error *err)
-{
-    int tp = LIN_TAP[slots[0]];
-    const cmp_hessian *h = &c->acc.h[tp], *hf = &c->acc.hf[tp];
-    const double *C = c->acc.c[tp];
-    const cmp_hessian *hq = s ? hs : h;
-    mc_status st = MC_OK;
-    for (int i = 0; i < n; i++) {
-        int sl = slots[i];
-        uint32_t R = c->rows[sl], K = c->cols[sl];
-        rel[i] = 0.0;
-        if (!cmp_quant_is_quantized(c->fmt[sl]))
-            continue;
-        size_t nel = (size_t)R * K;
-        float *ws = mc_malloc_array(nel, sizeof(float));
-        float *wc = mc_malloc_array(nel, sizeof(float));
-        if (!ws || !wc) {
-            mc_free(ws);
-            mc_free(wc);
-            return mc_fail(err, MC_ERR_NOMEM, NULL, c->r->t[c->l * CMP_LIN_COUNT + sl].name,
-                           -1, "quantization work space");
-        }
-        if (is_retarget(m))
-            st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, err);
-        else
-            memcpy(ws, c->w[sl], nel * sizeof(float));
-        if (st == MC_OK) {
-            if (s)
-                cmp_awq_scale_cols(ws, R, K, s);
-            memcpy(wc, ws, nel * sizeof(float));
-            if (m == CMP_QM_AWQ && sl != CMP_LIN_Q && sl != CMP_LIN_K)
-                st = cmp_awq_clip(hq, wc, R, c->fmt[sl], c->o->group, err);
-        }
-        if (st == MC_OK) {
-            if (is_gptq(m)) {
-                /* best: the imatrix choice of group parameters too */
-                cmp_gptq_opts go = {c->o->damp, act_order, 128,
-                                    c->o->method == CMP_QM_BEST};
-                st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
-            } else {
-                st = cmp_quant_matrix(wc, NULL, &q[i], err);
-                if (st == MC_OK)
-                    cmp_dequant_matrix(&q[i], wc);
-            }
-        }
-        if (st == MC_OK) {
-            /* wc: the effective weight applied to x_q. */
-            if (s)
-                for (uint32_t r = 0; r < R; r++)
-                    for (uint32_t k = 0; k < K; k++)
-                        wc[(size_t)r * K + k] /= s[k];
-            double ef = cmp_hessian_output_error(hf, c->w[sl], NULL, R);
-            double cross = 0.0;
-            for (uint32_t r = 0; r < R; r++)
-                cross += bilinear(C, c->w[sl] + (size_t)r * K, wc + (size_t)r * K, K);
-            double eq = cmp_hessian_output_error(h, wc, NULL, R);
-            double e = ef - 2.0 * cross + eq;
-            rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
-            double el = cmp_hessian_output_error(h, c->w[sl], wc, R);
-            double dl = cmp_hessian_output_error(h, c->w[sl], NULL, R);
-            loc[i] = dl > 0.0 ? el / dl : 0.0;
-        }
-        mc_free(ws);
-        mc_free(wc);
-        if (st != MC_OK) {
-            if (err)
-                snprintf(err->field, sizeof err->field, "%s",
-                         c->r->t[c->l * CMP_LIN_COUNT + sl].name);
-            return st;
-        }
-    }
-    return MC_OK;
-}
-
-/* Quantize one input group (tap point tp, n slots), choose the method,
- * record the results and apply the chosen AWQ scales to the float copies
- * and to the producer of the input (fold). */
-static mc_status quant_group(layer_ctx *c, const int *slots, int n,
-                             int allow_scale, float *fold_vec, int fold_rows_slot,
-                             float *fold_bias, mc_error *err)
-{
-    const cmp_calib_opts *o = c->o;
-    int tp = LIN_TAP[slots[0]];
-    const cmp_hessian *h = &c->acc.h[tp];
-    uint32_t C = c->cols[slots[0]];
-    int first_q = -1;
-    for (int i = 0; i < n; i++)
-        if (cmp_quant_is_quantized(c->fmt[slots[i]]) && first_q < 0)
-            first_q = i;
-    cmp_calib_tensor *T = c->r->t + (size_t)c->l * CMP_LIN_COUNT;
-    for (int i = 0; i < n; i++)
-        if (!cmp_quant_is_quantized(c->fmt[slots[i]])) {
-            T[slots[i]].fmt = KN_W_F32;
-            T[slots[i]].method = CMP_QM_RTN;
-        }
-    if (first_q < 0)
-        return MC_OK; /* every linear of the group stays float */
-
-    cmp_qmethod cands[8];
-    int cao[8];
-    int nc = 0;
-    cao[nc] = 0;
-    cands[nc++] = CMP_QM_RTN; /* always: the table's baseline */
-    if (o->method == CMP_QM_BEST) {
-        /* GPTQ-family candidates with and without act-order. */
-        static const cmp_qmethod bm[6] = {CMP_QM_GPTQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
-                                          CMP_QM_AWQ, CMP_QM_AWQ_GPTAQ,
-                                          CMP_QM_AWQ_GPTAQ};
-        static const int ba[6] = {0, 0, 1, 0, 0, 1};
-        for (int k = 0; k < 6; k++) {
-            cao[nc] = ba[k];
-            cands[nc++] = bm[k];
-        }
-    } else if (o->method != CMP_QM_RTN) {
-        cao[nc] = o->act_order;
-        cands[nc++] = o->method;
-    }
-
-    mc_status st = MC_OK;
-    cmp_qbuf best[3], cur[3];
-    double best_rel[3] = {0}, cur_rel[3] = {0}, rtn_rel[3] = {0};
-    double best_loc[3] = {0}, cur_loc[3] = {0}, rtn_loc[3] = {0};
-    memset(best, 0, sizeof best);
-    memset(cur, 0, sizeof cur);
-    float *s = NULL;
-    double alpha = 0.0;
-    cmp_hessian hs;
-    memset(&hs, 0, sizeof hs);
-    cmp_qmethod chosen = CMP_QM_RTN;
-    double best_sum = INFINITY;
-    for (int i = 0; i < n; i++) {
-        int sl = slots[i];
-        if (!cmp_quant_is_quantized(c->fmt[sl]))
-            continue;
-        if (qbuf_alloc(&best[i], c->fmt[sl], c->rows[sl], C, o->group) != MC_OK ||
-            qbuf_alloc(&cur[i], c->fmt[sl], c->rows[sl], C, o->group) != MC_OK) {
-            st = mc_fail(err, MC_ERR_NOMEM, NULL, T[sl].name, -1, "quantized buffers");
-            goto done;
-        }
-    }
-    for (int k = 0; k < nc; k++) {
-        cmp_qmethod m = cands[k];
-        int awq = is_awq(m);
-        if (awq && allow_scale && !s) {
-            s = mc_malloc_array(C, sizeof(float));
-            cmp_awq_linear lin[3];
-            int nl = 0;
-            for (int i = 0; i < n; i++)
-                if (cmp_quant_is_quantized(c->fmt[slots[i]]))
-                    lin[nl++] = (cmp_awq_linear){c->w[slots[i]], c->rows[slots[i]]};
-            if (!s) {
-                st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
-                goto done;
-            }
-            if ((st = cmp_awq_search(h, c->xabs[tp], lin, (size_t)nl,
-                                     c->fmt[slots[first_q]], o->group, s,
-                                     &alpha, NULL, NULL, err)) != MC_OK ||
-                (st = cmp_hessian_init(&hs, C, err)) != MC_OK)
-                goto done;
-            cmp_awq_scale_hessian(h, s, &hs);
-        }
-        const float *sk = awq && allow_scale ? s : NULL;
-        if ((st = run_candidate(c, slots, n, m, cao[k], sk, sk ? &hs : NULL, cur,
-                                cur_rel, cur_loc, err)) != MC_OK)
-            goto done;
-        double sum = 0.0;
-        for (int i = 0; i < n; i++)
-            sum += cur_rel[i];
-        if (m == CMP_QM_RTN) {
-            memcpy(rtn_rel, cur_rel, sizeof rtn_rel);
-            memcpy(rtn_loc, cur_loc, sizeof rtn_loc);
-        }
-        /* Ties keep the earlier (simpler) method; RTN is first. */
-        if (sum < best_sum) {
-            best_sum = sum;
-            chosen = m;
-            for (int i = 0; i < n; i++) {
-                cmp_qbuf t = best[i];
-                best[i] = cur[i];
-                cur[i] = t;
-                best_rel[i] = cur_rel[i];
-                best_loc[i] = cur_loc[i];
-            }
-        }
-        /* A plain method asked alone is the result even when RTN measured
-         * lower (the table shows both). */
-        if (o->method != CMP_QM_BEST && m == o->method && chosen != m) {
-            best_sum = sum;
-            chosen = m;
-            for (int i = 0; i < n; i++) {
-                cmp_qbuf t = best[i];
-                best[i] = cur[i];
-                cur[i] = t;
-                best_rel[i] = cur_rel[i];
-                best_loc[i] = cur_loc[i];
-            }
-        }
-    }
-    int scaled = is_awq(chosen) && allow_scale && s;
-    for (int i = 0; i < n; i++) {
-        int sl = slots[i];
-        cmp_calib_tensor *t = &T[sl];
-        if (scaled)
-            cmp_awq_scale_cols(c->w[sl], c->rows[sl], C, s);
-        if (!cmp_quant_is_quantized(c->fmt[sl]))
-            continue;
-        t->fmt = c->fmt[sl];
-        t->q = best[i];
-        memset(&best[i], 0, sizeof best[i]);
-        t->method = chosen;
-        t->err = best_rel[i];
-        t->err_rtn = rtn_rel[i];
-        t->err_local = best_loc[i];
-        t->err_local_rtn = rtn_loc[i];
-        if (scaled)
-            t->alpha = alpha;
-    }
-    if (scaled) {
-        if (fold_vec)
-            cmp_awq_div_vec(fold_vec, s, C);
-        if (fold_rows_slot >= 0)
-            cmp_awq_div_rows(c->w[fold_rows_slot], c->rows[fold_rows_slot],
-                             c->cols[fold_rows_slot], s);
-        if (fold_bias)
-            cmp_awq_div_vec(fold_bias, s, C);
-    }
-done:
-    for (int i = 0; i < 3; i++) {
-        qbuf_release(&best[i]);
-        qbuf_release(&cur[i]);
-    }
-    mc_free(s);
-    cmp_hessian_free(&hs);
-    return st;
 }
 
 static const kn_matrix *src_matrix(const kn_block_weights *w, int slot)
@@ -610,28 +313,28 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
      * statistics come from the block with the groups before it quantized. */
     mixed_block(c, done, &qw);
     collect(c, m, f, S, 0xFu, &qw);
-    if (is_awq(c->o->method) || c->o->method == CMP_QM_BEST) {
+    if (cmp_calib_is_awq(c->o->method) || c->o->method == CMP_QM_BEST) {
         if ((st = prescale(c, CMP_LIN_DOWN, CMP_LIN_UP, bias[CMP_LIN_UP], err)) != MC_OK)
             return st;
         if (mha && (st = prescale(c, CMP_LIN_O, CMP_LIN_V, bias[CMP_LIN_V], err)) != MC_OK)
             return st;
     }
-    if ((st = quant_group(c, g_qkv, 3, 1, an, -1, NULL, err)) != MC_OK)
+    if ((st = cmp_calib_quant_group(c, g_qkv, 3, 1, an, -1, NULL, err)) != MC_OK)
         return st;
     done[CMP_LIN_Q] = done[CMP_LIN_K] = done[CMP_LIN_V] = 1;
     mixed_block(c, done, &qw);
     collect(c, m, f, S, 1u << KN_TAP_O_IN, &qw);
-    if ((st = quant_group(c, g_o, 1, 0, NULL, -1, NULL, err)) != MC_OK)
+    if ((st = cmp_calib_quant_group(c, g_o, 1, 0, NULL, -1, NULL, err)) != MC_OK)
         return st;
     done[CMP_LIN_O] = 1;
     mixed_block(c, done, &qw);
     collect(c, m, f, S, 1u << KN_TAP_GATE_UP_IN, &qw);
-    if ((st = quant_group(c, g_gu, 2, 1, mn, -1, NULL, err)) != MC_OK)
+    if ((st = cmp_calib_quant_group(c, g_gu, 2, 1, mn, -1, NULL, err)) != MC_OK)
         return st;
     done[CMP_LIN_GATE] = done[CMP_LIN_UP] = 1;
     mixed_block(c, done, &qw);
     collect(c, m, f, S, 1u << KN_TAP_DOWN_IN, &qw);
-    if ((st = quant_group(c, g_down, 1, 0, NULL, -1, NULL, err)) != MC_OK)
+    if ((st = cmp_calib_quant_group(c, g_down, 1, 0, NULL, -1, NULL, err)) != MC_OK)
         return st;
     /* Float-kept linears keep their (folded) float copy. */
     for (int s = 0; s < CMP_LIN_COUNT; s++)
@@ -728,10 +431,10 @@ void cmp_calib_result_free(cmp_calib_result *r)
         return;
     if (r->t)
         for (size_t i = 0; i < (size_t)r->layers * CMP_LIN_COUNT; i++) {
-            qbuf_release(&r->t[i].q);
+            cmp_calib_qbuf_release(&r->t[i].q);
             mc_free(r->t[i].f32);
         }
-    qbuf_release(&r->lm_head);
+    cmp_calib_qbuf_release(&r->lm_head);
     mc_free(r->t);
     mc_free(r->vecs);
     mc_free(r->attn_norm);
@@ -861,7 +564,7 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     if (o->lm_head_q8) {
         const kn_matrix *lm = &m->lm_head;
         float *w = mc_malloc_array((size_t)lm->rows * lm->cols, sizeof(float));
-        if (!w || qbuf_alloc(&r->lm_head, KN_W_Q8, lm->rows, lm->cols, 0) != MC_OK) {
+        if (!w || cmp_calib_qbuf_alloc(&r->lm_head, KN_W_Q8, lm->rows, lm->cols, 0) != MC_OK) {
             mc_free(w);
             st = mc_fail(err, MC_ERR_NOMEM, NULL, "lm_head", -1, "output layer");
             goto fail;
@@ -902,4 +605,25 @@ fail:
     cmp_fwd_free(f);
     cmp_calib_result_free(r);
     return st;
+}
+
+const char *cmp_calib_table_header(void)
+{
+    return "layer  linear     format  method      error     rtn error  awq";
+}
+
+const char *cmp_calib_table_row(const cmp_calib_tensor *t, uint32_t group,
+                                char *buf, size_t n)
+{
+    char f[16];
+    switch (t->fmt) {
+    case KN_W_Q8: snprintf(f, sizeof f, "q8"); break;
+    case KN_W_Q4: snprintf(f, sizeof f, "q4g%u", group); break;
+    case KN_W_Q4S: snprintf(f, sizeof f, "q4sg%u", group); break;
+    default: snprintf(f, sizeof f, "float"); break;
+    }
+    snprintf(buf, n, "%5u  %-9s  %-6s  %-9s  %9.5f  %9.5f  a=%.2f", t->layer,
+             cmp_lin_name(t->slot), f, cmp_qmethod_name(t->method), t->err,
+             t->err_rtn, t->alpha);
+    return buf;
 }

@@ -142,6 +142,15 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
                         mc_error *err);
 void cmp_calib_result_free(cmp_calib_result *r); /* NULL is a no-op */
 
+/* One line of the per-layer error table into buf (always NUL-terminated):
+ *   "  3  down_proj  q4g32  gptaq      0.01234   0.02345  a=0.25"
+ * (layer, linear, format, method, error vs full precision, RTN's error,
+ * AWQ alpha).  cmp_calib_table_header gives the matching header.  The CLI
+ * prints them; the library does not. */
+const char *cmp_calib_table_header(void);
+const char *cmp_calib_table_row(const cmp_calib_tensor *t, uint32_t group,
+                                char *buf, size_t n);
+
 /* Fill *view with a copy of base whose layers (and lm_head when quantized)
  * point into r.  view->layers is mc_malloc'ed: release it with
  * cmp_calib_view_free (never rt_model_free: the view owns nothing else). */

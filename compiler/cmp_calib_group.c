@@ -1,0 +1,287 @@
+/* cmp_calib_group.c - quantize one group of linears that share an input
+ * with the calibration method: candidates (rtn, gptq, gptaq, awq,
+ * awq+gptaq...), their errors against the full-precision model, the choice,
+ * and the AWQ folds (see cmp_calib.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmp_awq.h"
+#include "cmp_calib_internal.h"
+#include "cmp_gptq.h"
+#include "mc_alloc.h"
+
+/* sum_i a_i sum_j M_ij b_j for full M [n][n]. */
+static double bilinear(const double *M, const float *a, const float *b,
+                       size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] == 0.0f)
+            continue;
+        const double *mi = M + i * n;
+        double t = 0.0;
+        for (size_t j = 0; j < n; j++)
+            t += mi[j] * b[j];
+        s += a[i] * t;
+    }
+    return s;
+}
+
+int cmp_calib_is_awq(cmp_qmethod m)
+{
+    return m == CMP_QM_AWQ || m == CMP_QM_AWQ_GPTQ || m == CMP_QM_AWQ_GPTAQ;
+}
+static int is_gptq(cmp_qmethod m)
+{
+    return m == CMP_QM_GPTQ || m == CMP_QM_AWQ_GPTQ || m == CMP_QM_GPTAQ ||
+           m == CMP_QM_AWQ_GPTAQ;
+}
+static int is_retarget(cmp_qmethod m)
+{
+    return m == CMP_QM_GPTAQ || m == CMP_QM_AWQ_GPTAQ;
+}
+
+/* Quantize n linears of one input group with one candidate method.  s:
+ * AWQ scales (NULL = none); hs: the Hessian of x_q / s (NULL when s is).
+ * q[i] receive the results, rel[i] the relative output errors against the
+ * full-precision model. */
+static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
+                               cmp_qmethod m, int act_order, const float *s,
+                               const cmp_hessian *hs, cmp_qbuf *q,
+                               double *rel, double *loc, mc_error *err)
+{
+    int tp = LIN_TAP[slots[0]];
+    const cmp_hessian *h = &c->acc.h[tp], *hf = &c->acc.hf[tp];
+    const double *C = c->acc.c[tp];
+    const cmp_hessian *hq = s ? hs : h;
+    mc_status st = MC_OK;
+    for (int i = 0; i < n; i++) {
+        int sl = slots[i];
+        uint32_t R = c->rows[sl], K = c->cols[sl];
+        rel[i] = 0.0;
+        if (!cmp_quant_is_quantized(c->fmt[sl]))
+            continue;
+        size_t nel = (size_t)R * K;
+        float *ws = mc_malloc_array(nel, sizeof(float));
+        float *wc = mc_malloc_array(nel, sizeof(float));
+        if (!ws || !wc) {
+            mc_free(ws);
+            mc_free(wc);
+            return mc_fail(err, MC_ERR_NOMEM, NULL, c->r->t[c->l * CMP_LIN_COUNT + sl].name,
+                           -1, "quantization work space");
+        }
+        if (is_retarget(m))
+            st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, err);
+        else
+            memcpy(ws, c->w[sl], nel * sizeof(float));
+        if (st == MC_OK) {
+            if (s)
+                cmp_awq_scale_cols(ws, R, K, s);
+            memcpy(wc, ws, nel * sizeof(float));
+            if (m == CMP_QM_AWQ && sl != CMP_LIN_Q && sl != CMP_LIN_K)
+                st = cmp_awq_clip(hq, wc, R, c->fmt[sl], c->o->group, err);
+        }
+        if (st == MC_OK) {
+            if (is_gptq(m)) {
+                /* best: the imatrix choice of group parameters too */
+                cmp_gptq_opts go = {c->o->damp, act_order, 128,
+                                    c->o->method == CMP_QM_BEST};
+                st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
+            } else {
+                st = cmp_quant_matrix(wc, NULL, &q[i], err);
+                if (st == MC_OK)
+                    cmp_dequant_matrix(&q[i], wc);
+            }
+        }
+        if (st == MC_OK) {
+            /* wc: the effective weight applied to x_q. */
+            if (s)
+                for (uint32_t r = 0; r < R; r++)
+                    for (uint32_t k = 0; k < K; k++)
+                        wc[(size_t)r * K + k] /= s[k];
+            double ef = cmp_hessian_output_error(hf, c->w[sl], NULL, R);
+            double cross = 0.0;
+            for (uint32_t r = 0; r < R; r++)
+                cross += bilinear(C, c->w[sl] + (size_t)r * K, wc + (size_t)r * K, K);
+            double eq = cmp_hessian_output_error(h, wc, NULL, R);
+            double e = ef - 2.0 * cross + eq;
+            rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
+            double el = cmp_hessian_output_error(h, c->w[sl], wc, R);
+            double dl = cmp_hessian_output_error(h, c->w[sl], NULL, R);
+            loc[i] = dl > 0.0 ? el / dl : 0.0;
+        }
+        mc_free(ws);
+        mc_free(wc);
+        if (st != MC_OK) {
+            if (err)
+                snprintf(err->field, sizeof err->field, "%s",
+                         c->r->t[c->l * CMP_LIN_COUNT + sl].name);
+            return st;
+        }
+    }
+    return MC_OK;
+}
+
+/* Quantize one input group (tap point tp, n slots), choose the method,
+ * record the results and apply the chosen AWQ scales to the float copies
+ * and to the producer of the input (fold). */
+mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
+                             int allow_scale, float *fold_vec, int fold_rows_slot,
+                             float *fold_bias, mc_error *err)
+{
+    const cmp_calib_opts *o = c->o;
+    int tp = LIN_TAP[slots[0]];
+    const cmp_hessian *h = &c->acc.h[tp];
+    uint32_t C = c->cols[slots[0]];
+    int first_q = -1;
+    for (int i = 0; i < n; i++)
+        if (cmp_quant_is_quantized(c->fmt[slots[i]]) && first_q < 0)
+            first_q = i;
+    cmp_calib_tensor *T = c->r->t + (size_t)c->l * CMP_LIN_COUNT;
+    for (int i = 0; i < n; i++)
+        if (!cmp_quant_is_quantized(c->fmt[slots[i]])) {
+            T[slots[i]].fmt = KN_W_F32;
+            T[slots[i]].method = CMP_QM_RTN;
+        }
+    if (first_q < 0)
+        return MC_OK; /* every linear of the group stays float */
+
+    cmp_qmethod cands[8];
+    int cao[8];
+    int nc = 0;
+    cao[nc] = 0;
+    cands[nc++] = CMP_QM_RTN; /* always: the table's baseline */
+    if (o->method == CMP_QM_BEST) {
+        /* GPTQ-family candidates with and without act-order. */
+        static const cmp_qmethod bm[6] = {CMP_QM_GPTQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
+                                          CMP_QM_AWQ, CMP_QM_AWQ_GPTAQ,
+                                          CMP_QM_AWQ_GPTAQ};
+        static const int ba[6] = {0, 0, 1, 0, 0, 1};
+        for (int k = 0; k < 6; k++) {
+            cao[nc] = ba[k];
+            cands[nc++] = bm[k];
+        }
+    } else if (o->method != CMP_QM_RTN) {
+        cao[nc] = o->act_order;
+        cands[nc++] = o->method;
+    }
+
+    mc_status st = MC_OK;
+    cmp_qbuf best[3], cur[3];
+    double best_rel[3] = {0}, cur_rel[3] = {0}, rtn_rel[3] = {0};
+    double best_loc[3] = {0}, cur_loc[3] = {0}, rtn_loc[3] = {0};
+    memset(best, 0, sizeof best);
+    memset(cur, 0, sizeof cur);
+    float *s = NULL;
+    double alpha = 0.0;
+    cmp_hessian hs;
+    memset(&hs, 0, sizeof hs);
+    cmp_qmethod chosen = CMP_QM_RTN;
+    double best_sum = INFINITY;
+    for (int i = 0; i < n; i++) {
+        int sl = slots[i];
+        if (!cmp_quant_is_quantized(c->fmt[sl]))
+            continue;
+        if (cmp_calib_qbuf_alloc(&best[i], c->fmt[sl], c->rows[sl], C, o->group) != MC_OK ||
+            cmp_calib_qbuf_alloc(&cur[i], c->fmt[sl], c->rows[sl], C, o->group) != MC_OK) {
+            st = mc_fail(err, MC_ERR_NOMEM, NULL, T[sl].name, -1, "quantized buffers");
+            goto done;
+        }
+    }
+    for (int k = 0; k < nc; k++) {
+        cmp_qmethod m = cands[k];
+        int awq = cmp_calib_is_awq(m);
+        if (awq && allow_scale && !s) {
+            s = mc_malloc_array(C, sizeof(float));
+            cmp_awq_linear lin[3];
+            int nl = 0;
+            for (int i = 0; i < n; i++)
+                if (cmp_quant_is_quantized(c->fmt[slots[i]]))
+                    lin[nl++] = (cmp_awq_linear){c->w[slots[i]], c->rows[slots[i]]};
+            if (!s) {
+                st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
+                goto done;
+            }
+            if ((st = cmp_awq_search(h, c->xabs[tp], lin, (size_t)nl,
+                                     c->fmt[slots[first_q]], o->group, s,
+                                     &alpha, NULL, NULL, err)) != MC_OK ||
+                (st = cmp_hessian_init(&hs, C, err)) != MC_OK)
+                goto done;
+            cmp_awq_scale_hessian(h, s, &hs);
+        }
+        const float *sk = awq && allow_scale ? s : NULL;
+        if ((st = run_candidate(c, slots, n, m, cao[k], sk, sk ? &hs : NULL, cur,
+                                cur_rel, cur_loc, err)) != MC_OK)
+            goto done;
+        double sum = 0.0;
+        for (int i = 0; i < n; i++)
+            sum += cur_rel[i];
+        if (m == CMP_QM_RTN) {
+            memcpy(rtn_rel, cur_rel, sizeof rtn_rel);
+            memcpy(rtn_loc, cur_loc, sizeof rtn_loc);
+        }
+        /* Ties keep the earlier (simpler) method; RTN is first. */
+        if (sum < best_sum) {
+            best_sum = sum;
+            chosen = m;
+            for (int i = 0; i < n; i++) {
+                cmp_qbuf t = best[i];
+                best[i] = cur[i];
+                cur[i] = t;
+                best_rel[i] = cur_rel[i];
+                best_loc[i] = cur_loc[i];
+            }
+        }
+        /* A plain method asked alone is the result even when RTN measured
+         * lower (the table shows both). */
+        if (o->method != CMP_QM_BEST && m == o->method && chosen != m) {
+            best_sum = sum;
+            chosen = m;
+            for (int i = 0; i < n; i++) {
+                cmp_qbuf t = best[i];
+                best[i] = cur[i];
+                cur[i] = t;
+                best_rel[i] = cur_rel[i];
+                best_loc[i] = cur_loc[i];
+            }
+        }
+    }
+    int scaled = cmp_calib_is_awq(chosen) && allow_scale && s;
+    for (int i = 0; i < n; i++) {
+        int sl = slots[i];
+        cmp_calib_tensor *t = &T[sl];
+        if (scaled)
+            cmp_awq_scale_cols(c->w[sl], c->rows[sl], C, s);
+        if (!cmp_quant_is_quantized(c->fmt[sl]))
+            continue;
+        t->fmt = c->fmt[sl];
+        t->q = best[i];
+        memset(&best[i], 0, sizeof best[i]);
+        t->method = chosen;
+        t->err = best_rel[i];
+        t->err_rtn = rtn_rel[i];
+        t->err_local = best_loc[i];
+        t->err_local_rtn = rtn_loc[i];
+        if (scaled)
+            t->alpha = alpha;
+    }
+    if (scaled) {
+        if (fold_vec)
+            cmp_awq_div_vec(fold_vec, s, C);
+        if (fold_rows_slot >= 0)
+            cmp_awq_div_rows(c->w[fold_rows_slot], c->rows[fold_rows_slot],
+                             c->cols[fold_rows_slot], s);
+        if (fold_bias)
+            cmp_awq_div_vec(fold_bias, s, C);
+    }
+done:
+    for (int i = 0; i < 3; i++) {
+        cmp_calib_qbuf_release(&best[i]);
+        cmp_calib_qbuf_release(&cur[i]);
+    }
+    mc_free(s);
+    cmp_hessian_free(&hs);
+    return st;
+}
+

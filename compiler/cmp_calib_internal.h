@@ -1,0 +1,56 @@
+/*
+ * cmp_calib_internal.h - pieces shared by cmp_calib.c (the layer driver)
+ * and cmp_calib_group.c (quantizing one group of linears with the chosen
+ * method).  Not a public API.
+ */
+#ifndef CMP_CALIB_INTERNAL_H
+#define CMP_CALIB_INTERNAL_H
+
+#include "cmp_calib.h"
+#include "cmp_gptq.h"
+
+/* Tap point (input group) of each linear slot. */
+static const int LIN_TAP[CMP_LIN_COUNT] = {0, 0, 0, 1, 2, 2, 3};
+
+/* Statistics of one block's four linear inputs. */
+typedef struct tap_acc {
+    int pass;               /* 0: full-precision states, 1: quantized */
+    unsigned mask;          /* 1 << tap point: the points collected */
+    cmp_hessian h[4];       /* Hq: inputs in the partly quantized model */
+    cmp_hessian hf[4];      /* Hf: inputs in the full-precision model */
+    double *c[4];           /* [width][width] sum x_f x_q^T */
+    double *abs_sum[4];     /* [width] sum |x_q,j| */
+    float *xf[4];           /* [maxT][width] this sequence's x_f */
+} tap_acc;
+
+/* One layer being calibrated. */
+typedef struct layer_ctx {
+    const cmp_calib_opts *o;
+    cmp_calib_result *r;
+    uint32_t l;
+    uint32_t rows[CMP_LIN_COUNT], cols[CMP_LIN_COUNT];
+    float *w[CMP_LIN_COUNT];     /* float32 working copies (folds applied) */
+    kn_wformat fmt[CMP_LIN_COUNT];
+    tap_acc acc;
+    float *xabs[4];              /* mean |x_j| per tap point */
+} layer_ctx;
+
+/* Allocate / release owned quantized buffers (kn_quant.h sizes). */
+mc_status cmp_calib_qbuf_alloc(cmp_qbuf *b, kn_wformat f, uint32_t rows,
+                               uint32_t cols, uint32_t group);
+void cmp_calib_qbuf_release(cmp_qbuf *b);
+
+/* 1 for the AWQ-scaled methods. */
+int cmp_calib_is_awq(cmp_qmethod m);
+
+/* Quantize the n linears in slots (one input group) with c's method: try
+ * the candidates, keep the best, record it in c->r, and apply the chosen
+ * AWQ scales to the float copies and to the producer of the input
+ * (fold_vec: a norm weight; fold_rows_slot: a linear whose rows divide;
+ * fold_bias: its bias) when allow_scale. */
+mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
+                                int allow_scale, float *fold_vec,
+                                int fold_rows_slot, float *fold_bias,
+                                mc_error *err);
+
+#endif /* CMP_CALIB_INTERNAL_H */
