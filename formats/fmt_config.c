@@ -433,7 +433,7 @@ static mc_status parse_root(parse_ctx *p, json_t *root, fmt_model_config *c)
         break;
     case FMT_ARCH_QWEN2: {
         c->qkv_bias = 1;
-        int use_sw;
+        int use_sw = 0;
         if ((st = get_bool(p, root, "use_sliding_window", 0, &use_sw)))
             return st;
         if (use_sw) {

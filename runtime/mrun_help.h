@@ -38,7 +38,7 @@ static const char *g_usage =
     "Plan and machine:\n"
     "  --threads N             worker threads (default: all CPUs)\n"
     "  --max-batch N --max-seq N --prefill-chunk N   session limits\n"
-    "  --kv f32|f16|i8         KV cache type (default: the plan's, else f32)\n"
+    "  --kv f32|f16|int8       KV cache type (default: the plan's, else f32)\n"
     "  --truncate left|right   fit over-long prompts instead of refusing\n"
     "\n"
     "Output:\n"
@@ -59,9 +59,11 @@ static const char *g_usage =
     "decode_tokens, prefill_seconds, decode_seconds, requests, refused,\n"
     "refused_by {plan, input, other}; memory in bytes: planned_bytes (plan:\n"
     "weights + arena + reserve), reserve_bytes, weights_mapped_bytes,\n"
-    "arena_bytes, arena_high_water_bytes (measured arena peak), kv_bytes,\n"
+    "arena_bytes, arena_high_water_bytes (measured arena peak),\n"
+    "arena_touched_bytes (arena bytes really written), kv_bytes,\n"
     "peak_rss_bytes (process peak RSS), weight_bytes, params; plan\n"
     "(stored|overridden|runtime), threads, max_batch, max_seq, prefill_chunk.\n"
-    "Always arena_high_water_bytes <= arena_bytes <= planned_bytes.\n";
+    "Always arena_touched_bytes <= arena_high_water_bytes <= arena_bytes <=\n"
+    "planned_bytes.\n";
 
 #endif /* MRUN_HELP_H */

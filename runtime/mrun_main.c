@@ -344,10 +344,10 @@ static int parse_args(int argc, char **argv, cli *c)
                 c->opts.kv_type = 1;
             else if (!strcmp(v, "f16"))
                 c->opts.kv_type = 2;
-            else if (!strcmp(v, "i8"))
+            else if (!strcmp(v, "int8") || !strcmp(v, "i8"))
                 c->opts.kv_type = 3;
             else
-                return usage_error("--kv: f32, f16 or i8, got '%s'", v);
+                return usage_error("--kv: f32, f16 or int8, got '%s'", v);
         } else if (!strcmp(a, "--truncate")) {
             if (!strcmp(v, "left"))
                 c->gp.truncate = 1;

@@ -446,11 +446,14 @@ static void test_metrics_from_mcrt_reports_a_real_run(void **state)
     rt_metrics m;
     rt_metrics_init(&m);
     rt_metrics_from_mcrt(&m, h);
-    rt_metrics_count(&m, rc, 1);
     mcrt_info info;
     assert_int_equal(mcrt_get_info(h, &info), 0);
     assert_true(m.arena_bytes == info.arena_bytes && m.arena_bytes > 0);
-    assert_true(m.planned_bytes == info.weight_bytes + info.arena_bytes);
+    assert_true(m.planned_bytes == info.planned_bytes);
+    assert_true(m.planned_bytes >= m.arena_bytes);
+    assert_true(m.arena_high_water_bytes > 0 &&
+                m.arena_high_water_bytes <= m.arena_bytes);
+    assert_int_equal(m.requests_served, 1);
     assert_int_equal(m.prefill_tokens, 3);
     assert_true(m.decode_tokens >= 3);
     assert_true(m.peak_rss_bytes > m.arena_bytes);
@@ -466,6 +469,54 @@ static void test_metrics_from_mcrt_reports_a_real_run(void **state)
     free(model);
 }
 
+/* The program end to end: mrun --metrics writes this format, served and
+ * refused requests included. */
+static void test_mrun_metrics_file_counts_served_and_refused(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("metrics");
+    char *art = tu_fmt("%s/small.mca", dir);
+    char *prom = tu_fmt("%s/mrun.prom", dir);
+    char *cmd = tu_fmt("'%s/mcompile' '%s/llama' --target 64MiB --max-seq 8 "
+                       "--max-batch 1 -q -o '%s'", MC_BIN_DIR, MC_FIXTURE_DIR,
+                       art);
+    assert_int_equal(tu_run(cmd, NULL, NULL), 0);
+    free(cmd);
+    /* served: 3 prompt tokens + 4 new fit max_seq 8 */
+    cmd = tu_fmt("'%s/mrun' '%s' --tokens '1 2 3' --max-new-tokens 4 "
+                 "--ignore-eos -q --metrics '%s'", MC_BIN_DIR, art, prom);
+    assert_int_equal(tu_run(cmd, NULL, NULL), 0);
+    free(cmd);
+    char *text = tu_read_file(prom, NULL);
+    assert_non_null(text);
+    parsed p;
+    assert_valid_exposition(text, &p);
+    assert_true(sample(text, "mcompile_requests_served_total") == 1.0);
+    assert_true(sample(text, "mcompile_decode_tokens_total") >= 3.0);
+    assert_true(sample(text, "mcompile_planned_bytes") > 0.0);
+    assert_true(sample(text, "mcompile_peak_rss_bytes") >
+                sample(text, "mcompile_arena_bytes"));
+    free(text);
+    /* refused: 10 prompt tokens exceed the plan's max_seq 8 */
+    cmd = tu_fmt("'%s/mrun' '%s' --tokens '1 2 3 4 5 6 7 8 9 10' "
+                 "--max-new-tokens 4 -q --metrics '%s'", MC_BIN_DIR, art,
+                 prom);
+    assert_int_equal(tu_run(cmd, NULL, NULL), 1);
+    free(cmd);
+    text = tu_read_file(prom, NULL);
+    assert_non_null(text);
+    assert_valid_exposition(text, &p);
+    assert_true(sample(text, "mcompile_requests_served_total") == 0.0);
+    assert_true(sample(text,
+                       "mcompile_requests_refused_total{reason=\"plan\"}") ==
+                1.0);
+    free(text);
+    free(prom);
+    free(art);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -478,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_metrics_survives_each_failed_allocation),
         cmocka_unit_test(test_metrics_counts_requests_by_reason),
         cmocka_unit_test(test_metrics_from_mcrt_reports_a_real_run),
+        cmocka_unit_test(test_mrun_metrics_file_counts_served_and_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
