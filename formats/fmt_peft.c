@@ -59,12 +59,78 @@ static int to_posix(const char *re, const char *prefix, const char *suffix,
     return 0;
 }
 
+/* Patterns come from untrusted configs, and glibc's regcomp copies the
+ * tree of a repeated sub-expression for every stacked or counted
+ * repetition: "x++++...++" or "(a{50}){50}" costs gigabytes (found by
+ * fuzz_adapter_config).  PEFT's patterns are simple alternations, so accept
+ * only tame ones: no quantifier directly after another, counted
+ * repetitions {m,n} with m, n <= 16, and at most 32 quantifiers. */
+#define PEFT_REGEX_MAX_QUANT 32
+#define PEFT_REGEX_MAX_COUNT 16
+static int regex_is_tame(const char *re)
+{
+    int prev_quant = 0, nquant = 0;
+    for (size_t i = 0; re[i]; i++) {
+        char c = re[i];
+        if (c == '\\') {
+            if (re[i + 1])
+                i++;
+            prev_quant = 0;
+            continue;
+        }
+        if (c == '[') { /* bracket expression: quantifier chars are literal */
+            size_t j = i + 1;
+            if (re[j] == '^')
+                j++;
+            if (re[j] == ']')
+                j++;
+            while (re[j] && re[j] != ']')
+                j++;
+            if (!re[j])
+                return 0;
+            i = j;
+            prev_quant = 0;
+            continue;
+        }
+        int quant = c == '*' || c == '+' || c == '?' || c == '{';
+        if (!quant) {
+            prev_quant = 0;
+            continue;
+        }
+        /* "(?:" is a group opener, not a quantifier */
+        if (c == '?' && i > 0 && re[i - 1] == '(')
+            continue;
+        if (prev_quant || ++nquant > PEFT_REGEX_MAX_QUANT)
+            return 0;
+        if (c == '{') {
+            unsigned long v = 0;
+            size_t j = i + 1;
+            for (; re[j] && re[j] != '}'; j++) {
+                if (re[j] == ',') {
+                    v = 0;
+                    continue;
+                }
+                if (re[j] < '0' || re[j] > '9')
+                    return 0;
+                v = v * 10 + (unsigned long)(re[j] - '0');
+                if (v > PEFT_REGEX_MAX_COUNT)
+                    return 0;
+            }
+            if (!re[j])
+                return 0;
+            i = j;
+        }
+        prev_quant = 1;
+    }
+    return 1;
+}
+
 /* 1 if s matches the anchored pattern; -1 if it does not compile. */
 static int regex_match(const char *re, const char *prefix, const char *suffix,
                        const char *s)
 {
     char p[PEFT_REGEX_MAX];
-    if (to_posix(re, prefix, suffix, p, sizeof p) != 0)
+    if (!regex_is_tame(re) || to_posix(re, prefix, suffix, p, sizeof p) != 0)
         return -1;
     regex_t rx;
     if (regcomp(&rx, p, REG_EXTENDED | REG_NOSUB) != 0)
@@ -322,8 +388,9 @@ static mc_status get_select(pctx *p, json_t *o, const char *key,
     if (!regex_compiles(str, "(", ")"))
         return mc_fail(p->err, MC_ERR_FORMAT, p->name, key, -1,
                        "\"%s\" regex \"%.200s\" does not compile (POSIX "
-                       "extended syntax, at most %d characters)", key, str,
-                       PEFT_REGEX_MAX / 16);
+                       "extended syntax, at most %d characters, no stacked "
+                       "quantifiers, counts <= %d)", key, str,
+                       PEFT_REGEX_MAX / 16, PEFT_REGEX_MAX_COUNT);
     return MC_OK;
 }
 
