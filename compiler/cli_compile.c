@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cmp_cli.h"
 #include "cmp_compile.h"
@@ -22,8 +24,14 @@ static void compile_usage(FILE *out)
         "  -o OUT.mca       output (default: MODEL's name + .mca, here)\n"
         "  --lora DIR[:W]   merge a PEFT LoRA adapter with weight W (default 1);\n"
         "                   repeatable; merged in memory, never written to disk\n"
-        "  --quant Q        f32 | f16 | bf16 | int8 | int4 (default f16)\n"
+        "  --quant Q        f32 | f16 | bf16 | int8 | int4 | auto (default f16);\n"
+        "                   auto picks int4 / int8 / f16 per linear layer to\n"
+        "                   fit --target (needs --calib, --max-batch, --max-seq)\n"
         "  --group G        int4 group size 32 | 64 | 128 (default 128)\n"
+        "  --calib FILE     calibration token ids, one sequence per line\n"
+        "                   (~10%% held out for the quality summary)\n"
+        "  --method M       rtn | awq | gptq | gptaq | best (default best with\n"
+        "                   --calib; without it, plain round-to-nearest)\n"
         "  --max-batch B, --max-seq T, --prefill-chunk C, --threads N\n"
         "                   limits of the plan (defaults: see mcompile plan)\n"
         "  --kv f16|int8|f32  KV cache type (default f16)\n"
@@ -54,6 +62,65 @@ static int parse_lora(const char *arg, cmp_adapter_spec *a, char **dir_out)
     return 0;
 }
 
+typedef struct calib_prog {
+    int on;          /* stderr is a terminal and not -q */
+    double last;     /* last print, seconds */
+} calib_prog;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Calibration progress with an ETA, on a terminal only, a few per second. */
+static void on_calib_progress(void *ctx, const cmp_calib_progress *p)
+{
+    calib_prog *c = ctx;
+    double t = mono_s();
+    if (!c->on || (t - c->last < 0.25 && p->layer < p->layers))
+        return;
+    c->last = t;
+    fprintf(stderr, "\rcalibrating: layer %u/%u, %.0f s, ETA %.0f s   ",
+            p->layer, p->layers, p->elapsed_s, p->eta_s);
+    if (p->layer == p->layers)
+        fputc('\n', stderr);
+}
+
+/* The per-layer table (cmp_calib_table_row) and the summary lines. */
+static void print_calib(FILE *out, const cmp_compile_report *rep)
+{
+    const cmp_calib_result *r = rep->calib;
+    size_t n = (size_t)r->layers * CMP_LIN_COUNT, nf[4] = {0};
+    double e = 0.0, erq = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        kn_wformat f = r->t[i].fmt;
+        nf[f == KN_W_Q4 || f == KN_W_Q4S ? 0 : f == KN_W_Q8 ? 1 : 2]++;
+        e += r->t[i].err;
+        erq += r->t[i].err_rtn;
+    }
+    {
+        char row[256];
+        fprintf(out, "%s\n", cmp_calib_table_header());
+        for (size_t i = 0; i < n; i++)
+            fprintf(out, "%s\n",
+                    cmp_calib_table_row(&r->t[i], rep->calib_group, row,
+                                        sizeof row));
+    }
+    fprintf(out, "calibrated %zu linears on %zu tokens (%zu sequences, %zu "
+            "held out): int4 %zu, int8 %zu, float %zu; mean error %.5f "
+            "(rtn %.5f)\n", n, r->calib_tokens, rep->calib_seqs,
+            rep->heldout_seqs, nf[0], nf[1], nf[2], n ? e / n : 0.0,
+            n ? erq / n : 0.0);
+    if (r->has_heldout)
+        fprintf(out, "held out: KLD mean %.5f p99 %.5f, top-1 %.2f%%, "
+                "perplexity %.3f (reference %.3f) on %llu tokens\n",
+                r->heldout.kld_mean, r->heldout.kld_p99,
+                100.0 * r->heldout.top1, r->heldout.ppl, r->heldout.ppl_ref,
+                (unsigned long long)r->heldout.tokens);
+}
+
 static char *default_out(const char *model)
 {
     char buf[4096];
@@ -78,6 +145,7 @@ int cmp_cli_compile(int argc, char **argv)
     size_t nads = 0;
     int json = 0, quiet = 0, verbose = 0, rc = 2;
     char *out_owned = NULL;
+    int method_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -109,6 +177,21 @@ int cmp_cli_compile(int argc, char **argv)
                     goto done;
                 }
                 nads++;
+            } else if (strcmp(a, "--calib") == 0) {
+                o.calib = v;
+            } else if (strcmp(a, "--method") == 0) {
+                if (cmp_qmethod_parse(v, &o.method) != 0) {
+                    fprintf(stderr, "mcompile: --method must be rtn, awq, "
+                            "gptq, gptaq or best (got '%s')\n", v);
+                    goto done;
+                }
+                method_set = 1;
+            } else if (strcmp(a, "--quant") == 0 && strcmp(v, "auto") == 0) {
+                mc_error e;
+                /* int4 is what auto starts from; the group may follow */
+                cmp_wpolicy_parse("int4", o.req.policy.group, &o.req.policy,
+                                  &e);
+                o.quant_auto = 1;
             } else if (strcmp(a, "--zstd-level") == 0) {
                 o.zstd_level = atoi(v);
                 if (o.zstd_level < 1 || o.zstd_level > 19) {
@@ -127,6 +210,8 @@ int cmp_cli_compile(int argc, char **argv)
                     fprintf(stderr, "mcompile: %s\n", why);
                     goto done;
                 }
+                if (strcmp(a, "--quant") == 0)
+                    o.quant_auto = 0;
             }
             continue;
         }
@@ -142,6 +227,33 @@ int cmp_cli_compile(int argc, char **argv)
         compile_usage(stderr);
         goto done;
     }
+    if (o.quant_auto && !o.calib) {
+        fprintf(stderr, "mcompile: --quant auto measures each layer on "
+                "calibration ids: add --calib FILE\n");
+        goto done;
+    }
+    if (o.quant_auto && (!o.req.max_batch || !o.req.max_seq)) {
+        fprintf(stderr, "mcompile: --quant auto needs --max-batch and "
+                "--max-seq (the budget is weights + KV cache + activations)\n");
+        goto done;
+    }
+    if (o.calib && !o.quant_auto && o.req.policy.linear != KN_W_Q8 &&
+        o.req.policy.linear != KN_W_Q4) {
+        fprintf(stderr, "mcompile: --calib quantizes the linear layers: use "
+                "it with --quant int8, int4 or auto\n");
+        goto done;
+    }
+    if (method_set && !o.calib) {
+        fprintf(stderr, "mcompile: --method needs --calib FILE (without "
+                "calibration ids, compile rounds to nearest)\n");
+        goto done;
+    }
+    if (o.calib && !method_set)
+        o.method = CMP_QM_BEST;
+    calib_prog cp = {!quiet && !json && isatty(2), 0.0};
+    o.progress = on_calib_progress;
+    o.progress_ctx = &cp;
+    o.threads = 0; /* every CPU: kernels give the same bits on any count */
     if (!o.out)
         o.out = out_owned = default_out(o.model);
     struct stat st;
@@ -172,6 +284,19 @@ int cmp_cli_compile(int argc, char **argv)
     }
     if (json) {
         json_t *j = json_object();
+        if (s == MC_OK && rep.calib) {
+            const cmp_calib_result *r = rep.calib;
+            json_t *c = json_pack("{s:s, s:I, s:I, s:I}", "method",
+                                  cmp_qmethod_name(o.method), "tokens",
+                                  (json_int_t)r->calib_tokens, "sequences",
+                                  (json_int_t)rep.calib_seqs,
+                                  "heldout_sequences",
+                                  (json_int_t)rep.heldout_seqs);
+            if (c && r->has_heldout)
+                json_object_set_new(c, "heldout_kld_mean",
+                                    json_real(r->heldout.kld_mean));
+            json_object_set_new(j, "calibration", c);
+        }
         json_object_set_new(j, "ok", json_boolean(s == MC_OK));
         json_object_set_new(j, "status", json_integer(s));
         json_object_set_new(j, "output", json_string(o.out));
@@ -191,6 +316,8 @@ int cmp_cli_compile(int argc, char **argv)
     } else if (s == MC_OK && !quiet) {
         if (verbose)
             cmp_cli_print_plan(stdout, &rep.cfg, &rep.plan);
+        if (rep.calib)
+            print_calib(stdout, &rep);
         printf("wrote %s: %zu tensors, weights %.2f GiB (%llu bytes), file "
                "%llu bytes%s%s; plan batch %u x context %llu, arena %llu "
                "bytes, total %.2f GiB of %.2f GiB\n", o.out, rep.tensors,
@@ -202,6 +329,7 @@ int cmp_cli_compile(int argc, char **argv)
                (unsigned long long)rep.plan.arena_bytes,
                rep.plan.total_bytes / GIB, rep.plan.target_bytes / GIB);
     }
+    cmp_compile_report_release(&rep);
 done:
     for (size_t i = 0; i < nads; i++)
         mc_free(dirs[i]);

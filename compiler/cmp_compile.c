@@ -1,6 +1,7 @@
 /* cmp_compile.c - merge, convert, plan and emit one artifact (see
  * cmp_compile.h). */
 #include "cmp_compile.h"
+#include "cmp_compile_internal.h"
 
 #include <float.h>
 #include <math.h>
@@ -193,12 +194,86 @@ static json_t *provenance(source *s, const cmp_compile_opts *o, int tok,
     return p;
 }
 
-static json_t *tensor_json(const cmp_tensor_plan *t, size_t section)
+/* The calibration result's values for t: *q (a quantized linear) or *vals
+ * (float32: a linear kept float, an AWQ-folded norm, a bias).  Returns 0
+ * when t does not come from r (embed, final norm, lm_head; or no r). */
+static int calib_part(const cmp_calib_result *r, const cmp_tensor_plan *t,
+                      const cmp_calib_tensor **q, const float **vals)
+{
+    *q = NULL;
+    *vals = NULL;
+    uint32_t l = 0;
+    int slot;
+    int k = r ? cmp_compile_tensor_kind(t->name, &l, &slot) : CMP_TK_OTHER;
+    if (k == CMP_TK_OTHER || l >= r->layers)
+        return 0;
+    size_t i = (size_t)l * CMP_LIN_COUNT + (size_t)(slot < 0 ? 0 : slot);
+    if (k == CMP_TK_WEIGHT) {
+        if (cmp_quant_is_quantized(r->t[i].fmt))
+            *q = &r->t[i];
+        else
+            *vals = r->t[i].f32;
+    } else if (k == CMP_TK_BIAS) {
+        *vals = r->bias[i];
+    } else {
+        *vals = k == CMP_TK_ATTN_NORM ? r->attn_norm[l] : r->mlp_norm[l];
+    }
+    return 1;
+}
+
+/* Copy a calibrated linear's buffers into its section; they must be
+ * exactly what the plan sized (kn_wformat_*_bytes). */
+static mc_status copy_quantized(const cmp_tensor_plan *t,
+                                const cmp_calib_tensor *c, uint8_t *sec,
+                                mc_error *err)
+{
+    const cmp_qbuf *b = &c->q;
+    if (b->fmt != t->fmt || b->rows != t->rows || b->cols != t->cols ||
+        (t->group && b->group != t->group) ||
+        kn_wformat_data_bytes(b->fmt, b->rows, b->cols) != t->data_bytes ||
+        kn_wformat_scale_bytes(b->fmt, b->rows, b->cols, b->group) !=
+            t->scale_bytes ||
+        kn_wformat_zero_bytes(b->fmt, b->rows, b->cols, b->group) !=
+            t->zero_bytes)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, t->name, -1,
+                       "calibrated '%s' is %s %ux%u group %u; the plan has "
+                       "%s %ux%u group %u", t->name, cmp_wformat_name(b->fmt),
+                       b->rows, b->cols, b->group, cmp_wformat_name(t->fmt),
+                       t->rows, t->cols, t->group);
+    memcpy(sec + t->data_off, b->data, (size_t)t->data_bytes);
+    memcpy(sec + t->scale_off, b->scales, (size_t)t->scale_bytes);
+    if (t->zero_bytes)
+        memcpy(sec + t->zero_off, b->zeros, (size_t)t->zero_bytes);
+    return MC_OK;
+}
+
+/* Section bytes of t from the calibration result r (*done = 1), or
+ * nothing (*done = 0) when t comes from the model itself. */
+static mc_status calib_section(const cmp_calib_result *r,
+                               const cmp_tensor_plan *t, uint8_t *sec,
+                               int *done, mc_error *err)
+{
+    const cmp_calib_tensor *q;
+    const float *vals;
+    *done = calib_part(r, t, &q, &vals);
+    if (!*done)
+        return MC_OK;
+    if (q)
+        return copy_quantized(t, q, sec, err);
+    if (!vals)
+        return mc_fail(err, MC_ERR_NOT_FOUND, NULL, t->name, -1,
+                       "the calibration result has no values for '%s'",
+                       t->name);
+    return convert(t, vals, sec, err);
+}
+
+static json_t *tensor_json(const cmp_tensor_plan *t, size_t section,
+                           const cmp_calib_result *r)
 {
     json_t *shape = t->ndim == 2 ? json_pack("[I, I]", (json_int_t)t->rows,
                                              (json_int_t)t->cols)
                                  : json_pack("[I]", (json_int_t)t->cols);
-    return json_pack("{s:s, s:s, s:o, s:I, s:I, s:[I, I], s:[I, I], s:[I, I]}",
+    json_t *j = json_pack("{s:s, s:s, s:o, s:I, s:I, s:[I, I], s:[I, I], s:[I, I]}",
                      "name", t->name, "format", cmp_wformat_name(t->fmt),
                      "shape", shape, "group", (json_int_t)t->group, "section",
                      (json_int_t)section, "data", (json_int_t)t->data_off,
@@ -206,15 +281,73 @@ static json_t *tensor_json(const cmp_tensor_plan *t, size_t section)
                      (json_int_t)t->scale_off, (json_int_t)t->scale_bytes,
                      "zeros", (json_int_t)t->zero_off,
                      (json_int_t)t->zero_bytes);
+    const cmp_calib_tensor *c = NULL;
+    const float *vals;
+    if (j && calib_part(r, t, &c, &vals) && !c) {
+        uint32_t l = 0;
+        int slot;
+        if (cmp_compile_tensor_kind(t->name, &l, &slot) == CMP_TK_WEIGHT)
+            c = &r->t[(size_t)l * CMP_LIN_COUNT + (size_t)slot];
+    }
+    if (j && c &&
+        (json_object_set_new(j, "method",
+                             json_string(cmp_qmethod_name(c->method))) |
+         json_object_set_new(j, "err", json_real(c->err)) |
+         json_object_set_new(j, "err_rtn", json_real(c->err_rtn)) |
+         json_object_set_new(j, "alpha", json_real(c->alpha)))) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* The manifest's "calibration" object (see cmp_compile.h). */
+static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
+                          const cmp_plan_request *req)
+{
+    const cmp_calib_result *r = cs->r;
+    json_t *c = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "method",
+                          cmp_qmethod_name(o->method), "ids_xxh3",
+                          hexj(cs->calib_xxh3), "ids_bytes",
+                          (json_int_t)cs->calib_bytes, "sequences",
+                          (json_int_t)cs->ids->n_seqs, "heldout_sequences",
+                          (json_int_t)cs->heldout, "tokens",
+                          (json_int_t)r->calib_tokens, "group",
+                          (json_int_t)req->policy.group);
+    if (c && r->has_heldout) {
+        const cmp_eval_report *h = &r->heldout;
+        if (json_object_set_new(c, "heldout",
+                                json_pack("{s:f, s:f, s:f, s:f, s:f, s:I}",
+                                          "kld_mean", h->kld_mean, "kld_p99",
+                                          h->kld_p99, "top1", h->top1,
+                                          "ppl_ref", h->ppl_ref, "ppl", h->ppl,
+                                          "tokens", (json_int_t)h->tokens))) {
+            json_decref(c);
+            return NULL;
+        }
+    }
+    if (c && cs->is_auto &&
+        json_object_set_new(c, "auto",
+                            json_pack("{s:I, s:I, s:f}", "weights_bytes",
+                                      (json_int_t)cs->autoplan.weights_bytes,
+                                      "total_bytes",
+                                      (json_int_t)cs->autoplan.total_bytes,
+                                      "err_sum", cs->autoplan.err_sum))) {
+        json_decref(c);
+        return NULL;
+    }
+    return c;
 }
 
 static mc_status emit(source *s, const cmp_compile_opts *o,
+                      const cmp_plan_request *req, const cmp_calib_stage *cs,
                       const fmt_model_config *cfg, cmp_compile_report *rep,
                       mc_error *err)
 {
     cmp_tensor_plan *ts = NULL;
     size_t nt = 0;
-    mc_status st = cmp_plan_tensors(cfg, &o->req.policy, &ts, &nt, err);
+    const cmp_calib_result *cr = cs ? cs->r : NULL;
+    mc_status st = cmp_plan_tensors(cfg, &req->policy, &ts, &nt, err);
     if (st != MC_OK)
         return st;
     char tokpath[4096];
@@ -260,7 +393,7 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     for (size_t i = 0; i < nt && st == MC_OK; i++) {
         st = fmt_art_writer_add_section(w, ts[i].name, "tensor",
                                         ts[i].section_bytes, codec, err);
-        if (st == MC_OK && json_array_append_new(tj, tensor_json(&ts[i], i)))
+        if (st == MC_OK && json_array_append_new(tj, tensor_json(&ts[i], i, cr)))
             st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1,
                          "out of memory");
     }
@@ -281,15 +414,24 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     bad |= json_object_set_new(man, "tensors", tj);
     tj = NULL;
     bad |= json_object_set_new(man, "tokenizer", json_boolean(tok != NULL));
+    if (cr) {
+        json_t *calj = calib_json(cs, o, req);
+        bad |= !calj;
+        bad |= json_object_set_new(man, "calibration", calj ? calj : json_object());
+    }
     if (st == MC_OK && bad)
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
     if (st == MC_OK)
         st = fmt_art_writer_begin(w, man, err);
     for (size_t i = 0; i < nt && st == MC_OK; i++) {
         memset(sec, 0, (size_t)ts[i].section_bytes);
-        st = read_f32(s, &ts[i], wbuf, err);
-        if (st == MC_OK)
-            st = convert(&ts[i], wbuf, sec, err);
+        int done = 0;
+        st = calib_section(cr, &ts[i], sec, &done, err);
+        if (st == MC_OK && !done) {
+            st = read_f32(s, &ts[i], wbuf, err);
+            if (st == MC_OK)
+                st = convert(&ts[i], wbuf, sec, err);
+        }
         if (st == MC_OK)
             st = fmt_art_writer_write(w, sec, (size_t)ts[i].section_bytes, err);
     }
@@ -338,13 +480,42 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
             cfg.tie_word_embeddings = 0;
         rep->adapters = o->n_adapters;
     }
+    /* The calibrated path decides the linears' formats (auto) before the
+     * plan; req (and so the plan) then points at the stage's choice. */
+    cmp_plan_request req = o->req;
+    cmp_calib_stage cs;
+    memset(&cs, 0, sizeof cs);
+    int calib = o->calib || o->quant_auto;
+    if (st == MC_OK && calib)
+        st = cmp_calib_stage_run(o, &cfg, s.merge, &req, &cs, err);
     if (st == MC_OK) {
         rep->cfg = cfg;
-        st = cmp_plan_build(&cfg, &o->req, &rep->plan, err);
+        st = cmp_plan_build(&cfg, &req, &rep->plan, err);
     }
     if (st == MC_OK)
-        st = emit(&s, o, &cfg, rep, err);
+        st = emit(&s, o, &req, calib ? &cs : NULL, &cfg, rep, err);
+    if (st == MC_OK && calib) {
+        rep->calib = cs.r;
+        cs.r = NULL;
+        rep->calib_group = req.policy.group;
+        rep->calib_seqs = cs.ids->n_seqs;
+        rep->heldout_seqs = cs.heldout;
+        rep->auto_total_bytes = cs.is_auto ? cs.autoplan.total_bytes : 0;
+    }
+    /* the plan echoes req; its per-linear table dies with the stage */
+    rep->plan.req.policy.linear_fmt = NULL;
+    cmp_calib_stage_free(&cs);
+    if (!rep_out)
+        cmp_compile_report_release(rep);
     cmp_merge_close(s.merge);
     fmt_model_close(s.base);
     return st;
+}
+
+void cmp_compile_report_release(cmp_compile_report *rep)
+{
+    if (!rep)
+        return;
+    cmp_calib_result_free(rep->calib);
+    rep->calib = NULL;
 }

@@ -11,6 +11,20 @@
  *   cmp_plan_tensors -> for each: float32 values -> fmt_from_f32 (f32, f16,
  *   bf16) or cmp_quant_matrix (q8, q4) -> artifact section
  *   (+ tokenizer.json beside the model as section "tokenizer").
+ * With --calib (cmp_compile_calib.c): before planning, the float model
+ * (rt_model_open_hf; adapters merged in memory into float32 copies of the
+ * tensors they change) is calibrated with cmp_calib_run; the linears'
+ * sections are then its quantized buffers (or, kept float, its float32
+ * values as f16), and the layer norms and v/up biases its AWQ-folded
+ * vectors.  With --quant auto, cmp_auto_measure/cmp_auto_choose pick each
+ * linear's format first and the planner lists those formats
+ * (cmp_wpolicy.linear_fmt), so plan and artifact agree byte for byte.
+ * The manifest then also records, per linear, "method", "err", "err_rtn"
+ * and "alpha", and a "calibration" object (method, id file checksum,
+ * sequences, the held-out summary).  Memory on this path: the whole
+ * quantized result (about the artifact's linear bytes) is held until it is
+ * written, plus cmp_calib.h's calibration states, plus a float32 copy of
+ * every tensor an adapter changes.
  * The manifest holds the config, the plan (limits and every arena buffer's
  * offset and size), the tensors' formats and parts, and the provenance
  * (XXH3-64 of every input file, adapters and their weights, compiler
@@ -24,6 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cmp_calib.h"
 #include "cmp_merge.h"
 #include "cmp_plan.h"
 #include "fmt_config.h"
@@ -37,6 +52,21 @@ typedef struct cmp_compile_opts {
     cmp_plan_request req;              /* target, quant, limits, kv, ... */
     int compress;                      /* 1: zstd every section */
     int zstd_level;                    /* 0: 3 */
+    /* Calibrated quantization (cmp_calib.h).  With calib set, the linear
+     * layers are quantized by cmp_calib_run on the float model (the merged
+     * one when adapters are given) instead of plain RTN. */
+    const char *calib;                 /* token-id file (fmt_ids.h) or NULL */
+    cmp_qmethod method;                /* with calib (the CLI's default: best) */
+    int quant_auto;                    /* 1: --quant auto: per-linear int4 /
+                                          int8 / f16 chosen for the target
+                                          (needs calib, req.max_batch and
+                                          req.max_seq; req.policy.group is
+                                          the int4 group) */
+    int threads;                       /* calibration threads: 0 all CPUs,
+                                          1 the calling thread only (the
+                                          result does not depend on it) */
+    void (*progress)(void *ctx, const cmp_calib_progress *p); /* or NULL */
+    void *progress_ctx;
 } cmp_compile_opts;
 
 typedef struct cmp_compile_report {
@@ -47,7 +77,18 @@ typedef struct cmp_compile_report {
     uint64_t file_bytes;               /* artifact size */
     int tokenizer;                     /* 1 if tokenizer.json was embedded */
     size_t adapters;                   /* adapters merged */
+    /* Calibrated path only (else NULL / 0): */
+    cmp_calib_result *calib;           /* per-linear method and errors and
+                                          the held-out summary; owned: call
+                                          cmp_compile_report_release */
+    uint32_t calib_group;              /* int4 group of the result */
+    size_t calib_seqs;                 /* sequences in the id file */
+    size_t heldout_seqs;               /* of them held out for the summary */
+    uint64_t auto_total_bytes;         /* --quant auto: planned total */
 } cmp_compile_report;
+
+/* Release what a report owns (the calibration result); NULL is a no-op. */
+void cmp_compile_report_release(cmp_compile_report *rep);
 
 /* Compile o->model into o->out.  On MC_ERR_PLAN, rep->plan holds the
  * breakdown (fits = 0) and nothing is written.  rep may be NULL. */

@@ -2,6 +2,8 @@
  * KLD / top-1 / perplexity metrics (see cmp_eval.h). */
 #include "cmp_eval.h"
 
+#include "fmt_ids.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -322,92 +324,20 @@ done:
 mc_status cmp_ids_load(const char *path, int32_t **tok, size_t **off,
                        size_t *nseq, mc_error *err)
 {
+    /* One parser for id files (formats/fmt_ids.h); this keeps the flat
+     * arrays the calibration and eval code index. */
     *tok = NULL;
     *off = NULL;
     *nseq = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "cannot open: %s",
-                       strerror(errno));
-    size_t ntok = 0, captok = 0, ns = 0, capoff = 0;
-    int32_t *t = NULL;
-    size_t *o = NULL;
-    mc_status st = MC_OK;
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    long lineno = 0;
-    while ((len = getline(&line, &lcap, fp)) >= 0) {
-        lineno++;
-        size_t start = ntok;
-        char *p = line;
-        for (;;) {
-            while (*p == ' ' || *p == '\t' || *p == ',' || *p == '\r' || *p == '\n')
-                p++;
-            if (!*p)
-                break;
-            char *end;
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || v < 0 || v > INT32_MAX) {
-                char where[48];
-                snprintf(where, sizeof where, "line %ld", lineno);
-                st = mc_fail(err, MC_ERR_FORMAT, path, where, -1,
-                             "expected non-negative token ids separated by "
-                             "spaces or commas");
-                goto out;
-            }
-            if (ntok == captok) {
-                size_t nc = captok ? captok * 2 : 4096;
-                int32_t *nt = realloc(t, nc * sizeof *nt);
-                if (!nt) {
-                    st = mc_fail(err, MC_ERR_NOMEM, path, NULL, -1, "token ids");
-                    goto out;
-                }
-                t = nt;
-                captok = nc;
-            }
-            t[ntok++] = (int32_t)v;
-            p = end;
-        }
-        if (ntok == start)
-            continue;
-        if (ns + 2 > capoff) {
-            size_t nc = capoff ? capoff * 2 : 64;
-            size_t *no = realloc(o, nc * sizeof *no);
-            if (!no) {
-                st = mc_fail(err, MC_ERR_NOMEM, path, NULL, -1, "sequences");
-                goto out;
-            }
-            o = no;
-            capoff = nc;
-        }
-        o[ns] = start;
-        ns++;
-        o[ns] = ntok;
-    }
-    if (ns == 0) {
-        st = mc_fail(err, MC_ERR_FORMAT, path, NULL, -1, "no token ids in the file");
-        goto out;
-    }
-    /* Hand out mc_malloc'ed copies (the caller frees with mc_free). */
-    *tok = mc_malloc_array(ntok, sizeof(int32_t));
-    *off = mc_malloc_array(ns + 1, sizeof(size_t));
-    if (!*tok || !*off) {
-        mc_free(*tok);
-        mc_free(*off);
-        *tok = NULL;
-        *off = NULL;
-        st = mc_fail(err, MC_ERR_NOMEM, path, NULL, -1, "token ids");
-        goto out;
-    }
-    memcpy(*tok, t, ntok * sizeof(int32_t));
-    memcpy(*off, o, (ns + 1) * sizeof(size_t));
-    *nseq = ns;
-out:
-    free(line);
-    free(t);
-    free(o);
-    fclose(fp);
-    return st;
+    fmt_ids *f = NULL;
+    mc_status st = fmt_ids_load(path, 0, &f, err);
+    if (st != MC_OK)
+        return st;
+    *tok = f->ids;
+    *off = f->offsets;
+    *nseq = f->n_seqs;
+    f->ids = NULL;
+    f->offsets = NULL;
+    fmt_ids_free(f);
+    return MC_OK;
 }

@@ -92,8 +92,9 @@ mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
                           void *progress_ctx, cmp_eval_report *out,
                           mc_error *err);
 
-/* Parse a token-id file: one sequence per line, ids separated by spaces or
- * commas; blank lines skipped.  *tok and *off (nseq + 1 entries) are
+/* Read a token-id file with fmt_ids_load (formats/fmt_ids.h: one sequence
+ * per line, ids separated by spaces or tabs, '#' comment lines and blank
+ * lines skipped) into flat arrays: *tok and *off (nseq + 1 entries) are
  * mc_malloc'ed and owned by the caller.  Errors name the line. */
 mc_status cmp_ids_load(const char *path, int32_t **tok, size_t **off,
                        size_t *nseq, mc_error *err);

@@ -71,6 +71,7 @@ typedef struct tlist {
     const cmp_wpolicy *p;
     int tied;
     int ok;
+    size_t nlin;             /* linears added so far (index into linear_fmt) */
 } tlist;
 
 static void add(tlist *L, cmp_role role, int ndim, uint32_t rows,
@@ -103,6 +104,10 @@ static void add(tlist *L, cmp_role role, int ndim, uint32_t rows,
     t->rows = rows;
     t->cols = cols;
     t->fmt = role_format(L->p, role, L->tied);
+    if (role == CMP_ROLE_LINEAR && L->p->linear_fmt)
+        t->fmt = L->p->linear_fmt[L->nlin]; /* listed in slot order */
+    if (role == CMP_ROLE_LINEAR)
+        L->nlin++;
     t->group = (t->fmt == KN_W_Q4 || t->fmt == KN_W_Q4S) ? L->p->group : 0;
     t->data_bytes = kn_wformat_data_bytes(t->fmt, rows, cols);
     t->scale_bytes = kn_wformat_scale_bytes(t->fmt, rows, cols, t->group);
@@ -125,7 +130,7 @@ mc_status cmp_plan_tensors(const fmt_model_config *c, const cmp_wpolicy *p,
 {
     *out = NULL;
     *n = 0;
-    tlist L = {NULL, 0, 0, p, c->tie_word_embeddings, 1};
+    tlist L = {NULL, 0, 0, p, c->tie_word_embeddings, 1, 0};
     const uint32_t H = c->hidden_size, V = c->vocab_size,
                    F = c->intermediate_size;
     const uint32_t QD = (uint32_t)fmt_config_q_dim(c),

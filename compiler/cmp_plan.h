@@ -16,7 +16,8 @@
  * Which tensor gets which format is decided in ONE place,
  * cmp_plan_tensors(), used by plan and compile alike, so the planned weight
  * bytes are the compiled weight bytes:
- *   linear weights (q k v o gate up down)  the requested format
+ *   linear weights (q k v o gate up down)  the requested format, or
+ *                      policy.linear_fmt[layer][slot] when given (auto)
  *   embed_tokens       f32 for --quant f32, bf16 for bf16, else f16
  *   lm_head (untied)   q8 for int8/int4, else as embed_tokens
  *   norms and biases   f32 (small; the runtime reads them as float)
@@ -49,6 +50,10 @@ typedef struct cmp_wpolicy {
     char quant[8];           /* "f32", "f16", "bf16", "int8", "int4" */
     kn_wformat linear;       /* format of the linear layers */
     uint32_t group;          /* int4 group size (32, 64, 128) */
+    const kn_wformat *linear_fmt; /* optional, borrowed: per-linear format
+                                     [layers][7] in q k v o gate up down
+                                     order (--quant auto); NULL: `linear`
+                                     for every linear layer */
 } cmp_wpolicy;
 
 /* Parse --quant (and the int4 group, 0 = 128). */

@@ -1,0 +1,237 @@
+/* cmp_compile_calib.c - the calibrated path of cmp_compile (--calib,
+ * --quant auto): the float model the calibration sees (the LoRA merge
+ * applied in memory when adapters are given), the automatic per-linear
+ * precision, and cmp_calib_run.  See cmp_compile.h. */
+#include "cmp_compile_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fmt_artifact.h"
+#include "mc_alloc.h"
+
+static const char *const LIN_SUFFIX[CMP_LIN_COUNT] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+    "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+    "mlp.down_proj"};
+
+int cmp_compile_tensor_kind(const char *name, uint32_t *layer, int *slot)
+{
+    static const char pre[] = "model.layers.";
+    *slot = -1;
+    if (strncmp(name, pre, sizeof pre - 1) != 0)
+        return CMP_TK_OTHER;
+    const char *p = name + sizeof pre - 1;
+    uint32_t l = 0;
+    if (*p < '0' || *p > '9')
+        return CMP_TK_OTHER;
+    while (*p >= '0' && *p <= '9' && l < 100000000u)
+        l = l * 10 + (uint32_t)(*p++ - '0');
+    if (*p++ != '.')
+        return CMP_TK_OTHER;
+    *layer = l;
+    if (strcmp(p, "input_layernorm.weight") == 0)
+        return CMP_TK_ATTN_NORM;
+    if (strcmp(p, "post_attention_layernorm.weight") == 0)
+        return CMP_TK_MLP_NORM;
+    for (int s = 0; s < CMP_LIN_COUNT; s++) {
+        size_t n = strlen(LIN_SUFFIX[s]);
+        if (strncmp(p, LIN_SUFFIX[s], n) != 0)
+            continue;
+        *slot = s;
+        if (strcmp(p + n, ".weight") == 0)
+            return CMP_TK_WEIGHT;
+        if (strcmp(p + n, ".bias") == 0)
+            return CMP_TK_BIAS;
+    }
+    *slot = -1;
+    return CMP_TK_OTHER;
+}
+
+void cmp_calib_stage_free(cmp_calib_stage *s)
+{
+    if (!s)
+        return;
+    cmp_calib_result_free(s->r);
+    rt_model_free(s->m); /* before the merged buffers it points into */
+    for (size_t i = 0; i < s->n_merged; i++)
+        mc_free(s->merged[i]);
+    mc_free(s->merged);
+    fmt_ids_free(s->ids);
+    cmp_auto_free(&s->autoplan);
+    kn_pool_free(s->pool);
+    memset(s, 0, sizeof *s);
+}
+
+static kn_matrix *block_matrix(kn_block_weights *w, int slot)
+{
+    kn_matrix *m[CMP_LIN_COUNT] = {&w->wq, &w->wk, &w->wv, &w->wo,
+                                   &w->w_gate, &w->w_up, &w->w_down};
+    return m[slot];
+}
+
+static const float **block_bias(kn_block_weights *w, int slot)
+{
+    const float **b[CMP_LIN_COUNT] = {&w->bq, &w->bk, &w->bv, &w->bo,
+                                      &w->b_gate, &w->b_up, &w->b_down};
+    return b[slot];
+}
+
+/* Point every tensor of m that an adapter changes at its merged float32
+ * values (kept in s->merged), so the calibration sees the merged model.
+ * The merge's config (an untied lm_head) is applied too. */
+static mc_status apply_merge(cmp_calib_stage *s, cmp_merge *merge,
+                             const fmt_model_config *cfg, mc_error *err)
+{
+    rt_model *m = s->m;
+    size_t n = cmp_merge_tensor_count(merge);
+    s->merged = mc_calloc(n ? n : 1, sizeof *s->merged);
+    if (!s->merged)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "merged model");
+    if (cmp_merge_unties_lm_head(merge))
+        m->cfg.tie_word_embeddings = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = cmp_merge_tensor_name(merge, i);
+        fmt_dtype dt;
+        int ndim, touched = 0;
+        uint64_t shape[FMT_ST_MAX_DIMS];
+        if (!cmp_merge_tensor_info(merge, name, &dt, &ndim, shape, &touched))
+            continue;
+        int untie = strcmp(name, "lm_head.weight") == 0 &&
+                    cmp_merge_unties_lm_head(merge);
+        if (!touched && !untie)
+            continue;
+        uint64_t ne = 1;
+        for (int d = 0; d < ndim; d++)
+            ne *= shape[d];
+        kn_matrix *mat = NULL;
+        const float **vec = NULL;
+        uint32_t layer = 0;
+        int slot, kind = cmp_compile_tensor_kind(name, &layer, &slot);
+        if (kind != CMP_TK_OTHER && layer >= cfg->num_layers)
+            continue; /* not part of the compiled model */
+        kn_block_weights *w = kind != CMP_TK_OTHER ? &m->layers[layer].w : NULL;
+        if (strcmp(name, "model.embed_tokens.weight") == 0)
+            mat = &m->embed;
+        else if (strcmp(name, "lm_head.weight") == 0)
+            mat = &m->lm_head;
+        else if (strcmp(name, "model.norm.weight") == 0)
+            vec = &m->final_norm;
+        else if (kind == CMP_TK_WEIGHT)
+            mat = block_matrix(w, slot);
+        else if (kind == CMP_TK_BIAS)
+            vec = block_bias(w, slot);
+        else if (kind == CMP_TK_ATTN_NORM)
+            vec = &w->attn_norm;
+        else if (kind == CMP_TK_MLP_NORM)
+            vec = &w->mlp_norm;
+        if ((!mat && !vec) || (vec && !*vec))
+            continue; /* a tensor the compiled model does not use (e.g. a
+                         bias its config has not) */
+        if (mat && (ndim != 2 || shape[0] != mat->rows || shape[1] != mat->cols))
+            return mc_fail(err, MC_ERR_SHAPE, NULL, name, -1,
+                           "merged tensor '%s' does not match the model's "
+                           "shape [%u, %u]", name, mat->rows, mat->cols);
+        float *buf = mc_malloc_array((size_t)ne, sizeof(float));
+        if (!buf)
+            return mc_fail(err, MC_ERR_NOMEM, NULL, name, -1,
+                           "merged float32 copy of '%s'", name);
+        s->merged[s->n_merged++] = buf;
+        mc_status st = cmp_merge_tensor_f32(merge, name, buf, err);
+        if (st != MC_OK)
+            return st;
+        if (mat) {
+            kn_matrix f = {KN_W_F32, mat->rows, mat->cols, buf, NULL, NULL, 0};
+            *mat = f;
+        } else {
+            *vec = buf;
+        }
+    }
+    if (m->cfg.tie_word_embeddings)
+        m->lm_head = m->embed; /* a merged embedding is the output layer too */
+    return MC_OK;
+}
+
+/* Bytes of every tensor that is not a linear layer, as compiled. */
+static mc_status other_bytes(const fmt_model_config *cfg, const cmp_wpolicy *p,
+                             uint64_t *out, mc_error *err)
+{
+    cmp_tensor_plan *t = NULL;
+    size_t n = 0;
+    mc_status st = cmp_plan_tensors(cfg, p, &t, &n, err);
+    if (st != MC_OK)
+        return st;
+    *out = 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i].role != CMP_ROLE_LINEAR)
+            *out += t[i].data_bytes + t[i].scale_bytes + t[i].zero_bytes;
+    mc_free(t);
+    return MC_OK;
+}
+
+mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
+                              const fmt_model_config *cfg, cmp_merge *merge,
+                              cmp_plan_request *req, cmp_calib_stage *s,
+                              mc_error *err)
+{
+    memset(s, 0, sizeof *s);
+    if (!o->calib)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib", -1,
+                       "--quant auto needs calibration ids: --calib FILE");
+    kn_wformat lin = req->policy.linear;
+    if (!o->quant_auto && !cmp_quant_is_quantized(lin))
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib", -1,
+                       "--calib quantizes the linear layers: use it with "
+                       "--quant int8, int4 or auto (not %s)",
+                       req->policy.quant);
+    if (o->quant_auto && (!req->max_batch || !req->max_seq))
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--quant", -1,
+                       "--quant auto needs --max-batch and --max-seq (the "
+                       "budget is the weights plus their KV cache)");
+    struct stat sb;
+    mc_status st = fmt_ids_load(o->calib, cfg->vocab_size, &s->ids, err);
+    if (st == MC_OK && stat(o->calib, &sb) == 0)
+        s->calib_bytes = (uint64_t)sb.st_size;
+    if (st == MC_OK)
+        st = fmt_art_file_xxh3(o->calib, &s->calib_xxh3, err);
+    if (st == MC_OK)
+        st = rt_model_open_hf(o->model, &s->m, err);
+    if (st == MC_OK && merge)
+        st = apply_merge(s, merge, cfg, err);
+    if (st != MC_OK)
+        return st;
+    if (o->threads != 1 && !(s->pool = kn_pool_create(o->threads)))
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "thread pool");
+    size_t nseq = s->ids->n_seqs;
+    s->heldout = nseq >= 2 ? (nseq / 10 ? nseq / 10 : 1) : 0;
+    size_t ncal = nseq - s->heldout;
+    const int32_t *tok = s->ids->ids;
+    const size_t *off = s->ids->offsets;
+    if (o->quant_auto) {
+        uint32_t group = req->policy.group ? req->policy.group : 128;
+        if ((st = cmp_wpolicy_parse("int4", group, &req->policy, err)) != MC_OK)
+            return st;
+        uint64_t other;
+        if ((st = other_bytes(cfg, &req->policy, &other, err)) != MC_OK ||
+            (st = cmp_auto_measure(s->m, tok, off, ncal, group, s->pool,
+                                   &s->autoplan, err)) != MC_OK)
+            return st;
+        s->is_auto = 1;
+        if ((st = cmp_auto_choose(&s->autoplan, cfg, req, other, err)) != MC_OK)
+            return st;
+        snprintf(req->policy.quant, sizeof req->policy.quant, "auto");
+        req->policy.linear_fmt = s->autoplan.tensor_fmt;
+    }
+    cmp_calib_opts co;
+    memset(&co, 0, sizeof co);
+    co.fmt = req->policy.linear;
+    co.group = req->policy.group;
+    co.method = o->method;
+    co.tensor_fmt = req->policy.linear_fmt;
+    co.heldout = s->heldout;
+    co.pool = s->pool;
+    co.progress = o->progress;
+    co.progress_ctx = o->progress_ctx;
+    return cmp_calib_run(s->m, tok, off, nseq, &co, &s->r, err);
+}

@@ -1,0 +1,50 @@
+/*
+ * cmp_compile_internal.h - pieces shared by cmp_compile.c (planning and
+ * writing the artifact) and cmp_compile_calib.c (the calibrated path:
+ * --calib, --quant auto).  Not a public API.
+ */
+#ifndef CMP_COMPILE_INTERNAL_H
+#define CMP_COMPILE_INTERNAL_H
+
+#include "cmp_auto.h"
+#include "cmp_calib.h"
+#include "cmp_compile.h"
+#include "fmt_ids.h"
+#include "rt_model.h"
+
+/* What a tensor name is inside a block: a linear's weight (slot
+ * CMP_LIN_*), its bias, or one of the two norms. */
+enum { CMP_TK_OTHER = -1, CMP_TK_WEIGHT = 0, CMP_TK_BIAS = 1,
+       CMP_TK_ATTN_NORM = 2, CMP_TK_MLP_NORM = 3 };
+
+/* Classify "model.layers.L.<...>": returns CMP_TK_* and fills *layer and
+ * *slot (CMP_LIN_* for weights and biases).  CMP_TK_OTHER for anything
+ * outside the blocks (embed, final norm, lm_head) or unknown. */
+int cmp_compile_tensor_kind(const char *name, uint32_t *layer, int *slot);
+
+/* State of the calibrated path, owned by cmp_compile(). */
+typedef struct cmp_calib_stage {
+    rt_model *m;             /* float model calibrated (owned) */
+    float **merged;          /* [n_merged] merged tensors m points into */
+    size_t n_merged;
+    fmt_ids *ids;            /* calibration sequences (owned) */
+    int is_auto;             /* 1: autoplan holds the per-linear choice */
+    cmp_auto_plan autoplan;  /* owned */
+    kn_pool *pool;           /* owned, may be NULL */
+    cmp_calib_result *r;     /* owned until moved into the report */
+    size_t heldout;          /* last sequences kept out for the summary */
+    uint64_t calib_xxh3;     /* of the id file, for the provenance */
+    uint64_t calib_bytes;
+} cmp_calib_stage;
+
+/* Open the float model (merged through merge when it is not NULL), load
+ * the id file, for --quant auto measure and choose the formats (req's
+ * policy then gets quant "auto" and linear_fmt = the choice; req must
+ * outlive s), and calibrate.  cfg is the config being compiled. */
+mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
+                              const fmt_model_config *cfg, cmp_merge *merge,
+                              cmp_plan_request *req, cmp_calib_stage *s,
+                              mc_error *err);
+void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */
+
+#endif /* CMP_COMPILE_INTERNAL_H */

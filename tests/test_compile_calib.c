@@ -1,0 +1,446 @@
+/* test_compile_calib.c - `mcompile MODEL --quant int8|int4|auto --calib FILE
+ * [--method M]`: the calibrated artifact opens, verifies and runs; its
+ * manifest records each linear's method and errors; adapters are merged
+ * before calibration; --quant auto fits its target with mixed formats; on
+ * stories260k the calibrated int4 g32 artifact has a lower KLD than RTN;
+ * a failed allocation anywhere in the calibrated compile is an error, never
+ * a crash or a leak (ASan). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmp_compile.h"
+#include "mc_alloc.h"
+#include "testutil.h"
+
+static char *g_dir;
+static char *g_ids; /* 10 sequences of 24 ids < 256 */
+
+static int setup(void **state)
+{
+    (void)state;
+    g_dir = tu_mkdtemp("calib");
+    g_ids = tu_fmt("%s/ids.txt", g_dir);
+    char text[4096];
+    size_t n = 0;
+    uint32_t x = 12345;
+    for (int s = 0; s < 10; s++) {
+        for (int i = 0; i < 24; i++) {
+            x = x * 1103515245u + 12345u;
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s%u",
+                                  i ? " " : "", (x >> 16) % 256u);
+        }
+        text[n++] = '\n';
+    }
+    assert_int_equal(tu_write_file(g_ids, text, n), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_rmtree(g_dir);
+    free(g_dir);
+    free(g_ids);
+    return 0;
+}
+
+/* `mcompile inspect ART --verify --json`: verified, returns the manifest. */
+static json_t *inspect_manifest(const char *art)
+{
+    char *out = NULL, *cmd = tu_fmt("%s/mcompile inspect %s --verify --json",
+                                    MC_BIN_DIR, art);
+    assert_int_equal(tu_run(cmd, &out, NULL), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    assert_true(json_is_true(json_object_get(j, "verified")));
+    json_t *m = json_incref(json_object_get(j, "manifest"));
+    assert_non_null(m);
+    json_decref(j);
+    free(out);
+    free(cmd);
+    return m;
+}
+
+/* `mcompile eval ART --ref REF --tokens IDS --json`'s kld_mean. */
+static double eval_kld(const char *art, const char *ref, const char *ids)
+{
+    char *out = NULL, *err = NULL;
+    char *cmd = tu_fmt("%s/mcompile eval %s --ref %s --tokens %s --json",
+                       MC_BIN_DIR, art, ref, ids);
+    int rc = tu_run(cmd, &out, &err);
+    if (rc != 0)
+        fail_msg("eval failed (%d): %s", rc, err);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    double k = json_number_value(json_object_get(j, "kld_mean"));
+    json_decref(j);
+    free(out);
+    free(err);
+    free(cmd);
+    return k;
+}
+
+static void compile_ok(const char *args)
+{
+    char *err = NULL, *cmd = tu_fmt("%s/mcompile %s -q", MC_BIN_DIR, args);
+    int rc = tu_run(cmd, NULL, &err);
+    if (rc != 0)
+        fail_msg("mcompile %s failed (%d): %s", args, rc, err);
+    free(err);
+    free(cmd);
+}
+
+/* Every linear records method/err/err_rtn/alpha; returns how many linears
+ * have each format in fmts[] ("q4", "q8", "f16"). */
+static size_t check_linears(const json_t *man, size_t counts[3])
+{
+    static const char *const fmts[3] = {"q4", "q8", "f16"};
+    const json_t *ts = json_object_get(man, "tensors");
+    size_t n = 0, i;
+    json_t *t;
+    counts[0] = counts[1] = counts[2] = 0;
+    json_array_foreach(ts, i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (!strstr(name, "_proj.weight"))
+            continue;
+        n++;
+        assert_true(json_is_string(json_object_get(t, "method")));
+        assert_true(json_is_number(json_object_get(t, "err")));
+        assert_true(json_is_number(json_object_get(t, "err_rtn")));
+        assert_true(json_is_number(json_object_get(t, "alpha")));
+        double e = json_number_value(json_object_get(t, "err"));
+        assert_true(e >= 0.0 && e < 1.0);
+        const char *f = json_string_value(json_object_get(t, "format"));
+        for (int k = 0; k < 3; k++)
+            if (strcmp(f, fmts[k]) == 0)
+                counts[k]++;
+    }
+    return n;
+}
+
+static void test_compile_calib_int8_fixtures_verify_run_and_record(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"llama", "qwen2"};
+    for (size_t m = 0; m < 2; m++) {
+        char *model = tu_fmt("%s/%s", MC_FIXTURE_DIR, models[m]);
+        char *art = tu_fmt("%s/%s-c8.mca", g_dir, models[m]);
+        char *args = tu_fmt("%s --target 64MiB --quant int8 --calib %s -o %s",
+                            model, g_ids, art);
+        compile_ok(args);
+        json_t *man = inspect_manifest(art);
+        size_t c[3];
+        size_t n = check_linears(man, c);
+        assert_true(n > 0);
+        assert_int_equal(c[1], n); /* all int8 */
+        const json_t *cal = json_object_get(man, "calibration");
+        assert_non_null(cal);
+        assert_string_equal(json_string_value(json_object_get(cal, "method")),
+                            "best");
+        assert_int_equal(json_integer_value(json_object_get(cal, "sequences")),
+                         10);
+        assert_int_equal(
+            json_integer_value(json_object_get(cal, "heldout_sequences")), 1);
+        assert_true(json_is_number(
+            json_object_get(json_object_get(cal, "heldout"), "kld_mean")));
+        json_decref(man);
+        char *err = NULL;
+        char *cmd = tu_fmt("%s/mrun %s --tokens 1 --max-new-tokens 4 -q",
+                           MC_BIN_DIR, art);
+        int rc = tu_run(cmd, NULL, &err);
+        if (rc != 0)
+            fail_msg("mrun %s failed (%d): %s", art, rc, err);
+        free(err);
+        free(cmd);
+        free(args);
+        free(art);
+        free(model);
+    }
+    /* a named method is recorded as asked */
+    char *art = tu_fmt("%s/llama-gptq.mca", g_dir);
+    char *args = tu_fmt("%s/llama --target 64MiB --quant int4 --group 32 "
+                        "--calib %s --method gptq -o %s", MC_FIXTURE_DIR,
+                        g_ids, art);
+    compile_ok(args);
+    json_t *man = inspect_manifest(art);
+    size_t c[3];
+    size_t n4 = check_linears(man, c);
+    assert_int_equal(n4, c[0]); /* all int4 */
+    json_t *t = json_array_get(json_object_get(man, "tensors"), 2);
+    assert_string_equal(json_string_value(json_object_get(t, "method")), "gptq");
+    json_decref(man);
+    free(args);
+    free(art);
+}
+
+/* The calibration quantizes the MERGED weights: the artifact matches the
+ * merged model (small KLD) and not the base. */
+static void test_compile_calib_with_lora_calibrates_merged_weights(void **state)
+{
+    (void)state;
+    char *merged = tu_fmt("%s/merged", g_dir);
+    char *cmd = tu_fmt("%s/mcompile merge %s/llama --lora %s/adapters/"
+                       "llama-plain -o %s -q", MC_BIN_DIR, MC_FIXTURE_DIR,
+                       MC_FIXTURE_DIR, merged);
+    assert_int_equal(tu_run(cmd, NULL, NULL), 0);
+    char *art = tu_fmt("%s/lora-c8.mca", g_dir);
+    char *args = tu_fmt("%s/llama --lora %s/adapters/llama-plain --target "
+                        "64MiB --quant int8 --calib %s -o %s", MC_FIXTURE_DIR,
+                        MC_FIXTURE_DIR, g_ids, art);
+    compile_ok(args);
+    char *base = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    double k_merged = eval_kld(art, merged, g_ids);
+    double k_base = eval_kld(art, base, g_ids);
+    printf("lora int8 calibrated: KLD vs merged %.6f, vs base %.6f\n",
+           k_merged, k_base);
+    assert_true(k_merged < 0.01);
+    assert_true(k_merged * 20 < k_base);
+    free(base);
+    free(args);
+    free(art);
+    free(cmd);
+    free(merged);
+}
+
+static void test_compile_auto_fits_target_and_mixes_formats(void **state)
+{
+    (void)state;
+    /* llama fixture at batch 1 x 64: int4 everywhere needs 324544 bytes,
+     * int8 399808, f16 570304; 370000 forces a mix of int4 and int8. */
+    static const uint64_t targets[] = {370000, 480000};
+    for (size_t k = 0; k < 2; k++) {
+        char *art = tu_fmt("%s/auto%zu.mca", g_dir, k);
+        char *args = tu_fmt("%s/llama --target %llu --quant auto --group 32 "
+                            "--max-batch 1 --max-seq 64 --calib %s -o %s",
+                            MC_FIXTURE_DIR, (unsigned long long)targets[k],
+                            g_ids, art);
+        compile_ok(args);
+        json_t *man = inspect_manifest(art);
+        const json_t *plan = json_object_get(man, "plan");
+        uint64_t total =
+            (uint64_t)json_integer_value(json_object_get(plan, "total_bytes"));
+        assert_true(total > 0 && total <= targets[k]);
+        assert_string_equal(json_string_value(json_object_get(plan, "quant")),
+                            "auto");
+        /* the plan's weight bytes are the sections' parts, byte for byte */
+        uint64_t sum = 0;
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(man, "tensors"), i, t) {
+            static const char *const parts[] = {"data", "scales", "zeros"};
+            for (int p = 0; p < 3; p++)
+                sum += (uint64_t)json_integer_value(
+                    json_array_get(json_object_get(t, parts[p]), 1));
+        }
+        assert_int_equal(sum, (uint64_t)json_integer_value(
+                                  json_object_get(plan, "weights_bytes")));
+        size_t c[3];
+        size_t n = check_linears(man, c);
+        int kinds = (c[0] > 0) + (c[1] > 0) + (c[2] > 0);
+        printf("auto target %llu: q4 %zu, q8 %zu, f16 %zu of %zu; total %llu\n",
+               (unsigned long long)targets[k], c[0], c[1], c[2], n,
+               (unsigned long long)total);
+        assert_true(kinds >= 2);
+        assert_int_equal(c[0] + c[1] + c[2], n);
+        json_decref(man);
+        char *err = NULL;
+        char *cmd = tu_fmt("%s/mrun %s --tokens 1 --max-new-tokens 4 -q",
+                           MC_BIN_DIR, art);
+        int rc = tu_run(cmd, NULL, &err);
+        if (rc != 0)
+            fail_msg("mrun %s failed (%d): %s", art, rc, err);
+        free(err);
+        free(cmd);
+        free(args);
+        free(art);
+    }
+    /* a target below int4 everywhere is refused */
+    char *cmd = tu_fmt("%s/mcompile %s/llama --target 300000 --quant auto "
+                       "--max-batch 1 --max-seq 64 --calib %s -o %s/x.mca",
+                       MC_BIN_DIR, MC_FIXTURE_DIR, g_ids, g_dir);
+    char *err = NULL;
+    assert_int_equal(tu_run(cmd, NULL, &err), 1);
+    assert_non_null(strstr(err, "int4"));
+    free(err);
+    free(cmd);
+}
+
+static void test_compile_calib_usage_errors_exit_2(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "--target 64MiB --quant auto --max-batch 1 --max-seq 64", /* no calib */
+        "--target 64MiB --quant auto --calib IDS",     /* no batch / seq */
+        "--target 64MiB --quant f16 --calib IDS",      /* nothing to quantize */
+        "--target 64MiB --quant int8 --method gptq",   /* method, no calib */
+        "--target 64MiB --quant int8 --calib IDS --method nope",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char opts[256];
+        const char *p = strstr(bad[i], "IDS");
+        if (p)
+            snprintf(opts, sizeof opts, "%.*s%s%s", (int)(p - bad[i]), bad[i],
+                     g_ids, p + 3);
+        else
+            snprintf(opts, sizeof opts, "%s", bad[i]);
+        char *cmd = tu_fmt("%s/mcompile %s/llama %s -o %s/u.mca", MC_BIN_DIR,
+                           MC_FIXTURE_DIR, opts, g_dir);
+        char *err = NULL;
+        int rc = tu_run(cmd, NULL, &err);
+        if (rc != 2)
+            fail_msg("'%s' exited %d, not 2: %s", opts, rc, err);
+        free(err);
+        free(cmd);
+    }
+    /* ids out of the vocabulary: a format error naming the file */
+    char *ids = tu_fmt("%s/big.ids", g_dir);
+    assert_int_equal(tu_write_file(ids, "1 2 300\n", 8), 0);
+    char *cmd = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int8 "
+                       "--calib %s -o %s/u.mca", MC_BIN_DIR, MC_FIXTURE_DIR,
+                       ids, g_dir);
+    char *err = NULL;
+    assert_int_equal(tu_run(cmd, NULL, &err), 1);
+    assert_non_null(strstr(err, "big.ids"));
+    free(err);
+    free(cmd);
+    free(ids);
+}
+
+/* First n lines of src into dst. */
+static void head_lines(const char *src, const char *dst, int n)
+{
+    char *s = tu_read_file(src, NULL);
+    assert_non_null(s);
+    char *p = s;
+    for (int i = 0; i < n && p; i++) {
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    size_t len = p ? (size_t)(p - s) : strlen(s);
+    assert_int_equal(tu_write_file(dst, s, len), 0);
+    free(s);
+}
+
+static void test_compile_calib_lowers_kld_on_stories_int4_g32(void **state)
+{
+    (void)state;
+    const char *sd = tu_stories_dir();
+    TU_SKIP_IF(!sd, "stories260k absent (../shared/models/stories260k)");
+    TU_SKIP_IF(getenv("MC_UNDER_SANITIZER") != NULL,
+               "stories260k calibration skipped under the sanitizer (time)");
+    char *calib_src = tu_fmt("%s/reference/calib_64x256.ids", sd);
+    char *eval_src = tu_fmt("%s/reference/eval_64x256.ids", sd);
+    char *calib = tu_fmt("%s/calib9.ids", g_dir);
+    char *eval = tu_fmt("%s/eval8.ids", g_dir);
+    head_lines(calib_src, calib, 9); /* 8 calibrate, 1 held out */
+    head_lines(eval_src, eval, 8);
+    char *rtn = tu_fmt("%s/s-rtn.mca", g_dir);
+    char *cal = tu_fmt("%s/s-cal.mca", g_dir);
+    char *a1 = tu_fmt("%s --target 64MiB --quant int4 --group 32 -o %s", sd,
+                      rtn);
+    char *a2 = tu_fmt("%s --target 64MiB --quant int4 --group 32 --calib %s "
+                      "-o %s", sd, calib, cal);
+    compile_ok(a1);
+    compile_ok(a2);
+    double k_rtn = eval_kld(rtn, sd, eval), k_cal = eval_kld(cal, sd, eval);
+    printf("stories260k int4 g32 KLD on 8 held-out sequences: rtn %.5f, "
+           "calibrated %.5f\n", k_rtn, k_cal);
+    assert_true(k_cal < k_rtn);
+    free(a1);
+    free(a2);
+    free(rtn);
+    free(cal);
+    free(calib);
+    free(eval);
+    free(calib_src);
+    free(eval_src);
+}
+
+/* In-process cmp_compile with calibration (merged LoRA, or auto). */
+static mc_status compile_calib_inproc(int use_auto, const char *ids,
+                                      const char *out)
+{
+    char *model = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    char *ad = tu_fmt("%s/adapters/llama-plain", MC_FIXTURE_DIR);
+    cmp_adapter_spec spec = {ad, 1.0};
+    cmp_compile_opts o;
+    memset(&o, 0, sizeof o);
+    cmp_plan_request_default(&o.req);
+    mc_status st = cmp_wpolicy_parse("int4", 32, &o.req.policy, NULL);
+    o.req.max_batch = 1;
+    o.req.max_seq = 64;
+    o.req.target_bytes = use_auto ? 370000 : 64ull << 20;
+    o.model = model;
+    o.out = out;
+    o.calib = ids;
+    o.method = CMP_QM_RTN; /* the compile's own paths (stage, merge, auto,
+                              emit) at a fraction of best's time */
+    o.quant_auto = use_auto;
+    o.threads = 1;
+    if (!use_auto) {
+        o.adapters = &spec;
+        o.n_adapters = 1;
+    }
+    mc_error err;
+    if (st == MC_OK)
+        st = cmp_compile(&o, NULL, &err);
+    free(ad);
+    free(model);
+    return st;
+}
+
+static void test_compile_calib_survives_every_failed_allocation(void **state)
+{
+    (void)state;
+    char *ids = tu_fmt("%s/small.ids", g_dir);
+    const char *txt = "1 5 9 200 17 3 44 81\n2 6 10 100 7 30 4 8\n"
+                      "3 7 11 12 13 14 15 16\n";
+    assert_int_equal(tu_write_file(ids, txt, strlen(txt)), 0);
+    char *out = tu_fmt("%s/chaos.mca", g_dir);
+    for (int use_auto = 0; use_auto < 2; use_auto++) {
+        mc_alloc_fail_after(-1);
+        mc_alloc_reset_count();
+        assert_int_equal(compile_calib_inproc(use_auto, ids, out), MC_OK);
+        uint64_t count = mc_alloc_count();
+        assert_true(count > 10);
+        printf("calibrated compile (auto %d): %llu allocations\n", use_auto,
+               (unsigned long long)count);
+        /* the first 8 (opening), then an even spread (time) */
+        uint64_t points = getenv("MC_UNDER_SANITIZER") ? 24 : 48;
+        uint64_t step = count > points ? count / points : 1;
+        for (uint64_t k = 0; k < count; k += k < 8 ? 1 : step) {
+            mc_alloc_fail_after((long)k);
+            mc_status st = compile_calib_inproc(use_auto, ids, out);
+            int injected = mc_alloc_failure_injected();
+            mc_alloc_fail_after(-1);
+            if (injected && st == MC_OK)
+                fail_msg("allocation %llu of %llu failed but compile "
+                         "returned OK (auto %d)", (unsigned long long)k,
+                         (unsigned long long)count, use_auto);
+        }
+    }
+    free(out);
+    free(ids);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compile_calib_int8_fixtures_verify_run_and_record),
+        cmocka_unit_test(test_compile_calib_with_lora_calibrates_merged_weights),
+        cmocka_unit_test(test_compile_auto_fits_target_and_mixes_formats),
+        cmocka_unit_test(test_compile_calib_usage_errors_exit_2),
+        cmocka_unit_test(test_compile_calib_survives_every_failed_allocation),
+        cmocka_unit_test(test_compile_calib_lowers_kld_on_stories_int4_g32),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
