@@ -67,6 +67,18 @@ typedef struct calib_prog {
     double last;     /* last print, seconds */
 } calib_prog;
 
+/* "13.49 GiB", "4.6 MiB", "386.3 KiB": readable at every model size. */
+static const char *human_size(uint64_t b, char *buf, size_t n)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, n, "%.2f GiB", (double)b / GIB);
+    else if (b >= (1ull << 20))
+        snprintf(buf, n, "%.1f MiB", (double)b / (1 << 20));
+    else
+        snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
+    return buf;
+}
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -268,7 +280,9 @@ int cmp_cli_compile(int argc, char **argv)
     cmp_compile_report rep;
     mc_error err;
     mc_error_clear(&err);
+    double t0 = mono_s();
     mc_status s = cmp_compile(&o, &rep, &err);
+    double seconds = mono_s() - t0;
     rc = s == MC_OK ? 0 : 1;
     if (s == MC_ERR_PLAN && rep.plan.total_bytes) {
         char bd[256];
@@ -306,6 +320,7 @@ int cmp_cli_compile(int argc, char **argv)
                             json_integer((json_int_t)rep.weights_bytes));
         json_object_set_new(j, "tokenizer", json_boolean(rep.tokenizer));
         json_object_set_new(j, "adapters", json_integer((json_int_t)rep.adapters));
+        json_object_set_new(j, "seconds", json_real(seconds));
         if (rep.plan.total_bytes)
             json_object_set_new(j, "plan", cmp_plan_to_json(&rep.plan));
         char *t = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -318,16 +333,19 @@ int cmp_cli_compile(int argc, char **argv)
             cmp_cli_print_plan(stdout, &rep.cfg, &rep.plan);
         if (rep.calib)
             print_calib(stdout, &rep);
-        printf("wrote %s: %zu tensors, weights %.2f GiB (%llu bytes), file "
+        char hw[32], ht[32], hg[32];
+        printf("wrote %s: %zu tensors, weights %s (%llu bytes), file "
                "%llu bytes%s%s; plan batch %u x context %llu, arena %llu "
-               "bytes, total %.2f GiB of %.2f GiB\n", o.out, rep.tensors,
-               rep.weights_bytes / GIB, (unsigned long long)rep.weights_bytes,
+               "bytes, total %s of %s; %.2f s\n", o.out, rep.tensors,
+               human_size(rep.weights_bytes, hw, sizeof hw),
+               (unsigned long long)rep.weights_bytes,
                (unsigned long long)rep.file_bytes,
                rep.tokenizer ? ", tokenizer" : "",
                o.compress ? ", zstd" : "", rep.plan.limits.max_batch,
                (unsigned long long)rep.plan.limits.max_seq,
                (unsigned long long)rep.plan.arena_bytes,
-               rep.plan.total_bytes / GIB, rep.plan.target_bytes / GIB);
+               human_size(rep.plan.total_bytes, ht, sizeof ht),
+               human_size(rep.plan.target_bytes, hg, sizeof hg), seconds);
     }
     cmp_compile_report_release(&rep);
 done:

@@ -17,6 +17,10 @@ static void inspect_usage(FILE *out)
             "  Every open checks magic, version, header/manifest/table\n"
             "  checksums and the section table; --verify also checks every\n"
             "  section's checksum (and decompresses zstd sections).\n"
+            "  --verify         check every section's checksum\n"
+            "  --json           one JSON object on stdout\n"
+            "  -q, -v           accepted for symmetry (the report is the output)\n"
+            "  -h, --help       this text\n"
             "exit: 0 ok, 1 damaged or unreadable, 2 usage\n");
 }
 

@@ -34,6 +34,8 @@ static void plan_usage(FILE *out)
         "  --svg FILE       also draw the plan (budget bars per format and the\n"
         "                   batch x context frontier) as an SVG picture\n"
         "  --json           one JSON object on stdout\n"
+        "  -q, -v           accepted for symmetry (the plan is the output)\n"
+        "  -h, --help       this text\n"
         "exit: 0 fits, 1 does not fit (breakdown on stderr) or error, 2 usage\n");
 }
 
