@@ -3,6 +3,7 @@
 #include "kn_ops.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -39,7 +40,10 @@ int kn_cpu_has_avx2(void)
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        v = detect_avx2_fma_f16c();
+        /* MC_NO_AVX2=1 in the environment: use the scalar kernels (to
+         * compare numerics, or on a CPU that misreports its features). */
+        const char *off = getenv("MC_NO_AVX2");
+        v = off && *off && *off != '0' ? 0 : detect_avx2_fma_f16c();
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;

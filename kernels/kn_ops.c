@@ -253,14 +253,14 @@ static void attend_scalar(const kn_kv *kv, const float *q, int64_t p,
     uint32_t hd = kv->head_dim;
     int64_t first = kn_attn_first(p, window);
     size_t n = (size_t)(p - first + 1);
-    float scale = 1.0f / sqrtf((float)hd);
+    float root = sqrtf((float)hd); /* divide, as the AVX2 path does */
     float mx = -INFINITY;
     for (size_t j = 0; j < n; j++) {
         uint64_t slot = (uint64_t)(first + (int64_t)j) % kv->cap;
         float s = 0.0f;
         for (uint32_t d = 0; d < hd; d++)
             s += q[d] * kn_kv_at(kv, kv->k, kv->k_scale, slot, kvh, d);
-        sc[j] = s * scale;
+        sc[j] = s / root;
         mx = sc[j] > mx ? sc[j] : mx;
     }
     float sum = 0.0f;

@@ -188,8 +188,10 @@ static void test_readme_commands_run_as_written(void **state)
                    "build runs it)\n", cmd);
             continue;
         }
-        char *a = replace_words(cmd, "build/", bin);
-        char *b = replace_words(a, "/tmp/", tmpslash);
+        /* /tmp/ first: MC_BIN_DIR may itself live under /tmp (a CI clone),
+         * and its path must not be rewritten. */
+        char *a = replace_words(cmd, "/tmp/", tmpslash);
+        char *b = replace_words(a, "build/", bin);
         char *full = tu_fmt("cd '%s' && %s", MC_SOURCE_DIR, b);
         char *out = NULL, *err = NULL;
         int rc = tu_run(full, &out, &err);
