@@ -2,7 +2,7 @@
  * and, with CUDA, create (one cudaMalloc, weight upload, views, warm-up),
  * free, the matmul dispatcher and the device queries (see rt_cuda.h).
  * The step loop and the requests are in rt_cuda_step.c; the stand-ins of a
- * build without CUDA in rt_cuda_stub.c. */
+ * build without CUDA in rt_cuda_absent.c. */
 #include "rt_cuda.h"
 
 #include <limits.h>

@@ -1,4 +1,4 @@
-/* rt_cuda_stub.c - the GPU session API in a build without CUDA: every
+/* rt_cuda_absent.c - the GPU session API in a build without CUDA: every
  * entry that needs the device returns MC_ERR_UNSUPPORTED ("built without
  * CUDA"), rt_cuda_device_count reports 0 devices (see rt_cuda.h).  The plan
  * arithmetic (rt_cuda_plan_for, rt_cuda_staging_for) is in rt_cuda.c and
