@@ -29,7 +29,7 @@ static void plan_usage(FILE *out)
         "  --kv f16|int8|f32  KV cache type (default f16)\n"
         "  --prefill-chunk C  token rows per step (default min(256, batch x context))\n"
         "  --threads N      threads the plan is sized for (default 4)\n"
-        "  --device cpu|cuda  reserve default: cpu 0, cuda 1 GiB + 32 MiB\n"
+        "  --device cpu|cuda  reserve default: cpu 32 MiB, cuda 1 GiB + 32 MiB\n"
         "  --reserve SIZE   device reserve, overriding the default\n"
         "  --svg FILE       also draw the plan (budget bars per format and the\n"
         "                   batch x context frontier) as an SVG picture\n"

@@ -312,8 +312,8 @@ mc_status cmp_plan_build(const fmt_model_config *cfg,
         out->reserve_bytes = CMP_CUDA_CONTEXT_BYTES + CMP_CUBLAS_WORKSPACE_BYTES;
         out->reserve_source = "cuda default (context + cuBLAS workspace)";
     } else {
-        out->reserve_bytes = 0;
-        out->reserve_source = "cpu default";
+        out->reserve_bytes = CMP_CPU_PROCESS_BYTES;
+        out->reserve_source = "cpu default (process: code, stacks, tokenizer)";
     }
     out->target_bytes = req->target_bytes;
     const uint64_t W = out->weights_bytes, R = out->reserve_bytes;

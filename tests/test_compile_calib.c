@@ -218,8 +218,10 @@ static void test_compile_auto_fits_target_and_mixes_formats(void **state)
     static const uint64_t targets[] = {370000, 480000};
     for (size_t k = 0; k < 2; k++) {
         char *art = tu_fmt("%s/auto%zu.mca", g_dir, k);
-        char *args = tu_fmt("%s/llama --target %llu --quant auto --group 32 "
-                            "--max-batch 1 --max-seq 64 --calib %s -o %s",
+        /* --reserve 0: the targets are sized for the weights alone */
+        char *args = tu_fmt("%s/llama --target %llu --reserve 0 --quant auto "
+                            "--group 32 --max-batch 1 --max-seq 64 --calib %s "
+                            "-o %s",
                             MC_FIXTURE_DIR, (unsigned long long)targets[k],
                             g_ids, art);
         compile_ok(args);
@@ -263,7 +265,8 @@ static void test_compile_auto_fits_target_and_mixes_formats(void **state)
         free(art);
     }
     /* a target below int4 everywhere is refused */
-    char *cmd = tu_fmt("%s/mcompile %s/llama --target 300000 --quant auto "
+    char *cmd = tu_fmt("%s/mcompile %s/llama --target 300000 --reserve 0 "
+                       "--quant auto "
                        "--max-batch 1 --max-seq 64 --calib %s -o %s/x.mca",
                        MC_BIN_DIR, MC_FIXTURE_DIR, g_ids, g_dir);
     char *err = NULL;
@@ -379,6 +382,7 @@ static mc_status compile_calib_inproc(int use_auto, const char *ids,
     o.req.max_batch = 1;
     o.req.max_seq = 64;
     o.req.target_bytes = use_auto ? 370000 : 64ull << 20;
+    o.req.reserve_bytes = 0; /* the auto target is sized for weights alone */
     o.model = model;
     o.out = out;
     o.calib = ids;

@@ -142,7 +142,7 @@ static void test_plan_cli_writes_the_svg_file(void **state)
     (void)state;
     char *dir = tu_mkdtemp("svgcli");
     char *path = tu_fmt("%s/plan.svg", dir);
-    char *cmd = tu_fmt("'%s/mcompile' plan '%s/qwen2' --target 32MiB --svg '%s'",
+    char *cmd = tu_fmt("'%s/mcompile' plan '%s/qwen2' --target 64MiB --svg '%s'",
                        MC_BIN_DIR, MC_FIXTURE_DIR, path);
     char *out = NULL, *err = NULL;
     assert_int_equal(tu_run(cmd, &out, &err), 0);
