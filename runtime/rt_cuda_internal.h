@@ -14,6 +14,7 @@
 #include "kn_block.h"
 #include "kn_cuda.h"
 #include "rt_cuda.h"
+#include "rt_request.h"
 #include "rt_sample.h"
 
 typedef enum rt_cuda_mode {
@@ -22,17 +23,6 @@ typedef enum rt_cuda_mode {
     RT_CU_LOGITS = 2,
 } rt_cuda_mode;
 
-/* One sequence of the current call, in batch slot = its index (as in
- * rt_session.c). */
-typedef struct rt_cuda_seq {
-    const int32_t *a;          /* prompt (after truncation) */
-    size_t na;
-    const int32_t *b;          /* continuation (score) / generated ids */
-    size_t nb;                 /* tokens of b available to feed */
-    size_t fed;                /* positions stored in the KV cache */
-    int done;
-    rt_rng rng;
-} rt_cuda_seq;
 
 struct rt_cuda_session {
     const rt_model *m;         /* borrowed; host views (embedding lookup) */
@@ -62,7 +52,7 @@ struct rt_cuda_session {
     kn_block_scratch sc;       /* xb q k v att hb hb2 (attn unused) */
 
     /* host tables (mc_malloc'ed at create) */
-    rt_cuda_seq *seq;          /* [max_batch] */
+    rt_seq *seq;          /* [max_batch] */
     int32_t *ids;              /* [chunk] */
     int64_t *pos;              /* [chunk] */
     int32_t *rows;             /* [chunk][2] (row, sequence) */

@@ -23,14 +23,14 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int32_t tok_at(const rt_cuda_seq *q, size_t i)
+static int32_t tok_at(const rt_seq *q, size_t i)
 {
     return i < q->na ? q->a[i] : q->b[i - q->na];
 }
 
 static int row_needs_logits(const rt_cuda_session *s, size_t i, size_t p)
 {
-    const rt_cuda_seq *q = &s->seq[i];
+    const rt_seq *q = &s->seq[i];
     switch (s->mode) {
     case RT_CU_GENERATE:
         return p + 1 == q->na + q->nb && q->nb < s->gp->max_new_tokens;
@@ -57,7 +57,7 @@ static size_t plan_step(rt_cuda_session *s, size_t n, size_t *nseg_out,
     *n_decode_rows = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < n && T < C; i++) {
-            rt_cuda_seq *q = &s->seq[i];
+            rt_seq *q = &s->seq[i];
             size_t avail = q->na + q->nb;
             if (q->done || q->fed >= avail)
                 continue;
@@ -231,7 +231,7 @@ static void consume_row(rt_cuda_session *s, size_t i, size_t p,
                         const float *lg, int32_t tok)
 {
     const uint32_t V = s->m->cfg.vocab_size;
-    rt_cuda_seq *q = &s->seq[i];
+    rt_seq *q = &s->seq[i];
     if (s->mode == RT_CU_LOGITS) {
         memcpy(s->logits_out[i] + p * V, lg, (size_t)V * sizeof(float));
         return;
@@ -372,7 +372,7 @@ mc_status rt_cu_run_calls(rt_cuda_session *s, size_t n, mc_error *err)
         if (e != cudaSuccess)
             return rt_cu_fail(err, "step", e);
         for (size_t i = 0; i < n; i++) {
-            rt_cuda_seq *q = &s->seq[i];
+            rt_seq *q = &s->seq[i];
             if (!q->done && q->fed == q->na + q->nb &&
                 (s->mode != RT_CU_GENERATE ||
                  q->nb >= s->gp->max_new_tokens))
@@ -404,60 +404,6 @@ static mc_status check_usable(rt_cuda_session *s, mc_error *err)
     return MC_OK;
 }
 
-static mc_status check_batch(const rt_cuda_session *s, size_t n,
-                             mc_error *err)
-{
-    const rt_limits *L = &s->layout.limits;
-    if (n > L->max_batch)
-        return mc_fail(err, MC_ERR_PLAN, NULL, "batch", -1,
-                       "batch of %zu sequences exceeds the plan's max_batch "
-                       "%u (plan: max_batch %u, max_seq %llu, prefill_chunk "
-                       "%u)", n, L->max_batch, L->max_batch,
-                       (unsigned long long)L->max_seq, L->prefill_chunk);
-    return MC_OK;
-}
-
-static mc_status check_ids(const rt_cuda_session *s, const int32_t *ids,
-                           size_t n, size_t seq, const char *what,
-                           mc_error *err)
-{
-    const uint32_t V = s->m->cfg.vocab_size;
-    for (size_t j = 0; j < n; j++)
-        if (ids[j] < 0 || (uint32_t)ids[j] >= V)
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, what, -1,
-                           "sequence %zu: token %zu is %d, outside the "
-                           "vocabulary [0, %u)", seq, j, (int)ids[j], V);
-    return MC_OK;
-}
-
-static mc_status fit_prompt(const rt_cuda_session *s, const rt_prompt *p,
-                            size_t extra, rt_truncate tr, size_t i,
-                            rt_cuda_seq *q, mc_error *err)
-{
-    const rt_limits *L = &s->layout.limits;
-    if (!p->ids || p->n == 0)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "prompt", -1,
-                       "sequence %zu: empty prompt (at least one token, "
-                       "e.g. BOS, is needed)", i);
-    q->a = p->ids;
-    q->na = p->n;
-    if (extra < L->max_seq && p->n <= L->max_seq - extra)
-        return MC_OK;
-    size_t room = extra < L->max_seq ? (size_t)(L->max_seq - extra) : 0;
-    if (tr == RT_TRUNC_NONE || room == 0)
-        return mc_fail(err, MC_ERR_PLAN, NULL, "max_seq", -1,
-                       "sequence %zu: %zu prompt tokens + %zu more exceed "
-                       "the plan's max_seq %llu (plan: max_batch %u, "
-                       "max_seq %llu, prefill_chunk %u)%s",
-                       i, p->n, extra, (unsigned long long)L->max_seq,
-                       L->max_batch, (unsigned long long)L->max_seq,
-                       L->prefill_chunk,
-                       room ? "; truncation left/right can be asked for" : "");
-    if (tr == RT_TRUNC_LEFT)
-        q->a = p->ids + (p->n - room);
-    q->na = room;
-    return MC_OK;
-}
 
 /* Run the prepared call; a CUDA failure poisons the session. */
 static mc_status run(rt_cuda_session *s, size_t n, mc_error *err)
@@ -474,14 +420,14 @@ mc_status rt_cuda_session_generate(rt_cuda_session *s,
                                    rt_gen_result *res, mc_error *err)
 {
     mc_status st = check_usable(s, err);
-    if (st || (st = check_batch(s, n, err)))
+    if (st || (st = rt_request_check_batch(&s->layout.limits, n, err)))
         return st;
     for (size_t i = 0; i < n; i++) {
-        rt_cuda_seq *q = &s->seq[i];
+        rt_seq *q = &s->seq[i];
         memset(q, 0, sizeof *q);
-        if ((st = fit_prompt(s, &prompts[i], p->max_new_tokens, p->truncate,
+        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], p->max_new_tokens, p->truncate,
                              i, q, err)) ||
-            (st = check_ids(s, q->a, q->na, i, "prompt", err)))
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
             return st;
         if (p->max_new_tokens > 0 && !res[i].ids)
             return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "ids", -1,
@@ -508,17 +454,17 @@ mc_status rt_cuda_session_score(rt_cuda_session *s, rt_score_item *items,
                                 mc_error *err)
 {
     mc_status st = check_usable(s, err);
-    if (st || (st = check_batch(s, n, err)) ||
-        (st = check_ids(s, labels, n_labels, 0, "labels", err)))
+    if (st || (st = rt_request_check_batch(&s->layout.limits, n, err)) ||
+        (st = rt_request_check_ids(s->m->cfg.vocab_size, labels, n_labels, 0, "labels", err)))
         return st;
     for (size_t i = 0; i < n; i++) {
-        rt_cuda_seq *q = &s->seq[i];
+        rt_seq *q = &s->seq[i];
         rt_score_item *it = &items[i];
         memset(q, 0, sizeof *q);
-        if ((st = fit_prompt(s, &it->prompt, it->n_cont, truncate, i, q,
+        if ((st = rt_request_fit_prompt(&s->layout.limits, &it->prompt, it->n_cont, truncate, i, q,
                              err)) ||
-            (st = check_ids(s, q->a, q->na, i, "prompt", err)) ||
-            (st = check_ids(s, it->cont, it->n_cont, i, "continuation",
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)) ||
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, it->cont, it->n_cont, i, "continuation",
                             err)))
             return st;
         if ((it->n_cont && !it->cont_logprobs) ||
@@ -543,13 +489,13 @@ mc_status rt_cuda_session_logits(rt_cuda_session *s,
                                  float *const *out, mc_error *err)
 {
     mc_status st = check_usable(s, err);
-    if (st || (st = check_batch(s, n, err)))
+    if (st || (st = rt_request_check_batch(&s->layout.limits, n, err)))
         return st;
     for (size_t i = 0; i < n; i++) {
-        rt_cuda_seq *q = &s->seq[i];
+        rt_seq *q = &s->seq[i];
         memset(q, 0, sizeof *q);
-        if ((st = fit_prompt(s, &prompts[i], 0, RT_TRUNC_NONE, i, q, err)) ||
-            (st = check_ids(s, q->a, q->na, i, "prompt", err)))
+        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], 0, RT_TRUNC_NONE, i, q, err)) ||
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
             return st;
         if (!out[i])
             return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "logits", -1,

@@ -13,6 +13,7 @@
 #include "kn_block.h"
 #include "kn_ops.h"
 #include "mc_alloc.h"
+#include "rt_request.h"
 
 #define RT_CANARY 0xA5u
 
@@ -22,16 +23,6 @@ typedef enum run_mode {
     MODE_LOGITS = 2,
 } run_mode;
 
-/* One sequence of the current call, in batch slot = its index. */
-typedef struct rt_seq {
-    const int32_t *a;          /* prompt (after truncation) */
-    size_t na;
-    const int32_t *b;          /* continuation (score) / generated ids */
-    size_t nb;                 /* tokens of b available to feed */
-    size_t fed;                /* positions stored in the KV cache */
-    int done;                  /* nothing more to feed or sample */
-    rt_rng rng;
-} rt_seq;
 
 struct rt_session {
     const rt_model *m;
@@ -489,60 +480,6 @@ static mc_status run_calls(rt_session *s, size_t n, mc_error *err)
 
 /* ---- request checks and entry points -------------------------------------- */
 
-static mc_status check_batch(const rt_session *s, size_t n, mc_error *err)
-{
-    const rt_limits *L = &s->layout.limits;
-    if (n > L->max_batch)
-        return mc_fail(err, MC_ERR_PLAN, NULL, "batch", -1,
-                       "batch of %zu sequences exceeds the plan's max_batch "
-                       "%u (plan: max_batch %u, max_seq %llu, prefill_chunk "
-                       "%u)", n, L->max_batch, L->max_batch,
-                       (unsigned long long)L->max_seq, L->prefill_chunk);
-    return MC_OK;
-}
-
-static mc_status check_ids(const rt_session *s, const int32_t *ids, size_t n,
-                           size_t seq, const char *what, mc_error *err)
-{
-    const uint32_t V = s->m->cfg.vocab_size;
-    for (size_t j = 0; j < n; j++)
-        if (ids[j] < 0 || (uint32_t)ids[j] >= V)
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, what, -1,
-                           "sequence %zu: token %zu is %d, outside the "
-                           "vocabulary [0, %u)", seq, j, (int)ids[j], V);
-    return MC_OK;
-}
-
-/* Fit prompt i (na tokens) plus extra tokens into max_seq, truncating when
- * asked.  Sets q->a, q->na. */
-static mc_status fit_prompt(const rt_session *s, const rt_prompt *p,
-                            size_t extra, rt_truncate tr, size_t i,
-                            rt_seq *q, mc_error *err)
-{
-    const rt_limits *L = &s->layout.limits;
-    if (!p->ids || p->n == 0)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "prompt", -1,
-                       "sequence %zu: empty prompt (at least one token, "
-                       "e.g. BOS, is needed)", i);
-    q->a = p->ids;
-    q->na = p->n;
-    if (extra < L->max_seq && p->n <= L->max_seq - extra)
-        return MC_OK;
-    size_t room = extra < L->max_seq ? (size_t)(L->max_seq - extra) : 0;
-    if (tr == RT_TRUNC_NONE || room == 0)
-        return mc_fail(err, MC_ERR_PLAN, NULL, "max_seq", -1,
-                       "sequence %zu: %zu prompt tokens + %zu more exceed "
-                       "the plan's max_seq %llu (plan: max_batch %u, "
-                       "max_seq %llu, prefill_chunk %u)%s",
-                       i, p->n, extra, (unsigned long long)L->max_seq,
-                       L->max_batch, (unsigned long long)L->max_seq,
-                       L->prefill_chunk,
-                       room ? "; truncation left/right can be asked for" : "");
-    if (tr == RT_TRUNC_LEFT)
-        q->a = p->ids + (p->n - room);
-    q->na = room;
-    return MC_OK;
-}
 
 static void reset_seq(rt_seq *q)
 {
@@ -553,15 +490,15 @@ mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
                               size_t n, const rt_gen_params *p,
                               rt_gen_result *res, mc_error *err)
 {
-    mc_status st = check_batch(s, n, err);
+    mc_status st = rt_request_check_batch(&s->layout.limits, n, err);
     if (st)
         return st;
     for (size_t i = 0; i < n; i++) {
         rt_seq *q = &s->seq[i];
         reset_seq(q);
-        if ((st = fit_prompt(s, &prompts[i], p->max_new_tokens, p->truncate,
+        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], p->max_new_tokens, p->truncate,
                              i, q, err)) ||
-            (st = check_ids(s, q->a, q->na, i, "prompt", err)))
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
             return st;
         if (p->max_new_tokens > 0 && !res[i].ids)
             return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "ids", -1,
@@ -586,19 +523,19 @@ mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
                            const int32_t *labels, size_t n_labels,
                            rt_truncate truncate, mc_error *err)
 {
-    mc_status st = check_batch(s, n, err);
+    mc_status st = rt_request_check_batch(&s->layout.limits, n, err);
     if (st)
         return st;
-    if ((st = check_ids(s, labels, n_labels, 0, "labels", err)))
+    if ((st = rt_request_check_ids(s->m->cfg.vocab_size, labels, n_labels, 0, "labels", err)))
         return st;
     for (size_t i = 0; i < n; i++) {
         rt_seq *q = &s->seq[i];
         rt_score_item *it = &items[i];
         reset_seq(q);
-        if ((st = fit_prompt(s, &it->prompt, it->n_cont, truncate, i, q,
+        if ((st = rt_request_fit_prompt(&s->layout.limits, &it->prompt, it->n_cont, truncate, i, q,
                              err)) ||
-            (st = check_ids(s, q->a, q->na, i, "prompt", err)) ||
-            (st = check_ids(s, it->cont, it->n_cont, i, "continuation",
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)) ||
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, it->cont, it->n_cont, i, "continuation",
                             err)))
             return st;
         if ((it->n_cont && !it->cont_logprobs) ||
@@ -623,14 +560,14 @@ mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
 mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
                             size_t n, float *const *out, mc_error *err)
 {
-    mc_status st = check_batch(s, n, err);
+    mc_status st = rt_request_check_batch(&s->layout.limits, n, err);
     if (st)
         return st;
     for (size_t i = 0; i < n; i++) {
         rt_seq *q = &s->seq[i];
         reset_seq(q);
-        if ((st = fit_prompt(s, &prompts[i], 0, RT_TRUNC_NONE, i, q, err)) ||
-            (st = check_ids(s, q->a, q->na, i, "prompt", err)))
+        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], 0, RT_TRUNC_NONE, i, q, err)) ||
+            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
             return st;
         if (!out[i])
             return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "logits", -1,

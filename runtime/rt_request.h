@@ -1,0 +1,49 @@
+/*
+ * rt_request.h - the per-request checks and per-sequence state shared by
+ * the CPU session (rt_session.c) and the GPU session (rt_cuda_step.c), so
+ * both refuse the same requests with the same messages.
+ *
+ * A sequence of a call lives in batch slot = its index: its prompt (after
+ * truncation), the tokens after it (a continuation to score, or the ids
+ * generated so far), how many positions are in the KV cache, and its own
+ * sampling RNG (seeded from the call's seed and the sequence's index, so a
+ * sequence samples the same alone or in a batch).
+ */
+#ifndef RT_REQUEST_H
+#define RT_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mc_error.h"
+#include "rt_layout.h"
+#include "rt_sample.h"
+#include "rt_session.h"
+
+typedef struct rt_seq {
+    const int32_t *a;          /* prompt (after truncation), borrowed */
+    size_t na;
+    const int32_t *b;          /* continuation (score) / generated ids */
+    size_t nb;                 /* tokens of b available to feed */
+    size_t fed;                /* positions stored in the KV cache */
+    int done;                  /* nothing more to feed or sample */
+    rt_rng rng;
+} rt_seq;
+
+/* MC_ERR_PLAN when n sequences exceed the plan's max_batch (the caller
+ * above the session runs larger batches in waves). */
+mc_status rt_request_check_batch(const rt_limits *L, size_t n, mc_error *err);
+
+/* MC_ERR_INVALID_ARG when an id of ids[0..n) is outside [0, vocab); seq
+ * and what ("prompt", "labels", ...) name it in the message. */
+mc_status rt_request_check_ids(uint32_t vocab, const int32_t *ids, size_t n,
+                               size_t seq, const char *what, mc_error *err);
+
+/* Fit prompt p of sequence i plus `extra` later tokens into max_seq,
+ * truncating left or right when tr asks; sets q->a and q->na.  MC_ERR_PLAN
+ * (with the plan's limits in the message) when it does not fit. */
+mc_status rt_request_fit_prompt(const rt_limits *L, const rt_prompt *p,
+                                size_t extra, rt_truncate tr, size_t i,
+                                rt_seq *q, mc_error *err);
+
+#endif /* RT_REQUEST_H */
