@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_file.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -140,34 +141,12 @@ mc_status fmt_ids_load(const char *path, uint32_t vocab_size, fmt_ids **out,
         return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1,
                        "fmt_ids_load: NULL argument");
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return mc_fail(err, errno == ENOENT ? MC_ERR_NOT_FOUND : MC_ERR_IO,
-                       path, NULL, -1, "cannot open: %s", strerror(errno));
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "not a regular file");
-    }
-    if ((uint64_t)st.st_size > SIZE_MAX - 1) {
-        fclose(fp);
-        return mc_fail(err, MC_ERR_OVERFLOW, path, NULL, -1, "file too large");
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = mc_malloc(n ? n : 1);
-    if (!buf) {
-        fclose(fp);
-        return mc_fail(err, MC_ERR_NOMEM, path, NULL, -1,
-                       "out of memory reading %zu bytes", n);
-    }
-    if (fread(buf, 1, n, fp) != n) {
-        int e = errno;
-        fclose(fp);
-        mc_free(buf);
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "read failed: %s",
-                       strerror(e));
-    }
-    fclose(fp);
+    char *buf;
+    size_t n;
+    mc_status st = fmt_file_read(path, SIZE_MAX - 1, "the address space",
+                                 &buf, &n, err);
+    if (st != MC_OK)
+        return st;
     mc_status r = fmt_ids_parse(buf, n, path, vocab_size, out, err);
     mc_free(buf);
     return r;

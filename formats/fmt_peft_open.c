@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fmt_dtype.h"
+#include "fmt_file.h"
 #include "mc_alloc.h"
 
 #define KEY_PREFIX "base_model.model."
@@ -41,31 +43,6 @@ static char *join(const char *a, const char *b)
     return s;
 }
 
-static mc_status read_text(const char *path, char **out, size_t *len,
-                           mc_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mc_fail(err, errno == ENOENT ? MC_ERR_NOT_FOUND : MC_ERR_IO,
-                       path, NULL, -1, "cannot open: %s", strerror(errno));
-    const size_t cap = 16u << 20; /* adapter configs are a few KiB */
-    char *buf = mc_malloc(cap + 1);
-    if (!buf) {
-        fclose(f);
-        return nomem(path, err);
-    }
-    size_t n = fread(buf, 1, cap + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > cap) {
-        mc_free(buf);
-        return mc_fail(err, bad ? MC_ERR_IO : MC_ERR_FORMAT, path, NULL, -1,
-                       bad ? "read failed" : "larger than 16 MiB");
-    }
-    *out = buf;
-    *len = n;
-    return MC_OK;
-}
 
 static int ends_with(const char *s, size_t n, const char *suf, size_t *stem)
 {
@@ -367,7 +344,8 @@ static mc_status open_into(fmt_peft_adapter *a, const char *dir, mc_error *err)
         return nomem(dir, err);
     char *text = NULL;
     size_t len = 0;
-    st = read_text(cfg_path, &text, &len, err);
+    /* adapter configs are a few KiB */
+    st = fmt_file_read(cfg_path, 16u << 20, "16 MiB", &text, &len, err);
     if (st == MC_OK)
         st = fmt_peft_config_parse(text, len, cfg_path, &a->cfg, err);
     mc_free(text);
@@ -391,6 +369,11 @@ static mc_status open_into(fmt_peft_adapter *a, const char *dir, mc_error *err)
     for (size_t i = 0; i < a->n_reps; i++)
         if ((st = check_tensor(a, a->reps[i].t, 0, err)))
             return st;
+    if (a->n_mods == 0 && a->n_reps == 0)
+        return mc_fail(err, MC_ERR_FORMAT, a->st_path, NULL, -1,
+                       "adapter has no LoRA modules and no replaced tensors "
+                       "(%zu tensors, none of them lora_A/lora_B or a "
+                       "modules_to_save copy)", n);
     if (a->n_mods)
         qsort(a->mods, a->n_mods, sizeof *a->mods, cmp_mod);
     if (a->n_reps)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_file.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 #include "rt_tok_internal.h"
@@ -38,42 +39,6 @@ mc_status rt_tokenizer_load_memory(const void *data, size_t len,
     return MC_OK;
 }
 
-static mc_status read_whole(const char *path, char **data, size_t *len,
-                            mc_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mc_fail(err, errno == ENOENT ? MC_ERR_NOT_FOUND : MC_ERR_IO,
-                       path, NULL, -1, "cannot open: %s", strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "not a regular file");
-    }
-    if ((uint64_t)st.st_size > RT_TOK_MAX_FILE) {
-        fclose(f);
-        return mc_fail(err, MC_ERR_UNSUPPORTED, path, NULL, -1,
-                       "file is larger than 1 GiB");
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = mc_malloc(n + 1);
-    if (!buf) {
-        fclose(f);
-        return mc_fail(err, MC_ERR_NOMEM, path, NULL, -1,
-                       "out of memory reading %zu bytes", n);
-    }
-    if (fread(buf, 1, n, f) != n) {
-        int e = errno;
-        fclose(f);
-        mc_free(buf);
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "read failed: %s",
-                       strerror(e));
-    }
-    fclose(f);
-    *data = buf;
-    *len = n;
-    return MC_OK;
-}
 
 mc_status rt_tokenizer_load(const char *path, rt_tokenizer **out, mc_error *err)
 {
@@ -83,7 +48,7 @@ mc_status rt_tokenizer_load(const char *path, rt_tokenizer **out, mc_error *err)
     *out = NULL;
     char *data = NULL;
     size_t len = 0;
-    mc_status r = read_whole(path, &data, &len, err);
+    mc_status r = fmt_file_read(path, RT_TOK_MAX_FILE, "1 GiB", &data, &len, err);
     if (r)
         return r;
     rt_tokenizer *t;
