@@ -6,8 +6,9 @@
  *      set of linears) tokens/s for f16, int8, int4, and the fraction of
  *      the bandwidth bound (measured read bandwidth / bytes per token);
  *   3. with ../shared present: calibration seconds per layer and the
- *      stories260k quality table (RTN/GPTQ/AWQ/best x int8/int4-g32: mean
- *      KLD, p99, top-1, perplexity) on eval_64x256 after calibrating on
+ *      stories260k quality table (RTN/GPTQ/AWQ/GPTAQ/best x int8/int4-g32,
+ *      without and with the rotation: mean KLD and its ratio to plain RTN's,
+ *      p99, top-1, perplexity) on eval_64x256 after calibrating on
  *      calib_64x256.
  * Usage: bench_quant [--quick] [--skip-big] [SHARED_DIR] */
 #include <stdio.h>
@@ -233,17 +234,20 @@ static void bench_stories(const char *shared, kn_pool *pool)
     }
     printf("\nstories260k: calibrate on calib_64x256 (%zu seqs), evaluate on "
            "eval_64x256 (%zu seqs)\n", nc, ne);
-    printf("  %-9s %-9s %9s %9s %8s %9s %9s %10s\n", "format", "method", "KLD",
-           "KLD p99", "top-1", "ppl", "ppl ref", "s/layer");
+    printf("  %-9s %-13s %9s %7s %9s %8s %9s %9s %10s\n", "format", "method",
+           "KLD", "x RTN", "KLD p99", "top-1", "ppl", "ppl ref", "s/layer");
     kn_wformat fs[2] = {KN_W_Q8, KN_W_Q4};
     cmp_qmethod ms[5] = {CMP_QM_RTN, CMP_QM_GPTQ, CMP_QM_AWQ, CMP_QM_GPTAQ, CMP_QM_BEST};
-    for (int f = 0; f < 2; f++)
-        for (int k = 0; k < 5; k++) {
+    for (int f = 0; f < 2; f++) {
+        double rtn_kld = 0.0; /* the baseline: plain RTN, not rotated */
+        for (int k = 0; k < 10; k++) {
+            int rot = k >= 5;
             cmp_calib_opts o;
             memset(&o, 0, sizeof o);
             o.fmt = fs[f];
             o.group = 32;
-            o.method = ms[k];
+            o.method = ms[k % 5];
+            o.rotate = rot;
             o.pool = pool;
             cmp_calib_result *r = NULL;
             if (cmp_calib_run(m, ct, co, nc, &o, &r, &e) != MC_OK) {
@@ -260,13 +264,19 @@ static void bench_stories(const char *shared, kn_pool *pool)
                 cmp_eval_models(m, &v, et, eo, ne, pool, NULL, NULL, &rep, &e);
                 cmp_calib_view_free(&v);
             }
-            printf("  %-9s %-9s %9.4f %9.4f %7.2f%% %9.3f %9.3f %10.3f\n",
-                   f ? "int4 g32" : "int8", cmp_qmethod_name(ms[k]), rep.kld_mean,
-                   rep.kld_p99, 100.0 * rep.top1, rep.ppl, rep.ppl_ref,
-                   sec / r->layers);
+            if (k == 0)
+                rtn_kld = rep.kld_mean;
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", cmp_qmethod_name(ms[k % 5]),
+                     rot ? "+rot" : "");
+            printf("  %-9s %-13s %9.4f %7.3f %9.4f %7.2f%% %9.3f %9.3f %10.3f\n",
+                   f ? "int4 g32" : "int8", name, rep.kld_mean,
+                   rtn_kld > 0.0 ? rep.kld_mean / rtn_kld : 0.0, rep.kld_p99,
+                   100.0 * rep.top1, rep.ppl, rep.ppl_ref, sec / r->layers);
             fflush(stdout);
             cmp_calib_result_free(r);
         }
+    }
 out:
     rt_model_free(m);
     mc_free(ct);

@@ -28,10 +28,20 @@ static void compile_usage(FILE *out)
         "                   auto picks int4 / int8 / f16 per linear layer to\n"
         "                   fit --target (needs --calib, --max-batch, --max-seq)\n"
         "  --group G        int4 group size 32 | 64 | 128 (default 128)\n"
-        "  --calib FILE     calibration token ids, one sequence per line\n"
+        "  --calib FILE     calibration data: token ids (one sequence per line) or\n"
+        "                   plain text, tokenized with the tokenizer.json beside\n"
+        "                   MODEL and cut into sequences of up to 512 tokens\n"
         "                   (~10%% held out for the quality summary)\n"
         "  --method M       rtn | awq | gptq | gptaq | best (default best with\n"
         "                   --calib; without it, plain round-to-nearest)\n"
+        "  --lm-head F      output layer f32 | f16 | bf16 | int8 when it is not\n"
+        "                   the embedding (default: int8 for an untied model with\n"
+        "                   int8/int4 linears; one untied by the rotation: f32\n"
+        "                   from an f32 checkpoint, else the embedding's format)\n"
+        "  --no-rotate      with --calib, do not rotate the model first (the\n"
+        "                   default rotates the residual stream and value heads\n"
+        "                   by Hadamard matrices: same function, less error;\n"
+        "                   a tied model then stores a float lm_head too)\n"
         "  --max-batch B, --max-seq T, --prefill-chunk C, --threads N\n"
         "                   limits of the plan (defaults: see mcompile plan)\n"
         "  --kv f16|int8|f32  KV cache type (default f16)\n"
@@ -125,6 +135,9 @@ static void print_calib(FILE *out, const cmp_compile_report *rep)
             "(rtn %.5f)\n", n, r->calib_tokens, rep->calib_seqs,
             rep->heldout_seqs, nf[0], nf[1], nf[2], n ? e / n : 0.0,
             n ? erq / n : 0.0);
+    if (r->rotated)
+        fprintf(out, "rotated: residual stream (Hadamard blocks of %u), value "
+                "heads (%u)\n", r->rot_block, r->rot_head_block);
     if (r->has_heldout)
         fprintf(out, "held out: KLD mean %.5f p99 %.5f, top-1 %.2f%%, "
                 "perplexity %.3f (reference %.3f) on %llu tokens\n",
@@ -157,7 +170,8 @@ int cmp_cli_compile(int argc, char **argv)
     size_t nads = 0;
     int json = 0, quiet = 0, verbose = 0, rc = 2;
     char *out_owned = NULL;
-    int method_set = 0;
+    int method_set = 0, no_rotate = 0, lm_head_set = 0;
+    kn_wformat lm_head_fmt = KN_W_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -169,6 +183,7 @@ int cmp_cli_compile(int argc, char **argv)
         if (strcmp(a, "-q") == 0) { quiet = 1; continue; }
         if (strcmp(a, "-v") == 0) { verbose = 1; continue; }
         if (strcmp(a, "--compress") == 0) { o.compress = 1; continue; }
+        if (strcmp(a, "--no-rotate") == 0) { no_rotate = 1; continue; }
         if (a[0] == '-') {
             if (i + 1 >= argc) {
                 fprintf(stderr, "mcompile: %s needs a value\n", a);
@@ -191,6 +206,21 @@ int cmp_cli_compile(int argc, char **argv)
                 nads++;
             } else if (strcmp(a, "--calib") == 0) {
                 o.calib = v;
+            } else if (strcmp(a, "--lm-head") == 0) {
+                static const struct { const char *n; kn_wformat f; } lh[] = {
+                    {"f32", KN_W_F32}, {"f16", KN_W_F16}, {"bf16", KN_W_BF16},
+                    {"int8", KN_W_Q8}};
+                lm_head_set = 0;
+                for (size_t k = 0; k < sizeof lh / sizeof lh[0]; k++)
+                    if (strcmp(v, lh[k].n) == 0) {
+                        lm_head_fmt = lh[k].f;
+                        lm_head_set = 1;
+                    }
+                if (!lm_head_set) {
+                    fprintf(stderr, "mcompile: --lm-head must be f32, f16, "
+                            "bf16 or int8 (got '%s')\n", v);
+                    goto done;
+                }
             } else if (strcmp(a, "--method") == 0) {
                 if (cmp_qmethod_parse(v, &o.method) != 0) {
                     fprintf(stderr, "mcompile: --method must be rtn, awq, "
@@ -260,6 +290,9 @@ int cmp_cli_compile(int argc, char **argv)
                 "calibration ids, compile rounds to nearest)\n");
         goto done;
     }
+    o.rotate = o.calib && !no_rotate;
+    o.req.policy.lm_head_set = lm_head_set;
+    o.req.policy.lm_head_fmt = lm_head_fmt;
     if (o.calib && !method_set)
         o.method = CMP_QM_BEST;
     calib_prog cp = {!quiet && !json && isatty(2), 0.0};
@@ -309,6 +342,8 @@ int cmp_cli_compile(int argc, char **argv)
             if (c && r->has_heldout)
                 json_object_set_new(c, "heldout_kld_mean",
                                     json_real(r->heldout.kld_mean));
+            if (c)
+                json_object_set_new(c, "rotated", json_boolean(r->rotated));
             json_object_set_new(j, "calibration", c);
         }
         json_object_set_new(j, "ok", json_boolean(s == MC_OK));

@@ -265,6 +265,36 @@ static mc_status prescale(layer_ctx *c, int slot, int producer,
     return st;
 }
 
+/* Rotate the float copies of block c->l (cmp_rotate.h): the original
+ * norm weights (src) fold into the linears that read them (the result's
+ * norms are already 1), o/down and their biases rotate on the output side,
+ * v/o by the head rotation. */
+static mc_status rotate_layer(layer_ctx *c, const kn_block_weights *src,
+                              mc_error *err)
+{
+    const cmp_rotation *rot = c->rot;
+    float **bias = c->r->bias + (size_t)c->l * CMP_LIN_COUNT;
+    uint32_t wide = 0;
+    for (int s = 0; s < CMP_LIN_COUNT; s++)
+        wide = c->rows[s] > wide ? c->rows[s] : wide;
+    float *tmp = mc_malloc_array(wide, sizeof(float));
+    if (!tmp)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "rotation");
+    for (int s = 0; s < CMP_LIN_COUNT; s++) {
+        if (s == CMP_LIN_O || s == CMP_LIN_DOWN)
+            cmp_rotate_output_cols(rot, c->w[s], c->cols[s], bias[s], tmp);
+        else
+            cmp_rotate_input_rows(rot, c->w[s], c->rows[s],
+                                  s <= CMP_LIN_V ? src->attn_norm : src->mlp_norm);
+    }
+    cmp_rotate_v_rows(rot, c->w[CMP_LIN_V], c->rows[CMP_LIN_V],
+                      c->cols[CMP_LIN_V], bias[CMP_LIN_V], tmp);
+    cmp_rotate_o_cols(rot, c->w[CMP_LIN_O], c->rows[CMP_LIN_O],
+                      c->cols[CMP_LIN_O]);
+    mc_free(tmp);
+    return MC_OK;
+}
+
 static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
                              const seqs *S, mc_error *err)
 {
@@ -289,6 +319,8 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         T[s].q.rows = src->rows;
         T[s].q.cols = src->cols;
     }
+    if (c->rot && (st = rotate_layer(c, &L->w, err)) != MC_OK)
+        return st;
     for (int p = 0; p < 4; p++) {
         if ((st = cmp_hessian_init(&c->acc.h[p], widths[p], err)) != MC_OK ||
             (st = cmp_hessian_init(&c->acc.hf[p], widths[p], err)) != MC_OK)
@@ -336,17 +368,27 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     collect(c, m, f, S, 1u << KN_TAP_DOWN_IN, &qw);
     if ((st = cmp_calib_quant_group(c, g_down, 1, 0, NULL, -1, NULL, err)) != MC_OK)
         return st;
+    /* Both state sets move to the next block boundary: the full-precision
+     * ones through the block as the model had it (rotated: its float
+     * copies with the folds, the same function in the rotated basis). */
+    kn_block_weights fw;
+    static const int none[CMP_LIN_COUNT] = {0};
+    mixed_block(c, none, &fw);
+    size_t at = 0;
+    for (size_t i = 0; i < S->n; i++) {
+        cmp_fwd_block(f, c->rot ? &fw : &L->w, &L->dims, S->states_f + at * H,
+                      S->len[i], NULL, NULL);
+        at += S->len[i];
+    }
     /* Float-kept linears keep their (folded) float copy. */
     for (int s = 0; s < CMP_LIN_COUNT; s++)
         if (!cmp_quant_is_quantized(T[s].fmt)) {
             T[s].f32 = c->w[s];
             c->w[s] = NULL;
         }
-    /* Both state sets move to the next block boundary. */
     result_block(r, c->l, &qw);
-    size_t at = 0;
+    at = 0;
     for (size_t i = 0; i < S->n; i++) {
-        cmp_fwd_block(f, &L->w, &L->dims, S->states_f + at * H, S->len[i], NULL, NULL);
         cmp_fwd_block(f, &qw, &L->dims, S->states + at * H, S->len[i], NULL, NULL);
         at += S->len[i];
     }
@@ -435,6 +477,9 @@ void cmp_calib_result_free(cmp_calib_result *r)
             mc_free(r->t[i].f32);
         }
     cmp_calib_qbuf_release(&r->lm_head);
+    mc_free(r->embed);
+    mc_free(r->final_norm);
+    mc_free(r->lm_head_f32);
     mc_free(r->t);
     mc_free(r->vecs);
     mc_free(r->attn_norm);
@@ -455,6 +500,15 @@ mc_status cmp_calib_view(const rt_model *base, const cmp_calib_result *r,
         view->layers[l].dims = base->layers[l].dims;
         result_block(r, l, &view->layers[l].w);
     }
+    if (r->rotated) {
+        uint32_t V = base->embed.rows, H = base->embed.cols;
+        kn_matrix e = {KN_W_F32, V, H, r->embed, NULL, NULL, 0};
+        kn_matrix lm = {KN_W_F32, V, H, r->lm_head_f32, NULL, NULL, 0};
+        view->embed = e;
+        view->lm_head = lm;
+        view->final_norm = r->final_norm;
+        view->cfg.tie_word_embeddings = 0;
+    }
     if (r->lm_head.data)
         view->lm_head = cmp_qbuf_matrix(&r->lm_head);
     view->owner = NULL;
@@ -469,6 +523,59 @@ void cmp_calib_view_free(rt_model *view)
         mc_free(view->layers);
         view->layers = NULL;
     }
+}
+
+/* Default sign seed of the rotations (any fixed value: builds are
+ * reproducible). */
+#define ROTATE_SEED_DEFAULT 0x6d636f6d70696c65ull /* "mcompile" */
+
+/* Set up the rotation when the model's width allows it (r->rotated, the
+ * norms in r set to 1); a width that does not allow it leaves the model
+ * unrotated (r->rotated 0).  Returns MC_ERR_NOMEM only. */
+static mc_status rotation_setup(const rt_model *m, const cmp_calib_opts *o,
+                                cmp_calib_result *r, cmp_rotation *rot)
+{
+    uint64_t seed = o->rotate_seed ? o->rotate_seed : ROTATE_SEED_DEFAULT;
+    mc_error e;
+    mc_status st = cmp_rotation_init(rot, m->cfg.hidden_size, m->cfg.head_dim,
+                                     seed, &e);
+    if (st == MC_ERR_INVALID_ARG)
+        return MC_OK; /* too narrow a power-of-two block: not rotated */
+    if (st != MC_OK)
+        return st;
+    r->rotated = 1;
+    r->rot_block = rot->block;
+    r->rot_head_block = rot->head_block;
+    r->rot_seed = seed;
+    uint32_t H = m->cfg.hidden_size;
+    for (uint32_t l = 0; l < r->layers; l++)
+        for (uint32_t j = 0; j < H; j++)
+            r->attn_norm[l][j] = r->mlp_norm[l][j] = 1.0f;
+    return MC_OK;
+}
+
+/* The rotated embeddings, final norm (1) and output layer (final norm
+ * folded in; from the embeddings when tied) into r. */
+static mc_status rotate_ends(const rt_model *m, const cmp_rotation *rot,
+                             cmp_calib_result *r, mc_error *err)
+{
+    uint32_t V = m->embed.rows, H = m->cfg.hidden_size;
+    r->embed = mc_malloc_array((size_t)V * H, sizeof(float));
+    r->lm_head_f32 = mc_malloc_array((size_t)V * H, sizeof(float));
+    r->final_norm = mc_malloc_array(H, sizeof(float));
+    if (!r->embed || !r->lm_head_f32 || !r->final_norm)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                       "rotated embeddings and output layer (2 x %u x %u)",
+                       V, H);
+    for (uint32_t i = 0; i < V; i++) {
+        kn_matrix_row(&m->embed, i, r->embed + (size_t)i * H);
+        cmp_rotate_hidden(rot, r->embed + (size_t)i * H);
+        kn_matrix_row(&m->lm_head, i, r->lm_head_f32 + (size_t)i * H);
+    }
+    cmp_rotate_input_rows(rot, r->lm_head_f32, V, m->final_norm);
+    for (uint32_t j = 0; j < H; j++)
+        r->final_norm[j] = 1.0f;
+    return MC_OK;
 }
 
 mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
@@ -514,11 +621,17 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     float *states = NULL, *states_f = NULL, *xtmp = NULL, *xtmp_f = NULL;
     size_t *len = NULL;
     cmp_fwd *f = NULL;
+    cmp_rotation rot;
+    memset(&rot, 0, sizeof rot);
     layer_ctx c;
     memset(&c, 0, sizeof c);
     if (st != MC_OK)
         goto fail;
     r->calib_tokens = ntok;
+    if (o->rotate && (st = rotation_setup(m, o, r, &rot)) != MC_OK) {
+        (void)mc_fail(err, st, NULL, NULL, -1, "rotation (out of memory)");
+        goto fail;
+    }
     states = mc_malloc_array(ntok * H, sizeof(float));
     states_f = mc_malloc_array(ntok * H, sizeof(float));
     xtmp = mc_malloc_array(maxT * H, sizeof(float));
@@ -538,12 +651,16 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
             goto fail;
         at += len[i];
     }
+    if (r->rotated)
+        for (size_t t = 0; t < ntok; t++)
+            cmp_rotate_hidden(&rot, states + t * H);
     memcpy(states_f, states, ntok * H * sizeof(float));
     double t0 = now_s();
     for (uint32_t l = 0; l < m->cfg.num_layers; l++) {
         double tl = now_s();
         memset(&c, 0, sizeof c);
         c.o = o;
+        c.rot = r->rotated ? &rot : NULL;
         c.r = r;
         c.l = l;
         seqs S = {states, states_f, len, ncal, maxT, xtmp, xtmp_f};
@@ -561,18 +678,25 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
             o->progress(o->progress_ctx, &p);
         }
     }
+    if (r->rotated && (st = rotate_ends(m, &rot, r, err)) != MC_OK)
+        goto fail;
     if (o->lm_head_q8) {
         const kn_matrix *lm = &m->lm_head;
-        float *w = mc_malloc_array((size_t)lm->rows * lm->cols, sizeof(float));
+        float *w = r->rotated ? r->lm_head_f32
+                              : mc_malloc_array((size_t)lm->rows * lm->cols,
+                                                sizeof(float));
         if (!w || cmp_calib_qbuf_alloc(&r->lm_head, KN_W_Q8, lm->rows, lm->cols, 0) != MC_OK) {
-            mc_free(w);
+            if (!r->rotated)
+                mc_free(w);
             st = mc_fail(err, MC_ERR_NOMEM, NULL, "lm_head", -1, "output layer");
             goto fail;
         }
-        for (uint32_t i = 0; i < lm->rows; i++)
-            kn_matrix_row(lm, i, w + (size_t)i * lm->cols);
+        if (!r->rotated)
+            for (uint32_t i = 0; i < lm->rows; i++)
+                kn_matrix_row(lm, i, w + (size_t)i * lm->cols);
         st = cmp_quant_matrix(w, NULL, &r->lm_head, err);
-        mc_free(w);
+        if (!r->rotated)
+            mc_free(w);
         if (st != MC_OK)
             goto fail;
     }
@@ -593,9 +717,11 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     mc_free(xtmp_f);
     mc_free(len);
     cmp_fwd_free(f);
+    cmp_rotation_free(&rot);
     *out = r;
     return MC_OK;
 fail:
+    cmp_rotation_free(&rot);
     layer_ctx_free(&c);
     mc_free(states);
     mc_free(states_f);

@@ -23,6 +23,11 @@
  *   3. run the QUANTIZED block over the stored states to produce block
  *      L+1's inputs, so each block sees the outputs of the already
  *      quantized ones.
+ * With opts.rotate the model is first rotated (cmp_rotate.h: residual
+ * stream and value heads, norms folded into the linears), one block at a
+ * time as its float32 copy is made; the embeddings and the output layer
+ * are rotated into the result.  The function is unchanged; the weights
+ * quantize with less error.
  * Two sets of states are kept: the full-precision model's and the
  * partly quantized model's.  Each linear's error is its relative output
  * error on the calibration tokens against the FULL-PRECISION model:
@@ -95,6 +100,11 @@ typedef struct cmp_calib_opts {
     size_t heldout;          /* last sequences kept out of calibration and
                                 used for the summary (0 = none) */
     int lm_head_q8;          /* 1: output layer int8 per channel (RTN) */
+    int rotate;              /* 1: rotate the residual stream and value
+                                heads first (cmp_rotate.h); ignored (the
+                                result says so) when the width does not
+                                allow it */
+    uint64_t rotate_seed;    /* sign diagonal seed; 0 -> a fixed default */
     kn_pool *pool;           /* threads for the forward passes, or NULL */
     void (*progress)(void *ctx, const cmp_calib_progress *p);
     void *progress_ctx;
@@ -126,6 +136,16 @@ typedef struct cmp_calib_result {
     float **mlp_norm;        /* [layers] -> [hidden] */
     float **bias;            /* [layers][CMP_LIN_COUNT] -> bias or NULL */
     cmp_qbuf lm_head;        /* when lm_head_q8: owned buffers; else data NULL */
+    int rotated;             /* 1: the model below is the rotated one: its
+                                norm weights are 1 and embed, final_norm
+                                and lm_head come from here (untied) */
+    uint32_t rot_block;      /* residual Hadamard block (when rotated) */
+    uint32_t rot_head_block; /* value-head Hadamard block, 0 = none */
+    uint64_t rot_seed;       /* sign seed used */
+    float *embed;            /* [vocab][hidden] rotated embeddings (owned) */
+    float *final_norm;       /* [hidden] ones (owned) */
+    float *lm_head_f32;      /* [vocab][hidden] rotated output layer with the
+                                final norm folded in (owned) */
     double *layer_seconds;   /* [layers] calibration time per layer */
     size_t calib_tokens;     /* tokens calibrated on */
     int has_heldout;         /* 1: heldout holds the summary */

@@ -4,6 +4,7 @@
  * and the AWQ folds (see cmp_calib.h). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmp_awq.h"
@@ -88,6 +89,10 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                 cmp_gptq_opts go = {c->o->damp, act_order, 128,
                                     c->o->method == CMP_QM_BEST};
                 st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
+                /* the group parameters were fixed at each group start;
+                 * refitting the scales to the whole row never loses */
+                if (st == MC_OK)
+                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, err);
             } else {
                 st = cmp_quant_matrix(wc, NULL, &q[i], err);
                 if (st == MC_OK)

@@ -8,6 +8,7 @@
 
 #include "cmp_calib.h"
 #include "cmp_gptq.h"
+#include "cmp_rotate.h"
 
 /* Tap point (input group) of each linear slot. */
 static const int LIN_TAP[CMP_LIN_COUNT] = {0, 0, 0, 1, 2, 2, 3};
@@ -26,6 +27,7 @@ typedef struct tap_acc {
 /* One layer being calibrated. */
 typedef struct layer_ctx {
     const cmp_calib_opts *o;
+    const cmp_rotation *rot;     /* NULL: the model is not rotated */
     cmp_calib_result *r;
     uint32_t l;
     uint32_t rows[CMP_LIN_COUNT], cols[CMP_LIN_COUNT];

@@ -195,13 +195,26 @@ static json_t *provenance(source *s, const cmp_compile_opts *o, int tok,
 }
 
 /* The calibration result's values for t: *q (a quantized linear) or *vals
- * (float32: a linear kept float, an AWQ-folded norm, a bias).  Returns 0
- * when t does not come from r (embed, final norm, lm_head; or no r). */
+ * (float32: a linear kept float, an AWQ-folded norm, a bias; with a
+ * rotation also the embeddings, final norm and lm_head).  Returns 0 when t
+ * does not come from r (embed, final norm, lm_head of an unrotated model;
+ * or no r). */
 static int calib_part(const cmp_calib_result *r, const cmp_tensor_plan *t,
                       const cmp_calib_tensor **q, const float **vals)
 {
     *q = NULL;
     *vals = NULL;
+    if (r && r->rotated) {
+        /* the rotated model's ends come from r too */
+        if (strcmp(t->name, "model.embed_tokens.weight") == 0)
+            *vals = r->embed;
+        else if (strcmp(t->name, "model.norm.weight") == 0)
+            *vals = r->final_norm;
+        else if (strcmp(t->name, "lm_head.weight") == 0)
+            *vals = r->lm_head_f32;
+        if (*vals)
+            return 1;
+    }
     uint32_t l = 0;
     int slot;
     int k = r ? cmp_compile_tensor_kind(t->name, &l, &slot) : CMP_TK_OTHER;
@@ -314,6 +327,17 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
                           (json_int_t)cs->heldout, "tokens",
                           (json_int_t)r->calib_tokens, "group",
                           (json_int_t)req->policy.group);
+    if (c && json_object_set_new(
+                 c, "rotation",
+                 r->rotated ? json_pack("{s:s, s:I, s:I, s:o}", "kind",
+                                        "randomized-hadamard", "block",
+                                        (json_int_t)r->rot_block, "head_block",
+                                        (json_int_t)r->rot_head_block, "seed",
+                                        hexj(r->rot_seed))
+                            : json_null())) {
+        json_decref(c);
+        return NULL;
+    }
     if (c && r->has_heldout) {
         const cmp_eval_report *h = &r->heldout;
         if (json_object_set_new(c, "heldout",
@@ -488,6 +512,11 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
     int calib = o->calib || o->quant_auto;
     if (st == MC_OK && calib)
         st = cmp_calib_stage_run(o, &cfg, s.merge, &req, &cs, err);
+    if (st == MC_OK && req.policy.lm_head_set && cfg.tie_word_embeddings)
+        st = mc_fail(err, MC_ERR_INVALID_ARG, o->model, "--lm-head", -1,
+                     "the output layer is the embedding matrix (tied "
+                     "embeddings): --lm-head needs an untied model, or "
+                     "--calib (whose rotation unties it)");
     if (st == MC_OK) {
         rep->cfg = cfg;
         st = cmp_plan_build(&cfg, &req, &rep->plan, err);

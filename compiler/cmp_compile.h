@@ -57,6 +57,11 @@ typedef struct cmp_compile_opts {
      * one when adapters are given) instead of plain RTN. */
     const char *calib;                 /* token-id file (fmt_ids.h) or NULL */
     cmp_qmethod method;                /* with calib (the CLI's default: best) */
+    int rotate;                        /* with calib: rotate the model first
+                                          (cmp_rotate.h; the CLI's default,
+                                          --no-rotate).  A tied model gets
+                                          an untied float lm_head: the plan
+                                          counts it */
     int quant_auto;                    /* 1: --quant auto: per-linear int4 /
                                           int8 / f16 chosen for the target
                                           (needs calib, req.max_batch and

@@ -40,9 +40,11 @@ typedef struct cmp_calib_stage {
 /* Open the float model (merged through merge when it is not NULL), load
  * the id file, for --quant auto measure and choose the formats (req's
  * policy then gets quant "auto" and linear_fmt = the choice; req must
- * outlive s), and calibrate.  cfg is the config being compiled. */
+ * outlive s), and calibrate.  cfg is the config being compiled; with
+ * o->rotate on a width that allows it, it becomes untied (and a tied
+ * model's lm_head stays float: req->policy.lm_head_float). */
 mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
-                              const fmt_model_config *cfg, cmp_merge *merge,
+                              fmt_model_config *cfg, cmp_merge *merge,
                               cmp_plan_request *req, cmp_calib_stage *s,
                               mc_error *err);
 void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */

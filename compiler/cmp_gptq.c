@@ -436,3 +436,156 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
     mc_free(z);
     return MC_OK;
 }
+
+/* Entry (i, j) of the Hessian sum (only the upper triangle is kept). */
+static double hess_at(const cmp_hessian *h, uint32_t i, uint32_t j)
+{
+    return i <= j ? h->h[(size_t)i * h->cols + j] : h->h[(size_t)j * h->cols + i];
+}
+
+/* Solve the symmetric positive (semi)definite system M x = b in place
+ * (x in b) by Cholesky with a tiny ridge; 0 on success, -1 if it is not
+ * positive definite even so. */
+static int spd_solve(double *M, double *b, uint32_t n)
+{
+    double tr = 0.0;
+    for (uint32_t i = 0; i < n; i++)
+        tr += M[(size_t)i * n + i];
+    double ridge = 1e-10 * (tr > 0.0 ? tr / n : 1.0);
+    for (uint32_t i = 0; i < n; i++)
+        M[(size_t)i * n + i] += ridge;
+    for (uint32_t j = 0; j < n; j++) {
+        double d = M[(size_t)j * n + j];
+        for (uint32_t k = 0; k < j; k++)
+            d -= M[(size_t)j * n + k] * M[(size_t)j * n + k];
+        if (!(d > 0.0))
+            return -1;
+        d = sqrt(d);
+        M[(size_t)j * n + j] = d;
+        for (uint32_t i = j + 1; i < n; i++) {
+            double s = M[(size_t)i * n + j];
+            for (uint32_t k = 0; k < j; k++)
+                s -= M[(size_t)i * n + k] * M[(size_t)j * n + k];
+            M[(size_t)i * n + j] = s / d;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) { /* L y = b */
+        double s = b[i];
+        for (uint32_t k = 0; k < i; k++)
+            s -= M[(size_t)i * n + k] * b[k];
+        b[i] = s / M[(size_t)i * n + i];
+    }
+    for (uint32_t i = n; i-- > 0;) { /* L^T x = y */
+        double s = b[i];
+        for (uint32_t k = i + 1; k < n; k++)
+            s -= M[(size_t)k * n + i] * b[k];
+        b[i] = s / M[(size_t)i * n + i];
+    }
+    return 0;
+}
+
+/* -2 s^T rhs + s^T M s: the row's output error up to the constant
+ * w^T H w, for scales s [n] (M [n][n] full). */
+static double scale_objective(const double *M, const double *rhs,
+                              const double *s, uint32_t n)
+{
+    double e = 0.0;
+    for (uint32_t g = 0; g < n; g++) {
+        double t = 0.0;
+        for (uint32_t k = 0; k < n; k++)
+            t += M[(size_t)g * n + k] * s[k];
+        e += s[g] * (t - 2.0 * rhs[g]);
+    }
+    return e;
+}
+
+mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
+                                cmp_qbuf *q, float *deq, mc_error *err)
+{
+    mc_status st = cmp_qbuf_check(q, err);
+    if (st != MC_OK)
+        return st;
+    if (h->cols != q->cols)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
+                       "Hessian width %u, matrix width %u", h->cols, q->cols);
+    uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
+    double *u = mc_malloc_array((size_t)G * K, sizeof(double));
+    double *M = mc_malloc_array((size_t)G * G, sizeof(double));
+    double *Mc = mc_malloc_array((size_t)G * G, sizeof(double));
+    double *rhs = mc_malloc_array(G, sizeof(double));
+    double *s = mc_malloc_array(G, sizeof(double));
+    double *s0 = mc_malloc_array(G, sizeof(double));
+    double *a = mc_malloc_array(K, sizeof(double));
+    cmp_qparam *p0 = mc_malloc_array(G, sizeof(cmp_qparam));
+    if (!u || !M || !Mc || !rhs || !s || !s0 || !a || !p0) {
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
+        goto done;
+    }
+    for (uint32_t r = 0; r < q->rows; r++) {
+        const float *wr = w + (size_t)r * K;
+        /* a: the codes at unit scale; u_g = H a_g */
+        for (uint32_t g = 0; g < G; g++) {
+            p0[g] = cmp_qbuf_get_param(q, r, g);
+            s0[g] = p0[g].scale;
+            uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
+            for (uint32_t c = g * span; c < c1; c++)
+                a[c] = (double)(cmp_qbuf_get_code(q, r, c) - p0[g].zero);
+        }
+        memset(u, 0, (size_t)G * K * sizeof(double));
+        for (uint32_t g = 0; g < G; g++) {
+            double *ug = u + (size_t)g * K;
+            uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
+            for (uint32_t c = g * span; c < c1; c++) {
+                if (a[c] == 0.0)
+                    continue;
+                for (uint32_t j = 0; j < K; j++)
+                    ug[j] += a[c] * hess_at(h, c, j);
+            }
+        }
+        for (uint32_t g = 0; g < G; g++) {
+            const double *ug = u + (size_t)g * K;
+            double t = 0.0;
+            for (uint32_t j = 0; j < K; j++)
+                t += ug[j] * (double)wr[j];
+            rhs[g] = t;
+            for (uint32_t k = 0; k < G; k++) {
+                uint32_t c1 = (k + 1) * span < K ? (k + 1) * span : K;
+                double m = 0.0;
+                for (uint32_t c = k * span; c < c1; c++)
+                    m += a[c] * ug[c];
+                M[(size_t)g * G + k] = m;
+            }
+        }
+        memcpy(Mc, M, (size_t)G * G * sizeof(double));
+        memcpy(s, rhs, G * sizeof(double));
+        if (spd_solve(Mc, s, G) != 0)
+            continue; /* codes without the rank to refit: keep */
+        /* store (rounding to the stored precision), compare, keep the
+         * better of the two */
+        int ok = 1;
+        for (uint32_t g = 0; g < G && ok; g++)
+            ok = isfinite(s[g]) && (q->fmt == KN_W_Q4S || s[g] >= 0.0);
+        if (!ok)
+            continue;
+        for (uint32_t g = 0; g < G; g++) {
+            cmp_qparam p = {(float)s[g], p0[g].zero};
+            cmp_qbuf_set_param(q, r, g, p);
+            s[g] = cmp_qbuf_get_param(q, r, g).scale;
+        }
+        if (scale_objective(M, rhs, s, G) >= scale_objective(M, rhs, s0, G))
+            for (uint32_t g = 0; g < G; g++)
+                cmp_qbuf_set_param(q, r, g, p0[g]);
+    }
+    if (deq)
+        cmp_dequant_matrix(q, deq);
+done:
+    mc_free(u);
+    mc_free(M);
+    mc_free(Mc);
+    mc_free(rhs);
+    mc_free(s);
+    mc_free(s0);
+    mc_free(a);
+    mc_free(p0);
+    return st;
+}

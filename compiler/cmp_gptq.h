@@ -72,6 +72,18 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                             const cmp_gptq_opts *opts, cmp_qbuf *out,
                             float *deq, double *damp_used, mc_error *err);
 
+/* Refit the scales of an already quantized q [rows][cols] (codes and
+ * zero points kept) to the target weight w [rows][cols] under the full
+ * Hessian h: per row, the scales s minimizing tr((w - Q(s)) H (w - Q(s))^T)
+ * solve a (groups x groups) linear system; each row keeps whichever of the
+ * old and the refit scales (rounded to their stored precision) gives the
+ * smaller error, so the error never grows.  After GPTQ this recovers part
+ * of what fixing the group parameters at each group start lost.  deq
+ * (optional) receives the dequantized result.  Cost per row: cols^2 +
+ * groups^3.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (widths differ). */
+mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
+                                cmp_qbuf *q, float *deq, mc_error *err);
+
 /* Output error of a replacement weight: tr((W - Q) Hs (W - Q)^T) where Hs is
  * the Hessian sum (= sum_t ||(W - Q) x_t||^2 over the added tokens).  w, q:
  * [rows][cols] float32; q NULL means zeros (then the result is the output

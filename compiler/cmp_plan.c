@@ -57,7 +57,9 @@ static kn_wformat role_format(const cmp_wpolicy *p, cmp_role role, int tied)
     case CMP_ROLE_LINEAR: return p->linear;
     case CMP_ROLE_EMBED: return embed;
     case CMP_ROLE_LM_HEAD:
-        if (tied)
+        if (!tied && p->lm_head_set)
+            return p->lm_head_fmt;
+        if (tied || p->lm_head_float)
             return embed;
         return (p->linear == KN_W_Q8 || p->linear == KN_W_Q4) ? KN_W_Q8
                                                                : embed;

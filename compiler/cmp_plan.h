@@ -61,6 +61,13 @@ typedef struct cmp_wpolicy {
                                      [layers][7] in q k v o gate up down
                                      order (--quant auto); NULL: `linear`
                                      for every linear layer */
+    int lm_head_float;       /* 1: an untied lm_head keeps the embeddings'
+                                float format even when the linears are
+                                quantized (set when the compiler unties a
+                                tied model itself, for the rotation) */
+    int lm_head_set;         /* 1: lm_head_fmt overrides the rule for an
+                                untied lm_head (--lm-head) */
+    kn_wformat lm_head_fmt;  /* F32, F16, BF16 or Q8 */
 } cmp_wpolicy;
 
 /* Parse --quant (and the int4 group, 0 = 128). */

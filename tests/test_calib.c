@@ -113,35 +113,64 @@ static void test_calib_fixture_qwen2_bias_int8(void **state)
 }
 
 /* Every linear kept float through the per-tensor formats: the result
- * reproduces the reference exactly (KLD 0). */
-static void test_calib_all_float_is_identity(void **state)
+ * reproduces the reference exactly (KLD 0); with the rotation
+ * (cmp_rotate.h) too, to float32 rounding: the rotated model computes the
+ * same function (GQA with head_dim 8 and 16, biases, a tied model
+ * untied). */
+static void all_float_keeps_function(const char *name, int rotate)
 {
-    (void)state;
-    char *path = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    char *path = tu_fmt("%s/%s", MC_FIXTURE_DIR, name);
     rt_model *m = NULL;
     assert_int_equal(rt_model_open_hf(path, &m, NULL), MC_OK);
     int32_t *tok;
     size_t *off;
     random_seqs(m->cfg.vocab_size, 3, 20, &tok, &off);
-    kn_wformat *tf = malloc((size_t)m->cfg.num_layers * CMP_LIN_COUNT * sizeof *tf);
-    for (size_t i = 0; i < (size_t)m->cfg.num_layers * CMP_LIN_COUNT; i++)
+    size_t nt = (size_t)m->cfg.num_layers * CMP_LIN_COUNT;
+    kn_wformat *tf = malloc(nt * sizeof *tf);
+    for (size_t i = 0; i < nt; i++)
         tf[i] = KN_W_F32;
     cmp_calib_opts o;
     memset(&o, 0, sizeof o);
     o.fmt = KN_W_Q8;
-    o.method = CMP_QM_BEST;
+    o.method = rotate ? CMP_QM_RTN : CMP_QM_BEST;
     o.tensor_fmt = tf;
     o.heldout = 1;
+    o.rotate = rotate;
     cmp_calib_result *r = NULL;
     assert_int_equal(cmp_calib_run(m, tok, off, 3, &o, &r, NULL), MC_OK);
-    assert_true(r->heldout.kld_mean < 1e-9);
-    assert_true(r->heldout.top1 == 1.0);
+    assert_int_equal(r->rotated, rotate);
+    if (rotate) {
+        assert_int_equal(r->rot_block, m->cfg.hidden_size);
+        assert_int_equal(r->rot_head_block, m->cfg.head_dim);
+        /* the weights really changed: the norms are folded away */
+        assert_true(r->attn_norm[0][0] == 1.0f && r->final_norm[0] == 1.0f);
+    }
+    print_message("%s%s, all float: held-out KLD %.3g top-1 %.4f\n", name,
+                  rotate ? " rotated" : "", r->heldout.kld_mean,
+                  r->heldout.top1);
+    assert_true(r->heldout.kld_mean < (rotate ? 1e-8 : 1e-9));
+    assert_true(r->heldout.top1 >= (rotate ? 0.99 : 1.0));
     cmp_calib_result_free(r);
     free(tf);
     free(tok);
     free(off);
     rt_model_free(m);
     free(path);
+}
+
+static void test_calib_all_float_is_identity(void **state)
+{
+    (void)state;
+    all_float_keeps_function("llama", 0);
+}
+
+static void test_calib_rotation_keeps_function(void **state)
+{
+    (void)state;
+    all_float_keeps_function("llama", 1);   /* GQA 8/2, head_dim 8 */
+    all_float_keeps_function("mistral", 1); /* head_dim 16, window */
+    all_float_keeps_function("qwen2", 1);   /* q/k/v biases, tied */
+    all_float_keeps_function("llama-bias", 1);
 }
 
 static void test_calib_rejects_bad_options(void **state)
@@ -283,13 +312,14 @@ static void stories_close(stories *s)
 /* Calibrate on calib_64x256 and evaluate on eval_64x256 (a subset of each
  * here to keep the test short; the benchmark uses all 64 + 64). */
 static cmp_eval_report stories_run(stories *s, kn_wformat fmt, uint32_t g,
-                                   cmp_qmethod meth, size_t neval)
+                                   cmp_qmethod meth, int rotate, size_t neval)
 {
     cmp_calib_opts o;
     memset(&o, 0, sizeof o);
     o.fmt = fmt;
     o.group = g;
     o.method = meth;
+    o.rotate = rotate;
     cmp_calib_result *r = NULL;
     mc_error e;
     /* 24 of the 64 calibration sequences keep the test well under a
@@ -304,8 +334,9 @@ static cmp_eval_report stories_run(stories *s, kn_wformat fmt, uint32_t g,
     cmp_eval_report rep;
     assert_int_equal(cmp_eval_models(s->m, &view, s->etok, s->eoff, neval, NULL,
                                      NULL, NULL, &rep, NULL), MC_OK);
-    print_message("stories260k %s %s: KLD %.4f p99 %.4f top1 %.2f%% ppl %.3f (ref %.3f)\n",
+    print_message("stories260k %s %s%s: KLD %.4f p99 %.4f top1 %.2f%% ppl %.3f (ref %.3f)\n",
                   fmt == KN_W_Q8 ? "int8" : "int4-g32", cmp_qmethod_name(meth),
+                  rotate ? " rotated" : "",
                   rep.kld_mean, rep.kld_p99, 100.0 * rep.top1, rep.ppl, rep.ppl_ref);
     cmp_calib_view_free(&view);
     cmp_calib_result_free(r);
@@ -317,13 +348,13 @@ static void test_calib_stories_int8_calibrated_meets_target(void **state)
     (void)state;
     stories s;
     TU_SKIP_IF(!stories_open(&s), "stories260k absent under ../shared, or ASan build");
-    cmp_eval_report rtn = stories_run(&s, KN_W_Q8, 0, CMP_QM_RTN, 16);
-    cmp_eval_report best = stories_run(&s, KN_W_Q8, 0, CMP_QM_BEST, 16);
-    /* The issue's target is KLD <= 0.015 and top-1 >= 92 %; measured here
-     * about 0.016-0.017 / 91.5 % (see docs/quantization.md): assert what is
-     * reached, with a margin, so a regression fails. */
-    assert_true(best.kld_mean <= 0.019);
-    assert_true(best.top1 >= 0.905);
+    cmp_eval_report rtn = stories_run(&s, KN_W_Q8, 0, CMP_QM_RTN, 0, 16);
+    cmp_eval_report best = stories_run(&s, KN_W_Q8, 0, CMP_QM_BEST, 1, 16);
+    /* The issue's target: KLD <= 0.015 and top-1 >= 92 %, with the
+     * rotation and a float32 output layer (the view's); measured 0.0115 /
+     * 92.8 % on these subsets (docs/quantization.md has the full sets). */
+    assert_true(best.kld_mean <= 0.015);
+    assert_true(best.top1 >= 0.92);
     assert_true(best.kld_mean < 0.6 * rtn.kld_mean);
     stories_close(&s);
 }
@@ -333,14 +364,15 @@ static void test_calib_stories_int4_methods_beat_rtn(void **state)
     (void)state;
     stories s;
     TU_SKIP_IF(!stories_open(&s), "stories260k absent under ../shared, or ASan build");
-    cmp_eval_report rtn = stories_run(&s, KN_W_Q4, 32, CMP_QM_RTN, 16);
-    cmp_eval_report gptq = stories_run(&s, KN_W_Q4, 32, CMP_QM_GPTQ, 16);
-    cmp_eval_report awq = stories_run(&s, KN_W_Q4, 32, CMP_QM_AWQ, 16);
-    cmp_eval_report best = stories_run(&s, KN_W_Q4, 32, CMP_QM_BEST, 16);
+    cmp_eval_report rtn = stories_run(&s, KN_W_Q4, 32, CMP_QM_RTN, 0, 16);
+    cmp_eval_report gptq = stories_run(&s, KN_W_Q4, 32, CMP_QM_GPTQ, 0, 16);
+    cmp_eval_report awq = stories_run(&s, KN_W_Q4, 32, CMP_QM_AWQ, 0, 16);
+    cmp_eval_report best = stories_run(&s, KN_W_Q4, 32, CMP_QM_BEST, 1, 16);
     assert_true(gptq.kld_mean < rtn.kld_mean);
     assert_true(awq.kld_mean < rtn.kld_mean);
-    /* Issue target 0.5 x RTN; measured about 0.51-0.55 x. */
-    assert_true(best.kld_mean <= 0.6 * rtn.kld_mean);
+    /* Issue target 0.5 x RTN; measured 0.507 x here (rotated best), so
+     * the assertion holds what is reached with a margin. */
+    assert_true(best.kld_mean <= 0.55 * rtn.kld_mean);
     assert_true(best.kld_mean < gptq.kld_mean);
     stories_close(&s);
 }
@@ -351,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_calib_fixture_llama_int4_methods_beat_rtn),
         cmocka_unit_test(test_calib_fixture_qwen2_bias_int8),
         cmocka_unit_test(test_calib_all_float_is_identity),
+        cmocka_unit_test(test_calib_rotation_keeps_function),
         cmocka_unit_test(test_calib_rejects_bad_options),
         cmocka_unit_test(test_auto_precision_fits_target),
         cmocka_unit_test(test_calib_stories_int8_calibrated_meets_target),

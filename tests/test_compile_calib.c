@@ -181,6 +181,78 @@ static void test_compile_calib_int8_fixtures_verify_run_and_record(void **state)
     free(art);
 }
 
+/* Format of tensor name in a manifest, or NULL when it is absent. */
+static const char *tensor_format(const json_t *man, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(man, "tensors"), i, t)
+        if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0)
+            return json_string_value(json_object_get(t, "format"));
+    return NULL;
+}
+
+/* With --calib the model is rotated (cmp_rotate.h): the manifest says so,
+ * a tied model (qwen2) gets an untied float lm_head and the artifact still
+ * computes the model; --no-rotate keeps it tied; --lm-head picks the
+ * output layer's format and is refused where the output layer is the
+ * embedding. */
+static void test_compile_calib_rotation_unties_and_records(void **state)
+{
+    (void)state;
+    char *model = tu_fmt("%s/qwen2", MC_FIXTURE_DIR);
+    char *rot = tu_fmt("%s/qwen2-rot.mca", g_dir);
+    char *plain = tu_fmt("%s/qwen2-norot.mca", g_dir);
+    char *lm8 = tu_fmt("%s/qwen2-lm8.mca", g_dir);
+    char *a1 = tu_fmt("%s --target 64MiB --quant int8 --calib %s -o %s", model,
+                      g_ids, rot);
+    char *a2 = tu_fmt("%s --target 64MiB --quant int8 --calib %s --no-rotate "
+                      "-o %s", model, g_ids, plain);
+    char *a3 = tu_fmt("%s --target 64MiB --quant int8 --calib %s --lm-head "
+                      "int8 -o %s", model, g_ids, lm8);
+    compile_ok(a1);
+    compile_ok(a2);
+    compile_ok(a3);
+    json_t *m1 = inspect_manifest(rot), *m2 = inspect_manifest(plain),
+           *m3 = inspect_manifest(lm8);
+    const json_t *r1 = json_object_get(json_object_get(m1, "calibration"), "rotation");
+    assert_true(json_is_object(r1));
+    assert_int_equal(json_integer_value(json_object_get(r1, "block")), 64);
+    assert_true(json_is_false(json_object_get(json_object_get(m1, "config"),
+                                              "tie_word_embeddings")));
+    assert_non_null(tensor_format(m1, "lm_head.weight"));
+    /* a float32 checkpoint keeps a float32 output layer */
+    assert_string_equal(tensor_format(m1, "lm_head.weight"), "f32");
+    assert_true(json_is_null(json_object_get(json_object_get(m2, "calibration"),
+                                             "rotation")));
+    assert_true(json_is_true(json_object_get(json_object_get(m2, "config"),
+                                             "tie_word_embeddings")));
+    assert_null(tensor_format(m2, "lm_head.weight"));
+    assert_string_equal(tensor_format(m3, "lm_head.weight"), "q8");
+    /* both compute the model: small KLD against the float fixture */
+    double k1 = eval_kld(rot, model, g_ids), k2 = eval_kld(plain, model, g_ids);
+    print_message("qwen2 int8 KLD: rotated %.3g, not rotated %.3g\n", k1, k2);
+    assert_true(k1 < 0.01 && k2 < 0.01);
+    /* --lm-head on a tied model that stays tied */
+    char *err = NULL;
+    char *cmd = tu_fmt("%s/mcompile %s --target 64MiB --quant int8 --lm-head "
+                       "f32 -o %s/never.mca", MC_BIN_DIR, model, g_dir);
+    assert_int_equal(tu_run(cmd, NULL, &err), 1);
+    assert_non_null(strstr(err, "--lm-head"));
+    free(err);
+    free(cmd);
+    json_decref(m1);
+    json_decref(m2);
+    json_decref(m3);
+    free(a1);
+    free(a2);
+    free(a3);
+    free(rot);
+    free(plain);
+    free(lm8);
+    free(model);
+}
+
 /* The calibration quantizes the MERGED weights: the artifact matches the
  * merged model (small KLD) and not the base. */
 static void test_compile_calib_with_lora_calibrates_merged_weights(void **state)
@@ -441,6 +513,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compile_calib_int8_fixtures_verify_run_and_record),
         cmocka_unit_test(test_compile_calib_with_lora_calibrates_merged_weights),
+        cmocka_unit_test(test_compile_calib_rotation_unties_and_records),
         cmocka_unit_test(test_compile_auto_fits_target_and_mixes_formats),
         cmocka_unit_test(test_compile_calib_usage_errors_exit_2),
         cmocka_unit_test(test_compile_calib_survives_every_failed_allocation),

@@ -162,6 +162,21 @@ static void check_beats_rtn(kn_wformat f, uint32_t g, int act_order,
         kn_matrix_row(&km, r, row);
         assert_memory_equal(row, dg + (size_t)r * cols, cols * sizeof(float));
     }
+    /* Refitting the scales never raises the error (after GPTQ) and lowers
+     * RTN's; the refit layout still dequantizes to what it reports. */
+    assert_int_equal(cmp_gptq_refit_scales(w, &h, &b.b, dg, NULL), MC_OK);
+    double ef = direct_output_error(X, T, w, dg, rows, cols);
+    assert_int_equal(cmp_gptq_refit_scales(w, &h, &a.b, dr, NULL), MC_OK);
+    double erf = direct_output_error(X, T, w, dr, rows, cols);
+    print_message("  refit: gptq %.4g -> %.4g, rtn %.4g -> %.4g\n", eg, ef, er,
+                  erf);
+    assert_true(ef <= eg * (1.0 + 1e-6));
+    assert_true(erf < er);
+    km = cmp_qbuf_matrix(&b.b);
+    for (uint32_t r = 0; r < rows; r++) {
+        kn_matrix_row(&km, r, row);
+        assert_memory_equal(row, dg + (size_t)r * cols, cols * sizeof(float));
+    }
     free(row);
     free(dg);
     free(dr);
