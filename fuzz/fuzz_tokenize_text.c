@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "mc_alloc.h"
+#include "fuzz_tok_json.h"
 #include "rt_tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MS "\xE2\x96\x81"
 
 static size_t put_byte_char(char *out, int b)
 {
@@ -69,21 +69,6 @@ static char *json_byte_level(void)
     return s;
 }
 
-static const char SPM[] =
-    "{\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
-    "{\"id\":1,\"content\":\"<s>\",\"special\":true},{\"id\":2,\"content\":"
-    "\"</s>\",\"special\":true}],\"pre_tokenizer\":{\"type\":\"Metaspace\","
-    "\"replacement\":\"" MS "\",\"prepend_scheme\":\"first\",\"split\":"
-    "false},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":"
-    "\"Replace\",\"pattern\":{\"String\":\"" MS "\"},\"content\":\" \"},"
-    "{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\","
-    "\"content\":\" \",\"start\":1,\"stop\":0}]},\"model\":{\"type\":"
-    "\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"merges\":["
-    "\"" MS " " MS "\",\"" MS " h\",\"l l\",\"" MS "h e\",\"a b\"],"
-    "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2,\"" MS "\":3,\"h\":4,"
-    "\"e\":5,\"l\":6,\"a\":7,\"b\":8,\"" MS MS "\":9,\"" MS "h\":10,"
-    "\"ll\":11,\"" MS "he\":12,\"ab\":13,\"\xC3\xA9\":14%s}}}";
-
 /* g_tok[2] is g_tok[1] plus a token "x▁" no merge can build: it turns off
  * the chunking shortcut (rt_tokenizer.chunk) and must change nothing. */
 static rt_tokenizer *g_tok[3];
@@ -93,14 +78,7 @@ static void init(void)
     if (g_tok[0])
         return;
     char *bl = json_byte_level();
-    /* the 256 <0xNN> tokens of the SentencePiece vocabulary */
-    char bytes[256 * 16] = "", *p = bytes;
-    for (int b = 0; b < 256; b++)
-        p += sprintf(p, ",\"<0x%02X>\":%d", b, 15 + b);
-    char *spm = malloc(sizeof SPM + sizeof bytes + 32);
-    if (!spm)
-        abort();
-    sprintf(spm, SPM, bytes);
+    char *spm = fuzz_spm_json("");
     mc_error e;
     char msg[1600];
     if (rt_tokenizer_load_memory(bl, strlen(bl), "bl", &g_tok[0], &e) ||
@@ -109,8 +87,8 @@ static void init(void)
                 mc_error_format(&e, msg, sizeof msg));
         abort();
     }
-    strcat(bytes, ",\"x" MS "\":271");
-    sprintf(spm, SPM, bytes);
+    free(spm);
+    spm = fuzz_spm_json(",\"x" MS "\":271");
     if (rt_tokenizer_load_memory(spm, strlen(spm), "spm2", &g_tok[2], &e)) {
         fprintf(stderr, "fuzz_tokenize_text: %s\n",
                 mc_error_format(&e, msg, sizeof msg));
