@@ -25,71 +25,9 @@
 #include "mc_alloc.h"
 #include "rt_tokenizer.h"
 #include "testutil.h"
+#include "tok_fixture.h"
 
 #define MS "\xE2\x96\x81" /* U+2581, the SentencePiece space */
-
-/* ---- a small SentencePiece-style tokenizer ------------------------------
- * <unk> 0, <s> 1 (or <pad> without BOS), </s> 2, <0x00>..<0xFF> 3..258,
- * "▁" 259, "a".."z" 260..285, no merges: a word of n lowercase letters is
- * "▁" + n letters, n + 1 ids, so token counts are known by construction;
- * anything else falls back to bytes. */
-enum { T_SP = 259, T_A = 260, T_VOCAB = 286 };
-
-static char *tokenizer_json(int with_bos)
-{
-    json_t *vocab = json_object();
-    json_object_set_new(vocab, "<unk>", json_integer(0));
-    json_object_set_new(vocab, with_bos ? "<s>" : "<pad>", json_integer(1));
-    json_object_set_new(vocab, "</s>", json_integer(2));
-    for (int b = 0; b < 256; b++) {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        json_object_set_new(vocab, name, json_integer(3 + b));
-    }
-    json_object_set_new(vocab, MS, json_integer(T_SP));
-    for (int c = 0; c < 26; c++) {
-        char name[2] = {(char)('a' + c), 0};
-        json_object_set_new(vocab, name, json_integer(T_A + c));
-    }
-    json_t *model = json_pack(
-        "{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:[]}", "type", "BPE",
-        "dropout", "unk_token", "<unk>", "continuing_subword_prefix",
-        "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 1,
-        "ignore_merges", 0, "vocab", vocab, "merges");
-    json_t *added = json_array();
-    const char *names[3] = {"<unk>", with_bos ? "<s>" : "<pad>", "</s>"};
-    for (int i = 0; i < 3; i++)
-        json_array_append_new(
-            added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", i,
-                             "content", names[i], "single_word", 0, "lstrip",
-                             0, "rstrip", 0, "normalized", 0, "special", 1));
-    json_t *pre = json_pack("{s:s,s:s,s:s,s:b}", "type", "Metaspace",
-                            "replacement", MS, "prepend_scheme", "first",
-                            "split", 0);
-    json_t *dec = json_pack(
-        "{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]}", "type",
-        "Sequence", "decoders", "type", "Replace", "pattern", "String", MS,
-        "content", " ", "type", "ByteFallback", "type", "Fuse", "type",
-        "Strip", "content", " ", "start", 1, "stop", 0);
-    json_t *post = with_bos
-        ? json_pack("{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],"
-                    "s:{s:{s:s,s:[i],s:[s]}}}",
-                    "type", "TemplateProcessing", "single", "SpecialToken",
-                    "id", "<s>", "type_id", 0, "Sequence", "id", "A",
-                    "type_id", 0, "special_tokens", "<s>", "id", "<s>", "ids",
-                    1, "tokens", "<s>")
-        : json_null();
-    json_t *root = json_pack("{s:s,s:n,s:n,s:o,s:n,s:o,s:o,s:o,s:o}",
-                             "version", "1.0", "truncation", "padding",
-                             "added_tokens", added, "normalizer",
-                             "pre_tokenizer", pre, "post_processor", post,
-                             "decoder", dec, "model", model);
-    assert_non_null(root);
-    char *s = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    assert_non_null(s);
-    return s;
-}
 
 /* A temporary model directory holding tokenizer.json (with_bos 1 or 0),
  * or none (with_bos < 0).  Only tokenizer.json matters to the loader. */
@@ -97,7 +35,7 @@ static char *model_dir(int with_bos)
 {
     char *dir = tu_mkdtemp("calibdata");
     if (with_bos >= 0) {
-        char *json = tokenizer_json(with_bos);
+        char *json = tu_spm_tokenizer_json(with_bos);
         char *p = tu_fmt("%s/tokenizer.json", dir);
         assert_int_equal(tu_write_file(p, json, strlen(json)), 0);
         free(p);
@@ -300,7 +238,7 @@ static void test_calib_data_digits_with_a_word_are_text(void **state)
     rt_tokenizer *t = tokenizer_in(dir);
     const char *const docs[] = {"12 34 x"};
     char *p = write_in(dir, "c.txt", "12 34 x\n");
-    fmt_ids *f = load_ok(p, dir, T_VOCAB, 0, 1);
+    fmt_ids *f = load_ok(p, dir, TU_SPM_VOCAB, 0, 1);
     size_t n;
     int32_t *want = expected_stream(t, docs, 1, &n);
     expect_cut(f, want, n, 512);
@@ -357,7 +295,7 @@ static void test_calib_data_text_matches_runtime_tokenizer(void **state)
     const char *const decoded[] = {docs[0], " indented para", docs[2],
                                    docs[3]};
     char *p = write_in(dir, "c.txt", text);
-    fmt_ids *f = load_ok(p, dir, T_VOCAB, 100000, 1);
+    fmt_ids *f = load_ok(p, dir, TU_SPM_VOCAB, 100000, 1);
     size_t n, starts[5];
     int32_t *want = expected_stream_at(t, docs, 4, &n, starts);
     expect_cut(f, want, n, 100000);
@@ -389,20 +327,20 @@ static void test_calib_data_text_without_bos_adds_none(void **state)
     assert_int_equal(rt_tokenizer_bos(t), -1);
     const char *const docs[] = {"abc", "de f"};
     char *p = write_in(dir, "c.txt", "abc\n\nde f\n");
-    fmt_ids *f = load_ok(p, dir, T_VOCAB, 0, 1);
+    fmt_ids *f = load_ok(p, dir, TU_SPM_VOCAB, 0, 1);
     size_t n;
     int32_t *want = expected_stream(t, docs, 2, &n);
     assert_int_equal(n, 4 + 5);
     expect_cut(f, want, n, 512);
-    const int32_t literal[] = {T_SP, T_A + 0, T_A + 1, T_A + 2, T_SP,
-                               T_A + 3, T_A + 4, T_SP, T_A + 5};
+    const int32_t literal[] = {TU_SPM_SPACE, TU_SPM_A + 0, TU_SPM_A + 1, TU_SPM_A + 2, TU_SPM_SPACE,
+                               TU_SPM_A + 3, TU_SPM_A + 4, TU_SPM_SPACE, TU_SPM_A + 5};
     assert_memory_equal(f->ids, literal, sizeof literal);
     free(want);
     fmt_ids_free(f);
     /* a tokenizer_config.json beside it can name a BOS */
     char *cfg = write_in(dir, "tokenizer_config.json",
                          "{\"bos_token\": \"</s>\"}");
-    f = load_ok(p, dir, T_VOCAB, 0, 1);
+    f = load_ok(p, dir, TU_SPM_VOCAB, 0, 1);
     assert_int_equal(f->n_ids, 2 + 9);
     assert_int_equal(f->ids[0], 2);
     assert_int_equal(f->ids[5], 2);
@@ -429,22 +367,22 @@ static void test_calib_data_cuts_text_at_max_seq(void **state)
     assert_int_equal(n, 82);
     const uint32_t seqs[] = {41, 82, 1000, 20}; /* tails 0, 0, alone; 2 */
     for (size_t i = 0; i < 3; i++) {
-        fmt_ids *f = load_ok(p, dir, T_VOCAB, seqs[i], 1);
+        fmt_ids *f = load_ok(p, dir, TU_SPM_VOCAB, seqs[i], 1);
         expect_cut(f, want, n, seqs[i]);
         fmt_ids_free(f);
     }
     /* 82 = 4 x 20 + 2: the 2-token tail goes */
-    fmt_ids *f = load_ok(p, dir, T_VOCAB, seqs[3], 1);
+    fmt_ids *f = load_ok(p, dir, TU_SPM_VOCAB, seqs[3], 1);
     expect_cut(f, want, 80, 20);
     fmt_ids_free(f);
     /* 82 = 2 x 33 + 16: a tail of exactly 16 stays */
-    f = load_ok(p, dir, T_VOCAB, 33, 1);
+    f = load_ok(p, dir, TU_SPM_VOCAB, 33, 1);
     expect_cut(f, want, 82, 33);
     assert_int_equal(f->n_seqs, 3);
     fmt_ids_free(f);
     /* 82 = 2 x 34 + 14: 14 goes; the sequence crossing the paragraph
      * boundary holds the second BOS in the middle */
-    f = load_ok(p, dir, T_VOCAB, 34, 1);
+    f = load_ok(p, dir, TU_SPM_VOCAB, 34, 1);
     expect_cut(f, want, 68, 34);
     assert_int_equal(f->ids[40], 1);
     fmt_ids_free(f);
@@ -459,7 +397,7 @@ static void test_calib_data_cuts_text_at_max_seq(void **state)
     const char *const one[] = {w1};
     want = expected_stream(t, one, 1, &n);
     assert_int_equal(n, 1202);
-    f = load_ok(p, dir, T_VOCAB, 0, 1);
+    f = load_ok(p, dir, TU_SPM_VOCAB, 0, 1);
     expect_cut(f, want, n, 512);
     assert_int_equal(f->n_seqs, 3);
     fmt_ids_free(f);
@@ -477,14 +415,14 @@ static void test_calib_data_keeps_a_short_text_when_alone(void **state)
     char *dir = model_dir(1);
     /* "ab" -> BOS ▁ a b: 4 ids, under 16, but the only sequence */
     char *p = write_in(dir, "c.txt", "ab\n");
-    fmt_ids *f = load_ok(p, dir, T_VOCAB, 0, 1);
+    fmt_ids *f = load_ok(p, dir, TU_SPM_VOCAB, 0, 1);
     assert_int_equal(f->n_seqs, 1);
     assert_int_equal(f->n_ids, 4);
-    const int32_t want[] = {1, T_SP, T_A, T_A + 1};
+    const int32_t want[] = {1, TU_SPM_SPACE, TU_SPM_A, TU_SPM_A + 1};
     assert_memory_equal(f->ids, want, sizeof want);
     fmt_ids_free(f);
     /* max_seq 3: one full piece of 3, the 1-id tail dropped */
-    f = load_ok(p, dir, T_VOCAB, 3, 1);
+    f = load_ok(p, dir, TU_SPM_VOCAB, 3, 1);
     assert_int_equal(f->n_seqs, 1);
     assert_int_equal(f->n_ids, 3);
     assert_memory_equal(f->ids, want, 3 * sizeof *want);
@@ -505,7 +443,7 @@ static void test_calib_data_finds_tokenizer_for_each_model_path_form(
     char *slash = tu_fmt("%s/", dir);
     const char *forms[] = {dir, slash, st, ix};
     for (size_t i = 0; i < 4; i++) {
-        fmt_ids *f = load_ok(p, forms[i], T_VOCAB, 0, 1);
+        fmt_ids *f = load_ok(p, forms[i], TU_SPM_VOCAB, 0, 1);
         assert_int_equal(f->n_ids, 5);
         fmt_ids_free(f);
     }
@@ -601,7 +539,7 @@ static void test_calib_data_rejects_ids_outside_vocab_from_text(void **state)
     assert_int_equal(load_err(p, dir, 1, &e), MC_ERR_FORMAT);
     assert_non_null(strstr(e.message, "BOS"));
     /* 286 is enough (largest id 285) */
-    fmt_ids *f = load_ok(p, dir, T_VOCAB, 0, 1);
+    fmt_ids *f = load_ok(p, dir, TU_SPM_VOCAB, 0, 1);
     fmt_ids_free(f);
     free(p);
     tu_rmtree(dir);
@@ -664,13 +602,13 @@ static void test_calib_data_survives_allocation_failures(void **state)
     char *pi = write_in(dir, "c.ids", "1 2 3\n4 5\n");
     const char *paths[] = {pt, pi};
     for (int k = 0; k < 2; k++) {
-        fmt_ids *want = load_ok(paths[k], dir, T_VOCAB, 100, !k);
+        fmt_ids *want = load_ok(paths[k], dir, TU_SPM_VOCAB, 100, !k);
         int done = 0;
         for (long j = 0; !done && j < 100000; j++) {
             fmt_ids *f = NULL;
             mc_error e;
             mc_alloc_fail_after(j);
-            mc_status r = cmp_calib_data_load(paths[k], dir, T_VOCAB, 100, &f,
+            mc_status r = cmp_calib_data_load(paths[k], dir, TU_SPM_VOCAB, 100, &f,
                                               NULL, &e);
             mc_alloc_fail_after(-1);
             if (r == MC_OK) {

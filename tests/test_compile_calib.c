@@ -15,10 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cmp_compile.h"
 #include "mc_alloc.h"
 #include "testutil.h"
+#include "tok_fixture.h"
 
 static char *g_dir;
 static char *g_ids; /* 10 sequences of 24 ids < 256 */
@@ -253,6 +256,68 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     free(model);
 }
 
+/* `--calib` with a text file: tokenized with the tokenizer.json beside
+ * the model (stories260k, vocab 512, linked into a temporary model
+ * directory with a small tokenizer whose ids fit), calibrated, recorded;
+ * without a tokenizer the same file is refused, naming it. */
+static void test_compile_calib_text_file_through_tokenizer(void **state)
+{
+    (void)state;
+    const char *stories = tu_stories_dir();
+    TU_SKIP_IF(!stories, "stories260k absent under ../shared");
+    char *dir = tu_fmt("%s/text-model", g_dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char *src = tu_fmt("%s/%s", stories, files[i]);
+        char *dst = tu_fmt("%s/%s", dir, files[i]);
+        assert_int_equal(symlink(src, dst), 0);
+        free(src);
+        free(dst);
+    }
+    char *text = tu_fmt("%s/stories.txt", g_dir);
+    static const char *const words[8] = {"once", "upon", "a", "time",
+                                         "there", "was", "little", "girl"};
+    char body[8192];
+    size_t n = 0;
+    for (int d = 0; d < 12; d++) {
+        for (int w = 0; w < 40; w++)
+            n += (size_t)snprintf(body + n, sizeof body - n, "%s%s",
+                                  w ? " " : "", words[(d * 7 + w) % 8]);
+        n += (size_t)snprintf(body + n, sizeof body - n, ".\n\n");
+    }
+    assert_true(n < sizeof body);
+    assert_int_equal(tu_write_file(text, body, n), 0);
+    char *art = tu_fmt("%s/text.mca", g_dir);
+    char *err = NULL;
+    /* no tokenizer yet: refused, naming the file */
+    char *cmd = tu_fmt("%s/mcompile %s --target 64MiB --quant int8 --calib %s "
+                       "--method rtn -o %s -q", MC_BIN_DIR, dir, text, art);
+    assert_int_equal(tu_run(cmd, NULL, &err), 1);
+    assert_non_null(strstr(err, "stories.txt"));
+    assert_non_null(strstr(err, "tokenizer.json"));
+    free(err);
+    char *tok = tu_fmt("%s/tokenizer.json", dir);
+    char *json = tu_spm_tokenizer_json(1);
+    assert_int_equal(tu_write_file(tok, json, strlen(json)), 0);
+    compile_ok(strstr(cmd, dir));
+    json_t *man = inspect_manifest(art);
+    const json_t *cal = json_object_get(man, "calibration");
+    /* 12 paragraphs of 40 words (+ BOS, "."), cut at 512 tokens */
+    json_int_t seqs = json_integer_value(json_object_get(cal, "sequences"));
+    json_int_t toks = json_integer_value(json_object_get(cal, "tokens"));
+    print_message("text calibration: %lld sequences, %lld tokens calibrated\n",
+                  (long long)seqs, (long long)toks);
+    assert_true(seqs >= 4 && toks > 1000);
+    json_decref(man);
+    free(json);
+    free(tok);
+    free(cmd);
+    free(art);
+    free(text);
+    free(dir);
+}
+
 /* The calibration quantizes the MERGED weights: the artifact matches the
  * merged model (small KLD) and not the base. */
 static void test_compile_calib_with_lora_calibrates_merged_weights(void **state)
@@ -461,6 +526,7 @@ static mc_status compile_calib_inproc(int use_auto, const char *ids,
     o.method = CMP_QM_RTN; /* the compile's own paths (stage, merge, auto,
                               emit) at a fraction of best's time */
     o.quant_auto = use_auto;
+    o.rotate = 1; /* as the CLI does: the rotation's allocations too */
     o.threads = 1;
     if (!use_auto) {
         o.adapters = &spec;
@@ -490,9 +556,12 @@ static void test_compile_calib_survives_every_failed_allocation(void **state)
         assert_true(count > 10);
         printf("calibrated compile (auto %d): %llu allocations\n", use_auto,
                (unsigned long long)count);
-        /* the first 8 (opening), then an even spread (time) */
+        /* the first 8 (opening), then an even spread (time);
+         * MC_FA_EXHAUSTIVE=1: every one */
         uint64_t points = getenv("MC_UNDER_SANITIZER") ? 24 : 48;
         uint64_t step = count > points ? count / points : 1;
+        if (getenv("MC_FA_EXHAUSTIVE"))
+            step = 1;
         for (uint64_t k = 0; k < count; k += k < 8 ? 1 : step) {
             mc_alloc_fail_after((long)k);
             mc_status st = compile_calib_inproc(use_auto, ids, out);
@@ -514,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_compile_calib_int8_fixtures_verify_run_and_record),
         cmocka_unit_test(test_compile_calib_with_lora_calibrates_merged_weights),
         cmocka_unit_test(test_compile_calib_rotation_unties_and_records),
+        cmocka_unit_test(test_compile_calib_text_file_through_tokenizer),
         cmocka_unit_test(test_compile_auto_fits_target_and_mixes_formats),
         cmocka_unit_test(test_compile_calib_usage_errors_exit_2),
         cmocka_unit_test(test_compile_calib_survives_every_failed_allocation),
