@@ -33,6 +33,8 @@ static void plan_usage(FILE *out)
         "  --reserve SIZE   device reserve, overriding the default\n"
         "  --svg FILE       also draw the plan (budget bars per format and the\n"
         "                   batch x context frontier) as an SVG picture\n"
+        "  --calibrated     plan what `mcompile --calib` compiles: its rotation\n"
+        "                   gives a tied model its own float output layer\n"
         "  --json           one JSON object on stdout\n"
         "  -q, -v           accepted for symmetry (the plan is the output)\n"
         "  -h, --help       this text\n"
@@ -165,7 +167,7 @@ int cmp_cli_plan(int argc, char **argv)
     cmp_plan_request_default(&req);
     const char *model = NULL;
     const char *svg_path = NULL;
-    int json = 0;
+    int json = 0, calibrated = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -178,6 +180,10 @@ int cmp_cli_plan(int argc, char **argv)
         }
         if (strcmp(a, "-q") == 0 || strcmp(a, "-v") == 0)
             continue;
+        if (strcmp(a, "--calibrated") == 0) {
+            calibrated = 1;
+            continue;
+        }
         if (strcmp(a, "--svg") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "mcompile plan: --svg needs a file name\n");
@@ -220,6 +226,10 @@ int cmp_cli_plan(int argc, char **argv)
     char cpath[4096];
     if (cmp_cli_load_config(model, &cfg, cpath, sizeof cpath) != 0)
         return 1;
+    /* the declared dtype stands for the checkpoint's (weights not read) */
+    if (calibrated)
+        cmp_plan_untie_for_rotation(&cfg, &req.policy,
+                                    cfg.torch_dtype == FMT_DT_F32);
     cmp_plan plan;
     mc_error err;
     mc_error_clear(&err);

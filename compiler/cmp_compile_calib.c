@@ -218,21 +218,10 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     const int32_t *tok = s->ids->ids;
     const size_t *off = s->ids->offsets;
     int rotate = o->rotate && cmp_rotation_applies(cfg->hidden_size);
-    if (rotate) {
-        /* The rotated output layer differs from the embeddings: a tied
-         * model gets its own, kept float.  From a float32 checkpoint it
-         * stays float32 unless --lm-head says otherwise: rounding it to
-         * f16 moves near-tied logits consistently (stories260k: top-1
-         * 93.0 % -> 91.6 % at the same KLD). */
-        if (cfg->tie_word_embeddings) {
-            req->policy.lm_head_float = 1;
-            if (!req->policy.lm_head_set && s->m->embed.fmt == KN_W_F32) {
-                req->policy.lm_head_set = 1;
-                req->policy.lm_head_fmt = KN_W_F32;
-            }
-        }
-        cfg->tie_word_embeddings = 0;
-    }
+    /* the rotated output layer differs from the embeddings */
+    if (rotate)
+        cmp_plan_untie_for_rotation(cfg, &req->policy,
+                                    s->m->embed.fmt == KN_W_F32);
     if (o->quant_auto) {
         uint32_t group = req->policy.group ? req->policy.group : 128;
         cmp_wpolicy keep = req->policy; /* the lm_head choices survive */

@@ -70,6 +70,14 @@ typedef struct cmp_wpolicy {
     kn_wformat lm_head_fmt;  /* F32, F16, BF16 or Q8 */
 } cmp_wpolicy;
 
+/* What the calibration's rotation (cmp_rotate.h) does to the compiled
+ * tensors, for the plan: when hidden_size allows a rotation, a tied model
+ * gets its own output layer (cfg untied), kept float (p->lm_head_float),
+ * float32 when float32_source and --lm-head did not choose.  Returns 1 if
+ * cfg was tied and is now untied. */
+int cmp_plan_untie_for_rotation(fmt_model_config *cfg, cmp_wpolicy *p,
+                                int float32_source);
+
 /* Parse --quant (and the int4 group, 0 = 128). */
 mc_status cmp_wpolicy_parse(const char *quant, uint32_t group,
                             cmp_wpolicy *out, mc_error *err);

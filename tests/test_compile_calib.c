@@ -236,6 +236,24 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     double k1 = eval_kld(rot, model, g_ids), k2 = eval_kld(plain, model, g_ids);
     print_message("qwen2 int8 KLD: rotated %.3g, not rotated %.3g\n", k1, k2);
     assert_true(k1 < 0.01 && k2 < 0.01);
+    /* `mcompile plan --calibrated` plans exactly what was compiled */
+    json_int_t totals[2];
+    for (int k = 0; k < 2; k++) {
+        char *out = NULL;
+        char *c = k ? tu_fmt("%s/mcompile %s --json", MC_BIN_DIR, a1)
+                    : tu_fmt("%s/mcompile plan %s --target 64MiB --quant int8 "
+                             "--calibrated --json", MC_BIN_DIR, model);
+        assert_int_equal(tu_run(c, &out, NULL), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        json_t *p = k ? json_object_get(j, "plan") : j;
+        totals[k] = json_integer_value(json_object_get(p, "total_bytes"));
+        json_decref(j);
+        free(out);
+        free(c);
+    }
+    assert_true(totals[0] > 0);
+    assert_int_equal(totals[0], totals[1]);
     /* --lm-head on a tied model that stays tied */
     char *err = NULL;
     char *cmd = tu_fmt("%s/mcompile %s --target 64MiB --quant int8 --lm-head "
