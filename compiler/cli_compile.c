@@ -1,5 +1,6 @@
 /* cli_compile.c - `mcompile MODEL --target SIZE [-o OUT.mca] ...`: merge,
  * convert, plan and emit an artifact (cmp_compile.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@ static void compile_usage(FILE *out)
         "  --calib FILE     calibration data: token ids (one sequence per line) or\n"
         "                   plain text, tokenized with the tokenizer.json beside\n"
         "                   MODEL and cut into sequences of up to 512 tokens\n"
-        "                   (~10%% held out for the quality summary)\n"
+        "  --heldout N      calibration sequences kept out for the quality\n"
+        "                   summary (default a tenth; 0: calibrate on all)\n"
         "  --method M       rtn | awq | gptq | gptaq | best (default best with\n"
         "                   --calib; without it, plain round-to-nearest)\n"
         "  --lm-head F      output layer f32 | f16 | bf16 | int8 when it is not\n"
@@ -206,6 +208,16 @@ int cmp_cli_compile(int argc, char **argv)
                 nads++;
             } else if (strcmp(a, "--calib") == 0) {
                 o.calib = v;
+            } else if (strcmp(a, "--heldout") == 0) {
+                char *end;
+                errno = 0;
+                long h = strtol(v, &end, 10);
+                if (errno || *end || end == v || h < 0) {
+                    fprintf(stderr, "mcompile: --heldout must be a number "
+                            "of sequences, 0 or more (got '%s')\n", v);
+                    goto done;
+                }
+                o.heldout = h ? h : -1; /* 0 asks for none */
             } else if (strcmp(a, "--lm-head") == 0) {
                 static const struct { const char *n; kn_wformat f; } lh[] = {
                     {"f32", KN_W_F32}, {"f16", KN_W_F16}, {"bf16", KN_W_BF16},
@@ -288,6 +300,10 @@ int cmp_cli_compile(int argc, char **argv)
     if (method_set && !o.calib) {
         fprintf(stderr, "mcompile: --method needs --calib FILE (without "
                 "calibration ids, compile rounds to nearest)\n");
+        goto done;
+    }
+    if (o.heldout && !o.calib) {
+        fprintf(stderr, "mcompile: --heldout needs --calib FILE\n");
         goto done;
     }
     o.rotate = o.calib && !no_rotate;

@@ -57,6 +57,11 @@ typedef struct cmp_compile_opts {
      * one when adapters are given) instead of plain RTN. */
     const char *calib;                 /* token-id file (fmt_ids.h) or NULL */
     cmp_qmethod method;                /* with calib (the CLI's default: best) */
+    long heldout;                      /* with calib: last sequences kept out
+                                          of calibration for the quality
+                                          summary: 0 a tenth (at least one
+                                          when there are two), N > 0 that
+                                          many, < 0 none (calibrate on all) */
     int rotate;                        /* with calib: rotate the model first
                                           (cmp_rotate.h; the CLI's default,
                                           --no-rotate).  A tied model gets

@@ -213,7 +213,16 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     if (o->threads != 1 && !(s->pool = kn_pool_create(o->threads)))
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "thread pool");
     size_t nseq = s->ids->n_seqs;
-    s->heldout = nseq >= 2 ? (nseq / 10 ? nseq / 10 : 1) : 0;
+    if (o->heldout == 0)
+        s->heldout = nseq >= 2 ? (nseq / 10 ? nseq / 10 : 1) : 0;
+    else if (o->heldout < 0)
+        s->heldout = 0;
+    else if ((size_t)o->heldout < nseq)
+        s->heldout = (size_t)o->heldout;
+    else
+        return mc_fail(err, MC_ERR_INVALID_ARG, o->calib, "--heldout", -1,
+                       "%ld sequences held out of %zu: none left to "
+                       "calibrate on", o->heldout, nseq);
     size_t ncal = nseq - s->heldout;
     const int32_t *tok = s->ids->ids;
     const size_t *off = s->ids->offsets;

@@ -440,6 +440,9 @@ static void test_compile_calib_usage_errors_exit_2(void **state)
         "--target 64MiB --quant f16 --calib IDS",      /* nothing to quantize */
         "--target 64MiB --quant int8 --method gptq",   /* method, no calib */
         "--target 64MiB --quant int8 --calib IDS --method nope",
+        "--target 64MiB --quant int8 --heldout 2",     /* heldout, no calib */
+        "--target 64MiB --quant int8 --calib IDS --heldout -1",
+        "--target 64MiB --quant int8 --calib IDS --heldout 2x",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char opts[256];
@@ -457,6 +460,33 @@ static void test_compile_calib_usage_errors_exit_2(void **state)
             fail_msg("'%s' exited %d, not 2: %s", opts, rc, err);
         free(err);
         free(cmd);
+    }
+    /* more held out than there are sequences (10): refused */
+    char *many = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int8 "
+                        "--calib %s --heldout 10 -o %s/u.mca", MC_BIN_DIR,
+                        MC_FIXTURE_DIR, g_ids, g_dir);
+    char *merr = NULL;
+    assert_int_equal(tu_run(many, NULL, &merr), 1);
+    assert_non_null(strstr(merr, "--heldout"));
+    free(merr);
+    free(many);
+    /* --heldout 0 calibrates on every sequence (no summary); 3 holds 3 */
+    for (int h = 0; h <= 3; h += 3) {
+        char *art = tu_fmt("%s/h%d.mca", g_dir, h);
+        char *args = tu_fmt("%s/llama --target 64MiB --quant int8 --calib %s "
+                            "--method rtn --heldout %d -o %s", MC_FIXTURE_DIR,
+                            g_ids, h, art);
+        compile_ok(args);
+        json_t *man = inspect_manifest(art);
+        const json_t *cal = json_object_get(man, "calibration");
+        assert_int_equal(
+            json_integer_value(json_object_get(cal, "heldout_sequences")), h);
+        assert_int_equal(json_integer_value(json_object_get(cal, "tokens")),
+                         (10 - h) * 24);
+        assert_true((json_object_get(cal, "heldout") != NULL) == (h > 0));
+        json_decref(man);
+        free(args);
+        free(art);
     }
     /* ids out of the vocabulary: a format error naming the file */
     char *ids = tu_fmt("%s/big.ids", g_dir);
