@@ -437,12 +437,6 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
     return MC_OK;
 }
 
-/* Entry (i, j) of the Hessian sum (only the upper triangle is kept). */
-static double hess_at(const cmp_hessian *h, uint32_t i, uint32_t j)
-{
-    return i <= j ? h->h[(size_t)i * h->cols + j] : h->h[(size_t)j * h->cols + i];
-}
-
 /* Solve the symmetric positive (semi)definite system M x = b in place
  * (x in b) by Cholesky with a tiny ridge; 0 on success, -1 if it is not
  * positive definite even so. */
@@ -509,7 +503,7 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
                        "Hessian width %u, matrix width %u", h->cols, q->cols);
     uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
-    double *u = mc_malloc_array((size_t)G * K, sizeof(double));
+    double *hw = mc_malloc_array(K, sizeof(double));
     double *M = mc_malloc_array((size_t)G * G, sizeof(double));
     double *Mc = mc_malloc_array((size_t)G * G, sizeof(double));
     double *rhs = mc_malloc_array(G, sizeof(double));
@@ -517,13 +511,13 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
     double *s0 = mc_malloc_array(G, sizeof(double));
     double *a = mc_malloc_array(K, sizeof(double));
     cmp_qparam *p0 = mc_malloc_array(G, sizeof(cmp_qparam));
-    if (!u || !M || !Mc || !rhs || !s || !s0 || !a || !p0) {
+    if (!hw || !M || !Mc || !rhs || !s || !s0 || !a || !p0) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
         goto done;
     }
     for (uint32_t r = 0; r < q->rows; r++) {
         const float *wr = w + (size_t)r * K;
-        /* a: the codes at unit scale; u_g = H a_g */
+        /* a: the codes at unit scale (group g holds columns g*span ..) */
         for (uint32_t g = 0; g < G; g++) {
             p0[g] = cmp_qbuf_get_param(q, r, g);
             s0[g] = p0[g].scale;
@@ -531,30 +525,38 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
             for (uint32_t c = g * span; c < c1; c++)
                 a[c] = (double)(cmp_qbuf_get_code(q, r, c) - p0[g].zero);
         }
-        memset(u, 0, (size_t)G * K * sizeof(double));
-        for (uint32_t g = 0; g < G; g++) {
-            double *ug = u + (size_t)g * K;
-            uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
-            for (uint32_t c = g * span; c < c1; c++) {
-                if (a[c] == 0.0)
-                    continue;
-                for (uint32_t j = 0; j < K; j++)
-                    ug[j] += a[c] * hess_at(h, c, j);
+        /* M_gk = a_g^T H a_k and hw = H w in one pass over the stored
+         * upper triangle, row by row (contiguous): each off-diagonal
+         * H_ij counts for (i, j) and (j, i). */
+        memset(M, 0, (size_t)G * G * sizeof(double));
+        memset(hw, 0, K * sizeof(double));
+        for (uint32_t i = 0; i < K; i++) {
+            const double *Ui = h->h + (size_t)i * K;
+            uint32_t gi = i / span;
+            double ai = a[i], wi = (double)wr[i], hwi = Ui[i] * wi;
+            M[(size_t)gi * G + gi] += Ui[i] * ai * ai;
+            for (uint32_t j0 = i + 1; j0 < K;) {
+                uint32_t gj = j0 / span;
+                uint32_t j1 = (gj + 1) * span < K ? (gj + 1) * span : K;
+                double sa = 0.0;
+                for (uint32_t j = j0; j < j1; j++) {
+                    double hij = Ui[j];
+                    sa += hij * a[j];
+                    hwi += hij * (double)wr[j];
+                    hw[j] += hij * wi;
+                }
+                M[(size_t)gi * G + gj] += ai * sa;
+                M[(size_t)gj * G + gi] += ai * sa;
+                j0 = j1;
             }
+            hw[i] += hwi;
         }
         for (uint32_t g = 0; g < G; g++) {
-            const double *ug = u + (size_t)g * K;
+            uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
             double t = 0.0;
-            for (uint32_t j = 0; j < K; j++)
-                t += ug[j] * (double)wr[j];
+            for (uint32_t c = g * span; c < c1; c++)
+                t += a[c] * hw[c];
             rhs[g] = t;
-            for (uint32_t k = 0; k < G; k++) {
-                uint32_t c1 = (k + 1) * span < K ? (k + 1) * span : K;
-                double m = 0.0;
-                for (uint32_t c = k * span; c < c1; c++)
-                    m += a[c] * ug[c];
-                M[(size_t)g * G + k] = m;
-            }
         }
         memcpy(Mc, M, (size_t)G * G * sizeof(double));
         memcpy(s, rhs, G * sizeof(double));
@@ -579,7 +581,7 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
     if (deq)
         cmp_dequant_matrix(q, deq);
 done:
-    mc_free(u);
+    mc_free(hw);
     mc_free(M);
     mc_free(Mc);
     mc_free(rhs);

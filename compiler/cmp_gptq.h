@@ -79,8 +79,10 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
  * old and the refit scales (rounded to their stored precision) gives the
  * smaller error, so the error never grows.  After GPTQ this recovers part
  * of what fixing the group parameters at each group start lost.  deq
- * (optional) receives the dequantized result.  Cost per row: cols^2 +
- * groups^3.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (widths differ). */
+ * (optional) receives the dequantized result.  Cost per row: one pass
+ * over H's upper triangle (cols^2 / 2, contiguous) + groups^3; work space
+ * groups^2 + cols doubles.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (widths
+ * differ). */
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, mc_error *err);
 
