@@ -36,6 +36,33 @@ static const char *gets(const json_t *o, const char *k)
     return json_is_string(v) ? json_string_value(v) : "?";
 }
 
+/* The manifest's "calibration" object (cmp_compile.h), when there is one:
+ * what the quality figures of `mcompile eval` came from. */
+static void print_calibration(const json_t *cal)
+{
+    if (!json_is_object(cal))
+        return;
+    printf("calibration: method %s, %lld tokens in %lld sequences (%lld held "
+           "out), ids xxh3 %s\n", gets(cal, "method"), geti(cal, "tokens"),
+           geti(cal, "sequences"), geti(cal, "heldout_sequences"),
+           gets(cal, "ids_xxh3"));
+    const json_t *rot = json_object_get(cal, "rotation");
+    if (json_is_object(rot))
+        printf("  rotated: Hadamard blocks of %lld (value heads %lld), seed "
+               "%s\n", geti(rot, "block"), geti(rot, "head_block"),
+               gets(rot, "seed"));
+    const json_t *h = json_object_get(cal, "heldout");
+    if (json_is_object(h))
+        printf("  held out: KLD mean %.5f p99 %.5f, top-1 %.2f%%, perplexity "
+               "%.3f (reference %.3f) on %lld tokens\n",
+               json_number_value(json_object_get(h, "kld_mean")),
+               json_number_value(json_object_get(h, "kld_p99")),
+               100.0 * json_number_value(json_object_get(h, "top1")),
+               json_number_value(json_object_get(h, "ppl")),
+               json_number_value(json_object_get(h, "ppl_ref")),
+               geti(h, "tokens"));
+}
+
 static void print_human(const char *path, const fmt_art *a)
 {
     const json_t *m = fmt_art_manifest(a);
@@ -103,6 +130,7 @@ static void print_human(const char *path, const fmt_art *a)
     printf("tokenizer: %s\n",
            fmt_art_find_section(a, "tokenizer") != (size_t)-1 ? "embedded"
                                                               : "none");
+    print_calibration(json_object_get(m, "calibration"));
 }
 
 int cmp_cli_inspect(int argc, char **argv)

@@ -236,6 +236,14 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     double k1 = eval_kld(rot, model, g_ids), k2 = eval_kld(plain, model, g_ids);
     print_message("qwen2 int8 KLD: rotated %.3g, not rotated %.3g\n", k1, k2);
     assert_true(k1 < 0.01 && k2 < 0.01);
+    /* inspect's human report says how the artifact was calibrated */
+    char *iout = NULL, *icmd = tu_fmt("%s/mcompile inspect %s", MC_BIN_DIR, rot);
+    assert_int_equal(tu_run(icmd, &iout, NULL), 0);
+    assert_non_null(strstr(iout, "calibration: method best"));
+    assert_non_null(strstr(iout, "rotated: Hadamard blocks of 64"));
+    assert_non_null(strstr(iout, "held out: KLD mean"));
+    free(iout);
+    free(icmd);
     /* `mcompile plan --calibrated` plans exactly what was compiled */
     json_int_t totals[2];
     for (int k = 0; k < 2; k++) {
