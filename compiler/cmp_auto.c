@@ -28,7 +28,8 @@ static uint64_t fmt_bytes(kn_wformat f, uint32_t rows, uint32_t cols,
 
 mc_status cmp_auto_measure(const rt_model *m, const int32_t *tok,
                            const size_t *off, size_t nseq, uint32_t group,
-                           kn_pool *pool, cmp_auto_plan *out, mc_error *err)
+                           int rotate, kn_pool *pool, cmp_auto_plan *out,
+                           mc_error *err)
 {
     memset(out, 0, sizeof *out);
     size_t n = (size_t)m->cfg.num_layers * CMP_LIN_COUNT;
@@ -46,6 +47,7 @@ mc_status cmp_auto_measure(const rt_model *m, const int32_t *tok,
         o.fmt = AUTO_FMT[k];
         o.group = group;
         o.method = CMP_QM_RTN;
+        o.rotate = rotate; /* measured as the final calibration will see it */
         o.pool = pool;
         cmp_calib_result *r = NULL;
         mc_status st = cmp_calib_run(m, tok, off, nseq, &o, &r, err);

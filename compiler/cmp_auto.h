@@ -49,11 +49,13 @@ typedef struct cmp_auto_plan {
     double err_sum;                 /* sum of the chosen errors */
 } cmp_auto_plan;
 
-/* Step 1 on nseq calibration sequences.  *out filled (free with
- * cmp_auto_free); choices all int4 until cmp_auto_choose. */
+/* Step 1 on nseq calibration sequences, rotated (cmp_rotate.h) when
+ * rotate is 1, as the calibration that follows will be.  *out filled (free
+ * with cmp_auto_free); choices all int4 until cmp_auto_choose. */
 mc_status cmp_auto_measure(const rt_model *m, const int32_t *tok,
                            const size_t *off, size_t nseq, uint32_t group,
-                           kn_pool *pool, cmp_auto_plan *out, mc_error *err);
+                           int rotate, kn_pool *pool, cmp_auto_plan *out,
+                           mc_error *err);
 
 /* Step 2 for req (target_bytes, max_batch, max_seq, kv type... as the
  * planner reads them; policy ignored).  other_bytes: bytes of every

@@ -241,7 +241,7 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
         req->policy.lm_head_fmt = keep.lm_head_fmt;
         uint64_t other;
         if ((st = other_bytes(cfg, &req->policy, &other, err)) != MC_OK ||
-            (st = cmp_auto_measure(s->m, tok, off, ncal, group, s->pool,
+            (st = cmp_auto_measure(s->m, tok, off, ncal, group, rotate, s->pool,
                                    &s->autoplan, err)) != MC_OK)
             return st;
         s->is_auto = 1;

@@ -217,7 +217,7 @@ static void test_auto_precision_fits_target(void **state)
     size_t *off;
     random_seqs(m->cfg.vocab_size, 4, 32, &tok, &off);
     cmp_auto_plan a;
-    assert_int_equal(cmp_auto_measure(m, tok, off, 4, 32, NULL, &a, NULL), MC_OK);
+    assert_int_equal(cmp_auto_measure(m, tok, off, 4, 32, 0, NULL, &a, NULL), MC_OK);
     for (size_t i = 0; i < a.n; i++) {
         assert_true(a.t[i].err[CMP_AUTO_Q4] > a.t[i].err[CMP_AUTO_Q8]);
         assert_true(a.t[i].bytes[CMP_AUTO_Q4] < a.t[i].bytes[CMP_AUTO_Q8]);
