@@ -2,6 +2,7 @@
  * demand, streaming section reads.  Layout in fmt_artifact.h; the writer is
  * fmt_artifact_write.c. */
 #include "fmt_artifact.h"
+#include "fmt_json_strict.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -372,18 +373,16 @@ static mc_status check_tensors_schema(fmt_art *a, mc_error *err)
 
 static mc_status check_manifest(fmt_art *a, mc_error *err)
 {
-    json_error_t je;
-    a->manifest = json_loadb(a->manifest_text, a->manifest_bytes,
-                             JSON_REJECT_DUPLICATES, &je);
-    if (!a->manifest && json_error_code(&je) == json_error_out_of_memory)
-        return mc_fail(err, MC_ERR_NOMEM, a->name, "manifest", -1,
-                       "no memory to parse the manifest");
-    if (!a->manifest)
-        return mc_fail(err, MC_ERR_FORMAT, a->name, "manifest",
-                       FMT_ART_HEADER_BYTES + (int64_t)je.position,
-                       "manifest is not valid JSON: %s", je.text);
-    if (!json_is_object(a->manifest))
-        return SCHEMA("manifest", "manifest must be a JSON object");
+    /* The strict loader tells an allocation that failed inside jansson's
+     * lexer (reported by jansson as a syntax error) from damaged text. */
+    mc_status st = fmt_json_load_strict(a->manifest_text, a->manifest_bytes,
+                                        a->name, FMT_ART_HEADER_BYTES,
+                                        &a->manifest, err);
+    if (st != MC_OK) {
+        if (err && st == MC_ERR_FORMAT && !err->field[0])
+            snprintf(err->field, sizeof err->field, "manifest");
+        return st;
+    }
     const json_t *f = json_object_get(a->manifest, "format");
     if (!json_is_string(f) ||
         strcmp(json_string_value(f), "mcompile-artifact") != 0)
@@ -397,7 +396,7 @@ static mc_status check_manifest(fmt_art *a, mc_error *err)
     for (size_t i = 0; i < 3; i++)
         if (!json_is_object(json_object_get(a->manifest, objs[i])))
             return SCHEMA(objs[i], "manifest needs an object \"%s\"", objs[i]);
-    mc_status st = check_sections_schema(a, err);
+    st = check_sections_schema(a, err);
     if (st != MC_OK)
         return st;
     return check_tensors_schema(a, err);
