@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "fmt_atomic.h"
+#include "fmt_file.h"
+#include "fmt_json_strict.h"
 #include "mc_alloc.h"
 
 /* Output is produced this many bytes of float32 rows at a time. */
@@ -158,17 +160,17 @@ static mc_status write_config(const cmp_merge *m, const char *dir,
         return MC_OK; /* a bare .safetensors without config: nothing to copy */
     if (!m->untie && out_dtype == FMT_DT_INVALID)
         return copy_file(src, dst, bytes, err);
-    json_error_t je;
-    json_t *root = json_load_file(src, JSON_REJECT_DUPLICATES, &je);
-    if (!root && json_error_code(&je) == json_error_out_of_memory)
-        return mc_fail(err, MC_ERR_NOMEM, src, NULL, -1,
-                       "no memory to read config.json");
-    if (!root || !json_is_object(root)) {
-        json_decref(root);
-        return mc_fail(err, MC_ERR_FORMAT, src, NULL, root ? -1 : je.position,
-                       "cannot rewrite config.json: %s",
-                       root ? "not an object" : je.text);
-    }
+    /* The strict loader tells an allocation that failed inside jansson's
+     * lexer (which jansson reports as a syntax error) from a bad file. */
+    char *text = NULL;
+    size_t len = 0;
+    json_t *root = NULL;
+    mc_status st = fmt_file_read(src, 16u << 20, "16 MiB", &text, &len, err);
+    if (st == MC_OK)
+        st = fmt_json_load_strict(text, len, src, 0, &root, err);
+    mc_free(text);
+    if (st != MC_OK)
+        return st;
     int ok = 1;
     if (m->untie)
         ok = json_object_set_new(root, "tie_word_embeddings", json_false()) == 0;
@@ -180,14 +182,14 @@ static mc_status write_config(const cmp_merge *m, const char *dir,
                                                          : "torch_dtype";
         ok = json_object_set_new(root, key, json_string(name)) == 0;
     }
-    char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
-                    : NULL;
+    text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
+              : NULL;
     json_decref(root);
     if (!text)
         return mc_fail(err, MC_ERR_NOMEM, src, NULL, -1, "out of memory");
     fmt_atomic_file *f;
-    size_t len = strlen(text);
-    mc_status st = fmt_atomic_create(dst, &f, err);
+    len = strlen(text);
+    st = fmt_atomic_create(dst, &f, err);
     if (st == MC_OK) {
         if ((st = fmt_atomic_write(f, text, len, err)) == MC_OK &&
             (st = fmt_atomic_write(f, "\n", 1, err)) == MC_OK) {
