@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "fmt_json_strict.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -48,15 +50,23 @@ const merge_tensor *cmp_merge_find_(const cmp_merge *m, const char *name)
     return NULL;
 }
 
-/* tie_word_embeddings from config.json (raw: the merge must not depend on
- * the architecture being one the runtime supports). */
-static int base_is_tied(const fmt_model *base)
+/* tie_word_embeddings from config.json into *tied (raw: the merge must not
+ * depend on the architecture being one the runtime supports).  No config
+ * (a bare .safetensors): not tied.  A config that cannot be read or parsed
+ * is an error, not "untied": the answer decides whether lm_head is
+ * written out. */
+static mc_status base_is_tied(const fmt_model *base, int *tied, mc_error *err)
 {
+    *tied = 0;
     const char *path = fmt_model_config_path(base);
-    json_t *root = path ? json_load_file(path, 0, NULL) : NULL;
-    int tied = root && json_is_true(json_object_get(root, "tie_word_embeddings"));
+    if (!path || access(path, F_OK) != 0)
+        return MC_OK;
+    json_t *root = NULL;
+    mc_status st = fmt_json_load_file_strict(path, &root, err);
+    if (st == MC_OK)
+        *tied = json_is_true(json_object_get(root, "tie_word_embeddings"));
     json_decref(root);
-    return tied;
+    return st;
 }
 
 static mc_status add_op(merge_tensor *t, const merge_op *op, mc_error *err)
@@ -309,7 +319,9 @@ static mc_status open_into(cmp_merge *m, const cmp_adapter_spec *specs,
     m->adapters = mc_calloc(n ? n : 1, sizeof *m->adapters);
     if (!m->adapters)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    int tied = base_is_tied(m->base);
+    int tied;
+    if ((st = base_is_tied(m->base, &tied, err)) != MC_OK)
+        return st;
     for (size_t k = 0; k < n; k++) {
         if (!specs[k].dir || !isfinite(specs[k].weight))
             return mc_fail(err, MC_ERR_INVALID_ARG, specs[k].dir, NULL, -1,

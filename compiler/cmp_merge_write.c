@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "fmt_atomic.h"
-#include "fmt_file.h"
 #include "fmt_json_strict.h"
 #include "mc_alloc.h"
 
@@ -162,13 +161,8 @@ static mc_status write_config(const cmp_merge *m, const char *dir,
         return copy_file(src, dst, bytes, err);
     /* The strict loader tells an allocation that failed inside jansson's
      * lexer (which jansson reports as a syntax error) from a bad file. */
-    char *text = NULL;
-    size_t len = 0;
     json_t *root = NULL;
-    mc_status st = fmt_file_read(src, 16u << 20, "16 MiB", &text, &len, err);
-    if (st == MC_OK)
-        st = fmt_json_load_strict(text, len, src, 0, &root, err);
-    mc_free(text);
+    mc_status st = fmt_json_load_file_strict(src, &root, err);
     if (st != MC_OK)
         return st;
     int ok = 1;
@@ -182,13 +176,13 @@ static mc_status write_config(const cmp_merge *m, const char *dir,
                                                          : "torch_dtype";
         ok = json_object_set_new(root, key, json_string(name)) == 0;
     }
-    text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
-              : NULL;
+    char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
+                    : NULL;
     json_decref(root);
     if (!text)
         return mc_fail(err, MC_ERR_NOMEM, src, NULL, -1, "out of memory");
     fmt_atomic_file *f;
-    len = strlen(text);
+    size_t len = strlen(text);
     st = fmt_atomic_create(dst, &f, err);
     if (st == MC_OK) {
         if ((st = fmt_atomic_write(f, text, len, err)) == MC_OK &&

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fmt_file.h"
 #include "mc_alloc.h"
 
 int fmt_utf8_valid(const unsigned char *s, size_t n, size_t *bad)
@@ -209,4 +210,17 @@ mc_status fmt_json_load_strict(const char *text, size_t len, const char *file,
     }
     *out = root;
     return MC_OK;
+}
+
+mc_status fmt_json_load_file_strict(const char *path, json_t **out,
+                                    mc_error *err)
+{
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    mc_status st = fmt_file_read(path, 16u << 20, "16 MiB", &text, &len, err);
+    if (st == MC_OK)
+        st = fmt_json_load_strict(text, len, path, 0, out, err);
+    mc_free(text);
+    return st;
 }

@@ -32,6 +32,12 @@ int fmt_utf8_valid(const unsigned char *s, size_t n, size_t *bad);
 mc_status fmt_json_load_strict(const char *text, size_t len, const char *file,
                                int64_t base, json_t **out, mc_error *err);
 
+/* fmt_json_load_strict on the whole file at path (read with fmt_file_read,
+ * refused over 16 MiB: the JSON files read this way are configs).  Errors
+ * name path; MC_ERR_NOT_FOUND when it does not exist. */
+mc_status fmt_json_load_file_strict(const char *path, json_t **out,
+                                    mc_error *err);
+
 /* Byte offsets (into text) of one object member: the key's opening quote
  * and the first byte of its value. */
 typedef struct fmt_json_member {
