@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cmp_calib_data.h"
 #include "cmp_rotate.h"
@@ -172,6 +173,26 @@ static mc_status other_bytes(const fmt_model_config *cfg, const cmp_wpolicy *p,
     return MC_OK;
 }
 
+/* The calibration keeps two sets of hidden states for every calibration
+ * token (cmp_calib.h).  A long text file can ask for more than the
+ * machine has; say so before hours of work end in the OOM killer. */
+static mc_status check_states_fit(const char *path, size_t tokens,
+                                  uint32_t hidden, mc_error *err)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return MC_OK; /* unknown: let the allocation decide */
+    double need = 2.0 * (double)tokens * hidden * sizeof(float);
+    double have = (double)pages * (double)page;
+    if (need <= 0.75 * have)
+        return MC_OK;
+    return mc_fail(err, MC_ERR_NOMEM, path, "--calib", -1,
+                   "calibrating on %zu tokens keeps 2 x %zu x %u floats of "
+                   "activations (%.1f GiB); this machine has %.1f GiB: use "
+                   "fewer or shorter sequences", tokens, tokens, hidden,
+                   need / 1073741824.0, have / 1073741824.0);
+}
+
 mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
                               fmt_model_config *cfg, cmp_merge *merge,
                               cmp_plan_request *req, cmp_calib_stage *s,
@@ -226,6 +247,9 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     size_t ncal = nseq - s->heldout;
     const int32_t *tok = s->ids->ids;
     const size_t *off = s->ids->offsets;
+    if ((st = check_states_fit(o->calib, off[ncal], cfg->hidden_size, err)) !=
+        MC_OK)
+        return st;
     int rotate = o->rotate && cmp_rotation_applies(cfg->hidden_size);
     /* the rotated output layer differs from the embeddings */
     if (rotate)
