@@ -424,12 +424,6 @@ mc_status rt_cu_matmul(rt_cuda_session *s, const kn_matrix *W,
 
 /* ---- create / free -------------------------------------------------------- */
 
-static int limits_equal(const rt_limits *a, const rt_limits *b)
-{
-    return a->max_batch == b->max_batch && a->max_seq == b->max_seq &&
-           a->prefill_chunk == b->prefill_chunk && a->kv_type == b->kv_type;
-}
-
 /* rt_session_create's layout rules (rt_session.h). */
 static mc_status resolve_layout(const rt_model *model, const rt_limits *lim,
                                 const rt_layout *layout, rt_layout *out,
@@ -439,25 +433,8 @@ static mc_status resolve_layout(const rt_model *model, const rt_limits *lim,
     mc_status st = rt_layout_build(c, lim, out, err);
     if (st || !layout)
         return st;
-    rt_layout check;
-    rt_limits lp = layout->limits;
-    mc_status cst = rt_layout_build(c, &lp, &check, NULL);
-    if (cst || !limits_equal(&lp, &out->limits) ||
-        check.arena_bytes != layout->arena_bytes ||
-        memcmp(check.buf, layout->buf, sizeof check.buf) != 0)
-        return mc_fail(err, MC_ERR_PLAN, model->path, "layout", -1,
-                       "stored plan (batch %u, max_seq %llu, chunk %u, %llu "
-                       "arena bytes) does not match the requested limits "
-                       "(batch %u, max_seq %llu, chunk %u, needs %llu bytes) "
-                       "or this model",
-                       layout->limits.max_batch,
-                       (unsigned long long)layout->limits.max_seq,
-                       layout->limits.prefill_chunk,
-                       (unsigned long long)layout->arena_bytes,
-                       out->limits.max_batch,
-                       (unsigned long long)out->limits.max_seq,
-                       out->limits.prefill_chunk,
-                       (unsigned long long)out->arena_bytes);
+    if ((st = rt_layout_check_stored(c, layout, out, model->path, err)))
+        return st;
     *out = *layout;
     return MC_OK;
 }

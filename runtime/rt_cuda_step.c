@@ -420,25 +420,10 @@ mc_status rt_cuda_session_generate(rt_cuda_session *s,
                                    rt_gen_result *res, mc_error *err)
 {
     mc_status st = check_usable(s, err);
-    if (st || (st = rt_request_check_batch(&s->layout.limits, n, err)))
+    if (st || (st = rt_request_setup_generate(&s->layout.limits,
+                                              s->m->cfg.vocab_size, s->seq,
+                                              prompts, n, p, res, err)))
         return st;
-    for (size_t i = 0; i < n; i++) {
-        rt_seq *q = &s->seq[i];
-        memset(q, 0, sizeof *q);
-        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], p->max_new_tokens, p->truncate,
-                             i, q, err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
-            return st;
-        if (p->max_new_tokens > 0 && !res[i].ids)
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "ids", -1,
-                           "sequence %zu: no output buffer", i);
-        q->b = res[i].ids;
-        rt_rng_seed(&q->rng, p->seed, p->seq_index0 + i);
-        res[i].n = 0;
-        res[i].stop = p->max_new_tokens ? RT_STOP_NONE : RT_STOP_LENGTH;
-        res[i].stop_token = -1;
-        res[i].prompt_used = q->na;
-    }
     s->mode = RT_CU_GENERATE;
     s->gp = p;
     s->gres = res;
@@ -454,26 +439,11 @@ mc_status rt_cuda_session_score(rt_cuda_session *s, rt_score_item *items,
                                 mc_error *err)
 {
     mc_status st = check_usable(s, err);
-    if (st || (st = rt_request_check_batch(&s->layout.limits, n, err)) ||
-        (st = rt_request_check_ids(s->m->cfg.vocab_size, labels, n_labels, 0, "labels", err)))
+    if (st || (st = rt_request_setup_score(&s->layout.limits,
+                                           s->m->cfg.vocab_size, s->seq, items,
+                                           n, labels, n_labels, truncate,
+                                           err)))
         return st;
-    for (size_t i = 0; i < n; i++) {
-        rt_seq *q = &s->seq[i];
-        rt_score_item *it = &items[i];
-        memset(q, 0, sizeof *q);
-        if ((st = rt_request_fit_prompt(&s->layout.limits, &it->prompt, it->n_cont, truncate, i, q,
-                             err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, it->cont, it->n_cont, i, "continuation",
-                            err)))
-            return st;
-        if ((it->n_cont && !it->cont_logprobs) ||
-            (n_labels && !it->label_logprobs))
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "score", -1,
-                           "sequence %zu: missing output buffer", i);
-        q->b = it->cont;
-        q->nb = it->n_cont ? it->n_cont - 1 : 0;
-    }
     s->mode = RT_CU_SCORE;
     s->items = items;
     s->labels = labels;
@@ -489,18 +459,10 @@ mc_status rt_cuda_session_logits(rt_cuda_session *s,
                                  float *const *out, mc_error *err)
 {
     mc_status st = check_usable(s, err);
-    if (st || (st = rt_request_check_batch(&s->layout.limits, n, err)))
+    if (st || (st = rt_request_setup_logits(&s->layout.limits,
+                                            s->m->cfg.vocab_size, s->seq,
+                                            prompts, n, out, err)))
         return st;
-    for (size_t i = 0; i < n; i++) {
-        rt_seq *q = &s->seq[i];
-        memset(q, 0, sizeof *q);
-        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], 0, RT_TRUNC_NONE, i, q, err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
-            return st;
-        if (!out[i])
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "logits", -1,
-                           "sequence %zu: no output buffer", i);
-    }
     s->mode = RT_CU_LOGITS;
     s->logits_out = out;
     st = run(s, n, err);

@@ -2,6 +2,8 @@
  * rt_request.h). */
 #include "rt_request.h"
 
+#include <string.h>
+
 mc_status rt_request_check_batch(const rt_limits *L, size_t n, mc_error *err)
 {
     if (n > L->max_batch)
@@ -49,5 +51,85 @@ mc_status rt_request_fit_prompt(const rt_limits *L, const rt_prompt *p,
     if (tr == RT_TRUNC_LEFT)
         q->a = p->ids + (p->n - room);
     q->na = room;
+    return MC_OK;
+}
+
+mc_status rt_request_setup_generate(const rt_limits *L, uint32_t vocab,
+                                    rt_seq *seq, const rt_prompt *prompts,
+                                    size_t n, const rt_gen_params *p,
+                                    rt_gen_result *res, mc_error *err)
+{
+    mc_status st = rt_request_check_batch(L, n, err);
+    if (st)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        rt_seq *q = &seq[i];
+        memset(q, 0, sizeof *q);
+        if ((st = rt_request_fit_prompt(L, &prompts[i], p->max_new_tokens,
+                                        p->truncate, i, q, err)) ||
+            (st = rt_request_check_ids(vocab, q->a, q->na, i, "prompt", err)))
+            return st;
+        if (p->max_new_tokens > 0 && !res[i].ids)
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "ids", -1,
+                           "sequence %zu: no output buffer", i);
+        q->b = res[i].ids;
+        rt_rng_seed(&q->rng, p->seed, p->seq_index0 + i);
+        res[i].n = 0;
+        res[i].stop = p->max_new_tokens ? RT_STOP_NONE : RT_STOP_LENGTH;
+        res[i].stop_token = -1;
+        res[i].prompt_used = q->na;
+    }
+    return MC_OK;
+}
+
+mc_status rt_request_setup_score(const rt_limits *L, uint32_t vocab,
+                                 rt_seq *seq, rt_score_item *items, size_t n,
+                                 const int32_t *labels, size_t n_labels,
+                                 rt_truncate truncate, mc_error *err)
+{
+    mc_status st = rt_request_check_batch(L, n, err);
+    if (st || (st = rt_request_check_ids(vocab, labels, n_labels, 0, "labels",
+                                         err)))
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        rt_seq *q = &seq[i];
+        rt_score_item *it = &items[i];
+        memset(q, 0, sizeof *q);
+        if ((st = rt_request_fit_prompt(L, &it->prompt, it->n_cont, truncate,
+                                        i, q, err)) ||
+            (st = rt_request_check_ids(vocab, q->a, q->na, i, "prompt", err)) ||
+            (st = rt_request_check_ids(vocab, it->cont, it->n_cont, i,
+                                       "continuation", err)))
+            return st;
+        if ((it->n_cont && !it->cont_logprobs) ||
+            (n_labels && !it->label_logprobs))
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "score", -1,
+                           "sequence %zu: missing output buffer", i);
+        /* Feed the continuation except its last token (nothing scores
+         * what follows it). */
+        q->b = it->cont;
+        q->nb = it->n_cont ? it->n_cont - 1 : 0;
+    }
+    return MC_OK;
+}
+
+mc_status rt_request_setup_logits(const rt_limits *L, uint32_t vocab,
+                                  rt_seq *seq, const rt_prompt *prompts,
+                                  size_t n, float *const *out, mc_error *err)
+{
+    mc_status st = rt_request_check_batch(L, n, err);
+    if (st)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        rt_seq *q = &seq[i];
+        memset(q, 0, sizeof *q);
+        if ((st = rt_request_fit_prompt(L, &prompts[i], 0, RT_TRUNC_NONE, i,
+                                        q, err)) ||
+            (st = rt_request_check_ids(vocab, q->a, q->na, i, "prompt", err)))
+            return st;
+        if (!out[i])
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "logits", -1,
+                           "sequence %zu: no output buffer", i);
+    }
     return MC_OK;
 }

@@ -46,4 +46,23 @@ mc_status rt_request_fit_prompt(const rt_limits *L, const rt_prompt *p,
                                 size_t extra, rt_truncate tr, size_t i,
                                 rt_seq *q, mc_error *err);
 
+/* Per-call setup of seq[0..n) (every check above, then the sequences'
+ * state), identical for both sessions.  Generate: prompts fitted with
+ * room for p->max_new_tokens, res[i] reset (ids must be given when tokens
+ * are asked), RNGs seeded.  Score: labels checked, each continuation fed
+ * but its last token (nothing scores what follows it), output buffers
+ * required.  Logits: prompts fitted untruncated, out[i] required.  Errors
+ * leave the session state to be overwritten by the next call. */
+mc_status rt_request_setup_generate(const rt_limits *L, uint32_t vocab,
+                                    rt_seq *seq, const rt_prompt *prompts,
+                                    size_t n, const rt_gen_params *p,
+                                    rt_gen_result *res, mc_error *err);
+mc_status rt_request_setup_score(const rt_limits *L, uint32_t vocab,
+                                 rt_seq *seq, rt_score_item *items, size_t n,
+                                 const int32_t *labels, size_t n_labels,
+                                 rt_truncate truncate, mc_error *err);
+mc_status rt_request_setup_logits(const rt_limits *L, uint32_t vocab,
+                                  rt_seq *seq, const rt_prompt *prompts,
+                                  size_t n, float *const *out, mc_error *err);
+
 #endif /* RT_REQUEST_H */

@@ -75,12 +75,6 @@ static size_t kv_elem_bytes(kn_kvtype t)
     return t == KN_KV_F32 ? 4 : t == KN_KV_F16 ? 2 : 1;
 }
 
-static int limits_equal(const rt_limits *a, const rt_limits *b)
-{
-    return a->max_batch == b->max_batch && a->max_seq == b->max_seq &&
-           a->prefill_chunk == b->prefill_chunk && a->kv_type == b->kv_type;
-}
-
 mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
                             const rt_layout *layout, rt_session **out,
                             mc_error *err)
@@ -95,29 +89,12 @@ mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
     if (st)
         return st;
     if (layout) {
-        /* A stored plan must be exactly what rt_layout_build gives for its
-         * own limits (same code, same inputs) and be for the limits asked;
-         * anything else is a stale or foreign plan.  Its thread count
-         * sized the attention scratch: run with at most that many. */
-        rt_layout check;
-        rt_limits lp = layout->limits;
-        mc_status cst = rt_layout_build(c, &lp, &check, NULL);
-        if (cst || !limits_equal(&lp, &built.limits) ||
-            check.arena_bytes != layout->arena_bytes ||
-            memcmp(check.buf, layout->buf, sizeof check.buf) != 0)
-            return mc_fail(err, MC_ERR_PLAN, model->path, "layout", -1,
-                           "stored plan (batch %u, max_seq %llu, chunk %u, "
-                           "%llu arena bytes) does not match the requested "
-                           "limits (batch %u, max_seq %llu, chunk %u, needs "
-                           "%llu bytes) or this model",
-                           layout->limits.max_batch,
-                           (unsigned long long)layout->limits.max_seq,
-                           layout->limits.prefill_chunk,
-                           (unsigned long long)layout->arena_bytes,
-                           built.limits.max_batch,
-                           (unsigned long long)built.limits.max_seq,
-                           built.limits.prefill_chunk,
-                           (unsigned long long)built.arena_bytes);
+        /* The stored plan must be the one these limits give
+         * (rt_layout_check_stored).  Its thread count sized the attention
+         * scratch: run with at most that many. */
+        if ((st = rt_layout_check_stored(c, layout, &built, model->path,
+                                         err)))
+            return st;
         int threads = built.limits.threads;
         built = *layout;
         if (threads < built.limits.threads)
@@ -481,35 +458,15 @@ static mc_status run_calls(rt_session *s, size_t n, mc_error *err)
 /* ---- request checks and entry points -------------------------------------- */
 
 
-static void reset_seq(rt_seq *q)
-{
-    memset(q, 0, sizeof *q);
-}
-
 mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
                               size_t n, const rt_gen_params *p,
                               rt_gen_result *res, mc_error *err)
 {
-    mc_status st = rt_request_check_batch(&s->layout.limits, n, err);
+    mc_status st = rt_request_setup_generate(&s->layout.limits,
+                                             s->m->cfg.vocab_size, s->seq,
+                                             prompts, n, p, res, err);
     if (st)
         return st;
-    for (size_t i = 0; i < n; i++) {
-        rt_seq *q = &s->seq[i];
-        reset_seq(q);
-        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], p->max_new_tokens, p->truncate,
-                             i, q, err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
-            return st;
-        if (p->max_new_tokens > 0 && !res[i].ids)
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "ids", -1,
-                           "sequence %zu: no output buffer", i);
-        q->b = res[i].ids;
-        rt_rng_seed(&q->rng, p->seed, p->seq_index0 + i);
-        res[i].n = 0;
-        res[i].stop = p->max_new_tokens ? RT_STOP_NONE : RT_STOP_LENGTH;
-        res[i].stop_token = -1;
-        res[i].prompt_used = q->na;
-    }
     s->mode = MODE_GENERATE;
     s->gp = p;
     s->gres = res;
@@ -523,30 +480,11 @@ mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
                            const int32_t *labels, size_t n_labels,
                            rt_truncate truncate, mc_error *err)
 {
-    mc_status st = rt_request_check_batch(&s->layout.limits, n, err);
+    mc_status st = rt_request_setup_score(&s->layout.limits,
+                                          s->m->cfg.vocab_size, s->seq, items,
+                                          n, labels, n_labels, truncate, err);
     if (st)
         return st;
-    if ((st = rt_request_check_ids(s->m->cfg.vocab_size, labels, n_labels, 0, "labels", err)))
-        return st;
-    for (size_t i = 0; i < n; i++) {
-        rt_seq *q = &s->seq[i];
-        rt_score_item *it = &items[i];
-        reset_seq(q);
-        if ((st = rt_request_fit_prompt(&s->layout.limits, &it->prompt, it->n_cont, truncate, i, q,
-                             err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, it->cont, it->n_cont, i, "continuation",
-                            err)))
-            return st;
-        if ((it->n_cont && !it->cont_logprobs) ||
-            (n_labels && !it->label_logprobs))
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "score", -1,
-                           "sequence %zu: missing output buffer", i);
-        /* Feed the continuation except its last token (nothing scores
-         * what follows it). */
-        q->b = it->cont;
-        q->nb = it->n_cont ? it->n_cont - 1 : 0;
-    }
     s->mode = MODE_SCORE;
     s->items = items;
     s->labels = labels;
@@ -560,19 +498,11 @@ mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
 mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
                             size_t n, float *const *out, mc_error *err)
 {
-    mc_status st = rt_request_check_batch(&s->layout.limits, n, err);
+    mc_status st = rt_request_setup_logits(&s->layout.limits,
+                                           s->m->cfg.vocab_size, s->seq,
+                                           prompts, n, out, err);
     if (st)
         return st;
-    for (size_t i = 0; i < n; i++) {
-        rt_seq *q = &s->seq[i];
-        reset_seq(q);
-        if ((st = rt_request_fit_prompt(&s->layout.limits, &prompts[i], 0, RT_TRUNC_NONE, i, q, err)) ||
-            (st = rt_request_check_ids(s->m->cfg.vocab_size, q->a, q->na, i, "prompt", err)))
-            return st;
-        if (!out[i])
-            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "logits", -1,
-                           "sequence %zu: no output buffer", i);
-    }
     s->mode = MODE_LOGITS;
     s->logits_out = out;
     st = run_calls(s, n, err);
