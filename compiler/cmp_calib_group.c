@@ -226,21 +226,12 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
             memcpy(rtn_rel, cur_rel, sizeof rtn_rel);
             memcpy(rtn_loc, cur_loc, sizeof rtn_loc);
         }
-        /* Ties keep the earlier (simpler) method; RTN is first. */
-        if (sum < best_sum) {
-            best_sum = sum;
-            chosen = m;
-            for (int i = 0; i < n; i++) {
-                cmp_qbuf t = best[i];
-                best[i] = cur[i];
-                cur[i] = t;
-                best_rel[i] = cur_rel[i];
-                best_loc[i] = cur_loc[i];
-            }
-        }
-        /* A plain method asked alone is the result even when RTN measured
-         * lower (the table shows both). */
-        if (o->method != CMP_QM_BEST && m == o->method && chosen != m) {
+        /* Ties keep the earlier (simpler) method; RTN is first.  A plain
+         * method asked alone is the result even when RTN measured lower
+         * (the table shows both). */
+        int take = sum < best_sum ||
+                   (o->method != CMP_QM_BEST && m == o->method && chosen != m);
+        if (take) {
             best_sum = sum;
             chosen = m;
             for (int i = 0; i < n; i++) {
