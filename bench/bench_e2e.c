@@ -83,24 +83,16 @@ static void stream(fmt_st_writer *w, uint64_t n, float base, float scale);
 
 static void gen_model(const char *dir, const shape *s)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        perror(path);
+    const bench_llama_config cfg = {
+        .hidden = s->hidden, .ffn = s->ffn, .layers = s->layers,
+        .heads = s->heads, .kv_heads = s->kv_heads, .vocab = s->vocab,
+        .max_pos = 2048, .tied = 1, .torch_dtype = "float32"};
+    if (bench_write_llama_config(dir, &cfg)) {
+        /* what perror(dir/config.json) printed */
+        fprintf(stderr, "%s/config.json: %s\n", dir, strerror(errno));
         exit(1);
     }
-    fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": "
-            "\"llama\", \"hidden_size\": %u, \"intermediate_size\": %u, "
-            "\"num_hidden_layers\": %u, \"num_attention_heads\": %u, "
-            "\"num_key_value_heads\": %u, \"vocab_size\": %u, "
-            "\"max_position_embeddings\": 2048, \"rms_norm_eps\": 1e-5, "
-            "\"rope_theta\": 10000.0, \"hidden_act\": \"silu\", "
-            "\"tie_word_embeddings\": true, \"torch_dtype\": \"float32\", "
-            "\"bos_token_id\": 1, \"eos_token_id\": 2}\n",
-            s->hidden, s->ffn, s->layers, s->heads, s->kv_heads, s->vocab);
-    fclose(f);
+    char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     fmt_st_writer *w;
     mc_error e;

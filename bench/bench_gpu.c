@@ -82,27 +82,14 @@ static int write_tensor(fmt_st_writer *w, uint64_t n, int norm)
 
 static int gen_model(const char *dir, const shape *s)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    const bench_llama_config cfg = {
+        .hidden = s->hidden, .ffn = s->ffn, .layers = s->layers,
+        .heads = s->heads, .kv_heads = s->kv_heads, .vocab = s->vocab,
+        .max_pos = 4096, .tied = 0, .torch_dtype = "float16"};
+    fmt_st_writer *w = bench_start_llama(dir, &cfg);
+    if (!w)
         return -1;
-    fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": "
-            "\"llama\", \"hidden_size\": %u, \"intermediate_size\": %u, "
-            "\"num_hidden_layers\": %u, \"num_attention_heads\": %u, "
-            "\"num_key_value_heads\": %u, \"vocab_size\": %u, "
-            "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-5, "
-            "\"rope_theta\": 10000.0, \"hidden_act\": \"silu\", "
-            "\"tie_word_embeddings\": false, \"torch_dtype\": \"float16\", "
-            "\"bos_token_id\": 1, \"eos_token_id\": 2}\n",
-            s->hidden, s->ffn, s->layers, s->heads, s->kv_heads, s->vocab);
-    fclose(f);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    fmt_st_writer *w;
     mc_error e;
-    if (fmt_st_writer_create(path, &w, &e))
-        return -1;
     const uint64_t H = s->hidden, F = s->ffn;
     const uint64_t KV = (uint64_t)s->kv_heads * (H / s->heads);
     size_t cap = 4 + 9 * (size_t)s->layers, n = 0;

@@ -112,6 +112,17 @@ static const char *str(json_t *o, const char *k)
     return s ? s : "?";
 }
 
+/* One row of the RUN table: the weights' name, then batch, prefill and
+ * decode tokens/s, the bandwidth bound and decode's fraction of it, from
+ * a runtime result v. */
+static void print_run_row(const char *weights, json_t *v)
+{
+    printf("  %-8s %5d %14.1f %13.1f %13.1f %8.0f%%\n", weights,
+           (int)num(v, "batch"), num(v, "prefill_tok_s"),
+           num(v, "decode_tok_s"), num(v, "decode_bound_tok_s"),
+           100 * num(v, "decode_fraction_of_bound"));
+}
+
 static json_t *machine(void)
 {
     char model[256] = "unknown";
@@ -225,11 +236,7 @@ static void table(json_t *all)
     printf("  %-8s %5s %14s %13s %13s %9s\n", "weights", "batch",
            "prefill tok/s", "decode tok/s", "bound tok/s", "of bound");
     json_array_foreach(json_object_get(e2e, "runtime"), i, v)
-        printf("  %-8s %5d %14.1f %13.1f %13.1f %8.0f%%\n",
-               str(v, "artifact"), (int)num(v, "batch"),
-               num(v, "prefill_tok_s"), num(v, "decode_tok_s"),
-               num(v, "decode_bound_tok_s"),
-               100 * num(v, "decode_fraction_of_bound"));
+        print_run_row(str(v, "artifact"), v);
     json_t *hf = json_object_get(all, "runtime_hf");
     if (hf) {
         printf("  bench_runtime (Hugging Face dir, %.0fM params, prompt 128, "
@@ -238,11 +245,7 @@ static void table(json_t *all)
                                                        0),
                                        "params") / 1e6);
         json_array_foreach(json_object_get(hf, "runs"), i, v)
-            printf("  %-8s %5d %14.1f %13.1f %13.1f %8.0f%%\n",
-                   str(v, "dtype"), (int)num(v, "batch"),
-                   num(v, "prefill_tok_s"), num(v, "decode_tok_s"),
-                   num(v, "decode_bound_tok_s"),
-                   100 * num(v, "decode_fraction_of_bound"));
+            print_run_row(str(v, "dtype"), v);
     }
 
     printf("\nMEMORY  planned (compiler's plan total) vs measured peak RSS "

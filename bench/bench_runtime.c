@@ -62,28 +62,15 @@ static int write_tensor(fmt_st_writer *w, fmt_dtype dt, uint64_t n,
 
 static int gen_model(const char *dir, const shape *s, fmt_dtype dt)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    const bench_llama_config cfg = {
+        .hidden = s->hidden, .ffn = s->ffn, .layers = s->layers,
+        .heads = s->heads, .kv_heads = s->heads, .vocab = s->vocab,
+        .max_pos = 2048, .tied = 0,
+        .torch_dtype = dt == FMT_DT_BF16 ? "bfloat16" : "float32"};
+    fmt_st_writer *w = bench_start_llama(dir, &cfg);
+    if (!w)
         return -1;
-    fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": "
-            "\"llama\", \"hidden_size\": %u, \"intermediate_size\": %u, "
-            "\"num_hidden_layers\": %u, \"num_attention_heads\": %u, "
-            "\"num_key_value_heads\": %u, \"vocab_size\": %u, "
-            "\"max_position_embeddings\": 2048, \"rms_norm_eps\": 1e-5, "
-            "\"rope_theta\": 10000.0, \"hidden_act\": \"silu\", "
-            "\"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", "
-            "\"bos_token_id\": 1, \"eos_token_id\": 2}\n",
-            s->hidden, s->ffn, s->layers, s->heads, s->heads, s->vocab,
-            dt == FMT_DT_BF16 ? "bfloat16" : "float32");
-    fclose(f);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    fmt_st_writer *w;
     mc_error e;
-    if (fmt_st_writer_create(path, &w, &e))
-        return -1;
     typedef struct t {
         char name[96];
         uint64_t r, c;

@@ -6,10 +6,12 @@
 #define BENCH_UTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "fmt_safetensors.h"
 #include "kn_ops.h"
 
 static inline double bench_now(void)
@@ -116,6 +118,56 @@ static inline double bench_bandwidth(kn_pool *p, size_t bytes, int copy)
 static inline double kn_measure_copy_bandwidth(kn_pool *p, size_t bytes)
 {
     return bench_bandwidth(p, bytes, 0);
+}
+
+/* The config.json of a generated Llama-architecture checkpoint (the
+ * benches write their models rather than ship them). */
+typedef struct bench_llama_config {
+    uint32_t hidden, ffn, layers, heads, kv_heads, vocab; /* the shape */
+    uint32_t max_pos;         /* max_position_embeddings */
+    int tied;                 /* tie_word_embeddings */
+    const char *torch_dtype;  /* "float32", "float16" or "bfloat16" */
+} bench_llama_config;
+
+/* Writes dir/config.json for c (RMSNorm eps 1e-5, RoPE theta 10000, SiLU,
+ * BOS 1, EOS 2).  Returns 0, or -1 with errno from fopen when the file
+ * cannot be created. */
+static inline int bench_write_llama_config(const char *dir,
+                                           const bench_llama_config *c)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": "
+            "\"llama\", \"hidden_size\": %u, \"intermediate_size\": %u, "
+            "\"num_hidden_layers\": %u, \"num_attention_heads\": %u, "
+            "\"num_key_value_heads\": %u, \"vocab_size\": %u, "
+            "\"max_position_embeddings\": %u, \"rms_norm_eps\": 1e-5, "
+            "\"rope_theta\": 10000.0, \"hidden_act\": \"silu\", "
+            "\"tie_word_embeddings\": %s, \"torch_dtype\": \"%s\", "
+            "\"bos_token_id\": 1, \"eos_token_id\": 2}\n",
+            c->hidden, c->ffn, c->layers, c->heads, c->kv_heads, c->vocab,
+            c->max_pos, c->tied ? "true" : "false", c->torch_dtype);
+    fclose(f);
+    return 0;
+}
+
+/* Writes dir/config.json for c and starts dir/model.safetensors.  Returns
+ * the writer (the caller adds the tensors and finishes or aborts it), or
+ * NULL when either file cannot be created. */
+static inline fmt_st_writer *bench_start_llama(const char *dir,
+                                               const bench_llama_config *c)
+{
+    if (bench_write_llama_config(dir, c))
+        return NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    fmt_st_writer *w;
+    mc_error e;
+    return fmt_st_writer_create(path, &w, &e) ? NULL : w;
 }
 
 #endif /* BENCH_UTIL_H */

@@ -101,6 +101,19 @@ static void compile_ok(const char *args)
     free(cmd);
 }
 
+/* The artifact art generates a few tokens with mrun. */
+static void mrun_ok(const char *art)
+{
+    char *err = NULL;
+    char *cmd = tu_fmt("%s/mrun %s --tokens 1 --max-new-tokens 4 -q",
+                       MC_BIN_DIR, art);
+    int rc = tu_run(cmd, NULL, &err);
+    if (rc != 0)
+        fail_msg("mrun %s failed (%d): %s", art, rc, err);
+    free(err);
+    free(cmd);
+}
+
 /* Every linear records method/err/err_rtn/alpha; returns how many linears
  * have each format in fmts[] ("q4", "q8", "f16"). */
 static size_t check_linears(const json_t *man, size_t counts[3])
@@ -155,14 +168,7 @@ static void test_compile_calib_int8_fixtures_verify_run_and_record(void **state)
         assert_true(json_is_number(
             json_object_get(json_object_get(cal, "heldout"), "kld_mean")));
         json_decref(man);
-        char *err = NULL;
-        char *cmd = tu_fmt("%s/mrun %s --tokens 1 --max-new-tokens 4 -q",
-                           MC_BIN_DIR, art);
-        int rc = tu_run(cmd, NULL, &err);
-        if (rc != 0)
-            fail_msg("mrun %s failed (%d): %s", art, rc, err);
-        free(err);
-        free(cmd);
+        mrun_ok(art);
         free(args);
         free(art);
         free(model);
@@ -416,14 +422,7 @@ static void test_compile_auto_fits_target_and_mixes_formats(void **state)
         assert_true(kinds >= 2);
         assert_int_equal(c[0] + c[1] + c[2], n);
         json_decref(man);
-        char *err = NULL;
-        char *cmd = tu_fmt("%s/mrun %s --tokens 1 --max-new-tokens 4 -q",
-                           MC_BIN_DIR, art);
-        int rc = tu_run(cmd, NULL, &err);
-        if (rc != 0)
-            fail_msg("mrun %s failed (%d): %s", art, rc, err);
-        free(err);
-        free(cmd);
+        mrun_ok(art);
         free(args);
         free(art);
     }

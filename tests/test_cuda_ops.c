@@ -23,34 +23,7 @@
 
 #include "kn_cuda.h"
 
-static uint64_t g_rng = 0x853c49e6748fea9bull;
-static uint32_t rnd_u32(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-static float rnd_f(void)
-{
-    return (float)((rnd_u32() & 0xffffff) / 8388608.0 - 1.0);
-}
-static void fill(float *x, size_t n, float a)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = a * rnd_f();
-}
-
-static double norm_err(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
+static tu_rng g_rng = {0x853c49e6748fea9bull};
 
 static void skip_without_device(void)
 {
@@ -81,13 +54,13 @@ static void test_cuda_rmsnorm_matches_cpu_reference(void **state)
     size_t T = 3, n = 1001;
     float *x = malloc(T * n * 4), *w = malloc(n * 4), *r = malloc(T * n * 4),
           *o = malloc(T * n * 4);
-    fill(x, T * n, 2.0f);
-    fill(w, n, 1.0f);
+    tu_rng_fill(&g_rng, x, T * n, 2.0f);
+    tu_rng_fill(&g_rng, w, n, 1.0f);
     kn_ref_rmsnorm(r, x, w, T, n, 1e-6f);
     float *dx = up(x, T * n * 4), *dw = up(w, n * 4);
     assert_int_equal(kn_cuda_rmsnorm(dx, dx, dw, T, n, 1e-6f, NULL), MC_OK);
     down(o, dx, T * n * 4);
-    assert_true(norm_err(o, r, T * n) < 1e-5);
+    assert_true(tu_norm_err(o, r, T * n) < 1e-5);
     cudaFree(dx), cudaFree(dw);
     free(x), free(w), free(r), free(o);
 }
@@ -103,14 +76,14 @@ static void test_cuda_rope_matches_cpu_reference(void **state)
     kn_rope r = { hd, inv, sc };
     int64_t pos[5] = { 0, 1, 100, 8191, 70000 };
     float *x = malloc(n * 4), *ref = malloc(n * 4), *o = malloc(n * 4);
-    fill(x, n, 1.0f);
+    tu_rng_fill(&g_rng, x, n, 1.0f);
     memcpy(ref, x, n * 4);
     kn_ref_rope_apply(&r, ref, T, nh, pos);
     float *dx = up(x, n * 4), *dinv = up(inv, sizeof inv);
     int64_t *dpos = up(pos, sizeof pos);
     assert_int_equal(kn_cuda_rope_apply(dx, dinv, sc, hd, T, nh, dpos, NULL), MC_OK);
     down(o, dx, n * 4);
-    assert_true(norm_err(o, ref, n) < 1e-5);
+    assert_true(tu_norm_err(o, ref, n) < 1e-5);
     cudaFree(dx), cudaFree(dinv), cudaFree(dpos);
     free(x), free(ref), free(o);
 }
@@ -121,14 +94,14 @@ static void test_cuda_silu_mul_and_softmax_match_cpu_reference(void **state)
     skip_without_device();
     size_t n = 32003;
     float *g = malloc(n * 4), *u = malloc(n * 4), *r = malloc(n * 4), *o = malloc(n * 4);
-    fill(g, n, 10.0f);
-    fill(u, n, 1.0f);
+    tu_rng_fill(&g_rng, g, n, 10.0f);
+    tu_rng_fill(&g_rng, u, n, 1.0f);
     memcpy(r, g, n * 4);
     kn_ref_silu_mul(r, u, n);
     float *dg = up(g, n * 4), *du = up(u, n * 4);
     assert_int_equal(kn_cuda_silu_mul(dg, du, n, NULL), MC_OK);
     down(o, dg, n * 4);
-    assert_true(norm_err(o, r, n) < 1e-5);
+    assert_true(tu_norm_err(o, r, n) < 1e-5);
     /* softmax: two rows of n/2 (CPU kn_softmax per row) */
     size_t h = n / 2;
     memcpy(r, g, n * 4);
@@ -139,7 +112,7 @@ static void test_cuda_silu_mul_and_softmax_match_cpu_reference(void **state)
     assert_int_equal(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice), cudaSuccess);
     assert_int_equal(kn_cuda_softmax(dg, 2, h, NULL), MC_OK);
     down(o, dg, 2 * h * 4);
-    assert_true(norm_err(o, r, 2 * h) < 1e-5);
+    assert_true(tu_norm_err(o, r, 2 * h) < 1e-5);
     cudaFree(dg), cudaFree(du);
     free(g), free(u), free(r), free(o);
 }
@@ -150,7 +123,7 @@ static void test_cuda_argmax_matches_cpu_first_of_ties(void **state)
     skip_without_device();
     size_t n = 50000;
     float *x = malloc(n * 4);
-    fill(x, n, 5.0f);
+    tu_rng_fill(&g_rng, x, n, 5.0f);
     x[777] = 9.0f;
     x[40000] = 9.0f; /* tie: the first wins */
     float *dx = up(x, n * 4);
@@ -181,32 +154,32 @@ static cmat cmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint32_t g)
     m.hz = zb ? malloc(zb) : NULL;
     size_t n = (size_t)rows * cols;
     switch (f) {
-    case KN_W_F32: fill(m.hd, n, 1.0f); break;
+    case KN_W_F32: tu_rng_fill(&g_rng, m.hd, n, 1.0f); break;
     case KN_W_F16:
         for (size_t i = 0; i < n; i++)
-            ((uint16_t *)m.hd)[i] = fmt_f32_to_f16(rnd_f());
+            ((uint16_t *)m.hd)[i] = fmt_f32_to_f16(tu_rng_f(&g_rng));
         break;
     case KN_W_BF16:
         for (size_t i = 0; i < n; i++)
-            ((uint16_t *)m.hd)[i] = fmt_f32_to_bf16(rnd_f());
+            ((uint16_t *)m.hd)[i] = fmt_f32_to_bf16(tu_rng_f(&g_rng));
         break;
     case KN_W_Q8:
         for (size_t i = 0; i < n; i++)
-            ((int8_t *)m.hd)[i] = (int8_t)((int)(rnd_u32() % 255) - 127);
+            ((int8_t *)m.hd)[i] = (int8_t)((int)(tu_rng_u32(&g_rng) % 255) - 127);
         for (uint32_t r = 0; r < rows; r++)
             ((float *)m.hs)[r] = 0.01f;
         break;
     default: {
         uint64_t rb = kn_q4_row_bytes(cols);
         for (size_t i = 0; i < db; i++)
-            ((uint8_t *)m.hd)[i] = (uint8_t)rnd_u32();
+            ((uint8_t *)m.hd)[i] = (uint8_t)tu_rng_u32(&g_rng);
         if (cols & 1)
             for (uint32_t r = 0; r < rows; r++)
                 ((uint8_t *)m.hd)[r * rb + rb - 1] &= 0x0f;
         for (size_t i = 0; i < sb / 2; i++)
-            ((uint16_t *)m.hs)[i] = fmt_f32_to_f16(0.02f + 0.03f * (rnd_f() + 1.0f));
+            ((uint16_t *)m.hs)[i] = fmt_f32_to_f16(0.02f + 0.03f * (tu_rng_f(&g_rng) + 1.0f));
         for (size_t i = 0; i < zb; i++)
-            ((uint8_t *)m.hz)[i] = (uint8_t)(rnd_u32() % 16);
+            ((uint8_t *)m.hz)[i] = (uint8_t)(tu_rng_u32(&g_rng) % 16);
         break;
     }
     }
@@ -234,8 +207,8 @@ static void check_cuda_matmul(kn_wformat f, uint32_t rows, uint32_t cols,
     cmat m = cmat_make(f, rows, cols, g);
     float *x = malloc(T * cols * 4), *b = malloc(rows * 4);
     float *r = malloc(T * rows * 4), *o = malloc(T * rows * 4);
-    fill(x, T * cols, 1.0f);
-    fill(b, rows, 1.0f);
+    tu_rng_fill(&g_rng, x, T * cols, 1.0f);
+    tu_rng_fill(&g_rng, b, rows, 1.0f);
     kn_ref_matmul(&m.h, x, T, r, b);
     float *dx = up(x, T * cols * 4), *db = up(b, rows * 4), *dy = up(NULL, T * rows * 4);
     if (gemm) {
@@ -251,7 +224,7 @@ static void check_cuda_matmul(kn_wformat f, uint32_t rows, uint32_t cols,
         assert_int_equal(kn_cuda_matvec(&m.d, dx, T, dy, db, NULL), MC_OK);
         down(o, dy, T * rows * 4);
     }
-    double e = norm_err(o, r, T * rows);
+    double e = tu_norm_err(o, r, T * rows);
     if (!(e < tol))
         fprintf(stderr, "%s fmt %d %ux%u g%u T=%zu: %g\n", gemm ? "gemm" : "matvec",
                 f, rows, cols, g, T, e);
@@ -295,14 +268,14 @@ static void check_cuda_attention(kn_kvtype type, uint32_t nh, uint32_t nkv,
                  type == KN_KV_I8 ? malloc(cap * nkv * 4) : NULL };
     float *k = malloc(w * 4), *v = malloc(w * 4);
     for (int64_t p = 0; p < pos0 + (int64_t)T; p++) {
-        fill(k, w, 2.0f);
-        fill(v, w, 1.0f);
+        tu_rng_fill(&g_rng, k, w, 2.0f);
+        tu_rng_fill(&g_rng, v, w, 1.0f);
         kn_kv_store(&kv, p, k, v);
     }
     size_t qn = T * nh * hd;
     float *q = malloc(qn * 4), *r = malloc(qn * 4), *o = malloc(qn * 4);
     float *scr = malloc(kn_attention_scratch_floats(1, pos0 + T, hd) * 4);
-    fill(q, qn, 1.0f);
+    tu_rng_fill(&g_rng, q, qn, 1.0f);
     kn_ref_attention(&kv, q, T, nh, pos0, window, r, scr);
     kn_kv dkv = kv;
     dkv.k = up(kv.k, cap * w * es);
@@ -314,7 +287,7 @@ static void check_cuda_attention(kn_kvtype type, uint32_t nh, uint32_t nkv,
     float *dq = up(q, qn * 4), *dout = up(NULL, qn * 4);
     assert_int_equal(kn_cuda_attention(&dkv, dq, T, nh, pos0, window, dout, NULL), MC_OK);
     down(o, dout, qn * 4);
-    double e = norm_err(o, r, qn);
+    double e = tu_norm_err(o, r, qn);
     if (!(e < 1e-5))
         fprintf(stderr, "cuda attention type %d: %g\n", type, e);
     assert_true(e < 1e-5);

@@ -25,6 +25,7 @@
 #include "rt_cuda.h"
 #include "rt_model.h"
 #include "rt_session.h"
+#include "stories_ref.h"
 #include "testutil.h"
 
 #define NREF 257
@@ -57,52 +58,16 @@ static const char *stories_dir(void)
     return tu_stories_dir();
 }
 
-static int load_ref_ids(const char *dir, int32_t *ids)
+/* The generated fixture model NAME (a Hugging Face directory under
+ * MC_FIXTURE_DIR), opened; fails the test if it does not open. */
+static rt_model *open_fixture(const char *name)
 {
-    char *p = tu_fmt("%s/reference/greedy_from_bos.ids", dir);
-    char *text = tu_read_file(p, NULL);
-    free(p);
-    if (!text)
-        return -1;
-    int n = 0;
-    char *s = text, *end;
-    while (n < NREF) {
-        long v = strtol(s, &end, 10);
-        if (end == s)
-            break;
-        ids[n++] = (int32_t)v;
-        s = end;
-    }
-    free(text);
-    return n;
-}
-
-static float *load_ref_logits(const char *dir)
-{
-    char *p = tu_fmt("%s/reference/greedy_logits_first64.f32", dir);
-    FILE *f = fopen(p, "rb");
-    free(p);
-    if (!f)
-        return NULL;
-    float *v = malloc((size_t)NLOG * VOCAB * sizeof(float));
-    size_t got = fread(v, sizeof(float), (size_t)NLOG * VOCAB, f);
-    fclose(f);
-    if (got != (size_t)NLOG * VOCAB) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
-
-static double norm_err(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+    rt_model *m = NULL;
+    mc_error e;
+    char *dir = tu_fmt("%s/%s", MC_FIXTURE_DIR, name);
+    assert_int_equal(rt_model_open_hf(dir, &m, &e), MC_OK);
+    free(dir);
+    return m;
 }
 
 /* mcompile MODEL into dir/name with extra options; the artifact path. */
@@ -150,11 +115,8 @@ static rt_cuda_session *gpu_session(const rt_model *m, const rt_limits *L,
 static void test_cuda_plan_is_weights_arena_workspace_and_staging(void **state)
 {
     (void)state;
-    rt_model *m = NULL;
+    rt_model *m = open_fixture("llama");
     mc_error e;
-    char *dir = tu_fmt("%s/llama", MC_FIXTURE_DIR);
-    assert_int_equal(rt_model_open_hf(dir, &m, &e), MC_OK);
-    free(dir);
     rt_limits L = {.max_batch = 4, .max_seq = 64, .prefill_chunk = 64,
                    .kv_type = KN_KV_F32, .threads = 1};
     rt_layout lay;
@@ -211,11 +173,8 @@ static void test_cuda_session_without_device_is_refused_with_status(void **state
                "not reachable here\n");
         return;
     }
-    rt_model *m = NULL;
+    rt_model *m = open_fixture("llama");
     mc_error e;
-    char *dir = tu_fmt("%s/llama", MC_FIXTURE_DIR);
-    assert_int_equal(rt_model_open_hf(dir, &m, &e), MC_OK);
-    free(dir);
     rt_limits L = {.max_batch = 1, .max_seq = 16, .prefill_chunk = 16,
                    .kv_type = KN_KV_F32, .threads = 1};
     rt_cuda_session *s = (rt_cuda_session *)1;
@@ -230,19 +189,11 @@ static void test_cuda_session_without_device_is_refused_with_status(void **state
 
 /* ---- with a GPU ------------------------------------------------------------- */
 
-typedef struct capture {
-    float *rows;               /* [NLOG][VOCAB] */
-    size_t got;
-} capture;
-
 static void on_logits(void *ctx, size_t seq, size_t step, const float *lg,
                       uint32_t vocab)
 {
-    capture *c = ctx;
-    if (seq == 0 && vocab == VOCAB && step < NLOG) {
-        memcpy(c->rows + step * VOCAB, lg, VOCAB * sizeof(float));
-        c->got = step + 1;
-    }
+    if (seq == 0 && vocab == VOCAB)
+        tu_logit_capture_row(ctx, step, lg);
 }
 
 static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
@@ -253,8 +204,8 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
     const char *sd = stories_dir();
     TU_SKIP_IF(!sd, "stories260k not found (set MC_SHARED_DIR)");
     int32_t ref[NREF];
-    assert_int_equal(load_ref_ids(sd, ref), NREF);
-    float *ref_lg = load_ref_logits(sd);
+    assert_int_equal(tu_stories_ref_ids(sd, ref, NREF), NREF);
+    float *ref_lg = tu_stories_ref_logits(sd, (size_t)NLOG * VOCAB);
     assert_non_null(ref_lg);
     char *tmp = tu_mkdtemp("cuda-stories");
     char *art = compile_artifact(sd, tmp, "stories.mca",
@@ -267,7 +218,8 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
     assert_true(m->has_plan);
     /* the artifact's own plan, matvec path (f32 exact) */
     rt_cuda_session *s = gpu_session(m, &m->plan_limits, &m->plan_layout, 0);
-    capture cap = {.rows = calloc(NLOG * VOCAB, sizeof(float))};
+    tu_logit_capture cap = {.rows = calloc(NLOG * VOCAB, sizeof(float)),
+                            .max_rows = NLOG, .vocab = VOCAB};
     int32_t out[256];
     rt_gen_params gp = {.max_new_tokens = 256, .on_logits = on_logits,
                         .on_logits_ctx = &cap};
@@ -283,7 +235,7 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
                    ref[i + 1]);
     assert_int_equal(mism, 0);
     assert_int_equal(cap.got, NLOG);
-    double ne = norm_err(cap.rows, ref_lg, (size_t)NLOG * VOCAB), worst = 0;
+    double ne = tu_norm_err(cap.rows, ref_lg, (size_t)NLOG * VOCAB), worst = 0;
     for (size_t i = 0; i < (size_t)NLOG * VOCAB; i++)
         if (fabs((double)cap.rows[i] - ref_lg[i]) > worst)
             worst = fabs((double)cap.rows[i] - ref_lg[i]);
@@ -306,7 +258,7 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
     rt_prompt p64 = {.ids = ref, .n = NLOG};
     float *outs[1] = {lg};
     assert_int_equal(rt_cuda_session_logits(s, &p64, 1, outs, &e), MC_OK);
-    ne = norm_err(lg, ref_lg, (size_t)NLOG * VOCAB);
+    ne = tu_norm_err(lg, ref_lg, (size_t)NLOG * VOCAB);
     printf("stories260k prefill 64 rows via cuBLAS: normalized error %.3g\n",
            ne);
     assert_true(ne < 1e-2);
@@ -349,7 +301,7 @@ static void compare_model(const char *what, rt_model *m)
         assert_int_equal(rt_cuda_session_logits(s, pr, 3, gpu, &e), MC_OK);
         double worst = 0;
         for (int i = 0; i < 3; i++) {
-            double ne = norm_err(gpu[i], cpu[i], lens[i] * V);
+            double ne = tu_norm_err(gpu[i], cpu[i], lens[i] * V);
             if (ne > worst)
                 worst = ne;
         }
@@ -374,13 +326,9 @@ static void test_cuda_fixture_logits_match_cpu_session(void **state)
                            "mistral", "qwen2", "llama-dynamic", "llama-yarn",
                            "llama3-rope", "llama-linear"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char *dir = tu_fmt("%s/%s", MC_FIXTURE_DIR, names[i]);
-        rt_model *m = NULL;
-        mc_error e;
-        assert_int_equal(rt_model_open_hf(dir, &m, &e), MC_OK);
+        rt_model *m = open_fixture(names[i]);
         compare_model(names[i], m);
         rt_model_free(m);
-        free(dir);
     }
     /* quantized artifacts: int8 and int4 (group 32 and the ragged 128) */
     char *tmp = tu_mkdtemp("cuda-quant");
@@ -410,11 +358,8 @@ static void test_cuda_memory_is_flat_and_equals_plan(void **state)
 {
     (void)state;
     TU_SKIP_IF(!have_device(), "no CUDA device");
-    rt_model *m = NULL;
+    rt_model *m = open_fixture("llama");
     mc_error e;
-    char *dir = tu_fmt("%s/llama", MC_FIXTURE_DIR);
-    assert_int_equal(rt_model_open_hf(dir, &m, &e), MC_OK);
-    free(dir);
     rt_limits L = {.max_batch = 8, .max_seq = 128, .prefill_chunk = 64,
                    .kv_type = KN_KV_F32, .threads = 1};
     rt_cuda_session *s = gpu_session(m, &L, NULL, 1);
@@ -501,11 +446,8 @@ static void test_cuda_request_over_the_plan_is_refused(void **state)
 {
     (void)state;
     TU_SKIP_IF(!have_device(), "no CUDA device");
-    rt_model *m = NULL;
+    rt_model *m = open_fixture("llama");
     mc_error e;
-    char *dir = tu_fmt("%s/llama", MC_FIXTURE_DIR);
-    assert_int_equal(rt_model_open_hf(dir, &m, &e), MC_OK);
-    free(dir);
     rt_limits L = {.max_batch = 2, .max_seq = 32, .prefill_chunk = 32,
                    .kv_type = KN_KV_F32, .threads = 1};
     rt_cuda_session *s = gpu_session(m, &L, NULL, 1);

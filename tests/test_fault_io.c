@@ -248,14 +248,21 @@ static void job_free(job *j)
     }
 }
 
-static void make_merge_job(job *j)
+/* A job called label (static) writing base (static) in a new temp dir;
+ * the caller fills in the two command lines. */
+static void job_init(job *j, const char *label, const char *base)
 {
     memset(j, 0, sizeof *j);
-    j->label = "merge";
+    j->label = label;
     j->tmp = tu_mkdtemp("fio");
-    j->out = tu_fmt("%s/merged", j->tmp);
-    j->base = "merged";
+    j->out = tu_fmt("%s/%s", j->tmp, base);
+    j->base = base;
     j->errpath = tu_fmt("%s.stderr", j->tmp);
+}
+
+static void make_merge_job(job *j)
+{
+    job_init(j, "merge", "merged");
     const char *a[] = {"%s/mcompile", "merge", "%s/llama", "--lora",
                        "%s/adapters/llama-plain", "-o", "%s", "-q", NULL};
     const char *b[] = {"%s/mcompile", "merge", "%s/llama", "--lora",
@@ -276,12 +283,7 @@ static void make_merge_job(job *j)
 
 static void make_compile_job(job *j)
 {
-    memset(j, 0, sizeof *j);
-    j->label = "compile";
-    j->tmp = tu_mkdtemp("fio");
-    j->out = tu_fmt("%s/m.mca", j->tmp);
-    j->base = "m.mca";
-    j->errpath = tu_fmt("%s.stderr", j->tmp);
+    job_init(j, "compile", "m.mca");
     const char *quant[2] = {"int8", "int4"};
     char **dst[2] = {j->argv_ok, j->argv_new};
     for (int k = 0; k < 2; k++) {
@@ -345,6 +347,28 @@ static void check_intact(job *j, const snap *before, const char *what)
     free(now.bytes);
 }
 
+/* Runs j's new command with the shim tripping after pos bytes of its
+ * temporaries, how said by the variable var=value (MC_FAULT_WRITE_ERRNO or
+ * MC_FAULT_SIGNAL). */
+static run_result run_faulted(job *j, long long pos, const char *var,
+                              const char *value)
+{
+    char envb[64], envf[64];
+    snprintf(envb, sizeof envb, "MC_FAULT_AFTER_BYTES=%lld", pos);
+    snprintf(envf, sizeof envf, "%s=%s", var, value);
+    const char *env[] = {envb, envf, "MC_FAULT_PATH_SUBSTR=.mctmp-", NULL};
+    return run_prog(j->argv_new, env, j->errpath);
+}
+
+/* No temporaries left and the previous output untouched. */
+static void check_clean(job *j, const snap *before, const char *what)
+{
+    int temps = count_temps(j->tmp, NULL, 0);
+    if (temps)
+        fail_msg("%s %s: %d temporaries left", j->label, what, temps);
+    check_intact(j, before, what);
+}
+
 static void errno_cases(job *j, const snap *before, long long total)
 {
     const char *errs[] = {"ENOSPC", "EIO"};
@@ -352,12 +376,8 @@ static void errno_cases(job *j, const snap *before, long long total)
     int cases = 0;
     for (int e = 0; e < 2; e++) {
         for (size_t p = 0; p < sizeof pos / sizeof pos[0]; p++) {
-            char envb[64], enve[64];
-            snprintf(envb, sizeof envb, "MC_FAULT_AFTER_BYTES=%lld", pos[p]);
-            snprintf(enve, sizeof enve, "MC_FAULT_WRITE_ERRNO=%s", errs[e]);
-            const char *env[] = {envb, enve, "MC_FAULT_PATH_SUBSTR=.mctmp-",
-                                 NULL};
-            run_result r = run_prog(j->argv_new, env, j->errpath);
+            run_result r = run_faulted(j, pos[p], "MC_FAULT_WRITE_ERRNO",
+                                       errs[e]);
             char what[96];
             snprintf(what, sizeof what, "%s at byte %lld", errs[e], pos[p]);
             if (!r.exited || r.code != 1)
@@ -366,10 +386,7 @@ static void errno_cases(job *j, const snap *before, long long total)
             if (!strstr(r.err, j->base) || !strstr(r.err, strerr_of(errs[e])))
                 fail_msg("%s %s: message does not name the path and the "
                          "error: %s", j->label, what, r.err);
-            int temps = count_temps(j->tmp, NULL, 0);
-            if (temps)
-                fail_msg("%s %s: %d temporaries left", j->label, what, temps);
-            check_intact(j, before, what);
+            check_clean(j, before, what);
             if (cases == 0)
                 printf("  %s %s: %s", j->label, what, r.err);
             cases++;
@@ -388,21 +405,13 @@ static void signal_cases(job *j, const snap *before, long long total)
     long long pos[] = {1, total / 2, total - 1};
     for (int s = 0; s < 2; s++) {
         for (size_t p = 0; p < sizeof pos / sizeof pos[0]; p++) {
-            char envb[64], envs[64];
-            snprintf(envb, sizeof envb, "MC_FAULT_AFTER_BYTES=%lld", pos[p]);
-            snprintf(envs, sizeof envs, "MC_FAULT_SIGNAL=%s", sigs[s]);
-            const char *env[] = {envb, envs, "MC_FAULT_PATH_SUBSTR=.mctmp-",
-                                 NULL};
-            run_result r = run_prog(j->argv_new, env, j->errpath);
+            run_result r = run_faulted(j, pos[p], "MC_FAULT_SIGNAL", sigs[s]);
             char what[96];
             snprintf(what, sizeof what, "SIG%s at byte %lld", sigs[s], pos[p]);
             if (!(r.sig == signo[s] || (r.exited && r.code != 0)))
                 fail_msg("%s %s: expected death by the signal, got exit %d "
                          "signal %d", j->label, what, r.code, r.sig);
-            int temps = count_temps(j->tmp, NULL, 0);
-            if (temps)
-                fail_msg("%s %s: %d temporaries left", j->label, what, temps);
-            check_intact(j, before, what);
+            check_clean(j, before, what);
             free(r.err);
         }
     }
@@ -412,12 +421,8 @@ static void signal_cases(job *j, const snap *before, long long total)
 
 static void kill_case(job *j, const snap *before, long long total)
 {
-    char envb[64];
-    snprintf(envb, sizeof envb, "MC_FAULT_AFTER_BYTES=%lld", total / 2);
-    const char *env[] = {envb, "MC_FAULT_SIGNAL=KILL",
-                         "MC_FAULT_PATH_SUBSTR=.mctmp-", NULL};
     for (int round = 0; round < 2; round++) {
-        run_result r = run_prog(j->argv_new, env, j->errpath);
+        run_result r = run_faulted(j, total / 2, "MC_FAULT_SIGNAL", "KILL");
         assert_int_equal(r.sig, SIGKILL);
         free(r.err);
         char first[256] = "";

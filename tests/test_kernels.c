@@ -17,34 +17,7 @@
 #include "kn_ops.h"
 #include "testutil.h"
 
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd_u32(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-static float rnd_f(void) /* [-1, 1) */
-{
-    return (float)((rnd_u32() & 0xffffff) / 8388608.0 - 1.0);
-}
-static void fill(float *x, size_t n, float amp)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = amp * rnd_f();
-}
-
-static double norm_err(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
+static tu_rng g_rng = {0x243f6a8885a308d3ull};
 
 /* Run body once with AVX2 (when present) and once forced scalar. */
 #define FOR_BOTH_PATHS(s)                                                      \
@@ -122,13 +95,13 @@ static void test_rmsnorm_matches_reference_odd_sizes(void **state)
             size_t n = ns[k], T = 3;
             float *x = malloc(T * n * 4), *w = malloc(n * 4);
             float *a = malloc(T * n * 4), *b = malloc(T * n * 4);
-            fill(x, T * n, 3.0f);
-            fill(w, n, 1.0f);
+            tu_rng_fill(&g_rng, x, T * n, 3.0f);
+            tu_rng_fill(&g_rng, w, n, 1.0f);
             kn_ref_rmsnorm(b, x, w, T, n, 1e-5f);
             kn_rmsnorm(a, x, w, T, n, 1e-5f);
-            assert_true(norm_err(a, b, T * n) < 1e-6);
+            assert_true(tu_norm_err(a, b, T * n) < 1e-6);
             kn_rmsnorm(x, x, w, T, n, 1e-5f); /* in place */
-            assert_true(norm_err(x, b, T * n) < 1e-6);
+            assert_true(tu_norm_err(x, b, T * n) < 1e-6);
             free(x), free(w), free(a), free(b);
         }
     }
@@ -151,8 +124,8 @@ static void test_silu_mul_matches_reference_incl_extremes(void **state)
     (void)state;
     size_t n = 1003;
     float *g = malloc(n * 4), *u = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
-    fill(g, n, 12.0f);
-    fill(u, n, 2.0f);
+    tu_rng_fill(&g_rng, g, n, 12.0f);
+    tu_rng_fill(&g_rng, u, n, 2.0f);
     g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f, g[3] = -87.0f;
     FOR_BOTH_PATHS(s) {
         kn_set_force_scalar(s);
@@ -160,7 +133,7 @@ static void test_silu_mul_matches_reference_incl_extremes(void **state)
         memcpy(b, g, n * 4);
         kn_ref_silu_mul(b, u, n);
         kn_silu_mul(a, u, n);
-        assert_true(norm_err(a, b, n) < 1e-6);
+        assert_true(tu_norm_err(a, b, n) < 1e-6);
         assert_true(isfinite(a[0]) && fabsf(a[0]) < 1e-30f);
     }
     kn_set_force_scalar(0);
@@ -187,7 +160,7 @@ static void test_softmax_matches_double_and_sums_to_one(void **state)
         for (int k = 0; k < 5; k++) {
             size_t n = ns[k];
             float *x = malloc(n * 4), *e = malloc(n * 4);
-            fill(x, n, 20.0f);
+            tu_rng_fill(&g_rng, x, n, 20.0f);
             double mx = -INFINITY, sum = 0.0;
             for (size_t i = 0; i < n; i++)
                 mx = x[i] > mx ? x[i] : mx;
@@ -198,7 +171,7 @@ static void test_softmax_matches_double_and_sums_to_one(void **state)
             double lse = mx + log(sum);
             assert_float_equal(kn_logsumexp(x, n), lse, 1e-5 * fabs(lse) + 1e-6);
             kn_softmax(x, n);
-            assert_true(norm_err(x, e, n) < 1e-5);
+            assert_true(tu_norm_err(x, e, n) < 1e-5);
             free(x), free(e);
         }
     }
@@ -252,8 +225,8 @@ static tkv tkv_make(kn_kvtype type, uint32_t nkv, uint32_t hd, uint64_t cap,
                      2 * w * es + (type == KN_KV_I8 ? 2 * nkv * 4 : 0));
     t.kf = malloc((size_t)npos * w * 4);
     t.vf = malloc((size_t)npos * w * 4);
-    fill(t.kf, (size_t)npos * w, 2.0f);
-    fill(t.vf, (size_t)npos * w, 1.0f);
+    tu_rng_fill(&g_rng, t.kf, (size_t)npos * w, 2.0f);
+    tu_rng_fill(&g_rng, t.vf, (size_t)npos * w, 1.0f);
     for (int64_t p = 0; p < npos; p++)
         kn_kv_store(&t.kv, p, t.kf + p * w, t.vf + p * w);
     return t;
@@ -313,14 +286,14 @@ static void run_att_case(const att_case *c)
     size_t qn = c->T * c->nh * c->hd;
     float *q = malloc(qn * 4), *o = malloc(qn * 4), *r = malloc(qn * 4);
     float *nv = malloc(qn * 4);
-    fill(q, qn, 1.0f);
+    tu_rng_fill(&g_rng, q, qn, 1.0f);
     uint64_t maxctx = (uint64_t)npos;
     float *scr = malloc(kn_attention_scratch_floats(2, maxctx, c->hd) * 4);
     kn_pool *p2 = kn_pool_create(2);
     assert_true(q && o && r && nv && scr && p2);
     naive_attention(&t, q, c->T, c->nh, c->pos0, c->window, nv);
     kn_ref_attention(&t.kv, q, c->T, c->nh, c->pos0, c->window, r, scr);
-    double en = norm_err(r, nv, qn);
+    double en = tu_norm_err(r, nv, qn);
     if (!(en < c->tol_naive))
         fprintf(stderr, "ref vs naive type %d: %g\n", c->type, en);
     assert_true(en < c->tol_naive);
@@ -331,7 +304,7 @@ static void run_att_case(const att_case *c)
                 o[i] = NAN;
             kn_attention(th ? p2 : NULL, &t.kv, q, c->T, c->nh, c->pos0,
                          c->window, o, scr);
-            double e = norm_err(o, r, qn);
+            double e = tu_norm_err(o, r, qn);
             if (!(e < 1e-5))
                 fprintf(stderr, "attention type %d nh %u nkv %u hd %u T %zu "
                         "pos0 %lld win %llu cap %llu scalar %d thr %d: %g\n",

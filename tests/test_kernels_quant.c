@@ -17,18 +17,7 @@
 #include "kn_ops.h"
 #include "testutil.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd_u32(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-static float rnd_f(void) /* [-1, 1) */
-{
-    return (float)((rnd_u32() & 0xffffff) / 8388608.0 - 1.0);
-}
+static tu_rng g_rng = {0x9e3779b97f4a7c15ull};
 
 /* A matrix with its own storage. */
 typedef struct tmat {
@@ -55,33 +44,33 @@ static tmat tmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint32_t group
     switch (f) {
     case KN_W_F32:
         for (size_t i = 0; i < n; i++)
-            ((float *)t.data)[i] = rnd_f();
+            ((float *)t.data)[i] = tu_rng_f(&g_rng);
         break;
     case KN_W_F16:
         for (size_t i = 0; i < n; i++)
-            ((uint16_t *)t.data)[i] = fmt_f32_to_f16(rnd_f());
+            ((uint16_t *)t.data)[i] = fmt_f32_to_f16(tu_rng_f(&g_rng));
         break;
     case KN_W_BF16:
         for (size_t i = 0; i < n; i++)
-            ((uint16_t *)t.data)[i] = fmt_f32_to_bf16(rnd_f());
+            ((uint16_t *)t.data)[i] = fmt_f32_to_bf16(tu_rng_f(&g_rng));
         break;
     case KN_W_Q8:
         for (size_t i = 0; i < n; i++)
-            ((int8_t *)t.data)[i] = (int8_t)((int)(rnd_u32() % 255) - 127);
+            ((int8_t *)t.data)[i] = (int8_t)((int)(tu_rng_u32(&g_rng) % 255) - 127);
         for (uint32_t r = 0; r < rows; r++)
-            ((float *)t.scales)[r] = 0.005f + 0.01f * (rnd_f() + 1.0f);
+            ((float *)t.scales)[r] = 0.005f + 0.01f * (tu_rng_f(&g_rng) + 1.0f);
         break;
     default: {
         uint64_t rb = kn_q4_row_bytes(cols);
         for (size_t i = 0; i < db; i++)
-            ((uint8_t *)t.data)[i] = (uint8_t)rnd_u32();
+            ((uint8_t *)t.data)[i] = (uint8_t)tu_rng_u32(&g_rng);
         if (cols & 1) /* the unused last high nibble is 0 */
             for (uint32_t r = 0; r < rows; r++)
                 ((uint8_t *)t.data)[r * rb + rb - 1] &= 0x0f;
         for (size_t i = 0; i < sb / 2; i++)
-            ((uint16_t *)t.scales)[i] = fmt_f32_to_f16(0.01f + 0.05f * (rnd_f() + 1.0f));
+            ((uint16_t *)t.scales)[i] = fmt_f32_to_f16(0.01f + 0.05f * (tu_rng_f(&g_rng) + 1.0f));
         for (size_t i = 0; i < zb; i++)
-            t.zeros[i] = (uint8_t)(rnd_u32() % 16);
+            t.zeros[i] = (uint8_t)(tu_rng_u32(&g_rng) % 16);
         break;
     }
     }
@@ -96,17 +85,6 @@ static void tmat_free(tmat *t)
     free(t->data);
     free(t->scales);
     free(t->zeros);
-}
-
-static double norm_err(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
 static const char *fmt_name(kn_wformat f)
@@ -126,16 +104,16 @@ static void check_matmul(kn_pool *p, const tmat *t, size_t T, double tol)
     float *bias = malloc(W->rows * sizeof(float) + 4);
     assert_true(X && Y && R && bias);
     for (size_t i = 0; i < T * W->cols; i++)
-        X[i] = rnd_f();
+        X[i] = tu_rng_f(&g_rng);
     for (uint32_t i = 0; i < W->rows; i++)
-        bias[i] = rnd_f();
+        bias[i] = tu_rng_f(&g_rng);
     for (int b = 0; b < 2; b++) {
         const float *bp = b ? bias : NULL;
         kn_ref_matmul(W, X, T, R, bp);
         for (size_t i = 0; i < T * W->rows; i++)
             Y[i] = NAN; /* the op must write every output */
         kn_matmul(p, W, X, T, Y, bp);
-        double e = norm_err(Y, R, T * W->rows);
+        double e = tu_norm_err(Y, R, T * W->rows);
         if (!(e < tol))
             fprintf(stderr, "matmul %s %ux%u g%u T=%zu threads=%d scalar=%d "
                     "bias=%d: err %g\n", fmt_name(W->fmt), W->rows, W->cols,
@@ -307,7 +285,7 @@ static void test_matmul_rows_are_bit_identical_for_every_T(void **state)
             float *y = malloc((size_t)TMAX * ROWS * sizeof(float));
             assert_non_null(x);
             for (size_t i = 0; i < (size_t)TMAX * cols; i++)
-                x[i] = rnd_f();
+                x[i] = tu_rng_f(&g_rng);
             for (size_t tok = 0; tok < TMAX; tok++)
                 kn_matmul(NULL, &t.m, x + tok * cols, 1, alone + tok * ROWS,
                           NULL);

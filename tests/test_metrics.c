@@ -201,6 +201,18 @@ static void assert_valid_exposition(const char *text, parsed *p)
         fail_msg("not valid exposition format: %s", why);
 }
 
+/* m formatted in memory (new, mc_free it), checked to be a valid
+ * exposition. */
+static char *format_valid(const rt_metrics *m)
+{
+    char *text = NULL;
+    assert_int_equal(rt_metrics_format_prometheus(m, &text, NULL, NULL),
+                     MC_OK);
+    parsed p;
+    assert_valid_exposition(text, &p);
+    return text;
+}
+
 /* The value of the sample line that starts with `key ` (name + labels). */
 static double sample(const char *text, const char *key)
 {
@@ -300,11 +312,7 @@ static void test_metrics_zero_seconds_gives_zero_rate_not_nan(void **state)
     rt_metrics m;
     rt_metrics_init(&m);
     m.decode_tokens = 5; /* tokens but no time measured */
-    char *text = NULL;
-    assert_int_equal(rt_metrics_format_prometheus(&m, &text, NULL, NULL),
-                     MC_OK);
-    parsed p;
-    assert_valid_exposition(text, &p);
+    char *text = format_valid(&m);
     assert_true(sample(text, "mcompile_decode_tokens_per_second") == 0.0);
     mc_free(text);
 }
@@ -457,11 +465,7 @@ static void test_metrics_from_mcrt_reports_a_real_run(void **state)
     assert_int_equal(m.prefill_tokens, 3);
     assert_true(m.decode_tokens >= 3);
     assert_true(m.peak_rss_bytes > m.arena_bytes);
-    char *text = NULL;
-    assert_int_equal(rt_metrics_format_prometheus(&m, &text, NULL, NULL),
-                     MC_OK);
-    parsed pp;
-    assert_valid_exposition(text, &pp);
+    char *text = format_valid(&m);
     assert_true(sample(text, "mcompile_requests_served_total") == 1.0);
     assert_true(sample(text, "mcompile_decode_tokens_per_second") > 0.0);
     mc_free(text);

@@ -75,6 +75,18 @@ static mc_status run(rt_session *s, uint32_t vocab, size_t n,
     return st;
 }
 
+/* (planned - used) / planned, the unused fraction of the plan: added to
+ * *sum and raising *max; returned. */
+static double add_slack(uint64_t planned, uint64_t used, double *sum,
+                        double *max)
+{
+    double slack = (double)(planned - used) / (double)planned;
+    *sum += slack;
+    if (slack > *max)
+        *max = slack;
+    return slack;
+}
+
 static void one_case(uint64_t *seed, const char *dir, stats *S)
 {
     static const char *const fam[] = {"llama", "mistral", "qwen2",
@@ -135,10 +147,7 @@ static void one_case(uint64_t *seed, const char *dir, stats *S)
     S->requests++;
     uint64_t hw = rt_session_arena_high_water(s);
     assert_true(hw <= planned);
-    double slack = (double)(planned - hw) / (double)planned;
-    S->slack_sum += slack;
-    if (slack > S->slack_max)
-        S->slack_max = slack;
+    double slack = add_slack(planned, hw, &S->slack_sum, &S->slack_max);
     if (slack < S->slack_min)
         S->slack_min = slack;
     S->planned_sum += planned;
@@ -146,10 +155,7 @@ static void one_case(uint64_t *seed, const char *dir, stats *S)
     /* Bytes really written at the corner: how full the plan was. */
     uint64_t touched = rt_session_arena_touched_bytes(s);
     assert_true(touched <= hw);
-    double tslack = (double)(planned - touched) / (double)planned;
-    S->touched_slack_sum += tslack;
-    if (tslack > S->touched_slack_max)
-        S->touched_slack_max = tslack;
+    add_slack(planned, touched, &S->touched_slack_sum, &S->touched_slack_max);
     /* Tightness of the lifetime packing: no layout can be smaller than the
      * bytes live in the busiest phase. */
     uint64_t lb = 0;

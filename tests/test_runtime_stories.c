@@ -16,66 +16,19 @@
 #include "ref_forward.h"
 #include "rt_model.h"
 #include "rt_session.h"
+#include "stories_ref.h"
 #include "testutil.h"
 
 #define NREF 257
 #define NLOG 64
 #define VOCAB 512
 
-static int load_ref_ids(const char *dir, int32_t *ids)
-{
-    char *p = tu_fmt("%s/reference/greedy_from_bos.ids", dir);
-    char *text = tu_read_file(p, NULL);
-    free(p);
-    if (!text)
-        return -1;
-    int n = 0;
-    char *s = text, *end;
-    while (n < NREF) {
-        long v = strtol(s, &end, 10);
-        if (end == s)
-            break;
-        ids[n++] = (int32_t)v;
-        s = end;
-    }
-    free(text);
-    return n;
-}
-
-static float *load_ref_logits(const char *dir)
-{
-    /* Binary file: tu_read_file is for text (its length is strlen). */
-    char *p = tu_fmt("%s/reference/greedy_logits_first64.f32", dir);
-    FILE *f = fopen(p, "rb");
-    free(p);
-    if (!f)
-        return NULL;
-    float *v = malloc((size_t)NLOG * VOCAB * sizeof(float));
-    size_t got = fread(v, sizeof(float), (size_t)NLOG * VOCAB, f);
-    int extra = fgetc(f);
-    fclose(f);
-    if (got != (size_t)NLOG * VOCAB || extra != EOF) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
-
-typedef struct capture {
-    float *rows;               /* [NLOG][VOCAB] */
-    size_t got;
-} capture;
-
 static void on_logits(void *ctx, size_t seq, size_t step, const float *lg,
                       uint32_t vocab)
 {
-    capture *c = ctx;
     assert_int_equal(seq, 0);
     assert_int_equal(vocab, VOCAB);
-    if (step < NLOG) {
-        memcpy(c->rows + step * VOCAB, lg, VOCAB * sizeof(float));
-        c->got = step + 1;
-    }
+    tu_logit_capture_row(ctx, step, lg);
 }
 
 static rt_model *open_stories(void)
@@ -94,8 +47,9 @@ static void test_stories_greedy_from_bos_reproduces_256_reference_ids(
     (void)state;
     TU_SKIP_IF(!tu_stories_dir(), "stories260k not found in ../shared");
     int32_t ref[NREF];
-    assert_int_equal(load_ref_ids(tu_stories_dir(), ref), NREF);
-    float *ref_lg = load_ref_logits(tu_stories_dir());
+    assert_int_equal(tu_stories_ref_ids(tu_stories_dir(), ref, NREF), NREF);
+    float *ref_lg = tu_stories_ref_logits(tu_stories_dir(),
+                                          (size_t)NLOG * VOCAB);
     assert_non_null(ref_lg);
     rt_model *m = open_stories();
     rt_limits L = {.max_batch = 1, .max_seq = 512, .prefill_chunk = 16,
@@ -103,7 +57,8 @@ static void test_stories_greedy_from_bos_reproduces_256_reference_ids(
     rt_session *s;
     mc_error e;
     assert_int_equal(rt_session_create(m, &L, NULL, &s, &e), MC_OK);
-    capture cap = {.rows = calloc(NLOG * VOCAB, sizeof(float))};
+    tu_logit_capture cap = {.rows = calloc(NLOG * VOCAB, sizeof(float)),
+                            .max_rows = NLOG, .vocab = VOCAB};
     int32_t out[256];
     rt_gen_params gp = {.max_new_tokens = 256, .on_logits = on_logits,
                         .on_logits_ctx = &cap};
@@ -145,8 +100,9 @@ static void test_stories_prefill_logits_first64_within_1e4(void **state)
     (void)state;
     TU_SKIP_IF(!tu_stories_dir(), "stories260k not found in ../shared");
     int32_t ref[NREF];
-    assert_int_equal(load_ref_ids(tu_stories_dir(), ref), NREF);
-    float *ref_lg = load_ref_logits(tu_stories_dir());
+    assert_int_equal(tu_stories_ref_ids(tu_stories_dir(), ref, NREF), NREF);
+    float *ref_lg = tu_stories_ref_logits(tu_stories_dir(),
+                                          (size_t)NLOG * VOCAB);
     assert_non_null(ref_lg);
     tu_ref_model *exact = tu_ref_load(tu_stories_dir());
     assert_non_null(exact);

@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -144,4 +145,34 @@ int tu_count_entries(const char *dir)
             n++;
     closedir(d);
     return n;
+}
+
+uint32_t tu_rng_u32(tu_rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return (uint32_t)(r->s >> 16);
+}
+
+float tu_rng_f(tu_rng *r)
+{
+    return (float)((tu_rng_u32(r) & 0xffffff) / 8388608.0 - 1.0);
+}
+
+void tu_rng_fill(tu_rng *r, float *x, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = amp * tu_rng_f(r);
+}
+
+double tu_norm_err(const float *a, const float *b, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }

@@ -10,6 +10,7 @@
 #define TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* A fresh empty directory under $TMPDIR (or /tmp), unique per call; the
@@ -47,5 +48,21 @@ int tu_write_file(const char *path, const void *data, size_t len);
 int tu_exists(const char *path);
 /* Number of entries in a directory (excluding . and ..), -1 if none. */
 int tu_count_entries(const char *dir);
+
+/* A xorshift64 generator; each test seeds its own (static tu_rng g = {seed})
+ * so that its inputs do not depend on other tests. */
+typedef struct tu_rng {
+    uint64_t s; /* state, never 0 */
+} tu_rng;
+/* The next 32 random bits. */
+uint32_t tu_rng_u32(tu_rng *r);
+/* A float in [-1, 1) with 24 random bits. */
+float tu_rng_f(tu_rng *r);
+/* x[i] = amp * tu_rng_f(r) for i < n. */
+void tu_rng_fill(tu_rng *r, float *x, size_t n, float amp);
+
+/* Normalized error ||a - b|| / ||b|| of n floats (b the reference; plain
+ * ||a - b|| when b is all zero), summed in double. */
+double tu_norm_err(const float *a, const float *b, size_t n);
 
 #endif /* TESTUTIL_H */

@@ -110,9 +110,12 @@ static ssize_t allow(int fd, size_t n)
         return -1;
     }
     long long room = after_bytes - done;
-    if ((long long)n > room)
-        n = (size_t)room; /* a short write: the caller must retry */
-    return (ssize_t)n;
+    size_t k = (long long)n > room ? (size_t)room : n; /* short: caller retries */
+    if (k == 0 && n > 0) {
+        errno = fault_errno;
+        return -1;
+    }
+    return (ssize_t)k;
 }
 
 static void account(int fd, ssize_t w)
@@ -121,18 +124,23 @@ static void account(int fd, ssize_t w)
         atomic_fetch_add(&written, w);
 }
 
+/* The next definition of name, looked up once into *slot (each wrapper
+ * keeps its own slot). */
+static void *next_once(void **slot, const char *name)
+{
+    if (!*slot)
+        *slot = next(name);
+    return *slot;
+}
+
 ssize_t write(int fd, const void *buf, size_t n)
 {
-    static ssize_t (*real)(int, const void *, size_t);
-    if (!real)
-        real = (ssize_t (*)(int, const void *, size_t))next("write");
+    static void *slot;
+    ssize_t (*real)(int, const void *, size_t) =
+        (ssize_t (*)(int, const void *, size_t))next_once(&slot, "write");
     ssize_t k = allow(fd, n);
     if (k < 0)
         return -1;
-    if (k == 0 && n > 0) {
-        errno = fault_errno;
-        return -1;
-    }
     ssize_t w = real(fd, buf, (size_t)k);
     account(fd, w);
     return w;
@@ -146,10 +154,6 @@ static ssize_t do_pwrite(const char *name, int fd, const void *buf, size_t n,
     ssize_t k = allow(fd, n);
     if (k < 0)
         return -1;
-    if (k == 0 && n > 0) {
-        errno = fault_errno;
-        return -1;
-    }
     ssize_t w = real(fd, buf, (size_t)k, off);
     account(fd, w);
     return w;
@@ -173,11 +177,10 @@ static int sync_fails(int fd)
            !fault_signal;
 }
 
-int fsync(int fd)
+/* fsync/fdatasync: fail on a tracked fd once the limit was reached. */
+static int do_sync(void **slot, const char *name, int fd)
 {
-    static int (*real)(int);
-    if (!real)
-        real = (int (*)(int))next("fsync");
+    int (*real)(int) = (int (*)(int))next_once(slot, name);
     if (sync_fails(fd)) {
         errno = fault_errno;
         return -1;
@@ -185,16 +188,16 @@ int fsync(int fd)
     return real(fd);
 }
 
+int fsync(int fd)
+{
+    static void *slot;
+    return do_sync(&slot, "fsync", fd);
+}
+
 int fdatasync(int fd)
 {
-    static int (*real)(int);
-    if (!real)
-        real = (int (*)(int))next("fdatasync");
-    if (sync_fails(fd)) {
-        errno = fault_errno;
-        return -1;
-    }
-    return real(fd);
+    static void *slot;
+    return do_sync(&slot, "fdatasync", fd);
 }
 
 static mode_t mode_arg(int flags, va_list ap)
@@ -203,17 +206,31 @@ static mode_t mode_arg(int flags, va_list ap)
                ? (mode_t)va_arg(ap, int) : 0;
 }
 
+/* Calls the next name: an openat-style function (dirfd first) when at is
+ * set, an open-style one otherwise; then tracks the fd. */
+static int do_open(const char *name, int at, int dirfd, const char *path,
+                   int flags, mode_t mode)
+{
+    int fd;
+    if (at)
+        fd = ((int (*)(int, const char *, int, ...))next(name))(dirfd, path,
+                                                                flags, mode);
+    else
+        fd = ((int (*)(const char *, int, ...))next(name))(path, flags, mode);
+    note_open(fd, path, flags);
+    return fd;
+}
+
+/* The variadic wrappers read the mode argument (va_arg cannot be passed
+ * on), then do_open; written out, not a macro, to keep control flow
+ * visible. */
 int open(const char *path, int flags, ...)
 {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = mode_arg(flags, ap);
     va_end(ap);
-    int (*real)(const char *, int, ...) =
-        (int (*)(const char *, int, ...))next("open");
-    int fd = real(path, flags, mode);
-    note_open(fd, path, flags);
-    return fd;
+    return do_open("open", 0, 0, path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...)
@@ -222,11 +239,7 @@ int open64(const char *path, int flags, ...)
     va_start(ap, flags);
     mode_t mode = mode_arg(flags, ap);
     va_end(ap);
-    int (*real)(const char *, int, ...) =
-        (int (*)(const char *, int, ...))next("open64");
-    int fd = real(path, flags, mode);
-    note_open(fd, path, flags);
-    return fd;
+    return do_open("open64", 0, 0, path, flags, mode);
 }
 
 int openat(int dirfd, const char *path, int flags, ...)
@@ -235,11 +248,7 @@ int openat(int dirfd, const char *path, int flags, ...)
     va_start(ap, flags);
     mode_t mode = mode_arg(flags, ap);
     va_end(ap);
-    int (*real)(int, const char *, int, ...) =
-        (int (*)(int, const char *, int, ...))next("openat");
-    int fd = real(dirfd, path, flags, mode);
-    note_open(fd, path, flags);
-    return fd;
+    return do_open("openat", 1, dirfd, path, flags, mode);
 }
 
 int openat64(int dirfd, const char *path, int flags, ...)
@@ -248,36 +257,32 @@ int openat64(int dirfd, const char *path, int flags, ...)
     va_start(ap, flags);
     mode_t mode = mode_arg(flags, ap);
     va_end(ap);
-    int (*real)(int, const char *, int, ...) =
-        (int (*)(int, const char *, int, ...))next("openat64");
-    int fd = real(dirfd, path, flags, mode);
-    note_open(fd, path, flags);
+    return do_open("openat64", 1, dirfd, path, flags, mode);
+}
+
+static int do_creat(const char *name, const char *path, mode_t mode)
+{
+    int (*real)(const char *, mode_t) =
+        (int (*)(const char *, mode_t))next(name);
+    int fd = real(path, mode);
+    note_open(fd, path, O_WRONLY | O_CREAT);
     return fd;
 }
 
 int creat(const char *path, mode_t mode)
 {
-    int (*real)(const char *, mode_t) =
-        (int (*)(const char *, mode_t))next("creat");
-    int fd = real(path, mode);
-    note_open(fd, path, O_WRONLY | O_CREAT);
-    return fd;
+    return do_creat("creat", path, mode);
 }
 
 int creat64(const char *path, mode_t mode)
 {
-    int (*real)(const char *, mode_t) =
-        (int (*)(const char *, mode_t))next("creat64");
-    int fd = real(path, mode);
-    note_open(fd, path, O_WRONLY | O_CREAT);
-    return fd;
+    return do_creat("creat64", path, mode);
 }
 
 int close(int fd)
 {
-    static int (*real)(int);
-    if (!real)
-        real = (int (*)(int))next("close");
+    static void *slot;
+    int (*real)(int) = (int (*)(int))next_once(&slot, "close");
     if (fd >= 0 && fd < MAX_FD)
         atomic_store(&tracked[fd], 0);
     return real(fd);
@@ -286,11 +291,11 @@ int close(int fd)
 /* fopen'd files (e.g. a config.json copy) go through open internally in
  * glibc without the PLT, so track them here. */
 #include <stdio.h>
-FILE *fopen(const char *path, const char *mode)
+static FILE *do_fopen(void **slot, const char *name, const char *path,
+                      const char *mode)
 {
-    static FILE *(*real)(const char *, const char *);
-    if (!real)
-        real = (FILE * (*)(const char *, const char *)) next("fopen");
+    FILE *(*real)(const char *, const char *) =
+        (FILE * (*)(const char *, const char *)) next_once(slot, name);
     FILE *f = real(path, mode);
     if (f && mode && (strchr(mode, 'w') || strchr(mode, 'a') ||
                       strchr(mode, '+')))
@@ -298,14 +303,14 @@ FILE *fopen(const char *path, const char *mode)
     return f;
 }
 
+FILE *fopen(const char *path, const char *mode)
+{
+    static void *slot;
+    return do_fopen(&slot, "fopen", path, mode);
+}
+
 FILE *fopen64(const char *path, const char *mode)
 {
-    static FILE *(*real)(const char *, const char *);
-    if (!real)
-        real = (FILE * (*)(const char *, const char *)) next("fopen64");
-    FILE *f = real(path, mode);
-    if (f && mode && (strchr(mode, 'w') || strchr(mode, 'a') ||
-                      strchr(mode, '+')))
-        note_open(fileno(f), path, O_WRONLY | O_CREAT);
-    return f;
+    static void *slot;
+    return do_fopen(&slot, "fopen64", path, mode);
 }
