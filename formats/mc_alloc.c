@@ -2,6 +2,7 @@
 #include "mc_alloc.h"
 
 #include <jansson.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,29 @@
 static _Atomic long fail_countdown = -1;
 static _Atomic uint64_t alloc_count;
 static _Atomic int failure_injected;
+static _Atomic int tracking;
+static _Atomic int64_t live_bytes;
+static _Atomic int64_t peak_bytes;
+
+/* Usable sizes, not requested ones: what the heap really holds, and it
+ * needs no header, so a block allocated before tracking started (or by
+ * plain malloc) can still be freed here. */
+static void track_add(void *p)
+{
+    if (!p || !atomic_load_explicit(&tracking, memory_order_relaxed))
+        return;
+    int64_t now = atomic_fetch_add(&live_bytes, (int64_t)malloc_usable_size(p)) +
+                  (int64_t)malloc_usable_size(p);
+    int64_t pk = atomic_load(&peak_bytes);
+    while (now > pk && !atomic_compare_exchange_weak(&peak_bytes, &pk, now))
+        ;
+}
+
+static void track_sub(void *p)
+{
+    if (p && atomic_load_explicit(&tracking, memory_order_relaxed))
+        atomic_fetch_sub(&live_bytes, (int64_t)malloc_usable_size(p));
+}
 
 static int should_fail(void)
 {
@@ -28,7 +52,9 @@ void *mc_malloc(size_t size)
 {
     if (should_fail())
         return NULL;
-    return malloc(size ? size : 1);
+    void *p = malloc(size ? size : 1);
+    track_add(p);
+    return p;
 }
 
 void *mc_calloc(size_t n, size_t size)
@@ -37,18 +63,28 @@ void *mc_calloc(size_t n, size_t size)
         return NULL;
     if (should_fail())
         return NULL;
-    return calloc(n ? n : 1, size ? size : 1);
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    track_add(p);
+    return p;
 }
 
 void *mc_realloc(void *p, size_t size)
 {
     if (should_fail())
         return NULL;
-    return realloc(p, size ? size : 1);
+    /* On failure realloc leaves p allocated: count it out only on success. */
+    size_t before = p && atomic_load(&tracking) ? malloc_usable_size(p) : 0;
+    void *q = realloc(p, size ? size : 1);
+    if (q) {
+        atomic_fetch_sub(&live_bytes, (int64_t)before);
+        track_add(q);
+    }
+    return q;
 }
 
 void mc_free(void *p)
 {
+    track_sub(p);
     free(p);
 }
 
@@ -89,6 +125,26 @@ void mc_alloc_reset_count(void)
 int mc_alloc_failure_injected(void)
 {
     return atomic_load(&failure_injected);
+}
+
+void mc_alloc_track(int on)
+{
+    atomic_store(&tracking, on ? 1 : 0);
+}
+
+int64_t mc_alloc_live_bytes(void)
+{
+    return atomic_load(&live_bytes);
+}
+
+int64_t mc_alloc_peak_bytes(void)
+{
+    return atomic_load(&peak_bytes);
+}
+
+void mc_alloc_reset_peak(void)
+{
+    atomic_store(&peak_bytes, atomic_load(&live_bytes));
 }
 
 static void *json_malloc(size_t n)

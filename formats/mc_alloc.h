@@ -31,6 +31,19 @@ void mc_alloc_reset_count(void);
 /* 1 if an injected failure has happened since mc_alloc_fail_after(). */
 int mc_alloc_failure_injected(void);
 
+/* Memory accounting, for checking memory estimates against what a run
+ * really holds.  Off by default (no cost but one relaxed load per call).
+ * While on, every mc_ allocation adds its usable size (malloc_usable_size:
+ * the requested size plus the allocator's rounding) to a live count and
+ * every mc_free subtracts it; the peak is the highest live count since the
+ * last mc_alloc_reset_peak().  Blocks allocated before tracking started
+ * are subtracted when freed, so measure as peak - live at the reset.
+ * Thread-safe. */
+void mc_alloc_track(int on);
+int64_t mc_alloc_live_bytes(void);
+int64_t mc_alloc_peak_bytes(void);
+void mc_alloc_reset_peak(void);
+
 /* Route jansson's allocations through mc_malloc/mc_free.  Idempotent. */
 void mc_alloc_install_jansson(void);
 

@@ -668,6 +668,38 @@ static void test_fault_alloc_tokenizer_load(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* mc_alloc's accounting (used to check memory plans): live and peak
+ * bytes follow malloc, calloc, realloc and free, allocator rounding
+ * aside; a failed allocation counts nothing. */
+static void test_alloc_tracking_counts_live_and_peak(void **state)
+{
+    (void)state;
+    mc_alloc_track(1);
+    mc_alloc_reset_peak();
+    int64_t base = mc_alloc_live_bytes();
+    char *a = mc_malloc(1 << 20);
+    char *b = mc_calloc(1000, 1000);
+    assert_non_null(a);
+    assert_non_null(b);
+    int64_t live = mc_alloc_live_bytes() - base;
+    assert_true(live >= (1 << 20) + 1000000 && live <= (1 << 20) + 1000000 + 8192);
+    a = mc_realloc(a, 3 << 20);
+    assert_non_null(a);
+    live = mc_alloc_live_bytes() - base;
+    assert_true(live >= (3 << 20) + 1000000 && live <= (3 << 20) + 1000000 + 8192);
+    mc_free(b);
+    mc_alloc_fail_after(0);
+    assert_null(mc_malloc(4096));
+    mc_alloc_fail_after(-1);
+    mc_free(a);
+    assert_int_equal(mc_alloc_live_bytes(), base);
+    int64_t peak = mc_alloc_peak_bytes() - base;
+    assert_true(peak >= (3 << 20) + 1000000 && peak <= (3 << 20) + 1000000 + 8192);
+    mc_alloc_reset_peak();
+    assert_int_equal(mc_alloc_peak_bytes(), base);
+    mc_alloc_track(0);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -701,6 +733,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fault_alloc_compile_artifact),
         cmocka_unit_test(test_fault_alloc_artifact_session_generate),
         cmocka_unit_test(test_fault_alloc_tokenizer_load),
+        cmocka_unit_test(test_alloc_tracking_counts_live_and_peak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
