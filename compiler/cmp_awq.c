@@ -31,10 +31,41 @@ void cmp_awq_scale_hessian(const cmp_hessian *h, const float *s,
                            cmp_hessian *hs)
 {
     size_t n = h->cols;
-    for (size_t i = 0; i < n; i++)
+    /* Both packed alike (same cols): walk the upper triangle as one array,
+     * row i being the cols - i values from (i, i). */
+    const double *src = h->h;
+    double *dst = hs->h;
+    for (size_t i = 0; i < n; i++) {
         for (size_t j = i; j < n; j++)
-            hs->h[i * n + j] = h->h[i * n + j] / ((double)s[i] * s[j]);
+            dst[j - i] = src[j - i] / ((double)s[i] * s[j]);
+        src += n - i;
+        dst += n - i;
+    }
     hs->n = h->n;
+}
+
+/* Rows of one linear processed per pass of the search: the float copy of
+ * W is then at most CMP_GPTQ_CHUNK_BYTES (or maxrows rows, if fewer). */
+static size_t search_chunk(uint32_t maxrows, uint32_t cols)
+{
+    size_t c = cols ? CMP_GPTQ_CHUNK_BYTES / ((uint64_t)cols * sizeof(float)) : maxrows;
+    if (c == 0)
+        c = 1;
+    return c < maxrows ? c : maxrows;
+}
+
+/* Bytes mc_malloc takes for a request: 0 counts as 1. */
+static uint64_t req(uint64_t bytes)
+{
+    return bytes ? bytes : 1;
+}
+
+uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols)
+{
+    uint64_t n = cols;
+    return req(n * sizeof(float)) +                                   /* s */
+           req((uint64_t)search_chunk(maxrows, cols) * n * sizeof(float)) + /* ws */
+           req(n * sizeof(double));                                   /* d */
 }
 
 mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
@@ -47,11 +78,16 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
     for (size_t i = 0; i < n; i++)
         if (lin[i].rows > maxrows)
             maxrows = lin[i].rows;
+    /* Each linear is scaled, quantized and measured a chunk of rows at a
+     * time (rows are independent; the error sums in the same order). */
+    size_t chunk = search_chunk(maxrows, cols);
     float *s = mc_malloc_array(cols, sizeof(float));
-    float *ws = mc_malloc_array((size_t)maxrows * cols, sizeof(float));
-    if (!s || !ws) {
+    float *ws = mc_malloc_array(chunk * cols, sizeof(float));
+    double *d = mc_malloc_array(cols, sizeof(double));
+    if (!s || !ws || !d) {
         mc_free(s);
         mc_free(ws);
+        mc_free(d);
         return mc_fail(err, MC_ERR_NOMEM, NULL, "awq", -1,
                        "cannot allocate AWQ work space");
     }
@@ -72,14 +108,20 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
             s[j] /= norm;
         double e = 0.0;
         for (size_t i = 0; i < n; i++) {
-            size_t m = (size_t)lin[i].rows * cols;
-            memcpy(ws, lin[i].w, m * sizeof(float));
-            cmp_awq_scale_cols(ws, lin[i].rows, cols, s);
-            cmp_quant_fake(fmt, group, ws, NULL, lin[i].rows, cols, ws);
-            for (uint32_t r = 0; r < lin[i].rows; r++)
-                for (uint32_t c = 0; c < cols; c++)
-                    ws[(size_t)r * cols + c] /= s[c];
-            e += cmp_hessian_output_error(h, lin[i].w, ws, lin[i].rows);
+            double ei = 0.0;
+            for (uint32_t r0 = 0; r0 < lin[i].rows; r0 += (uint32_t)chunk) {
+                uint32_t R = lin[i].rows - r0 < chunk ? lin[i].rows - r0
+                                                      : (uint32_t)chunk;
+                const float *wr = lin[i].w + (size_t)r0 * cols;
+                memcpy(ws, wr, (size_t)R * cols * sizeof(float));
+                cmp_awq_scale_cols(ws, R, cols, s);
+                cmp_quant_fake(fmt, group, ws, NULL, R, cols, ws);
+                for (uint32_t r = 0; r < R; r++)
+                    for (uint32_t c = 0; c < cols; c++)
+                        ws[(size_t)r * cols + c] /= s[c];
+                cmp_hessian_output_error_add(h, wr, ws, R, d, &ei);
+            }
+            e += ei;
         }
         if (k == 0 && err0_out)
             *err0_out = e;
@@ -95,6 +137,7 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
         *err_out = best;
     mc_free(s);
     mc_free(ws);
+    mc_free(d);
     return MC_OK;
 }
 
@@ -107,13 +150,21 @@ static double block_quad(const cmp_hessian *h, uint32_t c0, const double *d,
     for (uint32_t i = 0; i < n; i++) {
         if (d[i] == 0.0)
             continue;
-        const double *row = h->h + (size_t)(c0 + i) * N + c0;
+        /* packed row c0+i starts at element (c0+i, c0+i), which is row[i] */
+        const double *row = h->h + cmp_hessian_row_offset((uint32_t)N, c0 + i) - i;
         double acc = row[i] * d[i];
         for (uint32_t j = i + 1; j < n; j++)
             acc += 2.0 * row[j] * d[j];
         s += d[i] * acc;
     }
     return s;
+}
+
+uint64_t cmp_awq_clip_work_bytes(uint32_t cols, kn_wformat fmt,
+                                 uint32_t group)
+{
+    uint64_t span = fmt == KN_W_Q8 ? cols : group;
+    return req(span * sizeof(float)) + req(span * sizeof(double));
 }
 
 mc_status cmp_awq_clip(const cmp_hessian *hs, float *w, uint32_t rows,

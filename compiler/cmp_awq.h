@@ -51,11 +51,17 @@ typedef struct cmp_awq_linear {
  * receives the best scales (all 1 if alpha 0 wins); *alpha_out and
  * *err_out (both optional) the chosen alpha and its output error (summed
  * over the linears), *err0_out (optional) the error at alpha 0 (RTN).
- * Allocates work space (MC_ERR_NOMEM). */
+ * Allocates work space (MC_ERR_NOMEM; cmp_awq_search_work_bytes). */
 mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
                          const cmp_awq_linear *lin, size_t n, kn_wformat fmt,
                          uint32_t group, float *s_out, double *alpha_out,
                          double *err_out, double *err0_out, mc_error *err);
+/* Peak bytes cmp_awq_search allocates for linears of at most maxrows rows
+ * over cols inputs: the scales (cols floats), a float copy of c rows of one
+ * linear at a time (c = min(maxrows, max(1, CMP_GPTQ_CHUNK_BYTES /
+ * (cols * 4)))) and the error's difference row (cols doubles):
+ *   cols * 4 + c * cols * 4 + cols * 8, each allocation at least 1 byte. */
+uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols);
 
 /* Clipping search on a weight already in the scaled space, in place:
  * w [rows][cols] is clamped per row and group (per row for Q8) to the best
@@ -63,6 +69,11 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
  * cmp_awq_scale_hessian).  Returns MC_OK or MC_ERR_NOMEM. */
 mc_status cmp_awq_clip(const cmp_hessian *hs, float *w, uint32_t rows,
                        kn_wformat fmt, uint32_t group, mc_error *err);
+/* Peak bytes cmp_awq_clip allocates: one clipped group (span floats) and
+ * its error (span doubles), span = cols for Q8, group otherwise:
+ * span * 12, each allocation at least 1 byte. */
+uint64_t cmp_awq_clip_work_bytes(uint32_t cols, kn_wformat fmt,
+                                 uint32_t group);
 
 /* Folding helpers.  All modify in place. */
 /* w [rows][cols] <- w diag(s). */
@@ -73,7 +84,7 @@ void cmp_awq_div_vec(float *v, const float *s, uint32_t n);
 /* Rows of w [rows][cols] divided: w[r][:] /= s[r] (prev linear's rows). */
 void cmp_awq_div_rows(float *w, uint32_t rows, uint32_t cols, const float *s);
 /* hs = diag(1/s) h diag(1/s) (the Hessian of x / s); hs initialized by the
- * caller with the same cols (cmp_hessian_init). */
+ * caller with the same cols (cmp_hessian_init).  Allocates nothing. */
 void cmp_awq_scale_hessian(const cmp_hessian *h, const float *s,
                            cmp_hessian *hs);
 

@@ -211,11 +211,10 @@ static void collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         if (!(mask & (1u << p)))
             continue;
         size_t w = c->acc.h[p].cols;
-        memset(c->acc.h[p].h, 0, w * w * sizeof(double));
-        memset(c->acc.hf[p].h, 0, w * w * sizeof(double));
+        cmp_hessian_reset(&c->acc.h[p]);
+        cmp_hessian_reset(&c->acc.hf[p]);
         memset(c->acc.c[p], 0, w * w * sizeof(double));
         memset(c->acc.abs_sum[p], 0, w * sizeof(double));
-        c->acc.h[p].n = c->acc.hf[p].n = 0;
     }
     c->acc.mask = mask;
     size_t at = 0;

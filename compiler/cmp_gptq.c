@@ -9,6 +9,31 @@
 
 #define HCHUNK 64 /* tokens per transposed chunk in cmp_hessian_add */
 
+/* Packed row i as an array indexed by the column: hrow(h, i)[j] is element
+ * (i, j) for j >= i.  Stays inside the allocation: the offset, row_offset
+ * - i, is >= 0 for every i < cols. */
+static double *hrow(const cmp_hessian *h, size_t i)
+{
+    return h->h + cmp_hessian_row_offset(h->cols, (uint32_t)i) - i;
+}
+
+static double hdiag(const cmp_hessian *h, size_t i)
+{
+    return h->h[cmp_hessian_row_offset(h->cols, (uint32_t)i)];
+}
+
+/* Element (i, j) of the symmetric sum, either order. */
+static double hsym(const cmp_hessian *h, size_t i, size_t j)
+{
+    return i <= j ? hrow(h, i)[j] : hrow(h, j)[i];
+}
+
+uint64_t cmp_hessian_bytes(uint32_t cols)
+{
+    return ((uint64_t)cols * (cols + 1) / 2 + (uint64_t)cols * HCHUNK) *
+           sizeof(double);
+}
+
 mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err)
 {
     memset(h, 0, sizeof *h);
@@ -16,12 +41,17 @@ mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "cols", -1,
                        "Hessian of zero columns");
     h->cols = cols;
-    h->h = mc_calloc((size_t)cols * cols, sizeof(double));
+    /* The count cols*(cols+1)/2 is below 2^63 for any uint32_t cols;
+     * mc_calloc checks count * 8 against SIZE_MAX. */
+    uint64_t packed = (uint64_t)cols * (cols + 1) / 2;
+    if (packed <= SIZE_MAX)
+        h->h = mc_calloc((size_t)packed, sizeof(double));
     h->xt = mc_malloc_array((size_t)cols * HCHUNK, sizeof(double));
     if (!h->h || !h->xt) {
         cmp_hessian_free(h);
         return mc_fail(err, MC_ERR_NOMEM, NULL, "hessian", -1,
-                       "cannot allocate %u x %u doubles", cols, cols);
+                       "cannot allocate the %u-wide Hessian (%.3g GiB)", cols,
+                       (double)cmp_hessian_bytes(cols) / (1u << 30));
     }
     return MC_OK;
 }
@@ -36,6 +66,25 @@ void cmp_hessian_free(cmp_hessian *h)
     h->xt = NULL;
 }
 
+void cmp_hessian_reset(cmp_hessian *h)
+{
+    memset(h->h, 0, cmp_hessian_row_offset(h->cols, h->cols) * sizeof(double));
+    h->n = 0;
+}
+
+double cmp_hessian_get(const cmp_hessian *h, uint32_t i, uint32_t j)
+{
+    return hsym(h, i, j);
+}
+
+void cmp_hessian_set(cmp_hessian *h, uint32_t i, uint32_t j, double v)
+{
+    if (i <= j)
+        hrow(h, i)[j] = v;
+    else
+        hrow(h, j)[i] = v;
+}
+
 void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
 {
     size_t n = h->cols;
@@ -46,7 +95,7 @@ void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
                 h->xt[i * HCHUNK + t] = X[(t0 + t) * n + i];
         for (size_t i = 0; i < n; i++) {
             const double *xi = h->xt + i * HCHUNK;
-            double *row = h->h + i * n;
+            double *row = hrow(h, i);
             for (size_t j = i; j < n; j++) {
                 const double *xj = h->xt + j * HCHUNK;
                 double s = 0.0;
@@ -62,12 +111,37 @@ void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
 void cmp_hessian_diag_mean(const cmp_hessian *h, float *out)
 {
     for (size_t j = 0; j < h->cols; j++)
-        out[j] = h->n ? (float)(h->h[j * h->cols + j] / (double)h->n) : 0.0f;
+        out[j] = h->n ? (float)(hdiag(h, j) / (double)h->n) : 0.0f;
 }
 
-static double hsym(const cmp_hessian *h, size_t i, size_t j)
+void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
+                                  const float *q, uint32_t rows, double *d,
+                                  double *total)
 {
-    return i <= j ? h->h[i * h->cols + j] : h->h[j * h->cols + i];
+    size_t n = h->cols;
+    for (uint32_t r = 0; r < rows; r++) {
+        for (size_t j = 0; j < n; j++)
+            d[j] = (double)w[r * n + j] - (q ? q[r * n + j] : 0.0f);
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            if (d[i] == 0.0)
+                continue;
+            const double *row = hrow(h, i);
+            double acc = row[i] * d[i];
+            for (size_t j = i + 1; j < n; j++)
+                acc += 2.0 * row[j] * d[j];
+            s += d[i] * acc;
+        }
+        *total += s;
+    }
+}
+
+/* Widths up to this keep the difference row on the stack. */
+#define OERR_STACK 1024
+
+uint64_t cmp_hessian_output_error_work_bytes(uint32_t cols)
+{
+    return cols <= OERR_STACK ? 0 : (uint64_t)cols * sizeof(double);
 }
 
 double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
@@ -75,25 +149,11 @@ double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
 {
     size_t n = h->cols;
     double total = 0.0;
-    double d[1024];
-    double *dd = n <= 1024 ? d : mc_malloc_array(n, sizeof(double));
+    double d[OERR_STACK];
+    double *dd = n <= OERR_STACK ? d : mc_malloc_array(n, sizeof(double));
     if (!dd)
         return NAN;
-    for (uint32_t r = 0; r < rows; r++) {
-        for (size_t j = 0; j < n; j++)
-            dd[j] = (double)w[r * n + j] - (q ? q[r * n + j] : 0.0f);
-        double s = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            if (dd[i] == 0.0)
-                continue;
-            const double *row = h->h + i * n;
-            double acc = row[i] * dd[i];
-            for (size_t j = i + 1; j < n; j++)
-                acc += 2.0 * row[j] * dd[j];
-            s += dd[i] * acc;
-        }
-        total += s;
-    }
+    cmp_hessian_output_error_add(h, w, q, rows, dd, &total);
     if (dd != d)
         mc_free(dd);
     return total;
@@ -122,52 +182,85 @@ static int cholesky_lower(double *a, size_t n)
     return 0;
 }
 
-/* U = upper Cholesky factor of (L L^T)^-1, given lower L in a; result in
- * b (upper triangle, row-major; lower part zero).  a is destroyed. */
-static int upper_chol_of_inverse(double *a, double *b, size_t n)
+/* In-place inverse of the lower triangular L in a's lower triangle (upper
+ * left alone).  Forward substitution over whole rows, row i of X = L^-1:
+ *   X[i][.] = (e_i - sum_{k<i} L[i][k] X[k][.]) / L[i][i]
+ * Row i of L is still read while X[i] is built, so X[i] grows in t (n
+ * doubles) and is copied over L[i] at the end; rows k < i already hold
+ * X.  Every inner loop runs along a row (contiguous); the column-wise
+ * version was dominated by strided loads (seconds at n = 1536). */
+static void invert_lower(double *a, double *t, size_t n)
 {
-    /* X = L^-1 into b by forward substitution over whole rows:
-     *   X[i][.] = (e_i - sum_{k<i} L[i][k] X[k][.]) / L[i][i]
-     * Every inner loop runs along a row (contiguous); the column-wise
-     * version was dominated by strided loads (seconds at n = 1536). */
-    memset(b, 0, n * n * sizeof(double));
     for (size_t i = 0; i < n; i++) {
-        double *xi = b + i * n;
-        const double *li = a + i * n;
+        double *li = a + i * n;
+        memset(t, 0, i * sizeof(double));
         for (size_t k = 0; k < i; k++) {
             double c = li[k];
             if (c == 0.0)
                 continue;
-            const double *xk = b + k * n;
+            const double *xk = a + k * n;
             for (size_t j = 0; j <= k; j++)
-                xi[j] -= c * xk[j];
+                t[j] -= c * xk[j];
         }
-        xi[i] += 1.0;
         double inv = 1.0 / li[i];
+        t[i] = 1.0;
         for (size_t j = 0; j <= i; j++)
-            xi[j] *= inv;
+            li[j] = t[j] * inv;
     }
-    /* a = X^T X (lower triangle) as a sum of outer products of X's rows:
-     * a[i][j] = sum_k X[k][i] X[k][j], X[k][i] = 0 for i > k. */
-    memset(a, 0, n * n * sizeof(double));
-    for (size_t k = 0; k < n; k++) {
-        const double *xk = b + k * n;
-        for (size_t i = 0; i <= k; i++) {
-            double c = xk[i];
-            if (c == 0.0)
-                continue;
-            double *ai = a + i * n;
-            for (size_t j = 0; j <= i; j++)
-                ai[j] += c * xk[j];
+}
+
+mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
+                               double lambda, double *a, double *row,
+                               mc_error *err)
+{
+    size_t n = h->cols;
+    /* R = J P^T H' P J into the lower triangle: R[i][j] = H'[p(n-1-i)]
+     * [p(n-1-j)].  Without a permutation, row i of R reads packed row
+     * n-1-i backwards, contiguously. */
+    for (size_t i = 0; i < n; i++) {
+        size_t pi = perm ? perm[n - 1 - i] : n - 1 - i;
+        double *ai = a + i * n;
+        for (size_t j = 0; j < i; j++) {
+            size_t pj = perm ? perm[n - 1 - j] : n - 1 - j;
+            ai[j] = hsym(h, pi, pj);
         }
+        double d = hdiag(h, pi);
+        ai[i] = (d == 0.0 ? 1.0 : d) + lambda;
     }
     if (cholesky_lower(a, n) != 0)
-        return -1;
-    /* U = L2^T, upper triangle of b. */
+        return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
+                       "not positive definite");
+    invert_lower(a, row, n);
+    /* R = L L^T, so H'^-1 = J R^-1 J = (J L^-1 J)^T (J L^-1 J): U = J L^-1 J
+     * is upper triangular with a positive diagonal, i.e. the upper Cholesky
+     * factor of H'^-1.  U[n-1-i][n-1-j] = L^-1[i][j]: each strictly lower
+     * element moves to its mirror in the (so far unused) strictly upper
+     * triangle (source row forwards, target row backwards, both
+     * contiguous), the diagonal reverses, and the lower part is cleared.
+     * A huge L^-1 (a barely definite H') counts as a failure, so the caller
+     * raises the dampening as it does for a failed factorization. */
+    int finite = 1;
+    for (size_t i = 1; i < n; i++) {
+        const double *li = a + i * n;
+        double *ui = a + (n - 1 - i) * n;
+        for (size_t j = 0; j < i; j++) {
+            finite &= isfinite(li[j]);
+            ui[n - 1 - j] = li[j];
+        }
+    }
     for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < n; j++)
-            b[i * n + j] = j >= i ? a[j * n + i] : 0.0;
-    return 0;
+        finite &= isfinite(a[i * n + i]);
+    for (size_t i = 0; i < n / 2; i++) {
+        double t = a[i * n + i];
+        a[i * n + i] = a[(n - 1 - i) * n + (n - 1 - i)];
+        a[(n - 1 - i) * n + (n - 1 - i)] = t;
+    }
+    for (size_t i = 1; i < n; i++)
+        memset(a + i * n, 0, i * sizeof(double));
+    if (!finite)
+        return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
+                       "inverse factor overflows");
+    return MC_OK;
 }
 
 /* Indices 0..n-1 sorted by descending key, stable (ties keep column
@@ -194,6 +287,51 @@ static void argsort_desc(const double *key, uint32_t *idx, uint32_t *tmp,
     }
 }
 
+/* Work space of one cmp_gptq_quantize call, shared with
+ * cmp_gptq_work_bytes so the estimate cannot drift from the code. */
+typedef struct gptq_sizes {
+    size_t chunk;  /* rows per pass (W copy and E) */
+    size_t block;  /* columns per lazy-update block, as run */
+} gptq_sizes;
+
+static gptq_sizes gptq_plan(size_t rows, size_t cols, uint32_t block,
+                            uint32_t span, uint32_t chunk_rows)
+{
+    gptq_sizes z;
+    z.block = block ? block : 128;
+    /* Block must hold whole groups (ragged last group aside). */
+    if (span && z.block % span != 0)
+        z.block = (z.block + span - 1) / span * span;
+    if (chunk_rows)
+        z.chunk = chunk_rows;
+    else
+        z.chunk = cols ? CMP_GPTQ_CHUNK_BYTES / (cols * sizeof(float)) : rows;
+    if (z.chunk == 0)
+        z.chunk = 1;
+    if (z.chunk > rows)
+        z.chunk = rows;
+    return z;
+}
+
+/* Bytes mc_malloc takes for a request: 0 counts as 1. */
+static uint64_t req(uint64_t bytes)
+{
+    return bytes ? bytes : 1;
+}
+
+uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block)
+{
+    /* span 128: a multiple of every int4 group, so the block is as run
+     * whenever it already holds whole groups, and an upper bound if not. */
+    gptq_sizes z = gptq_plan(rows, cols, block, 128, 0);
+    uint64_t n = cols;
+    return req(z.chunk * n * sizeof(float)) +     /* W */
+           req(n * n * sizeof(double)) +          /* A: H, L, then U */
+           2 * req(n * sizeof(double)) +          /* diag, inversion row */
+           4 * req(n * 4) +                       /* perm, tmp, imp, gbuf */
+           req(z.chunk * z.block * sizeof(float)); /* E */
+}
+
 mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                             const cmp_gptq_opts *opts, cmp_qbuf *out,
                             float *deq, double *damp_used, mc_error *err)
@@ -205,19 +343,17 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
                        "Hessian width %u does not match %u columns",
                        h ? h->cols : 0, out->cols);
-    cmp_gptq_opts o = {0.01, 0, 128, 0};
+    cmp_gptq_opts o = {0.01, 0, 128, 0, 0};
     if (opts)
         o = *opts;
     if (o.damp <= 0.0)
         o.damp = 0.01;
-    if (o.block == 0)
-        o.block = 128;
     kn_wformat fmt = out->fmt;
     size_t rows = out->rows, n = out->cols;
     uint32_t span = cmp_qbuf_span(out), ng = cmp_qbuf_nparams(out);
-    /* Block must hold whole groups (ragged last group aside). */
-    if (fmt != KN_W_Q8 && o.block % span != 0)
-        o.block = ((o.block + span - 1) / span) * span;
+    gptq_sizes z = gptq_plan(rows, n, o.block, fmt == KN_W_Q8 ? 0 : span,
+                             o.chunk_rows);
+    size_t block = z.block, chunk = z.chunk;
 
     for (size_t i = 0; i < rows * n; i++)
         if (!isfinite(w[i])) {
@@ -227,30 +363,34 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                            "weight is not finite");
         }
 
-    float *W = mc_malloc_array(rows * n, sizeof(float));
+    /* Everything is allocated up front and stays live to the end: the sum
+     * is what cmp_gptq_work_bytes reports. */
+    float *W = mc_malloc_array(chunk * n, sizeof(float));
     double *A = mc_malloc_array(n * n, sizeof(double));
-    double *B = mc_malloc_array(n * n, sizeof(double));
     double *diag = mc_malloc_array(n, sizeof(double));
+    double *trow = mc_malloc_array(n, sizeof(double));
     uint32_t *perm = mc_malloc_array(n, sizeof(uint32_t));
     uint32_t *tmp = mc_malloc_array(n, sizeof(uint32_t));
     float *imp = mc_malloc_array(n, sizeof(float));
     float *gbuf = mc_malloc_array(n, sizeof(float));
-    float *E = mc_malloc_array(rows * (size_t)o.block, sizeof(float));
-    if (!W || !A || !B || !diag || !perm || !tmp || !imp || !gbuf || !E) {
+    float *E = mc_malloc_array(chunk * block, sizeof(float));
+    if (!W || !A || !diag || !trow || !perm || !tmp || !imp || !gbuf || !E) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, "gptq", -1,
-                     "cannot allocate GPTQ work space for %zux%zu", rows, n);
+                     "cannot allocate GPTQ work space for %zux%zu (%.3g GiB)",
+                     rows, n,
+                     (double)cmp_gptq_work_bytes((uint32_t)rows, (uint32_t)n,
+                                                 o.block) / (1u << 30));
         goto done;
     }
-    memcpy(W, w, rows * n * sizeof(float));
+    /* diag: H's diagonal with dead inputs (H_jj == 0) at 1, as the
+     * dampening and act-order see it; the dead columns' weights are zeroed
+     * per chunk below. */
     double mean = 0.0;
     for (size_t j = 0; j < n; j++) {
-        diag[j] = h->h[j * n + j];
+        diag[j] = hdiag(h, j);
         imp[j] = (float)diag[j];
-        if (diag[j] == 0.0) {
+        if (diag[j] == 0.0)
             diag[j] = 1.0;
-            for (size_t r = 0; r < rows; r++)
-                W[r * n + j] = 0.0f;
-        }
         mean += diag[j];
     }
     mean /= (double)n;
@@ -260,40 +400,11 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
         for (size_t j = 0; j < n; j++)
             perm[j] = (uint32_t)j;
 
-    /* Static parameters: Q8 per row, and Q4 groups under act-order, from
-     * the dead-zeroed original weights in original column order. */
-    int static_params = fmt == KN_W_Q8 || o.act_order;
-    if (fmt != KN_W_Q8)
-        memset(out->data, 0, (size_t)kn_wformat_data_bytes(fmt, out->rows, out->cols));
-    if (static_params)
-        for (size_t r = 0; r < rows; r++)
-            for (uint32_t g = 0; g < ng; g++) {
-                size_t c0 = (size_t)g * span, m = n - c0 < span ? n - c0 : span;
-                cmp_qbuf_set_param(out, (uint32_t)r, g,
-                                   cmp_quant_choose(fmt, W + r * n + c0,
-                                                    o.search_params ? imp + c0 : NULL, m));
-            }
-
-    /* Permute W's columns in place (row by row through gbuf). */
-    if (o.act_order)
-        for (size_t r = 0; r < rows; r++) {
-            for (size_t j = 0; j < n; j++)
-                gbuf[j] = W[r * n + perm[j]];
-            memcpy(W + r * n, gbuf, n * sizeof(float));
-        }
-
-    /* Dampened, permuted H, lower Cholesky; raise lambda on failure. */
+    /* U in A; raise lambda while the factorization fails. */
     double damp = o.damp;
     int ok = 0;
     for (int attempt = 0; attempt < 7 && !ok; attempt++) {
-        double lambda = damp * mean;
-        for (size_t i = 0; i < n; i++)
-            for (size_t j = 0; j <= i; j++) {
-                size_t pi = perm[i], pj = perm[j];
-                double v = pi == pj ? diag[pi] + lambda : hsym(h, pi, pj);
-                A[i * n + j] = v;
-            }
-        if (cholesky_lower(A, n) == 0 && upper_chol_of_inverse(A, B, n) == 0)
+        if (cmp_gptq_hinv_factor(h, perm, damp * mean, A, trow, NULL) == MC_OK)
             ok = 1;
         else
             damp *= 10.0;
@@ -307,47 +418,79 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
     if (damp_used)
         *damp_used = damp;
 
-    const double *U = B;
-    for (size_t i1 = 0; i1 < n; i1 += o.block) {
-        size_t i2 = i1 + o.block < n ? i1 + o.block : n;
-        for (size_t i = i1; i < i2; i++) {
-            size_t oc = perm[i]; /* original column */
-            if (!static_params && oc % span == 0) {
-                /* Without act-order perm is the identity: columns
-                 * i .. i+span of W are the group, already updated. */
-                size_t m = n - i < span ? n - i : span;
-                for (size_t r = 0; r < rows; r++)
-                    cmp_qbuf_set_param(out, (uint32_t)r, (uint32_t)(oc / span),
-                                       cmp_quant_choose(fmt, W + r * n + i,
-                                                        o.search_params ? imp + i : NULL, m));
+    /* Static parameters: Q8 per row, and Q4 groups under act-order, from
+     * the dead-zeroed original weights in original column order. */
+    int static_params = fmt == KN_W_Q8 || o.act_order;
+    if (fmt != KN_W_Q8)
+        memset(out->data, 0, (size_t)kn_wformat_data_bytes(fmt, out->rows, out->cols));
+    const double *U = A;
+    /* Rows in chunks: with U fixed, each row's updates read only that row,
+     * so a chunk at a time gives exactly the whole-matrix result. */
+    for (size_t r0 = 0; r0 < rows; r0 += chunk) {
+        size_t R = rows - r0 < chunk ? rows - r0 : chunk;
+        memcpy(W, w + r0 * n, R * n * sizeof(float));
+        for (size_t j = 0; j < n; j++)
+            if (hdiag(h, j) == 0.0)
+                for (size_t r = 0; r < R; r++)
+                    W[r * n + j] = 0.0f;
+        if (static_params)
+            for (size_t r = 0; r < R; r++)
+                for (uint32_t g = 0; g < ng; g++) {
+                    size_t c0 = (size_t)g * span, m = n - c0 < span ? n - c0 : span;
+                    cmp_qbuf_set_param(out, (uint32_t)(r0 + r), g,
+                                       cmp_quant_choose(fmt, W + r * n + c0,
+                                                        o.search_params ? imp + c0 : NULL, m));
+                }
+        /* Permute W's columns in place (row by row through gbuf). */
+        if (o.act_order)
+            for (size_t r = 0; r < R; r++) {
+                for (size_t j = 0; j < n; j++)
+                    gbuf[j] = W[r * n + perm[j]];
+                memcpy(W + r * n, gbuf, n * sizeof(float));
             }
-            double d = U[i * n + i];
-            const double *urow = U + i * n;
-            for (size_t r = 0; r < rows; r++) {
-                cmp_qparam p = cmp_qbuf_get_param(out, (uint32_t)r, (uint32_t)(oc / span));
-                float x = W[r * n + i];
-                int q = cmp_quant_code(fmt, p, x);
-                float v = cmp_quant_value(fmt, p, q);
-                cmp_qbuf_set_code(out, (uint32_t)r, (uint32_t)oc, q);
-                double e = ((double)x - v) / d;
-                E[r * o.block + (i - i1)] = (float)e;
-                float *wr = W + r * n;
-                for (size_t j = i + 1; j < i2; j++)
-                    wr[j] -= (float)(e * urow[j]);
-            }
-        }
-        if (i2 < n)
-            for (size_t r = 0; r < rows; r++) {
-                float *wr = W + r * n;
-                for (size_t k = i1; k < i2; k++) {
-                    double e = E[r * o.block + (k - i1)];
-                    if (e == 0.0)
-                        continue;
-                    const double *uk = U + k * n;
-                    for (size_t j = i2; j < n; j++)
-                        wr[j] -= (float)(e * uk[j]);
+
+        for (size_t i1 = 0; i1 < n; i1 += block) {
+            size_t i2 = i1 + block < n ? i1 + block : n;
+            for (size_t i = i1; i < i2; i++) {
+                size_t oc = perm[i]; /* original column */
+                if (!static_params && oc % span == 0) {
+                    /* Without act-order perm is the identity: columns
+                     * i .. i+span of W are the group, already updated. */
+                    size_t m = n - i < span ? n - i : span;
+                    for (size_t r = 0; r < R; r++)
+                        cmp_qbuf_set_param(out, (uint32_t)(r0 + r), (uint32_t)(oc / span),
+                                           cmp_quant_choose(fmt, W + r * n + i,
+                                                            o.search_params ? imp + i : NULL, m));
+                }
+                double d = U[i * n + i];
+                const double *urow = U + i * n;
+                for (size_t r = 0; r < R; r++) {
+                    cmp_qparam p = cmp_qbuf_get_param(out, (uint32_t)(r0 + r),
+                                                      (uint32_t)(oc / span));
+                    float x = W[r * n + i];
+                    int q = cmp_quant_code(fmt, p, x);
+                    float v = cmp_quant_value(fmt, p, q);
+                    cmp_qbuf_set_code(out, (uint32_t)(r0 + r), (uint32_t)oc, q);
+                    double e = ((double)x - v) / d;
+                    E[r * block + (i - i1)] = (float)e;
+                    float *wr = W + r * n;
+                    for (size_t j = i + 1; j < i2; j++)
+                        wr[j] -= (float)(e * urow[j]);
                 }
             }
+            if (i2 < n)
+                for (size_t r = 0; r < R; r++) {
+                    float *wr = W + r * n;
+                    for (size_t k = i1; k < i2; k++) {
+                        double e = E[r * block + (k - i1)];
+                        if (e == 0.0)
+                            continue;
+                        const double *uk = U + k * n;
+                        for (size_t j = i2; j < n; j++)
+                            wr[j] -= (float)(e * uk[j]);
+                    }
+                }
+        }
     }
     if (deq)
         cmp_dequant_matrix(out, deq);
@@ -355,14 +498,20 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
 done:
     mc_free(W);
     mc_free(A);
-    mc_free(B);
     mc_free(diag);
+    mc_free(trow);
     mc_free(perm);
     mc_free(tmp);
     mc_free(imp);
     mc_free(gbuf);
     mc_free(E);
     return st;
+}
+
+uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols)
+{
+    uint64_t n = cols;
+    return req(n * n * sizeof(double)) + req(2 * n * sizeof(double));
 }
 
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
@@ -380,7 +529,7 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
     }
     double mean = 0.0;
     for (size_t j = 0; j < n; j++)
-        mean += hq->h[j * n + j];
+        mean += hdiag(hq, j);
     mean /= (double)n;
     if (!(mean > 0.0))
         mean = 1.0;
@@ -493,6 +642,15 @@ static double scale_objective(const double *M, const double *rhs,
     return e;
 }
 
+uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups)
+{
+    uint64_t K = cols, G = groups;
+    return 2 * req(K * sizeof(double)) +             /* hw, a */
+           2 * req(G * G * sizeof(double)) +         /* M, Mc */
+           3 * req(G * sizeof(double)) +             /* rhs, s, s0 */
+           req(G * sizeof(cmp_qparam));              /* p0 */
+}
+
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, mc_error *err)
 {
@@ -531,7 +689,7 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
         memset(M, 0, (size_t)G * G * sizeof(double));
         memset(hw, 0, K * sizeof(double));
         for (uint32_t i = 0; i < K; i++) {
-            const double *Ui = h->h + (size_t)i * K;
+            const double *Ui = hrow(h, i);
             uint32_t gi = i / span;
             double ai = a[i], wi = (double)wr[i], hwi = Ui[i] * wi;
             M[(size_t)gi * G + gi] += Ui[i] * ai * ai;

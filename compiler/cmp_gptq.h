@@ -22,8 +22,19 @@
  * valid; only the visiting order changes.  Q8 takes one parameter set per
  * row from the row before any update.
  *
- * Memory: the function allocates (mc_malloc) a float copy of W, double
- * H work space [cols][cols] x 2 and small vectors; it never changes H or W.
+ * Steps 3-4 run in ONE [cols][cols] double matrix, in place (see
+ * cmp_gptq_hinv_factor): with J the index reversal and H' the dampened,
+ * permuted Hessian, chol(J H' J) = L L^T gives H'^-1 = (J L^-1 J)^T
+ * (J L^-1 J), so U = J L^-1 J, an upper triangular matrix with a positive
+ * diagonal: the (unique) upper Cholesky factor of H'^-1.
+ *
+ * Memory (why the layout is what it is): a 70B model has inputs 28672
+ * wide, where one full [cols][cols] double matrix is 6.1 GiB.  The Hessian
+ * sum therefore keeps only its upper triangle, packed (half that), and
+ * GPTQ's work space holds one full matrix (U) plus a float copy of a chunk
+ * of W's rows (rows are independent once U is known) and O(cols) vectors;
+ * cmp_*_work_bytes give the exact peak each call allocates, for memory
+ * estimates.  No function here changes H or W.
  */
 #ifndef CMP_GPTQ_H
 #define CMP_GPTQ_H
@@ -34,20 +45,48 @@
 #include "cmp_quant.h"
 #include "mc_error.h"
 
-/* Running sum of x x^T over calibration tokens for one input width. */
+/* Running sum of x x^T over calibration tokens for one input width.
+ * The sum is symmetric, so only its upper triangle is stored, packed row
+ * by row: row i holds elements (i, i), (i, i+1), .., (i, cols-1)
+ * contiguously from index cmp_hessian_row_offset(cols, i); cols*(cols+1)/2
+ * doubles in all.  Rows stay contiguous, so the accumulation and every
+ * reader that walks the upper triangle by rows keep unit stride. */
 typedef struct cmp_hessian {
     uint32_t cols;    /* input width */
     uint64_t n;       /* tokens added */
-    double *h;        /* [cols][cols] sum x x^T; only the upper triangle
-                         (j >= i) is maintained */
+    double *h;        /* packed upper triangle of sum x x^T,
+                         [cols*(cols+1)/2] (layout above) */
     double *xt;       /* scratch [cols][64]: a chunk of tokens, transposed */
 } cmp_hessian;
+
+/* Index in h->h of element (i, i), the start of packed row i (i <= cols;
+ * i == cols gives the total count).  i*cols - i*(i-1)/2, written as
+ * i*(2 cols + 1 - i)/2 so that no term wraps at i = 0; the product is even
+ * (one of its factors always is) and at most cols*(cols+1), twice the
+ * packed count, so it fits size_t for any Hessian that can be allocated
+ * (cols = 65536: about 2^32).  Element (i, j), j >= i, is at
+ * cmp_hessian_row_offset(cols, i) + (j - i). */
+static inline size_t cmp_hessian_row_offset(uint32_t cols, uint32_t i)
+{
+    return (size_t)i * (2 * (size_t)cols + 1 - i) / 2;
+}
 
 /* Allocate a zeroed accumulator (h->h owned; free with cmp_hessian_free). */
 mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err);
 void cmp_hessian_free(cmp_hessian *h);  /* NULL and zeroed structs are fine */
+/* Exact bytes cmp_hessian_init allocates for cols: the packed sum
+ * (cols*(cols+1)/2 doubles) plus the xt scratch (cols*64 doubles). */
+uint64_t cmp_hessian_bytes(uint32_t cols);
+/* Zero the sum and the token count (keeps the allocation). */
+void cmp_hessian_reset(cmp_hessian *h);
 /* Add T rows of X [T][cols]. */
 void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T);
+/* Element (i, j) of the symmetric sum, i and j in any order (< cols).
+ * For tests and slow paths; hot loops walk the packed rows. */
+double cmp_hessian_get(const cmp_hessian *h, uint32_t i, uint32_t j);
+/* Set element (i, j) (and so (j, i)) of the sum to v; for tests that build
+ * a Hessian by hand. */
+void cmp_hessian_set(cmp_hessian *h, uint32_t i, uint32_t j, double v);
 /* The mean of x_j^2 over the tokens added (the imatrix diagonal), into
  * out [cols]; zeros when n == 0. */
 void cmp_hessian_diag_mean(const cmp_hessian *h, float *out);
@@ -59,7 +98,17 @@ typedef struct cmp_gptq_opts {
     int search_params;  /* 1: choose group parameters with the imatrix
                            search of cmp_quant_choose (diag H as importance);
                            0: plain min/max as in the reference GPTQ */
+    uint32_t chunk_rows; /* rows of W updated per pass (the float work copy
+                            holds this many); 0 -> as many as fit in
+                            CMP_GPTQ_CHUNK_BYTES (at least 1).  The result
+                            does not depend on it: once U is known, rows are
+                            independent. */
 } cmp_gptq_opts;
+
+/* Bytes of the float work copy of W that cmp_gptq_quantize (and cmp_awq_search)
+ * hold at once by default: 64 MiB, small next to U and large enough
+ * that every pass covers hundreds of rows even at 28672 columns. */
+#define CMP_GPTQ_CHUNK_BYTES ((uint64_t)64 << 20)
 
 /* Quantize w [rows][cols] with GPTQ into out (checked as cmp_qbuf_check).
  * h: the accumulated Hessian (h->cols == out->cols, h->n may be 0: then
@@ -71,6 +120,37 @@ typedef struct cmp_gptq_opts {
 mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                             const cmp_gptq_opts *opts, cmp_qbuf *out,
                             float *deq, double *damp_used, mc_error *err);
+/* Peak bytes cmp_gptq_quantize allocates for a rows x cols matrix with
+ * default chunk_rows (block 0 -> 128): with c = chunk rows, b = block,
+ *   cols^2 * 8            U (one matrix, factorized in place)
+ *   + c * cols * 4        the float work copy of c rows of W
+ *   + c * b * 4           the block's scaled errors
+ *   + cols * 32           diag, inversion row (doubles); perm, argsort
+ *                         scratch, importance, row buffer (4 bytes each)
+ * c = min(rows, max(1, CMP_GPTQ_CHUNK_BYTES / (cols * 4))).  Exact when
+ * block is a multiple of 128, the default included (int4 groups are 32,
+ * 64 or 128, so quantize runs such a block as given); for other blocks
+ * quantize rounds up to a multiple of the group, which this does not know,
+ * so it rounds up to a multiple of 128: an upper bound.  Each allocation
+ * counts at least 1 byte (mc_malloc(0) takes 1). */
+uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block);
+
+/* Steps 3-4, exposed so that tests can check them against a plain
+ * reference: a [cols][cols] (cols = h->cols, row-major) receives in its
+ * upper triangle U, the upper Cholesky factor of (P^T H P + lambda I)^-1
+ * (U^T U = that inverse, diagonal > 0), and zeros below the diagonal.  H is
+ * h's sum with dead diagonal entries (H_jj == 0) taken as 1; P permutes
+ * rows and columns: index i of the permuted matrix is original index
+ * perm[i] (perm NULL = identity).  row: scratch [cols] doubles.  Works in
+ * a alone (no allocation): J P^T H P J into the lower triangle, lower
+ * Cholesky in place, lower inverse in place (rows through row, so every
+ * inner loop is contiguous), then the index reversal into the upper
+ * triangle.  Returns MC_OK, or MC_ERR_NONFINITE if the matrix is not
+ * (numerically) positive definite or the factor overflows; a is then
+ * unspecified. */
+mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
+                               double lambda, double *a, double *row,
+                               mc_error *err);
 
 /* Refit the scales of an already quantized q [rows][cols] (codes and
  * zero points kept) to the target weight w [rows][cols] under the full
@@ -81,10 +161,14 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
  * of what fixing the group parameters at each group start lost.  deq
  * (optional) receives the dequantized result.  Cost per row: one pass
  * over H's upper triangle (cols^2 / 2, contiguous) + groups^3; work space
- * groups^2 + cols doubles.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (widths
- * differ). */
+ * 2 groups^2 + 2 cols doubles (cmp_gptq_refit_work_bytes).  MC_ERR_NOMEM,
+ * MC_ERR_INVALID_ARG (widths differ). */
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, mc_error *err);
+/* Peak bytes cmp_gptq_refit_scales allocates (groups = parameter sets per
+ * row, 1 for Q8): cols * 16 + groups^2 * 16 + groups * (24 +
+ * sizeof(cmp_qparam)), each allocation at least 1 byte. */
+uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups);
 
 /* Output error of a replacement weight: tr((W - Q) Hs (W - Q)^T) where Hs is
  * the Hessian sum (= sum_t ||(W - Q) x_t||^2 over the added tokens).  w, q:
@@ -93,6 +177,16 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
  * over 1024 cannot be allocated. */
 double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
                                 const float *q, uint32_t rows);
+/* Peak bytes cmp_hessian_output_error allocates: 0 up to 1024 columns (its
+ * difference row lives on the stack), cols * 8 above. */
+uint64_t cmp_hessian_output_error_work_bytes(uint32_t cols);
+/* The same error without allocating: adds the rows' terms to *total in
+ * the order cmp_hessian_output_error sums them, so splitting the rows
+ * into consecutive calls gives the same sum, bit for bit.  d: scratch
+ * [cols] doubles. */
+void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
+                                  const float *q, uint32_t rows, double *d,
+                                  double *total);
 
 /* Least-squares retargeting for inputs that already carry the error of
  * earlier quantized blocks: with x_f the full-precision model's input and
@@ -107,5 +201,9 @@ double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             const float *w, uint32_t rows, double damp,
                             float *out, mc_error *err);
+/* Peak bytes cmp_gptq_retarget allocates: one [cols][cols] double matrix
+ * (the Cholesky factor of Hq + lambda I, in place) and two vectors:
+ * cols^2 * 8 + cols * 16. */
+uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols);
 
 #endif /* CMP_GPTQ_H */

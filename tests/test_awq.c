@@ -1,6 +1,7 @@
 /* test_awq.c - AWQ: folding keeps the full-precision function, the scale
  * search beats plain RTN on inputs with salient channels, its error equals
- * the directly measured output error, and clipping never hurts. */
+ * the directly measured output error, clipping never hurts, and the work
+ * space byte counts match measured allocation. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
+#include "mc_alloc.h"
 #include "testutil.h"
 
 static uint64_t rs = 0xa5a5a5a5;
@@ -244,12 +246,78 @@ static void test_awq_scaled_hessian_matches_scaled_inputs(void **state)
     cmp_hessian_add(&hx, X, T);
     for (uint32_t i = 0; i < cols; i++)
         for (uint32_t j = i; j < cols; j++)
-            assert_float_equal(hs.h[i * cols + j], hx.h[i * cols + j],
-                               1e-5 * (1.0 + fabs(hx.h[i * cols + j])));
+            assert_float_equal(cmp_hessian_get(&hs, i, j), cmp_hessian_get(&hx, i, j),
+                               1e-5 * (1.0 + fabs(cmp_hessian_get(&hx, i, j))));
     cmp_hessian_free(&h);
     cmp_hessian_free(&hs);
     cmp_hessian_free(&hx);
     free(X);
+}
+
+/* Peak bytes the search and the clipping allocate (usable sizes, tracked
+ * by mc_alloc) cover their formulas and exceed them by no more than
+ * malloc's rounding (every block here is below the mmap threshold);
+ * scaling a Hessian allocates nothing. */
+static int64_t measure(int64_t *live0)
+{
+    int64_t peak = mc_alloc_peak_bytes() - *live0;
+    assert_int_equal(mc_alloc_live_bytes(), *live0); /* nothing left */
+    mc_alloc_track(0);
+    return peak;
+}
+static void start(int64_t *live0)
+{
+    mc_alloc_track(1);
+    *live0 = mc_alloc_live_bytes();
+    mc_alloc_reset_peak();
+}
+
+static void test_awq_work_bytes_match_measured_peak(void **state)
+{
+    (void)state;
+    setup s;
+    mk(&s, 40, 128, 150);
+    float *w2 = randn((size_t)20 * s.cols, 0.05f);
+    cmp_awq_linear l[2] = {{s.W, s.rows}, {w2, 20}};
+    float sc[128];
+    int64_t live0;
+    start(&live0);
+    assert_int_equal(cmp_awq_search(&s.h, s.xa, l, 2, KN_W_Q4, 32, sc, NULL,
+                                    NULL, NULL, NULL), MC_OK);
+    int64_t peak = measure(&live0);
+    uint64_t f = cmp_awq_search_work_bytes(40, 128);
+    print_message("search: formula %llu, measured %lld\n", (unsigned long long)f,
+                  (long long)peak);
+    assert_true(f == 128 * 4 + 40 * 128 * 4 + 128 * 8);
+    assert_true(peak >= (int64_t)f && peak <= (int64_t)f + 3 * 32);
+
+    cmp_hessian hs;
+    assert_int_equal(cmp_hessian_init(&hs, s.cols, NULL), MC_OK);
+    start(&live0);
+    cmp_awq_scale_hessian(&s.h, sc, &hs);
+    assert_int_equal(measure(&live0), 0);
+
+    kn_wformat fs[3] = {KN_W_Q4, KN_W_Q4S, KN_W_Q8};
+    uint32_t gs[3] = {32, 128, 0};
+    for (int k = 0; k < 3; k++) {
+        float *wc = malloc((size_t)s.rows * s.cols * sizeof(float));
+        memcpy(wc, s.W, (size_t)s.rows * s.cols * sizeof(float));
+        start(&live0);
+        assert_int_equal(cmp_awq_clip(&hs, wc, s.rows, fs[k], gs[k], NULL), MC_OK);
+        peak = measure(&live0);
+        f = cmp_awq_clip_work_bytes(s.cols, fs[k], gs[k]);
+        assert_true(f == (fs[k] == KN_W_Q8 ? s.cols : gs[k]) * 12ull);
+        assert_true(peak >= (int64_t)f && peak <= (int64_t)f + 2 * 32);
+        free(wc);
+    }
+    /* a 70B model's down_proj (8192 x 28672): the float copy is a 64 MiB
+     * chunk of rows, not the whole 0.9 GiB matrix */
+    uint64_t c = CMP_GPTQ_CHUNK_BYTES / (28672 * 4);
+    assert_true(cmp_awq_search_work_bytes(8192, 28672) ==
+                28672 * 4 + c * 28672 * 4 + 28672 * 8);
+    cmp_hessian_free(&hs);
+    free(w2);
+    rm(&s);
 }
 
 int main(void)
@@ -260,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_awq_search_never_worse_than_rtn),
         cmocka_unit_test(test_awq_clip_reduces_error),
         cmocka_unit_test(test_awq_scaled_hessian_matches_scaled_inputs),
+        cmocka_unit_test(test_awq_work_bytes_match_measured_peak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

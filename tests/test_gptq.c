@@ -1,6 +1,8 @@
-/* test_gptq.c - GPTQ: Hessian accumulation, error compensation beating RTN
- * on correlated inputs (a wrong update fails), act-order, dead columns,
- * ragged groups, and the no-correlation case reducing to RTN. */
+/* test_gptq.c - GPTQ: Hessian accumulation (packed), error compensation
+ * beating RTN on correlated inputs (a wrong update fails), act-order, dead
+ * columns, ragged groups, the no-correlation case reducing to RTN, the
+ * in-place inverse factor against a plain reference, row chunks, and the
+ * work-space byte counts against measured allocation. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -14,6 +16,7 @@
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
+#include "mc_alloc.h"
 #include "testutil.h"
 
 static uint64_t rs = 0xfeed1234;
@@ -116,7 +119,9 @@ static void test_hessian_accumulates_x_transpose_x(void **state)
             double s = 0.0;
             for (size_t t = 0; t < T; t++)
                 s += (double)X[t * cols + i] * X[t * cols + j];
-            assert_float_equal(h.h[i * cols + j], s, 1e-9 * (1.0 + fabs(s)));
+            assert_float_equal(cmp_hessian_get(&h, i, j), s, 1e-9 * (1.0 + fabs(s)));
+            /* symmetric access */
+            assert_true(cmp_hessian_get(&h, j, i) == cmp_hessian_get(&h, i, j));
         }
     /* Output error through H equals the direct one. */
     float *w = rand_w(5, cols), *q = rand_w(5, cols);
@@ -125,8 +130,43 @@ static void test_hessian_accumulates_x_transpose_x(void **state)
     assert_float_equal(a, b, 1e-6 * b);
     free(w);
     free(q);
+    /* reset zeroes every stored element and the count */
+    cmp_hessian_reset(&h);
+    assert_int_equal(h.n, 0);
+    for (uint32_t i = 0; i < cols; i++)
+        for (uint32_t j = 0; j < cols; j++)
+            assert_true(cmp_hessian_get(&h, i, j) == 0.0);
     cmp_hessian_free(&h);
     free(X);
+}
+
+/* The packed layout: rows one after another, row i starting with (i, i);
+ * the offsets do not wrap at the widest inputs. */
+static void test_hessian_packed_row_offsets(void **state)
+{
+    (void)state;
+    uint32_t cols = 9;
+    cmp_hessian h;
+    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
+    size_t k = 0;
+    for (uint32_t i = 0; i < cols; i++) {
+        assert_int_equal(cmp_hessian_row_offset(cols, i), k);
+        for (uint32_t j = i; j < cols; j++)
+            cmp_hessian_set(&h, j, i, (double)k++); /* either order */
+    }
+    assert_int_equal(cmp_hessian_row_offset(cols, cols), k);
+    assert_int_equal(k, cols * (cols + 1) / 2);
+    for (size_t t = 0; t < k; t++)
+        assert_true(h.h[t] == (double)t);
+    cmp_hessian_free(&h);
+    /* i * cols - i * (i - 1) / 2 in 64 bits, at and past 65536 */
+    uint64_t big = 65536;
+    for (uint64_t i = 0; i <= big; i += 4099)
+        assert_true(cmp_hessian_row_offset((uint32_t)big, (uint32_t)i) ==
+                    i * big - (i ? i * (i - 1) / 2 : 0));
+    assert_true(cmp_hessian_row_offset(65536, 65536) == 65536ull * 65537 / 2);
+    assert_true(cmp_hessian_bytes(28672) ==
+                (28672ull * 28673 / 2 + 28672ull * 64) * sizeof(double));
 }
 
 /* GPTQ must reduce the output error well below RTN's on correlated inputs;
@@ -267,7 +307,7 @@ static void test_gptq_with_diagonal_hessian_equals_rtn(void **state)
     cmp_hessian h;
     assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
     for (uint32_t j = 0; j < cols; j++)
-        h.h[j * cols + j] = 1.0 + j;
+        cmp_hessian_set(&h, j, j, 1.0 + j);
     h.n = 1;
     qm a, b;
     qm_init(&a, KN_W_Q8, rows, cols, 0);
@@ -292,7 +332,7 @@ static void test_gptq_rejects_indefinite_hessian(void **state)
     cmp_hessian h;
     assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
     for (uint32_t j = 0; j < cols; j++)
-        h.h[j * cols + j] = j == 3 ? -1e9 : 1.0;
+        cmp_hessian_set(&h, j, j, j == 3 ? -1e9 : 1.0);
     qm b;
     qm_init(&b, KN_W_Q8, rows, cols, 0);
     mc_error e;
@@ -304,16 +344,338 @@ static void test_gptq_rejects_indefinite_hessian(void **state)
     free(w);
 }
 
+/* ---- the in-place inverse factor against a plain reference ---------- */
+
+/* Lower Cholesky of the dense symmetric m [n][n], in place (lower part;
+ * the upper part is left alone). */
+static void ref_cholesky(double *m, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        double d = m[j * n + j];
+        for (size_t k = 0; k < j; k++)
+            d -= m[j * n + k] * m[j * n + k];
+        assert_true(d > 0.0);
+        d = sqrt(d);
+        m[j * n + j] = d;
+        for (size_t i = j + 1; i < n; i++) {
+            double t = m[i * n + j];
+            for (size_t k = 0; k < j; k++)
+                t -= m[i * n + k] * m[j * n + k];
+            m[i * n + j] = t / d;
+        }
+    }
+}
+
+/* The factor by the textbook route: M = P^T H P + lambda I (dead diagonal
+ * at 1), M^-1 by solving L L^T x = e_k for every k, then the upper
+ * Cholesky factor of M^-1.  minv [n][n] and uref [n][n] (upper, zero
+ * below) receive the inverse and the factor. */
+static void ref_factor(const cmp_hessian *h, const uint32_t *perm,
+                       double lambda, double *minv, double *uref)
+{
+    size_t n = h->cols;
+    double *L = malloc(n * n * sizeof(double));
+    double *y = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++) {
+            uint32_t pi = perm ? perm[i] : (uint32_t)i;
+            uint32_t pj = perm ? perm[j] : (uint32_t)j;
+            double v = cmp_hessian_get(h, pi, pj);
+            if (i == j)
+                v = (v == 0.0 ? 1.0 : v) + lambda;
+            L[i * n + j] = v;
+        }
+    ref_cholesky(L, n);
+    for (size_t k = 0; k < n; k++) {
+        for (size_t i = 0; i < n; i++) { /* L y = e_k */
+            double t = i == k ? 1.0 : 0.0;
+            for (size_t m = 0; m < i; m++)
+                t -= L[i * n + m] * y[m];
+            y[i] = t / L[i * n + i];
+        }
+        for (size_t i = n; i-- > 0;) { /* L^T x = y */
+            double t = y[i];
+            for (size_t m = i + 1; m < n; m++)
+                t -= L[m * n + i] * minv[m * n + k];
+            minv[i * n + k] = t / L[i * n + i];
+        }
+    }
+    memcpy(L, minv, n * n * sizeof(double));
+    ref_cholesky(L, n);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            uref[i * n + j] = j >= i ? L[j * n + i] : 0.0;
+    free(L);
+    free(y);
+}
+
+static double max_abs(const double *x, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* U from cmp_gptq_hinv_factor (one matrix, in place) is the reference's
+ * upper Cholesky factor of M^-1, and U^T U = M^-1, to 1e-9 relative. */
+static void check_factor(uint32_t cols, int permute, int dead)
+{
+    size_t T = 2 * cols + 20;
+    float *X = correlated_inputs(T, cols);
+    if (dead)
+        for (size_t t = 0; t < T; t++)
+            X[t * cols + 7] = 0.0f; /* a dead input: H_77 == 0 */
+    cmp_hessian h;
+    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
+    cmp_hessian_add(&h, X, T);
+    uint32_t *perm = NULL;
+    if (permute) { /* a random permutation, as act-order would give */
+        perm = malloc(cols * sizeof(uint32_t));
+        for (uint32_t i = 0; i < cols; i++)
+            perm[i] = i;
+        for (uint32_t i = cols - 1; i > 0; i--) {
+            uint32_t j = (uint32_t)(urand() * (float)(i + 1)) % (i + 1);
+            uint32_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+    }
+    double mean = 0.0;
+    for (uint32_t j = 0; j < cols; j++) {
+        double d = cmp_hessian_get(&h, j, j);
+        mean += d == 0.0 ? 1.0 : d;
+    }
+    double lambda = 0.01 * mean / cols;
+    size_t nn = (size_t)cols * cols;
+    double *U = malloc(nn * sizeof(double)), *row = malloc(cols * sizeof(double));
+    double *minv = malloc(nn * sizeof(double)), *uref = malloc(nn * sizeof(double));
+    assert_int_equal(cmp_gptq_hinv_factor(&h, perm, lambda, U, row, NULL), MC_OK);
+    ref_factor(&h, perm, lambda, minv, uref);
+    double su = max_abs(uref, nn), sm = max_abs(minv, nn), eu = 0.0, em = 0.0;
+    for (uint32_t i = 0; i < cols; i++)
+        for (uint32_t j = 0; j < cols; j++) {
+            if (j < i)
+                assert_true(U[(size_t)i * cols + j] == 0.0);
+            if (j == i)
+                assert_true(U[(size_t)i * cols + i] > 0.0);
+            eu = fmax(eu, fabs(U[(size_t)i * cols + j] - uref[(size_t)i * cols + j]));
+            double utu = 0.0; /* (U^T U)_ij = sum_k U_ki U_kj */
+            for (uint32_t k = 0; k < cols; k++)
+                utu += U[(size_t)k * cols + i] * U[(size_t)k * cols + j];
+            em = fmax(em, fabs(utu - minv[(size_t)i * cols + j]));
+        }
+    print_message("factor %u perm %d dead %d: |U - Uref| %.3g of %.3g, "
+                  "|U^T U - M^-1| %.3g of %.3g\n", cols, permute, dead, eu, su,
+                  em, sm);
+    assert_true(eu <= 1e-9 * su);
+    assert_true(em <= 1e-9 * sm);
+    free(U);
+    free(row);
+    free(minv);
+    free(uref);
+    free(perm);
+    cmp_hessian_free(&h);
+    free(X);
+}
+
+static void test_gptq_inverse_factor_matches_reference(void **state)
+{
+    (void)state;
+    check_factor(40, 0, 0);
+    check_factor(40, 1, 0);  /* act-order-like permutation */
+    check_factor(41, 1, 1);  /* odd width: the diagonal's middle stays */
+    check_factor(41, 0, 1);
+    check_factor(1, 0, 0);
+}
+
+/* Rows in chunks: the float work copy holds chunk_rows rows at a time, and
+ * the result is bit for bit the whole-matrix one (ragged last chunk too). */
+static void test_gptq_row_chunks_give_identical_results(void **state)
+{
+    (void)state;
+    uint32_t rows = 23, cols = 100;
+    size_t T = 300;
+    float *X = correlated_inputs(T, cols);
+    for (size_t t = 0; t < T; t++)
+        X[t * cols + 11] = 0.0f; /* dead column zeroed per chunk too */
+    float *w = rand_w(rows, cols);
+    cmp_hessian h;
+    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
+    cmp_hessian_add(&h, X, T);
+    struct {
+        kn_wformat f;
+        uint32_t g, block;
+        int act, search;
+    } cs[4] = {{KN_W_Q4, 32, 128, 0, 0}, {KN_W_Q4, 32, 64, 1, 1},
+               {KN_W_Q8, 0, 48, 0, 0}, {KN_W_Q4S, 64, 0, 0, 1}};
+    uint32_t chunks[2] = {5, 1};
+    size_t nel = (size_t)rows * cols;
+    for (int c = 0; c < 4; c++) {
+        qm a;
+        qm_init(&a, cs[c].f, rows, cols, cs[c].g);
+        float *da = malloc(nel * sizeof(float));
+        cmp_gptq_opts o = {0.01, cs[c].act, cs[c].block, cs[c].search, 0};
+        assert_int_equal(cmp_gptq_quantize(w, &h, &o, &a.b, da, NULL, NULL), MC_OK);
+        for (int k = 0; k < 2; k++) {
+            qm b;
+            qm_init(&b, cs[c].f, rows, cols, cs[c].g);
+            float *db = malloc(nel * sizeof(float));
+            o.chunk_rows = chunks[k];
+            assert_int_equal(cmp_gptq_quantize(w, &h, &o, &b.b, db, NULL, NULL), MC_OK);
+            assert_memory_equal(a.data, b.data, kn_wformat_data_bytes(cs[c].f, rows, cols));
+            assert_memory_equal(a.scales, b.scales,
+                                kn_wformat_scale_bytes(cs[c].f, rows, cols, cs[c].g));
+            if (a.zeros)
+                assert_memory_equal(a.zeros, b.zeros,
+                                    kn_wformat_zero_bytes(cs[c].f, rows, cols, cs[c].g));
+            assert_memory_equal(da, db, nel * sizeof(float));
+            free(db);
+            qm_free(&b);
+        }
+        free(da);
+        qm_free(&a);
+    }
+    cmp_hessian_free(&h);
+    free(w);
+    free(X);
+}
+
+/* ---- work-space byte counts against measured allocation ------------- */
+
+typedef struct peak_probe {
+    int64_t live0;
+} peak_probe;
+
+static void probe_start(peak_probe *p)
+{
+    mc_alloc_track(1);
+    p->live0 = mc_alloc_live_bytes();
+    mc_alloc_reset_peak();
+}
+
+/* The measured peak (usable sizes) must cover the formula and exceed it by
+ * no more than malloc's rounding: under 32 bytes per heap block, under a
+ * page per block large enough to be mmapped (>= 128 KiB); nothing may
+ * stay allocated. */
+static void probe_check(peak_probe *p, const char *what, uint64_t formula,
+                        int nblocks, int nbig)
+{
+    int64_t peak = mc_alloc_peak_bytes() - p->live0;
+    int64_t left = mc_alloc_live_bytes() - p->live0;
+    mc_alloc_track(0);
+    print_message("%s: formula %llu, measured %lld\n", what,
+                  (unsigned long long)formula, (long long)peak);
+    assert_int_equal(left, 0);
+    assert_true(peak >= (int64_t)formula);
+    assert_true(peak <= (int64_t)formula + 32 * nblocks + 4096 * nbig);
+}
+
+static void test_gptq_work_bytes_match_measured_peak(void **state)
+{
+    (void)state;
+    peak_probe p;
+    /* the accumulator */
+    cmp_hessian h;
+    probe_start(&p);
+    assert_int_equal(cmp_hessian_init(&h, 100, NULL), MC_OK);
+    int64_t held = mc_alloc_live_bytes() - p.live0;
+    mc_alloc_track(0);
+    assert_true(held >= (int64_t)cmp_hessian_bytes(100));
+    assert_true(held <= (int64_t)cmp_hessian_bytes(100) + 2 * 32);
+    size_t T = 260;
+    float *X = correlated_inputs(T, 100);
+    cmp_hessian_add(&h, X, T);
+
+    /* GPTQ: every block below the mmap threshold (cols 100), then one
+     * matrix above it (cols 200) */
+    struct {
+        kn_wformat f;
+        uint32_t g, rows, cols, block;
+        int act, nbig;
+    } cs[3] = {{KN_W_Q4, 32, 40, 100, 0, 0, 0}, {KN_W_Q8, 0, 7, 100, 256, 1, 0},
+               {KN_W_Q4S, 64, 12, 200, 128, 1, 1}};
+    for (int c = 0; c < 3; c++) {
+        cmp_hessian hc;
+        float *Xc = cs[c].cols == 100 ? NULL : correlated_inputs(2 * cs[c].cols, cs[c].cols);
+        if (Xc) {
+            assert_int_equal(cmp_hessian_init(&hc, cs[c].cols, NULL), MC_OK);
+            cmp_hessian_add(&hc, Xc, 2 * (size_t)cs[c].cols);
+        }
+        const cmp_hessian *hh = Xc ? &hc : &h;
+        float *w = rand_w(cs[c].rows, cs[c].cols);
+        qm q;
+        qm_init(&q, cs[c].f, cs[c].rows, cs[c].cols, cs[c].g);
+        cmp_gptq_opts o = {0.01, cs[c].act, cs[c].block, 0, 0};
+        probe_start(&p);
+        assert_int_equal(cmp_gptq_quantize(w, hh, &o, &q.b, NULL, NULL, NULL), MC_OK);
+        probe_check(&p, "gptq", cmp_gptq_work_bytes(cs[c].rows, cs[c].cols, cs[c].block),
+                    9, cs[c].nbig);
+        uint32_t groups = cmp_qbuf_nparams(&q.b);
+        probe_start(&p);
+        assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, NULL), MC_OK);
+        probe_check(&p, "refit", cmp_gptq_refit_work_bytes(cs[c].cols, groups), 8, 0);
+        qm_free(&q);
+        free(w);
+        if (Xc) {
+            cmp_hessian_free(&hc);
+            free(Xc);
+        }
+    }
+
+    /* retarget: C = sum x x^T (full), w */
+    double *C = calloc(100 * 100, sizeof(double));
+    for (uint32_t i = 0; i < 100; i++)
+        for (uint32_t j = 0; j < 100; j++)
+            C[i * 100 + j] = cmp_hessian_get(&h, i, j);
+    float *w = rand_w(5, 100), *out = malloc(5 * 100 * sizeof(float));
+    probe_start(&p);
+    assert_int_equal(cmp_gptq_retarget(&h, C, w, 5, 0.01, out, NULL), MC_OK);
+    probe_check(&p, "retarget", cmp_gptq_retarget_work_bytes(100), 2, 0);
+
+    /* output error: the stack up to 1024 columns, the heap above */
+    probe_start(&p);
+    (void)cmp_hessian_output_error(&h, w, NULL, 5);
+    probe_check(&p, "output error 100", cmp_hessian_output_error_work_bytes(100), 0, 0);
+    assert_true(cmp_hessian_output_error_work_bytes(100) == 0);
+    cmp_hessian wide;
+    assert_int_equal(cmp_hessian_init(&wide, 1100, NULL), MC_OK);
+    float *ww = rand_w(2, 1100);
+    probe_start(&p);
+    (void)cmp_hessian_output_error(&wide, ww, NULL, 2);
+    probe_check(&p, "output error 1100", cmp_hessian_output_error_work_bytes(1100), 1, 0);
+    assert_true(cmp_hessian_output_error_work_bytes(1100) == 1100 * 8);
+
+    /* the formulas themselves, at a 70B model's widest input */
+    uint64_t n = 28672, c = CMP_GPTQ_CHUNK_BYTES / (n * 4);
+    assert_true(cmp_gptq_work_bytes(8192, 28672, 0) ==
+                n * n * 8 + c * n * 4 + c * 128 * 4 + n * 32);
+    assert_true(cmp_gptq_work_bytes(8192, 28672, 128) == cmp_gptq_work_bytes(8192, 28672, 0));
+    assert_true(cmp_gptq_retarget_work_bytes(28672) == n * n * 8 + n * 16);
+
+    cmp_hessian_free(&wide);
+    free(ww);
+    free(w);
+    free(out);
+    free(C);
+    cmp_hessian_free(&h);
+    free(X);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hessian_accumulates_x_transpose_x),
+        cmocka_unit_test(test_hessian_packed_row_offsets),
         cmocka_unit_test(test_gptq_beats_rtn_int8_per_channel),
         cmocka_unit_test(test_gptq_beats_rtn_int4_ragged_groups),
         cmocka_unit_test(test_gptq_act_order_with_static_groups_beats_rtn),
         cmocka_unit_test(test_gptq_dead_columns_become_zero),
         cmocka_unit_test(test_gptq_with_diagonal_hessian_equals_rtn),
         cmocka_unit_test(test_gptq_rejects_indefinite_hessian),
+        cmocka_unit_test(test_gptq_inverse_factor_matches_reference),
+        cmocka_unit_test(test_gptq_row_chunks_give_identical_results),
+        cmocka_unit_test(test_gptq_work_bytes_match_measured_peak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
