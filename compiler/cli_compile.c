@@ -34,6 +34,9 @@ static void compile_usage(FILE *out)
         "                   MODEL and cut into sequences of up to 512 tokens\n"
         "  --heldout N      calibration sequences kept out for the quality\n"
         "                   summary (default a tenth; 0: calibrate on all)\n"
+        "  --calib-memory SIZE  memory budget of the calibration (default 75%%\n"
+        "                   of RAM); over it, the widest inputs keep lean\n"
+        "                   statistics (no GPTAQ there)\n"
         "  --method M       rtn | awq | gptq | gptaq | best (default best with\n"
         "                   --calib; without it, plain round-to-nearest)\n"
         "  --lm-head F      output layer f32 | f16 | bf16 | int8 when it is not\n"
@@ -137,6 +140,21 @@ static void print_calib(FILE *out, const cmp_compile_report *rep)
             "(rtn %.5f)\n", n, r->calib_tokens, rep->calib_seqs,
             rep->heldout_seqs, nf[0], nf[1], nf[2], n ? e / n : 0.0,
             n ? erq / n : 0.0);
+    {
+        /* what the calibration planned to hold (cmp_calib_memory) */
+        const cmp_calib_mem *mm = &r->mem;
+        static const char *const tap[4] = {"q/k/v", "o_proj", "gate/up",
+                                           "down_proj"};
+        char lean[64] = "";
+        for (int p = 0; p < 4; p++)
+            if (mm->lean & (1u << p))
+                snprintf(lean + strlen(lean), sizeof lean - strlen(lean),
+                         "%s%s", lean[0] ? ", " : "", tap[p]);
+        fprintf(out, "calibration memory: planned peak %.1f MiB (at %s), "
+                "spilled %.1f MiB to disk; lean statistics: %s\n",
+                mm->peak / 1048576.0, mm->phase ? mm->phase : "-",
+                mm->spill / 1048576.0, lean[0] ? lean : "none");
+    }
     if (r->rotated)
         fprintf(out, "rotated: residual stream (Hadamard blocks of %u), value "
                 "heads (%u)\n", r->rot_block, r->rot_head_block);
@@ -208,6 +226,12 @@ int cmp_cli_compile(int argc, char **argv)
                 nads++;
             } else if (strcmp(a, "--calib") == 0) {
                 o.calib = v;
+            } else if (strcmp(a, "--calib-memory") == 0) {
+                if (cmp_parse_size(v, &o.calib_memory) != 0 || o.calib_memory == 0) {
+                    fprintf(stderr, "mcompile: --calib-memory must be a size "
+                            "such as 20GiB (got '%s')\n", v);
+                    goto done;
+                }
             } else if (strcmp(a, "--heldout") == 0) {
                 char *end;
                 errno = 0;
@@ -300,6 +324,10 @@ int cmp_cli_compile(int argc, char **argv)
     if (method_set && !o.calib) {
         fprintf(stderr, "mcompile: --method needs --calib FILE (without "
                 "calibration ids, compile rounds to nearest)\n");
+        goto done;
+    }
+    if (o.calib_memory && !o.calib) {
+        fprintf(stderr, "mcompile: --calib-memory needs --calib FILE\n");
         goto done;
     }
     if (o.heldout && !o.calib) {

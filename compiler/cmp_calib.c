@@ -9,6 +9,7 @@
 #include "cmp_awq.h"
 #include "cmp_calib_internal.h"
 #include "cmp_gptq.h"
+#include "cmp_spill.h"
 #include "mc_alloc.h"
 
 static const char *const LIN_NAMES[CMP_LIN_COUNT] = {
@@ -88,7 +89,10 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
     tap_acc *a = ctx;
     if (!(a->mask & (1u << where)))
         return;
+    int full = (a->full >> where) & 1u;
     if (a->pass == 0) {
+        if (!full)
+            return;
         cmp_hessian_add(&a->hf[where], x, T);
         memcpy(a->xf[where], x, T * width * sizeof(float));
         return;
@@ -98,6 +102,8 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < width; j++)
             s[j] += fabs(x[t * width + j]);
+    if (!full)
+        return;
     double *c = a->c[where];
     const float *xf = a->xf[where];
     for (size_t t = 0; t < T; t++) {
@@ -196,8 +202,45 @@ typedef struct seqs {
 /* Reset and collect the statistics of the tap points in mask: the
  * full-precision block on the full-precision states gives x_f, the block
  * as it stands (qw) on the partly quantized states gives x_q. */
-static void collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
-                    const seqs *S, unsigned mask, const kn_block_weights *qw)
+static void stats_free(layer_ctx *c, int p)
+{
+    cmp_hessian_free(&c->acc.h[p]);
+    cmp_hessian_free(&c->acc.hf[p]);
+    mc_free(c->acc.abs_sum[p]);
+    mc_free(c->acc.c[p]);
+    mc_free(c->acc.xf[p]);
+    mc_free(c->xabs[p]);
+    c->acc.abs_sum[p] = c->acc.c[p] = NULL;
+    c->acc.xf[p] = NULL;
+    c->xabs[p] = NULL;
+}
+
+/* Statistics of tap point p: Hq, sum |x| and the mean |x| always; with
+ * full, also Hf, C and the sequence's x_f (cmp_calib.h). */
+static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
+                             mc_error *err)
+{
+    uint32_t w = c->width[p];
+    mc_status st = cmp_hessian_init(&c->acc.h[p], w, err);
+    if (st != MC_OK)
+        return st;
+    if (full && (st = cmp_hessian_init(&c->acc.hf[p], w, err)) != MC_OK)
+        return st;
+    c->acc.abs_sum[p] = mc_calloc(w, sizeof(double));
+    c->xabs[p] = mc_malloc_array(w, sizeof(float));
+    if (full) {
+        c->acc.c[p] = mc_calloc((size_t)w * w, sizeof(double));
+        c->acc.xf[p] = mc_malloc_array(maxT * w, sizeof(float));
+    }
+    if (!c->acc.abs_sum[p] || !c->xabs[p] || (full && (!c->acc.c[p] || !c->acc.xf[p])))
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                       "statistics of a %u-wide input", w);
+    return MC_OK;
+}
+
+static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
+                         const seqs *S, unsigned mask, unsigned full,
+                         const kn_block_weights *qw, mc_error *err)
 {
     const rt_layer *L = &m->layers[c->l];
     /* The full-precision block with the AWQ folds made so far (the same
@@ -207,22 +250,24 @@ static void collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     kn_block_weights fw;
     mixed_block(c, none, &fw);
     uint32_t H = m->cfg.hidden_size;
+    full &= mask;
     for (int p = 0; p < 4; p++) {
-        if (!(mask & (1u << p)))
-            continue;
-        size_t w = c->acc.h[p].cols;
-        cmp_hessian_reset(&c->acc.h[p]);
-        cmp_hessian_reset(&c->acc.hf[p]);
-        memset(c->acc.c[p], 0, w * w * sizeof(double));
-        memset(c->acc.abs_sum[p], 0, w * sizeof(double));
+        mc_status st;
+        if ((mask & (1u << p)) &&
+            (st = stats_alloc(c, p, (full >> p) & 1u, S->maxT, err)) != MC_OK)
+            return st;
     }
     c->acc.mask = mask;
+    c->acc.full = full;
     size_t at = 0;
     for (size_t i = 0; i < S->n; i++) {
         size_t T = S->len[i];
-        c->acc.pass = 0;
-        memcpy(S->xtmp_f, S->states_f + at * H, T * H * sizeof(float));
-        cmp_fwd_block(f, &fw, &L->dims, S->xtmp_f, T, tap_collect, &c->acc);
+        /* x_f is needed only for Hf and C */
+        if (full) {
+            c->acc.pass = 0;
+            memcpy(S->xtmp_f, S->states_f + at * H, T * H * sizeof(float));
+            cmp_fwd_block(f, &fw, &L->dims, S->xtmp_f, T, tap_collect, &c->acc);
+        }
         c->acc.pass = 1;
         memcpy(S->xtmp, S->states + at * H, T * H * sizeof(float));
         cmp_fwd_block(f, qw, &L->dims, S->xtmp, T, tap_collect, &c->acc);
@@ -233,6 +278,7 @@ static void collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
             for (uint32_t j = 0; j < c->acc.h[p].cols; j++)
                 c->xabs[p][j] = c->acc.h[p].n
                     ? (float)(c->acc.abs_sum[p][j] / (double)c->acc.h[p].n) : 0.0f;
+    return MC_OK;
 }
 
 /* AWQ scales of down (folded into up rows) or o (into v rows), searched on
@@ -320,17 +366,8 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     }
     if (c->rot && (st = rotate_layer(c, &L->w, err)) != MC_OK)
         return st;
-    for (int p = 0; p < 4; p++) {
-        if ((st = cmp_hessian_init(&c->acc.h[p], widths[p], err)) != MC_OK ||
-            (st = cmp_hessian_init(&c->acc.hf[p], widths[p], err)) != MC_OK)
-            return st;
-        c->acc.abs_sum[p] = mc_calloc(widths[p], sizeof(double));
-        c->acc.c[p] = mc_calloc((size_t)widths[p] * widths[p], sizeof(double));
-        c->acc.xf[p] = mc_malloc_array(S->maxT * widths[p], sizeof(float));
-        c->xabs[p] = mc_malloc_array(widths[p], sizeof(float));
-        if (!c->acc.abs_sum[p] || !c->acc.c[p] || !c->acc.xf[p] || !c->xabs[p])
-            return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "statistics");
-    }
+    for (int p = 0; p < 4; p++)
+        c->width[p] = widths[p];
     float *an = r->attn_norm[c->l], *mn = r->mlp_norm[c->l];
     float **bias = r->bias + (size_t)c->l * CMP_LIN_COUNT;
     int mha = m->cfg.num_kv_heads == m->cfg.num_heads;
@@ -342,31 +379,45 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
 
     /* Sequential within the block too (qkv, o, gate/up, down): each group's
      * statistics come from the block with the groups before it quantized. */
+    /* Only one input group's statistics are live at a time, except in the
+     * first pass, where the AWQ pre-scaling of down and o also needs their
+     * Hq (cmp_calib_memory counts exactly this). */
+    unsigned full = 0xFu & ~c->lean;
+    int pre = cmp_calib_is_awq(c->o->method) || c->o->method == CMP_QM_BEST;
+    unsigned first = (1u << KN_TAP_QKV_IN) |
+                     (pre ? (1u << KN_TAP_DOWN_IN) | (mha ? 1u << KN_TAP_O_IN : 0) : 0);
     mixed_block(c, done, &qw);
-    collect(c, m, f, S, 0xFu, &qw);
-    if (cmp_calib_is_awq(c->o->method) || c->o->method == CMP_QM_BEST) {
+    if ((st = collect(c, m, f, S, first, full & (1u << KN_TAP_QKV_IN), &qw, err)) != MC_OK)
+        return st;
+    if (pre) {
         if ((st = prescale(c, CMP_LIN_DOWN, CMP_LIN_UP, bias[CMP_LIN_UP], err)) != MC_OK)
             return st;
         if (mha && (st = prescale(c, CMP_LIN_O, CMP_LIN_V, bias[CMP_LIN_V], err)) != MC_OK)
             return st;
+        stats_free(c, KN_TAP_DOWN_IN);
+        stats_free(c, KN_TAP_O_IN);
     }
     if ((st = cmp_calib_quant_group(c, g_qkv, 3, 1, an, -1, NULL, err)) != MC_OK)
         return st;
+    stats_free(c, KN_TAP_QKV_IN);
     done[CMP_LIN_Q] = done[CMP_LIN_K] = done[CMP_LIN_V] = 1;
     mixed_block(c, done, &qw);
-    collect(c, m, f, S, 1u << KN_TAP_O_IN, &qw);
-    if ((st = cmp_calib_quant_group(c, g_o, 1, 0, NULL, -1, NULL, err)) != MC_OK)
+    if ((st = collect(c, m, f, S, 1u << KN_TAP_O_IN, full, &qw, err)) != MC_OK ||
+        (st = cmp_calib_quant_group(c, g_o, 1, 0, NULL, -1, NULL, err)) != MC_OK)
         return st;
+    stats_free(c, KN_TAP_O_IN);
     done[CMP_LIN_O] = 1;
     mixed_block(c, done, &qw);
-    collect(c, m, f, S, 1u << KN_TAP_GATE_UP_IN, &qw);
-    if ((st = cmp_calib_quant_group(c, g_gu, 2, 1, mn, -1, NULL, err)) != MC_OK)
+    if ((st = collect(c, m, f, S, 1u << KN_TAP_GATE_UP_IN, full, &qw, err)) != MC_OK ||
+        (st = cmp_calib_quant_group(c, g_gu, 2, 1, mn, -1, NULL, err)) != MC_OK)
         return st;
+    stats_free(c, KN_TAP_GATE_UP_IN);
     done[CMP_LIN_GATE] = done[CMP_LIN_UP] = 1;
     mixed_block(c, done, &qw);
-    collect(c, m, f, S, 1u << KN_TAP_DOWN_IN, &qw);
-    if ((st = cmp_calib_quant_group(c, g_down, 1, 0, NULL, -1, NULL, err)) != MC_OK)
+    if ((st = collect(c, m, f, S, 1u << KN_TAP_DOWN_IN, full, &qw, err)) != MC_OK ||
+        (st = cmp_calib_quant_group(c, g_down, 1, 0, NULL, -1, NULL, err)) != MC_OK)
         return st;
+    stats_free(c, KN_TAP_DOWN_IN);
     /* Both state sets move to the next block boundary: the full-precision
      * ones through the block as the model had it (rotated: its float
      * copies with the folds, the same function in the rotated basis). */
@@ -400,18 +451,8 @@ static void layer_ctx_free(layer_ctx *c)
         mc_free(c->w[s]);
         c->w[s] = NULL;
     }
-    for (int p = 0; p < 4; p++) {
-        cmp_hessian_free(&c->acc.h[p]);
-        cmp_hessian_free(&c->acc.hf[p]);
-        mc_free(c->acc.abs_sum[p]);
-        mc_free(c->acc.c[p]);
-        mc_free(c->acc.xf[p]);
-        c->acc.c[p] = NULL;
-        c->acc.xf[p] = NULL;
-        mc_free(c->xabs[p]);
-        c->acc.abs_sum[p] = NULL;
-        c->xabs[p] = NULL;
-    }
+    for (int p = 0; p < 4; p++)
+        stats_free(c, p);
 }
 
 /* ---- the driver ----------------------------------------------------------- */
@@ -466,19 +507,36 @@ static mc_status result_create(const rt_model *m, cmp_calib_result **out,
     return MC_OK;
 }
 
+/* Free a result buffer unless it lives in the spill file's mapping. */
+static void result_buf_free(const cmp_calib_result *r, void *p)
+{
+    if (!cmp_spill_owns(r->spill, p))
+        mc_free(p);
+}
+
+static void result_qbuf_free(const cmp_calib_result *r, cmp_qbuf *b)
+{
+    result_buf_free(r, b->data);
+    result_buf_free(r, b->scales);
+    result_buf_free(r, b->zeros);
+    b->data = b->scales = NULL;
+    b->zeros = NULL;
+}
+
 void cmp_calib_result_free(cmp_calib_result *r)
 {
     if (!r)
         return;
     if (r->t)
         for (size_t i = 0; i < (size_t)r->layers * CMP_LIN_COUNT; i++) {
-            cmp_calib_qbuf_release(&r->t[i].q);
-            mc_free(r->t[i].f32);
+            result_qbuf_free(r, &r->t[i].q);
+            result_buf_free(r, r->t[i].f32);
         }
-    cmp_calib_qbuf_release(&r->lm_head);
-    mc_free(r->embed);
+    result_qbuf_free(r, &r->lm_head);
+    result_buf_free(r, r->embed);
     mc_free(r->final_norm);
-    mc_free(r->lm_head_f32);
+    result_buf_free(r, r->lm_head_f32);
+    cmp_spill_free(r->spill);
     mc_free(r->t);
     mc_free(r->vecs);
     mc_free(r->attn_norm);
@@ -486,6 +544,45 @@ void cmp_calib_result_free(cmp_calib_result *r)
     mc_free(r->bias);
     mc_free(r->layer_seconds);
     mc_free(r);
+}
+
+/* Move a finished quantized buffer set into the spill file (no-op
+ * without one). */
+static mc_status spill_qbuf(cmp_calib_result *r, cmp_qbuf *b, const char *what,
+                            mc_error *err)
+{
+    if (!r->spill || !b->data)
+        return MC_OK;
+    mc_status st = cmp_spill_put(r->spill, (void **)&b->data,
+                                 (size_t)kn_wformat_data_bytes(b->fmt, b->rows, b->cols),
+                                 what, err);
+    if (st == MC_OK)
+        st = cmp_spill_put(r->spill, (void **)&b->scales,
+                           (size_t)kn_wformat_scale_bytes(b->fmt, b->rows, b->cols,
+                                                          b->group), what, err);
+    if (st == MC_OK && b->zeros)
+        st = cmp_spill_put(r->spill, (void **)&b->zeros,
+                           (size_t)kn_wformat_zero_bytes(b->fmt, b->rows, b->cols,
+                                                         b->group), what, err);
+    return st;
+}
+
+/* Layer l is finished: its buffers leave memory. */
+static mc_status spill_layer(cmp_calib_result *r, uint32_t l, mc_error *err)
+{
+    if (!r->spill)
+        return MC_OK;
+    for (int sl = 0; sl < CMP_LIN_COUNT; sl++) {
+        cmp_calib_tensor *t = &r->t[(size_t)l * CMP_LIN_COUNT + sl];
+        mc_status st = cmp_quant_is_quantized(t->fmt)
+            ? spill_qbuf(r, &t->q, t->name, err)
+            : cmp_spill_put(r->spill, (void **)&t->f32,
+                            (size_t)t->q.rows * t->q.cols * sizeof(float),
+                            t->name, err);
+        if (st != MC_OK)
+            return st;
+    }
+    return MC_OK;
 }
 
 mc_status cmp_calib_view(const rt_model *base, const cmp_calib_result *r,
@@ -559,22 +656,51 @@ static mc_status rotate_ends(const rt_model *m, const cmp_rotation *rot,
                              cmp_calib_result *r, mc_error *err)
 {
     uint32_t V = m->embed.rows, H = m->cfg.hidden_size;
-    r->embed = mc_malloc_array((size_t)V * H, sizeof(float));
-    r->lm_head_f32 = mc_malloc_array((size_t)V * H, sizeof(float));
     r->final_norm = mc_malloc_array(H, sizeof(float));
-    if (!r->embed || !r->lm_head_f32 || !r->final_norm)
+    r->embed = mc_malloc_array((size_t)V * H, sizeof(float));
+    if (!r->embed || !r->final_norm)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
-                       "rotated embeddings and output layer (2 x %u x %u)",
-                       V, H);
+                       "rotated embeddings (%u x %u)", V, H);
+    for (uint32_t j = 0; j < H; j++)
+        r->final_norm[j] = 1.0f;
     for (uint32_t i = 0; i < V; i++) {
         kn_matrix_row(&m->embed, i, r->embed + (size_t)i * H);
         cmp_rotate_hidden(rot, r->embed + (size_t)i * H);
-        kn_matrix_row(&m->lm_head, i, r->lm_head_f32 + (size_t)i * H);
     }
+    /* one V x H float32 matrix in memory at a time when spilling */
+    mc_status st = r->spill ? cmp_spill_put(r->spill, (void **)&r->embed,
+                                            (size_t)V * H * sizeof(float),
+                                            "model.embed_tokens.weight", err)
+                            : MC_OK;
+    if (st != MC_OK)
+        return st;
+    r->lm_head_f32 = mc_malloc_array((size_t)V * H, sizeof(float));
+    if (!r->lm_head_f32)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                       "rotated output layer (%u x %u)", V, H);
+    for (uint32_t i = 0; i < V; i++)
+        kn_matrix_row(&m->lm_head, i, r->lm_head_f32 + (size_t)i * H);
     cmp_rotate_input_rows(rot, r->lm_head_f32, V, m->final_norm);
-    for (uint32_t j = 0; j < H; j++)
-        r->final_norm[j] = 1.0f;
     return MC_OK;
+}
+
+/* The run's buffers that live only while the layers are calibrated. */
+typedef struct run_bufs {
+    float *states, *states_f;   /* [tokens][hidden] */
+    float *xtmp, *xtmp_f;       /* [maxT][hidden] */
+    size_t *len;                /* calibration sequence lengths */
+    cmp_fwd *f;
+} run_bufs;
+
+static void run_bufs_free(run_bufs *b)
+{
+    mc_free(b->states);
+    mc_free(b->states_f);
+    mc_free(b->xtmp);
+    mc_free(b->xtmp_f);
+    mc_free(b->len);
+    cmp_fwd_free(b->f);
+    memset(b, 0, sizeof *b);
 }
 
 mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
@@ -615,11 +741,14 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     if (ntok == 0)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
                        "no calibration tokens");
+    cmp_calib_mem mem;
+    mc_status st = cmp_calib_plan_memory(&m->cfg, off, nseq, o, &mem, err);
+    if (st != MC_OK)
+        return st;
     cmp_calib_result *r = NULL;
-    mc_status st = result_create(m, &r, err);
-    float *states = NULL, *states_f = NULL, *xtmp = NULL, *xtmp_f = NULL;
-    size_t *len = NULL;
-    cmp_fwd *f = NULL;
+    st = result_create(m, &r, err);
+    run_bufs rb;
+    memset(&rb, 0, sizeof rb);
     cmp_rotation rot;
     memset(&rot, 0, sizeof rot);
     layer_ctx c;
@@ -627,33 +756,36 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     if (st != MC_OK)
         goto fail;
     r->calib_tokens = ntok;
+    r->mem = mem;
+    if (o->spill_dir && (st = cmp_spill_create(o->spill_dir, &r->spill, err)) != MC_OK)
+        goto fail;
     if (o->rotate && (st = rotation_setup(m, o, r, &rot)) != MC_OK) {
         (void)mc_fail(err, st, NULL, NULL, -1, "rotation (out of memory)");
         goto fail;
     }
-    states = mc_malloc_array(ntok * H, sizeof(float));
-    states_f = mc_malloc_array(ntok * H, sizeof(float));
-    xtmp = mc_malloc_array(maxT * H, sizeof(float));
-    xtmp_f = mc_malloc_array(maxT * H, sizeof(float));
-    len = mc_malloc_array(ncal, sizeof(size_t));
-    if (!states || !states_f || !xtmp || !xtmp_f || !len) {
+    rb.states = mc_malloc_array(ntok * H, sizeof(float));
+    rb.states_f = mc_malloc_array(ntok * H, sizeof(float));
+    rb.xtmp = mc_malloc_array(maxT * H, sizeof(float));
+    rb.xtmp_f = mc_malloc_array(maxT * H, sizeof(float));
+    rb.len = mc_malloc_array(ncal, sizeof(size_t));
+    if (!rb.states || !rb.states_f || !rb.xtmp || !rb.xtmp_f || !rb.len) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                      "calibration states (%zu tokens x %u)", ntok, H);
         goto fail;
     }
-    if ((st = cmp_fwd_create(m, maxT, o->pool, &f, err)) != MC_OK)
+    if ((st = cmp_fwd_create(m, maxT, o->pool, &rb.f, err)) != MC_OK)
         goto fail;
     size_t at = 0;
     for (size_t i = 0; i < ncal; i++) {
-        len[i] = off[i + 1] - off[i];
-        if ((st = cmp_fwd_embed(f, tok + off[i], len[i], states + at * H, err)) != MC_OK)
+        rb.len[i] = off[i + 1] - off[i];
+        if ((st = cmp_fwd_embed(rb.f, tok + off[i], rb.len[i], rb.states + at * H, err)) != MC_OK)
             goto fail;
-        at += len[i];
+        at += rb.len[i];
     }
     if (r->rotated)
         for (size_t t = 0; t < ntok; t++)
-            cmp_rotate_hidden(&rot, states + t * H);
-    memcpy(states_f, states, ntok * H * sizeof(float));
+            cmp_rotate_hidden(&rot, rb.states + t * H);
+    memcpy(rb.states_f, rb.states, ntok * H * sizeof(float));
     double t0 = now_s();
     for (uint32_t l = 0; l < m->cfg.num_layers; l++) {
         double tl = now_s();
@@ -662,9 +794,12 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         c.rot = r->rotated ? &rot : NULL;
         c.r = r;
         c.l = l;
-        seqs S = {states, states_f, len, ncal, maxT, xtmp, xtmp_f};
-        st = calib_layer(&c, m, f, &S, err);
+        c.lean = mem.lean;
+        seqs S = {rb.states, rb.states_f, rb.len, ncal, maxT, rb.xtmp, rb.xtmp_f};
+        st = calib_layer(&c, m, rb.f, &S, err);
         layer_ctx_free(&c);
+        if (st == MC_OK)
+            st = spill_layer(r, l, err);
         if (st != MC_OK)
             goto fail;
         r->layer_seconds[l] = now_s() - tl;
@@ -677,6 +812,9 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
             o->progress(o->progress_ctx, &p);
         }
     }
+    /* The states and the forward context are done with: free them before
+     * the ends and the held-out evaluation allocate theirs. */
+    run_bufs_free(&rb);
     if (r->rotated && (st = rotate_ends(m, &rot, r, err)) != MC_OK)
         goto fail;
     if (o->lm_head_q8) {
@@ -696,9 +834,18 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         st = cmp_quant_matrix(w, NULL, &r->lm_head, err);
         if (!r->rotated)
             mc_free(w);
+        if (st == MC_OK)
+            st = spill_qbuf(r, &r->lm_head, "lm_head.weight", err);
         if (st != MC_OK)
             goto fail;
     }
+    if (r->spill && r->lm_head_f32 &&
+        (st = cmp_spill_put(r->spill, (void **)&r->lm_head_f32,
+                            (size_t)m->lm_head.rows * m->lm_head.cols * sizeof(float),
+                            "lm_head.weight", err)) != MC_OK)
+        goto fail;
+    if (r->spill && (st = cmp_spill_map(r->spill, err)) != MC_OK)
+        goto fail;
     if (o->heldout > 0) {
         rt_model view;
         if ((st = cmp_calib_view(m, r, &view, err)) != MC_OK)
@@ -710,24 +857,13 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
             goto fail;
         r->has_heldout = 1;
     }
-    mc_free(states);
-    mc_free(states_f);
-    mc_free(xtmp);
-    mc_free(xtmp_f);
-    mc_free(len);
-    cmp_fwd_free(f);
     cmp_rotation_free(&rot);
     *out = r;
     return MC_OK;
 fail:
     cmp_rotation_free(&rot);
     layer_ctx_free(&c);
-    mc_free(states);
-    mc_free(states_f);
-    mc_free(xtmp);
-    mc_free(xtmp_f);
-    mc_free(len);
-    cmp_fwd_free(f);
+    run_bufs_free(&rb);
     cmp_calib_result_free(r);
     return st;
 }
@@ -747,8 +883,9 @@ const char *cmp_calib_table_row(const cmp_calib_tensor *t, uint32_t group,
     case KN_W_Q4S: snprintf(f, sizeof f, "q4sg%u", group); break;
     default: snprintf(f, sizeof f, "float"); break;
     }
-    snprintf(buf, n, "%5u  %-9s  %-6s  %-9s  %9.5f  %9.5f  a=%.2f", t->layer,
+    snprintf(buf, n, "%5u  %-9s  %-6s  %-9s  %9.5f  %9.5f  a=%.2f%s", t->layer,
              cmp_lin_name(t->slot), f, cmp_qmethod_name(t->method), t->err,
-             t->err_rtn, t->alpha);
+             t->err_rtn, t->alpha,
+             t->err_own_inputs ? "  (lean: own inputs)" : "");
     return buf;
 }

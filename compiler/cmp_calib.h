@@ -37,9 +37,13 @@
  * Hq = sum x_q x_q^T and C = sum x_f x_q^T).  The RTN error is measured
  * too, for the per-layer table.
  *
- * Memory: two sets of stored states (2 x tokens x hidden x 4 bytes), one
- * block's float32 weights, three width^2 double matrices per input group
- * and GPTQ work space for the widest input.  The model itself is read through its views (mmap).
+ * Memory (cmp_calib_memory plans it, phase by phase): two sets of stored
+ * states (2 x tokens x hidden x 4 bytes), one block's float32 weights, the
+ * statistics of one input group at a time (Hq packed; Hf and C only where
+ * the point is not lean) and that group's quantization work space.  With
+ * opts.spill_dir each finished block's buffers go to a spill file and come
+ * back mapped at the end, so the quantized model is not held.  The model
+ * itself is read through its views (mmap).
  *
  * The result owns every quantized buffer and the folded norms/biases;
  * cmp_calib_view() builds an rt_model over it (for evaluation, or for the
@@ -105,6 +109,15 @@ typedef struct cmp_calib_opts {
                                 result says so) when the width does not
                                 allow it */
     uint64_t rotate_seed;    /* sign diagonal seed; 0 -> a fixed default */
+    const char *spill_dir;   /* directory for the spill file (cmp_spill.h):
+                                each finished block's buffers leave memory
+                                and come back as a read-only mapping.
+                                NULL keeps the whole result in memory. */
+    uint64_t mem_budget;     /* bytes; 0 = no limit.  When cmp_calib_memory's
+                                estimate exceeds it, the widest inputs'
+                                statistics go lean until it fits (see
+                                cmp_calib_plan_memory); MC_ERR_NOMEM if
+                                even all-lean does not fit */
     kn_pool *pool;           /* threads for the forward passes, or NULL */
     void (*progress)(void *ctx, const cmp_calib_progress *p);
     void *progress_ctx;
@@ -126,7 +139,49 @@ typedef struct cmp_calib_tensor {
                                 error): the sensitivity auto precision uses */
     double err_local_rtn;    /* the same for plain RTN */
     double alpha;            /* AWQ alpha (0 when not scaled) */
+    int err_own_inputs;      /* 1: lean statistics (no Hf, C): err and
+                                err_rtn are measured on the linear's own
+                                inputs, like err_local */
 } cmp_calib_tensor;
+
+/* What calibration holds in memory, in bytes (cmp_calib_memory).  Each
+ * field is its part at the phase of the peak; peak is the largest sum
+ * over the phases (a block's statistics, quantization of one input group,
+ * the rotated ends, the held-out evaluation), an upper bound on what
+ * cmp_calib_run allocates through mc_alloc (up to allocator rounding). */
+typedef struct cmp_calib_mem {
+    uint64_t states;   /* both sets of hidden states, per-sequence copies */
+    uint64_t forward;  /* the forward context (cmp_fwd_bytes) */
+    uint64_t result;   /* result tables, folded vectors, and the quantized
+                          layers held: all finished ones without a spill
+                          file, the current block's with one */
+    uint64_t block;    /* one block's float32 copies */
+    uint64_t stats;    /* statistics (Hq, Hf, C, x_f, |x|) */
+    uint64_t work;     /* quantization work space (candidates, GPTQ, AWQ) */
+    uint64_t ends;     /* rotated ends / output layer / held-out evaluation */
+    uint64_t peak;     /* the largest phase total */
+    const char *phase; /* where the peak is: "statistics", "qkv", "o",
+                          "gate/up", "down", "ends", "held-out" */
+    unsigned lean;     /* tap points (bit KN_TAP_*) with lean statistics */
+    uint64_t spill;    /* bytes the spill file will hold (0 without one) */
+} cmp_calib_mem;
+
+/* The memory cmp_calib_run will use for model config cfg, sequences off
+ * (nseq of them, as cmp_calib_run takes them), options o (o->spill_dir,
+ * o->heldout, o->pool's threads and formats count) and the lean points in
+ * `lean`.  Fills *out; MC_ERR_INVALID_ARG as cmp_calib_run for bad
+ * sequences. */
+mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
+                           size_t nseq, const cmp_calib_opts *o,
+                           unsigned lean, cmp_calib_mem *out, mc_error *err);
+
+/* The plan cmp_calib_run follows: lean = 0 when o->mem_budget is 0 or the
+ * estimate fits; else tap points go lean, widest input first (down, then
+ * o, qkv, gate/up), until it fits.  MC_ERR_NOMEM with the breakdown when
+ * nothing fits the budget. */
+mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
+                                size_t nseq, const cmp_calib_opts *o,
+                                cmp_calib_mem *out, mc_error *err);
 
 typedef struct cmp_calib_result {
     uint32_t layers;
@@ -148,6 +203,8 @@ typedef struct cmp_calib_result {
                                 final norm folded in (owned) */
     double *layer_seconds;   /* [layers] calibration time per layer */
     size_t calib_tokens;     /* tokens calibrated on */
+    cmp_calib_mem mem;       /* the memory plan followed */
+    struct cmp_spill *spill; /* the spill file holding the buffers, or NULL */
     int has_heldout;         /* 1: heldout holds the summary */
     cmp_eval_report heldout; /* quantized vs reference on held-out seqs */
 } cmp_calib_result;

@@ -105,16 +105,21 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                 for (uint32_t r = 0; r < R; r++)
                     for (uint32_t k = 0; k < K; k++)
                         wc[(size_t)r * K + k] /= s[k];
-            double ef = cmp_hessian_output_error(hf, c->w[sl], NULL, R);
-            double cross = 0.0;
-            for (uint32_t r = 0; r < R; r++)
-                cross += bilinear(C, c->w[sl] + (size_t)r * K, wc + (size_t)r * K, K);
-            double eq = cmp_hessian_output_error(h, wc, NULL, R);
-            double e = ef - 2.0 * cross + eq;
-            rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
             double el = cmp_hessian_output_error(h, c->w[sl], wc, R);
             double dl = cmp_hessian_output_error(h, c->w[sl], NULL, R);
             loc[i] = dl > 0.0 ? el / dl : 0.0;
+            if (C) {
+                double ef = cmp_hessian_output_error(hf, c->w[sl], NULL, R);
+                double cross = 0.0;
+                for (uint32_t r = 0; r < R; r++)
+                    cross += bilinear(C, c->w[sl] + (size_t)r * K,
+                                      wc + (size_t)r * K, K);
+                double eq = cmp_hessian_output_error(h, wc, NULL, R);
+                double e = ef - 2.0 * cross + eq;
+                rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
+            } else {
+                rel[i] = loc[i]; /* lean statistics: own inputs only */
+            }
         }
         mc_free(ws);
         mc_free(wc);
@@ -157,19 +162,29 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
     int nc = 0;
     cao[nc] = 0;
     cands[nc++] = CMP_QM_RTN; /* always: the table's baseline */
+    /* Lean statistics (no C): GPTAQ cannot run; GPTQ stands in for it. */
+    int lean = (c->lean >> tp) & 1u;
     if (o->method == CMP_QM_BEST) {
         /* GPTQ-family candidates with and without act-order. */
         static const cmp_qmethod bm[6] = {CMP_QM_GPTQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
                                           CMP_QM_AWQ, CMP_QM_AWQ_GPTAQ,
                                           CMP_QM_AWQ_GPTAQ};
+        static const cmp_qmethod lm[6] = {CMP_QM_GPTQ, CMP_QM_GPTQ, CMP_QM_GPTQ,
+                                          CMP_QM_AWQ, CMP_QM_AWQ_GPTQ,
+                                          CMP_QM_AWQ_GPTQ};
         static const int ba[6] = {0, 0, 1, 0, 0, 1};
         for (int k = 0; k < 6; k++) {
+            if (lean && k == 1)
+                continue; /* the same as candidate 0 */
             cao[nc] = ba[k];
-            cands[nc++] = bm[k];
+            cands[nc++] = lean ? lm[k] : bm[k];
         }
     } else if (o->method != CMP_QM_RTN) {
         cao[nc] = o->act_order;
-        cands[nc++] = o->method;
+        cands[nc++] = !lean ? o->method
+                    : o->method == CMP_QM_GPTAQ ? CMP_QM_GPTQ
+                    : o->method == CMP_QM_AWQ_GPTAQ ? CMP_QM_AWQ_GPTQ
+                    : o->method;
     }
 
     mc_status st = MC_OK;
@@ -230,7 +245,7 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
          * method asked alone is the result even when RTN measured lower
          * (the table shows both). */
         int take = sum < best_sum ||
-                   (o->method != CMP_QM_BEST && m == o->method && chosen != m);
+                   (o->method != CMP_QM_BEST && k == nc - 1 && m != CMP_QM_RTN);
         if (take) {
             best_sum = sum;
             chosen = m;
@@ -259,6 +274,7 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
         t->err_rtn = rtn_rel[i];
         t->err_local = best_loc[i];
         t->err_local_rtn = rtn_loc[i];
+        t->err_own_inputs = lean;
         if (scaled)
             t->alpha = alpha;
     }

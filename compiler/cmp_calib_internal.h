@@ -17,9 +17,11 @@ static const int LIN_TAP[CMP_LIN_COUNT] = {0, 0, 0, 1, 2, 2, 3};
 typedef struct tap_acc {
     int pass;               /* 0: full-precision states, 1: quantized */
     unsigned mask;          /* 1 << tap point: the points collected */
+    unsigned full;          /* the points that also collect Hf, C, x_f */
     cmp_hessian h[4];       /* Hq: inputs in the partly quantized model */
-    cmp_hessian hf[4];      /* Hf: inputs in the full-precision model */
-    double *c[4];           /* [width][width] sum x_f x_q^T */
+    cmp_hessian hf[4];      /* Hf: inputs in the full-precision model
+                               (full points only; else h == NULL) */
+    double *c[4];           /* [width][width] sum x_f x_q^T, or NULL */
     double *abs_sum[4];     /* [width] sum |x_q,j| */
     float *xf[4];           /* [maxT][width] this sequence's x_f */
 } tap_acc;
@@ -31,6 +33,10 @@ typedef struct layer_ctx {
     cmp_calib_result *r;
     uint32_t l;
     uint32_t rows[CMP_LIN_COUNT], cols[CMP_LIN_COUNT];
+    uint32_t width[4];           /* input width of each tap point */
+    unsigned lean;               /* tap points collected without Hf and C
+                                    (cmp_calib_memory): no GPTAQ there,
+                                    errors measured on own inputs */
     float *w[CMP_LIN_COUNT];     /* float32 working copies (folds applied) */
     kn_wformat fmt[CMP_LIN_COUNT];
     tap_acc acc;

@@ -21,10 +21,11 @@
  * (cmp_wpolicy.linear_fmt), so plan and artifact agree byte for byte.
  * The manifest then also records, per linear, "method", "err", "err_rtn"
  * and "alpha", and a "calibration" object (method, id file checksum,
- * sequences, the held-out summary).  Memory on this path: the whole
- * quantized result (about the artifact's linear bytes) is held until it is
- * written, plus cmp_calib.h's calibration states, plus a float32 copy of
- * every tensor an adapter changes.
+ * sequences, the held-out summary).  Memory on this path: what
+ * cmp_calib_memory counts (the quantized result goes block by block into a
+ * spill file beside the output and comes back mapped, so it is not held),
+ * planned to fit calib_memory, plus a float32 copy of every tensor an
+ * adapter changes.
  * The manifest holds the config, the plan (limits and every arena buffer's
  * offset and size), the tensors' formats and parts, and the provenance
  * (XXH3-64 of every input file, adapters and their weights, compiler
@@ -75,6 +76,10 @@ typedef struct cmp_compile_opts {
     int threads;                       /* calibration threads: 0 all CPUs,
                                           1 the calling thread only (the
                                           result does not depend on it) */
+    uint64_t calib_memory;             /* with calib: the calibration's
+                                          memory budget in bytes
+                                          (cmp_calib_plan_memory); 0: 75 %
+                                          of physical memory */
     void (*progress)(void *ctx, const cmp_calib_progress *p); /* or NULL */
     void *progress_ctx;
 } cmp_compile_opts;

@@ -173,24 +173,31 @@ static mc_status other_bytes(const fmt_model_config *cfg, const cmp_wpolicy *p,
     return MC_OK;
 }
 
-/* The calibration keeps two sets of hidden states for every calibration
- * token (cmp_calib.h).  A long text file can ask for more than the
- * machine has; say so before hours of work end in the OOM killer. */
-static mc_status check_states_fit(const char *path, size_t tokens,
-                                  uint32_t hidden, mc_error *err)
+/* The calibration's budget: --calib-memory, else 75 % of physical memory
+ * (the rest for the model's mapped pages, the artifact writer and the
+ * system); 0 when unknown (no limit). */
+static uint64_t calib_budget(const cmp_compile_opts *o)
 {
+    if (o->calib_memory)
+        return o->calib_memory;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0)
-        return MC_OK; /* unknown: let the allocation decide */
-    double need = 2.0 * (double)tokens * hidden * sizeof(float);
-    double have = (double)pages * (double)page;
-    if (need <= 0.75 * have)
-        return MC_OK;
-    return mc_fail(err, MC_ERR_NOMEM, path, "--calib", -1,
-                   "calibrating on %zu tokens keeps 2 x %zu x %u floats of "
-                   "activations (%.1f GiB); this machine has %.1f GiB: use "
-                   "fewer or shorter sequences", tokens, tokens, hidden,
-                   need / 1073741824.0, have / 1073741824.0);
+        return 0;
+    return (uint64_t)pages / 4 * 3 * (uint64_t)page;
+}
+
+/* The directory of path ("." for a bare name) into buf. */
+static const char *dir_of(const char *path, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (!slash)
+        snprintf(buf, n, ".");
+    else if (slash == buf)
+        buf[1] = '\0';
+    else
+        *slash = '\0';
+    return buf;
 }
 
 mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
@@ -247,9 +254,6 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     size_t ncal = nseq - s->heldout;
     const int32_t *tok = s->ids->ids;
     const size_t *off = s->ids->offsets;
-    if ((st = check_states_fit(o->calib, off[ncal], cfg->hidden_size, err)) !=
-        MC_OK)
-        return st;
     int rotate = o->rotate && cmp_rotation_applies(cfg->hidden_size);
     /* the rotated output layer differs from the embeddings */
     if (rotate)
@@ -283,6 +287,9 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     co.heldout = s->heldout;
     co.rotate = rotate;
     co.pool = s->pool;
+    co.mem_budget = calib_budget(o);
+    char dir[4096];
+    co.spill_dir = o->out ? dir_of(o->out, dir, sizeof dir) : NULL;
     co.progress = o->progress;
     co.progress_ctx = o->progress_ctx;
     return cmp_calib_run(s->m, tok, off, nseq, &co, &s->r, err);

@@ -24,6 +24,57 @@ struct cmp_fwd {
     float *mem;              /* every float buffer above, one block */
 };
 
+/* The parts of a forward context's one buffer, in floats (each rounded
+ * up to 16 floats); returns their sum. */
+static uint64_t fwd_sizes(const kn_block_dims *d, size_t max_T, int nth,
+                          uint64_t sizes[10])
+{
+    uint64_t kvd = (uint64_t)d->kv_heads * d->head_dim;
+    uint64_t s[10] = {
+        d->head_dim / 2,
+        max_T * kvd, max_T * kvd,             /* kv k, v */
+        kn_block_xb_floats(d, max_T), kn_block_q_floats(d, max_T),
+        kn_block_kv_floats(d, max_T), kn_block_kv_floats(d, max_T),
+        kn_block_q_floats(d, max_T),          /* att */
+        2 * kn_block_ffn_floats(d, max_T),    /* hb, hb2 */
+        kn_block_attn_floats(d, nth, max_T),
+    };
+    uint64_t total = 0;
+    for (int i = 0; i < 10; i++) {
+        sizes[i] = s[i];
+        total += (s[i] + 15) & ~(uint64_t)15;
+    }
+    return total;
+}
+
+uint64_t cmp_fwd_bytes(const fmt_model_config *c, size_t max_T, int threads)
+{
+    kn_block_dims d;
+    rt_model_layer_dims(c, 0, &d);
+    uint64_t sizes[10];
+    return sizeof(cmp_fwd) + fwd_sizes(&d, max_T, threads > 0 ? threads : 1, sizes) *
+                                 sizeof(float) +
+           (uint64_t)max_T * sizeof(int64_t);
+}
+
+uint64_t cmp_eval_models_bytes(const fmt_model_config *c, size_t max_T,
+                               size_t positions, int threads)
+{
+    /* two forward contexts, two logits buffers, cmp_fwd_logits' states,
+     * the KLD list (doubling from 4096: at most twice the positions, and
+     * old + new while it grows) and the percentile's sorted copy */
+    uint64_t cap = 4096;
+    while (cap < positions)
+        cap *= 2;
+    uint64_t klds = positions ? cap * sizeof(double) : 0;
+    uint64_t grow = klds + klds / 2;
+    uint64_t report = klds + (uint64_t)positions * sizeof(double);
+    return 2 * cmp_fwd_bytes(c, max_T, threads) +
+           2 * (uint64_t)max_T * c->vocab_size * sizeof(float) +
+           (uint64_t)max_T * c->hidden_size * sizeof(float) +
+           (grow > report ? grow : report);
+}
+
 mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
                          cmp_fwd **out, mc_error *err)
 {
@@ -41,19 +92,8 @@ mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
     f->pool = pool;
     f->max_T = max_T;
     int nth = pool ? kn_pool_threads(pool) : 1;
-    uint64_t kvd = (uint64_t)d.kv_heads * d.head_dim;
-    uint64_t sizes[10] = {
-        d.head_dim / 2,
-        max_T * kvd, max_T * kvd,             /* kv k, v */
-        kn_block_xb_floats(&d, max_T), kn_block_q_floats(&d, max_T),
-        kn_block_kv_floats(&d, max_T), kn_block_kv_floats(&d, max_T),
-        kn_block_q_floats(&d, max_T),         /* att */
-        2 * kn_block_ffn_floats(&d, max_T),   /* hb, hb2 */
-        kn_block_attn_floats(&d, nth, max_T),
-    };
-    uint64_t total = 0;
-    for (int i = 0; i < 10; i++)
-        total += (sizes[i] + 15) & ~(uint64_t)15;
+    uint64_t sizes[10];
+    uint64_t total = fwd_sizes(&d, max_T, nth, sizes);
     f->mem = mc_malloc_array((size_t)total, sizeof(float));
     f->pos = mc_malloc_array(max_T, sizeof(int64_t));
     if (!f->mem || !f->pos) {

@@ -36,6 +36,9 @@ typedef struct cmp_fwd cmp_fwd;
 mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
                          cmp_fwd **out, mc_error *err);
 void cmp_fwd_free(cmp_fwd *f); /* NULL is a no-op */
+/* Bytes cmp_fwd_create allocates for a model of config c, sequences of up
+ * to max_T tokens and a pool of `threads` threads (1 without a pool). */
+uint64_t cmp_fwd_bytes(const fmt_model_config *c, size_t max_T, int threads);
 
 /* x [T][hidden] = embedding rows of tok[0..T).  Token ids out of range give
  * MC_ERR_INVALID_ARG naming the position. */
@@ -91,6 +94,10 @@ mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
                           void (*progress)(void *ctx, size_t done, size_t total),
                           void *progress_ctx, cmp_eval_report *out,
                           mc_error *err);
+/* Peak bytes cmp_eval_models allocates for sequences of up to max_T tokens
+ * and `positions` scored positions in all (both models of config c). */
+uint64_t cmp_eval_models_bytes(const fmt_model_config *c, size_t max_T,
+                               size_t positions, int threads);
 
 /* Read a token-id file with fmt_ids_load (formats/fmt_ids.h: one sequence
  * per line, ids separated by spaces or tabs, '#' comment lines and blank

@@ -22,21 +22,6 @@
 #include "rt_model.h"
 #include "testutil.h"
 
-/* Random token sequences for a fixture (vocab V). */
-static void random_seqs(uint32_t V, size_t nseq, size_t T, int32_t **tok,
-                        size_t **off)
-{
-    *tok = malloc(nseq * T * sizeof(int32_t));
-    *off = malloc((nseq + 1) * sizeof(size_t));
-    uint64_t s = 12345;
-    for (size_t i = 0; i < nseq * T; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        (*tok)[i] = (int32_t)((s >> 33) % V);
-    }
-    for (size_t i = 0; i <= nseq; i++)
-        (*off)[i] = i * T;
-}
-
 /* Opens fixture name, its directory in *path, and draws nseq random
  * sequences of T ids into *tok and *off; all new, freed by fixture_close. */
 static rt_model *fixture_open(const char *name, size_t nseq, size_t T,
@@ -45,7 +30,7 @@ static rt_model *fixture_open(const char *name, size_t nseq, size_t T,
     *path = tu_fmt("%s/%s", MC_FIXTURE_DIR, name);
     rt_model *m = NULL;
     assert_int_equal(rt_model_open_hf(*path, &m, NULL), MC_OK);
-    random_seqs(m->cfg.vocab_size, nseq, T, tok, off);
+    tu_random_seqs(m->cfg.vocab_size, nseq, T, tok, off);
     return m;
 }
 
@@ -76,7 +61,7 @@ static void run_fixture(const char *name, kn_wformat fmt, uint32_t group)
     }
     int32_t *tok;
     size_t *off;
-    random_seqs(m->cfg.vocab_size, 10, 48, &tok, &off);
+    tu_random_seqs(m->cfg.vocab_size, 10, 48, &tok, &off);
     double errs[4] = {0}, kld[4] = {0};
     cmp_qmethod ms[4] = {CMP_QM_RTN, CMP_QM_GPTQ, CMP_QM_AWQ, CMP_QM_BEST};
     for (int k = 0; k < 4; k++) {

@@ -494,6 +494,65 @@ static void test_fault_io_compile_keeps_previous_output(void **state)
     run_job(&j);
 }
 
+/* A calibrated compile whose spill file (cmp_spill.h: the quantized blocks
+ * on their way to the artifact) hits ENOSPC: exit 1 naming the spill file
+ * and the error, the previous artifact intact, nothing left in the
+ * directory (the spill file is unnamed). */
+static void test_fault_io_calib_spill_enospc(void **state)
+{
+    (void)state;
+    if (!MC_IO_SHIM[0] || access(MC_IO_SHIM, R_OK) != 0) {
+        printf("[  SKIP    ] no I/O shim built (MC_IO_SHIM)\n");
+        skip();
+    }
+    char *tmp = tu_mkdtemp("spillfault");
+    char *ids = tu_fmt("%s/calib.ids", tmp);
+    char *out = tu_fmt("%s/m.mca", tmp);
+    char *errpath = tu_fmt("%s.err", tmp);
+    FILE *f = fopen(ids, "w");
+    assert_non_null(f);
+    tu_rng g = {99};
+    for (int l = 0; l < 6; l++, fputc('\n', f))
+        for (int t = 0; t < 32; t++)
+            fprintf(f, "%s%u", t ? " " : "", tu_rng_u32(&g) % 256);
+    fclose(f);
+    char *argv[] = {tu_fmt("%s/mcompile", MC_BIN_DIR),
+                    tu_fmt("%s/llama", MC_FIXTURE_DIR), "--target", "64MiB",
+                    "--quant", "int4", "--calib", ids, "--max-batch", "2",
+                    "--max-seq", "64", "-o", out, "-q", NULL};
+    run_result r = run_prog(argv, NULL, errpath);
+    assert_true(r.exited && r.code == 0);
+    free(r.err);
+    snap before = take_snap(out);
+    const char *env[] = {"MC_FAULT_AFTER_BYTES=100",
+                         "MC_FAULT_WRITE_ERRNO=ENOSPC", NULL};
+    r = run_prog(argv, env, errpath);
+    if (under_sanitizer() && !(r.exited && r.code == 1)) {
+        printf("[  SKIP    ] LD_PRELOAD shim with ASan: exit %d signal %d\n",
+               r.code, r.sig);
+    } else {
+        if (!r.exited || r.code != 1 || !strstr(r.err, "spill file") ||
+            !strstr(r.err, "No space left on device"))
+            fail_msg("expected exit 1 naming the spill file and ENOSPC, got "
+                     "exit %d signal %d: %s", r.code, r.sig, r.err);
+        printf("  calib spill ENOSPC: %s", r.err);
+        snap now = take_snap(out);
+        assert_true(snap_equal(&before, &now));
+        free(now.bytes);
+        assert_int_equal(tu_count_entries(tmp), 2); /* calib.ids, m.mca */
+    }
+    free(r.err);
+    free(before.bytes);
+    free(argv[0]);
+    free(argv[1]);
+    unlink(errpath);
+    tu_rmtree(tmp);
+    free(tmp);
+    free(ids);
+    free(out);
+    free(errpath);
+}
+
 /* A first run (no previous output) that fails leaves nothing at all. */
 static void test_fault_io_failed_first_run_leaves_nothing(void **state)
 {
@@ -524,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_fault_io_merge_keeps_previous_output),
         cmocka_unit_test(test_fault_io_compile_keeps_previous_output),
         cmocka_unit_test(test_fault_io_failed_first_run_leaves_nothing),
+        cmocka_unit_test(test_fault_io_calib_spill_enospc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -176,3 +176,19 @@ double tu_norm_err(const float *a, const float *b, size_t n)
     }
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
+
+void tu_random_seqs(uint32_t V, size_t nseq, size_t T, int32_t **tok,
+                    size_t **off)
+{
+    *tok = malloc(nseq * T * sizeof(int32_t));
+    *off = malloc((nseq + 1) * sizeof(size_t));
+    assert_non_null(*tok);
+    assert_non_null(*off);
+    uint64_t s = 12345;
+    for (size_t i = 0; i < nseq * T; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        (*tok)[i] = (int32_t)((s >> 33) % V);
+    }
+    for (size_t i = 0; i <= nseq; i++)
+        (*off)[i] = i * T;
+}

@@ -49,6 +49,12 @@ int tu_exists(const char *path);
 /* Number of entries in a directory (excluding . and ..), -1 if none. */
 int tu_count_entries(const char *dir);
 
+/* nseq sequences of T token ids below V, the same every run, as the flat
+ * arrays cmp_calib_run takes: *tok [nseq * T], *off [nseq + 1] (malloc'ed,
+ * the caller frees both). */
+void tu_random_seqs(uint32_t V, size_t nseq, size_t T, int32_t **tok,
+                    size_t **off);
+
 /* A xorshift64 generator; each test seeds its own (static tu_rng g = {seed})
  * so that its inputs do not depend on other tests. */
 typedef struct tu_rng {

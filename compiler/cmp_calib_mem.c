@@ -1,0 +1,334 @@
+/* cmp_calib_mem.c - what cmp_calib_run holds in memory, phase by phase,
+ * and the lean-statistics plan that fits a budget (see cmp_calib.h).
+ *
+ * Every term below names the allocation in cmp_calib.c,
+ * cmp_calib_group.c, cmp_gptq.c, cmp_awq.c or cmp_eval.c that it counts;
+ * a change to one of those must change its term here
+ * (test_calib_memory checks the estimate against mc_alloc's measured
+ * peak). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmp_awq.h"
+#include "cmp_calib_internal.h"
+#include "cmp_gptq.h"
+#include "mc_alloc.h"
+
+/* One allocation of b bytes as the heap holds it (malloc_usable_size, what
+ * mc_alloc's tracking counts): glibc rounds a small block up by at most 24
+ * bytes and a mapped one (from 128 KiB, or more as its threshold adapts)
+ * to whole pages. */
+static uint64_t blk(uint64_t b)
+{
+    return b + (b >= 65536 ? 4096 : 32);
+}
+
+/* A call's work space given as its exact request total (the cmp_*_bytes
+ * functions), spread over at most a dozen blocks. */
+static uint64_t work(uint64_t b)
+{
+    return b + 12 * 32 + (b >= 65536 ? 2 * 4096 : 0);
+}
+
+typedef struct mem_ctx {
+    const fmt_model_config *cfg;
+    const cmp_calib_opts *o;
+    uint32_t rows[CMP_LIN_COUNT], cols[CMP_LIN_COUNT];
+    uint32_t width[4];
+    size_t maxT;
+} mem_ctx;
+
+static uint64_t qbytes(kn_wformat f, uint32_t rows, uint32_t cols,
+                       uint32_t group)
+{
+    if (!cmp_quant_is_quantized(f))
+        return 0;
+    uint32_t g = f == KN_W_Q8 ? 0 : group;
+    uint64_t z = kn_wformat_zero_bytes(f, rows, cols, g);
+    return blk(kn_wformat_data_bytes(f, rows, cols)) +
+           blk(kn_wformat_scale_bytes(f, rows, cols, g)) + (z ? blk(z) : 0);
+}
+
+static kn_wformat fmt_of(const mem_ctx *m, uint32_t l, int slot)
+{
+    return m->o->tensor_fmt ? m->o->tensor_fmt[(size_t)l * CMP_LIN_COUNT + slot]
+                            : m->o->fmt;
+}
+
+static uint64_t u64max(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* stats_alloc in cmp_calib.c. */
+static uint64_t stats_bytes(const mem_ctx *m, int p, int full)
+{
+    uint64_t w = m->width[p];
+    uint64_t b = work(cmp_hessian_bytes((uint32_t)w)) + blk(w * 8) + blk(w * 4);
+    if (full)
+        b += work(cmp_hessian_bytes((uint32_t)w)) + blk(w * w * 8) +
+             blk(m->maxT * w * 4);
+    return b;
+}
+
+/* run_candidate's work for one linear, over every candidate method the
+ * group may try (cmp_calib_group.c): ws and wc, then the largest of
+ * retarget, AWQ clipping, GPTQ, the scale refit and the error measures. */
+static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
+                                int lean)
+{
+    uint32_t R = m->rows[slot], K = m->cols[slot];
+    cmp_qmethod meth = m->o->method;
+    int best = meth == CMP_QM_BEST;
+    int gptq = best || meth == CMP_QM_GPTQ || meth == CMP_QM_GPTAQ ||
+               meth == CMP_QM_AWQ_GPTQ || meth == CMP_QM_AWQ_GPTAQ;
+    int retarget = !lean && (best || meth == CMP_QM_GPTAQ || meth == CMP_QM_AWQ_GPTAQ);
+    int awq = best || cmp_calib_is_awq(meth);
+    uint32_t group = f == KN_W_Q8 ? 0 : m->o->group;
+    uint32_t ngroups = f == KN_W_Q8 ? 1 : (K + m->o->group - 1) / m->o->group;
+    uint64_t inner = work(cmp_hessian_output_error_work_bytes(K));
+    if (retarget)
+        inner = u64max(inner, work(cmp_gptq_retarget_work_bytes(K)));
+    if (awq)
+        inner = u64max(inner, work(cmp_awq_clip_work_bytes(K, f, group)));
+    if (gptq)
+        inner = u64max(inner, u64max(work(cmp_gptq_work_bytes(R, K, 128)),
+                                     work(cmp_gptq_refit_work_bytes(K, ngroups))));
+    return 2 * blk((uint64_t)R * K * sizeof(float)) + inner;
+}
+
+/* cmp_calib_quant_group's work for the group of slots[0..n): the best and
+ * current buffers of every quantized linear, AWQ's scales and scaled
+ * Hessian where the group may be scaled, and the largest candidate. */
+static uint64_t group_bytes(const mem_ctx *m, uint32_t l, const int *slots,
+                            int n, int allow_scale, int lean)
+{
+    uint64_t bufs = 0, cand = 0;
+    uint32_t C = m->cols[slots[0]], maxrows = 0;
+    for (int i = 0; i < n; i++) {
+        kn_wformat f = fmt_of(m, l, slots[i]);
+        if (!cmp_quant_is_quantized(f))
+            continue;
+        bufs += 2 * qbytes(f, m->rows[slots[i]], C, m->o->group);
+        cand = u64max(cand, candidate_bytes(m, slots[i], f, lean));
+        if (m->rows[slots[i]] > maxrows)
+            maxrows = m->rows[slots[i]];
+    }
+    if (bufs == 0)
+        return 0;
+    cmp_qmethod meth = m->o->method;
+    if (allow_scale && (meth == CMP_QM_BEST || cmp_calib_is_awq(meth))) {
+        uint64_t s = blk((uint64_t)C * sizeof(float));
+        uint64_t search = s + work(cmp_awq_search_work_bytes(maxrows, C));
+        uint64_t scaled = s + work(cmp_hessian_bytes(C)) + cand;
+        return bufs + u64max(u64max(search, scaled), cand);
+    }
+    return bufs + cand;
+}
+
+static void take(cmp_calib_mem *best, const cmp_calib_mem *cur)
+{
+    uint64_t total = cur->states + cur->forward + cur->result + cur->block +
+                     cur->stats + cur->work + cur->ends;
+    if (total > best->peak) {
+        unsigned lean = best->lean;
+        uint64_t spill = best->spill;
+        *best = *cur;
+        best->peak = total;
+        best->lean = lean;
+        best->spill = spill;
+    }
+}
+
+mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
+                           size_t nseq, const cmp_calib_opts *o,
+                           unsigned lean, cmp_calib_mem *out, mc_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->lean = lean;
+    if (nseq <= o->heldout)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
+                       "%zu sequences, %zu held out: nothing left to calibrate on",
+                       nseq, o->heldout);
+    size_t ncal = nseq - o->heldout, ntok = 0, maxT = 0, hmaxT = 0, hpos = 0;
+    for (size_t i = 0; i < nseq; i++) {
+        size_t T = off[i + 1] - off[i];
+        if (i < ncal) {
+            ntok += T;
+            maxT = T > maxT ? T : maxT;
+        } else {
+            hmaxT = T > hmaxT ? T : hmaxT;
+            hpos += T > 1 ? T - 1 : 0;
+        }
+    }
+    uint64_t H = cfg->hidden_size, V = cfg->vocab_size, NL = cfg->num_layers;
+    uint64_t qd = (uint64_t)cfg->num_heads * cfg->head_dim;
+    uint64_t kvd = (uint64_t)cfg->num_kv_heads * cfg->head_dim;
+    uint64_t F = cfg->intermediate_size;
+    mem_ctx m;
+    memset(&m, 0, sizeof m);
+    m.cfg = cfg;
+    m.o = o;
+    m.maxT = maxT;
+    uint32_t rows[CMP_LIN_COUNT] = {(uint32_t)qd, (uint32_t)kvd, (uint32_t)kvd,
+                                    (uint32_t)H, (uint32_t)F, (uint32_t)F,
+                                    (uint32_t)H};
+    uint32_t cols[CMP_LIN_COUNT] = {(uint32_t)H, (uint32_t)H, (uint32_t)H,
+                                    (uint32_t)qd, (uint32_t)H, (uint32_t)H,
+                                    (uint32_t)F};
+    memcpy(m.rows, rows, sizeof rows);
+    memcpy(m.cols, cols, sizeof cols);
+    m.width[0] = (uint32_t)H;
+    m.width[1] = (uint32_t)qd;
+    m.width[2] = (uint32_t)H;
+    m.width[3] = (uint32_t)F;
+    int threads = o->pool ? kn_pool_threads(o->pool) : 1;
+    int rotate = o->rotate && cmp_rotation_applies(cfg->hidden_size);
+
+    /* result_create: tables, the folded vectors; the rotation's signs */
+    uint64_t per = qd + 2 * kvd + H + 2 * F + H + 2 * H;
+    uint64_t tables = sizeof(cmp_calib_result) + NL * CMP_LIN_COUNT * sizeof(cmp_calib_tensor) +
+                      per * NL * sizeof(float) + 2 * NL * sizeof(float *) +
+                      NL * CMP_LIN_COUNT * sizeof(float *) + NL * sizeof(double) +
+                      (rotate ? blk(H * sizeof(float)) + blk(cfg->head_dim * sizeof(float)) : 0) +
+                      8 * 32 + 4096;
+    uint64_t nbuf = (NL * CMP_LIN_COUNT + 3) * 3 + 2;
+    uint64_t spill_list = 0;
+    if (o->spill_dir) {
+        uint64_t cap = 64;
+        while (cap < nbuf)
+            cap *= 2;
+        spill_list = blk(cap * 16) + blk(cap * 8) + 2 * blk(64); /* realloc: old + new */
+    }
+    uint64_t states = 2 * blk(ntok * H * sizeof(float)) +
+                      2 * blk(maxT * H * sizeof(float)) + blk(ncal * sizeof(size_t));
+    uint64_t fwd = work(cmp_fwd_bytes(cfg, maxT, threads));
+
+    int pre = cmp_calib_is_awq(o->method) || o->method == CMP_QM_BEST;
+    int mha = cfg->num_kv_heads == cfg->num_heads;
+    static const int g_qkv[3] = {CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V};
+    static const int g_o[1] = {CMP_LIN_O}, g_gu[2] = {CMP_LIN_GATE, CMP_LIN_UP};
+    static const int g_down[1] = {CMP_LIN_DOWN};
+    const int *groups[4] = {g_qkv, g_o, g_gu, g_down};
+    const int gn[4] = {3, 1, 2, 1}, gp[4] = {0, 1, 2, 3}, scale[4] = {1, 0, 1, 0};
+    static const char *const gname[4] = {"qkv", "o", "gate/up", "down"};
+
+    uint64_t held = 0; /* finished layers kept in memory (no spill file) */
+    for (uint64_t l = 0; l < NL; l++) {
+        cmp_calib_mem cur;
+        memset(&cur, 0, sizeof cur);
+        cur.states = states;
+        cur.forward = fwd;
+        uint64_t layer_q = 0, block = 0, wide = 0;
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            block += blk((uint64_t)rows[s] * cols[s] * sizeof(float));
+            wide = rows[s] > wide ? rows[s] : wide;
+        }
+        cur.block = block;
+        cur.result = tables + spill_list + held;
+        /* the rotation's row buffer while the copies are made */
+        cur.work = rotate ? blk(wide * sizeof(float)) : 0;
+        cur.phase = "statistics";
+        take(out, &cur);
+        /* first pass: qkv's statistics, down's and o's Hq for AWQ's
+         * pre-scaling; the pre-scaling's search */
+        cur.stats = stats_bytes(&m, 0, !(lean & 1u));
+        cur.work = 0;
+        if (pre) {
+            cur.stats += stats_bytes(&m, 3, 0) + (mha ? stats_bytes(&m, 1, 0) : 0);
+            uint64_t ps = 0;
+            if (cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, CMP_LIN_DOWN)))
+                ps = blk(F * sizeof(float)) +
+                     work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)F));
+            if (mha && cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, CMP_LIN_O)))
+                ps = u64max(ps, blk(qd * sizeof(float)) +
+                                    work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)qd)));
+            cur.work = ps;
+        }
+        take(out, &cur);
+        for (int g = 0; g < 4; g++) {
+            int p = gp[g], lp = (lean >> p) & 1u;
+            cur.stats = stats_bytes(&m, p, !lp);
+            cur.work = group_bytes(&m, (uint32_t)l, groups[g], gn[g], scale[g], lp);
+            cur.result = tables + spill_list + held + layer_q;
+            cur.phase = gname[g];
+            take(out, &cur);
+            for (int i = 0; i < gn[g]; i++) {
+                int sl = groups[g][i];
+                layer_q += qbytes(fmt_of(&m, (uint32_t)l, sl), rows[sl], cols[sl],
+                                  o->group);
+            }
+        }
+        if (o->spill_dir)
+            out->spill += layer_q;
+        else
+            held += layer_q;
+        /* float-kept linears move their copy into the result */
+        for (int s = 0; s < CMP_LIN_COUNT; s++)
+            if (!cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, s))) {
+                uint64_t b = blk((uint64_t)rows[s] * cols[s] * sizeof(float));
+                if (o->spill_dir)
+                    out->spill += b;
+                else
+                    held += b;
+            }
+    }
+    /* after the layers: states and forward context freed */
+    cmp_calib_mem end;
+    memset(&end, 0, sizeof end);
+    end.result = tables + spill_list + held;
+    uint64_t vh = blk(V * H * sizeof(float));
+    uint64_t lmq = o->lm_head_q8 ? qbytes(KN_W_Q8, (uint32_t)V, (uint32_t)H, 0) : 0;
+    end.phase = "ends";
+    if (rotate) {
+        /* embed (spilled before the output layer is made), output layer,
+         * its int8 copy */
+        end.ends = (o->spill_dir ? vh : 2 * vh) + blk(H * sizeof(float)) + lmq;
+        if (o->spill_dir)
+            out->spill += 2 * vh + lmq;
+        else
+            end.result += 2 * vh + blk(H * sizeof(float)) + lmq;
+    } else if (o->lm_head_q8) {
+        end.ends = vh + lmq;
+        if (o->spill_dir)
+            out->spill += lmq;
+        else
+            end.result += lmq;
+    }
+    take(out, &end);
+    end.ends = 0; /* the ends are in the spill file or in end.result now */
+    if (o->heldout > 0) {
+        end.ends = work(cmp_eval_models_bytes(cfg, hmaxT, hpos, threads)) +
+                   blk(NL * sizeof(rt_layer));
+        end.phase = "held-out";
+        take(out, &end);
+    }
+    return MC_OK;
+}
+
+mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
+                                size_t nseq, const cmp_calib_opts *o,
+                                cmp_calib_mem *out, mc_error *err)
+{
+    /* widest input first: down, o, qkv, gate/up */
+    static const unsigned order[4] = {1u << KN_TAP_DOWN_IN, 1u << KN_TAP_O_IN,
+                                      1u << KN_TAP_QKV_IN, 1u << KN_TAP_GATE_UP_IN};
+    unsigned lean = 0;
+    mc_status st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
+    for (int k = 0; st == MC_OK && o->mem_budget && out->peak > o->mem_budget && k < 4; k++) {
+        lean |= order[k];
+        st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
+    }
+    if (st != MC_OK || !o->mem_budget || out->peak <= o->mem_budget)
+        return st;
+    const double G = 1073741824.0;
+    return mc_fail(err, MC_ERR_NOMEM, NULL, "calibration memory", -1,
+                   "calibration needs %.2f GiB at its peak (%s: states %.2f, "
+                   "forward %.2f, result %.2f, block %.2f, statistics %.2f, "
+                   "work %.2f, ends %.2f GiB) even with lean statistics; the "
+                   "budget is %.2f GiB: use fewer or shorter calibration "
+                   "sequences, or a larger --calib-memory",
+                   out->peak / G, out->phase, out->states / G, out->forward / G,
+                   out->result / G, out->block / G, out->stats / G,
+                   out->work / G, out->ends / G, o->mem_budget / G);
+}
