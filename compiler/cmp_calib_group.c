@@ -43,6 +43,44 @@ static int is_retarget(cmp_qmethod m)
     return m == CMP_QM_GPTAQ || m == CMP_QM_AWQ_GPTAQ;
 }
 
+/* Alternate once more: GPTQ again with the refit scales kept (only the
+ * codes chosen anew, the error compensation now seeing the better grid),
+ * then refit again.  Kept only if the output error on h drops; q and deq
+ * (the dequantized q) are updated in place then.  Work: one more set of
+ * quantized buffers and one more R x K float matrix. */
+static mc_status regptq(const float *w, const cmp_hessian *h,
+                        const cmp_gptq_opts *go, cmp_qbuf *q, float *deq,
+                        uint32_t R, mc_error *err)
+{
+    uint32_t K = q->cols;
+    cmp_qbuf t;
+    float *d = mc_malloc_array((size_t)R * K, sizeof(float));
+    mc_status st = cmp_calib_qbuf_alloc(&t, q->fmt, q->rows, K, q->group);
+    if (st != MC_OK || !d) {
+        cmp_calib_qbuf_release(&t);
+        mc_free(d);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "GPTQ second pass");
+    }
+    memcpy(t.scales, q->scales, (size_t)kn_wformat_scale_bytes(q->fmt, q->rows, K, q->group));
+    if (q->zeros)
+        memcpy(t.zeros, q->zeros, (size_t)kn_wformat_zero_bytes(q->fmt, q->rows, K, q->group));
+    cmp_gptq_opts o = *go;
+    o.keep_params = 1;
+    st = cmp_gptq_quantize(w, h, &o, &t, d, NULL, err);
+    if (st == MC_OK)
+        st = cmp_gptq_refit_scales(w, h, &t, d, err);
+    if (st == MC_OK && cmp_hessian_output_error(h, w, d, R) <
+                           cmp_hessian_output_error(h, w, deq, R)) {
+        cmp_qbuf x = *q;
+        *q = t;
+        t = x;
+        memcpy(deq, d, (size_t)R * K * sizeof(float));
+    }
+    cmp_calib_qbuf_release(&t);
+    mc_free(d);
+    return st;
+}
+
 /* Quantize n linears of one input group with one candidate method.  s:
  * AWQ scales (NULL = none); hs: the Hessian of x_q / s (NULL when s is).
  * q[i] receive the results, rel[i] the relative output errors against the
@@ -93,6 +131,8 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                  * refitting the scales to the whole row never loses */
                 if (st == MC_OK)
                     st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, err);
+                if (st == MC_OK && c->fmt[sl] != KN_W_Q8)
+                    st = regptq(ws, hq, &go, &q[i], wc, R, err);
             } else {
                 st = cmp_quant_matrix(wc, NULL, &q[i], err);
                 if (st == MC_OK)

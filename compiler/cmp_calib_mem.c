@@ -91,9 +91,14 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
         inner = u64max(inner, work(cmp_gptq_retarget_work_bytes(K)));
     if (awq)
         inner = u64max(inner, work(cmp_awq_clip_work_bytes(K, f, group)));
-    if (gptq)
-        inner = u64max(inner, u64max(work(cmp_gptq_work_bytes(R, K, 128)),
-                                     work(cmp_gptq_refit_work_bytes(K, ngroups))));
+    if (gptq) {
+        uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128)),
+                            work(cmp_gptq_refit_work_bytes(K, ngroups)));
+        /* int4: regptq's second set of buffers and dequantized copy */
+        if (f != KN_W_Q8)
+            g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));
+        inner = u64max(inner, g);
+    }
     return 2 * blk((uint64_t)R * K * sizeof(float)) + inner;
 }
 

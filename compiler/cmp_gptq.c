@@ -433,7 +433,7 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
             if (hdiag(h, j) == 0.0)
                 for (size_t r = 0; r < R; r++)
                     W[r * n + j] = 0.0f;
-        if (static_params)
+        if (static_params && !o.keep_params)
             for (size_t r = 0; r < R; r++)
                 for (uint32_t g = 0; g < ng; g++) {
                     size_t c0 = (size_t)g * span, m = n - c0 < span ? n - c0 : span;
@@ -453,7 +453,7 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
             size_t i2 = i1 + block < n ? i1 + block : n;
             for (size_t i = i1; i < i2; i++) {
                 size_t oc = perm[i]; /* original column */
-                if (!static_params && oc % span == 0) {
+                if (!static_params && !o.keep_params && oc % span == 0) {
                     /* Without act-order perm is the identity: columns
                      * i .. i+span of W are the group, already updated. */
                     size_t m = n - i < span ? n - i : span;

@@ -98,6 +98,10 @@ typedef struct cmp_gptq_opts {
     int search_params;  /* 1: choose group parameters with the imatrix
                            search of cmp_quant_choose (diag H as importance);
                            0: plain min/max as in the reference GPTQ */
+    int keep_params;    /* 1: out already holds every group's parameters
+                           (scale, zero point): keep them and choose only
+                           the codes (a second pass after
+                           cmp_gptq_refit_scales) */
     uint32_t chunk_rows; /* rows of W updated per pass (the float work copy
                             holds this many); 0 -> as many as fit in
                             CMP_GPTQ_CHUNK_BYTES (at least 1).  The result

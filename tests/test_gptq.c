@@ -541,6 +541,52 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
     free(X);
 }
 
+/* keep_params: given the parameters a normal run chose, a second run that
+ * keeps them reproduces that run's codes exactly (the compensation is the
+ * same; only who chooses the grid differs), and leaves them unchanged. */
+static void test_gptq_keep_params_reproduces_codes(void **state)
+{
+    (void)state;
+    uint32_t rows = 9, cols = 100;
+    size_t T = 300;
+    float *X = correlated_inputs(T, cols);
+    float *w = rand_w(rows, cols);
+    cmp_hessian h;
+    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
+    cmp_hessian_add(&h, X, T);
+    struct {
+        kn_wformat f;
+        uint32_t g;
+        int act, search;
+    } cs[4] = {{KN_W_Q4, 32, 0, 1}, {KN_W_Q4, 32, 1, 0}, {KN_W_Q8, 0, 0, 0},
+               {KN_W_Q4S, 64, 0, 1}};
+    for (int c = 0; c < 4; c++) {
+        uint64_t db = kn_wformat_data_bytes(cs[c].f, rows, cols);
+        uint64_t sb = kn_wformat_scale_bytes(cs[c].f, rows, cols, cs[c].g);
+        uint64_t zb = kn_wformat_zero_bytes(cs[c].f, rows, cols, cs[c].g);
+        qm a, b;
+        qm_init(&a, cs[c].f, rows, cols, cs[c].g);
+        qm_init(&b, cs[c].f, rows, cols, cs[c].g);
+        cmp_gptq_opts o = {0.01, cs[c].act, 128, cs[c].search, 0, 0};
+        assert_int_equal(cmp_gptq_quantize(w, &h, &o, &a.b, NULL, NULL, NULL), MC_OK);
+        memcpy(b.scales, a.scales, sb);
+        if (zb)
+            memcpy(b.zeros, a.zeros, zb);
+        memset(b.data, 0x5a, db);
+        o.keep_params = 1;
+        assert_int_equal(cmp_gptq_quantize(w, &h, &o, &b.b, NULL, NULL, NULL), MC_OK);
+        assert_memory_equal(a.data, b.data, db);
+        assert_memory_equal(a.scales, b.scales, sb);
+        if (zb)
+            assert_memory_equal(a.zeros, b.zeros, zb);
+        qm_free(&a);
+        qm_free(&b);
+    }
+    cmp_hessian_free(&h);
+    free(w);
+    free(X);
+}
+
 /* ---- work-space byte counts against measured allocation ------------- */
 
 typedef struct peak_probe {
@@ -675,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_gptq_rejects_indefinite_hessian),
         cmocka_unit_test(test_gptq_inverse_factor_matches_reference),
         cmocka_unit_test(test_gptq_row_chunks_give_identical_results),
+        cmocka_unit_test(test_gptq_keep_params_reproduces_codes),
         cmocka_unit_test(test_gptq_work_bytes_match_measured_peak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
