@@ -136,12 +136,8 @@ static void take(cmp_calib_mem *best, const cmp_calib_mem *cur)
     uint64_t total = cur->states + cur->forward + cur->result + cur->block +
                      cur->stats + cur->work + cur->ends;
     if (total > best->peak) {
-        unsigned lean = best->lean;
-        uint64_t spill = best->spill;
         *best = *cur;
         best->peak = total;
-        best->lean = lean;
-        best->spill = spill;
     }
 }
 
@@ -150,7 +146,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                            unsigned lean, cmp_calib_mem *out, mc_error *err)
 {
     memset(out, 0, sizeof *out);
-    out->lean = lean;
+    uint64_t spill = 0; /* bytes the spill file receives */
     if (nseq <= o->heldout)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
                        "%zu sequences, %zu held out: nothing left to calibrate on",
@@ -265,7 +261,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
             }
         }
         if (o->spill_dir)
-            out->spill += layer_q;
+            spill += layer_q;
         else
             held += layer_q;
         /* float-kept linears move their copy into the result */
@@ -273,7 +269,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
             if (!cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, s))) {
                 uint64_t b = blk((uint64_t)rows[s] * cols[s] * sizeof(float));
                 if (o->spill_dir)
-                    out->spill += b;
+                    spill += b;
                 else
                     held += b;
             }
@@ -290,13 +286,13 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
          * its int8 copy */
         end.ends = (o->spill_dir ? vh : 2 * vh) + blk(H * sizeof(float)) + lmq;
         if (o->spill_dir)
-            out->spill += 2 * vh + lmq;
+            spill += 2 * vh + lmq;
         else
             end.result += 2 * vh + blk(H * sizeof(float)) + lmq;
     } else if (o->lm_head_q8) {
         end.ends = vh + lmq;
         if (o->spill_dir)
-            out->spill += lmq;
+            spill += lmq;
         else
             end.result += lmq;
     }
@@ -308,6 +304,8 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
         end.phase = "held-out";
         take(out, &end);
     }
+    out->lean = lean;
+    out->spill = o->spill_dir ? spill : 0;
     return MC_OK;
 }
 
