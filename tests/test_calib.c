@@ -22,26 +22,6 @@
 #include "rt_model.h"
 #include "testutil.h"
 
-/* Opens fixture name, its directory in *path, and draws nseq random
- * sequences of T ids into *tok and *off; all new, freed by fixture_close. */
-static rt_model *fixture_open(const char *name, size_t nseq, size_t T,
-                              char **path, int32_t **tok, size_t **off)
-{
-    *path = tu_fmt("%s/%s", MC_FIXTURE_DIR, name);
-    rt_model *m = NULL;
-    assert_int_equal(rt_model_open_hf(*path, &m, NULL), MC_OK);
-    tu_random_seqs(m->cfg.vocab_size, nseq, T, tok, off);
-    return m;
-}
-
-static void fixture_close(rt_model *m, char *path, int32_t *tok, size_t *off)
-{
-    free(tok);
-    free(off);
-    rt_model_free(m);
-    free(path);
-}
-
 static double total_err(const cmp_calib_result *r, int rtn)
 {
     double s = 0.0;
@@ -99,7 +79,7 @@ static void run_fixture(const char *name, kn_wformat fmt, uint32_t group)
     assert_true(errs[3] <= errs[1] * 1.0000001 || errs[3] <= errs[2]);
     if (fmt != KN_W_Q8)
         assert_true(kld[1] < kld[0]); /* int8 differences are in the noise */
-    fixture_close(m, path, tok, off);
+    tu_fixture_close(m, path, tok, off);
 }
 
 static void test_calib_fixture_llama_int4_methods_beat_rtn(void **state)
@@ -124,7 +104,7 @@ static void all_float_keeps_function(const char *name, int rotate)
     char *path;
     int32_t *tok;
     size_t *off;
-    rt_model *m = fixture_open(name, 3, 20, &path, &tok, &off);
+    rt_model *m = tu_fixture_open(name, 3, 20, &path, &tok, &off);
     size_t nt = (size_t)m->cfg.num_layers * CMP_LIN_COUNT;
     kn_wformat *tf = malloc(nt * sizeof *tf);
     for (size_t i = 0; i < nt; i++)
@@ -152,7 +132,7 @@ static void all_float_keeps_function(const char *name, int rotate)
     assert_true(r->heldout.top1 >= (rotate ? 0.99 : 1.0));
     cmp_calib_result_free(r);
     free(tf);
-    fixture_close(m, path, tok, off);
+    tu_fixture_close(m, path, tok, off);
 }
 
 static void test_calib_all_float_is_identity(void **state)
@@ -176,7 +156,7 @@ static void test_calib_rejects_bad_options(void **state)
     char *path;
     int32_t *tok;
     size_t *off;
-    rt_model *m = fixture_open("llama", 2, 8, &path, &tok, &off);
+    rt_model *m = tu_fixture_open("llama", 2, 8, &path, &tok, &off);
     cmp_calib_opts o;
     memset(&o, 0, sizeof o);
     o.fmt = KN_W_Q4;
@@ -193,7 +173,7 @@ static void test_calib_rejects_bad_options(void **state)
     o.heldout = 0;
     assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
     assert_string_equal(e.field, "position 3");
-    fixture_close(m, path, tok, off);
+    tu_fixture_close(m, path, tok, off);
 }
 
 /* Auto precision: the choice always fits its target, a larger target never
@@ -205,7 +185,7 @@ static void test_auto_precision_fits_target(void **state)
     char *path;
     int32_t *tok;
     size_t *off;
-    rt_model *m = fixture_open("llama", 4, 32, &path, &tok, &off);
+    rt_model *m = tu_fixture_open("llama", 4, 32, &path, &tok, &off);
     cmp_auto_plan a;
     assert_int_equal(cmp_auto_measure(m, tok, off, 4, 32, 0, NULL, &a, NULL), MC_OK);
     for (size_t i = 0; i < a.n; i++) {
@@ -255,7 +235,7 @@ static void test_auto_precision_fits_target(void **state)
         assert_int_equal(r->t[i].fmt, a.tensor_fmt[i] == KN_W_F16 ? KN_W_F32 : a.tensor_fmt[i]);
     cmp_calib_result_free(r);
     cmp_auto_free(&a);
-    fixture_close(m, path, tok, off);
+    tu_fixture_close(m, path, tok, off);
 }
 
 /* ---- stories260k ----------------------------------------------------------- */

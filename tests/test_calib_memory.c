@@ -40,13 +40,11 @@ typedef struct run_case {
 static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
                           int64_t *measured_out)
 {
-    char *path = tu_fmt("%s/%s", MC_FIXTURE_DIR, rc->fixture);
-    rt_model *m = NULL;
-    assert_int_equal(rt_model_open_hf(path, &m, NULL), MC_OK);
+    char *path;
     int32_t *tok;
     size_t *off;
     size_t nseq = 12;
-    tu_random_seqs(m->cfg.vocab_size, nseq, 40, &tok, &off);
+    rt_model *m = tu_fixture_open(rc->fixture, nseq, 40, &path, &tok, &off);
     char *dir = rc->spill ? tu_mkdtemp("calibmem") : NULL;
     cmp_calib_opts o;
     memset(&o, 0, sizeof o);
@@ -121,10 +119,7 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
     }
     *plan_out = plan;
     *measured_out = measured;
-    free(tok);
-    free(off);
-    rt_model_free(m);
-    free(path);
+    tu_fixture_close(m, path, tok, off);
     return sum;
 }
 
@@ -168,12 +163,10 @@ static void test_calib_memory_lean_fits_budget(void **state)
 static void test_calib_memory_refuses_impossible_budget(void **state)
 {
     (void)state;
-    char *path = tu_fmt("%s/llama", MC_FIXTURE_DIR);
-    rt_model *m = NULL;
-    assert_int_equal(rt_model_open_hf(path, &m, NULL), MC_OK);
+    char *path;
     int32_t *tok;
     size_t *off;
-    tu_random_seqs(m->cfg.vocab_size, 4, 40, &tok, &off);
+    rt_model *m = tu_fixture_open("llama", 4, 40, &path, &tok, &off);
     cmp_calib_opts o;
     memset(&o, 0, sizeof o);
     o.fmt = KN_W_Q8;
@@ -185,10 +178,7 @@ static void test_calib_memory_refuses_impossible_budget(void **state)
     assert_null(r);
     assert_non_null(strstr(e.message, "budget is"));
     assert_non_null(strstr(e.message, "--calib-memory"));
-    free(tok);
-    free(off);
-    rt_model_free(m);
-    free(path);
+    tu_fixture_close(m, path, tok, off);
 }
 
 /* Llama-2-70B (hidden 8192, 64 heads, 8 KV heads, FFN 28672, 80 layers,

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "rt_model.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -191,4 +192,22 @@ void tu_random_seqs(uint32_t V, size_t nseq, size_t T, int32_t **tok,
     }
     for (size_t i = 0; i <= nseq; i++)
         (*off)[i] = i * T;
+}
+
+rt_model *tu_fixture_open(const char *name, size_t nseq, size_t T, char **path,
+                          int32_t **tok, size_t **off)
+{
+    *path = tu_fmt("%s/%s", MC_FIXTURE_DIR, name);
+    rt_model *m = NULL;
+    assert_int_equal(rt_model_open_hf(*path, &m, NULL), MC_OK);
+    tu_random_seqs(m->cfg.vocab_size, nseq, T, tok, off);
+    return m;
+}
+
+void tu_fixture_close(rt_model *m, char *path, int32_t *tok, size_t *off)
+{
+    free(tok);
+    free(off);
+    rt_model_free(m);
+    free(path);
 }

@@ -55,6 +55,14 @@ int tu_count_entries(const char *dir);
 void tu_random_seqs(uint32_t V, size_t nseq, size_t T, int32_t **tok,
                     size_t **off);
 
+/* Opens generated fixture `name` (MC_FIXTURE_DIR/name; its path in *path)
+ * and draws tu_random_seqs(vocab, nseq, T) into *tok and *off; all new,
+ * released by tu_fixture_close.  Fails the test if the model does not open. */
+struct rt_model;
+struct rt_model *tu_fixture_open(const char *name, size_t nseq, size_t T,
+                                 char **path, int32_t **tok, size_t **off);
+void tu_fixture_close(struct rt_model *m, char *path, int32_t *tok, size_t *off);
+
 /* A xorshift64 generator; each test seeds its own (static tu_rng g = {seed})
  * so that its inputs do not depend on other tests. */
 typedef struct tu_rng {
