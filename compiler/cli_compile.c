@@ -34,6 +34,8 @@ static void compile_usage(FILE *out)
         "                   MODEL and cut into sequences of up to 512 tokens\n"
         "  --heldout N      calibration sequences kept out for the quality\n"
         "                   summary (default a tenth; 0: calibrate on all)\n"
+        "  --calib-device cpu|cuda  where the calibration statistics are\n"
+        "                   summed (default cpu; cuda: cuBLAS in double)\n"
         "  --calib-memory SIZE  memory budget of the calibration (default 75%%\n"
         "                   of RAM); over it, the widest inputs keep lean\n"
         "                   statistics (no GPTAQ there)\n"
@@ -190,7 +192,7 @@ int cmp_cli_compile(int argc, char **argv)
     size_t nads = 0;
     int json = 0, quiet = 0, verbose = 0, rc = 2;
     char *out_owned = NULL;
-    int method_set = 0, no_rotate = 0, lm_head_set = 0;
+    int method_set = 0, no_rotate = 0, lm_head_set = 0, calib_device_set = 0;
     kn_wformat lm_head_fmt = KN_W_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -226,6 +228,14 @@ int cmp_cli_compile(int argc, char **argv)
                 nads++;
             } else if (strcmp(a, "--calib") == 0) {
                 o.calib = v;
+            } else if (strcmp(a, "--calib-device") == 0) {
+                if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+                    fprintf(stderr, "mcompile: --calib-device must be cpu or "
+                            "cuda (got '%s')\n", v);
+                    goto done;
+                }
+                o.calib_gpu = strcmp(v, "cuda") == 0;
+                calib_device_set = 1;
             } else if (strcmp(a, "--calib-memory") == 0) {
                 if (cmp_parse_size(v, &o.calib_memory) != 0 || o.calib_memory == 0) {
                     fprintf(stderr, "mcompile: --calib-memory must be a size "
@@ -326,8 +336,9 @@ int cmp_cli_compile(int argc, char **argv)
                 "calibration ids, compile rounds to nearest)\n");
         goto done;
     }
-    if (o.calib_memory && !o.calib) {
-        fprintf(stderr, "mcompile: --calib-memory needs --calib FILE\n");
+    if ((o.calib_memory || calib_device_set) && !o.calib) {
+        fprintf(stderr, "mcompile: --calib-memory and --calib-device need "
+                "--calib FILE\n");
         goto done;
     }
     if (o.heldout && !o.calib) {

@@ -83,6 +83,20 @@ void cmp_calib_qbuf_release(cmp_qbuf *b)
 
 /* ---- taps ---------------------------------------------------------------- */
 
+/* Sums of one sequence's input at tap point `where` (pass 0: x_f, pass 1:
+ * x_q), on the GPU when the point has a device accumulator: the counts and
+ * sum |x_q| stay here either way. */
+static void gpu_add(tap_acc *a, int where, const float *x, size_t T)
+{
+    mc_status st = cmp_gpu_stats_add(a->gpu[where], a->pass, x, T);
+    if (st != MC_OK && a->gpu_st == MC_OK)
+        a->gpu_st = st;
+    if (a->pass == 0)
+        a->hf[where].n += T;
+    else
+        a->h[where].n += T;
+}
+
 static void tap_collect(void *ctx, kn_tap_point where, const float *x,
                         size_t T, size_t width)
 {
@@ -90,19 +104,27 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
     if (!(a->mask & (1u << where)))
         return;
     int full = (a->full >> where) & 1u;
+    cmp_gpu_stats *gpu = a->gpu[where];
     if (a->pass == 0) {
         if (!full)
             return;
-        cmp_hessian_add(&a->hf[where], x, T);
-        memcpy(a->xf[where], x, T * width * sizeof(float));
+        if (gpu) {
+            gpu_add(a, where, x, T);
+        } else {
+            cmp_hessian_add(&a->hf[where], x, T);
+            memcpy(a->xf[where], x, T * width * sizeof(float));
+        }
         return;
     }
-    cmp_hessian_add(&a->h[where], x, T);
+    if (gpu)
+        gpu_add(a, where, x, T);
+    else
+        cmp_hessian_add(&a->h[where], x, T);
     double *s = a->abs_sum[where];
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < width; j++)
             s[j] += fabs(x[t * width + j]);
-    if (!full)
+    if (!full || gpu)
         return;
     double *c = a->c[where];
     const float *xf = a->xf[where];
@@ -204,6 +226,8 @@ typedef struct seqs {
  * as it stands (qw) on the partly quantized states gives x_q. */
 static void stats_free(layer_ctx *c, int p)
 {
+    cmp_gpu_stats_free(c->acc.gpu[p]);
+    c->acc.gpu[p] = NULL;
     cmp_hessian_free(&c->acc.h[p]);
     cmp_hessian_free(&c->acc.hf[p]);
     mc_free(c->acc.abs_sum[p]);
@@ -228,11 +252,15 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
         return st;
     c->acc.abs_sum[p] = mc_calloc(w, sizeof(double));
     c->xabs[p] = mc_malloc_array(w, sizeof(float));
+    int gpu = c->o->stats_on_gpu;
     if (full) {
         c->acc.c[p] = mc_calloc((size_t)w * w, sizeof(double));
-        c->acc.xf[p] = mc_malloc_array(maxT * w, sizeof(float));
+        c->acc.xf[p] = gpu ? NULL : mc_malloc_array(maxT * w, sizeof(float));
     }
-    if (!c->acc.abs_sum[p] || !c->xabs[p] || (full && (!c->acc.c[p] || !c->acc.xf[p])))
+    if (gpu && (st = cmp_gpu_stats_create(w, maxT, full, &c->acc.gpu[p], err)) != MC_OK)
+        return st;
+    if (!c->acc.abs_sum[p] || !c->xabs[p] ||
+        (full && (!c->acc.c[p] || (!gpu && !c->acc.xf[p]))))
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                        "statistics of a %u-wide input", w);
     return MC_OK;
@@ -272,6 +300,16 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         memcpy(S->xtmp, S->states + at * H, T * H * sizeof(float));
         cmp_fwd_block(f, qw, &L->dims, S->xtmp, T, tap_collect, &c->acc);
         at += T;
+    }
+    if (c->acc.gpu_st != MC_OK)
+        return mc_fail(err, c->acc.gpu_st, NULL, "--calib-device", -1,
+                       "accumulating statistics on the GPU failed");
+    for (int p = 0; p < 4; p++) {
+        mc_status st;
+        if (c->acc.gpu[p] &&
+            (st = cmp_gpu_stats_read(c->acc.gpu[p], &c->acc.h[p], &c->acc.hf[p],
+                                     c->acc.c[p], err)) != MC_OK)
+            return st;
     }
     for (int p = 0; p < 4; p++)
         if (mask & (1u << p))
@@ -741,6 +779,10 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     if (ntok == 0)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "calib", -1,
                        "no calibration tokens");
+    if (o->stats_on_gpu && !cmp_gpu_stats_available())
+        return mc_fail(err, MC_ERR_UNSUPPORTED, NULL, "--calib-device", -1,
+                       "calibration statistics on the GPU asked for, but "
+                       "there is no CUDA device (or this build has no CUDA)");
     cmp_calib_mem mem;
     mc_status st = cmp_calib_plan_memory(&m->cfg, off, nseq, o, &mem, err);
     if (st != MC_OK)

@@ -118,6 +118,10 @@ typedef struct cmp_calib_opts {
                                 statistics go lean until it fits (see
                                 cmp_calib_plan_memory); MC_ERR_NOMEM if
                                 even all-lean does not fit */
+    int stats_on_gpu;        /* 1: accumulate Hq, Hf and C on a CUDA GPU
+                                (cmp_gpu_stats.h); MC_ERR_UNSUPPORTED when
+                                there is none.  Same sums up to summation
+                                order; everything else stays on the CPU */
     kn_pool *pool;           /* threads for the forward passes, or NULL */
     void (*progress)(void *ctx, const cmp_calib_progress *p);
     void *progress_ctx;

@@ -7,6 +7,7 @@
 #define CMP_CALIB_INTERNAL_H
 
 #include "cmp_calib.h"
+#include "cmp_gpu_stats.h"
 #include "cmp_gptq.h"
 #include "cmp_rotate.h"
 
@@ -23,7 +24,10 @@ typedef struct tap_acc {
                                (full points only; else h == NULL) */
     double *c[4];           /* [width][width] sum x_f x_q^T, or NULL */
     double *abs_sum[4];     /* [width] sum |x_q,j| */
-    float *xf[4];           /* [maxT][width] this sequence's x_f */
+    float *xf[4];           /* [maxT][width] this sequence's x_f (CPU) */
+    cmp_gpu_stats *gpu[4];  /* with stats_on_gpu: the sums on the device
+                               (xf stays NULL; x_f is kept there) */
+    mc_status gpu_st;       /* the first failure of a device add */
 } tap_acc;
 
 /* One layer being calibrated. */

@@ -11,6 +11,7 @@
 
 #include "cmp_awq.h"
 #include "cmp_calib_internal.h"
+#include "cmp_gpu_stats.h"
 #include "cmp_gptq.h"
 #include "mc_alloc.h"
 
@@ -66,8 +67,11 @@ static uint64_t stats_bytes(const mem_ctx *m, int p, int full)
     uint64_t w = m->width[p];
     uint64_t b = work(cmp_hessian_bytes((uint32_t)w)) + blk(w * 8) + blk(w * 4);
     if (full)
-        b += work(cmp_hessian_bytes((uint32_t)w)) + blk(w * w * 8) +
-             blk(m->maxT * w * 4);
+        b += work(cmp_hessian_bytes((uint32_t)w)) + blk(w * w * 8);
+    if (m->o->stats_on_gpu) /* x_f lives on the device; a read buffer here */
+        b += blk(64) + blk(cmp_gpu_stats_read_bytes((uint32_t)w));
+    else if (full)
+        b += blk(m->maxT * w * 4);
     return b;
 }
 

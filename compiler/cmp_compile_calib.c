@@ -288,6 +288,7 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     co.rotate = rotate;
     co.pool = s->pool;
     co.mem_budget = calib_budget(o);
+    co.stats_on_gpu = o->calib_gpu;
     char dir[4096];
     co.spill_dir = o->out ? dir_of(o->out, dir, sizeof dir) : NULL;
     co.progress = o->progress;

@@ -450,6 +450,10 @@ static void test_compile_calib_usage_errors_exit_2(void **state)
         "--target 64MiB --quant int8 --heldout 2",     /* heldout, no calib */
         "--target 64MiB --quant int8 --calib IDS --heldout -1",
         "--target 64MiB --quant int8 --calib IDS --heldout 2x",
+        "--target 64MiB --quant int8 --calib IDS --calib-device tpu",
+        "--target 64MiB --quant int8 --calib-device cpu",  /* no calib */
+        "--target 64MiB --quant int8 --calib IDS --calib-memory lots",
+        "--target 64MiB --quant int8 --calib-memory 1GiB", /* no calib */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char opts[256];
@@ -495,6 +499,16 @@ static void test_compile_calib_usage_errors_exit_2(void **state)
         free(args);
         free(art);
     }
+    /* a budget nothing fits: refused before any work, with the breakdown */
+    char *tight = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int8 "
+                         "--calib %s --calib-memory 4KiB -o %s/u.mca", MC_BIN_DIR,
+                         MC_FIXTURE_DIR, g_ids, g_dir);
+    char *terr = NULL;
+    assert_int_equal(tu_run(tight, NULL, &terr), 1);
+    assert_non_null(strstr(terr, "calibration needs"));
+    assert_non_null(strstr(terr, "--calib-memory"));
+    free(terr);
+    free(tight);
     /* ids out of the vocabulary: a format error naming the file */
     char *ids = tu_fmt("%s/big.ids", g_dir);
     assert_int_equal(tu_write_file(ids, "1 2 300\n", 8), 0);

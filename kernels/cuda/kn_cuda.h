@@ -78,6 +78,33 @@ mc_status kn_cuda_attention(const kn_kv *kv, const float *q, size_t T,
                             uint32_t n_heads, int64_t pos0, uint64_t window,
                             float *out, kn_cuda_stream s);
 
+/* ---- calibration statistics ------------------------------------------
+ * Device-side sums for one linear input of width `cols` (cmp_calib.h):
+ *   Hq += Xq^T Xq,  and with `full`:  Hf += Xf^T Xf,  C += Xf^T Xq
+ * (C[i][j] = sum_t xf[t][i] xq[t][j]), X row-major [T][cols] float32 from
+ * HOST memory, converted to double on the device; the sums are double,
+ * full row-major matrices (Hq, Hf symmetric; only their upper triangles,
+ * j >= i, are guaranteed).  The same sums as cmp_hessian_add and the CPU
+ * cross term, up to summation order (cuBLAS Dsyrk / Dgemm).
+ * kn_cuda_stats_add_f stores X as this token chunk's x_f (and adds it to
+ * Hf); kn_cuda_stats_add_q adds Xq to Hq and, with full, Xf^T Xq with the
+ * x_f stored by the last add_f (same T).  Calls run on the legacy default
+ * stream and return when the sums are updated. */
+typedef struct kn_cuda_stats kn_cuda_stats;
+typedef enum { KN_STATS_HQ = 0, KN_STATS_HF = 1, KN_STATS_C = 2 } kn_stats_which;
+/* Device bytes kn_cuda_stats_create allocates. */
+uint64_t kn_cuda_stats_device_bytes(uint32_t cols, size_t max_T, int full);
+/* MC_ERR_CUDA (no device, out of device memory, cuBLAS), MC_ERR_NOMEM,
+ * MC_ERR_INVALID_ARG (cols or max_T 0, or over 2^31). */
+mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T, int full,
+                               kn_cuda_stats **out);
+mc_status kn_cuda_stats_add_f(kn_cuda_stats *s, const float *xf, size_t T);
+mc_status kn_cuda_stats_add_q(kn_cuda_stats *s, const float *xq, size_t T);
+/* Copy rows [row0, row0 + nrows) of one sum into host out [nrows][cols]. */
+mc_status kn_cuda_stats_read_rows(kn_cuda_stats *s, kn_stats_which which,
+                                  uint32_t row0, uint32_t nrows, double *out);
+void kn_cuda_stats_free(kn_cuda_stats *s); /* NULL is a no-op */
+
 #ifdef __cplusplus
 }
 #endif
