@@ -81,17 +81,42 @@ static mc_status regptq(const float *w, const cmp_hessian *h,
     return st;
 }
 
+/* The candidate-independent energies of each linear of the group, the
+ * denominators of its relative errors: ef = tr(W Hf W^T) (full-precision
+ * outputs; 0 without C) and dl = tr(W Hq W^T) (own inputs).  Each costs
+ * rows x cols^2: computed once per group, not once per candidate. */
+typedef struct group_energy {
+    double ef[3], dl[3];
+} group_energy;
+
+static void group_energies(const layer_ctx *c, const int *slots, int n,
+                           group_energy *g)
+{
+    int tp = LIN_TAP[slots[0]];
+    for (int i = 0; i < n; i++) {
+        int sl = slots[i];
+        g->ef[i] = g->dl[i] = 0.0;
+        if (!cmp_quant_is_quantized(c->fmt[sl]))
+            continue;
+        g->dl[i] = cmp_hessian_output_error(&c->acc.h[tp], c->w[sl], NULL, c->rows[sl]);
+        if (c->acc.c[tp])
+            g->ef[i] = cmp_hessian_output_error(&c->acc.hf[tp], c->w[sl], NULL,
+                                                c->rows[sl]);
+    }
+}
+
 /* Quantize n linears of one input group with one candidate method.  s:
  * AWQ scales (NULL = none); hs: the Hessian of x_q / s (NULL when s is).
  * q[i] receive the results, rel[i] the relative output errors against the
- * full-precision model. */
+ * full-precision model (loc[i] on own inputs); g: group_energies. */
 static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                                cmp_qmethod m, int act_order, const float *s,
-                               const cmp_hessian *hs, cmp_qbuf *q,
-                               double *rel, double *loc, mc_error *err)
+                               const cmp_hessian *hs, const group_energy *g,
+                               cmp_qbuf *q, double *rel, double *loc,
+                               mc_error *err)
 {
     int tp = LIN_TAP[slots[0]];
-    const cmp_hessian *h = &c->acc.h[tp], *hf = &c->acc.hf[tp];
+    const cmp_hessian *h = &c->acc.h[tp];
     const double *C = c->acc.c[tp];
     const cmp_hessian *hq = s ? hs : h;
     mc_status st = MC_OK;
@@ -146,10 +171,10 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                     for (uint32_t k = 0; k < K; k++)
                         wc[(size_t)r * K + k] /= s[k];
             double el = cmp_hessian_output_error(h, c->w[sl], wc, R);
-            double dl = cmp_hessian_output_error(h, c->w[sl], NULL, R);
+            double dl = g->dl[i];
             loc[i] = dl > 0.0 ? el / dl : 0.0;
             if (C) {
-                double ef = cmp_hessian_output_error(hf, c->w[sl], NULL, R);
+                double ef = g->ef[i];
                 double cross = 0.0;
                 for (uint32_t r = 0; r < R; r++)
                     cross += bilinear(C, c->w[sl] + (size_t)r * K,
@@ -239,6 +264,8 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
     memset(&hs, 0, sizeof hs);
     cmp_qmethod chosen = CMP_QM_RTN;
     double best_sum = INFINITY;
+    group_energy energy;
+    group_energies(c, slots, n, &energy);
     for (int i = 0; i < n; i++) {
         int sl = slots[i];
         if (!cmp_quant_is_quantized(c->fmt[sl]))
@@ -271,7 +298,7 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
             cmp_awq_scale_hessian(h, s, &hs);
         }
         const float *sk = awq && allow_scale ? s : NULL;
-        if ((st = run_candidate(c, slots, n, m, cao[k], sk, sk ? &hs : NULL, cur,
+        if ((st = run_candidate(c, slots, n, m, cao[k], sk, sk ? &hs : NULL, &energy, cur,
                                 cur_rel, cur_loc, err)) != MC_OK)
             goto done;
         double sum = 0.0;
