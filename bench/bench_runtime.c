@@ -26,40 +26,6 @@ typedef struct shape {
     uint32_t hidden, layers, heads, ffn, vocab;
 } shape;
 
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-
-static float rnd(float scale)
-{
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return ((float)(g_rng >> 40) / 16777216.0f - 0.5f) * 2.0f * scale;
-}
-
-/* Stream one tensor of n elements: value() each, written as dt. */
-static int write_tensor(fmt_st_writer *w, fmt_dtype dt, uint64_t n,
-                        float base, float scale)
-{
-    enum { CH = 1 << 16 };
-    static float buf[CH];
-    static uint16_t half[CH];
-    mc_error e;
-    for (uint64_t i = 0; i < n; i += CH) {
-        size_t k = n - i < CH ? (size_t)(n - i) : CH;
-        for (size_t j = 0; j < k; j++)
-            buf[j] = base + rnd(scale);
-        const void *p = buf;
-        size_t nb = k * 4;
-        if (dt == FMT_DT_BF16) {
-            for (size_t j = 0; j < k; j++)
-                half[j] = fmt_f32_to_bf16(buf[j]);
-            p = half;
-            nb = k * 2;
-        }
-        if (fmt_st_writer_write(w, p, nb, &e))
-            return -1;
-    }
-    return 0;
-}
-
 static int gen_model(const char *dir, const shape *s, fmt_dtype dt)
 {
     const bench_llama_config cfg = {
@@ -67,62 +33,7 @@ static int gen_model(const char *dir, const shape *s, fmt_dtype dt)
         .heads = s->heads, .kv_heads = s->heads, .vocab = s->vocab,
         .max_pos = 2048, .tied = 0,
         .torch_dtype = dt == FMT_DT_BF16 ? "bfloat16" : "float32"};
-    fmt_st_writer *w = bench_start_llama(dir, &cfg);
-    if (!w)
-        return -1;
-    mc_error e;
-    typedef struct t {
-        char name[96];
-        uint64_t r, c;
-        float base, scale;
-    } t;
-    size_t cap = 16 + 9 * (size_t)s->layers, n = 0;
-    t *ts = calloc(cap, sizeof *ts);
-    const uint64_t H = s->hidden, F = s->ffn;
-#define ADD(nm, rr, cc, b, sc)                                                 \
-    do {                                                                       \
-        snprintf(ts[n].name, sizeof ts[n].name, "%s", nm);                     \
-        ts[n].r = rr, ts[n].c = cc, ts[n].base = b, ts[n].scale = sc;          \
-        n++;                                                                   \
-    } while (0)
-    char nm[96];
-    ADD("model.embed_tokens.weight", s->vocab, H, 0, 0.5f);
-    for (uint32_t l = 0; l < s->layers; l++) {
-        const char *sub[] = {"self_attn.q_proj", "self_attn.k_proj",
-                             "self_attn.v_proj", "self_attn.o_proj",
-                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-        const uint64_t rows[] = {H, H, H, H, F, F, H};
-        const uint64_t cols[] = {H, H, H, H, H, H, F};
-        snprintf(nm, sizeof nm, "model.layers.%u.input_layernorm.weight", l);
-        ADD(nm, H, 0, 1.0f, 0.1f);
-        snprintf(nm, sizeof nm,
-                 "model.layers.%u.post_attention_layernorm.weight", l);
-        ADD(nm, H, 0, 1.0f, 0.1f);
-        for (int k = 0; k < 7; k++) {
-            snprintf(nm, sizeof nm, "model.layers.%u.%s.weight", l, sub[k]);
-            ADD(nm, rows[k], cols[k], 0, 0.05f);
-        }
-    }
-    ADD("model.norm.weight", H, 0, 1.0f, 0.1f);
-    ADD("lm_head.weight", s->vocab, H, 0, 0.05f);
-#undef ADD
-    int rc = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        uint64_t shp[2] = {ts[i].r, ts[i].c};
-        rc = fmt_st_writer_add(w, ts[i].name, dt, ts[i].c ? 2 : 1, shp, &e)
-                 ? -1 : 0;
-    }
-    if (!rc)
-        rc = fmt_st_writer_begin_data(w, &e) ? -1 : 0;
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = write_tensor(w, dt, ts[i].r * (ts[i].c ? ts[i].c : 1),
-                          ts[i].base, ts[i].scale);
-    free(ts);
-    if (rc) {
-        fmt_st_writer_abort(w);
-        return -1;
-    }
-    return fmt_st_writer_finish(w, &e) ? -1 : 0;
+    return bench_gen_llama(dir, &cfg, dt, 0x243F6A8885A308D3ull);
 }
 
 typedef struct result {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fmt_dtype.h"
 #include "fmt_safetensors.h"
 #include "kn_ops.h"
 
@@ -168,6 +169,103 @@ static inline fmt_st_writer *bench_start_llama(const char *dir,
     fmt_st_writer *w;
     mc_error e;
     return fmt_st_writer_create(path, &w, &e) ? NULL : w;
+}
+
+/* Values of generated tensors: a 64-bit LCG, uniform in base +- scale. */
+static inline float bench_rnd(uint64_t *state, float base, float scale)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return base + ((float)(*state >> 40) / 16777216.0f - 0.5f) * 2.0f * scale;
+}
+
+/* Stream one tensor of n random elements (base +- scale) as dt (F32 or
+ * BF16).  0, or -1 when the writer fails. */
+static inline int bench_write_random(fmt_st_writer *w, fmt_dtype dt, uint64_t n,
+                                     float base, float scale, uint64_t *state)
+{
+    enum { CH = 1 << 16 };
+    static float buf[CH];
+    static uint16_t half[CH];
+    mc_error e;
+    for (uint64_t i = 0; i < n; i += CH) {
+        size_t k = n - i < CH ? (size_t)(n - i) : CH;
+        for (size_t j = 0; j < k; j++)
+            buf[j] = bench_rnd(state, base, scale);
+        const void *p = buf;
+        size_t nb = k * 4;
+        if (dt == FMT_DT_BF16) {
+            for (size_t j = 0; j < k; j++)
+                half[j] = fmt_f32_to_bf16(buf[j]);
+            p = half;
+            nb = k * 2;
+        }
+        if (fmt_st_writer_write(w, p, nb, &e))
+            return -1;
+    }
+    return 0;
+}
+
+/* A whole random Llama checkpoint of shape c in dir (config.json and
+ * model.safetensors; dt F32 or BF16; head_dim hidden / heads; weights
+ * +-0.05, norms 1 +- 0.1, embeddings +-0.5).  0, or -1. */
+static inline int bench_gen_llama(const char *dir, const bench_llama_config *c,
+                                  fmt_dtype dt, uint64_t seed)
+{
+    fmt_st_writer *w = bench_start_llama(dir, c);
+    if (!w)
+        return -1;
+    mc_error e;
+    typedef struct bench_t {
+        char name[96];
+        uint64_t r, c;
+        float base, scale;
+    } bench_t;
+    size_t cap = 4 + 9 * (size_t)c->layers, n = 0;
+    bench_t *ts = calloc(cap, sizeof *ts);
+    if (!ts) {
+        fmt_st_writer_abort(w);
+        return -1;
+    }
+    const uint64_t H = c->hidden, F = c->ffn;
+    const uint64_t KV = (uint64_t)c->kv_heads * (H / c->heads);
+    snprintf(ts[n].name, 96, "model.embed_tokens.weight");
+    ts[n].r = c->vocab, ts[n].c = H, ts[n].scale = 0.5f, n++;
+    for (uint32_t l = 0; l < c->layers; l++) {
+        static const char *const sub[] = {
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+            "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+            "mlp.down_proj"};
+        const uint64_t rows[] = {H, KV, KV, H, F, F, H};
+        const uint64_t cols[] = {H, H, H, H, H, H, F};
+        snprintf(ts[n].name, 96, "model.layers.%u.input_layernorm.weight", l);
+        ts[n].r = H, ts[n].base = 1.0f, ts[n].scale = 0.1f, n++;
+        snprintf(ts[n].name, 96, "model.layers.%u.post_attention_layernorm.weight", l);
+        ts[n].r = H, ts[n].base = 1.0f, ts[n].scale = 0.1f, n++;
+        for (int k = 0; k < 7; k++) {
+            snprintf(ts[n].name, 96, "model.layers.%u.%s.weight", l, sub[k]);
+            ts[n].r = rows[k], ts[n].c = cols[k], ts[n].scale = 0.05f, n++;
+        }
+    }
+    snprintf(ts[n].name, 96, "model.norm.weight");
+    ts[n].r = H, ts[n].base = 1.0f, ts[n].scale = 0.1f, n++;
+    snprintf(ts[n].name, 96, "lm_head.weight");
+    ts[n].r = c->vocab, ts[n].c = H, ts[n].scale = 0.05f, n++;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        uint64_t shp[2] = {ts[i].r, ts[i].c};
+        rc = fmt_st_writer_add(w, ts[i].name, dt, ts[i].c ? 2 : 1, shp, &e) ? -1 : 0;
+    }
+    if (!rc)
+        rc = fmt_st_writer_begin_data(w, &e) ? -1 : 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = bench_write_random(w, dt, ts[i].r * (ts[i].c ? ts[i].c : 1),
+                                ts[i].base, ts[i].scale, &seed);
+    free(ts);
+    if (rc) {
+        fmt_st_writer_abort(w);
+        return -1;
+    }
+    return fmt_st_writer_finish(w, &e) ? -1 : 0;
 }
 
 #endif /* BENCH_UTIL_H */
