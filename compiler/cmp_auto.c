@@ -28,7 +28,7 @@ static uint64_t fmt_bytes(kn_wformat f, uint32_t rows, uint32_t cols,
 
 mc_status cmp_auto_measure(const rt_model *m, const int32_t *tok,
                            const size_t *off, size_t nseq, uint32_t group,
-                           int rotate, kn_pool *pool, cmp_auto_plan *out,
+                           const cmp_calib_opts *base, cmp_auto_plan *out,
                            mc_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -44,11 +44,17 @@ mc_status cmp_auto_measure(const rt_model *m, const int32_t *tok,
     for (int k = 0; k < 2; k++) {
         cmp_calib_opts o;
         memset(&o, 0, sizeof o);
+        if (base) {
+            o.rotate = base->rotate; /* measured as the calibration will see it */
+            o.pool = base->pool;
+            o.mem_budget = base->mem_budget;
+            o.spill_dir = base->spill_dir;
+            o.stats_on_gpu = base->stats_on_gpu;
+        }
         o.fmt = AUTO_FMT[k];
         o.group = group;
         o.method = CMP_QM_RTN;
-        o.rotate = rotate; /* measured as the final calibration will see it */
-        o.pool = pool;
+        o.force_lean = 0xFu; /* err_local_rtn reads Hq only */
         cmp_calib_result *r = NULL;
         mc_status st = cmp_calib_run(m, tok, off, nseq, &o, &r, err);
         if (st != MC_OK) {

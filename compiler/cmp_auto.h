@@ -49,12 +49,16 @@ typedef struct cmp_auto_plan {
     double err_sum;                 /* sum of the chosen errors */
 } cmp_auto_plan;
 
-/* Step 1 on nseq calibration sequences, rotated (cmp_rotate.h) when
- * rotate is 1, as the calibration that follows will be.  *out filled (free
+/* Step 1 on nseq calibration sequences.  base (NULL: defaults) gives what
+ * the measuring runs share with the calibration that follows: rotate (as
+ * that calibration will be rotated), pool, mem_budget, spill_dir and
+ * stats_on_gpu; its format, method and held-out count are not used.  The
+ * runs collect lean statistics everywhere (err_local needs only Hq), so
+ * they need less memory than the final calibration.  *out filled (free
  * with cmp_auto_free); choices all int4 until cmp_auto_choose. */
 mc_status cmp_auto_measure(const rt_model *m, const int32_t *tok,
                            const size_t *off, size_t nseq, uint32_t group,
-                           int rotate, kn_pool *pool, cmp_auto_plan *out,
+                           const cmp_calib_opts *base, cmp_auto_plan *out,
                            mc_error *err);
 
 /* Step 2 for req (target_bytes, max_batch, max_seq, kv type... as the

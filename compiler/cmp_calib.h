@@ -122,6 +122,9 @@ typedef struct cmp_calib_opts {
                                 (cmp_gpu_stats.h); MC_ERR_UNSUPPORTED when
                                 there is none.  Same sums up to summation
                                 order; everything else stays on the CPU */
+    unsigned force_lean;     /* tap points (bit KN_TAP_*) collected lean
+                                whatever the budget: for a caller that
+                                reads only err_local (auto precision) */
     kn_pool *pool;           /* threads for the forward passes, or NULL */
     void (*progress)(void *ctx, const cmp_calib_progress *p);
     void *progress_ctx;
@@ -179,9 +182,9 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                            size_t nseq, const cmp_calib_opts *o,
                            unsigned lean, cmp_calib_mem *out, mc_error *err);
 
-/* The plan cmp_calib_run follows: lean = 0 when o->mem_budget is 0 or the
- * estimate fits; else tap points go lean, widest input first (down, then
- * o, qkv, gate/up), until it fits.  MC_ERR_NOMEM with the breakdown when
+/* The plan cmp_calib_run follows: lean = o->force_lean when o->mem_budget
+ * is 0 or the estimate fits; else more tap points go lean, widest input
+ * first (down, then o, qkv, gate/up), until it fits.  MC_ERR_NOMEM with the breakdown when
  * nothing fits the budget. */
 mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
                                 size_t nseq, const cmp_calib_opts *o,

@@ -320,7 +320,7 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
     /* widest input first: down, o, qkv, gate/up */
     static const unsigned order[4] = {1u << KN_TAP_DOWN_IN, 1u << KN_TAP_O_IN,
                                       1u << KN_TAP_QKV_IN, 1u << KN_TAP_GATE_UP_IN};
-    unsigned lean = 0;
+    unsigned lean = o->force_lean & 0xFu;
     mc_status st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
     for (int k = 0; st == MC_OK && o->mem_budget && out->peak > o->mem_budget && k < 4; k++) {
         lean |= order[k];

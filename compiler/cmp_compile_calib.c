@@ -259,6 +259,16 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     if (rotate)
         cmp_plan_untie_for_rotation(cfg, &req->policy,
                                     s->m->embed.fmt == KN_W_F32);
+    /* What both calibration runs share: threads, rotation, the memory
+     * budget, the spill directory, the device for the statistics. */
+    cmp_calib_opts co;
+    memset(&co, 0, sizeof co);
+    co.rotate = rotate;
+    co.pool = s->pool;
+    co.mem_budget = calib_budget(o);
+    co.stats_on_gpu = o->calib_gpu;
+    char dir[4096];
+    co.spill_dir = o->out ? dir_of(o->out, dir, sizeof dir) : NULL;
     if (o->quant_auto) {
         uint32_t group = req->policy.group ? req->policy.group : 128;
         cmp_wpolicy keep = req->policy; /* the lm_head choices survive */
@@ -269,7 +279,7 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
         req->policy.lm_head_fmt = keep.lm_head_fmt;
         uint64_t other;
         if ((st = other_bytes(cfg, &req->policy, &other, err)) != MC_OK ||
-            (st = cmp_auto_measure(s->m, tok, off, ncal, group, rotate, s->pool,
+            (st = cmp_auto_measure(s->m, tok, off, ncal, group, &co,
                                    &s->autoplan, err)) != MC_OK)
             return st;
         s->is_auto = 1;
@@ -278,19 +288,11 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
         snprintf(req->policy.quant, sizeof req->policy.quant, "auto");
         req->policy.linear_fmt = s->autoplan.tensor_fmt;
     }
-    cmp_calib_opts co;
-    memset(&co, 0, sizeof co);
     co.fmt = req->policy.linear;
     co.group = req->policy.group;
     co.method = o->method;
     co.tensor_fmt = req->policy.linear_fmt;
     co.heldout = s->heldout;
-    co.rotate = rotate;
-    co.pool = s->pool;
-    co.mem_budget = calib_budget(o);
-    co.stats_on_gpu = o->calib_gpu;
-    char dir[4096];
-    co.spill_dir = o->out ? dir_of(o->out, dir, sizeof dir) : NULL;
     co.progress = o->progress;
     co.progress_ctx = o->progress_ctx;
     return cmp_calib_run(s->m, tok, off, nseq, &co, &s->r, err);

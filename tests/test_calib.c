@@ -187,7 +187,7 @@ static void test_auto_precision_fits_target(void **state)
     size_t *off;
     rt_model *m = tu_fixture_open("llama", 4, 32, &path, &tok, &off);
     cmp_auto_plan a;
-    assert_int_equal(cmp_auto_measure(m, tok, off, 4, 32, 0, NULL, &a, NULL), MC_OK);
+    assert_int_equal(cmp_auto_measure(m, tok, off, 4, 32, NULL, &a, NULL), MC_OK);
     for (size_t i = 0; i < a.n; i++) {
         assert_true(a.t[i].err[CMP_AUTO_Q4] > a.t[i].err[CMP_AUTO_Q8]);
         assert_true(a.t[i].bytes[CMP_AUTO_Q4] < a.t[i].bytes[CMP_AUTO_Q8]);
