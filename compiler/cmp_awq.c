@@ -65,7 +65,7 @@ uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols)
     uint64_t n = cols;
     return req(n * sizeof(float)) +                                   /* s */
            req((uint64_t)search_chunk(maxrows, cols) * n * sizeof(float)) + /* ws */
-           req(n * sizeof(double));                                   /* d */
+           req(n * CMP_OERR_ROWS * sizeof(double));                   /* d */
 }
 
 mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
@@ -83,7 +83,7 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
     size_t chunk = search_chunk(maxrows, cols);
     float *s = mc_malloc_array(cols, sizeof(float));
     float *ws = mc_malloc_array(chunk * cols, sizeof(float));
-    double *d = mc_malloc_array(cols, sizeof(double));
+    double *d = mc_malloc_array((size_t)cols * CMP_OERR_ROWS, sizeof(double));
     if (!s || !ws || !d) {
         mc_free(s);
         mc_free(ws);

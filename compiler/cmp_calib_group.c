@@ -10,23 +10,47 @@
 #include "cmp_awq.h"
 #include "cmp_calib_internal.h"
 #include "cmp_gptq.h"
+#include "cmp_lanes.h"
 #include "mc_alloc.h"
 
-/* sum_i a_i sum_j M_ij b_j for full M [n][n]. */
-static double bilinear(const double *M, const float *a, const float *b,
-                       size_t n)
+/* The terms sum_i a_ri sum_j M_ij b_rj of nl rows (nl = CMP_LANES rows
+ * sr apart, or nl = 1 with sr = 0: every lane then computes the same row)
+ * added to *total in row order. */
+static void cross_rows(const double *M, const float *a, const float *b,
+                       size_t n, uint32_t nl, size_t sr, double *total)
 {
-    double s = 0.0;
+    double s[CMP_LANES] = {0};
     for (size_t i = 0; i < n; i++) {
-        if (a[i] == 0.0f)
+        int live = 0;
+        for (uint32_t r = 0; r < nl; r++)
+            live |= a[r * sr + i] != 0.0f;
+        if (!live)
             continue;
-        const double *mi = M + i * n;
-        double t = 0.0;
-        for (size_t j = 0; j < n; j++)
-            t += mi[j] * b[j];
-        s += a[i] * t;
+        double t[CMP_LANES] = {0};
+        cmp_lanes_dot_f(t, 1.0, M + i * n, b, 1, sr, 0, n);
+        for (uint32_t r = 0; r < nl; r++)
+            if (a[r * sr + i] != 0.0f)
+                s[r] += a[r * sr + i] * t[r];
     }
-    return s;
+    for (uint32_t r = 0; r < nl; r++)
+        *total += s[r];
+}
+
+/* sum over rows r of sum_i a_ri sum_j M_ij b_rj, for full M [n][n] and
+ * a, b [rows][n]: the cross term of an output error against the
+ * full-precision model.  Eight rows share each pass over M; every row's
+ * terms are formed and summed in the order of that row alone and rows are
+ * added in order, so the result does not depend on the blocking. */
+static double cross_energy(const double *M, const float *a, const float *b,
+                           uint32_t rows, size_t n)
+{
+    double total = 0.0;
+    uint32_t r = 0;
+    for (; r + CMP_LANES <= rows; r += CMP_LANES)
+        cross_rows(M, a + (size_t)r * n, b + (size_t)r * n, n, CMP_LANES, n, &total);
+    for (; r < rows; r++)
+        cross_rows(M, a + (size_t)r * n, b + (size_t)r * n, n, 1, 0, &total);
+    return total;
 }
 
 int cmp_calib_is_awq(cmp_qmethod m)
@@ -175,10 +199,7 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
             loc[i] = dl > 0.0 ? el / dl : 0.0;
             if (C) {
                 double ef = g->ef[i];
-                double cross = 0.0;
-                for (uint32_t r = 0; r < R; r++)
-                    cross += bilinear(C, c->w[sl] + (size_t)r * K,
-                                      wc + (size_t)r * K, K);
+                double cross = cross_energy(C, c->w[sl], wc, R, K);
                 double eq = cmp_hessian_output_error(h, wc, NULL, R);
                 double e = ef - 2.0 * cross + eq;
                 rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmp_lanes.h"
 #include "mc_alloc.h"
 
 #define HCHUNK 64 /* tokens per transposed chunk in cmp_hessian_add */
@@ -118,30 +119,52 @@ void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
                                   const float *q, uint32_t rows, double *d,
                                   double *total)
 {
+    /* CMP_OERR_ROWS rows at a time, their differences interleaved
+     * (d[j * CMP_OERR_ROWS + r]): each packed Hessian row is read once
+     * for all of them, and their sums are independent chains where one
+     * row's sum is a chain of dependent additions.  Every row's own
+     * operations and their order are those of one row alone, so the
+     * result does not depend on the blocking.  Unused lanes of a short
+     * last block hold zeros and are not added. */
+    enum { B = CMP_OERR_ROWS };
+    _Static_assert(CMP_OERR_ROWS == CMP_LANES, "one row per lane");
     size_t n = h->cols;
-    for (uint32_t r = 0; r < rows; r++) {
+    for (uint32_t r0 = 0; r0 < rows; r0 += B) {
+        uint32_t nr = rows - r0 < B ? rows - r0 : B;
         for (size_t j = 0; j < n; j++)
-            d[j] = (double)w[r * n + j] - (q ? q[r * n + j] : 0.0f);
-        double s = 0.0;
+            for (uint32_t r = 0; r < B; r++) {
+                size_t at = (size_t)(r0 + r) * n + j;
+                d[j * B + r] = r < nr ? (double)w[at] - (q ? q[at] : 0.0f) : 0.0;
+            }
+        double s[B] = {0};
         for (size_t i = 0; i < n; i++) {
-            if (d[i] == 0.0)
+            const double *di = d + i * B;
+            int live = 0;
+            for (uint32_t r = 0; r < B; r++)
+                live |= di[r] != 0.0;
+            if (!live)
                 continue;
             const double *row = hrow(h, i);
-            double acc = row[i] * d[i];
-            for (size_t j = i + 1; j < n; j++)
-                acc += 2.0 * row[j] * d[j];
-            s += d[i] * acc;
+            double acc[B];
+            for (uint32_t r = 0; r < B; r++)
+                acc[r] = row[i] * di[r];
+            cmp_lanes_dot(acc, 2.0, row, d, B, 1, i + 1, n);
+            for (uint32_t r = 0; r < B; r++)
+                if (di[r] != 0.0)
+                    s[r] += di[r] * acc[r];
         }
-        *total += s;
+        for (uint32_t r = 0; r < nr; r++)
+            *total += s[r];
     }
 }
 
-/* Widths up to this keep the difference row on the stack. */
-#define OERR_STACK 1024
+/* Widths up to this keep the difference rows on the stack (32 KiB). */
+#define OERR_STACK (4096 / CMP_OERR_ROWS)
 
 uint64_t cmp_hessian_output_error_work_bytes(uint32_t cols)
 {
-    return cols <= OERR_STACK ? 0 : (uint64_t)cols * sizeof(double);
+    return cols <= OERR_STACK ? 0
+                              : (uint64_t)cols * CMP_OERR_ROWS * sizeof(double);
 }
 
 double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
@@ -149,8 +172,9 @@ double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
 {
     size_t n = h->cols;
     double total = 0.0;
-    double d[OERR_STACK];
-    double *dd = n <= OERR_STACK ? d : mc_malloc_array(n, sizeof(double));
+    double d[OERR_STACK * CMP_OERR_ROWS];
+    double *dd = n <= OERR_STACK ? d
+                                 : mc_malloc_array(n * CMP_OERR_ROWS, sizeof(double));
     if (!dd)
         return NAN;
     cmp_hessian_output_error_add(h, w, q, rows, dd, &total);
@@ -511,7 +535,8 @@ done:
 uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols)
 {
     uint64_t n = cols;
-    return req(n * n * sizeof(double)) + req(2 * n * sizeof(double));
+    return req(n * n * sizeof(double)) +
+           req(2 * n * CMP_RETARGET_ROWS * sizeof(double));
 }
 
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
@@ -519,8 +544,10 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             float *out, mc_error *err)
 {
     size_t n = hq->cols;
+    enum { B = CMP_RETARGET_ROWS };
+    _Static_assert(CMP_RETARGET_ROWS == CMP_LANES, "one row per lane");
     double *A = mc_malloc_array(n * n, sizeof(double));
-    double *z = mc_malloc_array(2 * n, sizeof(double));
+    double *z = mc_malloc_array(2 * n * B, sizeof(double));
     if (!A || !z) {
         mc_free(A);
         mc_free(z);
@@ -551,35 +578,61 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
         return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
                        "input Hessian is not positive definite");
     }
-    double *b = z, *y = z + n;
-    for (uint32_t r = 0; r < rows; r++) {
-        const float *wr = w + (size_t)r * n;
-        /* b = C^T w_r */
-        for (size_t j = 0; j < n; j++)
+    /* L^T into the upper triangle, so that the back substitution reads
+     * rows (the same values in the same order as walking L's columns). */
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            A[i * n + k] = A[k * n + i];
+    /* B rows at a time, interleaved (x[j * B + r]): each pass over C and L
+     * serves all of them, and their sums are independent chains.  Every
+     * row's own operations, and their order, are those of the row alone;
+     * the unused lanes of a short last block solve for zeros. */
+    double *b = z, *y = z + n * B;
+    for (uint32_t r0 = 0; r0 < rows; r0 += B) {
+        uint32_t nr = rows - r0 < B ? rows - r0 : B;
+        const float *wb = w + (size_t)r0 * n;
+        /* b = C^T w_r; a zero w_ri adds nothing (as in the one-row sum) */
+        for (size_t j = 0; j < n * B; j++)
             b[j] = 0.0;
         for (size_t i = 0; i < n; i++) {
-            double wi = wr[i];
-            if (wi == 0.0)
-                continue;
             const double *ci = c + i * n;
-            for (size_t j = 0; j < n; j++)
-                b[j] += wi * ci[j];
+            double wi[B];
+            int live = 0;
+            for (uint32_t r = 0; r < B; r++) {
+                wi[r] = r < nr ? wb[(size_t)r * n + i] : 0.0;
+                live += wi[r] != 0.0;
+            }
+            if (live == B) {
+                cmp_lanes_axpy(b, wi, ci, n);
+            } else if (live) {
+                for (uint32_t r = 0; r < B; r++)
+                    if (wi[r] != 0.0)
+                        for (size_t j = 0; j < n; j++)
+                            b[j * B + r] += wi[r] * ci[j];
+            }
         }
         /* Solve L L^T x = b. */
         for (size_t i = 0; i < n; i++) {
-            double t = b[i];
-            for (size_t k = 0; k < i; k++)
-                t -= A[i * n + k] * y[k];
-            y[i] = t / A[i * n + i];
+            double t[B];
+            for (uint32_t r = 0; r < B; r++)
+                t[r] = b[i * B + r];
+            const double *li = A + i * n;
+            cmp_lanes_dot(t, -1.0, li, y, B, 1, 0, i);
+            for (uint32_t r = 0; r < B; r++)
+                y[i * B + r] = t[r] / li[i];
         }
         for (size_t i = n; i-- > 0;) {
-            double t = y[i];
-            for (size_t k = i + 1; k < n; k++)
-                t -= A[k * n + i] * b[k];
-            b[i] = t / A[i * n + i];
+            double t[B];
+            for (uint32_t r = 0; r < B; r++)
+                t[r] = y[i * B + r];
+            const double *ui = A + i * n;
+            cmp_lanes_dot(t, -1.0, ui, b, B, 1, i + 1, n);
+            for (uint32_t r = 0; r < B; r++)
+                b[i * B + r] = t[r] / ui[i];
         }
-        for (size_t j = 0; j < n; j++)
-            out[(size_t)r * n + j] = (float)b[j];
+        for (uint32_t r = 0; r < nr; r++)
+            for (size_t j = 0; j < n; j++)
+                out[(size_t)(r0 + r) * n + j] = (float)b[j * B + r];
     }
     mc_free(A);
     mc_free(z);

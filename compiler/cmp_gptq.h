@@ -178,16 +178,20 @@ uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups);
  * the Hessian sum (= sum_t ||(W - Q) x_t||^2 over the added tokens).  w, q:
  * [rows][cols] float32; q NULL means zeros (then the result is the output
  * energy tr(W H W^T)).  Double accumulation; NaN if work space for a width
- * over 1024 cannot be allocated. */
+ * over 512 cannot be allocated. */
 double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
                                 const float *q, uint32_t rows);
-/* Peak bytes cmp_hessian_output_error allocates: 0 up to 1024 columns (its
- * difference row lives on the stack), cols * 8 above. */
+/* Rows whose output errors are computed together (one pass over H for
+ * all of them); the scratch holds this many difference rows. */
+#define CMP_OERR_ROWS 8u
+/* Peak bytes cmp_hessian_output_error allocates: 0 up to 512 columns (its
+ * difference rows live on the stack), cols * CMP_OERR_ROWS * 8 above. */
 uint64_t cmp_hessian_output_error_work_bytes(uint32_t cols);
 /* The same error without allocating: adds the rows' terms to *total in
  * the order cmp_hessian_output_error sums them, so splitting the rows
- * into consecutive calls gives the same sum, bit for bit.  d: scratch
- * [cols] doubles. */
+ * into consecutive calls gives the same sum, bit for bit (each row's
+ * term does not depend on the rows computed with it).  d: scratch
+ * [CMP_OERR_ROWS * cols] doubles. */
 void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
                                   const float *q, uint32_t rows, double *d,
                                   double *total);
@@ -205,9 +209,12 @@ void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             const float *w, uint32_t rows, double damp,
                             float *out, mc_error *err);
+/* Rows of W retargeted together (one pass over C and the factor for all). */
+#define CMP_RETARGET_ROWS 8u
 /* Peak bytes cmp_gptq_retarget allocates: one [cols][cols] double matrix
- * (the Cholesky factor of Hq + lambda I, in place) and two vectors:
- * cols^2 * 8 + cols * 16. */
+ * (the Cholesky factor of Hq + lambda I, in place, mirrored into the upper
+ * triangle) and two vectors per row of a block:
+ * cols^2 * 8 + cols * CMP_RETARGET_ROWS * 16. */
 uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols);
 
 #endif /* CMP_GPTQ_H */
