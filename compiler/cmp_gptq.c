@@ -697,16 +697,61 @@ static double scale_objective(const double *M, const double *rhs,
 
 uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups)
 {
-    uint64_t K = cols, G = groups;
-    return 2 * req(K * sizeof(double)) +             /* hw, a */
-           2 * req(G * G * sizeof(double)) +         /* M, Mc */
+    uint64_t K = cols, G = groups, B = CMP_LANES;
+    return 3 * req(K * B * sizeof(double)) +         /* hw, a, wd */
+           req(G * G * B * sizeof(double)) +         /* M, one per lane */
+           req(G * G * sizeof(double)) +             /* Mc */
            3 * req(G * sizeof(double)) +             /* rhs, s, s0 */
-           req(G * sizeof(cmp_qparam));              /* p0 */
+           req(G * B * sizeof(cmp_qparam));          /* p0 */
+}
+
+/* The refit's sums for one block of nr <= CMP_LANES rows starting at r0,
+ * each row on its own lane (lanes past nr see zero codes and weights):
+ * M_gk = a_g^T H a_k into M + lane * G * G and hw = H w interleaved
+ * (hw[j * CMP_LANES + lane]), in one pass over the stored upper triangle,
+ * row by row (contiguous): each off-diagonal H_ij counts for (i, j) and
+ * (j, i).  a, wd: the codes at unit scale and the weights, interleaved.
+ * Every lane's sums are formed in the order of its row alone. */
+static void refit_sums(const cmp_hessian *h, uint32_t span, uint32_t G,
+                       const double *a, const double *wd, double *M,
+                       double *hw)
+{
+    enum { B = CMP_LANES };
+    uint32_t K = h->cols;
+    memset(M, 0, (size_t)G * G * B * sizeof(double));
+    memset(hw, 0, (size_t)K * B * sizeof(double));
+    for (uint32_t i = 0; i < K; i++) {
+        const double *Ui = hrow(h, i);
+        uint32_t gi = i / span;
+        const double *ai = a + (size_t)i * B, *wi = wd + (size_t)i * B;
+        double hwi[B];
+        for (uint32_t r = 0; r < B; r++) {
+            hwi[r] = Ui[i] * wi[r];
+            M[(size_t)r * G * G + (size_t)gi * G + gi] += Ui[i] * ai[r] * ai[r];
+        }
+        for (uint32_t j0 = i + 1; j0 < K;) {
+            uint32_t gj = j0 / span;
+            uint32_t j1 = (gj + 1) * span < K ? (gj + 1) * span : K;
+            double sa[B] = {0};
+            cmp_lanes_dot(sa, 1.0, Ui, a, B, 1, j0, j1);
+            cmp_lanes_dot(hwi, 1.0, Ui, wd, B, 1, j0, j1);
+            cmp_lanes_axpy(hw + (size_t)j0 * B, wi, Ui + j0, j1 - j0);
+            for (uint32_t r = 0; r < B; r++) {
+                double *Mr = M + (size_t)r * G * G;
+                Mr[(size_t)gi * G + gj] += ai[r] * sa[r];
+                Mr[(size_t)gj * G + gi] += ai[r] * sa[r];
+            }
+            j0 = j1;
+        }
+        for (uint32_t r = 0; r < B; r++)
+            hw[(size_t)i * B + r] += hwi[r];
+    }
 }
 
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, mc_error *err)
 {
+    enum { B = CMP_LANES };
     mc_status st = cmp_qbuf_check(q, err);
     if (st != MC_OK)
         return st;
@@ -714,91 +759,79 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
                        "Hessian width %u, matrix width %u", h->cols, q->cols);
     uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
-    double *hw = mc_malloc_array(K, sizeof(double));
-    double *M = mc_malloc_array((size_t)G * G, sizeof(double));
+    double *hw = mc_malloc_array((size_t)K * B, sizeof(double));
+    double *a = mc_malloc_array((size_t)K * B, sizeof(double));
+    double *wd = mc_malloc_array((size_t)K * B, sizeof(double));
+    double *M = mc_malloc_array((size_t)G * G * B, sizeof(double));
     double *Mc = mc_malloc_array((size_t)G * G, sizeof(double));
     double *rhs = mc_malloc_array(G, sizeof(double));
     double *s = mc_malloc_array(G, sizeof(double));
     double *s0 = mc_malloc_array(G, sizeof(double));
-    double *a = mc_malloc_array(K, sizeof(double));
-    cmp_qparam *p0 = mc_malloc_array(G, sizeof(cmp_qparam));
-    if (!hw || !M || !Mc || !rhs || !s || !s0 || !a || !p0) {
+    cmp_qparam *p0 = mc_malloc_array((size_t)G * B, sizeof(cmp_qparam));
+    if (!hw || !a || !wd || !M || !Mc || !rhs || !s || !s0 || !p0) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
         goto done;
     }
-    for (uint32_t r = 0; r < q->rows; r++) {
-        const float *wr = w + (size_t)r * K;
+    for (uint32_t r0 = 0; r0 < q->rows; r0 += B) {
+        uint32_t nr = q->rows - r0 < B ? q->rows - r0 : B;
         /* a: the codes at unit scale (group g holds columns g*span ..) */
-        for (uint32_t g = 0; g < G; g++) {
-            p0[g] = cmp_qbuf_get_param(q, r, g);
-            s0[g] = p0[g].scale;
-            uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
-            for (uint32_t c = g * span; c < c1; c++)
-                a[c] = (double)(cmp_qbuf_get_code(q, r, c) - p0[g].zero);
-        }
-        /* M_gk = a_g^T H a_k and hw = H w in one pass over the stored
-         * upper triangle, row by row (contiguous): each off-diagonal
-         * H_ij counts for (i, j) and (j, i). */
-        memset(M, 0, (size_t)G * G * sizeof(double));
-        memset(hw, 0, K * sizeof(double));
-        for (uint32_t i = 0; i < K; i++) {
-            const double *Ui = hrow(h, i);
-            uint32_t gi = i / span;
-            double ai = a[i], wi = (double)wr[i], hwi = Ui[i] * wi;
-            M[(size_t)gi * G + gi] += Ui[i] * ai * ai;
-            for (uint32_t j0 = i + 1; j0 < K;) {
-                uint32_t gj = j0 / span;
-                uint32_t j1 = (gj + 1) * span < K ? (gj + 1) * span : K;
-                double sa = 0.0;
-                for (uint32_t j = j0; j < j1; j++) {
-                    double hij = Ui[j];
-                    sa += hij * a[j];
-                    hwi += hij * (double)wr[j];
-                    hw[j] += hij * wi;
+        for (uint32_t r = 0; r < B; r++)
+            for (uint32_t g = 0; g < G; g++) {
+                cmp_qparam pg = {0.0f, 0};
+                if (r < nr)
+                    pg = cmp_qbuf_get_param(q, r0 + r, g);
+                p0[(size_t)r * G + g] = pg;
+                uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
+                for (uint32_t c = g * span; c < c1; c++) {
+                    size_t at = (size_t)c * B + r;
+                    a[at] = r < nr ? (double)(cmp_qbuf_get_code(q, r0 + r, c) - pg.zero) : 0.0;
+                    wd[at] = r < nr ? (double)w[(size_t)(r0 + r) * K + c] : 0.0;
                 }
-                M[(size_t)gi * G + gj] += ai * sa;
-                M[(size_t)gj * G + gi] += ai * sa;
-                j0 = j1;
             }
-            hw[i] += hwi;
+        refit_sums(h, span, G, a, wd, M, hw);
+        for (uint32_t r = 0; r < nr; r++) {
+            const double *Mr = M + (size_t)r * G * G;
+            const cmp_qparam *pr = p0 + (size_t)r * G;
+            for (uint32_t g = 0; g < G; g++) {
+                s0[g] = pr[g].scale;
+                uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
+                double t = 0.0;
+                for (uint32_t c = g * span; c < c1; c++)
+                    t += a[(size_t)c * B + r] * hw[(size_t)c * B + r];
+                rhs[g] = t;
+            }
+            memcpy(Mc, Mr, (size_t)G * G * sizeof(double));
+            memcpy(s, rhs, G * sizeof(double));
+            if (spd_solve(Mc, s, G) != 0)
+                continue; /* codes without the rank to refit: keep */
+            /* store (rounding to the stored precision), compare, keep the
+             * better of the two */
+            int ok = 1;
+            for (uint32_t g = 0; g < G && ok; g++)
+                ok = isfinite(s[g]) && (q->fmt == KN_W_Q4S || s[g] >= 0.0);
+            if (!ok)
+                continue;
+            for (uint32_t g = 0; g < G; g++) {
+                cmp_qparam p = {(float)s[g], pr[g].zero};
+                cmp_qbuf_set_param(q, r0 + r, g, p);
+                s[g] = cmp_qbuf_get_param(q, r0 + r, g).scale;
+            }
+            if (scale_objective(Mr, rhs, s, G) >= scale_objective(Mr, rhs, s0, G))
+                for (uint32_t g = 0; g < G; g++)
+                    cmp_qbuf_set_param(q, r0 + r, g, pr[g]);
         }
-        for (uint32_t g = 0; g < G; g++) {
-            uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
-            double t = 0.0;
-            for (uint32_t c = g * span; c < c1; c++)
-                t += a[c] * hw[c];
-            rhs[g] = t;
-        }
-        memcpy(Mc, M, (size_t)G * G * sizeof(double));
-        memcpy(s, rhs, G * sizeof(double));
-        if (spd_solve(Mc, s, G) != 0)
-            continue; /* codes without the rank to refit: keep */
-        /* store (rounding to the stored precision), compare, keep the
-         * better of the two */
-        int ok = 1;
-        for (uint32_t g = 0; g < G && ok; g++)
-            ok = isfinite(s[g]) && (q->fmt == KN_W_Q4S || s[g] >= 0.0);
-        if (!ok)
-            continue;
-        for (uint32_t g = 0; g < G; g++) {
-            cmp_qparam p = {(float)s[g], p0[g].zero};
-            cmp_qbuf_set_param(q, r, g, p);
-            s[g] = cmp_qbuf_get_param(q, r, g).scale;
-        }
-        if (scale_objective(M, rhs, s, G) >= scale_objective(M, rhs, s0, G))
-            for (uint32_t g = 0; g < G; g++)
-                cmp_qbuf_set_param(q, r, g, p0[g]);
     }
     if (deq)
         cmp_dequant_matrix(q, deq);
 done:
     mc_free(hw);
+    mc_free(a);
+    mc_free(wd);
     mc_free(M);
     mc_free(Mc);
     mc_free(rhs);
     mc_free(s);
     mc_free(s0);
-    mc_free(a);
     mc_free(p0);
     return st;
 }

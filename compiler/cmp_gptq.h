@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cmp_lanes.h"
 #include "cmp_quant.h"
 #include "mc_error.h"
 
@@ -163,15 +164,17 @@ mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
  * old and the refit scales (rounded to their stored precision) gives the
  * smaller error, so the error never grows.  After GPTQ this recovers part
  * of what fixing the group parameters at each group start lost.  deq
- * (optional) receives the dequantized result.  Cost per row: one pass
- * over H's upper triangle (cols^2 / 2, contiguous) + groups^3; work space
- * 2 groups^2 + 2 cols doubles (cmp_gptq_refit_work_bytes).  MC_ERR_NOMEM,
- * MC_ERR_INVALID_ARG (widths differ). */
+ * (optional) receives the dequantized result.  Cost: one pass over H's
+ * upper triangle (cols^2 / 2, contiguous) per CMP_LANES rows, which share
+ * it, + groups^3 per row; work space (cmp_gptq_refit_work_bytes) holds
+ * each of those rows' groups^2 sums.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG
+ * (widths differ). */
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, mc_error *err);
 /* Peak bytes cmp_gptq_refit_scales allocates (groups = parameter sets per
- * row, 1 for Q8): cols * 16 + groups^2 * 16 + groups * (24 +
- * sizeof(cmp_qparam)), each allocation at least 1 byte. */
+ * row, 1 for Q8; L = CMP_LANES): cols * L * 24 + groups^2 * (L + 1) * 8 +
+ * groups * (24 + L * sizeof(cmp_qparam)), each allocation at least 1
+ * byte. */
 uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups);
 
 /* Output error of a replacement weight: tr((W - Q) Hs (W - Q)^T) where Hs is
