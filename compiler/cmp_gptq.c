@@ -97,7 +97,16 @@ void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
         for (size_t i = 0; i < n; i++) {
             const double *xi = h->xt + i * HCHUNK;
             double *row = hrow(h, i);
-            for (size_t j = i; j < n; j++) {
+            size_t j = i;
+            /* eight elements of the row at a time (cmp_lanes.h), each
+             * summed over the tokens in the order of the plain loop */
+            for (; j + CMP_LANES <= n; j += CMP_LANES) {
+                double acc[CMP_LANES] = {0};
+                cmp_lanes_dot(acc, 1.0, xi, h->xt + j * HCHUNK, 1, HCHUNK, 0, m);
+                for (size_t r = 0; r < CMP_LANES; r++)
+                    row[j + r] += acc[r];
+            }
+            for (; j < n; j++) {
                 const double *xj = h->xt + j * HCHUNK;
                 double s = 0.0;
                 for (size_t t = 0; t < m; t++)
@@ -195,9 +204,21 @@ static int cholesky_lower(double *a, size_t n)
             return -1;
         double d = sqrt(s);
         a[j * n + j] = d;
-        for (size_t i = j + 1; i < n; i++) {
+        const double *rj = a + j * n;
+        size_t i = j + 1;
+        /* eight rows at a time (cmp_lanes.h): t - (-rj[k]) ri[k] is the
+         * plain loop's t - ri[k] rj[k], in the same order */
+        for (; i + CMP_LANES <= n; i += CMP_LANES) {
+            double t[CMP_LANES];
+            for (size_t r = 0; r < CMP_LANES; r++)
+                t[r] = a[(i + r) * n + j];
+            cmp_lanes_dot(t, -1.0, rj, a + i * n, 1, n, 0, j);
+            for (size_t r = 0; r < CMP_LANES; r++)
+                a[(i + r) * n + j] = t[r] / d;
+        }
+        for (; i < n; i++) {
             double t = a[i * n + j];
-            const double *ri = a + i * n, *rj = a + j * n;
+            const double *ri = a + i * n;
             for (size_t k = 0; k < j; k++)
                 t -= ri[k] * rj[k];
             a[i * n + j] = t / d;
