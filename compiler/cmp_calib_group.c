@@ -9,6 +9,7 @@
 
 #include "cmp_awq.h"
 #include "cmp_calib_internal.h"
+#include "cmp_descend.h"
 #include "cmp_gptq.h"
 #include "cmp_lanes.h"
 #include "mc_alloc.h"
@@ -182,6 +183,12 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                     st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, err);
                 if (st == MC_OK && c->fmt[sl] != KN_W_Q8)
                     st = regptq(ws, hq, &go, &q[i], wc, R, err);
+                /* GPTQ never revisits a rounding: descend the codes to a
+                 * local minimum, then refit the scales to them */
+                if (st == MC_OK)
+                    st = cmp_descend_codes(ws, hq, &q[i], wc, 0, NULL, err);
+                if (st == MC_OK)
+                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, err);
             } else {
                 st = cmp_quant_matrix(wc, NULL, &q[i], err);
                 if (st == MC_OK)

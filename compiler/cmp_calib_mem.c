@@ -11,6 +11,7 @@
 
 #include "cmp_awq.h"
 #include "cmp_calib_internal.h"
+#include "cmp_descend.h"
 #include "cmp_gpu_stats.h"
 #include "cmp_gptq.h"
 #include "mc_alloc.h"
@@ -77,7 +78,8 @@ static uint64_t stats_bytes(const mem_ctx *m, int p, int full)
 
 /* run_candidate's work for one linear, over every candidate method the
  * group may try (cmp_calib_group.c): ws and wc, then the largest of
- * retarget, AWQ clipping, GPTQ, the scale refit and the error measures. */
+ * retarget, AWQ clipping, GPTQ, the scale refit, the code descent and the
+ * error measures. */
 static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
                                 int lean)
 {
@@ -98,6 +100,7 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
     if (gptq) {
         uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128)),
                             work(cmp_gptq_refit_work_bytes(K, ngroups)));
+        g = u64max(g, work(cmp_descend_work_bytes(K)));
         /* int4: regptq's second set of buffers and dequantized copy */
         if (f != KN_W_Q8)
             g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));

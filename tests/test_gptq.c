@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmp_descend.h"
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
@@ -682,6 +683,88 @@ static void test_gptq_keep_params_reproduces_codes(void **state)
     free(X);
 }
 
+/* ---- code descent --------------------------------------------------- */
+
+/* From RTN codes, the descent lowers the output error, keeps every group
+ * parameter, leaves deq equal to the dequantized codes, never moves a dead
+ * input's code, and stops at a local minimum: no single code step inside
+ * the format's range lowers any row's error. */
+static void check_descent(kn_wformat f)
+{
+    uint32_t rows = 11, cols = 40; /* ragged last group at 32 */
+    size_t T = 160;
+    float *X = correlated_inputs(T, cols);
+    for (size_t t = 0; t < T; t++)
+        X[t * cols + 6] = 0.0f; /* dead input */
+    cmp_hessian h;
+    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
+    cmp_hessian_add(&h, X, T);
+    float *w = rand_w(rows, cols);
+    qm m;
+    qm_init(&m, f, rows, cols, 32);
+    assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
+    float *deq = malloc((size_t)rows * cols * sizeof(float));
+    float *chk = malloc((size_t)rows * cols * sizeof(float));
+    cmp_dequant_matrix(&m.b, deq);
+    int dead0[11];
+    for (uint32_t r = 0; r < rows; r++)
+        dead0[r] = cmp_qbuf_get_code(&m.b, r, 6);
+    size_t sb = kn_wformat_scale_bytes(f, rows, cols, 32);
+    size_t zb = kn_wformat_zero_bytes(f, rows, cols, 32);
+    void *sc0 = malloc(sb), *z0 = malloc(zb ? zb : 1);
+    memcpy(sc0, m.scales, sb);
+    if (zb)
+        memcpy(z0, m.zeros, zb);
+    double e0 = cmp_hessian_output_error(&h, w, deq, rows);
+    uint64_t moves = 0;
+    assert_int_equal(cmp_descend_codes(w, &h, &m.b, deq, 64, &moves, NULL), MC_OK);
+    double e1 = cmp_hessian_output_error(&h, w, deq, rows);
+    print_message("descent fmt %d: %.6g -> %.6g in %llu moves\n", (int)f, e0, e1,
+                  (unsigned long long)moves);
+    assert_true(moves > 0);
+    assert_true(e1 < 0.97 * e0);
+    assert_memory_equal(sc0, m.scales, sb);
+    if (zb)
+        assert_memory_equal(z0, m.zeros, zb);
+    cmp_dequant_matrix(&m.b, chk);
+    assert_memory_equal(chk, deq, (size_t)rows * cols * sizeof(float));
+    int lo = f == KN_W_Q8 ? -127 : 0, hi = f == KN_W_Q8 ? 127 : 15;
+    for (uint32_t r = 0; r < rows; r++) {
+        assert_int_equal(cmp_qbuf_get_code(&m.b, r, 6), dead0[r]);
+        float *wr = w + (size_t)r * cols, *dr = deq + (size_t)r * cols;
+        double er = cmp_hessian_output_error(&h, wr, dr, 1);
+        for (uint32_t c = 0; c < cols; c++) {
+            cmp_qparam p = cmp_qbuf_get_param(&m.b, r, c / cmp_qbuf_span(&m.b));
+            int code = cmp_qbuf_get_code(&m.b, r, c);
+            for (int step = -1; step <= 1; step += 2) {
+                if (code + step < lo || code + step > hi)
+                    continue;
+                float keep = dr[c];
+                dr[c] = cmp_quant_value(f, p, code + step);
+                double e = cmp_hessian_output_error(&h, wr, dr, 1);
+                dr[c] = keep;
+                assert_true(e >= er * (1.0 - 1e-9));
+            }
+        }
+    }
+    free(sc0);
+    free(z0);
+    free(chk);
+    free(deq);
+    qm_free(&m);
+    free(w);
+    cmp_hessian_free(&h);
+    free(X);
+}
+
+static void test_descent_reaches_a_local_minimum(void **state)
+{
+    (void)state;
+    check_descent(KN_W_Q4);
+    check_descent(KN_W_Q4S);
+    check_descent(KN_W_Q8);
+}
+
 /* ---- work-space byte counts against measured allocation ------------- */
 
 typedef struct peak_probe {
@@ -787,6 +870,22 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
     probe_check(&p, "output error 600", cmp_hessian_output_error_work_bytes(600), 1, 0);
     assert_true(cmp_hessian_output_error_work_bytes(600) == 600 * CMP_OERR_ROWS * 8);
 
+    /* descent: the full H and eight rows' d and g */
+    {
+        float *q = rand_w(5, 100), *qd = malloc(5 * 100 * sizeof(float));
+        qm m;
+        qm_init(&m, KN_W_Q4, 5, 100, 32);
+        assert_int_equal(cmp_quant_matrix(q, NULL, &m.b, NULL), MC_OK);
+        cmp_dequant_matrix(&m.b, qd);
+        probe_start(&p);
+        assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, NULL), MC_OK);
+        probe_check(&p, "descent", cmp_descend_work_bytes(100), 3, 0);
+        assert_true(cmp_descend_work_bytes(100) == 100 * 100 * 8 + 2 * CMP_LANES * 100 * 8);
+        qm_free(&m);
+        free(q);
+        free(qd);
+    }
+
     /* the formulas themselves, at a 70B model's widest input */
     uint64_t n = 28672, c = CMP_GPTQ_CHUNK_BYTES / (n * 4);
     assert_true(cmp_gptq_work_bytes(8192, 28672, 0) ==
@@ -811,6 +910,7 @@ int main(void)
         cmocka_unit_test(test_hessian_packed_row_offsets),
         cmocka_unit_test(test_output_error_rows_are_independent_of_blocking),
         cmocka_unit_test(test_retarget_solves_normal_equations_blockwise),
+        cmocka_unit_test(test_descent_reaches_a_local_minimum),
         cmocka_unit_test(test_gptq_beats_rtn_int8_per_channel),
         cmocka_unit_test(test_gptq_beats_rtn_int4_ragged_groups),
         cmocka_unit_test(test_gptq_act_order_with_static_groups_beats_rtn),
