@@ -70,12 +70,9 @@ mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
                             uint64_t *moves, mc_error *err)
 {
     enum { B = CMP_LANES };
-    mc_status st = cmp_qbuf_check(q, err);
+    mc_status st = cmp_hessian_check_qbuf(h, q, err);
     if (st != MC_OK)
         return st;
-    if (h->cols != q->cols)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
-                       "Hessian width %u, matrix width %u", h->cols, q->cols);
     if (sweeps == 0)
         sweeps = DEFAULT_SWEEPS;
     size_t n = q->cols;

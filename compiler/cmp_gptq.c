@@ -769,16 +769,25 @@ static void refit_sums(const cmp_hessian *h, uint32_t span, uint32_t G,
     }
 }
 
-mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
-                                cmp_qbuf *q, float *deq, mc_error *err)
+mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
+                                 mc_error *err)
 {
-    enum { B = CMP_LANES };
     mc_status st = cmp_qbuf_check(q, err);
     if (st != MC_OK)
         return st;
     if (h->cols != q->cols)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
                        "Hessian width %u, matrix width %u", h->cols, q->cols);
+    return MC_OK;
+}
+
+mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
+                                cmp_qbuf *q, float *deq, mc_error *err)
+{
+    enum { B = CMP_LANES };
+    mc_status st = cmp_hessian_check_qbuf(h, q, err);
+    if (st != MC_OK)
+        return st;
     uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
     double *hw = mc_malloc_array((size_t)K * B, sizeof(double));
     double *a = mc_malloc_array((size_t)K * B, sizeof(double));

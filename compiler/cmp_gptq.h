@@ -157,6 +157,11 @@ mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
                                double lambda, double *a, double *row,
                                mc_error *err);
 
+/* MC_OK when q passes cmp_qbuf_check and is as wide as h; else the
+ * error (MC_ERR_INVALID_ARG naming the two widths). */
+mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
+                                 mc_error *err);
+
 /* Refit the scales of an already quantized q [rows][cols] (codes and
  * zero points kept) to the target weight w [rows][cols] under the full
  * Hessian h: per row, the scales s minimizing tr((w - Q(s)) H (w - Q(s))^T)
