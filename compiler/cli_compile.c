@@ -156,6 +156,9 @@ static void print_calib(FILE *out, const cmp_compile_report *rep)
                 "spilled %.1f MiB to disk; lean statistics: %s\n",
                 mm->peak / 1048576.0, mm->phase ? mm->phase : "-",
                 mm->spill / 1048576.0, lean[0] ? lean : "none");
+        if (mm->device)
+            fprintf(out, "calibration device memory: statistics %.1f MiB (at %s)\n",
+                    mm->device / 1048576.0, mm->device_phase ? mm->device_phase : "-");
     }
     if (r->rotated)
         fprintf(out, "rotated: residual stream (Hadamard blocks of %u), value "

@@ -787,6 +787,21 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     mc_status st = cmp_calib_plan_memory(&m->cfg, off, nseq, o, &mem, err);
     if (st != MC_OK)
         return st;
+    if (o->stats_on_gpu) {
+        /* the device holds the statistics of up to three inputs at once */
+        uint64_t dfree = 0;
+        if ((st = cmp_gpu_stats_device_free(&dfree, err)) != MC_OK)
+            return st;
+        if (mem.device + CMP_GPU_STATS_MARGIN > dfree)
+            return mc_fail(err, MC_ERR_NOMEM, NULL, "--calib-device", -1,
+                           "the statistics need %.2f GiB of device memory (at %s) "
+                           "and %.2f GiB is free, keeping %.2f GiB for CUDA: use "
+                           "shorter calibration sequences or --calib-device cpu",
+                           mem.device / 1073741824.0,
+                           mem.device_phase ? mem.device_phase : "-",
+                           dfree / 1073741824.0,
+                           CMP_GPU_STATS_MARGIN / 1073741824.0);
+    }
     cmp_calib_result *r = NULL;
     st = result_create(m, &r, err);
     run_bufs rb;

@@ -171,6 +171,11 @@ typedef struct cmp_calib_mem {
                           "gate/up", "down", "ends", "held-out" */
     unsigned lean;     /* tap points (bit KN_TAP_*) with lean statistics */
     uint64_t spill;    /* bytes the spill file will hold (0 without one) */
+    uint64_t device;   /* with stats_on_gpu: the most device memory the
+                          statistics hold at once (kn_stats_bytes.h; the
+                          CUDA context and cuBLAS's workspace not
+                          included); 0 otherwise.  Not part of peak. */
+    const char *device_phase; /* where that is (as phase) */
 } cmp_calib_mem;
 
 /* The memory cmp_calib_run will use for model config cfg, sequences off

@@ -14,6 +14,7 @@
 #include "cmp_descend.h"
 #include "cmp_gpu_stats.h"
 #include "cmp_gptq.h"
+#include "kn_stats_bytes.h"
 #include "mc_alloc.h"
 
 /* One allocation of b bytes as the heap holds it (malloc_usable_size, what
@@ -60,6 +61,12 @@ static kn_wformat fmt_of(const mem_ctx *m, uint32_t l, int slot)
 static uint64_t u64max(uint64_t a, uint64_t b)
 {
     return a > b ? a : b;
+}
+
+/* Device bytes of tap point p's statistics on the GPU (cmp_gpu_stats). */
+static uint64_t stats_device(const mem_ctx *m, int p, int full)
+{
+    return m->o->stats_on_gpu ? kn_stats_device_bytes(m->width[p], m->maxT, full) : 0;
 }
 
 /* stats_alloc in cmp_calib.c. */
@@ -142,10 +149,18 @@ static void take(cmp_calib_mem *best, const cmp_calib_mem *cur)
 {
     uint64_t total = cur->states + cur->forward + cur->result + cur->block +
                      cur->stats + cur->work + cur->ends;
+    uint64_t device = best->device;
+    const char *device_phase = best->device_phase;
+    if (cur->device > device) {
+        device = cur->device;
+        device_phase = cur->phase;
+    }
     if (total > best->peak) {
         *best = *cur;
         best->peak = total;
     }
+    best->device = device;
+    best->device_phase = device_phase;
 }
 
 mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
@@ -241,9 +256,11 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
         /* first pass: qkv's statistics, down's and o's Hq for AWQ's
          * pre-scaling; the pre-scaling's search */
         cur.stats = stats_bytes(&m, 0, !(lean & 1u));
+        cur.device = stats_device(&m, 0, !(lean & 1u));
         cur.work = 0;
         if (pre) {
             cur.stats += stats_bytes(&m, 3, 0) + (mha ? stats_bytes(&m, 1, 0) : 0);
+            cur.device += stats_device(&m, 3, 0) + (mha ? stats_device(&m, 1, 0) : 0);
             uint64_t ps = 0;
             if (cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, CMP_LIN_DOWN)))
                 ps = blk(F * sizeof(float)) +
@@ -257,6 +274,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
         for (int g = 0; g < 4; g++) {
             int p = gp[g], lp = (lean >> p) & 1u;
             cur.stats = stats_bytes(&m, p, !lp);
+            cur.device = stats_device(&m, p, !lp);
             cur.work = group_bytes(&m, (uint32_t)l, groups[g], gn[g], scale[g], lp);
             cur.result = tables + spill_list + held + layer_q;
             cur.phase = gname[g];

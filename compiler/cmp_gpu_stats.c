@@ -7,6 +7,7 @@
 
 #ifdef MC_HAVE_CUDA
 #include "kn_cuda.h"
+#include "rt_cuda.h"
 #endif
 
 enum { READ_ROWS = 64 };
@@ -106,6 +107,11 @@ void cmp_gpu_stats_free(cmp_gpu_stats *g)
     mc_free(g);
 }
 
+mc_status cmp_gpu_stats_device_free(uint64_t *free_bytes, mc_error *err)
+{
+    return rt_cuda_mem_info(0, free_bytes, NULL, err);
+}
+
 #else /* no CUDA in this build */
 
 int cmp_gpu_stats_available(void)
@@ -149,6 +155,13 @@ mc_status cmp_gpu_stats_read(cmp_gpu_stats *g, cmp_hessian *hq,
 void cmp_gpu_stats_free(cmp_gpu_stats *g)
 {
     (void)g;
+}
+
+mc_status cmp_gpu_stats_device_free(uint64_t *free_bytes, mc_error *err)
+{
+    *free_bytes = 0;
+    return mc_fail(err, MC_ERR_UNSUPPORTED, NULL, "--calib-device", -1,
+                   "built without CUDA");
 }
 
 #endif

@@ -44,4 +44,11 @@ mc_status cmp_gpu_stats_read(cmp_gpu_stats *g, cmp_hessian *hq,
 uint64_t cmp_gpu_stats_read_bytes(uint32_t cols);
 void cmp_gpu_stats_free(cmp_gpu_stats *g); /* NULL is a no-op */
 
+/* Device memory free now (device 0) in *free_bytes.  MC_ERR_CUDA,
+ * MC_ERR_UNSUPPORTED (no CUDA in this build). */
+mc_status cmp_gpu_stats_device_free(uint64_t *free_bytes, mc_error *err);
+/* Device memory the statistics leave to the CUDA context and cuBLAS's
+ * workspace: cmp_calib_run asks for the planned device bytes plus this. */
+#define CMP_GPU_STATS_MARGIN ((uint64_t)256 << 20)
+
 #endif /* CMP_GPU_STATS_H */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cmp_calib.h"
+#include "kn_stats_bytes.h"
 #include "kn_block.h"
 #include "mc_alloc.h"
 #include "rt_model.h"
@@ -231,6 +232,23 @@ static void test_calib_memory_70b_fits_24gib(void **state)
     assert_int_equal(cmp_calib_plan_memory(&c, off, nseq, &o, &p, &e), MC_OK);
     printf("# 70B with full statistics everywhere: peak %.2f GiB at %s\n",
            p.peak / GIB, p.phase);
+    assert_true(p.device == 0); /* statistics on the CPU */
+    /* on a GPU: the device holds down_proj's three sums at the most */
+    o.stats_on_gpu = 1;
+    assert_int_equal(cmp_calib_plan_memory(&c, off, nseq, &o, &p, &e), MC_OK);
+    printf("# 70B statistics on a GPU: device %.2f GiB at %s\n", p.device / GIB,
+           p.device_phase);
+    assert_true(p.device == kn_stats_device_bytes(28672, 1024, 1));
+    assert_string_equal(p.device_phase, "down");
+    /* down_proj lean: Hq only there; q/k/v's full sums with down's Hq in
+     * the first pass are then the most */
+    o.force_lean = 1u << KN_TAP_DOWN_IN;
+    assert_int_equal(cmp_calib_plan_memory(&c, off, nseq, &o, &p, &e), MC_OK);
+    assert_true(p.device == kn_stats_device_bytes(8192, 1024, 1) +
+                                kn_stats_device_bytes(28672, 1024, 0));
+    assert_string_equal(p.device_phase, "statistics");
+    o.force_lean = 0;
+    o.stats_on_gpu = 0;
     /* without the spill file the result alone is over the budget */
     o.spill_dir = NULL;
     o.mem_budget = 24ull << 30;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "kn_cuda_common.cuh"
+#include "kn_stats_bytes.h"
 
 struct kn_cuda_stats {
     uint32_t cols;
@@ -28,9 +29,7 @@ static uint64_t sq_bytes(uint32_t cols)
 extern "C" uint64_t kn_cuda_stats_device_bytes(uint32_t cols, size_t max_T,
                                                int full)
 {
-    uint64_t x = (uint64_t)max_T * cols;
-    return sq_bytes(cols) * (full ? 3 : 1) + x * sizeof(double) * (full ? 2 : 1) +
-           x * sizeof(float);
+    return kn_stats_device_bytes(cols, max_T, full);
 }
 
 __global__ void kn_f32_to_f64_kernel(const float *x, double *out, size_t n)
