@@ -12,13 +12,14 @@
 #include "cmp_descend.h"
 #include "cmp_gptq.h"
 #include "cmp_lanes.h"
+#include "cmp_par.h"
 #include "mc_alloc.h"
 
 /* The terms sum_i a_ri sum_j M_ij b_rj of nl rows (nl = CMP_LANES rows
  * sr apart, or nl = 1 with sr = 0: every lane then computes the same row)
- * added to *total in row order. */
+ * into terms[0 .. nl). */
 static void cross_rows(const double *M, const float *a, const float *b,
-                       size_t n, uint32_t nl, size_t sr, double *total)
+                       size_t n, uint32_t nl, size_t sr, double *terms)
 {
     double s[CMP_LANES] = {0};
     for (size_t i = 0; i < n; i++) {
@@ -34,23 +35,48 @@ static void cross_rows(const double *M, const float *a, const float *b,
                 s[r] += a[r * sr + i] * t[r];
     }
     for (uint32_t r = 0; r < nl; r++)
-        *total += s[r];
+        terms[r] = s[r];
+}
+
+typedef struct cross_job {
+    const double *M;
+    const float *a, *b;
+    size_t n;
+    double *terms; /* [rows] */
+} cross_job;
+
+static void cross_job_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    (void)slot;
+    const cross_job *j = ctx;
+    size_t n = j->n;
+    uint32_t r = r0;
+    for (; r + CMP_LANES <= r1; r += CMP_LANES)
+        cross_rows(j->M, j->a + (size_t)r * n, j->b + (size_t)r * n, n, CMP_LANES,
+                   n, j->terms + r);
+    for (; r < r1; r++)
+        cross_rows(j->M, j->a + (size_t)r * n, j->b + (size_t)r * n, n, 1, 0,
+                   j->terms + r);
 }
 
 /* sum over rows r of sum_i a_ri sum_j M_ij b_rj, for full M [n][n] and
  * a, b [rows][n]: the cross term of an output error against the
- * full-precision model.  Eight rows share each pass over M; every row's
- * terms are formed and summed in the order of that row alone and rows are
- * added in order, so the result does not depend on the blocking. */
-static double cross_energy(const double *M, const float *a, const float *b,
-                           uint32_t rows, size_t n)
+ * full-precision model.  Eight rows share each pass over M, the rows are
+ * split over the pool's threads, and every row's term is formed as alone
+ * and added in row order, so the result depends on neither.  Work: rows
+ * doubles (NaN if they cannot be allocated). */
+static double cross_energy(kn_pool *p, const double *M, const float *a,
+                           const float *b, uint32_t rows, size_t n)
 {
+    double *terms = mc_malloc_array(rows ? rows : 1, sizeof(double));
+    if (!terms)
+        return NAN;
+    cross_job j = {M, a, b, n, terms};
+    cmp_par_rows(p, rows, CMP_LANES, cross_job_rows, &j);
     double total = 0.0;
-    uint32_t r = 0;
-    for (; r + CMP_LANES <= rows; r += CMP_LANES)
-        cross_rows(M, a + (size_t)r * n, b + (size_t)r * n, n, CMP_LANES, n, &total);
-    for (; r < rows; r++)
-        cross_rows(M, a + (size_t)r * n, b + (size_t)r * n, n, 1, 0, &total);
+    for (uint32_t r = 0; r < rows; r++)
+        total += terms[r];
+    mc_free(terms);
     return total;
 }
 
@@ -93,9 +119,12 @@ static mc_status regptq(const float *w, const cmp_hessian *h,
     o.keep_params = 1;
     st = cmp_gptq_quantize(w, h, &o, &t, d, NULL, err);
     if (st == MC_OK)
-        st = cmp_gptq_refit_scales(w, h, &t, d, err);
-    if (st == MC_OK && cmp_hessian_output_error(h, w, d, R) <
-                           cmp_hessian_output_error(h, w, deq, R)) {
+        st = cmp_gptq_refit_scales(w, h, &t, d, go->pool, err);
+    double e_new = st == MC_OK ? cmp_hessian_output_error_par(go->pool, h, w, d, R) : 0.0;
+    double e_old = st == MC_OK ? cmp_hessian_output_error_par(go->pool, h, w, deq, R) : 0.0;
+    if (isnan(e_new) || isnan(e_old))
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "output error work space");
+    if (st == MC_OK && e_new < e_old) {
         cmp_qbuf x = *q;
         *q = t;
         t = x;
@@ -114,8 +143,8 @@ typedef struct group_energy {
     double ef[3], dl[3];
 } group_energy;
 
-static void group_energies(const layer_ctx *c, const int *slots, int n,
-                           group_energy *g)
+static mc_status group_energies(const layer_ctx *c, const int *slots, int n,
+                                 group_energy *g, mc_error *err)
 {
     int tp = LIN_TAP[slots[0]];
     for (int i = 0; i < n; i++) {
@@ -123,11 +152,16 @@ static void group_energies(const layer_ctx *c, const int *slots, int n,
         g->ef[i] = g->dl[i] = 0.0;
         if (!cmp_quant_is_quantized(c->fmt[sl]))
             continue;
-        g->dl[i] = cmp_hessian_output_error(&c->acc.h[tp], c->w[sl], NULL, c->rows[sl]);
+        g->dl[i] = cmp_hessian_output_error_par(c->o->pool, &c->acc.h[tp], c->w[sl],
+                                                NULL, c->rows[sl]);
         if (c->acc.c[tp])
-            g->ef[i] = cmp_hessian_output_error(&c->acc.hf[tp], c->w[sl], NULL,
-                                                c->rows[sl]);
+            g->ef[i] = cmp_hessian_output_error_par(c->o->pool, &c->acc.hf[tp],
+                                                    c->w[sl], NULL, c->rows[sl]);
+        if (isnan(g->dl[i]) || isnan(g->ef[i]))
+            return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                           "output error work space");
     }
+    return MC_OK;
 }
 
 /* Quantize n linears of one input group with one candidate method.  s:
@@ -161,7 +195,7 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                            -1, "quantization work space");
         }
         if (is_retarget(m))
-            st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, err);
+            st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, c->o->pool, err);
         else
             memcpy(ws, c->w[sl], nel * sizeof(float));
         if (st == MC_OK) {
@@ -175,20 +209,20 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
             if (is_gptq(m)) {
                 /* best: the imatrix choice of group parameters too */
                 cmp_gptq_opts go = {c->o->damp, act_order, 128,
-                                    c->o->method == CMP_QM_BEST};
+                                    c->o->method == CMP_QM_BEST, 0, 0, c->o->pool};
                 st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
                 /* the group parameters were fixed at each group start;
                  * refitting the scales to the whole row never loses */
                 if (st == MC_OK)
-                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, err);
+                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, c->o->pool, err);
                 if (st == MC_OK && c->fmt[sl] != KN_W_Q8)
                     st = regptq(ws, hq, &go, &q[i], wc, R, err);
                 /* GPTQ never revisits a rounding: descend the codes to a
                  * local minimum, then refit the scales to them */
                 if (st == MC_OK)
-                    st = cmp_descend_codes(ws, hq, &q[i], wc, 0, NULL, err);
+                    st = cmp_descend_codes(ws, hq, &q[i], wc, 0, NULL, c->o->pool, err);
                 if (st == MC_OK)
-                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, err);
+                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, c->o->pool, err);
             } else {
                 st = cmp_quant_matrix(wc, NULL, &q[i], err);
                 if (st == MC_OK)
@@ -201,18 +235,24 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                 for (uint32_t r = 0; r < R; r++)
                     for (uint32_t k = 0; k < K; k++)
                         wc[(size_t)r * K + k] /= s[k];
-            double el = cmp_hessian_output_error(h, c->w[sl], wc, R);
+            kn_pool *p = c->o->pool;
+            double el = cmp_hessian_output_error_par(p, h, c->w[sl], wc, R);
             double dl = g->dl[i];
             loc[i] = dl > 0.0 ? el / dl : 0.0;
+            double cross = 0.0, eq = 0.0;
             if (C) {
                 double ef = g->ef[i];
-                double cross = cross_energy(C, c->w[sl], wc, R, K);
-                double eq = cmp_hessian_output_error(h, wc, NULL, R);
+                cross = cross_energy(p, C, c->w[sl], wc, R, K);
+                eq = cmp_hessian_output_error_par(p, h, wc, NULL, R);
                 double e = ef - 2.0 * cross + eq;
                 rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
             } else {
                 rel[i] = loc[i]; /* lean statistics: own inputs only */
             }
+            /* NaN: a measure's work space could not be allocated */
+            if (isnan(el) || isnan(cross) || isnan(eq))
+                st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                             "output error work space");
         }
         mc_free(ws);
         mc_free(wc);
@@ -293,7 +333,8 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
     cmp_qmethod chosen = CMP_QM_RTN;
     double best_sum = INFINITY;
     group_energy energy;
-    group_energies(c, slots, n, &energy);
+    if ((st = group_energies(c, slots, n, &energy, err)) != MC_OK)
+        goto done;
     for (int i = 0; i < n; i++) {
         int sl = slots[i];
         if (!cmp_quant_is_quantized(c->fmt[sl]))

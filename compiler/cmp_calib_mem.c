@@ -39,6 +39,7 @@ typedef struct mem_ctx {
     uint32_t rows[CMP_LIN_COUNT], cols[CMP_LIN_COUNT];
     uint32_t width[4];
     size_t maxT;
+    int threads; /* the pool's: the row-parallel work space per thread */
 } mem_ctx;
 
 static uint64_t qbytes(kn_wformat f, uint32_t rows, uint32_t cols,
@@ -99,15 +100,20 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
     int awq = best || cmp_calib_is_awq(meth);
     uint32_t group = f == KN_W_Q8 ? 0 : m->o->group;
     uint32_t ngroups = f == KN_W_Q8 ? 1 : (K + m->o->group - 1) / m->o->group;
-    uint64_t inner = work(cmp_hessian_output_error_work_bytes(K));
+    int T = m->threads;
+    /* the error measures: output errors, the cross term's row terms */
+    uint64_t measure = u64max(work(cmp_hessian_output_error_par_work_bytes(K, R, T)),
+                              work((uint64_t)R * sizeof(double)));
+    uint64_t inner = measure;
     if (retarget)
-        inner = u64max(inner, work(cmp_gptq_retarget_work_bytes(K)));
+        inner = u64max(inner, work(cmp_gptq_retarget_work_bytes(K, T)));
     if (awq)
         inner = u64max(inner, work(cmp_awq_clip_work_bytes(K, f, group)));
     if (gptq) {
-        uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128)),
-                            work(cmp_gptq_refit_work_bytes(K, ngroups)));
-        g = u64max(g, work(cmp_descend_work_bytes(K)));
+        uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128, T)),
+                            work(cmp_gptq_refit_work_bytes(K, ngroups, T)));
+        g = u64max(g, work(cmp_descend_work_bytes(K, T)));
+        g = u64max(g, measure);
         /* int4: regptq's second set of buffers and dequantized copy */
         if (f != KN_W_Q8)
             g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));
@@ -206,6 +212,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     m.width[2] = (uint32_t)H;
     m.width[3] = (uint32_t)F;
     int threads = o->pool ? kn_pool_threads(o->pool) : 1;
+    m.threads = threads;
     int rotate = o->rotate && cmp_rotation_applies(cfg->hidden_size);
 
     /* result_create: tables, the folded vectors; the rotation's signs */

@@ -4,14 +4,16 @@
 #include <string.h>
 
 #include "cmp_lanes.h"
+#include "cmp_par.h"
 #include "mc_alloc.h"
 
 #define DEFAULT_SWEEPS 16u /* a cap: sweeps stop once one changes nothing */
 
-uint64_t cmp_descend_work_bytes(uint32_t cols)
+uint64_t cmp_descend_work_bytes(uint32_t cols, int threads)
 {
-    uint64_t n = cols;
-    return n * n * sizeof(double) + 2 * CMP_LANES * n * sizeof(double);
+    uint64_t n = cols, T = threads > 1 ? threads : 1;
+    return n * n * sizeof(double) + T * 2 * CMP_LANES * n * sizeof(double) +
+           (T > 1 ? T * sizeof(uint64_t) : 0);
 }
 
 /* Descend one row: codes and deq of row r, g = H d (n, updated). */
@@ -65,9 +67,47 @@ static uint64_t descend_row(const double *H, size_t n, cmp_qbuf *q,
     return moves;
 }
 
+typedef struct descend_job {
+    const double *H; /* the full H */
+    const float *w;
+    cmp_qbuf *q;
+    float *deq;
+    double *d, *g;   /* [threads][CMP_LANES * cols] each */
+    uint64_t *moves; /* [threads] */
+    uint32_t sweeps;
+} descend_job;
+
+/* Rows [r0, r1): g = H d for CMP_LANES rows per pass over H (d
+ * interleaved, g row by row), then each row's descent. */
+static void descend_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    enum { B = CMP_LANES };
+    const descend_job *j = ctx;
+    size_t n = j->q->cols;
+    double *d = j->d + (size_t)slot * B * n, *g = j->g + (size_t)slot * B * n;
+    for (uint32_t rb = r0; rb < r1; rb += B) {
+        uint32_t nr = r1 - rb < B ? r1 - rb : B;
+        for (size_t c = 0; c < n; c++)
+            for (uint32_t r = 0; r < B; r++) {
+                size_t at = (size_t)(rb + r) * n + c;
+                d[c * B + r] = r < nr ? (double)j->w[at] - (double)j->deq[at] : 0.0;
+            }
+        for (size_t c = 0; c < n; c++) {
+            double acc[B] = {0};
+            cmp_lanes_dot(acc, 1.0, j->H + c * n, d, B, 1, 0, n);
+            for (uint32_t r = 0; r < B; r++)
+                g[r * n + c] = acc[r];
+        }
+        for (uint32_t r = 0; r < nr; r++)
+            j->moves[slot] += descend_row(j->H, n, j->q, rb + r,
+                                          j->deq + (size_t)(rb + r) * n, g + r * n,
+                                          j->sweeps);
+    }
+}
+
 mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
                             cmp_qbuf *q, float *deq, uint32_t sweeps,
-                            uint64_t *moves, mc_error *err)
+                            uint64_t *moves, kn_pool *pool, mc_error *err)
 {
     enum { B = CMP_LANES };
     mc_status st = cmp_hessian_check_qbuf(h, q, err);
@@ -76,44 +116,37 @@ mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
     if (sweeps == 0)
         sweeps = DEFAULT_SWEEPS;
     size_t n = q->cols;
+    int T = cmp_par_threads(pool);
+    uint64_t one = 0;
+    descend_job j = {NULL, w, q, deq, NULL, NULL, T > 1 ? NULL : &one, sweeps};
     double *H = mc_malloc_array(n * n, sizeof(double));
-    double *d = mc_malloc_array(n * B, sizeof(double)); /* interleaved */
-    double *g = mc_malloc_array(n * B, sizeof(double)); /* [B][n] */
-    if (!H || !d || !g) {
-        mc_free(H);
-        mc_free(d);
-        mc_free(g);
-        return mc_fail(err, MC_ERR_NOMEM, NULL, "descend", -1,
-                       "cannot allocate %zu x %zu doubles", n, n);
+    j.d = mc_malloc_array((size_t)T * n * B, sizeof(double)); /* interleaved */
+    j.g = mc_malloc_array((size_t)T * n * B, sizeof(double)); /* [B][n] */
+    if (T > 1)
+        j.moves = mc_calloc((size_t)T, sizeof(uint64_t));
+    if (!H || !j.d || !j.g || !j.moves) {
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, "descend", -1,
+                     "cannot allocate %zu x %zu doubles", n, n);
+        goto done;
     }
     /* The full symmetric H: rows of it are H's columns, contiguous. */
     for (size_t i = 0; i < n; i++) {
         const double *pi = h->h + cmp_hessian_row_offset(h->cols, (uint32_t)i);
-        for (size_t j = i; j < n; j++)
-            H[i * n + j] = H[j * n + i] = pi[j - i];
+        for (size_t k = i; k < n; k++)
+            H[i * n + k] = H[k * n + i] = pi[k - i];
     }
-    uint64_t total = 0;
-    for (uint32_t r0 = 0; r0 < q->rows; r0 += B) {
-        uint32_t nr = q->rows - r0 < B ? q->rows - r0 : B;
-        for (size_t j = 0; j < n; j++)
-            for (uint32_t r = 0; r < B; r++) {
-                size_t at = (size_t)(r0 + r) * n + j;
-                d[j * B + r] = r < nr ? (double)w[at] - (double)deq[at] : 0.0;
-            }
-        for (size_t j = 0; j < n; j++) {
-            double acc[B] = {0};
-            cmp_lanes_dot(acc, 1.0, H + j * n, d, B, 1, 0, n);
-            for (uint32_t r = 0; r < B; r++)
-                g[r * n + j] = acc[r];
-        }
-        for (uint32_t r = 0; r < nr; r++)
-            total += descend_row(H, n, q, r0 + r, deq + (size_t)(r0 + r) * n,
-                                 g + r * n, sweeps);
+    j.H = H;
+    cmp_par_rows(pool, q->rows, B, descend_rows, &j);
+    if (moves) {
+        *moves = 0;
+        for (int t = 0; t < T; t++)
+            *moves += j.moves[t];
     }
-    if (moves)
-        *moves = total;
+done:
     mc_free(H);
-    mc_free(d);
-    mc_free(g);
-    return MC_OK;
+    mc_free(j.d);
+    mc_free(j.g);
+    if (j.moves != &one)
+        mc_free(j.moves);
+    return st;
 }

@@ -25,6 +25,7 @@
 
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
+#include "kn_ops.h"
 #include "mc_error.h"
 
 /* Descend q's codes (checked as cmp_qbuf_check; parameters kept) towards w
@@ -32,13 +33,16 @@
  * dequantized q, on return the dequantized result.  sweeps: the most
  * passes over a row's columns (0 -> 16; a row stops earlier once a sweep
  * changes nothing).  *moves (optional) receives the number of accepted
- * steps.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG. */
+ * steps.  pool (NULL = the calling thread) splits the rows over its
+ * threads; the result does not depend on it.  MC_ERR_NOMEM,
+ * MC_ERR_INVALID_ARG. */
 mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
                             cmp_qbuf *q, float *deq, uint32_t sweeps,
-                            uint64_t *moves, mc_error *err);
+                            uint64_t *moves, kn_pool *pool, mc_error *err);
 
-/* Peak bytes cmp_descend_codes allocates for this width:
- * cols^2 * 8 + 2 * CMP_LANES * cols * 8. */
-uint64_t cmp_descend_work_bytes(uint32_t cols);
+/* Peak bytes cmp_descend_codes allocates for this width with `threads`
+ * threads: cols^2 * 8 + threads * 2 * CMP_LANES * cols * 8, and with more
+ * than one thread their move counters (threads * 8). */
+uint64_t cmp_descend_work_bytes(uint32_t cols, int threads);
 
 #endif /* CMP_DESCEND_H */

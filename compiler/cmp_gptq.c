@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cmp_lanes.h"
+#include "cmp_par.h"
 #include "mc_alloc.h"
 
 #define HCHUNK 64 /* tokens per transposed chunk in cmp_hessian_add */
@@ -124,44 +125,53 @@ void cmp_hessian_diag_mean(const cmp_hessian *h, float *out)
         out[j] = h->n ? (float)(hdiag(h, j) / (double)h->n) : 0.0f;
 }
 
+/* The output-error terms of rows [r0, r0 + nr) (nr <= CMP_OERR_ROWS) into
+ * s[0 .. nr).  The rows' differences are interleaved in d
+ * (d[j * CMP_OERR_ROWS + r]): each packed Hessian row is read once for all
+ * of them, and their sums are independent chains where one row's sum is a
+ * chain of dependent additions.  Every row's own operations and their
+ * order are those of one row alone, so a term does not depend on the rows
+ * computed with it.  Unused lanes of a short block hold zeros. */
+static void oerr_block(const cmp_hessian *h, const float *w, const float *q,
+                       uint32_t r0, uint32_t nr, double *d, double *s)
+{
+    enum { B = CMP_OERR_ROWS };
+    _Static_assert(CMP_OERR_ROWS == CMP_LANES, "one row per lane");
+    size_t n = h->cols;
+    for (size_t j = 0; j < n; j++)
+        for (uint32_t r = 0; r < B; r++) {
+            size_t at = (size_t)(r0 + r) * n + j;
+            d[j * B + r] = r < nr ? (double)w[at] - (q ? q[at] : 0.0f) : 0.0;
+        }
+    double acc_s[B] = {0};
+    for (size_t i = 0; i < n; i++) {
+        const double *di = d + i * B;
+        int live = 0;
+        for (uint32_t r = 0; r < B; r++)
+            live |= di[r] != 0.0;
+        if (!live)
+            continue;
+        const double *row = hrow(h, i);
+        double acc[B];
+        for (uint32_t r = 0; r < B; r++)
+            acc[r] = row[i] * di[r];
+        cmp_lanes_dot(acc, 2.0, row, d, B, 1, i + 1, n);
+        for (uint32_t r = 0; r < B; r++)
+            if (di[r] != 0.0)
+                acc_s[r] += di[r] * acc[r];
+    }
+    for (uint32_t r = 0; r < nr; r++)
+        s[r] = acc_s[r];
+}
+
 void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
                                   const float *q, uint32_t rows, double *d,
                                   double *total)
 {
-    /* CMP_OERR_ROWS rows at a time, their differences interleaved
-     * (d[j * CMP_OERR_ROWS + r]): each packed Hessian row is read once
-     * for all of them, and their sums are independent chains where one
-     * row's sum is a chain of dependent additions.  Every row's own
-     * operations and their order are those of one row alone, so the
-     * result does not depend on the blocking.  Unused lanes of a short
-     * last block hold zeros and are not added. */
-    enum { B = CMP_OERR_ROWS };
-    _Static_assert(CMP_OERR_ROWS == CMP_LANES, "one row per lane");
-    size_t n = h->cols;
-    for (uint32_t r0 = 0; r0 < rows; r0 += B) {
-        uint32_t nr = rows - r0 < B ? rows - r0 : B;
-        for (size_t j = 0; j < n; j++)
-            for (uint32_t r = 0; r < B; r++) {
-                size_t at = (size_t)(r0 + r) * n + j;
-                d[j * B + r] = r < nr ? (double)w[at] - (q ? q[at] : 0.0f) : 0.0;
-            }
-        double s[B] = {0};
-        for (size_t i = 0; i < n; i++) {
-            const double *di = d + i * B;
-            int live = 0;
-            for (uint32_t r = 0; r < B; r++)
-                live |= di[r] != 0.0;
-            if (!live)
-                continue;
-            const double *row = hrow(h, i);
-            double acc[B];
-            for (uint32_t r = 0; r < B; r++)
-                acc[r] = row[i] * di[r];
-            cmp_lanes_dot(acc, 2.0, row, d, B, 1, i + 1, n);
-            for (uint32_t r = 0; r < B; r++)
-                if (di[r] != 0.0)
-                    s[r] += di[r] * acc[r];
-        }
+    for (uint32_t r0 = 0; r0 < rows; r0 += CMP_OERR_ROWS) {
+        uint32_t nr = rows - r0 < CMP_OERR_ROWS ? rows - r0 : CMP_OERR_ROWS;
+        double s[CMP_OERR_ROWS];
+        oerr_block(h, w, q, r0, nr, d, s);
         for (uint32_t r = 0; r < nr; r++)
             *total += s[r];
     }
@@ -189,6 +199,54 @@ double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
     cmp_hessian_output_error_add(h, w, q, rows, dd, &total);
     if (dd != d)
         mc_free(dd);
+    return total;
+}
+
+typedef struct oerr_job {
+    const cmp_hessian *h;
+    const float *w, *q;
+    double *d;     /* [threads][CMP_OERR_ROWS * cols] */
+    double *terms; /* [rows] */
+} oerr_job;
+
+static void oerr_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    const oerr_job *j = ctx;
+    double *d = j->d + (size_t)slot * CMP_OERR_ROWS * j->h->cols;
+    for (uint32_t r = r0; r < r1; r += CMP_OERR_ROWS) {
+        uint32_t nr = r1 - r < CMP_OERR_ROWS ? r1 - r : CMP_OERR_ROWS;
+        oerr_block(j->h, j->w, j->q, r, nr, d, j->terms + r);
+    }
+}
+
+uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
+                                                 int threads)
+{
+    if (threads <= 1)
+        return cmp_hessian_output_error_work_bytes(cols);
+    return (uint64_t)(rows ? rows : 1) * sizeof(double) +
+           (uint64_t)threads * CMP_OERR_ROWS * cols * sizeof(double);
+}
+
+double cmp_hessian_output_error_par(kn_pool *p, const cmp_hessian *h,
+                                    const float *w, const float *q,
+                                    uint32_t rows)
+{
+    int T = cmp_par_threads(p);
+    if (T <= 1)
+        return cmp_hessian_output_error(h, w, q, rows);
+    oerr_job j = {h, w, q, NULL, NULL};
+    j.d = mc_malloc_array((size_t)T * CMP_OERR_ROWS * h->cols, sizeof(double));
+    j.terms = mc_malloc_array(rows ? rows : 1, sizeof(double));
+    double total = NAN;
+    if (j.d && j.terms) {
+        cmp_par_rows(p, rows, CMP_OERR_ROWS, oerr_rows, &j);
+        total = 0.0;
+        for (uint32_t r = 0; r < rows; r++) /* in row order, as one thread */
+            total += j.terms[r];
+    }
+    mc_free(j.d);
+    mc_free(j.terms);
     return total;
 }
 
@@ -340,21 +398,25 @@ typedef struct gptq_sizes {
 } gptq_sizes;
 
 static gptq_sizes gptq_plan(size_t rows, size_t cols, uint32_t block,
-                            uint32_t span, uint32_t chunk_rows)
+                            uint32_t span, uint32_t chunk_rows, int threads)
 {
     gptq_sizes z;
+    size_t T = threads > 1 ? (size_t)threads : 1;
     z.block = block ? block : 128;
     /* Block must hold whole groups (ragged last group aside). */
     if (span && z.block % span != 0)
         z.block = (z.block + span - 1) / span * span;
+    /* the threads share CMP_GPTQ_CHUNK_BYTES; none needs more rows than
+     * its share of the matrix */
     if (chunk_rows)
         z.chunk = chunk_rows;
     else
-        z.chunk = cols ? CMP_GPTQ_CHUNK_BYTES / (cols * sizeof(float)) : rows;
+        z.chunk = cols ? CMP_GPTQ_CHUNK_BYTES / (cols * sizeof(float)) / T : rows;
     if (z.chunk == 0)
         z.chunk = 1;
-    if (z.chunk > rows)
-        z.chunk = rows;
+    size_t share = (rows + T - 1) / T;
+    if (z.chunk > share)
+        z.chunk = share ? share : 1;
     return z;
 }
 
@@ -364,17 +426,120 @@ static uint64_t req(uint64_t bytes)
     return bytes ? bytes : 1;
 }
 
-uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block)
+uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block,
+                             int threads)
 {
     /* span 128: a multiple of every int4 group, so the block is as run
      * whenever it already holds whole groups, and an upper bound if not. */
-    gptq_sizes z = gptq_plan(rows, cols, block, 128, 0);
+    uint64_t T = threads > 1 ? (uint64_t)threads : 1;
+    gptq_sizes z = gptq_plan(rows, cols, block, 128, 0, (int)T);
     uint64_t n = cols;
-    return req(z.chunk * n * sizeof(float)) +     /* W */
-           req(n * n * sizeof(double)) +          /* A: H, L, then U */
-           2 * req(n * sizeof(double)) +          /* diag, inversion row */
-           4 * req(n * 4) +                       /* perm, tmp, imp, gbuf */
-           req(z.chunk * z.block * sizeof(float)); /* E */
+    return T * req(z.chunk * n * sizeof(float)) +     /* W, per thread */
+           req(n * n * sizeof(double)) +              /* A: H, L, then U */
+           2 * req(n * sizeof(double)) +              /* diag, inversion row */
+           3 * req(n * 4) +                           /* perm, tmp, imp */
+           T * req(n * 4) +                           /* gbuf, per thread */
+           T * req(z.chunk * z.block * sizeof(float)) + /* E, per thread */
+           (T > 1 ? 3 * req(T * sizeof(void *)) : 0); /* their tables */
+}
+
+/* What every thread of the row loop reads, and its own buffers. */
+typedef struct gptq_job {
+    const float *w;
+    const cmp_hessian *h;
+    const cmp_gptq_opts *o;
+    cmp_qbuf *out;
+    const double *U;
+    const uint32_t *perm;
+    const float *imp;
+    size_t n, block, chunk;
+    uint32_t span, ng;
+    int static_params;
+    float **W, **E, **gbuf; /* [threads] */
+} gptq_job;
+
+/* Rows [ra, rb) in chunks of j->chunk: with U fixed, each row's updates
+ * read only that row, so any split gives exactly the whole-matrix
+ * result. */
+static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
+{
+    const gptq_job *j = ctx;
+    const cmp_gptq_opts *o = j->o;
+    const cmp_hessian *h = j->h;
+    cmp_qbuf *out = j->out;
+    kn_wformat fmt = out->fmt;
+    size_t n = j->n, block = j->block, span = j->span;
+    uint32_t ng = j->ng;
+    const uint32_t *perm = j->perm;
+    const float *imp = j->imp;
+    const double *U = j->U;
+    float *W = j->W[slot], *E = j->E[slot], *gbuf = j->gbuf[slot];
+    for (size_t r0 = ra; r0 < rb; r0 += j->chunk) {
+        size_t R = rb - r0 < j->chunk ? rb - r0 : j->chunk;
+        memcpy(W, j->w + r0 * n, R * n * sizeof(float));
+        for (size_t c = 0; c < n; c++)
+            if (hdiag(h, c) == 0.0)
+                for (size_t r = 0; r < R; r++)
+                    W[r * n + c] = 0.0f;
+        if (j->static_params && !o->keep_params)
+            for (size_t r = 0; r < R; r++)
+                for (uint32_t g = 0; g < ng; g++) {
+                    size_t c0 = (size_t)g * span, m = n - c0 < span ? n - c0 : span;
+                    cmp_qbuf_set_param(out, (uint32_t)(r0 + r), g,
+                                       cmp_quant_choose(fmt, W + r * n + c0,
+                                                        o->search_params ? imp + c0 : NULL, m));
+                }
+        /* Permute W's columns in place (row by row through gbuf). */
+        if (o->act_order)
+            for (size_t r = 0; r < R; r++) {
+                for (size_t c = 0; c < n; c++)
+                    gbuf[c] = W[r * n + perm[c]];
+                memcpy(W + r * n, gbuf, n * sizeof(float));
+            }
+
+        for (size_t i1 = 0; i1 < n; i1 += block) {
+            size_t i2 = i1 + block < n ? i1 + block : n;
+            for (size_t i = i1; i < i2; i++) {
+                size_t oc = perm[i]; /* original column */
+                if (!j->static_params && !o->keep_params && oc % span == 0) {
+                    /* Without act-order perm is the identity: columns
+                     * i .. i+span of W are the group, already updated. */
+                    size_t m = n - i < span ? n - i : span;
+                    for (size_t r = 0; r < R; r++)
+                        cmp_qbuf_set_param(out, (uint32_t)(r0 + r), (uint32_t)(oc / span),
+                                           cmp_quant_choose(fmt, W + r * n + i,
+                                                            o->search_params ? imp + i : NULL, m));
+                }
+                double d = U[i * n + i];
+                const double *urow = U + i * n;
+                for (size_t r = 0; r < R; r++) {
+                    cmp_qparam p = cmp_qbuf_get_param(out, (uint32_t)(r0 + r),
+                                                      (uint32_t)(oc / span));
+                    float x = W[r * n + i];
+                    int q = cmp_quant_code(fmt, p, x);
+                    float v = cmp_quant_value(fmt, p, q);
+                    cmp_qbuf_set_code(out, (uint32_t)(r0 + r), (uint32_t)oc, q);
+                    double e = ((double)x - v) / d;
+                    E[r * block + (i - i1)] = (float)e;
+                    float *wr = W + r * n;
+                    for (size_t c = i + 1; c < i2; c++)
+                        wr[c] -= (float)(e * urow[c]);
+                }
+            }
+            if (i2 < n)
+                for (size_t r = 0; r < R; r++) {
+                    float *wr = W + r * n;
+                    for (size_t k = i1; k < i2; k++) {
+                        double e = E[r * block + (k - i1)];
+                        if (e == 0.0)
+                            continue;
+                        const double *uk = U + k * n;
+                        for (size_t c = i2; c < n; c++)
+                            wr[c] -= (float)(e * uk[c]);
+                    }
+                }
+        }
+    }
 }
 
 mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
@@ -396,8 +561,9 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
     kn_wformat fmt = out->fmt;
     size_t rows = out->rows, n = out->cols;
     uint32_t span = cmp_qbuf_span(out), ng = cmp_qbuf_nparams(out);
+    int T = cmp_par_threads(o.pool);
     gptq_sizes z = gptq_plan(rows, n, o.block, fmt == KN_W_Q8 ? 0 : span,
-                             o.chunk_rows);
+                             o.chunk_rows, T);
     size_t block = z.block, chunk = z.chunk;
 
     for (size_t i = 0; i < rows * n; i++)
@@ -410,21 +576,29 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
 
     /* Everything is allocated up front and stays live to the end: the sum
      * is what cmp_gptq_work_bytes reports. */
-    float *W = mc_malloc_array(chunk * n, sizeof(float));
+    float *Wone = NULL, *Eone = NULL, *gone = NULL;
+    float **Wt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Wone;
+    float **Et = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Eone;
+    float **gt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &gone;
+    int have = Wt && Et && gt;
+    for (int t = 0; have && t < T; t++) {
+        Wt[t] = mc_malloc_array(chunk * n, sizeof(float));
+        gt[t] = mc_malloc_array(n, sizeof(float));
+        Et[t] = mc_malloc_array(chunk * block, sizeof(float));
+        have = Wt[t] && gt[t] && Et[t];
+    }
     double *A = mc_malloc_array(n * n, sizeof(double));
     double *diag = mc_malloc_array(n, sizeof(double));
     double *trow = mc_malloc_array(n, sizeof(double));
     uint32_t *perm = mc_malloc_array(n, sizeof(uint32_t));
     uint32_t *tmp = mc_malloc_array(n, sizeof(uint32_t));
     float *imp = mc_malloc_array(n, sizeof(float));
-    float *gbuf = mc_malloc_array(n, sizeof(float));
-    float *E = mc_malloc_array(chunk * block, sizeof(float));
-    if (!W || !A || !diag || !trow || !perm || !tmp || !imp || !gbuf || !E) {
+    if (!have || !A || !diag || !trow || !perm || !tmp || !imp) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, "gptq", -1,
                      "cannot allocate GPTQ work space for %zux%zu (%.3g GiB)",
                      rows, n,
                      (double)cmp_gptq_work_bytes((uint32_t)rows, (uint32_t)n,
-                                                 o.block) / (1u << 30));
+                                                 o.block, T) / (1u << 30));
         goto done;
     }
     /* diag: H's diagonal with dead inputs (H_jj == 0) at 1, as the
@@ -465,153 +639,67 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
 
     /* Static parameters: Q8 per row, and Q4 groups under act-order, from
      * the dead-zeroed original weights in original column order. */
-    int static_params = fmt == KN_W_Q8 || o.act_order;
     if (fmt != KN_W_Q8)
         memset(out->data, 0, (size_t)kn_wformat_data_bytes(fmt, out->rows, out->cols));
-    const double *U = A;
-    /* Rows in chunks: with U fixed, each row's updates read only that row,
-     * so a chunk at a time gives exactly the whole-matrix result. */
-    for (size_t r0 = 0; r0 < rows; r0 += chunk) {
-        size_t R = rows - r0 < chunk ? rows - r0 : chunk;
-        memcpy(W, w + r0 * n, R * n * sizeof(float));
-        for (size_t j = 0; j < n; j++)
-            if (hdiag(h, j) == 0.0)
-                for (size_t r = 0; r < R; r++)
-                    W[r * n + j] = 0.0f;
-        if (static_params && !o.keep_params)
-            for (size_t r = 0; r < R; r++)
-                for (uint32_t g = 0; g < ng; g++) {
-                    size_t c0 = (size_t)g * span, m = n - c0 < span ? n - c0 : span;
-                    cmp_qbuf_set_param(out, (uint32_t)(r0 + r), g,
-                                       cmp_quant_choose(fmt, W + r * n + c0,
-                                                        o.search_params ? imp + c0 : NULL, m));
-                }
-        /* Permute W's columns in place (row by row through gbuf). */
-        if (o.act_order)
-            for (size_t r = 0; r < R; r++) {
-                for (size_t j = 0; j < n; j++)
-                    gbuf[j] = W[r * n + perm[j]];
-                memcpy(W + r * n, gbuf, n * sizeof(float));
-            }
-
-        for (size_t i1 = 0; i1 < n; i1 += block) {
-            size_t i2 = i1 + block < n ? i1 + block : n;
-            for (size_t i = i1; i < i2; i++) {
-                size_t oc = perm[i]; /* original column */
-                if (!static_params && !o.keep_params && oc % span == 0) {
-                    /* Without act-order perm is the identity: columns
-                     * i .. i+span of W are the group, already updated. */
-                    size_t m = n - i < span ? n - i : span;
-                    for (size_t r = 0; r < R; r++)
-                        cmp_qbuf_set_param(out, (uint32_t)(r0 + r), (uint32_t)(oc / span),
-                                           cmp_quant_choose(fmt, W + r * n + i,
-                                                            o.search_params ? imp + i : NULL, m));
-                }
-                double d = U[i * n + i];
-                const double *urow = U + i * n;
-                for (size_t r = 0; r < R; r++) {
-                    cmp_qparam p = cmp_qbuf_get_param(out, (uint32_t)(r0 + r),
-                                                      (uint32_t)(oc / span));
-                    float x = W[r * n + i];
-                    int q = cmp_quant_code(fmt, p, x);
-                    float v = cmp_quant_value(fmt, p, q);
-                    cmp_qbuf_set_code(out, (uint32_t)(r0 + r), (uint32_t)oc, q);
-                    double e = ((double)x - v) / d;
-                    E[r * block + (i - i1)] = (float)e;
-                    float *wr = W + r * n;
-                    for (size_t j = i + 1; j < i2; j++)
-                        wr[j] -= (float)(e * urow[j]);
-                }
-            }
-            if (i2 < n)
-                for (size_t r = 0; r < R; r++) {
-                    float *wr = W + r * n;
-                    for (size_t k = i1; k < i2; k++) {
-                        double e = E[r * block + (k - i1)];
-                        if (e == 0.0)
-                            continue;
-                        const double *uk = U + k * n;
-                        for (size_t j = i2; j < n; j++)
-                            wr[j] -= (float)(e * uk[j]);
-                    }
-                }
-        }
-    }
+    gptq_job job = {w, h, &o, out, A, perm, imp, n, block, chunk, span, ng,
+                    fmt == KN_W_Q8 || o.act_order, Wt, Et, gt};
+    cmp_par_rows(o.pool, (uint32_t)rows, 1, gptq_rows, &job);
     if (deq)
         cmp_dequant_matrix(out, deq);
     st = MC_OK;
 done:
-    mc_free(W);
+    for (int t = 0; t < T; t++) {
+        if (Wt)
+            mc_free(Wt[t]);
+        if (Et)
+            mc_free(Et[t]);
+        if (gt)
+            mc_free(gt[t]);
+    }
+    if (T > 1) {
+        mc_free(Wt);
+        mc_free(Et);
+        mc_free(gt);
+    }
     mc_free(A);
     mc_free(diag);
     mc_free(trow);
     mc_free(perm);
     mc_free(tmp);
     mc_free(imp);
-    mc_free(gbuf);
-    mc_free(E);
     return st;
 }
 
-uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols)
+uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols, int threads)
 {
-    uint64_t n = cols;
+    uint64_t n = cols, T = threads > 1 ? threads : 1;
     return req(n * n * sizeof(double)) +
-           req(2 * n * CMP_RETARGET_ROWS * sizeof(double));
+           req(T * 2 * n * CMP_RETARGET_ROWS * sizeof(double));
 }
 
-mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
-                            const float *w, uint32_t rows, double damp,
-                            float *out, mc_error *err)
+typedef struct retarget_job {
+    const double *A; /* L in the lower triangle, L^T mirrored above */
+    const double *c;
+    const float *w;
+    float *out;
+    double *z;       /* [threads][2 * cols * CMP_RETARGET_ROWS] */
+    size_t n;
+} retarget_job;
+
+/* Rows [r0, r1), B at a time, interleaved (x[j * B + r]): each pass over C
+ * and L serves all of them, and their sums are independent chains.  Every
+ * row's own operations, and their order, are those of the row alone; the
+ * unused lanes of a short last block solve for zeros. */
+static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
-    size_t n = hq->cols;
     enum { B = CMP_RETARGET_ROWS };
-    _Static_assert(CMP_RETARGET_ROWS == CMP_LANES, "one row per lane");
-    double *A = mc_malloc_array(n * n, sizeof(double));
-    double *z = mc_malloc_array(2 * n * B, sizeof(double));
-    if (!A || !z) {
-        mc_free(A);
-        mc_free(z);
-        return mc_fail(err, MC_ERR_NOMEM, NULL, "retarget", -1,
-                       "cannot allocate %zu x %zu doubles", n, n);
-    }
-    double mean = 0.0;
-    for (size_t j = 0; j < n; j++)
-        mean += hdiag(hq, j);
-    mean /= (double)n;
-    if (!(mean > 0.0))
-        mean = 1.0;
-    if (damp <= 0.0)
-        damp = 0.01;
-    int ok = 0;
-    for (int attempt = 0; attempt < 7 && !ok; attempt++) {
-        for (size_t i = 0; i < n; i++)
-            for (size_t j = 0; j <= i; j++)
-                A[i * n + j] = hsym(hq, i, j) + (i == j ? damp * mean : 0.0);
-        if (cholesky_lower(A, n) == 0)
-            ok = 1;
-        else
-            damp *= 10.0;
-    }
-    if (!ok) {
-        mc_free(A);
-        mc_free(z);
-        return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
-                       "input Hessian is not positive definite");
-    }
-    /* L^T into the upper triangle, so that the back substitution reads
-     * rows (the same values in the same order as walking L's columns). */
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = i + 1; k < n; k++)
-            A[i * n + k] = A[k * n + i];
-    /* B rows at a time, interleaved (x[j * B + r]): each pass over C and L
-     * serves all of them, and their sums are independent chains.  Every
-     * row's own operations, and their order, are those of the row alone;
-     * the unused lanes of a short last block solve for zeros. */
-    double *b = z, *y = z + n * B;
-    for (uint32_t r0 = 0; r0 < rows; r0 += B) {
-        uint32_t nr = rows - r0 < B ? rows - r0 : B;
-        const float *wb = w + (size_t)r0 * n;
+    const retarget_job *jb = ctx;
+    size_t n = jb->n;
+    const double *A = jb->A, *c = jb->c;
+    double *b = jb->z + (size_t)slot * 2 * n * B, *y = b + n * B;
+    for (uint32_t rb = r0; rb < r1; rb += B) {
+        uint32_t nr = r1 - rb < B ? r1 - rb : B;
+        const float *wb = jb->w + (size_t)rb * n;
         /* b = C^T w_r; a zero w_ri adds nothing (as in the one-row sum) */
         for (size_t j = 0; j < n * B; j++)
             b[j] = 0.0;
@@ -653,8 +741,57 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
         }
         for (uint32_t r = 0; r < nr; r++)
             for (size_t j = 0; j < n; j++)
-                out[(size_t)(r0 + r) * n + j] = (float)b[j * B + r];
+                jb->out[(size_t)(rb + r) * n + j] = (float)b[j * B + r];
     }
+}
+
+mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
+                            const float *w, uint32_t rows, double damp,
+                            float *out, kn_pool *pool, mc_error *err)
+{
+    enum { B = CMP_RETARGET_ROWS };
+    _Static_assert(CMP_RETARGET_ROWS == CMP_LANES, "one row per lane");
+    size_t n = hq->cols;
+    int T = cmp_par_threads(pool);
+    double *A = mc_malloc_array(n * n, sizeof(double));
+    double *z = mc_malloc_array((size_t)T * 2 * n * B, sizeof(double));
+    if (!A || !z) {
+        mc_free(A);
+        mc_free(z);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, "retarget", -1,
+                       "cannot allocate %zu x %zu doubles", n, n);
+    }
+    double mean = 0.0;
+    for (size_t j = 0; j < n; j++)
+        mean += hdiag(hq, j);
+    mean /= (double)n;
+    if (!(mean > 0.0))
+        mean = 1.0;
+    if (damp <= 0.0)
+        damp = 0.01;
+    int ok = 0;
+    for (int attempt = 0; attempt < 7 && !ok; attempt++) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j <= i; j++)
+                A[i * n + j] = hsym(hq, i, j) + (i == j ? damp * mean : 0.0);
+        if (cholesky_lower(A, n) == 0)
+            ok = 1;
+        else
+            damp *= 10.0;
+    }
+    if (!ok) {
+        mc_free(A);
+        mc_free(z);
+        return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
+                       "input Hessian is not positive definite");
+    }
+    /* L^T into the upper triangle, so that the back substitution reads
+     * rows (the same values in the same order as walking L's columns). */
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            A[i * n + k] = A[k * n + i];
+    retarget_job j = {A, c, w, out, z, n};
+    cmp_par_rows(pool, rows, B, retarget_rows, &j);
     mc_free(A);
     mc_free(z);
     return MC_OK;
@@ -716,14 +853,21 @@ static double scale_objective(const double *M, const double *rhs,
     return e;
 }
 
-uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups)
+/* One thread's refit work space (cmp_gptq_refit_work_bytes per set). */
+typedef struct refit_ws {
+    double *hw, *a, *wd, *M, *Mc, *rhs, *s, *s0;
+    cmp_qparam *p0;
+} refit_ws;
+
+uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups, int threads)
 {
-    uint64_t K = cols, G = groups, B = CMP_LANES;
-    return 3 * req(K * B * sizeof(double)) +         /* hw, a, wd */
-           req(G * G * B * sizeof(double)) +         /* M, one per lane */
-           req(G * G * sizeof(double)) +             /* Mc */
-           3 * req(G * sizeof(double)) +             /* rhs, s, s0 */
-           req(G * B * sizeof(cmp_qparam));          /* p0 */
+    uint64_t K = cols, G = groups, B = CMP_LANES, T = threads > 1 ? threads : 1;
+    return T * (3 * req(K * B * sizeof(double)) +    /* hw, a, wd */
+                req(G * G * B * sizeof(double)) +    /* M, one per lane */
+                req(G * G * sizeof(double)) +        /* Mc */
+                3 * req(G * sizeof(double)) +        /* rhs, s, s0 */
+                req(G * B * sizeof(cmp_qparam))) +   /* p0 */
+           T * sizeof(refit_ws);                     /* the sets' table */
 }
 
 /* The refit's sums for one block of nr <= CMP_LANES rows starting at r0,
@@ -781,87 +925,122 @@ mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
     return MC_OK;
 }
 
-mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
-                                cmp_qbuf *q, float *deq, mc_error *err)
+typedef struct refit_job {
+    const float *w;
+    const cmp_hessian *h;
+    cmp_qbuf *q;
+    refit_ws *ws; /* [threads] */
+} refit_job;
+
+/* Refit rows [r0, r1), CMP_LANES at a time. */
+static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
     enum { B = CMP_LANES };
-    mc_status st = cmp_hessian_check_qbuf(h, q, err);
-    if (st != MC_OK)
-        return st;
+    const refit_job *j = ctx;
+    const refit_ws *x = &j->ws[slot];
+    cmp_qbuf *q = j->q;
+    const float *w = j->w;
     uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
-    double *hw = mc_malloc_array((size_t)K * B, sizeof(double));
-    double *a = mc_malloc_array((size_t)K * B, sizeof(double));
-    double *wd = mc_malloc_array((size_t)K * B, sizeof(double));
-    double *M = mc_malloc_array((size_t)G * G * B, sizeof(double));
-    double *Mc = mc_malloc_array((size_t)G * G, sizeof(double));
-    double *rhs = mc_malloc_array(G, sizeof(double));
-    double *s = mc_malloc_array(G, sizeof(double));
-    double *s0 = mc_malloc_array(G, sizeof(double));
-    cmp_qparam *p0 = mc_malloc_array((size_t)G * B, sizeof(cmp_qparam));
-    if (!hw || !a || !wd || !M || !Mc || !rhs || !s || !s0 || !p0) {
-        st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
-        goto done;
-    }
-    for (uint32_t r0 = 0; r0 < q->rows; r0 += B) {
-        uint32_t nr = q->rows - r0 < B ? q->rows - r0 : B;
+    for (uint32_t rb = r0; rb < r1; rb += B) {
+        uint32_t nr = r1 - rb < B ? r1 - rb : B;
         /* a: the codes at unit scale (group g holds columns g*span ..) */
         for (uint32_t r = 0; r < B; r++)
             for (uint32_t g = 0; g < G; g++) {
                 cmp_qparam pg = {0.0f, 0};
                 if (r < nr)
-                    pg = cmp_qbuf_get_param(q, r0 + r, g);
-                p0[(size_t)r * G + g] = pg;
+                    pg = cmp_qbuf_get_param(q, rb + r, g);
+                x->p0[(size_t)r * G + g] = pg;
                 uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
                 for (uint32_t c = g * span; c < c1; c++) {
                     size_t at = (size_t)c * B + r;
-                    a[at] = r < nr ? (double)(cmp_qbuf_get_code(q, r0 + r, c) - pg.zero) : 0.0;
-                    wd[at] = r < nr ? (double)w[(size_t)(r0 + r) * K + c] : 0.0;
+                    x->a[at] = r < nr ? (double)(cmp_qbuf_get_code(q, rb + r, c) - pg.zero) : 0.0;
+                    x->wd[at] = r < nr ? (double)w[(size_t)(rb + r) * K + c] : 0.0;
                 }
             }
-        refit_sums(h, span, G, a, wd, M, hw);
+        refit_sums(j->h, span, G, x->a, x->wd, x->M, x->hw);
         for (uint32_t r = 0; r < nr; r++) {
-            const double *Mr = M + (size_t)r * G * G;
-            const cmp_qparam *pr = p0 + (size_t)r * G;
+            const double *Mr = x->M + (size_t)r * G * G;
+            const cmp_qparam *pr = x->p0 + (size_t)r * G;
             for (uint32_t g = 0; g < G; g++) {
-                s0[g] = pr[g].scale;
+                x->s0[g] = pr[g].scale;
                 uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
                 double t = 0.0;
                 for (uint32_t c = g * span; c < c1; c++)
-                    t += a[(size_t)c * B + r] * hw[(size_t)c * B + r];
-                rhs[g] = t;
+                    t += x->a[(size_t)c * B + r] * x->hw[(size_t)c * B + r];
+                x->rhs[g] = t;
             }
-            memcpy(Mc, Mr, (size_t)G * G * sizeof(double));
-            memcpy(s, rhs, G * sizeof(double));
-            if (spd_solve(Mc, s, G) != 0)
+            memcpy(x->Mc, Mr, (size_t)G * G * sizeof(double));
+            memcpy(x->s, x->rhs, G * sizeof(double));
+            if (spd_solve(x->Mc, x->s, G) != 0)
                 continue; /* codes without the rank to refit: keep */
             /* store (rounding to the stored precision), compare, keep the
              * better of the two */
             int ok = 1;
             for (uint32_t g = 0; g < G && ok; g++)
-                ok = isfinite(s[g]) && (q->fmt == KN_W_Q4S || s[g] >= 0.0);
+                ok = isfinite(x->s[g]) && (q->fmt == KN_W_Q4S || x->s[g] >= 0.0);
             if (!ok)
                 continue;
             for (uint32_t g = 0; g < G; g++) {
-                cmp_qparam p = {(float)s[g], pr[g].zero};
-                cmp_qbuf_set_param(q, r0 + r, g, p);
-                s[g] = cmp_qbuf_get_param(q, r0 + r, g).scale;
+                cmp_qparam pp = {(float)x->s[g], pr[g].zero};
+                cmp_qbuf_set_param(q, rb + r, g, pp);
+                x->s[g] = cmp_qbuf_get_param(q, rb + r, g).scale;
             }
-            if (scale_objective(Mr, rhs, s, G) >= scale_objective(Mr, rhs, s0, G))
+            if (scale_objective(Mr, x->rhs, x->s, G) >=
+                scale_objective(Mr, x->rhs, x->s0, G))
                 for (uint32_t g = 0; g < G; g++)
-                    cmp_qbuf_set_param(q, r0 + r, g, pr[g]);
+                    cmp_qbuf_set_param(q, rb + r, g, pr[g]);
         }
     }
-    if (deq)
-        cmp_dequant_matrix(q, deq);
-done:
-    mc_free(hw);
-    mc_free(a);
-    mc_free(wd);
-    mc_free(M);
-    mc_free(Mc);
-    mc_free(rhs);
-    mc_free(s);
-    mc_free(s0);
-    mc_free(p0);
+}
+
+mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
+                                cmp_qbuf *q, float *deq, kn_pool *pool,
+                                mc_error *err)
+{
+    enum { B = CMP_LANES };
+    mc_status st = cmp_hessian_check_qbuf(h, q, err);
+    if (st != MC_OK)
+        return st;
+    uint32_t K = q->cols, G = cmp_qbuf_nparams(q);
+    int T = cmp_par_threads(pool);
+    refit_ws *ws = mc_calloc((size_t)T, sizeof *ws);
+    if (!ws)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
+    int ok = 1;
+    for (int t = 0; t < T; t++) {
+        refit_ws *x = &ws[t];
+        x->hw = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->a = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->wd = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->M = mc_malloc_array((size_t)G * G * B, sizeof(double));
+        x->Mc = mc_malloc_array((size_t)G * G, sizeof(double));
+        x->rhs = mc_malloc_array(G, sizeof(double));
+        x->s = mc_malloc_array(G, sizeof(double));
+        x->s0 = mc_malloc_array(G, sizeof(double));
+        x->p0 = mc_malloc_array((size_t)G * B, sizeof(cmp_qparam));
+        ok &= x->hw && x->a && x->wd && x->M && x->Mc && x->rhs && x->s &&
+              x->s0 && x->p0;
+    }
+    if (!ok) {
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
+    } else {
+        refit_job j = {w, h, q, ws};
+        cmp_par_rows(pool, q->rows, B, refit_rows, &j);
+        if (deq)
+            cmp_dequant_matrix(q, deq);
+    }
+    for (int t = 0; t < T; t++) {
+        refit_ws *x = &ws[t];
+        mc_free(x->hw);
+        mc_free(x->a);
+        mc_free(x->wd);
+        mc_free(x->M);
+        mc_free(x->Mc);
+        mc_free(x->rhs);
+        mc_free(x->s);
+        mc_free(x->s0);
+        mc_free(x->p0);
+    }
+    mc_free(ws);
     return st;
 }

@@ -44,6 +44,7 @@
 
 #include "cmp_lanes.h"
 #include "cmp_quant.h"
+#include "kn_ops.h"
 #include "mc_error.h"
 
 /* Running sum of x x^T over calibration tokens for one input width.
@@ -108,6 +109,10 @@ typedef struct cmp_gptq_opts {
                             CMP_GPTQ_CHUNK_BYTES (at least 1).  The result
                             does not depend on it: once U is known, rows are
                             independent. */
+    kn_pool *pool;      /* threads for the rows once U is known (each its
+                           own chunk of CMP_GPTQ_CHUNK_BYTES / threads);
+                           NULL = the calling thread.  The result does not
+                           depend on it. */
 } cmp_gptq_opts;
 
 /* Bytes of the float work copy of W that cmp_gptq_quantize (and cmp_awq_search)
@@ -126,19 +131,23 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                             const cmp_gptq_opts *opts, cmp_qbuf *out,
                             float *deq, double *damp_used, mc_error *err);
 /* Peak bytes cmp_gptq_quantize allocates for a rows x cols matrix with
- * default chunk_rows (block 0 -> 128): with c = chunk rows, b = block,
+ * default chunk_rows (block 0 -> 128) and T = threads (>= 1): with c =
+ * chunk rows per thread, b = block,
  *   cols^2 * 8            U (one matrix, factorized in place)
- *   + c * cols * 4        the float work copy of c rows of W
- *   + c * b * 4           the block's scaled errors
- *   + cols * 32           diag, inversion row (doubles); perm, argsort
- *                         scratch, importance, row buffer (4 bytes each)
- * c = min(rows, max(1, CMP_GPTQ_CHUNK_BYTES / (cols * 4))).  Exact when
- * block is a multiple of 128, the default included (int4 groups are 32,
- * 64 or 128, so quantize runs such a block as given); for other blocks
- * quantize rounds up to a multiple of the group, which this does not know,
- * so it rounds up to a multiple of 128: an upper bound.  Each allocation
- * counts at least 1 byte (mc_malloc(0) takes 1). */
-uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block);
+ *   + T * c * cols * 4    each thread's float work copy of c rows of W
+ *   + T * c * b * 4       each thread's block of scaled errors
+ *   + cols * 28           diag, inversion row (doubles); perm, argsort
+ *                         scratch, importance (4 bytes each)
+ *   + T * cols * 4        each thread's row buffer
+ *   + 3 * T * 8           the per-thread tables (T > 1 only)
+ * c = min(ceil(rows / T), max(1, CMP_GPTQ_CHUNK_BYTES / (cols * 4) / T)).
+ * Exact when block is a multiple of 128, the default included (int4
+ * groups are 32, 64 or 128, so quantize runs such a block as given); for
+ * other blocks quantize rounds up to a multiple of the group, which this
+ * does not know, so it rounds up to a multiple of 128: an upper bound.
+ * Each allocation counts at least 1 byte (mc_malloc(0) takes 1). */
+uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block,
+                             int threads);
 
 /* Steps 3-4, exposed so that tests can check them against a plain
  * reference: a [cols][cols] (cols = h->cols, row-major) receives in its
@@ -172,15 +181,18 @@ mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
  * (optional) receives the dequantized result.  Cost: one pass over H's
  * upper triangle (cols^2 / 2, contiguous) per CMP_LANES rows, which share
  * it, + groups^3 per row; work space (cmp_gptq_refit_work_bytes) holds
- * each of those rows' groups^2 sums.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG
- * (widths differ). */
+ * each of those rows' groups^2 sums.  pool (NULL = the calling thread)
+ * splits the rows over its threads (cmp_par.h); the result does not
+ * depend on it.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (widths differ). */
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
-                                cmp_qbuf *q, float *deq, mc_error *err);
-/* Peak bytes cmp_gptq_refit_scales allocates (groups = parameter sets per
- * row, 1 for Q8; L = CMP_LANES): cols * L * 24 + groups^2 * (L + 1) * 8 +
- * groups * (24 + L * sizeof(cmp_qparam)), each allocation at least 1
- * byte. */
-uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups);
+                                cmp_qbuf *q, float *deq, kn_pool *pool,
+                                mc_error *err);
+/* Peak bytes cmp_gptq_refit_scales allocates with `threads` threads
+ * (groups = parameter sets per row, 1 for Q8; L = CMP_LANES), each thread
+ * its own set: threads * (cols * L * 24 + groups^2 * (L + 1) * 8 + groups
+ * * (24 + L * sizeof(cmp_qparam))) plus the sets' table, each allocation
+ * at least 1 byte. */
+uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups, int threads);
 
 /* Output error of a replacement weight: tr((W - Q) Hs (W - Q)^T) where Hs is
  * the Hessian sum (= sum_t ||(W - Q) x_t||^2 over the added tokens).  w, q:
@@ -204,6 +216,20 @@ void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
                                   const float *q, uint32_t rows, double *d,
                                   double *total);
 
+/* cmp_hessian_output_error with the rows split over the pool's threads
+ * (cmp_par.h); the same value, bit for bit, for any pool (each row's term
+ * is computed as alone and the terms are added in row order).  p NULL or
+ * one thread: cmp_hessian_output_error itself.  NaN if work space cannot
+ * be allocated. */
+double cmp_hessian_output_error_par(kn_pool *p, const cmp_hessian *h,
+                                    const float *w, const float *q,
+                                    uint32_t rows);
+/* Peak bytes it allocates: with one thread those of
+ * cmp_hessian_output_error; else rows * 8 for the terms and each thread's
+ * difference rows, threads * CMP_OERR_ROWS * cols * 8. */
+uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
+                                                 int threads);
+
 /* Least-squares retargeting for inputs that already carry the error of
  * earlier quantized blocks: with x_f the full-precision model's input and
  * x_q the partly quantized model's input for the same token, returns
@@ -213,16 +239,18 @@ void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
  * x_q, sum ||W x_f - Q x_q||^2 = const + tr((W* - Q) Hq (W* - Q)^T): GPTQ on
  * W* with Hq then minimizes the error against the full-precision outputs
  * (the "asymmetric calibration" of GPTAQ).  w, out: [rows][cols] (may not
- * alias).  MC_ERR_NOMEM, or MC_ERR_NONFINITE if Hq stays indefinite. */
+ * alias).  pool (NULL = the calling thread) splits the rows over its
+ * threads; the result does not depend on it.  MC_ERR_NOMEM, or
+ * MC_ERR_NONFINITE if Hq stays indefinite. */
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             const float *w, uint32_t rows, double damp,
-                            float *out, mc_error *err);
+                            float *out, kn_pool *pool, mc_error *err);
 /* Rows of W retargeted together (one pass over C and the factor for all). */
 #define CMP_RETARGET_ROWS 8u
-/* Peak bytes cmp_gptq_retarget allocates: one [cols][cols] double matrix
- * (the Cholesky factor of Hq + lambda I, in place, mirrored into the upper
- * triangle) and two vectors per row of a block:
- * cols^2 * 8 + cols * CMP_RETARGET_ROWS * 16. */
-uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols);
+/* Peak bytes cmp_gptq_retarget allocates with `threads` threads: one
+ * [cols][cols] double matrix (the Cholesky factor of Hq + lambda I, in
+ * place, mirrored into the upper triangle) and each thread's two vectors
+ * per row of a block: cols^2 * 8 + threads * cols * CMP_RETARGET_ROWS * 16. */
+uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols, int threads);
 
 #endif /* CMP_GPTQ_H */

@@ -94,6 +94,46 @@ static void test_calib_fixture_qwen2_bias_int8(void **state)
     run_fixture("qwen2", KN_W_Q8, 0);
 }
 
+/* A whole calibration (best, rotated, int4) on a pool of three threads
+ * gives the same quantized tensors and errors, bit for bit, as on the
+ * calling thread alone: an artifact does not depend on the machine's
+ * core count. */
+static void test_calib_threads_do_not_change_the_result(void **state)
+{
+    (void)state;
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
+    kn_pool *pool = tu_pool_warm(3);
+    cmp_calib_result *r[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        cmp_calib_opts o;
+        memset(&o, 0, sizeof o);
+        o.fmt = KN_W_Q4;
+        o.group = 32;
+        o.method = CMP_QM_BEST;
+        o.rotate = 1;
+        o.heldout = 1;
+        o.pool = k ? pool : NULL;
+        assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[k], NULL), MC_OK);
+    }
+    for (size_t i = 0; i < (size_t)r[0]->layers * CMP_LIN_COUNT; i++) {
+        const cmp_calib_tensor *a = &r[0]->t[i], *b = &r[1]->t[i];
+        assert_int_equal(a->method, b->method);
+        assert_true(a->err == b->err && a->err_local == b->err_local);
+        uint32_t rows = a->q.rows, cols = a->q.cols;
+        assert_memory_equal(a->q.data, b->q.data, kn_wformat_data_bytes(a->fmt, rows, cols));
+        assert_memory_equal(a->q.scales, b->q.scales,
+                            kn_wformat_scale_bytes(a->fmt, rows, cols, a->q.group));
+    }
+    assert_true(r[0]->heldout.kld_mean == r[1]->heldout.kld_mean);
+    cmp_calib_result_free(r[0]);
+    cmp_calib_result_free(r[1]);
+    kn_pool_free(pool);
+    tu_fixture_close(m, path, tok, off);
+}
+
 /* Every linear kept float through the per-tensor formats: the result
  * reproduces the reference exactly (KLD 0); with the rotation
  * (cmp_rotate.h) too, to float32 rounding: the rotated model computes the
@@ -350,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_calib_fixture_llama_int4_methods_beat_rtn),
         cmocka_unit_test(test_calib_fixture_qwen2_bias_int8),
         cmocka_unit_test(test_calib_all_float_is_identity),
+        cmocka_unit_test(test_calib_threads_do_not_change_the_result),
         cmocka_unit_test(test_calib_rotation_keeps_function),
         cmocka_unit_test(test_calib_rejects_bad_options),
         cmocka_unit_test(test_auto_precision_fits_target),

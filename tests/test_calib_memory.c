@@ -34,6 +34,9 @@ typedef struct run_case {
     int spill;
     int lm_head_q8;
     int force_lean;   /* budget between the full and the down-lean plan */
+    int threads;      /* > 1: a pool of this many (forward passes and the
+                         row-parallel quantization, each thread its own
+                         work space) */
 } run_case;
 
 /* Calibrate one case with tracking on; check measured <= planned and that
@@ -56,6 +59,11 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
     o.heldout = rc->heldout;
     o.lm_head_q8 = rc->lm_head_q8;
     o.spill_dir = dir;
+    kn_pool *pool = NULL;
+    if (rc->threads > 1) {
+        pool = tu_pool_warm(rc->threads);
+        o.pool = pool;
+    }
     mc_error e;
     if (rc->force_lean) {
         cmp_calib_mem full, lean;
@@ -78,11 +86,12 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
         char buf[2048];
         fail_msg("%s: %s", rc->fixture, mc_error_format(&e, buf, sizeof buf));
     }
-    printf("# %-8s %s g%u %-5s rot %d held %zu spill %d lean %#x: planned %lld "
-           "(at %s), measured %lld (%.2f)\n", rc->fixture,
+    printf("# %-8s %s g%u %-5s rot %d held %zu spill %d lean %#x threads %d: "
+           "planned %lld (at %s), measured %lld (%.2f)\n", rc->fixture,
            rc->fmt == KN_W_Q8 ? "q8" : "q4", rc->group,
            cmp_qmethod_name(rc->method), rc->rotate, rc->heldout, rc->spill,
-           plan.lean, (long long)plan.peak, plan.phase, (long long)measured,
+           plan.lean, rc->threads > 1 ? rc->threads : 1, (long long)plan.peak,
+           plan.phase, (long long)measured,
            (double)measured / (double)plan.peak);
     assert_true((uint64_t)measured <= plan.peak);
     /* not a blanket over-estimate: within a tenth of the real peak */
@@ -120,6 +129,7 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
     }
     *plan_out = plan;
     *measured_out = measured;
+    kn_pool_free(pool);
     tu_fixture_close(m, path, tok, off);
     return sum;
 }
@@ -130,9 +140,9 @@ static void test_calib_memory_bounds_measured_peak(void **state)
     static const run_case cases[] = {
         {"llama", KN_W_Q8, 0, CMP_QM_BEST, 1, 2, 1, 0, 0},
         {"llama", KN_W_Q4, 32, CMP_QM_GPTQ, 0, 0, 0, 0, 0},
-        {"qwen2", KN_W_Q4, 32, CMP_QM_BEST, 1, 3, 0, 1, 0},
-        {"mistral", KN_W_Q8, 0, CMP_QM_AWQ, 0, 2, 1, 1, 0},
-        {"llama-bias", KN_W_Q4S, 64, CMP_QM_GPTAQ, 1, 0, 1, 0, 0},
+        {"qwen2", KN_W_Q4, 32, CMP_QM_BEST, 1, 3, 0, 1, 0, 3},
+        {"mistral", KN_W_Q8, 0, CMP_QM_AWQ, 0, 2, 1, 1, 0, 2},
+        {"llama-bias", KN_W_Q4S, 64, CMP_QM_GPTAQ, 1, 0, 1, 0, 0, 3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cmp_calib_mem plan;

@@ -209,10 +209,10 @@ static void test_retarget_solves_normal_equations_blockwise(void **state)
         mean += cmp_hessian_get(&hq, j, j);
     mean /= cols;
     for (uint32_t rows = 1; rows <= maxrows; rows++) {
-        assert_int_equal(cmp_gptq_retarget(&hq, C, w, rows, damp, all, NULL), MC_OK);
+        assert_int_equal(cmp_gptq_retarget(&hq, C, w, rows, damp, all, NULL, NULL), MC_OK);
         for (uint32_t r = 0; r < rows; r++) {
             assert_int_equal(cmp_gptq_retarget(&hq, C, w + (size_t)r * cols, 1,
-                                               damp, one, NULL), MC_OK);
+                                               damp, one, NULL, NULL), MC_OK);
             assert_memory_equal(one, all + (size_t)r * cols, cols * sizeof(float));
         }
     }
@@ -300,9 +300,9 @@ static void check_beats_rtn(kn_wformat f, uint32_t g, int act_order,
     }
     /* Refitting the scales never raises the error (after GPTQ) and lowers
      * RTN's; the refit layout still dequantizes to what it reports. */
-    assert_int_equal(cmp_gptq_refit_scales(w, &h, &b.b, dg, NULL), MC_OK);
+    assert_int_equal(cmp_gptq_refit_scales(w, &h, &b.b, dg, NULL, NULL), MC_OK);
     double ef = direct_output_error(X, T, w, dg, rows, cols);
-    assert_int_equal(cmp_gptq_refit_scales(w, &h, &a.b, dr, NULL), MC_OK);
+    assert_int_equal(cmp_gptq_refit_scales(w, &h, &a.b, dr, NULL, NULL), MC_OK);
     double erf = direct_output_error(X, T, w, dr, rows, cols);
     print_message("  refit: gptq %.4g -> %.4g, rtn %.4g -> %.4g\n", eg, ef, er,
                   erf);
@@ -717,7 +717,7 @@ static void check_descent(kn_wformat f)
         memcpy(z0, m.zeros, zb);
     double e0 = cmp_hessian_output_error(&h, w, deq, rows);
     uint64_t moves = 0;
-    assert_int_equal(cmp_descend_codes(w, &h, &m.b, deq, 64, &moves, NULL), MC_OK);
+    assert_int_equal(cmp_descend_codes(w, &h, &m.b, deq, 64, &moves, NULL, NULL), MC_OK);
     double e1 = cmp_hessian_output_error(&h, w, deq, rows);
     print_message("descent fmt %d: %.6g -> %.6g in %llu moves\n", (int)f, e0, e1,
                   (unsigned long long)moves);
@@ -763,6 +763,82 @@ static void test_descent_reaches_a_local_minimum(void **state)
     check_descent(KN_W_Q4);
     check_descent(KN_W_Q4S);
     check_descent(KN_W_Q8);
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+/* Buffers of one quantized matrix compared byte for byte. */
+static void assert_qm_equal(const qm *a, const qm *b, kn_wformat f, uint32_t rows,
+                            uint32_t cols)
+{
+    assert_memory_equal(a->data, b->data, kn_wformat_data_bytes(f, rows, cols));
+    assert_memory_equal(a->scales, b->scales, kn_wformat_scale_bytes(f, rows, cols, 32));
+    size_t zb = kn_wformat_zero_bytes(f, rows, cols, 32);
+    if (zb)
+        assert_memory_equal(a->zeros, b->zeros, zb);
+}
+
+/* Every row-parallel step gives on a pool of three threads (an uneven
+ * split of 37 rows) exactly what it gives on the calling thread alone:
+ * GPTQ (with and without act-order), the refit, the descent, the
+ * retarget and the output error. */
+static void test_threads_give_identical_results(void **state)
+{
+    (void)state;
+    kn_pool *pool = kn_pool_create(3);
+    assert_non_null(pool);
+    uint32_t rows = 37, cols = 72;
+    size_t T = 200;
+    float *X = correlated_inputs(T, cols);
+    cmp_hessian h;
+    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
+    cmp_hessian_add(&h, X, T);
+    float *w = rand_w(rows, cols);
+    size_t nel = (size_t)rows * cols;
+    float *d1 = malloc(nel * sizeof(float)), *d3 = malloc(nel * sizeof(float));
+    kn_wformat fs[2] = {KN_W_Q4, KN_W_Q8};
+    for (int fi = 0; fi < 2; fi++)
+        for (int ao = 0; ao <= 1; ao++) {
+            kn_wformat f = fs[fi];
+            qm a, b;
+            qm_init(&a, f, rows, cols, 32);
+            qm_init(&b, f, rows, cols, 32);
+            cmp_gptq_opts o1 = {0.01, ao, 128, 1, 0, 0, NULL};
+            cmp_gptq_opts o3 = o1;
+            o3.pool = pool;
+            o1.chunk_rows = o3.chunk_rows = 0;
+            assert_int_equal(cmp_gptq_quantize(w, &h, &o1, &a.b, d1, NULL, NULL), MC_OK);
+            assert_int_equal(cmp_gptq_quantize(w, &h, &o3, &b.b, d3, NULL, NULL), MC_OK);
+            assert_qm_equal(&a, &b, f, rows, cols);
+            assert_int_equal(cmp_gptq_refit_scales(w, &h, &a.b, d1, NULL, NULL), MC_OK);
+            assert_int_equal(cmp_gptq_refit_scales(w, &h, &b.b, d3, pool, NULL), MC_OK);
+            assert_qm_equal(&a, &b, f, rows, cols);
+            uint64_t m1 = 0, m3 = 0;
+            assert_int_equal(cmp_descend_codes(w, &h, &a.b, d1, 0, &m1, NULL, NULL), MC_OK);
+            assert_int_equal(cmp_descend_codes(w, &h, &b.b, d3, 0, &m3, pool, NULL), MC_OK);
+            assert_qm_equal(&a, &b, f, rows, cols);
+            assert_memory_equal(d1, d3, nel * sizeof(float));
+            assert_true(m1 == m3);
+            double e1 = cmp_hessian_output_error(&h, w, d1, rows);
+            assert_true(cmp_hessian_output_error_par(pool, &h, w, d3, rows) == e1);
+            assert_true(cmp_hessian_output_error_par(NULL, &h, w, d3, rows) == e1);
+            qm_free(&a);
+            qm_free(&b);
+        }
+    double *C = calloc((size_t)cols * cols, sizeof(double));
+    for (uint32_t i = 0; i < cols; i++)
+        for (uint32_t k = 0; k < cols; k++)
+            C[i * cols + k] = 0.9 * cmp_hessian_get(&h, i, k);
+    assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d1, NULL, NULL), MC_OK);
+    assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d3, pool, NULL), MC_OK);
+    assert_memory_equal(d1, d3, nel * sizeof(float));
+    free(C);
+    free(d1);
+    free(d3);
+    free(w);
+    cmp_hessian_free(&h);
+    free(X);
+    kn_pool_free(pool);
 }
 
 /* ---- work-space byte counts against measured allocation ------------- */
@@ -811,6 +887,7 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
     float *X = correlated_inputs(T, 100);
     cmp_hessian_add(&h, X, T);
 
+    kn_pool *pool3 = tu_pool_warm(3);
     /* GPTQ: every block below the mmap threshold (cols 100), then one
      * matrix above it (cols 200) */
     struct {
@@ -833,12 +910,21 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
         cmp_gptq_opts o = {0.01, cs[c].act, cs[c].block, 0, 0};
         probe_start(&p);
         assert_int_equal(cmp_gptq_quantize(w, hh, &o, &q.b, NULL, NULL, NULL), MC_OK);
-        probe_check(&p, "gptq", cmp_gptq_work_bytes(cs[c].rows, cs[c].cols, cs[c].block),
+        probe_check(&p, "gptq", cmp_gptq_work_bytes(cs[c].rows, cs[c].cols, cs[c].block, 1),
                     9, cs[c].nbig);
         uint32_t groups = cmp_qbuf_nparams(&q.b);
         probe_start(&p);
-        assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, NULL), MC_OK);
-        probe_check(&p, "refit", cmp_gptq_refit_work_bytes(cs[c].cols, groups), 8, 0);
+        assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, NULL, NULL), MC_OK);
+        probe_check(&p, "refit", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 1), 8, 0);
+        /* three threads: each its own work copies */
+        o.pool = pool3;
+        probe_start(&p);
+        assert_int_equal(cmp_gptq_quantize(w, hh, &o, &q.b, NULL, NULL, NULL), MC_OK);
+        probe_check(&p, "gptq x3", cmp_gptq_work_bytes(cs[c].rows, cs[c].cols, cs[c].block, 3),
+                    18, cs[c].nbig);
+        probe_start(&p);
+        assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, pool3, NULL), MC_OK);
+        probe_check(&p, "refit x3", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 3), 28, 0);
         qm_free(&q);
         free(w);
         if (Xc) {
@@ -854,8 +940,18 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
             C[i * 100 + j] = cmp_hessian_get(&h, i, j);
     float *w = rand_w(5, 100), *out = malloc(5 * 100 * sizeof(float));
     probe_start(&p);
-    assert_int_equal(cmp_gptq_retarget(&h, C, w, 5, 0.01, out, NULL), MC_OK);
-    probe_check(&p, "retarget", cmp_gptq_retarget_work_bytes(100), 2, 0);
+    assert_int_equal(cmp_gptq_retarget(&h, C, w, 5, 0.01, out, NULL, NULL), MC_OK);
+    probe_check(&p, "retarget", cmp_gptq_retarget_work_bytes(100, 1), 2, 0);
+    probe_start(&p);
+    assert_int_equal(cmp_gptq_retarget(&h, C, w, 5, 0.01, out, pool3, NULL), MC_OK);
+    probe_check(&p, "retarget x3", cmp_gptq_retarget_work_bytes(100, 3), 2, 0);
+    probe_start(&p);
+    (void)cmp_hessian_output_error_par(pool3, &h, w, NULL, 5);
+    probe_check(&p, "output error x3", cmp_hessian_output_error_par_work_bytes(100, 5, 3), 2, 0);
+    assert_true(cmp_hessian_output_error_par_work_bytes(100, 5, 3) ==
+                5 * 8 + 3 * CMP_OERR_ROWS * 100 * 8);
+    assert_true(cmp_hessian_output_error_par_work_bytes(100, 5, 1) ==
+                cmp_hessian_output_error_work_bytes(100));
 
     /* output error: the stack up to 512 columns, the heap above */
     probe_start(&p);
@@ -878,9 +974,12 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
         assert_int_equal(cmp_quant_matrix(q, NULL, &m.b, NULL), MC_OK);
         cmp_dequant_matrix(&m.b, qd);
         probe_start(&p);
-        assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, NULL), MC_OK);
-        probe_check(&p, "descent", cmp_descend_work_bytes(100), 3, 0);
-        assert_true(cmp_descend_work_bytes(100) == 100 * 100 * 8 + 2 * CMP_LANES * 100 * 8);
+        assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, NULL, NULL), MC_OK);
+        probe_check(&p, "descent", cmp_descend_work_bytes(100, 1), 3, 0);
+        probe_start(&p);
+        assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, pool3, NULL), MC_OK);
+        probe_check(&p, "descent x3", cmp_descend_work_bytes(100, 3), 4, 0);
+        assert_true(cmp_descend_work_bytes(100, 1) == 100 * 100 * 8 + 2 * CMP_LANES * 100 * 8);
         qm_free(&m);
         free(q);
         free(qd);
@@ -888,13 +987,14 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
 
     /* the formulas themselves, at a 70B model's widest input */
     uint64_t n = 28672, c = CMP_GPTQ_CHUNK_BYTES / (n * 4);
-    assert_true(cmp_gptq_work_bytes(8192, 28672, 0) ==
+    assert_true(cmp_gptq_work_bytes(8192, 28672, 0, 1) ==
                 n * n * 8 + c * n * 4 + c * 128 * 4 + n * 32);
-    assert_true(cmp_gptq_work_bytes(8192, 28672, 128) == cmp_gptq_work_bytes(8192, 28672, 0));
-    assert_true(cmp_gptq_retarget_work_bytes(28672) ==
+    assert_true(cmp_gptq_work_bytes(8192, 28672, 128, 1) == cmp_gptq_work_bytes(8192, 28672, 0, 1));
+    assert_true(cmp_gptq_retarget_work_bytes(28672, 1) ==
                 n * n * 8 + n * CMP_RETARGET_ROWS * 16);
 
     cmp_hessian_free(&wide);
+    kn_pool_free(pool3);
     free(ww);
     free(w);
     free(out);
@@ -911,6 +1011,7 @@ int main(void)
         cmocka_unit_test(test_output_error_rows_are_independent_of_blocking),
         cmocka_unit_test(test_retarget_solves_normal_equations_blockwise),
         cmocka_unit_test(test_descent_reaches_a_local_minimum),
+        cmocka_unit_test(test_threads_give_identical_results),
         cmocka_unit_test(test_gptq_beats_rtn_int8_per_channel),
         cmocka_unit_test(test_gptq_beats_rtn_int4_ragged_groups),
         cmocka_unit_test(test_gptq_act_order_with_static_groups_beats_rtn),

@@ -6,6 +6,8 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+
+#include "kn_ops.h"
 #include "rt_model.h"
 
 #include <dirent.h>
@@ -210,4 +212,19 @@ void tu_fixture_close(rt_model *m, char *path, int32_t *tok, size_t *off)
     free(off);
     rt_model_free(m);
     free(path);
+}
+
+static void tu_noop_job(void *ctx, int tid, int nth)
+{
+    (void)ctx;
+    (void)tid;
+    (void)nth;
+}
+
+kn_pool *tu_pool_warm(int n)
+{
+    kn_pool *p = kn_pool_create(n);
+    assert_non_null(p);
+    kn_pool_run(p, tu_noop_job, NULL);
+    return p;
 }

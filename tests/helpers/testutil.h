@@ -79,4 +79,11 @@ void tu_rng_fill(tu_rng *r, float *x, size_t n, float amp);
  * ||a - b|| when b is all zero), summed in double. */
 double tu_norm_err(const float *a, const float *b, size_t n);
 
+/* A kn_pool of n threads whose workers have all run once: they free
+ * their start-up arguments then, which would otherwise show up as frees
+ * inside an mc_alloc measurement.  Fails the test if it cannot be made;
+ * free with kn_pool_free. */
+struct kn_pool;
+struct kn_pool *tu_pool_warm(int n);
+
 #endif /* TESTUTIL_H */

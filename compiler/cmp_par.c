@@ -1,0 +1,42 @@
+/* cmp_par.c - row-parallel loops (see cmp_par.h). */
+#include "cmp_par.h"
+
+int cmp_par_threads(const kn_pool *p)
+{
+    return p ? kn_pool_threads(p) : 1;
+}
+
+typedef struct par_job {
+    uint32_t n, align;
+    cmp_par_fn fn;
+    void *ctx;
+} par_job;
+
+/* Row where slot t's range starts: t/T of the aligned blocks. */
+static uint32_t range_start(const par_job *j, int t, int T)
+{
+    uint64_t blocks = ((uint64_t)j->n + j->align - 1) / j->align;
+    uint64_t r = blocks * (uint64_t)t / (uint64_t)T * j->align;
+    return r < j->n ? (uint32_t)r : j->n;
+}
+
+static void par_thread(void *ctx, int tid, int nth)
+{
+    const par_job *j = ctx;
+    uint32_t r0 = range_start(j, tid, nth), r1 = range_start(j, tid + 1, nth);
+    if (r1 > r0)
+        j->fn(j->ctx, r0, r1, tid);
+}
+
+void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
+                  void *ctx)
+{
+    if (n == 0)
+        return;
+    if (cmp_par_threads(p) <= 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    par_job j = {n, align ? align : 1, fn, ctx};
+    kn_pool_run(p, par_thread, &j);
+}

@@ -1,0 +1,35 @@
+/*
+ * cmp_par.h - the calibration's row-parallel loops on a kn_pool.
+ *
+ * GPTQ, the scale refit, the code descent, the retarget solve and the
+ * output-error measures treat the rows of a weight matrix independently
+ * once their shared inputs (H, its factor) are ready.  cmp_par_rows hands
+ * each pool thread one contiguous range of rows.  Every row's result is
+ * computed exactly as it would be alone, and sums over rows are added in
+ * row order afterwards by the caller, so results do not depend on the
+ * number of threads: an artifact is the same on 2 cores and on 64.
+ *
+ * Work space: callers allocate one scratch set per thread up front, in the
+ * calling thread (cmp_par_threads tells how many), so that allocation
+ * failures are reported in one place and the memory plan can count them.
+ */
+#ifndef CMP_PAR_H
+#define CMP_PAR_H
+
+#include <stdint.h>
+
+#include "kn_ops.h"
+
+/* Threads cmp_par_rows runs on: kn_pool_threads(p), 1 for NULL. */
+int cmp_par_threads(const kn_pool *p);
+
+/* fn(ctx, r0, r1, slot) over contiguous ranges covering [0, n): slot t <
+ * cmp_par_threads(p) gets rows [t * n / T, (t + 1) * n / T) rounded to
+ * multiples of align (>= 1; the last range ends at n), possibly empty.
+ * p NULL or one thread: fn(ctx, 0, n, 0) on the calling thread.  fn must
+ * not use the pool itself. */
+typedef void (*cmp_par_fn)(void *ctx, uint32_t r0, uint32_t r1, int slot);
+void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
+                  void *ctx);
+
+#endif /* CMP_PAR_H */
