@@ -250,9 +250,51 @@ double cmp_hessian_output_error_par(kn_pool *p, const cmp_hessian *h,
     return total;
 }
 
+/* Work (multiply-adds) below which a column of the Cholesky factor or a
+ * row of the inverse stays on the calling thread: waking the pool costs
+ * microseconds. */
+#define PAR_MIN_WORK ((size_t)1 << 16)
+
+typedef struct chol_job {
+    double *a;
+    size_t n, j; /* the column being formed */
+    double d;    /* its diagonal */
+} chol_job;
+
+/* Column j of L for rows j + 1 + [r0, r1): eight rows at a time
+ * (cmp_lanes.h; t - (-rj[k]) ri[k] is the plain loop's t - ri[k] rj[k], in
+ * the same order), the rest one by one. */
+static void chol_col_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    (void)slot;
+    const chol_job *c = ctx;
+    double *a = c->a;
+    size_t n = c->n, j = c->j;
+    const double *rj = a + j * n;
+    size_t i = j + 1 + r0, end = j + 1 + r1;
+    for (; i + CMP_LANES <= end; i += CMP_LANES) {
+        double t[CMP_LANES];
+        for (size_t r = 0; r < CMP_LANES; r++)
+            t[r] = a[(i + r) * n + j];
+        cmp_lanes_dot(t, -1.0, rj, a + i * n, 1, n, 0, j);
+        for (size_t r = 0; r < CMP_LANES; r++)
+            a[(i + r) * n + j] = t[r] / c->d;
+    }
+    for (; i < end; i++) {
+        double t = a[i * n + j];
+        const double *ri = a + i * n;
+        for (size_t k = 0; k < j; k++)
+            t -= ri[k] * rj[k];
+        a[i * n + j] = t / c->d;
+    }
+}
+
 /* In-place lower Cholesky of the n x n symmetric a (lower triangle read and
- * written; upper left alone).  0 on success, -1 if not positive definite. */
-static int cholesky_lower(double *a, size_t n)
+ * written; upper left alone).  A column's rows are independent given the
+ * earlier columns: with a pool they are split over its threads (each
+ * element computed as on one thread).  0 on success, -1 if not positive
+ * definite. */
+static int cholesky_lower(double *a, size_t n, kn_pool *p)
 {
     for (size_t j = 0; j < n; j++) {
         double s = a[j * n + j];
@@ -262,49 +304,73 @@ static int cholesky_lower(double *a, size_t n)
             return -1;
         double d = sqrt(s);
         a[j * n + j] = d;
-        const double *rj = a + j * n;
-        size_t i = j + 1;
-        /* eight rows at a time (cmp_lanes.h): t - (-rj[k]) ri[k] is the
-         * plain loop's t - ri[k] rj[k], in the same order */
-        for (; i + CMP_LANES <= n; i += CMP_LANES) {
-            double t[CMP_LANES];
-            for (size_t r = 0; r < CMP_LANES; r++)
-                t[r] = a[(i + r) * n + j];
-            cmp_lanes_dot(t, -1.0, rj, a + i * n, 1, n, 0, j);
-            for (size_t r = 0; r < CMP_LANES; r++)
-                a[(i + r) * n + j] = t[r] / d;
-        }
-        for (; i < n; i++) {
-            double t = a[i * n + j];
-            const double *ri = a + i * n;
-            for (size_t k = 0; k < j; k++)
-                t -= ri[k] * rj[k];
-            a[i * n + j] = t / d;
-        }
+        chol_job c = {a, n, j, d};
+        uint32_t rows = (uint32_t)(n - j - 1);
+        if ((size_t)rows * j >= PAR_MIN_WORK)
+            cmp_par_rows(p, rows, CMP_LANES, chol_col_rows, &c);
+        else
+            chol_col_rows(&c, 0, rows, 0);
     }
     return 0;
+}
+
+typedef struct inv_job {
+    const double *a;
+    double *t;
+    size_t n, i; /* the row of X being formed, in t */
+} inv_job;
+
+/* Columns [j0, j1) of row i of X into t: t[j] = -sum_{k=j}^{i-1} L[i][k]
+ * X[k][j], k ascending (zero L[i][k] skipped), as in the one-thread loop. */
+static void inv_cols(const inv_job *v, size_t j0, size_t j1)
+{
+    const double *li = v->a + v->i * v->n;
+    double *t = v->t;
+    for (size_t j = j0; j < j1; j++)
+        t[j] = 0.0;
+    for (size_t k = j0; k < v->i; k++) {
+        double c = li[k];
+        if (c == 0.0)
+            continue;
+        const double *xk = v->a + k * v->n;
+        size_t je = k + 1 < j1 ? k + 1 : j1;
+        for (size_t j = j0; j < je; j++)
+            t[j] -= c * xk[j];
+    }
+}
+
+/* Thread tid of nth takes the columns of row i that hold an equal share of
+ * the work, which falls linearly with the column (column j gets i - j
+ * updates): [i (1 - sqrt(1 - tid/nth)), ...). */
+static void inv_thread(void *ctx, int tid, int nth)
+{
+    const inv_job *v = ctx;
+    size_t i = v->i;
+    size_t j0 = (size_t)((double)i * (1.0 - sqrt(1.0 - (double)tid / nth)));
+    size_t j1 = tid + 1 == nth ? i
+                : (size_t)((double)i * (1.0 - sqrt(1.0 - (double)(tid + 1) / nth)));
+    if (j1 > j0)
+        inv_cols(v, j0, j1);
 }
 
 /* In-place inverse of the lower triangular L in a's lower triangle (upper
  * left alone).  Forward substitution over whole rows, row i of X = L^-1:
  *   X[i][.] = (e_i - sum_{k<i} L[i][k] X[k][.]) / L[i][i]
  * Row i of L is still read while X[i] is built, so X[i] grows in t (n
- * doubles) and is copied over L[i] at the end; rows k < i already hold
- * X.  Every inner loop runs along a row (contiguous); the column-wise
- * version was dominated by strided loads (seconds at n = 1536). */
-static void invert_lower(double *a, double *t, size_t n)
+ * doubles) and is copied over L[i] once the whole row is formed; rows
+ * k < i already hold X.  Every inner loop runs along a row (contiguous;
+ * the column-wise version was dominated by strided loads, seconds at
+ * n = 1536).  With a pool a row's columns are split over its threads
+ * (each element computed as on one thread). */
+static void invert_lower(double *a, double *t, size_t n, kn_pool *p)
 {
     for (size_t i = 0; i < n; i++) {
         double *li = a + i * n;
-        memset(t, 0, i * sizeof(double));
-        for (size_t k = 0; k < i; k++) {
-            double c = li[k];
-            if (c == 0.0)
-                continue;
-            const double *xk = a + k * n;
-            for (size_t j = 0; j <= k; j++)
-                t[j] -= c * xk[j];
-        }
+        inv_job v = {a, t, n, i};
+        if (cmp_par_threads(p) > 1 && i * i / 2 >= PAR_MIN_WORK)
+            kn_pool_run(p, inv_thread, &v);
+        else
+            inv_cols(&v, 0, i);
         double inv = 1.0 / li[i];
         t[i] = 1.0;
         for (size_t j = 0; j <= i; j++)
@@ -314,7 +380,7 @@ static void invert_lower(double *a, double *t, size_t n)
 
 mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
                                double lambda, double *a, double *row,
-                               mc_error *err)
+                               kn_pool *pool, mc_error *err)
 {
     size_t n = h->cols;
     /* R = J P^T H' P J into the lower triangle: R[i][j] = H'[p(n-1-i)]
@@ -330,10 +396,10 @@ mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
         double d = hdiag(h, pi);
         ai[i] = (d == 0.0 ? 1.0 : d) + lambda;
     }
-    if (cholesky_lower(a, n) != 0)
+    if (cholesky_lower(a, n, pool) != 0)
         return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
                        "not positive definite");
-    invert_lower(a, row, n);
+    invert_lower(a, row, n, pool);
     /* R = L L^T, so H'^-1 = J R^-1 J = (J L^-1 J)^T (J L^-1 J): U = J L^-1 J
      * is upper triangular with a positive diagonal, i.e. the upper Cholesky
      * factor of H'^-1.  U[n-1-i][n-1-j] = L^-1[i][j]: each strictly lower
@@ -623,7 +689,7 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
     double damp = o.damp;
     int ok = 0;
     for (int attempt = 0; attempt < 7 && !ok; attempt++) {
-        if (cmp_gptq_hinv_factor(h, perm, damp * mean, A, trow, NULL) == MC_OK)
+        if (cmp_gptq_hinv_factor(h, perm, damp * mean, A, trow, o.pool, NULL) == MC_OK)
             ok = 1;
         else
             damp *= 10.0;
@@ -774,7 +840,7 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j <= i; j++)
                 A[i * n + j] = hsym(hq, i, j) + (i == j ? damp * mean : 0.0);
-        if (cholesky_lower(A, n) == 0)
+        if (cholesky_lower(A, n, pool) == 0)
             ok = 1;
         else
             damp *= 10.0;

@@ -159,12 +159,15 @@ uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block,
  * a alone (no allocation): J P^T H P J into the lower triangle, lower
  * Cholesky in place, lower inverse in place (rows through row, so every
  * inner loop is contiguous), then the index reversal into the upper
- * triangle.  Returns MC_OK, or MC_ERR_NONFINITE if the matrix is not
+ * triangle.  pool (NULL = the calling thread) splits each column of the
+ * factorization and each row of the inverse over its threads once they
+ * are large enough; the result does not depend on it.
+ * Returns MC_OK, or MC_ERR_NONFINITE if the matrix is not
  * (numerically) positive definite or the factor overflows; a is then
  * unspecified. */
 mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
                                double lambda, double *a, double *row,
-                               mc_error *err);
+                               kn_pool *pool, mc_error *err);
 
 /* MC_OK when q passes cmp_qbuf_check and is as wide as h; else the
  * error (MC_ERR_INVALID_ARG naming the two widths). */

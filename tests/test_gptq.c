@@ -546,7 +546,7 @@ static void check_factor(uint32_t cols, int permute, int dead)
     size_t nn = (size_t)cols * cols;
     double *U = malloc(nn * sizeof(double)), *row = malloc(cols * sizeof(double));
     double *minv = malloc(nn * sizeof(double)), *uref = malloc(nn * sizeof(double));
-    assert_int_equal(cmp_gptq_hinv_factor(&h, perm, lambda, U, row, NULL), MC_OK);
+    assert_int_equal(cmp_gptq_hinv_factor(&h, perm, lambda, U, row, NULL, NULL), MC_OK);
     ref_factor(&h, perm, lambda, minv, uref);
     double su = max_abs(uref, nn), sm = max_abs(minv, nn), eu = 0.0, em = 0.0;
     for (uint32_t i = 0; i < cols; i++)
@@ -832,6 +832,30 @@ static void test_threads_give_identical_results(void **state)
     assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d1, NULL, NULL), MC_OK);
     assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d3, pool, NULL), MC_OK);
     assert_memory_equal(d1, d3, nel * sizeof(float));
+    /* the factorization's columns and the inverse's rows go parallel only
+     * from about 400 wide: compare there, with an act-order permutation */
+    {
+        uint32_t wide = 600;
+        float *Xw = correlated_inputs(700, wide);
+        cmp_hessian hw;
+        assert_int_equal(cmp_hessian_init(&hw, wide, NULL), MC_OK);
+        cmp_hessian_add(&hw, Xw, 700);
+        uint32_t *perm = malloc(wide * sizeof(uint32_t));
+        for (uint32_t i = 0; i < wide; i++)
+            perm[i] = (i * 7u) % wide; /* 7 and 600 are coprime */
+        double *u1 = malloc((size_t)wide * wide * sizeof(double));
+        double *u3 = malloc((size_t)wide * wide * sizeof(double));
+        double *row = malloc(wide * sizeof(double));
+        assert_int_equal(cmp_gptq_hinv_factor(&hw, perm, 1.0, u1, row, NULL, NULL), MC_OK);
+        assert_int_equal(cmp_gptq_hinv_factor(&hw, perm, 1.0, u3, row, pool, NULL), MC_OK);
+        assert_memory_equal(u1, u3, (size_t)wide * wide * sizeof(double));
+        free(u1);
+        free(u3);
+        free(row);
+        free(perm);
+        cmp_hessian_free(&hw);
+        free(Xw);
+    }
     free(C);
     free(d1);
     free(d3);
