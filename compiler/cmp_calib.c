@@ -111,7 +111,7 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
         if (gpu) {
             gpu_add(a, where, x, T);
         } else {
-            cmp_hessian_add(&a->hf[where], x, T);
+            cmp_hessian_add_par(a->pool, &a->hf[where], x, T);
             memcpy(a->xf[where], x, T * width * sizeof(float));
         }
         return;
@@ -119,26 +119,16 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
     if (gpu)
         gpu_add(a, where, x, T);
     else
-        cmp_hessian_add(&a->h[where], x, T);
+        cmp_hessian_add_par(a->pool, &a->h[where], x, T);
     double *s = a->abs_sum[where];
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < width; j++)
             s[j] += fabs(x[t * width + j]);
     if (!full || gpu)
         return;
-    double *c = a->c[where];
-    const float *xf = a->xf[where];
-    for (size_t t = 0; t < T; t++) {
-        const float *f = xf + t * width, *q = x + t * width;
-        for (size_t i = 0; i < width; i++) {
-            double fi = f[i];
-            if (fi == 0.0)
-                continue;
-            double *ci = c + i * width;
-            for (size_t j = 0; j < width; j++)
-                ci[j] += fi * q[j];
-        }
-    }
+    /* C += x_f x_q^T; hf's transposed-chunk scratch is free in this pass */
+    cmp_cross_add(a->pool, a->c[where], a->xf[where], x, T, (uint32_t)width,
+                  a->hf[where].xt);
 }
 
 /* ---- one layer ------------------------------------------------------------ */
@@ -852,6 +842,7 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         c.r = r;
         c.l = l;
         c.lean = mem.lean;
+        c.acc.pool = o->pool;
         seqs S = {rb.states, rb.states_f, rb.len, ncal, maxT, rb.xtmp, rb.xtmp_f};
         st = calib_layer(&c, m, rb.f, &S, err);
         layer_ctx_free(&c);

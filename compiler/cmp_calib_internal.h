@@ -28,6 +28,8 @@ typedef struct tap_acc {
     cmp_gpu_stats *gpu[4];  /* with stats_on_gpu: the sums on the device
                                (xf stays NULL; x_f is kept there) */
     mc_status gpu_st;       /* the first failure of a device add */
+    kn_pool *pool;          /* threads for the sums (the taps run between
+                               the forward's kernels, outside pool jobs) */
 } tap_acc;
 
 /* One layer being calibrated. */

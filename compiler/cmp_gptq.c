@@ -11,6 +11,11 @@
 
 #define HCHUNK 64 /* tokens per transposed chunk in cmp_hessian_add */
 
+/* Work (multiply-adds) below which a step (a chunk of statistics, a
+ * column of a Cholesky factor, a row of an inverse) stays on the calling
+ * thread: waking the pool costs microseconds. */
+#define PAR_MIN_WORK ((size_t)1 << 16)
+
 /* Packed row i as an array indexed by the column: hrow(h, i)[j] is element
  * (i, j) for j >= i.  Stays inside the allocation: the offset, row_offset
  * - i, is >= 0 for every i < cols. */
@@ -87,7 +92,57 @@ void cmp_hessian_set(cmp_hessian *h, uint32_t i, uint32_t j, double v)
         hrow(h, j)[i] = v;
 }
 
-void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
+typedef struct hadd_job {
+    cmp_hessian *h;
+    size_t m; /* tokens in the chunk (in h->xt) */
+} hadd_job;
+
+/* Packed rows [i0, i1) of the sum += the chunk's x x^T: eight elements of
+ * a row at a time (cmp_lanes.h), each summed over the tokens in the order
+ * of the plain loop, then added to the row. */
+static void hadd_rows(const hadd_job *j, size_t i0, size_t i1)
+{
+    cmp_hessian *h = j->h;
+    size_t n = h->cols, m = j->m;
+    for (size_t i = i0; i < i1; i++) {
+        const double *xi = h->xt + i * HCHUNK;
+        double *row = hrow(h, i);
+        size_t c = i;
+        for (; c + CMP_LANES <= n; c += CMP_LANES) {
+            double acc[CMP_LANES] = {0};
+            cmp_lanes_dot(acc, 1.0, xi, h->xt + c * HCHUNK, 1, HCHUNK, 0, m);
+            for (size_t r = 0; r < CMP_LANES; r++)
+                row[c + r] += acc[r];
+        }
+        for (; c < n; c++) {
+            const double *xj = h->xt + c * HCHUNK;
+            double s = 0.0;
+            for (size_t t = 0; t < m; t++)
+                s += xi[t] * xj[t];
+            row[c] += s;
+        }
+    }
+}
+
+/* First row of thread tid's share when rows [0, n) cost n - i each:
+ * n (1 - sqrt(1 - tid / nth)). */
+static size_t tri_split(size_t n, int tid, int nth)
+{
+    if (tid >= nth)
+        return n;
+    size_t i = (size_t)((double)n * (1.0 - sqrt(1.0 - (double)tid / nth)));
+    return i < n ? i : n;
+}
+
+static void hadd_thread(void *ctx, int tid, int nth)
+{
+    const hadd_job *j = ctx;
+    size_t i0 = tri_split(j->h->cols, tid, nth), i1 = tri_split(j->h->cols, tid + 1, nth);
+    if (i1 > i0)
+        hadd_rows(j, i0, i1);
+}
+
+void cmp_hessian_add_par(kn_pool *p, cmp_hessian *h, const float *X, size_t T)
 {
     size_t n = h->cols;
     for (size_t t0 = 0; t0 < T; t0 += HCHUNK) {
@@ -95,28 +150,65 @@ void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
         for (size_t t = 0; t < m; t++)
             for (size_t i = 0; i < n; i++)
                 h->xt[i * HCHUNK + t] = X[(t0 + t) * n + i];
-        for (size_t i = 0; i < n; i++) {
-            const double *xi = h->xt + i * HCHUNK;
-            double *row = hrow(h, i);
-            size_t j = i;
-            /* eight elements of the row at a time (cmp_lanes.h), each
-             * summed over the tokens in the order of the plain loop */
-            for (; j + CMP_LANES <= n; j += CMP_LANES) {
-                double acc[CMP_LANES] = {0};
-                cmp_lanes_dot(acc, 1.0, xi, h->xt + j * HCHUNK, 1, HCHUNK, 0, m);
-                for (size_t r = 0; r < CMP_LANES; r++)
-                    row[j + r] += acc[r];
-            }
-            for (; j < n; j++) {
-                const double *xj = h->xt + j * HCHUNK;
-                double s = 0.0;
-                for (size_t t = 0; t < m; t++)
-                    s += xi[t] * xj[t];
-                row[j] += s;
-            }
-        }
+        hadd_job j = {h, m};
+        if (cmp_par_threads(p) > 1 && n * n / 2 * m >= PAR_MIN_WORK)
+            kn_pool_run(p, hadd_thread, &j);
+        else
+            hadd_rows(&j, 0, n);
     }
     h->n += T;
+}
+
+void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
+{
+    cmp_hessian_add_par(NULL, h, X, T);
+}
+
+typedef struct cross_add_job {
+    double *c;
+    const float *xq;
+    const double *ft; /* [width][HCHUNK]: the chunk's x_f, transposed */
+    size_t width, m;
+} cross_add_job;
+
+/* Rows [i0, i1) of c += the chunk's x_f x_q^T: element (i, j) takes the
+ * tokens one by one, in order, as a per-token update would (eight j at a
+ * time in registers, so c is read and written once per chunk). */
+static void cross_add_rows(void *ctx, uint32_t i0, uint32_t i1, int slot)
+{
+    (void)slot;
+    const cross_add_job *j = ctx;
+    size_t w = j->width;
+    for (size_t i = i0; i < i1; i++) {
+        const double *fi = j->ft + i * HCHUNK;
+        double *ci = j->c + i * w;
+        size_t c = 0;
+        for (; c + CMP_LANES <= w; c += CMP_LANES)
+            cmp_lanes_dot_f(ci + c, 1.0, fi, j->xq + c, w, 1, 0, j->m);
+        for (; c < w; c++) {
+            double v = ci[c];
+            for (size_t t = 0; t < j->m; t++)
+                v += fi[t] * (double)j->xq[t * w + c];
+            ci[c] = v;
+        }
+    }
+}
+
+void cmp_cross_add(kn_pool *p, double *c, const float *xf, const float *xq,
+                   size_t T, uint32_t width, double *xt)
+{
+    size_t w = width;
+    for (size_t t0 = 0; t0 < T; t0 += HCHUNK) {
+        size_t m = T - t0 < HCHUNK ? T - t0 : HCHUNK;
+        for (size_t t = 0; t < m; t++)
+            for (size_t i = 0; i < w; i++)
+                xt[i * HCHUNK + t] = xf[(t0 + t) * w + i];
+        cross_add_job j = {c, xq + t0 * w, xt, w, m};
+        if (w * w * m >= PAR_MIN_WORK)
+            cmp_par_rows(p, width, 1, cross_add_rows, &j);
+        else
+            cross_add_rows(&j, 0, width, 0);
+    }
 }
 
 void cmp_hessian_diag_mean(const cmp_hessian *h, float *out)
@@ -250,10 +342,6 @@ double cmp_hessian_output_error_par(kn_pool *p, const cmp_hessian *h,
     return total;
 }
 
-/* Work (multiply-adds) below which a column of the Cholesky factor or a
- * row of the inverse stays on the calling thread: waking the pool costs
- * microseconds. */
-#define PAR_MIN_WORK ((size_t)1 << 16)
 
 typedef struct chol_job {
     double *a;

@@ -83,6 +83,17 @@ uint64_t cmp_hessian_bytes(uint32_t cols);
 void cmp_hessian_reset(cmp_hessian *h);
 /* Add T rows of X [T][cols]. */
 void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T);
+/* The same with the packed rows split over the pool's threads (by equal
+ * work; p NULL = the calling thread): the same sums, bit for bit. */
+void cmp_hessian_add_par(kn_pool *p, cmp_hessian *h, const float *X, size_t T);
+/* c [width][width] += sum_t xf[t] xq[t]^T (c[i][j] += xf[t][i] xq[t][j])
+ * for T tokens of xf, xq [T][width]: element by element the tokens are
+ * added one at a time in order, as a per-token rank-1 update would, but
+ * c is read and written once per 64 tokens, and its rows are split over
+ * the pool's threads (p NULL = the calling thread).  xt: scratch
+ * [width][64] doubles (a Hessian's xt of this width serves). */
+void cmp_cross_add(kn_pool *p, double *c, const float *xf, const float *xq,
+                   size_t T, uint32_t width, double *xt);
 /* Element (i, j) of the symmetric sum, i and j in any order (< cols).
  * For tests and slow paths; hot loops walk the packed rows. */
 double cmp_hessian_get(const cmp_hessian *h, uint32_t i, uint32_t j);

@@ -832,6 +832,44 @@ static void test_threads_give_identical_results(void **state)
     assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d1, NULL, NULL), MC_OK);
     assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d3, pool, NULL), MC_OK);
     assert_memory_equal(d1, d3, nel * sizeof(float));
+    /* the statistics: H on three threads, and C against the per-token
+     * rank-1 update it replaces (150 tokens: two full chunks and a part;
+     * some x_f exactly zero) */
+    {
+        cmp_hessian h3;
+        assert_int_equal(cmp_hessian_init(&h3, cols, NULL), MC_OK);
+        cmp_hessian_add_par(pool, &h3, X, 120);
+        cmp_hessian_add_par(pool, &h3, X + 120 * cols, T - 120);
+        cmp_hessian h1;
+        assert_int_equal(cmp_hessian_init(&h1, cols, NULL), MC_OK);
+        cmp_hessian_add(&h1, X, 120);
+        cmp_hessian_add(&h1, X + 120 * cols, T - 120);
+        assert_memory_equal(h1.h, h3.h, cmp_hessian_row_offset(cols, cols) * sizeof(double));
+        assert_true(h1.n == h3.n);
+        size_t nt = 150;
+        float *xf = X, *xq = X + 40 * cols;
+        for (size_t t = 0; t < nt; t += 7)
+            xf[t * cols + (t % cols)] = 0.0f;
+        double *c1 = calloc((size_t)cols * cols, sizeof(double));
+        double *c3 = calloc((size_t)cols * cols, sizeof(double));
+        for (size_t t = 0; t < nt; t++)
+            for (uint32_t i = 0; i < cols; i++) {
+                double fi = xf[t * cols + i];
+                if (fi == 0.0)
+                    continue;
+                for (uint32_t k = 0; k < cols; k++)
+                    c1[(size_t)i * cols + k] += fi * xq[t * cols + k];
+            }
+        cmp_cross_add(pool, c3, xf, xq, nt, cols, h3.xt);
+        assert_memory_equal(c1, c3, (size_t)cols * cols * sizeof(double));
+        memset(c3, 0, (size_t)cols * cols * sizeof(double));
+        cmp_cross_add(NULL, c3, xf, xq, nt, cols, h3.xt);
+        assert_memory_equal(c1, c3, (size_t)cols * cols * sizeof(double));
+        free(c1);
+        free(c3);
+        cmp_hessian_free(&h1);
+        cmp_hessian_free(&h3);
+    }
     /* the factorization's columns and the inverse's rows go parallel only
      * from about 400 wide: compare there, with an act-order permutation */
     {
