@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_artifact.h"
 #include "fmt_file.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
@@ -300,7 +301,8 @@ static mc_status load_text(const char *path, const char *model_path,
 
 mc_status cmp_calib_data_load(const char *path, const char *model_path,
                               uint32_t vocab_size, uint32_t max_seq,
-                              fmt_ids **out, int *was_text, mc_error *err)
+                              fmt_ids **out, int *was_text,
+                              cmp_calib_source *src, mc_error *err)
 {
     if (out)
         *out = NULL;
@@ -316,6 +318,10 @@ mc_status cmp_calib_data_load(const char *path, const char *model_path,
                                  &text, &len, err);
     if (st != MC_OK)
         return st;
+    if (src) {
+        src->xxh3 = fmt_art_xxh3(text, len);
+        src->bytes = len;
+    }
     const uint8_t *buf = (const uint8_t *)text;
     size_t k = 0;
     while (k < len && (is_blank(buf[k]) || buf[k] == '\n'))

@@ -71,9 +71,16 @@
  * blank, NUL byte, bad ids, an id not below vocab_size, text that encodes
  * to nothing), MC_ERR_NOMEM, MC_ERR_INVALID_ARG (NULL path or out); a
  * tokenizer.json that does not load gives rt_tokenizer_load's status with
- * its message quoted (err->file is still path). */
+ * its message quoted (err->file is still path).
+ * src (optional) receives the xxh3 and the size of the bytes read, for the
+ * artifact's provenance, so the file is read once. */
+typedef struct cmp_calib_source {
+    uint64_t xxh3;  /* fmt_art_xxh3 of the whole file */
+    uint64_t bytes; /* its size */
+} cmp_calib_source;
 mc_status cmp_calib_data_load(const char *path, const char *model_path,
                               uint32_t vocab_size, uint32_t max_seq,
-                              fmt_ids **out, int *was_text, mc_error *err);
+                              fmt_ids **out, int *was_text,
+                              cmp_calib_source *src, mc_error *err);
 
 #endif /* CMP_CALIB_DATA_H */

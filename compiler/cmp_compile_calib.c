@@ -6,7 +6,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmp_calib_data.h"
@@ -219,19 +218,17 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--quant", -1,
                        "--quant auto needs --max-batch and --max-seq (the "
                        "budget is the weights plus their KV cache)");
-    struct stat sb;
     /* text is cut into sequences of at most 512 tokens or the context */
     uint32_t text_seq = cfg->max_position_embeddings &&
                                 cfg->max_position_embeddings <
                                     CMP_CALIB_DATA_DEFAULT_SEQ
                             ? (uint32_t)cfg->max_position_embeddings
                             : 0;
+    cmp_calib_source src = {0, 0};
     mc_status st = cmp_calib_data_load(o->calib, o->model, cfg->vocab_size,
-                                       text_seq, &s->ids, NULL, err);
-    if (st == MC_OK && stat(o->calib, &sb) == 0)
-        s->calib_bytes = (uint64_t)sb.st_size;
-    if (st == MC_OK)
-        st = fmt_art_file_xxh3(o->calib, &s->calib_xxh3, err);
+                                       text_seq, &s->ids, NULL, &src, err);
+    s->calib_xxh3 = src.xxh3;
+    s->calib_bytes = src.bytes;
     if (st == MC_OK)
         st = rt_model_open_hf(o->model, &s->m, err);
     if (st == MC_OK && merge)

@@ -51,7 +51,7 @@ static void load_and_check(uint32_t vocab, uint32_t max_seq)
     fmt_ids *ids = NULL;
     int was_text = -1;
     mc_error e;
-    if (cmp_calib_data_load(g_file, g_dir, vocab, max_seq, &ids, &was_text,
+    if (cmp_calib_data_load(g_file, g_dir, vocab, max_seq, &ids, &was_text, NULL,
                             &e) != MC_OK) {
         if (ids || !e.message[0])
             abort(); /* an error leaves nothing and says something */

@@ -68,7 +68,7 @@ static fmt_ids *load_ok(const char *path, const char *model, uint32_t vocab,
     mc_error e;
     mc_error_clear(&e);
     mc_status r = cmp_calib_data_load(path, model, vocab, max_seq, &f,
-                                      &was_text, &e);
+                                      &was_text, NULL, &e);
     if (r) {
         char buf[1600];
         print_error("%s\n", mc_error_format(&e, buf, sizeof buf));
@@ -92,7 +92,7 @@ static mc_status load_err(const char *path, const char *model, uint32_t vocab,
     fmt_ids *f = &sentinel; /* must be reset to NULL */
     int was_text = -1;
     mc_error_clear(e);
-    mc_status r = cmp_calib_data_load(path, model, vocab, 0, &f, &was_text, e);
+    mc_status r = cmp_calib_data_load(path, model, vocab, 0, &f, &was_text, NULL, e);
     assert_int_not_equal(r, MC_OK);
     assert_null(f);
     assert_int_equal(r, e->status);
@@ -584,9 +584,9 @@ static void test_calib_data_rejects_nul_bytes_and_missing_files(void **state)
     free(p);
     assert_int_equal(load_err(dir, dir, 0, &e), MC_ERR_IO); /* a directory */
     fmt_ids *f = NULL;
-    assert_int_equal(cmp_calib_data_load(NULL, dir, 0, 0, &f, NULL, &e),
+    assert_int_equal(cmp_calib_data_load(NULL, dir, 0, 0, &f, NULL, NULL, &e),
                      MC_ERR_INVALID_ARG);
-    assert_int_equal(cmp_calib_data_load("x", dir, 0, 0, NULL, NULL, NULL),
+    assert_int_equal(cmp_calib_data_load("x", dir, 0, 0, NULL, NULL, NULL, NULL),
                      MC_ERR_INVALID_ARG);
     tu_rmtree(dir);
     free(dir);
@@ -609,7 +609,7 @@ static void test_calib_data_survives_allocation_failures(void **state)
             mc_error e;
             mc_alloc_fail_after(j);
             mc_status r = cmp_calib_data_load(paths[k], dir, TU_SPM_VOCAB, 100, &f,
-                                              NULL, &e);
+                                              NULL, NULL, &e);
             mc_alloc_fail_after(-1);
             if (r == MC_OK) {
                 expect_same_ids(f, want);

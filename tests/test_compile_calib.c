@@ -20,6 +20,7 @@
 
 #include "cmp_compile.h"
 #include "mc_alloc.h"
+#include "fmt_artifact.h"
 #include "testutil.h"
 #include "tok_fixture.h"
 
@@ -495,6 +496,16 @@ static void test_compile_calib_usage_errors_exit_2(void **state)
         assert_int_equal(json_integer_value(json_object_get(cal, "tokens")),
                          (10 - h) * 24);
         assert_true((json_object_get(cal, "heldout") != NULL) == (h > 0));
+        /* the provenance names the calibration file's bytes */
+        uint64_t xx;
+        assert_int_equal(fmt_art_file_xxh3(g_ids, &xx, NULL), MC_OK);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)xx);
+        assert_string_equal(json_string_value(json_object_get(cal, "ids_xxh3")), hex);
+        struct stat sb;
+        assert_int_equal(stat(g_ids, &sb), 0);
+        assert_int_equal(json_integer_value(json_object_get(cal, "ids_bytes")),
+                         sb.st_size);
         json_decref(man);
         free(args);
         free(art);
