@@ -124,8 +124,9 @@ static void hadd_rows(const hadd_job *j, size_t i0, size_t i1)
     }
 }
 
-/* First row of thread tid's share when rows [0, n) cost n - i each:
- * n (1 - sqrt(1 - tid / nth)). */
+/* First index of thread tid's share of [0, n) when index i costs n - i
+ * (rows of a packed triangle, columns of a row of the inverse):
+ * n (1 - sqrt(1 - tid / nth)); n for tid >= nth. */
 static size_t tri_split(size_t n, int tid, int nth)
 {
     if (tid >= nth)
@@ -429,14 +430,11 @@ static void inv_cols(const inv_job *v, size_t j0, size_t j1)
 
 /* Thread tid of nth takes the columns of row i that hold an equal share of
  * the work, which falls linearly with the column (column j gets i - j
- * updates): [i (1 - sqrt(1 - tid/nth)), ...). */
+ * updates): tri_split's ranges. */
 static void inv_thread(void *ctx, int tid, int nth)
 {
     const inv_job *v = ctx;
-    size_t i = v->i;
-    size_t j0 = (size_t)((double)i * (1.0 - sqrt(1.0 - (double)tid / nth)));
-    size_t j1 = tid + 1 == nth ? i
-                : (size_t)((double)i * (1.0 - sqrt(1.0 - (double)(tid + 1) / nth)));
+    size_t j0 = tri_split(v->i, tid, nth), j1 = tri_split(v->i, tid + 1, nth);
     if (j1 > j0)
         inv_cols(v, j0, j1);
 }

@@ -108,13 +108,7 @@ static void test_calib_threads_do_not_change_the_result(void **state)
     kn_pool *pool = tu_pool_warm(3);
     cmp_calib_result *r[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
-        cmp_calib_opts o;
-        memset(&o, 0, sizeof o);
-        o.fmt = KN_W_Q4;
-        o.group = 32;
-        o.method = CMP_QM_BEST;
-        o.rotate = 1;
-        o.heldout = 1;
+        cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
         o.pool = k ? pool : NULL;
         assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[k], NULL), MC_OK);
     }

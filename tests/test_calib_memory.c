@@ -216,13 +216,7 @@ static void test_calib_memory_70b_fits_24gib(void **state)
     assert_non_null(off);
     for (size_t i = 0; i <= nseq; i++)
         off[i] = i * T;
-    cmp_calib_opts o;
-    memset(&o, 0, sizeof o);
-    o.fmt = KN_W_Q4;
-    o.group = 128;
-    o.method = CMP_QM_BEST;
-    o.rotate = 1;
-    o.heldout = 6;
+    cmp_calib_opts o = tu_calib_opts_best_q4(128, 6);
     o.spill_dir = ".";
     o.mem_budget = 24ull << 30;
     cmp_calib_mem p;

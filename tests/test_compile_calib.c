@@ -102,6 +102,19 @@ static void compile_ok(const char *args)
     free(cmd);
 }
 
+/* mcompile with args exits 1 (a failure, not a usage error) and its
+ * message names need1 and, when given, need2. */
+static void compile_fails(const char *args, const char *need1, const char *need2)
+{
+    char *err = NULL, *cmd = tu_fmt("%s/mcompile %s", MC_BIN_DIR, args);
+    assert_int_equal(tu_run(cmd, NULL, &err), 1);
+    assert_non_null(strstr(err, need1));
+    if (need2)
+        assert_non_null(strstr(err, need2));
+    free(err);
+    free(cmd);
+}
+
 /* The artifact art generates a few tokens with mrun. */
 static void mrun_ok(const char *art)
 {
@@ -270,13 +283,10 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     assert_true(totals[0] > 0);
     assert_int_equal(totals[0], totals[1]);
     /* --lm-head on a tied model that stays tied */
-    char *err = NULL;
-    char *cmd = tu_fmt("%s/mcompile %s --target 64MiB --quant int8 --lm-head "
-                       "f32 -o %s/never.mca", MC_BIN_DIR, model, g_dir);
-    assert_int_equal(tu_run(cmd, NULL, &err), 1);
-    assert_non_null(strstr(err, "--lm-head"));
-    free(err);
-    free(cmd);
+    char *args = tu_fmt("%s --target 64MiB --quant int8 --lm-head f32 "
+                        "-o %s/never.mca", model, g_dir);
+    compile_fails(args, "--lm-head", NULL);
+    free(args);
     json_decref(m1);
     json_decref(m2);
     json_decref(m3);
@@ -428,15 +438,11 @@ static void test_compile_auto_fits_target_and_mixes_formats(void **state)
         free(art);
     }
     /* a target below int4 everywhere is refused */
-    char *cmd = tu_fmt("%s/mcompile %s/llama --target 300000 --reserve 0 "
-                       "--quant auto "
-                       "--max-batch 1 --max-seq 64 --calib %s -o %s/x.mca",
-                       MC_BIN_DIR, MC_FIXTURE_DIR, g_ids, g_dir);
-    char *err = NULL;
-    assert_int_equal(tu_run(cmd, NULL, &err), 1);
-    assert_non_null(strstr(err, "int4"));
-    free(err);
-    free(cmd);
+    char *args = tu_fmt("%s/llama --target 300000 --reserve 0 --quant auto "
+                        "--max-batch 1 --max-seq 64 --calib %s -o %s/x.mca",
+                        MC_FIXTURE_DIR, g_ids, g_dir);
+    compile_fails(args, "int4", NULL);
+    free(args);
 }
 
 static void test_compile_calib_usage_errors_exit_2(void **state)
@@ -474,13 +480,9 @@ static void test_compile_calib_usage_errors_exit_2(void **state)
         free(cmd);
     }
     /* more held out than there are sequences (10): refused */
-    char *many = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int8 "
-                        "--calib %s --heldout 10 -o %s/u.mca", MC_BIN_DIR,
-                        MC_FIXTURE_DIR, g_ids, g_dir);
-    char *merr = NULL;
-    assert_int_equal(tu_run(many, NULL, &merr), 1);
-    assert_non_null(strstr(merr, "--heldout"));
-    free(merr);
+    char *many = tu_fmt("%s/llama --target 64MiB --quant int8 --calib %s "
+                        "--heldout 10 -o %s/u.mca", MC_FIXTURE_DIR, g_ids, g_dir);
+    compile_fails(many, "--heldout", NULL);
     free(many);
     /* --heldout 0 calibrates on every sequence (no summary); 3 holds 3 */
     for (int h = 0; h <= 3; h += 3) {
@@ -511,26 +513,18 @@ static void test_compile_calib_usage_errors_exit_2(void **state)
         free(art);
     }
     /* a budget nothing fits: refused before any work, with the breakdown */
-    char *tight = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int8 "
-                         "--calib %s --calib-memory 4KiB -o %s/u.mca", MC_BIN_DIR,
-                         MC_FIXTURE_DIR, g_ids, g_dir);
-    char *terr = NULL;
-    assert_int_equal(tu_run(tight, NULL, &terr), 1);
-    assert_non_null(strstr(terr, "calibration needs"));
-    assert_non_null(strstr(terr, "--calib-memory"));
-    free(terr);
+    char *tight = tu_fmt("%s/llama --target 64MiB --quant int8 --calib %s "
+                         "--calib-memory 4KiB -o %s/u.mca", MC_FIXTURE_DIR, g_ids,
+                         g_dir);
+    compile_fails(tight, "calibration needs", "--calib-memory");
     free(tight);
     /* ids out of the vocabulary: a format error naming the file */
     char *ids = tu_fmt("%s/big.ids", g_dir);
     assert_int_equal(tu_write_file(ids, "1 2 300\n", 8), 0);
-    char *cmd = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int8 "
-                       "--calib %s -o %s/u.mca", MC_BIN_DIR, MC_FIXTURE_DIR,
-                       ids, g_dir);
-    char *err = NULL;
-    assert_int_equal(tu_run(cmd, NULL, &err), 1);
-    assert_non_null(strstr(err, "big.ids"));
-    free(err);
-    free(cmd);
+    char *args = tu_fmt("%s/llama --target 64MiB --quant int8 --calib %s "
+                        "-o %s/u.mca", MC_FIXTURE_DIR, ids, g_dir);
+    compile_fails(args, "big.ids", NULL);
+    free(args);
     free(ids);
 }
 

@@ -122,13 +122,7 @@ static void test_cuda_calib_sums_match_cpu(void **state)
 static double calibrate(const rt_model *m, const int32_t *tok, const size_t *off,
                         size_t nseq, int gpu, cmp_eval_report *rep)
 {
-    cmp_calib_opts o;
-    memset(&o, 0, sizeof o);
-    o.fmt = KN_W_Q4;
-    o.group = 32;
-    o.method = CMP_QM_BEST;
-    o.rotate = 1;
-    o.heldout = 2;
+    cmp_calib_opts o = tu_calib_opts_best_q4(32, 2);
     o.stats_on_gpu = gpu;
     cmp_calib_result *r = NULL;
     mc_error e;

@@ -89,6 +89,13 @@ static float *rand_w(uint32_t rows, uint32_t cols)
     return w;
 }
 
+/* h = the Hessian sum of X [T][cols] (a new accumulator). */
+static void hessian_of(cmp_hessian *h, const float *X, size_t T, uint32_t cols)
+{
+    assert_int_equal(cmp_hessian_init(h, cols, NULL), MC_OK);
+    cmp_hessian_add(h, X, T);
+}
+
 /* ||X W^T - X Q^T||^2 computed directly (not through H). */
 static double direct_output_error(const float *X, size_t T, const float *w,
                                   const float *q, uint32_t rows, uint32_t cols)
@@ -154,8 +161,7 @@ static void test_output_error_rows_are_independent_of_blocking(void **state)
     for (size_t t = 0; t < T; t++)
         X[t * cols + 7] = 0.0f; /* a dead input */
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     uint32_t maxrows = 2 * CMP_OERR_ROWS + 3;
     float *w = rand_w(maxrows, cols), *q = rand_w(maxrows, cols);
     for (uint32_t r = 0; r < maxrows; r++)
@@ -192,8 +198,7 @@ static void test_retarget_solves_normal_equations_blockwise(void **state)
     for (size_t t = 0; t < T; t++)
         xf[t * cols + 4] = xq[t * cols + 4] = 0.0f; /* dead input */
     cmp_hessian hq;
-    assert_int_equal(cmp_hessian_init(&hq, cols, NULL), MC_OK);
-    cmp_hessian_add(&hq, xq, T);
+    hessian_of(&hq, xq, T, cols);
     double *C = calloc((size_t)cols * cols, sizeof(double));
     for (size_t t = 0; t < T; t++)
         for (uint32_t i = 0; i < cols; i++)
@@ -275,8 +280,7 @@ static void check_beats_rtn(kn_wformat f, uint32_t g, int act_order,
     float *X = correlated_inputs(T, cols);
     float *w = rand_w(rows, cols);
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     qm a, b;
     qm_init(&a, f, rows, cols, g);
     qm_init(&b, f, rows, cols, g);
@@ -358,8 +362,7 @@ static void test_gptq_dead_columns_become_zero(void **state)
     }
     float *w = rand_w(rows, cols);
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     for (int ao = 0; ao < 2; ao++) {
         qm b;
         qm_init(&b, KN_W_Q4, rows, cols, 32);
@@ -523,8 +526,7 @@ static void check_factor(uint32_t cols, int permute, int dead)
         for (size_t t = 0; t < T; t++)
             X[t * cols + 7] = 0.0f; /* a dead input: H_77 == 0 */
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     uint32_t *perm = NULL;
     if (permute) { /* a random permutation, as act-order would give */
         perm = malloc(cols * sizeof(uint32_t));
@@ -597,8 +599,7 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
         X[t * cols + 11] = 0.0f; /* dead column zeroed per chunk too */
     float *w = rand_w(rows, cols);
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     struct {
         kn_wformat f;
         uint32_t g, block;
@@ -648,8 +649,7 @@ static void test_gptq_keep_params_reproduces_codes(void **state)
     float *X = correlated_inputs(T, cols);
     float *w = rand_w(rows, cols);
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     struct {
         kn_wformat f;
         uint32_t g;
@@ -697,8 +697,7 @@ static void check_descent(kn_wformat f)
     for (size_t t = 0; t < T; t++)
         X[t * cols + 6] = 0.0f; /* dead input */
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     float *w = rand_w(rows, cols);
     qm m;
     qm_init(&m, f, rows, cols, 32);
@@ -791,8 +790,7 @@ static void test_threads_give_identical_results(void **state)
     size_t T = 200;
     float *X = correlated_inputs(T, cols);
     cmp_hessian h;
-    assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
-    cmp_hessian_add(&h, X, T);
+    hessian_of(&h, X, T, cols);
     float *w = rand_w(rows, cols);
     size_t nel = (size_t)rows * cols;
     float *d1 = malloc(nel * sizeof(float)), *d3 = malloc(nel * sizeof(float));
@@ -876,8 +874,7 @@ static void test_threads_give_identical_results(void **state)
         uint32_t wide = 600;
         float *Xw = correlated_inputs(700, wide);
         cmp_hessian hw;
-        assert_int_equal(cmp_hessian_init(&hw, wide, NULL), MC_OK);
-        cmp_hessian_add(&hw, Xw, 700);
+        hessian_of(&hw, Xw, 700, wide);
         uint32_t *perm = malloc(wide * sizeof(uint32_t));
         for (uint32_t i = 0; i < wide; i++)
             perm[i] = (i * 7u) % wide; /* 7 and 600 are coprime */

@@ -228,3 +228,15 @@ kn_pool *tu_pool_warm(int n)
     kn_pool_run(p, tu_noop_job, NULL);
     return p;
 }
+
+cmp_calib_opts tu_calib_opts_best_q4(uint32_t group, size_t heldout)
+{
+    cmp_calib_opts o;
+    memset(&o, 0, sizeof o);
+    o.fmt = KN_W_Q4;
+    o.group = group;
+    o.method = CMP_QM_BEST;
+    o.rotate = 1;
+    o.heldout = heldout;
+    return o;
+}

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cmp_calib.h"
+
 /* A fresh empty directory under $TMPDIR (or /tmp), unique per call; the
  * caller removes it with tu_rmtree.  Returns a static-free malloc'ed path. */
 char *tu_mkdtemp(const char *tag);
@@ -78,6 +80,10 @@ void tu_rng_fill(tu_rng *r, float *x, size_t n, float amp);
 /* Normalized error ||a - b|| / ||b|| of n floats (b the reference; plain
  * ||a - b|| when b is all zero), summed in double. */
 double tu_norm_err(const float *a, const float *b, size_t n);
+
+/* Calibration options of the default compile for int4: group g, the best
+ * method, rotated, `heldout` sequences held out; everything else zero. */
+cmp_calib_opts tu_calib_opts_best_q4(uint32_t group, size_t heldout);
 
 /* A kn_pool of n threads whose workers have all run once: they free
  * their start-up arguments then, which would otherwise show up as frees
