@@ -12,6 +12,7 @@
 #include "cmp_compile.h"
 #include "fmt_artifact.h"
 #include "mc_alloc.h"
+#include "mc_parse.h"
 
 #define GIB 1073741824.0
 #define MAX_ADAPTERS 64
@@ -57,26 +58,6 @@ static void compile_usage(FILE *out)
         "  --json           one JSON object on stdout\n"
         "  -q, -v           quieter / print the whole plan\n"
         "exit: 0 ok, 1 failure (or the plan does not fit), 2 usage\n");
-}
-
-static int parse_lora(const char *arg, cmp_adapter_spec *a, char **dir_out)
-{
-    char *dir = mc_strdup(arg);
-    if (!dir)
-        return -1;
-    a->weight = 1.0;
-    char *colon = strrchr(dir, ':');
-    if (colon && colon[1]) {
-        char *end;
-        double w = strtod(colon + 1, &end);
-        if (*end == '\0') {
-            *colon = '\0';
-            a->weight = w;
-        }
-    }
-    a->dir = dir;
-    *dir_out = dir;
-    return 0;
 }
 
 typedef struct calib_prog {
@@ -223,11 +204,13 @@ int cmp_cli_compile(int argc, char **argv)
                             MAX_ADAPTERS);
                     goto done;
                 }
-                if (parse_lora(v, &ads[nads], &dirs[nads]) != 0) {
-                    fprintf(stderr, "mcompile: out of memory\n");
-                    rc = 1;
+                char why[256];
+                if (cmp_cli_parse_lora(v, &dirs[nads], &ads[nads].weight, why,
+                                       sizeof why) != 0) {
+                    fprintf(stderr, "mcompile: %s\n", why);
                     goto done;
                 }
+                ads[nads].dir = dirs[nads];
                 nads++;
             } else if (strcmp(a, "--calib") == 0) {
                 o.calib = v;
@@ -246,15 +229,13 @@ int cmp_cli_compile(int argc, char **argv)
                     goto done;
                 }
             } else if (strcmp(a, "--heldout") == 0) {
-                char *end;
-                errno = 0;
-                long h = strtol(v, &end, 10);
-                if (errno || *end || end == v || h < 0) {
-                    fprintf(stderr, "mcompile: --heldout must be a number "
-                            "of sequences, 0 or more (got '%s')\n", v);
+                char why[256];
+                uint64_t h;
+                if (mc_parse_u64(a, v, 0, 1u << 30, &h, why, sizeof why)) {
+                    fprintf(stderr, "mcompile: %s\n", why);
                     goto done;
                 }
-                o.heldout = h ? h : -1; /* 0 asks for none */
+                o.heldout = h ? (long)h : -1; /* 0 asks for none */
             } else if (strcmp(a, "--lm-head") == 0) {
                 static const struct { const char *n; kn_wformat f; } lh[] = {
                     {"f32", KN_W_F32}, {"f16", KN_W_F16}, {"bf16", KN_W_BF16},
@@ -284,11 +265,13 @@ int cmp_cli_compile(int argc, char **argv)
                                   &e);
                 o.quant_auto = 1;
             } else if (strcmp(a, "--zstd-level") == 0) {
-                o.zstd_level = atoi(v);
-                if (o.zstd_level < 1 || o.zstd_level > 19) {
-                    fprintf(stderr, "mcompile: --zstd-level must be 1..19\n");
+                char why[256];
+                uint64_t l;
+                if (mc_parse_u64(a, v, 1, 19, &l, why, sizeof why)) {
+                    fprintf(stderr, "mcompile: %s\n", why);
                     goto done;
                 }
+                o.zstd_level = (int)l;
             } else {
                 char why[256];
                 int r = cmp_plan_parse_option(&o.req, a, v, why, sizeof why);
@@ -443,7 +426,7 @@ int cmp_cli_compile(int argc, char **argv)
     cmp_compile_report_release(&rep);
 done:
     for (size_t i = 0; i < nads; i++)
-        mc_free(dirs[i]);
+        free(dirs[i]); /* cmp_cli_parse_lora: strdup */
     mc_free(out_owned);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include "cmp_eval.h"
 #include "kn_ops.h"
 #include "mc_alloc.h"
+#include "mc_parse.h"
 #include "rt_model.h"
 
 static void eval_usage(FILE *o)
@@ -85,14 +86,15 @@ int cmp_cli_eval(int argc, char **argv)
             else if (!strcmp(a, "--tokens"))
                 tokens = v;
             else {
-                char *end;
-                long n = strtol(v, &end, 10);
-                if (*end || n <= 0) {
-                    fprintf(stderr, "mcompile eval: %s needs a positive number, not '%s'\n", a, v);
+                char why[256];
+                uint64_t n;
+                if (mc_parse_u64(a, v, 1, !strcmp(a, "--threads") ? 256 : 1u << 30,
+                                 &n, why, sizeof why)) {
+                    fprintf(stderr, "mcompile eval: %s\n", why);
                     return 2;
                 }
                 if (!strcmp(a, "--max-seqs"))
-                    max_seqs = n;
+                    max_seqs = (long)n;
                 else
                     threads = (int)n;
             }

@@ -14,6 +14,7 @@
 #include "cmp_merge.h"
 #include "fmt_model.h"
 #include "mc_alloc.h"
+#include "mc_parse.h"
 
 #define MAX_ADAPTERS 64
 
@@ -61,34 +62,47 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
-/* DIR[:WEIGHT]: the weight is the part after the last ':' if it parses as
- * a finite number; otherwise the whole argument is the directory. */
-static int parse_lora(opts *o, const char *arg)
+int cmp_cli_parse_lora(const char *arg, char **dir_out, double *weight,
+                       char *why, size_t n)
 {
-    if (o->n_lora == MAX_ADAPTERS)
-        return usage_error("too many --lora (at most 64)", NULL);
+    *dir_out = NULL;
     char *dir = strdup(arg);
-    if (!dir)
-        return usage_error("out of memory", NULL);
+    if (!dir) {
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
     double w = 1.0;
     char *colon = strrchr(dir, ':');
     if (colon && colon[1]) {
         char *end;
-        errno = 0;
-        double v = strtod(colon + 1, &end);
-        if (*end == '\0' && errno == 0) {
-            if (!isfinite(v)) {
+        (void)strtod(colon + 1, &end); /* "reads as a number" (nan too) */
+        if (*end == '\0') {
+            if (mc_parse_f64("--lora weight", colon + 1, -1e6, 1e6, 0, &w,
+                             why, n) != 0) {
                 free(dir);
-                return usage_error("--lora weight must be finite: %s", arg);
+                return -1;
             }
-            w = v;
             *colon = '\0';
         }
     }
     if (!dir[0]) {
         free(dir);
-        return usage_error("--lora needs a directory", NULL);
+        snprintf(why, n, "--lora needs a directory");
+        return -1;
     }
+    *dir_out = dir;
+    *weight = w;
+    return 0;
+}
+
+static int parse_lora(opts *o, const char *arg)
+{
+    if (o->n_lora == MAX_ADAPTERS)
+        return usage_error("too many --lora (at most 64)", NULL);
+    char *dir, why[256];
+    double w;
+    if (cmp_cli_parse_lora(arg, &dir, &w, why, sizeof why) != 0)
+        return usage_error("%s", why);
     o->lora_dirs[o->n_lora] = dir;
     o->lora[o->n_lora].dir = dir;
     o->lora[o->n_lora].weight = w;

@@ -13,6 +13,7 @@
 #include "cmp_quant.h"
 #include "fmt_artifact.h"
 #include "fmt_dtype.h"
+#include "fmt_file.h"
 #include "fmt_model.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
@@ -378,16 +379,14 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", fmt_model_dir(s->base));
     char *tok = NULL;
     size_t toklen = 0;
-    FILE *tf = fopen(tokpath, "rb");
-    if (tf) {
-        if (fseek(tf, 0, SEEK_END) == 0) {
-            long l = ftell(tf);
-            if (l >= 0 && fseek(tf, 0, SEEK_SET) == 0 &&
-                (tok = mc_malloc((size_t)l + 1)) != NULL &&
-                fread(tok, 1, (size_t)l, tf) == (size_t)l)
-                toklen = (size_t)l;
+    /* Optional: an absent tokenizer.json is fine; one that cannot be read
+     * (a FIFO, a directory, an I/O error) is an error, not a silent skip. */
+    {
+        st = fmt_file_read(tokpath, 1u << 30, "1 GiB", &tok, &toklen, err);
+        if (st == MC_ERR_NOT_FOUND) {
+            mc_error_clear(err);
+            st = MC_OK;
         }
-        fclose(tf);
         if (!toklen) {
             mc_free(tok);
             tok = NULL;
@@ -404,6 +403,8 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         maxn = n > maxn ? n : maxn;
         maxsec = ts[i].section_bytes > maxsec ? ts[i].section_bytes : maxsec;
     }
+    if (st != MC_OK) /* the tokenizer could not be read */
+        goto done;
     if (!man || !tj || !(wbuf = mc_malloc_array((size_t)maxn, sizeof(float))) ||
         !(sec = mc_malloc((size_t)maxsec))) {
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");

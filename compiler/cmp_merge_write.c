@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fmt_atomic.h"
+#include "fmt_input.h"
 #include "fmt_json_strict.h"
 #include "mc_alloc.h"
 
@@ -111,10 +112,10 @@ static mc_status check_out_dir(const cmp_merge *m, const char *out_dir,
 static mc_status copy_file(const char *src, const char *dst, uint64_t *bytes,
                            mc_error *err)
 {
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    if (in < 0)
-        return mc_fail(err, MC_ERR_IO, src, NULL, -1, "cannot open: %s",
-                       strerror(errno));
+    int in;
+    mc_status ost = fmt_input_open(src, &in, NULL, err); /* FIFOs: no hang */
+    if (ost != MC_OK)
+        return ost;
     fmt_atomic_file *f;
     mc_status st = fmt_atomic_create(dst, &f, err);
     if (st) {

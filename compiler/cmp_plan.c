@@ -13,6 +13,7 @@
 
 #include "mc_alloc.h"
 #include "mc_checked.h"
+#include "mc_parse.h"
 
 #define GIB 1073741824.0
 
@@ -513,10 +514,12 @@ int cmp_parse_size(const char *s, uint64_t *out)
     const char *p = s;
     while (isspace((unsigned char)*p))
         p++;
+    /* plain decimal only: strtod would also take hex ("0x1p4") */
     if (!isdigit((unsigned char)*p) && *p != '.')
         return -1;
+    size_t span = strspn(p, "0123456789.");
     double v = strtod(p, &end);
-    if (end == p || !isfinite(v) || v < 0)
+    if (end == p || end != p + span || !isfinite(v) || v < 0)
         return -1;
     int is_int = 1;
     for (const char *q = p; q < end; q++)
@@ -559,7 +562,6 @@ int cmp_plan_parse_option(cmp_plan_request *r, const char *opt,
                           const char *val, char *why, size_t n)
 {
     uint64_t u;
-    char *end;
     if (strcmp(opt, "--target") == 0) {
         if (cmp_parse_size(val, &u) != 0 || u == 0)
             goto bad_size;
@@ -575,8 +577,9 @@ int cmp_plan_parse_option(cmp_plan_request *r, const char *opt,
             return -1;
         }
     } else if (strcmp(opt, "--group") == 0) {
-        unsigned long g = strtoul(val, &end, 10);
-        if (*end || (g != 32 && g != 64 && g != 128)) {
+        uint64_t g = 0;
+        if (mc_parse_u64(opt, val, 32, 128, &g, why, n) != 0 ||
+            (g != 32 && g != 64 && g != 128)) {
             snprintf(why, n, "--group must be 32, 64 or 128 (got '%s')", val);
             return -1;
         }
@@ -585,13 +588,9 @@ int cmp_plan_parse_option(cmp_plan_request *r, const char *opt,
                strcmp(opt, "--max-seq") == 0 ||
                strcmp(opt, "--prefill-chunk") == 0 ||
                strcmp(opt, "--threads") == 0) {
-        errno = 0;
-        unsigned long long x = strtoull(val, &end, 10);
-        if (errno || *end || !*val || x == 0 || x > UINT32_MAX) {
-            snprintf(why, n, "%s needs a positive integer (got '%s')", opt,
-                     val);
+        uint64_t x;
+        if (mc_parse_u64(opt, val, 1, UINT32_MAX, &x, why, n) != 0)
             return -1;
-        }
         if (opt[2] == 'm' && opt[6] == 'b')
             r->max_batch = (uint32_t)x;
         else if (opt[2] == 'm')

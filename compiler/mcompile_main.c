@@ -11,6 +11,8 @@
 
 #include "cmp_cli.h"
 #include "fmt_atomic.h"
+#include "fmt_input.h"
+#include "fmt_mapguard.h"
 #include "mc_alloc.h"
 
 typedef struct command {
@@ -42,6 +44,8 @@ int main(int argc, char **argv)
 {
     mc_alloc_install_jansson();
     fmt_atomic_install_signal_handlers();
+    fmt_mapguard_install();
+    fmt_input_begin_run(); /* never replace what this run reads */
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -54,9 +58,20 @@ int main(int argc, char **argv)
         printf("mcompile %s\n", MC_VERSION);
         return 0;
     }
+    int rc = -1;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
+            rc = commands[i].run(argc - 1, argv + 1);
     /* No subcommand: compile MODEL into an artifact. */
-    return cmp_cli_compile(argc, argv);
+    if (rc < 0)
+        rc = cmp_cli_compile(argc, argv);
+    /* Writers refuse at commit; a command that only printed (inspect,
+     * eval) read zeros from a file that shrank: say so, and fail. */
+    mc_error e;
+    if (rc == 0 && fmt_mapguard_check(&e) != MC_OK) {
+        char buf[1600];
+        fprintf(stderr, "mcompile: %s\n", mc_error_format(&e, buf, sizeof buf));
+        rc = 1;
+    }
+    return rc;
 }

@@ -15,6 +15,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "fmt_input.h"
+#include "fmt_mapguard.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -24,6 +26,7 @@ struct fmt_art {
     uint64_t size;              /* bytes */
     void *map;                  /* mmap'ed region (NULL for memory opens) */
     size_t map_len;
+    int map_slot;               /* fmt_mapguard slot of map (when map) */
     json_t *manifest;           /* owned */
     const char *manifest_text;  /* view into base */
     uint64_t manifest_bytes;
@@ -435,15 +438,11 @@ mc_status fmt_art_open_memory(const void *data, size_t size, const char *name,
 mc_status fmt_art_open(const char *path, fmt_art **out, mc_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "cannot open: %s",
-                       strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "not a regular file");
-    }
+    mc_status ost = fmt_input_open(path, &fd, &st, err); /* FIFOs: no hang */
+    if (ost != MC_OK)
+        return ost;
     size_t len = (size_t)st.st_size;
     void *map = NULL;
     if (len > 0) {
@@ -455,16 +454,20 @@ mc_status fmt_art_open(const char *path, fmt_art **out, mc_error *err)
         }
     }
     close(fd);
+    /* watched from the start: the header checks read the mapping too */
+    int slot = map ? fmt_mapguard_watch(map, len, path) : -1;
     static const uint8_t empty[1];
     fmt_art *a = NULL;
     mc_status s = fmt_art_open_memory(map ? map : empty, len, path, &a, err);
     if (s != MC_OK) {
+        fmt_mapguard_unwatch(slot);
         if (map)
             munmap(map, len);
         return s;
     }
     a->map = map;
     a->map_len = len;
+    a->map_slot = slot;
     *out = a;
     return MC_OK;
 }
@@ -477,8 +480,10 @@ void fmt_art_close(fmt_art *a)
         json_decref(a->manifest);
     mc_free(a->sections);
     mc_free(a->tensors);
-    if (a->map)
+    if (a->map) {
+        fmt_mapguard_unwatch(a->map_slot);
         munmap(a->map, a->map_len);
+    }
     mc_free(a);
 }
 
@@ -686,10 +691,10 @@ mc_status fmt_art_section_read(const fmt_art *a, size_t i, void *dst,
 
 mc_status fmt_art_file_xxh3(const char *path, uint64_t *out, mc_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "cannot open: %s",
-                       strerror(errno));
+    int fd;
+    mc_status ost = fmt_input_open(path, &fd, NULL, err);
+    if (ost != MC_OK)
+        return ost;
     enum { BUF = 1 << 20 };
     uint8_t *buf = mc_malloc(BUF);
     XXH3_state_t *hs = XXH3_createState();
@@ -722,9 +727,16 @@ done:
 
 int fmt_art_is_artifact(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Not fmt_input_open: a probe of a would-be output is no input.  Still
+     * non-blocking, so a FIFO at the path cannot hang the probe. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return 0;
+    }
     char m[8];
     ssize_t r = read(fd, m, 8);
     close(fd);

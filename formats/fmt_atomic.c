@@ -17,6 +17,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "fmt_input.h"
+#include "fmt_mapguard.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -305,6 +307,10 @@ mc_status fmt_atomic_create(const char *final_path, fmt_atomic_file **out,
     if (!final_path || !final_path[0])
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
                        "empty output path");
+    /* Before anything is created: never an input, never a special file. */
+    mc_status gst = fmt_output_check_file(final_path, err);
+    if (gst != MC_OK)
+        return gst;
     fmt_atomic_file *f = mc_calloc(1, sizeof *f);
     if (!f)
         return mc_fail(err, MC_ERR_NOMEM, final_path, NULL, -1,
@@ -432,7 +438,13 @@ mc_status fmt_atomic_commit(fmt_atomic_file *f, mc_error *err)
 {
     if (!f)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1, "commit of NULL");
-    mc_status st = flush_buf(f, err);
+    /* An input that shrank while mapped made this output worthless. */
+    mc_status st = fmt_mapguard_check(err);
+    if (st != MC_OK) {
+        fmt_atomic_abort(f);
+        return st;
+    }
+    st = flush_buf(f, err);
     if (st == MC_OK && fsync(f->fd) != 0)
         st = io_fail(err, f->final_path, "fsync of temporary file",
                      f->temp_path, errno);
@@ -475,6 +487,43 @@ static void dir_free(fmt_atomic_dir *d)
     mc_free(d);
 }
 
+/* The marker by which fmt_output_check_dir recognises a directory we
+ * wrote (and so may replace); fsynced with the rest at commit. */
+static mc_status write_marker(const fmt_atomic_dir *d, mc_error *err)
+{
+    static const char text[] =
+        "This directory was written by mcompile.  A later mcompile run may\n"
+        "replace it as a whole; a directory without this file is never\n"
+        "replaced.\n";
+    size_t cap = strlen(d->temp_dir) + sizeof FMT_OUTPUT_MARKER + 2;
+    char *p = mc_malloc(cap);
+    if (!p)
+        return mc_fail(err, MC_ERR_NOMEM, d->final_dir, NULL, -1,
+                       "allocating an output directory");
+    snprintf(p, cap, "%s/%s", d->temp_dir, FMT_OUTPUT_MARKER);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int e = 0;
+    if (fd < 0) {
+        e = errno;
+    } else {
+        for (size_t off = 0; off < sizeof text - 1 && e == 0;) {
+            ssize_t w = write(fd, text + off, sizeof text - 1 - off);
+            if (w < 0 && errno != EINTR)
+                e = errno;
+            else if (w == 0)
+                e = ENOSPC;
+            else if (w > 0)
+                off += (size_t)w; /* a short write: the rest follows */
+        }
+        if (close(fd) != 0 && e == 0)
+            e = errno;
+    }
+    mc_status st = e ? io_fail(err, d->final_dir, "writing the marker", p, e)
+                     : MC_OK;
+    mc_free(p);
+    return st;
+}
+
 mc_status fmt_atomic_dir_create(const char *final_dir, fmt_atomic_dir **out,
                                 mc_error *err)
 {
@@ -484,6 +533,10 @@ mc_status fmt_atomic_dir_create(const char *final_dir, fmt_atomic_dir **out,
     if (!final_dir || !final_dir[0])
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
                        "empty output directory");
+    /* Only a directory we wrote (or an empty one) holding no input. */
+    mc_status gst = fmt_output_check_dir(final_dir, err);
+    if (gst != MC_OK)
+        return gst;
     fmt_atomic_dir *d = mc_calloc(1, sizeof *d);
     if (!d)
         return mc_fail(err, MC_ERR_NOMEM, final_dir, NULL, -1,
@@ -519,6 +572,11 @@ mc_status fmt_atomic_dir_create(const char *final_dir, fmt_atomic_dir **out,
         reg_remove(d->slot);
         dir_free(d);
         return st;
+    }
+    mc_status mst = write_marker(d, err);
+    if (mst != MC_OK) {
+        fmt_atomic_dir_abort(d);
+        return mst;
     }
     *out = d;
     return MC_OK;
@@ -574,7 +632,9 @@ mc_status fmt_atomic_dir_commit(fmt_atomic_dir *d, mc_error *err)
 {
     if (!d)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1, "commit of NULL");
-    mc_status st = fsync_tree(d->temp_dir, d->final_dir, err);
+    mc_status st = fmt_mapguard_check(err); /* see fmt_atomic_commit */
+    if (st == MC_OK)
+        st = fsync_tree(d->temp_dir, d->final_dir, err);
     if (st != MC_OK) {
         fmt_atomic_dir_abort(d);
         return st;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fmt_input.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -509,10 +510,10 @@ mc_status fmt_config_load(const char *path, fmt_model_config *out,
     if (!path || !out)
         return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1,
                        "NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mc_fail(err, errno == ENOENT ? MC_ERR_NOT_FOUND : MC_ERR_IO,
-                       path, NULL, -1, "cannot open: %s", strerror(errno));
+    FILE *f;
+    mc_status ost = fmt_input_fopen(path, &f, err); /* FIFOs: no hang */
+    if (ost != MC_OK)
+        return ost;
     /* A config.json is a few KiB; 16 MiB is a generous cap that keeps a
      * wrong path (a weights file) from being read whole. */
     const size_t cap = 16u << 20;

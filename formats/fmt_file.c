@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_input.h"
 #include "mc_alloc.h"
 
 mc_status fmt_file_read(const char *path, uint64_t max_bytes,
@@ -14,14 +15,16 @@ mc_status fmt_file_read(const char *path, uint64_t max_bytes,
 {
     *data = NULL;
     *len = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return mc_fail(err, errno == ENOENT ? MC_ERR_NOT_FOUND : MC_ERR_IO,
-                       path, NULL, -1, "cannot open: %s", strerror(errno));
+    FILE *fp;
+    mc_status ost = fmt_input_fopen(path, &fp, err); /* FIFOs: no hang */
+    if (ost != MC_OK)
+        return ost;
     struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(fp), &st) != 0) {
+        int e = errno;
         fclose(fp);
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "not a regular file");
+        return mc_fail(err, MC_ERR_IO, path, NULL, -1, "cannot stat: %s",
+                       strerror(e));
     }
     if (st.st_size < 0 || (uint64_t)st.st_size > max_bytes ||
         (uint64_t)st.st_size >= SIZE_MAX) {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fmt_input.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -81,13 +82,12 @@ static mc_status read_small(const char *path, char **text, size_t *len,
                             mc_error *err)
 {
     *text = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_fail(err, errno == ENOENT ? MC_ERR_NOT_FOUND : MC_ERR_IO,
-                       path, NULL, -1, "cannot open: %s", strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
-        (uint64_t)sb.st_size > INDEX_MAX_BYTES) {
+    mc_status ost = fmt_input_open(path, &fd, &sb, err); /* FIFOs: no hang */
+    if (ost != MC_OK)
+        return ost;
+    if ((uint64_t)sb.st_size > INDEX_MAX_BYTES) {
         close(fd);
         return mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
                        "not a regular file of at most %u bytes", INDEX_MAX_BYTES);

@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fmt_input.h"
 #include "fmt_json_strict.h"
+#include "fmt_mapguard.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -20,6 +22,7 @@ struct fmt_st_file {
     const unsigned char *base;/* whole file (mapping or borrowed buffer) */
     size_t size;              /* bytes at base */
     void *map;                /* mmap address to unmap, NULL for memory */
+    int map_slot;             /* fmt_mapguard slot of map (when map) */
     fmt_st_tensor *tensors;   /* count entries, data-offset order */
     size_t count;
     size_t *by_name;          /* tensor indices sorted by name (fmt_st_find) */
@@ -403,8 +406,10 @@ void fmt_st_close(fmt_st_file *f)
     mc_free(f->meta);
     mc_free(f->tensors);
     mc_free(f->by_name);
-    if (f->map)
+    if (f->map) {
+        fmt_mapguard_unwatch(f->map_slot);
         munmap(f->map, f->size);
+    }
     mc_free(f->path);
     mc_free(f);
 }
@@ -444,16 +449,11 @@ mc_status fmt_st_open(const char *path, fmt_st_file **out, mc_error *err)
     if (!out || !path)
         return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1, "NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_fail(err, errno == ENOENT ? MC_ERR_NOT_FOUND : MC_ERR_IO, path,
-                       NULL, -1, "cannot open: %s", strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return mc_fail(err, MC_ERR_IO, path, NULL, -1,
-                       "not a regular file; expected a .safetensors file");
-    }
+    mc_status ost = fmt_input_open(path, &fd, &sb, err); /* FIFOs: no hang */
+    if (ost != MC_OK)
+        return ost;
     fmt_st_file *f = mc_calloc(1, sizeof *f);
     if (f)
         f->path = mc_strdup(path);
@@ -475,6 +475,7 @@ mc_status fmt_st_open(const char *path, fmt_st_file **out, mc_error *err)
                            strerror(e));
         }
         f->map = m;
+        f->map_slot = fmt_mapguard_watch(m, f->size, path);
         f->base = m;
     }
     close(fd); /* the mapping keeps the file alive */

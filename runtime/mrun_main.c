@@ -37,7 +37,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_file.h"
 #include "fmt_ids.h"
+#include "fmt_input.h"
+#include "fmt_mapguard.h"
+#include "mc_alloc.h"
+#include "mc_parse.h"
 #include "mcrt.h"
 #include "mrun_help.h"
 #include "rt_metrics.h"
@@ -142,49 +147,26 @@ static int parse_id_list(const char *opt, const char *v, int allow_empty,
     return rc;
 }
 
-static char *read_text_file(const char *path)
+/* Option numbers (mc_parse.h: whole, finite, in range).  0, or 2 after
+ * a usage message naming the flag. */
+static int opt_u64(const char *flag, const char *v, uint64_t lo, uint64_t hi,
+                   uint64_t *out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0, r;
-    char *b = xrealloc(NULL, cap);
-    while ((r = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (cap - n - 1 == 0) {
-            cap *= 2;
-            b = xrealloc(b, cap);
-        }
-    }
-    fclose(f);
-    b[n] = '\0';
-    return b;
+    char why[256];
+    return mc_parse_u64(flag, v, lo, hi, out, why, sizeof why)
+               ? usage_error("%s", why)
+               : 0;
 }
 
-/* Whole-string numbers; -1 on anything else (sign, junk, overflow). */
-static int parse_u64(const char *s, uint64_t *out)
+static int opt_f32(const char *flag, const char *v, double lo, double hi,
+                   int flags, float *out)
 {
-    char *end = NULL;
-    errno = 0;
-    if (*s == '-')
-        return -1;
-    *out = strtoull(s, &end, 10);
-    return end == s || *end || errno ? -1 : 0;
-}
-
-static int parse_f(const char *s, float *out)
-{
-    char *end = NULL;
-    errno = 0;
-    *out = strtof(s, &end);
-    return end == s || *end || errno ? -1 : 0;
-}
-
-static int same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
-           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char why[256];
+    double d;
+    if (mc_parse_f64(flag, v, lo, hi, flags, &d, why, sizeof why))
+        return usage_error("%s", why);
+    *out = (float)d;
+    return 0;
 }
 
 /* The inputs named by files: ids (fmt_ids) and text lines.  Returns -1 to
@@ -210,10 +192,14 @@ static int read_input_files(cli *c)
         fmt_ids_free(f);
     }
     if (c->prompts_file) {
-        c->prompts_text = read_text_file(c->prompts_file);
-        if (!c->prompts_text) {
-            fprintf(stderr, "mrun: cannot read %s: %s\n", c->prompts_file,
-                    strerror(errno));
+        mc_error e;
+        mc_error_clear(&e);
+        size_t len;
+        if (fmt_file_read(c->prompts_file, 1u << 30, "1 GiB",
+                          &c->prompts_text, &len, &e) != MC_OK) {
+            char buf[1400];
+            fprintf(stderr, "mrun: --prompts-file: %s\n",
+                    mc_error_format(&e, buf, sizeof buf));
             return 1;
         }
         for (char *save = NULL,
@@ -292,23 +278,23 @@ static int parse_args(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--metrics")) {
             c->metrics_path = v;
         } else if (!strcmp(a, "--max-new-tokens")) {
-            if (parse_u64(v, &u) || u > 1000000)
-                return usage_error("--max-new-tokens: bad value '%s'", v);
+            if (opt_u64(a, v, 0, 1000000, &u))
+                return 2;
             c->gp.max_new_tokens = (uint32_t)u;
         } else if (!strcmp(a, "--temperature")) {
-            if (parse_f(v, &c->gp.temperature) || c->gp.temperature < 0)
-                return usage_error("--temperature: bad value '%s'", v);
+            /* 0 is greedy; beyond 1e4 every distribution is flat anyway */
+            if (opt_f32(a, v, 0, 1e4, 0, &c->gp.temperature))
+                return 2;
         } else if (!strcmp(a, "--top-p")) {
-            if (parse_f(v, &c->gp.top_p) || c->gp.top_p <= 0 ||
-                c->gp.top_p > 1)
-                return usage_error("--top-p: must be in (0, 1], got '%s'", v);
+            if (opt_f32(a, v, 0, 1, MC_PARSE_LO_OPEN, &c->gp.top_p))
+                return 2;
         } else if (!strcmp(a, "--top-k")) {
-            if (parse_u64(v, &u) || u > UINT32_MAX)
-                return usage_error("--top-k: bad value '%s'", v);
+            if (opt_u64(a, v, 0, UINT32_MAX, &u))
+                return 2;
             c->gp.top_k = (uint32_t)u;
         } else if (!strcmp(a, "--seed")) {
-            if (parse_u64(v, &c->gp.seed))
-                return usage_error("--seed: bad value '%s'", v);
+            if (opt_u64(a, v, 0, UINT64_MAX, &c->gp.seed))
+                return 2;
         } else if (!strcmp(a, "--stop")) {
             free(c->stop);
             if (parse_id_list(a, v, 1, &c->stop, &c->n_stop))
@@ -324,20 +310,20 @@ static int parse_args(int argc, char **argv, cli *c)
                 return 2;
             c->score_cont = 1;
         } else if (!strcmp(a, "--threads")) {
-            if (parse_u64(v, &u) || u < 1 || u > 256)
-                return usage_error("--threads: 1..256, got '%s'", v);
+            if (opt_u64(a, v, 1, 256, &u))
+                return 2;
             c->opts.threads = (int)u;
         } else if (!strcmp(a, "--max-batch")) {
-            if (parse_u64(v, &u) || u < 1 || u > 65536)
-                return usage_error("--max-batch: bad value '%s'", v);
+            if (opt_u64(a, v, 1, 65536, &u))
+                return 2;
             c->opts.max_batch = (uint32_t)u;
         } else if (!strcmp(a, "--max-seq")) {
-            if (parse_u64(v, &u) || u < 1 || u > (1ull << 32))
-                return usage_error("--max-seq: bad value '%s'", v);
+            if (opt_u64(a, v, 1, 1ull << 32, &u))
+                return 2;
             c->opts.max_seq = u;
         } else if (!strcmp(a, "--prefill-chunk")) {
-            if (parse_u64(v, &u) || u < 1 || u > (1u << 20))
-                return usage_error("--prefill-chunk: bad value '%s'", v);
+            if (opt_u64(a, v, 1, 1u << 20, &u))
+                return 2;
             c->opts.prefill_chunk = (uint32_t)u;
         } else if (!strcmp(a, "--kv")) {
             if (!strcmp(v, "f32"))
@@ -363,12 +349,6 @@ static int parse_args(int argc, char **argv, cli *c)
     }
     if (!c->model)
         return usage_error("no MODEL given");
-    if (c->metrics_path &&
-        (same_file(c->metrics_path, c->model) ||
-         same_file(c->metrics_path, c->tokens_file) ||
-         same_file(c->metrics_path, c->prompts_file)))
-        return usage_error("--metrics %s would overwrite an input",
-                           c->metrics_path);
     int rc = read_input_files(c);
     if (rc >= 0)
         return rc;
@@ -786,7 +766,7 @@ static void cli_free(cli *c)
     free(c->in.ids);
     free(c->in.len);
     free(c->texts);
-    free(c->prompts_text);
+    mc_free(c->prompts_text); /* fmt_file_read: mc_alloc */
     free(c->stop);
     free(c->labels);
     free(c->cont);
@@ -817,6 +797,18 @@ static int run(cli *c)
     if (ost) {
         report_fill(&r, NULL, n_req, ost);
         report_finish(c, &r, 0);
+        rt_tokenizer_free(tok);
+        return 1;
+    }
+    /* Every input is open now: refuse a --metrics path that is one of
+     * them (or a device, a FIFO...) before running, not after. */
+    mc_error ge;
+    if (c->metrics_path &&
+        fmt_output_check_file(c->metrics_path, &ge) != MC_OK) {
+        char buf[1400];
+        fprintf(stderr, "mrun: --metrics: %s\n",
+                mc_error_format(&ge, buf, sizeof buf));
+        mcrt_close(h);
         rt_tokenizer_free(tok);
         return 1;
     }
@@ -852,6 +844,8 @@ static int run(cli *c)
 
 int main(int argc, char **argv)
 {
+    fmt_mapguard_install();
+    fmt_input_begin_run(); /* --metrics never replaces what this run reads */
     cli c;
     int rc = parse_args(argc, argv, &c);
     if (rc < 0)

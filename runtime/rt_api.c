@@ -4,10 +4,12 @@
  * mcrt_open do not allocate either (every table is sized at open). */
 #include "mcrt.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "fmt_artifact.h"
+#include "fmt_mapguard.h"
 #include "kn_quant.h"
 #include "mc_alloc.h"
 #include "rt_artifact.h"
@@ -331,6 +333,11 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
     int rc = check_truncate(h, p->truncate);
     if (rc)
         return refuse(h, n, rc);
+    /* NaN compares false with everything: it would pass the sampler's
+     * "<= 0 is greedy" test and sample from NaN weights. */
+    if (!isfinite(p->temperature) || !isfinite(p->top_p))
+        return refuse(h, n, set_msg(h, MC_ERR_INVALID_ARG,
+                                    "temperature and top_p must be finite"));
     size_t n_stop = 0;
     if (p->n_stop > MCRT_MAX_STOP - 8)
         return refuse(h, n, set_msg(h, MC_ERR_INVALID_ARG,
@@ -364,6 +371,8 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
         mc_error_clear(&e);
         mc_status st = rt_session_generate(h->sess, h->prompts, k, &gp,
                                            h->gres, &e);
+        if (st == MC_OK) /* weights read from a file that shrank: no result */
+            st = fmt_mapguard_check(&e);
         if (st)
             return refuse(h, n - w0, set_err(h, &e));
         for (size_t i = 0; i < k; i++) {
@@ -414,6 +423,8 @@ static int score_waves(mcrt *h, const int32_t *const *prompts,
         mc_error_clear(&e);
         mc_status st = rt_session_score(h->sess, h->items, k, labels,
                                         n_labels, (rt_truncate)truncate, &e);
+        if (st == MC_OK)
+            st = fmt_mapguard_check(&e);
         if (st)
             return refuse(h, n - w0, set_err(h, &e));
         if (sum)
@@ -460,6 +471,8 @@ int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
         mc_error e;
         mc_error_clear(&e);
         mc_status st = rt_session_logits(h->sess, h->prompts, k, out + w0, &e);
+        if (st == MC_OK)
+            st = fmt_mapguard_check(&e);
         if (st)
             return refuse(h, n - w0, set_err(h, &e));
     }

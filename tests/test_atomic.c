@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fmt_atomic.h"
+#include "fmt_input.h"
 #include "invalid_cases.h"
 #include "mc_alloc.h"
 #include "testutil.h"
@@ -316,9 +317,11 @@ static void test_atomic_dir_commit_replaces_previous_directory(void **state)
     (void)state;
     char *root = tu_mkdtemp("atomic"), *out = tu_fmt("%s/model", root);
     char *old = tu_fmt("%s/old.txt", out), *sub = tu_fmt("%s/sub", out);
+    char *mark = tu_fmt("%s/" FMT_OUTPUT_MARKER, out);
     assert_int_equal(mkdir(out, 0777), 0);
     assert_int_equal(mkdir(sub, 0777), 0);
     assert_int_equal(tu_write_file(old, "old", 3), 0);
+    assert_int_equal(tu_write_file(mark, "", 0), 0); /* a previous output */
     fmt_atomic_dir *d;
     mc_error e;
     assert_int_equal(fmt_atomic_dir_create(out, &d, &e), MC_OK);
@@ -333,8 +336,10 @@ static void test_atomic_dir_commit_replaces_previous_directory(void **state)
     assert_false(tu_exists(old));
     char *nf = tu_fmt("%s/new.txt", out);
     assert_file_is(nf, "new");
-    assert_int_equal(tu_count_entries(out), 1);
+    assert_int_equal(tu_count_entries(out), 2); /* new.txt and the marker */
+    assert_true(tu_exists(mark));
     assert_int_equal(tu_count_entries(root), 1); /* old one removed */
+    free(mark);
     free(np);
     free(nf);
     free(old);
@@ -349,8 +354,11 @@ static void test_atomic_dir_abort_keeps_previous_directory(void **state)
     (void)state;
     char *root = tu_mkdtemp("atomic"), *out = tu_fmt("%s/model", root);
     char *old = tu_fmt("%s/old.txt", out);
+    char *mark = tu_fmt("%s/" FMT_OUTPUT_MARKER, out);
     assert_int_equal(mkdir(out, 0777), 0);
     assert_int_equal(tu_write_file(old, "old", 3), 0);
+    assert_int_equal(tu_write_file(mark, "", 0), 0); /* a previous output */
+    free(mark);
     fmt_atomic_dir *d;
     mc_error e;
     assert_int_equal(fmt_atomic_dir_create(out, &d, &e), MC_OK);
@@ -366,15 +374,45 @@ static void test_atomic_dir_abort_keeps_previous_directory(void **state)
     free(root);
 }
 
+/* A directory without the marker is the user's: never replaced, whatever
+ * it holds; an empty one holds nothing to lose and is replaced. */
+static void test_atomic_dir_replaces_only_directories_it_wrote(void **state)
+{
+    (void)state;
+    char *root = tu_mkdtemp("atomic"), *out = tu_fmt("%s/model", root);
+    char *notes = tu_fmt("%s/notes.txt", out);
+    assert_int_equal(mkdir(out, 0777), 0);
+    assert_int_equal(tu_write_file(notes, "mine", 4), 0);
+    fmt_atomic_dir *d = NULL;
+    mc_error e;
+    assert_int_equal(fmt_atomic_dir_create(out, &d, &e), MC_ERR_INVALID_ARG);
+    assert_null(d);
+    assert_non_null(strstr(e.message, FMT_OUTPUT_MARKER));
+    assert_file_is(notes, "mine");
+    assert_int_equal(tu_count_entries(root), 1); /* no temp either */
+    assert_int_equal(unlink(notes), 0);
+    assert_int_equal(fmt_atomic_dir_create(out, &d, &e), MC_OK);
+    assert_int_equal(fmt_atomic_dir_commit(d, &e), MC_OK);
+    char *mark = tu_fmt("%s/" FMT_OUTPUT_MARKER, out);
+    assert_true(tu_exists(mark)); /* so the next run may replace it */
+    free(mark);
+    free(notes);
+    tu_rmtree(root);
+    free(out);
+    free(root);
+}
+
 static void test_atomic_dir_refuses_to_replace_a_file(void **state)
 {
     (void)state;
     char *root = tu_mkdtemp("atomic"), *out = tu_fmt("%s/model", root);
     assert_int_equal(tu_write_file(out, "file", 4), 0);
-    fmt_atomic_dir *d;
+    fmt_atomic_dir *d = NULL;
     mc_error e;
-    assert_int_equal(fmt_atomic_dir_create(out, &d, &e), MC_OK);
-    assert_int_equal(fmt_atomic_dir_commit(d, &e), MC_ERR_INVALID_ARG);
+    /* refused before anything is created (fmt_output_check_dir) */
+    assert_int_equal(fmt_atomic_dir_create(out, &d, &e), MC_ERR_INVALID_ARG);
+    assert_null(d);
+    assert_non_null(strstr(e.message, "a regular file"));
     assert_file_is(out, "file");
     assert_int_equal(tu_count_entries(root), 1);
     tu_rmtree(root);
@@ -442,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_atomic_dir_commit_replaces_previous_directory),
         cmocka_unit_test(test_atomic_dir_abort_keeps_previous_directory),
         cmocka_unit_test(test_atomic_dir_refuses_to_replace_a_file),
+        cmocka_unit_test(test_atomic_dir_replaces_only_directories_it_wrote),
         cmocka_unit_test(test_atomic_survives_each_failed_allocation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
