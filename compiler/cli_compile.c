@@ -1,6 +1,7 @@
 /* cli_compile.c - `mcompile MODEL --target SIZE [-o OUT.mca] ...`: merge,
  * convert, plan and emit an artifact (cmp_compile.h). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,10 +153,16 @@ static void print_calib(FILE *out, const cmp_compile_report *rep)
                 (unsigned long long)r->heldout.tokens);
 }
 
+/* "<name>.mca" in the current directory, name being the model's real last
+ * component: "." or "../x/" name the directory they resolve to, not a
+ * hidden "..mca". */
 static char *default_out(const char *model)
 {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", model);
+    char buf[PATH_MAX > 4096 ? PATH_MAX : 4096];
+    if (!realpath(model, buf))
+        snprintf(buf, sizeof buf, "%s", model);
+    if (strcmp(buf, "/") == 0)
+        snprintf(buf, sizeof buf, "model"); /* the root has no name */
     size_t n = strlen(buf);
     while (n > 1 && buf[n - 1] == '/')
         buf[--n] = '\0';
