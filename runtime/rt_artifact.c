@@ -133,6 +133,53 @@ static mc_status get_vec(loader *L, const char *name, uint32_t n, int optional,
     return MC_OK;
 }
 
+/* The plan's byte figures are reports (mrun --json/--metrics print
+ * "planned" from them), so they are recomputed here, not trusted: weights
+ * from the manifest's own tensor table, KV cache, activations and arena
+ * from this runtime's layout, and total = weights + arena + reserve.  A
+ * manifest whose figures disagree (a doctored or stale artifact whose
+ * checksums were redone) is refused. */
+static mc_status check_plan_totals(loader *L, const json_t *p,
+                                   const rt_layout *lay, mc_error *err)
+{
+    const fmt_art *a = L->o->a;
+    uint64_t weights = 0, total;
+    int ok = 1;
+    for (size_t i = 0; ok && i < fmt_art_tensor_count(a); i++) {
+        const fmt_art_tensor *t = fmt_art_tensor_at(a, i);
+        ok = mc_add_u64(weights, t->data.bytes, &weights) &&
+             mc_add_u64(weights, t->scales.bytes, &weights) &&
+             mc_add_u64(weights, t->zeros.bytes, &weights);
+    }
+    static const char *const keys[] = {"weights_bytes", "kv_bytes",
+                                       "activation_bytes", "reserve_bytes",
+                                       "total_bytes"};
+    json_int_t v[5];
+    for (size_t i = 0; i < 5; i++) {
+        const json_t *j = json_object_get(p, keys[i]);
+        if (!json_is_integer(j) || json_integer_value(j) < 0)
+            return mc_fail(err, MC_ERR_FORMAT, L->path, "plan", -1,
+                           "manifest plan lacks %s (or it is negative)",
+                           keys[i]);
+        v[i] = json_integer_value(j);
+    }
+    uint64_t reserve = (uint64_t)v[3];
+    ok = ok && mc_add_u64(weights, lay->arena_bytes, &total) &&
+         mc_add_u64(total, reserve, &total);
+    const uint64_t want[5] = {weights, lay->kv_bytes, lay->activation_bytes,
+                              reserve, ok ? total : 0};
+    for (size_t i = 0; i < 5; i++)
+        if (!ok || (uint64_t)v[i] != want[i])
+            return mc_fail(err, MC_ERR_FORMAT, L->path, "plan", -1,
+                           "manifest plan %s is %lld bytes, but the artifact "
+                           "implies %llu (weights from its tensor table, "
+                           "arena from its limits, total = weights + arena + "
+                           "reserve); refusing a manifest whose figures "
+                           "disagree", keys[i], (long long)v[i],
+                           (unsigned long long)want[i]);
+    return MC_OK;
+}
+
 static mc_status load_plan(loader *L, mc_error *err)
 {
     const json_t *p = json_object_get(fmt_art_manifest(L->o->a), "plan");
@@ -184,6 +231,9 @@ static mc_status load_plan(loader *L, mc_error *err)
                        "chunk %u) differs from this runtime's layout for the "
                        "same limits; recompile the artifact", lim.max_batch,
                        (unsigned long long)lim.max_seq, lim.prefill_chunk);
+    st = check_plan_totals(L, p, &lay, err);
+    if (st != MC_OK)
+        return st;
     L->m->has_plan = 1;
     L->m->plan_limits = lay.limits;
     L->m->plan_layout = lay;
