@@ -18,6 +18,12 @@
  *                              contains s; default: every file opened for
  *                              writing.  stdin/stdout/stderr are never
  *                              tracked, so error messages get through.
+ *   MC_FAULT_TRUNCATE_MAPPED=s a file whose path contains s is truncated
+ *                              to half its size (page-aligned) right after
+ *                              it is mapped (mmap with a descriptor), as if
+ *                              another process truncated it during the
+ *                              run: reads of its second half then raise
+ *                              SIGBUS (test of fmt_mapguard.h)
  * The shim prints nothing.  It is async-signal-safe enough for its use: no
  * allocation, atomics for the counters.
  */
@@ -33,6 +39,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -44,6 +52,7 @@ static long long after_bytes = -1;   /* -1: never */
 static int fault_errno = ENOSPC;
 static int fault_signal;             /* 0: fail with errno instead */
 static char path_substr[512];
+static char trunc_substr[512];       /* MC_FAULT_TRUNCATE_MAPPED */
 static atomic_llong written;         /* bytes accepted on tracked fds */
 static atomic_int tripped;           /* the limit was reached */
 
@@ -71,6 +80,14 @@ static void init(void)
             n = sizeof path_substr - 1;
         memcpy(path_substr, s, n);
         path_substr[n] = '\0';
+    }
+    s = getenv("MC_FAULT_TRUNCATE_MAPPED");
+    if (s) {
+        size_t n = strlen(s);
+        if (n >= sizeof trunc_substr)
+            n = sizeof trunc_substr - 1;
+        memcpy(trunc_substr, s, n);
+        trunc_substr[n] = '\0';
     }
     atomic_store(&inited, 1);
 }
@@ -313,4 +330,38 @@ FILE *fopen64(const char *path, const char *mode)
 {
     static void *slot;
     return do_fopen(&slot, "fopen64", path, mode);
+}
+
+/* mmap: after mapping a file named by MC_FAULT_TRUNCATE_MAPPED, cut the
+ * file to half (the mapping stays as long as it was). */
+static void *do_mmap(void **slot, const char *name, void *addr, size_t len,
+                     int prot, int flags, int fd, off_t off)
+{
+    void *(*real)(void *, size_t, int, int, int, off_t) =
+        (void *(*)(void *, size_t, int, int, int, off_t))next_once(slot, name);
+    void *p = real(addr, len, prot, flags, fd, off);
+    init();
+    if (p == MAP_FAILED || fd < 0 || !trunc_substr[0] || (flags & MAP_ANONYMOUS))
+        return p;
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0)
+        return p;
+    path[n] = '\0';
+    if (strstr(path, trunc_substr))
+        truncate(path, (off_t)(len / 2) & ~(off_t)4095);
+    return p;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    static void *slot;
+    return do_mmap(&slot, "mmap", addr, len, prot, flags, fd, off);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    static void *slot;
+    return do_mmap(&slot, "mmap64", addr, len, prot, flags, fd, off);
 }

@@ -1,0 +1,493 @@
+/* test_user_safety.c - the real mcompile and mrun binaries never destroy
+ * what is not theirs and never hang or crash on hostile files or options.
+ * One test per class of defect (docs/reliability.md, "User data"):
+ *   - an output path never replaces an input of the run (also through a
+ *     symlink) nor a directory mcompile did not write;
+ *   - a FIFO given as any kind of input fails at once (each command runs
+ *     under `timeout`, so a hang fails the test instead of blocking it);
+ *   - a FIFO or a device is never replaced as an output;
+ *   - an input truncated while mapped gives exit 1, a message naming it and
+ *     no temporary (the I/O shim truncates it right after mmap);
+ *   - NaN, Inf, hex and trailing junk in numeric options are usage errors;
+ *   - a manifest whose plan figures disagree with the artifact is refused;
+ *   - `mcompile .` names its output after the directory.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fmt_artifact.h"
+#include "testutil.h"
+
+#ifndef MC_IO_SHIM
+#define MC_IO_SHIM ""
+#endif
+
+#define FX MC_FIXTURE_DIR
+#define TIMEOUT "timeout -k 5 60 " /* generous for ASan; a hang is 124 */
+
+static char *g_out, *g_err;
+
+/* Run a command line (printf-style) under TIMEOUT, in directory dir
+ * (NULL: here); its exit status, stdout in g_out and stderr in g_err. */
+static int vrun_in(const char *dir, const char *fmt, va_list ap)
+{
+    char args[8192];
+    vsnprintf(args, sizeof args, fmt, ap);
+    free(g_out);
+    free(g_err);
+    char *cmd = dir ? tu_fmt("cd '%s' && " TIMEOUT "%s", dir, args)
+                    : tu_fmt(TIMEOUT "%s", args);
+    int rc = tu_run(cmd, &g_out, &g_err);
+    free(cmd);
+    return rc;
+}
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vrun_in(NULL, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int run_in(const char *dir, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int run_in(const char *dir, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vrun_in(dir, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Expect exit status rc and every needle in stderr. */
+static void expect(int got, int rc, const char *what, const char *n1,
+                   const char *n2)
+{
+    if (got != rc || (n1 && !strstr(g_err, n1)) || (n2 && !strstr(g_err, n2)))
+        fail_msg("%s: exit %d (want %d), stderr: %s", what, got, rc, g_err);
+}
+
+static int is_fifo(const char *p)
+{
+    struct stat st;
+    return lstat(p, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+/* 1 if a ".mctmp-" temporary is in dir. */
+static int has_temp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d)) != NULL)
+        found |= strstr(e->d_name, ".mctmp-") != NULL;
+    closedir(d);
+    return found;
+}
+
+static void copy_dir(const char *src, const char *dst)
+{
+    char *cmd = tu_fmt("cp -r '%s' '%s'", src, dst);
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+}
+
+static void test_outputs_never_replace_inputs_or_foreign_data(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-out");
+    char *m = tu_fmt("%s/m", d), *cfg = tu_fmt("%s/m/config.json", d);
+    char *w = tu_fmt("%s/m/model.safetensors", d);
+    copy_dir(FX "/llama", m);
+    size_t cfg_len, w_len;
+    char *cfg0 = tu_read_file(cfg, &cfg_len), *w0 = tu_read_file(w, &w_len);
+    char *lcfg = tu_fmt("%s/cfg-link", d), *lw = tu_fmt("%s/w-link", d);
+    assert_int_equal(symlink(cfg, lcfg), 0);
+    assert_int_equal(symlink(w, lw), 0);
+    /* file outputs over an input, directly and through a symlink */
+    expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
+               cfg), 1, "plan --svg config.json", "input of this run", NULL);
+    expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
+               lcfg), 1, "plan --svg link", "input of this run", NULL);
+    expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 --metrics %s",
+               MC_BIN_DIR, m, lw), 1, "mrun --metrics link", "input of this run",
+           NULL);
+    expect(run("%s/mcompile %s --target 64MiB -o %s", MC_BIN_DIR, m, lw), 1,
+           "compile -o link", "refusing", NULL);
+    /* a directory mcompile did not write, holding the user's file */
+    char *user = tu_fmt("%s/user", d), *notes = tu_fmt("%s/user/notes", d);
+    assert_int_equal(mkdir(user, 0777), 0);
+    assert_int_equal(tu_write_file(notes, "mine", 4), 0);
+    expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s",
+               MC_BIN_DIR, m, user), 1, "merge -o user dir",
+           ".mcompile-output", "nothing was written");
+    char *n1 = tu_read_file(notes, NULL);
+    assert_string_equal(n1, "mine");
+    free(n1);
+    /* our own output is replaced; then used as an input it is not */
+    char *out = tu_fmt("%s/out", d);
+    for (int i = 0; i < 2; i++)
+        expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain "
+                   "-o %s -q", MC_BIN_DIR, m, out), 0, "merge -o own output",
+               NULL, NULL);
+    expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s",
+               MC_BIN_DIR, out, out), 1, "merge -o its input", "input", NULL);
+    /* a plain regular file that is no input is replaced */
+    char *prom = tu_fmt("%s/metrics.prom", d);
+    assert_int_equal(tu_write_file(prom, "old", 3), 0);
+    expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 -q --metrics %s",
+               MC_BIN_DIR, m, prom), 0, "mrun --metrics new file", NULL, NULL);
+    char *p1 = tu_read_file(prom, NULL);
+    assert_non_null(strstr(p1, "mcompile_"));
+    free(p1);
+    /* the inputs are byte-identical, and no temporary is left anywhere */
+    size_t l1, l2;
+    char *cfg1 = tu_read_file(cfg, &l1), *w1 = tu_read_file(w, &l2);
+    assert_true(l1 == cfg_len && memcmp(cfg0, cfg1, l1) == 0);
+    assert_true(l2 == w_len && memcmp(w0, w1, l2) == 0);
+    assert_false(has_temp(d));
+    assert_false(has_temp(m));
+    free(cfg0), free(cfg1), free(w0), free(w1);
+    free(prom), free(out), free(user), free(notes), free(lcfg), free(lw);
+    free(cfg), free(w), free(m);
+    tu_rmtree(d);
+    free(d);
+}
+
+static void test_fifo_as_any_input_fails_promptly(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-fifo");
+    char *fifo = tu_fmt("%s/fifo", d);
+    assert_int_equal(mkfifo(fifo, 0666), 0);
+    char *art = tu_fmt("%s/a.mca", d);
+    expect(run("%s/mcompile " FX "/llama --target 64MiB -q -o %s", MC_BIN_DIR,
+               art), 0, "compile", NULL, NULL);
+    /* model directories and an adapter with one file replaced by a FIFO */
+    /* why: what the message says (a single-file model's directory is
+     * scanned for regular files, so there the FIFO is simply no model) */
+    static const struct {
+        const char *src, *file, *why;
+    } swaps[] = {{"llama", "config.json", "FIFO"},
+                 {"llama", "model.safetensors", "no model.safetensors"},
+                 {"llama", "tokenizer.json", "FIFO"}, /* optional; no FIFO */
+                 {"llama-sharded", "model.safetensors.index.json",
+                  "no model.safetensors"},
+                 {"llama-sharded", "model-00002-of-00003.safetensors", "FIFO"},
+                 {"adapters/llama-plain", "adapter_config.json", "FIFO"},
+                 {"adapters/llama-plain", "adapter_model.safetensors", "FIFO"}};
+    for (size_t i = 0; i < sizeof swaps / sizeof swaps[0]; i++) {
+        char *src = tu_fmt(FX "/%s", swaps[i].src);
+        char *dir = tu_fmt("%s/case%zu", d, i);
+        copy_dir(src, dir);
+        char *p = tu_fmt("%s/%s", dir, swaps[i].file);
+        unlink(p);
+        assert_int_equal(mkfifo(p, 0666), 0);
+        int adapter = strstr(swaps[i].src, "adapters") != NULL;
+        if (adapter) {
+            expect(run("%s/mcompile merge " FX "/llama --lora %s -o %s/o%zu",
+                       MC_BIN_DIR, dir, d, i), 1, p, swaps[i].why,
+                   swaps[i].file);
+            expect(run("%s/mcompile " FX "/llama --target 64MiB --lora %s -o "
+                       "%s/o%zu.mca", MC_BIN_DIR, dir, d, i), 1, p,
+                   swaps[i].why, NULL);
+        } else {
+            expect(run("%s/mcompile %s --target 64MiB -o %s/o%zu.mca",
+                       MC_BIN_DIR, dir, d, i), 1, p, swaps[i].why,
+                   swaps[i].file);
+            if (strcmp(swaps[i].file, "tokenizer.json") != 0)
+                expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1",
+                           MC_BIN_DIR, dir), 1, p, swaps[i].why, NULL);
+        }
+        free(p);
+        free(dir);
+        free(src);
+    }
+    /* a FIFO named directly: index, artifact, model file, option files */
+    expect(run("%s/mcompile %s/case3/model.safetensors.index.json --target "
+               "64MiB -o %s/i.mca", MC_BIN_DIR, d, d), 1, "index named",
+           "FIFO", NULL);
+    expect(run("%s/mrun %s --tokens 1", MC_BIN_DIR, fifo), 1, "mrun FIFO",
+           "FIFO", NULL);
+    expect(run("%s/mcompile inspect %s", MC_BIN_DIR, fifo), 1, "inspect",
+           "FIFO", NULL);
+    expect(run("%s/mcompile eval %s --ref " FX "/llama --tokens %s",
+               MC_BIN_DIR, fifo, fifo), 1, "eval artifact", "FIFO", NULL);
+    expect(run("%s/mcompile eval %s --ref " FX "/llama --tokens %s",
+               MC_BIN_DIR, art, fifo), 1, "eval --tokens", "FIFO", NULL);
+    expect(run("%s/mcompile plan %s --target 1GiB", MC_BIN_DIR, fifo), 1,
+           "plan config", NULL, NULL);
+    expect(run("%s/mrun %s --tokens-file %s", MC_BIN_DIR, art, fifo), 1,
+           "--tokens-file", "FIFO", NULL);
+    expect(run("%s/mrun %s --prompts-file %s", MC_BIN_DIR, art, fifo), 1,
+           "--prompts-file", "FIFO", NULL);
+    expect(run("%s/mcompile " FX "/llama --target 64MiB --quant int8 --calib "
+               "%s -o %s/c.mca", MC_BIN_DIR, fifo, d), 1, "--calib", "FIFO",
+           NULL);
+    free(art);
+    free(fifo);
+    tu_rmtree(d);
+    free(d);
+}
+
+static void test_special_files_are_never_outputs(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-special");
+    char *fifo = tu_fmt("%s/fifo", d), *fdir = tu_fmt("%s/fifodir", d);
+    assert_int_equal(mkfifo(fifo, 0666), 0);
+    assert_int_equal(mkfifo(fdir, 0666), 0);
+    expect(run("%s/mcompile plan " FX "/llama --target 1GiB --svg %s",
+               MC_BIN_DIR, fifo), 1, "--svg FIFO", "a FIFO", NULL);
+    expect(run("%s/mrun " FX "/llama --tokens 1 --max-new-tokens 1 "
+               "--metrics %s", MC_BIN_DIR, fifo), 1, "--metrics FIFO",
+           "a FIFO", NULL);
+    expect(run("%s/mcompile " FX "/llama --target 64MiB -o %s", MC_BIN_DIR,
+               fifo), 1, "compile -o FIFO", "refusing", NULL);
+    expect(run("%s/mcompile merge " FX "/llama --lora " FX
+               "/adapters/llama-plain -o %s", MC_BIN_DIR, fdir), 1,
+           "merge -o FIFO", "a FIFO", NULL);
+    expect(run("%s/mrun " FX "/llama --tokens 1 --max-new-tokens 1 "
+               "--metrics /dev/null", MC_BIN_DIR), 1, "--metrics /dev/null",
+           "character device", NULL);
+    assert_true(is_fifo(fifo));
+    assert_true(is_fifo(fdir));
+    assert_int_equal(tu_count_entries(d), 2); /* nothing else appeared */
+    free(fifo);
+    free(fdir);
+    tu_rmtree(d);
+    free(d);
+}
+
+/* One command under the shim, which truncates `victim` right after mmap. */
+static int run_truncating(const char *victim, const char *cmdline)
+{
+    const char *asan = getenv("ASAN_OPTIONS");
+    char *env = tu_fmt("LD_PRELOAD='%s' MC_FAULT_TRUNCATE_MAPPED='%s' "
+                       "ASAN_OPTIONS='%s%sverify_asan_link_order=0'",
+                       MC_IO_SHIM, victim, asan ? asan : "",
+                       asan && *asan ? ":" : "");
+    int rc = run("env %s %s", env, cmdline);
+    free(env);
+    return rc;
+}
+
+static void test_input_truncated_while_mapped_is_a_clean_error(void **st)
+{
+    (void)st;
+    TU_SKIP_IF(!MC_IO_SHIM[0], "the I/O fault shim was not built");
+    char *d = tu_mkdtemp("safe-trunc");
+    char *m = tu_fmt("%s/m", d), *w = tu_fmt("%s/m/model.safetensors", d);
+    char *cmd[3];
+    cmd[0] = tu_fmt("%s/mcompile merge %s --lora " FX "/adapters/llama-plain "
+                    "-o %s/merged", MC_BIN_DIR, m, d);
+    cmd[1] = tu_fmt("%s/mcompile %s --target 64MiB --quant int8 -o %s/x.mca",
+                    MC_BIN_DIR, m, d);
+    cmd[2] = tu_fmt("%s/mrun %s --tokens '1 2 3' --max-new-tokens 4",
+                    MC_BIN_DIR, m);
+    struct stat sb;
+    assert_int_equal(stat(FX "/llama/model.safetensors", &sb), 0);
+    const off_t full = sb.st_size;
+    for (int i = 0; i < 3; i++) {
+        tu_rmtree(m);
+        copy_dir(FX "/llama", m);
+        int rc = run_truncating(w, cmd[i]);
+        if (rc == 127 || strstr(g_err, "ASan runtime does not come first"))
+            TU_SKIP_IF(1, "the shim cannot be preloaded here");
+        /* not killed by SIGBUS (135): a message naming the file, exit 1 */
+        expect(rc, 1, cmd[i], w, "changed size while it was being read");
+        assert_int_equal(stat(w, &sb), 0);
+        assert_true(sb.st_size <= full / 2); /* the shim did truncate it */
+        assert_false(has_temp(d));
+    }
+    char *merged = tu_fmt("%s/merged", d), *x = tu_fmt("%s/x.mca", d);
+    assert_false(tu_exists(merged));
+    assert_false(tu_exists(x));
+    free(merged);
+    free(x);
+    for (int i = 0; i < 3; i++)
+        free(cmd[i]);
+    free(w);
+    free(m);
+    tu_rmtree(d);
+    free(d);
+}
+
+static void test_numeric_options_are_strict(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-num");
+    char *art = tu_fmt("%s/a.mca", d);
+    expect(run("%s/mcompile " FX "/llama --target 64MiB -q -o %s", MC_BIN_DIR,
+               art), 0, "compile", NULL, NULL);
+    static const struct {
+        const char *flag, *value;
+    } bad[] = {{"--temperature", "nan"}, {"--temperature", "inf"},
+               {"--temperature", "-inf"}, {"--temperature", "1e999"},
+               {"--temperature", "0.5x"}, {"--temperature", "''"},
+               {"--temperature", "' 1'"}, {"--temperature", "0x1p1"},
+               {"--top-p", "nan"},       {"--top-p", "0"},
+               {"--top-p", "1.5"},       {"--seed", "-1"},
+               {"--seed", "99999999999999999999"}, {"--top-k", "1e3"},
+               {"--max-new-tokens", "0x10"}, {"--threads", "+4"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *what = tu_fmt("mrun %s %s", bad[i].flag, bad[i].value);
+        expect(run("%s/mrun %s --tokens 1 %s %s", MC_BIN_DIR, art, bad[i].flag,
+                   bad[i].value), 2, what, bad[i].flag, NULL);
+        free(what);
+    }
+    expect(run("%s/mrun %s --tokens 1 --max-new-tokens 2 --temperature 0.7 "
+               "--top-p 0.9 --seed 3 -q", MC_BIN_DIR, art), 0, "valid", NULL,
+           NULL);
+    const char *mc[][2] = {
+        {"merge " FX "/llama --lora " FX "/adapters/llama-plain:nan -o X",
+         "--lora weight"},
+        {"merge " FX "/llama --lora " FX "/adapters/llama-plain:inf -o X",
+         "--lora weight"},
+        {FX "/llama --target 64MiB --lora " FX "/adapters/llama-plain:nan",
+         "--lora weight"},
+        {FX "/llama --target 64MiB --compress --zstd-level 3x", "--zstd-level"},
+        {"plan " FX "/llama --target 1GiB --max-seq 1e3", "--max-seq"},
+        {"plan " FX "/llama --target 1GiB --max-batch nan", "--max-batch"},
+        {"plan " FX "/llama --target 0x10GiB", "--target"},
+        {"plan " FX "/llama --target nanGiB", "--target"},
+        {"eval X --ref " FX "/llama --tokens X --threads nan", "--threads"}};
+    for (size_t i = 0; i < sizeof mc / sizeof mc[0]; i++)
+        expect(run_in(d, "%s/mcompile %s", MC_BIN_DIR, mc[i][0]), 2,
+               mc[i][0], mc[i][1], NULL);
+    char *x = tu_fmt("%s/X", d);
+    assert_false(tu_exists(x));
+    free(x);
+    free(art);
+    tu_rmtree(d);
+    free(d);
+}
+
+/* Rewrite artifact src as dst with plan[key] = value, every checksum
+ * recomputed: a doctored file that passes every integrity check. */
+static void rewrite_plan(const char *src, const char *dst, const char *key,
+                         json_int_t value)
+{
+    fmt_art *a = NULL;
+    mc_error e;
+    assert_int_equal(fmt_art_open(src, &a, &e), MC_OK);
+    json_t *man = json_deep_copy(fmt_art_manifest(a));
+    if (key)
+        json_object_set_new(json_object_get(man, "plan"), key,
+                            json_integer(value));
+    fmt_art_writer *w = NULL;
+    assert_int_equal(fmt_art_writer_create(dst, &w, &e), MC_OK);
+    size_t n = fmt_art_section_count(a);
+    for (size_t i = 0; i < n; i++) {
+        const fmt_art_section *s = fmt_art_section_at(a, i);
+        assert_int_equal(fmt_art_writer_add_section(w, s->name, s->kind,
+                                                    s->raw_bytes, s->codec,
+                                                    &e), MC_OK);
+    }
+    assert_int_equal(fmt_art_writer_begin(w, man, &e), MC_OK);
+    for (size_t i = 0; i < n; i++) {
+        const fmt_art_section *s = fmt_art_section_at(a, i);
+        void *buf = malloc(s->raw_bytes ? (size_t)s->raw_bytes : 1);
+        assert_int_equal(fmt_art_section_read(a, i, buf, s->raw_bytes, 1, &e),
+                         MC_OK);
+        assert_int_equal(fmt_art_writer_write(w, buf, (size_t)s->raw_bytes,
+                                              &e), MC_OK);
+        free(buf);
+    }
+    assert_int_equal(fmt_art_writer_finish(w, &e), MC_OK);
+    json_decref(man);
+    fmt_art_close(a);
+}
+
+static void test_doctored_manifest_plan_is_refused(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-man");
+    char *art = tu_fmt("%s/a.mca", d), *doc = tu_fmt("%s/doc.mca", d);
+    expect(run("%s/mcompile " FX "/llama --target 64MiB -q --compress -o %s",
+               MC_BIN_DIR, art), 0, "compile", NULL, NULL);
+    /* the rewrite itself yields a valid artifact */
+    rewrite_plan(art, doc, NULL, 0);
+    expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 -q", MC_BIN_DIR, doc),
+           0, "undoctored rewrite", NULL, NULL);
+    static const char *const keys[] = {"total_bytes", "weights_bytes",
+                                       "kv_bytes", "activation_bytes"};
+    for (size_t i = 0; i < 4; i++) {
+        unlink(doc);
+        rewrite_plan(art, doc, keys[i], 1000);
+        expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 --json",
+                   MC_BIN_DIR, doc), 1, keys[i], keys[i], "disagree");
+    }
+    free(art);
+    free(doc);
+    tu_rmtree(d);
+    free(d);
+}
+
+static void test_default_output_is_named_after_the_directory(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-name");
+    char *m = tu_fmt("%s/tiny-llama", d);
+    copy_dir(FX "/llama", m);
+    expect(run_in(m, "%s/mcompile . --target 64MiB -q", MC_BIN_DIR), 0,
+           "mcompile .", NULL, NULL);
+    char *want = tu_fmt("%s/tiny-llama.mca", m), *hidden = tu_fmt("%s/..mca", m);
+    assert_true(tu_exists(want));
+    assert_false(tu_exists(hidden));
+    /* from a sibling: "../tiny-llama/." names the directory too */
+    char *sib = tu_fmt("%s/sib", d), *want2 = tu_fmt("%s/sib/tiny-llama.mca", d);
+    assert_int_equal(mkdir(sib, 0777), 0);
+    expect(run_in(sib, "%s/mcompile ../tiny-llama/. --target 64MiB -q",
+                  MC_BIN_DIR), 0, "mcompile ../x/.", NULL, NULL);
+    assert_true(tu_exists(want2));
+    assert_int_equal(tu_count_entries(sib), 1);
+    free(sib);
+    free(want2);
+    free(want);
+    free(hidden);
+    free(m);
+    tu_rmtree(d);
+    free(d);
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    free(g_out);
+    free(g_err);
+    g_out = g_err = NULL;
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_outputs_never_replace_inputs_or_foreign_data),
+        cmocka_unit_test(test_fifo_as_any_input_fails_promptly),
+        cmocka_unit_test(test_special_files_are_never_outputs),
+        cmocka_unit_test(test_input_truncated_while_mapped_is_a_clean_error),
+        cmocka_unit_test(test_numeric_options_are_strict),
+        cmocka_unit_test(test_doctored_manifest_plan_is_refused),
+        cmocka_unit_test(test_default_output_is_named_after_the_directory),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown);
+}
