@@ -25,6 +25,10 @@ static struct {
 } slots[SLOTS];
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The page size, read outside the handler (sysconf is not
+ * async-signal-safe). */
+static uintptr_t page_size = 4096;
+
 /* The first file that faulted, for the error message. */
 static _Atomic int tripped;
 static char tripped_path[PATH_MAX];
@@ -37,8 +41,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
         uintptr_t b = atomic_load(&slots[i].base);
         if (!b || a < b || a - b >= slots[i].len)
             continue;
-        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        uintptr_t from = a & ~(page - 1);
+        uintptr_t from = a & ~(page_size - 1);
         size_t n = (size_t)(b + slots[i].len - from);
         /* Zero pages from the fault to the end: the read is retried and
          * succeeds; the run goes on to a check that refuses its results. */
@@ -59,6 +62,9 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 
 void fmt_mapguard_install(void)
 {
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0)
+        page_size = (uintptr_t)ps;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigbus;

@@ -56,6 +56,19 @@ static char trunc_substr[512];       /* MC_FAULT_TRUNCATE_MAPPED */
 static atomic_llong written;         /* bytes accepted on tracked fds */
 static atomic_int tripped;           /* the limit was reached */
 
+/* The value of environment variable name into buf[cap] (cut to fit). */
+static void env_copy(const char *name, char *buf, size_t cap)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return;
+    size_t n = strlen(s);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+}
+
 static void init(void)
 {
     if (atomic_load(&inited))
@@ -73,22 +86,8 @@ static void init(void)
         fault_signal = SIGTERM;
     else if (s && strcmp(s, "KILL") == 0)
         fault_signal = SIGKILL;
-    s = getenv("MC_FAULT_PATH_SUBSTR");
-    if (s) {
-        size_t n = strlen(s);
-        if (n >= sizeof path_substr)
-            n = sizeof path_substr - 1;
-        memcpy(path_substr, s, n);
-        path_substr[n] = '\0';
-    }
-    s = getenv("MC_FAULT_TRUNCATE_MAPPED");
-    if (s) {
-        size_t n = strlen(s);
-        if (n >= sizeof trunc_substr)
-            n = sizeof trunc_substr - 1;
-        memcpy(trunc_substr, s, n);
-        trunc_substr[n] = '\0';
-    }
+    env_copy("MC_FAULT_PATH_SUBSTR", path_substr, sizeof path_substr);
+    env_copy("MC_FAULT_TRUNCATE_MAPPED", trunc_substr, sizeof trunc_substr);
     atomic_store(&inited, 1);
 }
 
