@@ -52,7 +52,6 @@ static long long after_bytes = -1;   /* -1: never */
 static int fault_errno = ENOSPC;
 static int fault_signal;             /* 0: fail with errno instead */
 static char path_substr[512];
-static char trunc_substr[512];       /* MC_FAULT_TRUNCATE_MAPPED */
 static atomic_llong written;         /* bytes accepted on tracked fds */
 static atomic_int tripped;           /* the limit was reached */
 
@@ -87,7 +86,6 @@ static void init(void)
     else if (s && strcmp(s, "KILL") == 0)
         fault_signal = SIGKILL;
     env_copy("MC_FAULT_PATH_SUBSTR", path_substr, sizeof path_substr);
-    env_copy("MC_FAULT_TRUNCATE_MAPPED", trunc_substr, sizeof trunc_substr);
     atomic_store(&inited, 1);
 }
 
@@ -339,8 +337,10 @@ static void *do_mmap(void **slot, const char *name, void *addr, size_t len,
     void *(*real)(void *, size_t, int, int, int, off_t) =
         (void *(*)(void *, size_t, int, int, int, off_t))next_once(slot, name);
     void *p = real(addr, len, prot, flags, fd, off);
-    init();
-    if (p == MAP_FAILED || fd < 0 || !trunc_substr[0] || (flags & MAP_ANONYMOUS))
+    /* Read now, not in init(): under ASan the first intercepted call comes
+     * from the sanitizer's start-up, before the environment is readable. */
+    const char *want = getenv("MC_FAULT_TRUNCATE_MAPPED");
+    if (p == MAP_FAILED || fd < 0 || !want || !*want || (flags & MAP_ANONYMOUS))
         return p;
     char link[64], path[4096];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -348,7 +348,7 @@ static void *do_mmap(void **slot, const char *name, void *addr, size_t len,
     if (n <= 0)
         return p;
     path[n] = '\0';
-    if (strstr(path, trunc_substr))
+    if (strstr(path, want))
         truncate(path, (off_t)(len / 2) & ~(off_t)4095);
     return p;
 }
