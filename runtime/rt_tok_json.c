@@ -45,7 +45,10 @@ mc_status rt_tokj_get_bool(rt_tokj_ctx *c, json_t *obj, const char *key,
         return MC_OK;
     }
     if (!json_is_boolean(v)) {
-        snprintf(field, sizeof field, "%s.%s", path, key);
+        /* a very long path is cut visibly (gcc -O3 -Wformat-truncation) */
+        if (snprintf(field, sizeof field, "%s.%s", path, key) >=
+            (int)sizeof field)
+            memcpy(field + sizeof field - 4, "...", 4);
         return rt_tokj_bad(c, field, "expected true or false%s", "");
     }
     *out = json_is_true(v);

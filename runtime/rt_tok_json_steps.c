@@ -106,7 +106,7 @@ mc_status rt_tokj_parse_normalizer(rt_tokj_ctx *c, json_t *obj,
     const char *type, *s;
     size_t len;
     mc_status r;
-    rt_tok_step *st;
+    rt_tok_step *st = NULL; /* set by add_step (gcc -O3 cannot tell) */
     rt_tokenizer *t = c->t;
     if (depth > RT_TOKJ_MAX_DEPTH)
         return rt_tokj_unsupported(c, path, "normalizers nested too deeply");
@@ -173,7 +173,7 @@ mc_status rt_tokj_parse_pretok(rt_tokj_ctx *c, json_t *obj, const char *path,
     const char *type, *s;
     size_t len;
     mc_status r;
-    rt_tok_step *st;
+    rt_tok_step *st = NULL; /* set by add_step (gcc -O3 cannot tell) */
     rt_tokenizer *t = c->t;
     char field[256];
     if (depth > RT_TOKJ_MAX_DEPTH)
@@ -249,7 +249,7 @@ mc_status rt_tokj_parse_decoder(rt_tokj_ctx *c, json_t *obj, const char *path,
     const char *type, *s;
     size_t len;
     mc_status r;
-    rt_tok_step *st;
+    rt_tok_step *st = NULL; /* set by add_step (gcc -O3 cannot tell) */
     rt_tokenizer *t = c->t;
     char field[256];
     if (depth > RT_TOKJ_MAX_DEPTH)
