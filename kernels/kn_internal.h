@@ -79,6 +79,28 @@ static inline int64_t kn_attn_first(int64_t p, uint64_t window)
     return p - (int64_t)window + 1;
 }
 
+/* The rows [*r0, *r1) thread tid of nth computes in a matmul: contiguous
+ * ranges, multiples of 4 (the AVX2 row blocks), so each thread streams its
+ * own part of the matrix and writes its own outputs (two threads share at
+ * most the cache line where their ranges meet).  Returns 0 when the thread
+ * has no rows.  Y rows of the range are set to bias (or 0) for T tokens. */
+static inline int kn_task_rows(float *Y, size_t T, uint32_t rows,
+                               const float *bias, int tid, int nth,
+                               uint32_t *r0, uint32_t *r1)
+{
+    uint32_t chunk = (uint32_t)(((uint64_t)rows + (uint64_t)nth - 1) / (uint64_t)nth);
+    chunk = (chunk + 3) & ~3u;
+    uint64_t a = (uint64_t)chunk * (uint64_t)tid;
+    if (a >= rows)
+        return 0;
+    *r0 = (uint32_t)a;
+    *r1 = a + chunk > rows ? rows : (uint32_t)(a + chunk);
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t r = *r0; r < *r1; r++)
+            Y[t * rows + r] = bias ? bias[r] : 0.0f;
+    return 1;
+}
+
 /* ---- AVX2 entry points (kn_ops_avx2.c; only call when kn_cpu_has_avx2()) */
 
 /* Y rows [r0, r1) of every token; Y already holds bias or 0 there. */

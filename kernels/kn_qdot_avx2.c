@@ -21,23 +21,13 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kn_avx2.h"
 #include "kn_internal.h"
 #include "kn_qdot.h"
 
 #define KN_AI __attribute__((always_inline)) static inline
 #define KN_QR 4  /* rows per tile */
 #define KN_QT 3  /* tokens per tile */
-
-/* Sum of the 8 lanes in the order of kn_qdot.h:
- * ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)). */
-KN_AI float hsum8(__m256 v)
-{
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    __m128 sh = _mm_movehdup_ps(lo);
-    lo = _mm_add_ps(lo, sh);
-    sh = _mm_movehl_ps(sh, lo);
-    return _mm_cvtss_f32(_mm_add_ss(lo, sh));
-}
 
 void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
                                void *q, float *d)
@@ -181,7 +171,7 @@ KN_AI void qtile(const kn_matrix *W, const uint8_t *xq, const float *xd,
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
-            float y = hsum8(acc[i][t]);
+            float y = kn_hsum256(acc[i][t]);
             if (fmt == KN_W_Q8)
                 y *= ((const float *)W->scales)[r + (uint32_t)i];
             float *o = Y + (t0 + (size_t)t) * rows + r + i;
