@@ -99,7 +99,7 @@ def llama_round(bin_dir, model):
                 str(THREADS), "-c", "2048", "-b", "2048", "-ub", "512",
                 "-npp", "128", "-ntg", str(NTG), "-npl", "8",
                 "--output-format", "jsonl"])
-    for line in p.stdout.splitlines():
+    for line in (p.stdout + "\n" + p.stderr).splitlines():  # LOG may be either
         if line.startswith("{") and '"speed_tg"' in line:
             res["tg8"] = json.loads(line)["speed_tg"]
     m = re.search(r"load time =\s*([0-9.]+) ms", p.stderr + p.stdout)
