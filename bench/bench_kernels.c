@@ -1,6 +1,8 @@
 /* bench_kernels.c - CPU kernel throughput: prefill matmul GFLOP/s and decode
  * matvec GB/s (weight bytes streamed per second) for every weight format,
- * next to this machine's measured read and memcpy bandwidth.
+ * next to this machine's measured read and memcpy bandwidth.  Q8/Q4/Q4S
+ * get a second line, "int": the runtime's integer path (kn_qdot.h), the
+ * activation quantization included in the time.
  *
  * usage: bench_kernels [threads] [--quick]   (threads 0 = all CPUs) */
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include "bench_util.h"
 #include "fmt_dtype.h"
 #include "kn_ops.h"
+#include "kn_qdot.h"
 
 /* Process CPU seconds (all threads): on a shared machine wall time
  * includes time the scheduler gave to others; work / (cpu / threads) is
@@ -66,6 +69,31 @@ static void bmat_free(bmat *b)
     free(b->z);
 }
 
+/* Best wall and CPU-time (per thread) seconds of `its` products Y = X W^T
+ * of T tokens, on the float path or (integer = 1) quantizing X into xq
+ * and taking the integer path; one warm-up first. */
+static void time_mm(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
+                    float *Y, int integer, void *xq, int its, double *best,
+                    double *bestc)
+{
+    int nth = kn_pool_threads(p);
+    *best = *bestc = 1e30;
+    for (int it = -1; it < its; it++) {
+        double t0 = bench_now(), c0 = cpu_now();
+        if (integer) {
+            kn_qact_quantize(kn_qact_kind_of(W), X, T, W->cols, xq);
+            kn_matmul_q(p, W, xq, T, Y, NULL);
+        } else {
+            kn_matmul(p, W, X, T, Y, NULL);
+        }
+        double dt = bench_now() - t0, dc = (cpu_now() - c0) / nth;
+        if (it < 0)
+            continue;
+        *best = dt < *best ? dt : *best;
+        *bestc = dc < *bestc ? dc : *bestc;
+    }
+}
+
 int main(int argc, char **argv)
 {
     int nth = argc > 1 ? atoi(argv[1]) : 0;
@@ -93,22 +121,21 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < T * dim; i++)
         X[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     printf("\nprefill matmul  T=%zu, %ux%u (GFLOP/s)\n", T, dim, dim);
+    void *xq = malloc((size_t)kn_qact_bytes(KN_QACT_I16, T, dim));
+    if (!xq)
+        return 1;
     for (int f = 0; f < KN_W_COUNT_; f++) {
         bmat b;
         if (bmat_make(&b, (kn_wformat)f, dim, dim) != 0)
             return 1;
-        kn_matmul(p, &b.m, X, T, Y, NULL); /* warm up */
-        double best = 1e30, bestc = 1e30;
-        for (int it = 0; it < 3; it++) {
-            double t0 = bench_now(), c0 = cpu_now();
-            kn_matmul(p, &b.m, X, T, Y, NULL);
-            double dt = bench_now() - t0, dc = (cpu_now() - c0) / nth;
-            best = dt < best ? dt : best;
-            bestc = dc < bestc ? dc : bestc;
+        for (int integer = 0; integer <= kn_qdot_supported(&b.m); integer++) {
+            double best, bestc;
+            time_mm(p, &b.m, X, T, Y, integer, xq, 3, &best, &bestc);
+            double fl = 2.0 * (double)T * dim * dim;
+            printf("  %-4s%-4s %8.1f GFLOP/s  (%.1f ms; %.1f GFLOP/s per CPU-time)\n",
+                   g_names[f], integer ? " int" : "", fl / best / 1e9,
+                   best * 1e3, fl / bestc / 1e9);
         }
-        double fl = 2.0 * (double)T * dim * dim;
-        printf("  %-5s %8.1f GFLOP/s  (%.1f ms; %.1f GFLOP/s per CPU-time)\n",
-               g_names[f], fl / best / 1e9, best * 1e3, fl / bestc / 1e9);
         bmat_free(&b);
     }
 
@@ -129,25 +156,21 @@ int main(int argc, char **argv)
         float *y = malloc((size_t)rows * sizeof(float));
         if (!y)
             return 1;
-        kn_matmul(p, &b.m, X, 1, y, NULL);
-        double best = 1e30, bestc = 1e30;
-        for (int it = 0; it < 5; it++) {
-            double t0 = bench_now(), c0 = cpu_now();
-            kn_matmul(p, &b.m, X, 1, y, NULL);
-            double dt = bench_now() - t0, dc = (cpu_now() - c0) / nth;
-            best = dt < best ? dt : best;
-            bestc = dc < bestc ? dc : bestc;
+        for (int integer = 0; integer <= kn_qdot_supported(&b.m); integer++) {
+            double best, bestc;
+            time_mm(p, &b.m, X, 1, y, integer, xq, 5, &best, &bestc);
+            double gbs = b.bytes / best / 1e9;
+            printf("  %-4s%-4s %8.1f GB/s  %5.2f x read bw  (%.2f ms, %.1f "
+                   "Gweights/s; %.1f GB/s per CPU-time)\n", g_names[f],
+                   integer ? " int" : "", gbs, gbs / rd, best * 1e3,
+                   (double)rows * cols / best / 1e9, b.bytes / bestc / 1e9);
         }
-        double gbs = b.bytes / best / 1e9;
-        printf("  %-5s %8.1f GB/s  %5.2f x read bw  (%.2f ms, %.1f Gweights/s; "
-               "%.1f GB/s per CPU-time)\n", g_names[f], gbs, gbs / rd,
-               best * 1e3, (double)rows * cols / best / 1e9,
-               b.bytes / bestc / 1e9);
         free(y);
         bmat_free(&b);
     }
     free(X);
     free(Y);
+    free(xq);
     kn_pool_free(p);
     return 0;
 }

@@ -2,6 +2,8 @@
  * kn_block.h).  Reads top to bottom like the forward pass it is. */
 #include "kn_block.h"
 
+#include "kn_qdot.h"
+
 uint64_t kn_block_xb_floats(const kn_block_dims *d, uint64_t T)
 {
     return T * d->hidden;
@@ -28,6 +30,33 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
     return kn_attention_scratch_floats(nthreads, max_ctx, d->head_dim);
 }
 
+/* Y[i] = X W[i]^T + B[i] for n matrices sharing the input X [T][cols].  On
+ * the integer path X is quantized into qbuf, an idle scratch buffer of
+ * qwidth floats per row (for as many rows as X), once per kind the
+ * matrices need (one in practice); a matrix the integer path does not
+ * take (f16, odd groups), or whose kind does not fit qbuf, gets the float
+ * X.  Which path a matrix takes depends on the model alone, never on T. */
+static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
+                    size_t T, size_t cols, void *qbuf, size_t qwidth, int n,
+                    const kn_matrix *const W[], float *const Y[],
+                    const float *const B[])
+{
+    int on = s->int_dot && !kn_float_dot();
+    int have = -1; /* the kind qbuf holds */
+    for (int i = 0; i < n; i++) {
+        kn_qact_kind k = kn_qact_kind_of(W[i]);
+        if (on && kn_qdot_supported(W[i]) &&
+            kn_qact_bytes(k, 1, (uint32_t)cols) <= (uint64_t)qwidth * sizeof(float)) {
+            if (have != (int)k)
+                kn_qact_quantize(k, X, T, (uint32_t)cols, qbuf);
+            have = (int)k;
+            kn_matmul_q(pool, W[i], qbuf, T, Y[i], B[i]);
+        } else {
+            kn_matmul(pool, W[i], X, T, Y[i], B[i]);
+        }
+    }
+}
+
 void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
                       const kn_block_dims *d, const kn_rope *rope, float *x,
                       size_t T, const int64_t *pos,
@@ -43,9 +72,10 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
     kn_rmsnorm(s->xb, x, w->attn_norm, T, hidden, d->eps);
     if (tap)
         tap(tap_ctx, KN_TAP_QKV_IN, s->xb, T, hidden);
-    kn_matmul(pool, &w->wq, s->xb, T, s->q, w->bq);
-    kn_matmul(pool, &w->wk, s->xb, T, s->k, w->bk);
-    kn_matmul(pool, &w->wv, s->xb, T, s->v, w->bv);
+    linears(pool, s, s->xb, T, hidden, s->hb, ffn, 3,
+            (const kn_matrix *const[]){&w->wq, &w->wk, &w->wv},
+            (float *const[]){s->q, s->k, s->v},
+            (const float *const[]){w->bq, w->bk, w->bv});
 
     size_t row = 0;
     for (size_t i = 0; i < nseg; i++) {
@@ -67,18 +97,24 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
 
     if (tap)
         tap(tap_ctx, KN_TAP_O_IN, s->att, T, q_dim);
-    kn_matmul(pool, &w->wo, s->att, T, s->xb, w->bo);
+    linears(pool, s, s->att, T, q_dim, s->hb, ffn, 1,
+            (const kn_matrix *const[]){&w->wo}, (float *const[]){s->xb},
+            (const float *const[]){w->bo});
     kn_add(x, s->xb, T * hidden);
 
     /* ---- MLP ---- */
     kn_rmsnorm(s->xb, x, w->mlp_norm, T, hidden, d->eps);
     if (tap)
         tap(tap_ctx, KN_TAP_GATE_UP_IN, s->xb, T, hidden);
-    kn_matmul(pool, &w->w_gate, s->xb, T, s->hb, w->b_gate);
-    kn_matmul(pool, &w->w_up, s->xb, T, s->hb2, w->b_up);
+    linears(pool, s, s->xb, T, hidden, s->q, q_dim, 2,
+            (const kn_matrix *const[]){&w->w_gate, &w->w_up},
+            (float *const[]){s->hb, s->hb2},
+            (const float *const[]){w->b_gate, w->b_up});
     kn_silu_mul(s->hb, s->hb2, T * ffn);
     if (tap)
         tap(tap_ctx, KN_TAP_DOWN_IN, s->hb, T, ffn);
-    kn_matmul(pool, &w->w_down, s->hb, T, s->xb, w->b_down);
+    linears(pool, s, s->hb, T, ffn, s->hb2, ffn, 1,
+            (const kn_matrix *const[]){&w->w_down}, (float *const[]){s->xb},
+            (const float *const[]){w->b_down});
     kn_add(x, s->xb, T * hidden);
 }

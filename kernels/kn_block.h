@@ -19,6 +19,12 @@
  * result alone or in a batch provided the kernels (kn_ops.h) compute each
  * output row independently of T and of the thread split.
  *
+ * With int_dot, the input of each group of linears is quantized once into
+ * a scratch buffer that is idle at that point (q/k/v in: hb; o in: hb;
+ * gate/up in: q; down in: hb2), so the arena needs nothing more; a model
+ * whose idle buffer is too narrow for that (never a Llama shape) keeps the
+ * float path.
+ *
  * No allocation: all buffers come in kn_block_scratch (the runtime's arena,
  * or the compiler's calibration buffers); sizes from kn_block_scratch_floats.
  * Used by the runtime (runtime/rt_session.c) and by the compiler's
@@ -89,6 +95,10 @@ typedef struct kn_block_scratch {
     float *hb;                  /* [T][ffn] gate, then silu(gate)*up */
     float *hb2;                 /* [T][ffn] up */
     float *attn;                /* kn_attention_scratch_floats(threads, max_ctx, head_dim) */
+    int int_dot;                /* 1: Q8/Q4 matrices multiply int8-quantized
+                                   activations (kn_qdot.h), the runtime's
+                                   choice; 0: float activations (exact
+                                   work: calibration, eval) */
 } kn_block_scratch;
 
 /* Where the tap is called: the input of each group of linears that share

@@ -79,6 +79,28 @@ static inline int64_t kn_attn_first(int64_t p, uint64_t window)
     return p - (int64_t)window + 1;
 }
 
+/* The rows [*r0, *r1) thread tid of nth computes in a matmul: contiguous
+ * ranges, multiples of 4 (the AVX2 row blocks), so each thread streams its
+ * own part of the matrix and writes its own outputs (two threads share at
+ * most the cache line where their ranges meet).  Returns 0 when the thread
+ * has no rows.  Y rows of the range are set to bias (or 0) for T tokens. */
+static inline int kn_task_rows(float *Y, size_t T, uint32_t rows,
+                               const float *bias, int tid, int nth,
+                               uint32_t *r0, uint32_t *r1)
+{
+    uint32_t chunk = (uint32_t)(((uint64_t)rows + (uint64_t)nth - 1) / (uint64_t)nth);
+    chunk = (chunk + 3) & ~3u;
+    uint64_t a = (uint64_t)chunk * (uint64_t)tid;
+    if (a >= rows)
+        return 0;
+    *r0 = (uint32_t)a;
+    *r1 = a + chunk > rows ? rows : (uint32_t)(a + chunk);
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t r = *r0; r < *r1; r++)
+            Y[t * rows + r] = bias ? bias[r] : 0.0f;
+    return 1;
+}
+
 /* ---- AVX2 entry points (kn_ops_avx2.c; only call when kn_cpu_has_avx2()) */
 
 /* Y rows [r0, r1) of every token; Y already holds bias or 0 there. */
@@ -95,5 +117,65 @@ void kn_avx2_attend_one(const kn_kv *kv, const float *q, int64_t p,
                         uint64_t window, uint32_t kvh, float *out, float *sc,
                         float *acc);
 void kn_avx2_softmax(float *x, size_t n);
+
+/* ---- integer dot products (kn_qdot.h) ------------------------------------ */
+
+/* The stored integer of W[r][c] for Q8/Q4/Q4S: q, q - zero, q - 8. */
+static inline int kn_w_int(const kn_matrix *W, uint32_t r, uint32_t c)
+{
+    if (W->fmt == KN_W_Q8)
+        return ((const int8_t *)W->data)[(size_t)r * W->cols + c];
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * kn_q4_row_bytes(W->cols);
+    uint8_t b = row[c / 2];
+    int q = (c & 1) ? (b >> 4) : (b & 15);
+    int z = W->fmt == KN_W_Q4
+                ? W->zeros[(size_t)r * kn_q4_ngroups(W->cols, W->group) + c / W->group]
+                : KN_Q4_ZERO_SYM;
+    return q - z;
+}
+
+/* The 8 lane sums of block b of row r against the block's 32 activations
+ * (xq: int8 for Q4/Q4S, int16 for Q8; the lanes of kn_qdot.h; columns
+ * past cols count 0).  Scalar: the reference, and the AVX2 path's ragged
+ * last block. */
+static inline void kn_qdot_lanes(const kn_matrix *W, uint32_t r, uint32_t b,
+                                 const void *xq, int32_t lane[8])
+{
+    for (int l = 0; l < 8; l++) {
+        int32_t s = 0;
+        for (int k = 0; k < 4; k++) {
+            uint32_t o = W->fmt == KN_W_Q8 ? (uint32_t)(2 * l + (k & 1) + 16 * (k >> 1))
+                                           : (uint32_t)(4 * l + k);
+            uint32_t c = 32 * b + o;
+            if (c >= W->cols)
+                continue;
+            int x = W->fmt == KN_W_Q8 ? ((const int16_t *)xq)[o]
+                                      : ((const int8_t *)xq)[o];
+            s += kn_w_int(W, r, c) * x;
+        }
+        lane[l] = s;
+    }
+}
+
+/* The float scale of block b of row r for an activation scale xd. */
+static inline float kn_qdot_scale(const kn_matrix *W, uint32_t r, uint32_t b,
+                                  float xd)
+{
+    if (W->fmt == KN_W_Q8)
+        return xd;
+    size_t gi = (size_t)r * kn_q4_ngroups(W->cols, W->group) + 32 * b / W->group;
+    return fmt_f16_to_f32(((const uint16_t *)W->scales)[gi]) * xd;
+}
+
+/* Rows [r0, r1) of kn_matmul_q for T tokens; Y already holds bias or 0.
+ * (kn_qdot_avx2.c; only call when kn_cpu_has_avx2().) */
+void kn_avx2_matmul_q_rows(const kn_matrix *W, const void *xq,
+                           const float *xd, size_t T, float *Y, uint32_t r0,
+                           uint32_t r1);
+/* One activation block of n <= 32 values (zero-padded to 32), scalar;
+ * q: int8 [32] (i16 = 0) or int16 [32] (i16 = 1). */
+void kn_qact_block(const float *x, uint32_t n, int i16, void *q, float *d);
+void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
+                               void *q, float *d);
 
 #endif /* KN_INTERNAL_H */

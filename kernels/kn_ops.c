@@ -48,24 +48,13 @@ static void mm_scalar_rows(const kn_matrix *W, const float *X, size_t T,
 static void mm_task(void *vctx, int tid, int nth)
 {
     const kn_mm_ctx *c = vctx;
-    uint32_t rows = c->W->rows;
-    /* Contiguous row ranges, multiples of 4 (the prefill row block), so each
-     * thread streams its own part of the matrix. */
-    uint32_t chunk = (uint32_t)(((uint64_t)rows + (uint64_t)nth - 1) / (uint64_t)nth);
-    chunk = (chunk + 3) & ~3u;
-    uint64_t r0 = (uint64_t)chunk * (uint64_t)tid;
-    if (r0 >= rows)
+    uint32_t r0, r1;
+    if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
         return;
-    uint32_t r1 = r0 + chunk > rows ? rows : (uint32_t)(r0 + chunk);
-    for (size_t t = 0; t < c->T; t++) {
-        float *y = c->Y + t * rows;
-        for (uint32_t r = (uint32_t)r0; r < r1; r++)
-            y[r] = c->bias ? c->bias[r] : 0.0f;
-    }
     if (c->avx2)
-        kn_avx2_matmul_rows(c->W, c->X, c->T, c->Y, (uint32_t)r0, r1);
+        kn_avx2_matmul_rows(c->W, c->X, c->T, c->Y, r0, r1);
     else
-        mm_scalar_rows(c->W, c->X, c->T, c->Y, (uint32_t)r0, r1);
+        mm_scalar_rows(c->W, c->X, c->T, c->Y, r0, r1);
 }
 
 /* Multiply-adds below which an op runs on the calling thread alone. */

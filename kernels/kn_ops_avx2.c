@@ -19,21 +19,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "kn_avx2.h"
 #include "kn_internal.h"
 
 #define KN_KC 512   /* prefill column block (floats); multiple of 32 */
 #define KN_RB 4     /* prefill row block */
 #define KN_TB 3     /* prefill token tile */
 #define KN_AI __attribute__((always_inline)) static inline
-
-KN_AI float hsum256(__m256 v)
-{
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    __m128 sh = _mm_movehdup_ps(lo);
-    lo = _mm_add_ps(lo, sh);
-    sh = _mm_movehl_ps(sh, lo);
-    return _mm_cvtss_f32(_mm_add_ss(lo, sh));
-}
 
 /* e^x for float lanes (Cephes polynomial, ~1 ulp on [-87, 88]). */
 KN_AI __m256 exp256(__m256 x)
@@ -224,7 +216,7 @@ KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
         for (int i = 0; i < R; i++)
             #pragma GCC unroll 16
             for (int t = 0; t < T; t++) {
-                float s = hsum256(acc[i][t]);
+                float s = kn_hsum256(acc[i][t]);
                 for (uint32_t k = n8; k < n; k++)
                     s += tw[i][k - n32] * X[(size_t)t * cols + c0 + k];
                 Y[(size_t)t * rows + r + (uint32_t)i] += s;
@@ -313,7 +305,7 @@ KN_AI void micro(const float *wb, const float *X, size_t ldx, uint32_t n,
     for (int i = 0; i < R; i++)
         #pragma GCC unroll 16
         for (int t = 0; t < TT; t++) {
-            float s = hsum256(acc[i][t]);
+            float s = kn_hsum256(acc[i][t]);
             for (uint32_t k = nmain; k < n; k++)
                 s += wb[(size_t)i * KN_KC + k] * X[(size_t)t * ldx + k];
             Y[(size_t)t * ldy + i] += s;
@@ -397,7 +389,7 @@ void kn_avx2_rmsnorm_row(float *out, const float *x, const float *w,
         a0 = _mm256_fmadd_ps(v0, v0, a0);
         a1 = _mm256_fmadd_ps(v1, v1, a1);
     }
-    double ss = hsum256(_mm256_add_ps(a0, a1));
+    double ss = kn_hsum256(_mm256_add_ps(a0, a1));
     for (; i < n; i++)
         ss += (double)x[i] * x[i];
     float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
@@ -447,7 +439,7 @@ void kn_avx2_softmax(float *x, size_t n)
         _mm256_storeu_ps(x + i, e);
         vs = _mm256_add_ps(vs, e);
     }
-    double sum = hsum256(vs);
+    double sum = kn_hsum256(vs);
     for (; i < n; i++) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
@@ -503,7 +495,7 @@ KN_AI void attend_t(const kn_kv *kv, const float *q, int64_t p, uint64_t window,
         __m256 a = _mm256_setzero_ps();
         for (uint32_t d = 0; d < dmain; d += 8)
             a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv_load8(kr, d, type), a);
-        float s = hsum256(a);
+        float s = kn_hsum256(a);
         for (uint32_t d = dmain; d < hd; d++)
             s += q[d] * kv_load1(kr, d, type);
         if (type == KN_KV_I8)
@@ -521,7 +513,7 @@ KN_AI void attend_t(const kn_kv *kv, const float *q, int64_t p, uint64_t window,
         _mm256_storeu_ps(sc + j, e);
         vs = _mm256_add_ps(vs, e);
     }
-    float sum = hsum256(vs);
+    float sum = kn_hsum256(vs);
     for (; j < n; j++) {
         sc[j] = expf(sc[j] - mx);
         sum += sc[j];

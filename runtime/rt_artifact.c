@@ -89,6 +89,15 @@ static mc_status get_matrix(loader *L, const char *name, uint32_t rows,
                        "tensor '%s': part sizes disagree with the %s layout",
                        name, t->format);
     const uint8_t *b = L->o->base[t->section];
+    /* A zero is a 4-bit code: the integer kernels (kn_qdot.h) hold q - zero
+     * in a signed byte and rely on it. */
+    for (uint64_t i = 0; i < t->zeros.bytes; i++)
+        if (b[t->zeros.off + i] > 15)
+            return mc_fail(err, MC_ERR_FORMAT, L->path, name,
+                           -1,
+                           "tensor '%s': int4 zero %u at index %llu; expected "
+                           "0..15", name, b[t->zeros.off + i],
+                           (unsigned long long)i);
     memset(out, 0, sizeof *out);
     out->fmt = f;
     out->rows = rows;

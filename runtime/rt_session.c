@@ -168,6 +168,7 @@ mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
     s->scratch.hb = buf_at(s, RT_BUF_HB);
     s->scratch.hb2 = buf_at(s, RT_BUF_HB2);
     s->scratch.attn = buf_at(s, RT_BUF_ATTN_SCRATCH);
+    s->scratch.int_dot = 1; /* int8 activations for Q8/Q4 (kn_qdot.h) */
 
     /* RoPE: the default table, and per-slot tables for dynamic NTK. */
     const fmt_rope *r = &c->rope;

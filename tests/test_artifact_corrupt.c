@@ -283,12 +283,54 @@ static void test_runtime_loader_rejects_damage_before_use(void **state)
     free(dir);
 }
 
+/* An int4 zero is a 4-bit code; one above 15 (a writer's bug, or a file
+ * made to look valid) is refused at open even without the checksum pass:
+ * the integer kernels hold q - zero in a signed byte. */
+static void test_runtime_loader_rejects_int4_zero_above_15(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("corrupt");
+    char *p = compiled_fixture(dir, "llama", 0);
+    size_t n;
+    uint8_t *buf = read_bin(p, &n);
+    fmt_art *a;
+    mc_error err;
+    assert_int_equal(fmt_art_open_memory(buf, n, p, &a, &err), MC_OK);
+    const char *name = "model.layers.0.self_attn.q_proj.weight";
+    const fmt_art_tensor *t = fmt_art_find_tensor(a, name);
+    assert_non_null(t);
+    assert_true(t->zeros.bytes > 0); /* the fixture's int4 is asymmetric */
+    size_t at = (size_t)(fmt_art_section_at(a, t->section)->offset +
+                         t->zeros.off + t->zeros.bytes - 1);
+    fmt_art_close(a);
+    buf[at] = 16;
+    char *bad = tu_fmt("%s/bad.mca", dir);
+    assert_int_equal(tu_write_file(bad, buf, n), 0);
+    rt_model *m = NULL;
+    assert_int_equal(rt_model_open_artifact_ex(bad, RT_ART_NO_VERIFY, &m, &err),
+                     MC_ERR_FORMAT);
+    assert_null(m);
+    assert_non_null(strstr(err.message, "int4 zero 16"));
+    assert_string_equal(err.field, name);
+    buf[at] = 15; /* the largest legal code opens */
+    assert_int_equal(tu_write_file(bad, buf, n), 0);
+    assert_int_equal(rt_model_open_artifact_ex(bad, RT_ART_NO_VERIFY, &m, &err),
+                     MC_OK);
+    rt_model_free(m);
+    free(buf);
+    free(bad);
+    free(p);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_artifact_bit_flips_all_detected),
         cmocka_unit_test(test_artifact_truncations_and_extensions_rejected_on_open),
         cmocka_unit_test(test_runtime_loader_rejects_damage_before_use),
+        cmocka_unit_test(test_runtime_loader_rejects_int4_zero_above_15),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,76 +16,9 @@
 #include "fmt_dtype.h"
 #include "kn_ops.h"
 #include "testutil.h"
+#include "tmat.h"
 
 static tu_rng g_rng = {0x9e3779b97f4a7c15ull};
-
-/* A matrix with its own storage. */
-typedef struct tmat {
-    kn_matrix m;
-    void *data, *scales;
-    uint8_t *zeros;
-} tmat;
-
-static tmat tmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint32_t group)
-{
-    tmat t = { 0 };
-    t.m.fmt = f;
-    t.m.rows = rows;
-    t.m.cols = cols;
-    t.m.group = (f == KN_W_Q4 || f == KN_W_Q4S) ? group : 0;
-    size_t n = (size_t)rows * cols;
-    size_t db = (size_t)kn_wformat_data_bytes(f, rows, cols);
-    size_t sb = (size_t)kn_wformat_scale_bytes(f, rows, cols, group);
-    size_t zb = (size_t)kn_wformat_zero_bytes(f, rows, cols, group);
-    t.data = malloc(db ? db : 1);
-    t.scales = sb ? malloc(sb) : NULL;
-    t.zeros = zb ? malloc(zb) : NULL;
-    assert_non_null(t.data);
-    switch (f) {
-    case KN_W_F32:
-        for (size_t i = 0; i < n; i++)
-            ((float *)t.data)[i] = tu_rng_f(&g_rng);
-        break;
-    case KN_W_F16:
-        for (size_t i = 0; i < n; i++)
-            ((uint16_t *)t.data)[i] = fmt_f32_to_f16(tu_rng_f(&g_rng));
-        break;
-    case KN_W_BF16:
-        for (size_t i = 0; i < n; i++)
-            ((uint16_t *)t.data)[i] = fmt_f32_to_bf16(tu_rng_f(&g_rng));
-        break;
-    case KN_W_Q8:
-        for (size_t i = 0; i < n; i++)
-            ((int8_t *)t.data)[i] = (int8_t)((int)(tu_rng_u32(&g_rng) % 255) - 127);
-        for (uint32_t r = 0; r < rows; r++)
-            ((float *)t.scales)[r] = 0.005f + 0.01f * (tu_rng_f(&g_rng) + 1.0f);
-        break;
-    default: {
-        uint64_t rb = kn_q4_row_bytes(cols);
-        for (size_t i = 0; i < db; i++)
-            ((uint8_t *)t.data)[i] = (uint8_t)tu_rng_u32(&g_rng);
-        if (cols & 1) /* the unused last high nibble is 0 */
-            for (uint32_t r = 0; r < rows; r++)
-                ((uint8_t *)t.data)[r * rb + rb - 1] &= 0x0f;
-        for (size_t i = 0; i < sb / 2; i++)
-            ((uint16_t *)t.scales)[i] = fmt_f32_to_f16(0.01f + 0.05f * (tu_rng_f(&g_rng) + 1.0f));
-        for (size_t i = 0; i < zb; i++)
-            t.zeros[i] = (uint8_t)(tu_rng_u32(&g_rng) % 16);
-        break;
-    }
-    }
-    t.m.data = t.data;
-    t.m.scales = t.scales;
-    t.m.zeros = t.zeros;
-    return t;
-}
-
-static void tmat_free(tmat *t)
-{
-    free(t->data);
-    free(t->scales);
-    free(t->zeros);
-}
 
 static const char *fmt_name(kn_wformat f)
 {
@@ -95,7 +28,7 @@ static const char *fmt_name(kn_wformat f)
 
 /* Compare kn_matmul (current force-scalar setting, pool p) with the
  * reference for one matrix and T tokens; with and without bias. */
-static void check_matmul(kn_pool *p, const tmat *t, size_t T, double tol)
+static void check_matmul(kn_pool *p, const tu_tmat *t, size_t T, double tol)
 {
     const kn_matrix *W = &t->m;
     float *X = malloc(T * W->cols * sizeof(float) + 4);
@@ -141,13 +74,13 @@ static void run_matmul_suite(int scalar)
         int ng = (f == KN_W_Q4 || f == KN_W_Q4S) ? 3 : 1;
         for (int gi = 0; gi < ng; gi++)
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-                tmat t = tmat_make((kn_wformat)f, shapes[s][0], shapes[s][1],
+                tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, shapes[s][0], shapes[s][1],
                                    groups[gi]);
                 for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
                     check_matmul(NULL, &t, Ts[ti], 1e-5);
                     check_matmul(p2, &t, Ts[ti], 1e-5);
                 }
-                tmat_free(&t);
+                tu_tmat_free(&t);
             }
     }
     kn_set_force_scalar(0);
@@ -178,10 +111,10 @@ static void test_matmul_ragged_int4_groups_172_cols(void **state)
     for (int c = 0; c < 2; c++)
         for (uint32_t g = 32; g <= 128; g *= 2)
             for (int f = KN_W_Q4; f <= KN_W_Q4S; f++) {
-                tmat t = tmat_make((kn_wformat)f, 11, cols[c], g);
+                tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, 11, cols[c], g);
                 check_matmul(p2, &t, 1, 1e-5);
                 check_matmul(p2, &t, 17, 1e-5);
-                tmat_free(&t);
+                tu_tmat_free(&t);
             }
     kn_pool_free(p2);
 }
@@ -192,9 +125,9 @@ static void test_matmul_large_prefill_two_threads(void **state)
     kn_pool *p2 = kn_pool_create(2);
     assert_non_null(p2);
     for (int f = 0; f < KN_W_COUNT_; f++) {
-        tmat t = tmat_make((kn_wformat)f, 67, 777, 64);
+        tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, 67, 777, 64);
         check_matmul(p2, &t, 40, 1e-5);
-        tmat_free(&t);
+        tu_tmat_free(&t);
     }
     kn_pool_free(p2);
 }
@@ -204,9 +137,9 @@ static void test_matmul_unusual_group_falls_back_to_scalar(void **state)
     (void)state;
     /* group 16 is outside the contract's {32, 64, 128}: it must still be
      * computed correctly (by the scalar path), not misread. */
-    tmat t = tmat_make(KN_W_Q4, 7, 50, 16);
+    tu_tmat t = tu_tmat_make(&g_rng, KN_W_Q4, 7, 50, 16);
     check_matmul(NULL, &t, 3, 1e-5);
-    tmat_free(&t);
+    tu_tmat_free(&t);
 }
 
 static void test_matrix_row_known_values_q4(void **state)
@@ -251,7 +184,7 @@ static void test_matrix_row_matches_matmul_with_unit_vector(void **state)
     (void)state;
     /* Row r of W equals column r of W^T e_c over c: check every format. */
     for (int f = 0; f < KN_W_COUNT_; f++) {
-        tmat t = tmat_make((kn_wformat)f, 6, 45, 32);
+        tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, 6, 45, 32);
         float row[45], x[45], y[6];
         kn_matrix_row(&t.m, 4, row);
         for (uint32_t c = 0; c < 45; c += 11) {
@@ -260,7 +193,7 @@ static void test_matrix_row_matches_matmul_with_unit_vector(void **state)
             kn_ref_matmul(&t.m, x, 1, y, NULL);
             assert_true(y[4] == row[c]);
         }
-        tmat_free(&t);
+        tu_tmat_free(&t);
     }
 }
 
@@ -279,7 +212,7 @@ static void test_matmul_rows_are_bit_identical_for_every_T(void **state)
     for (size_t f = 0; f < 6; f++)
         for (size_t ci = 0; ci < 4; ci++) {
             uint32_t cols = colss[ci];
-            tmat t = tmat_make(fmts[f], ROWS, cols, 32);
+            tu_tmat t = tu_tmat_make(&g_rng, fmts[f], ROWS, cols, 32);
             float *x = malloc((size_t)TMAX * cols * sizeof(float));
             float *alone = malloc((size_t)TMAX * ROWS * sizeof(float));
             float *y = malloc((size_t)TMAX * ROWS * sizeof(float));
@@ -302,7 +235,7 @@ static void test_matmul_rows_are_bit_identical_for_every_T(void **state)
             free(x);
             free(alone);
             free(y);
-            tmat_free(&t);
+            tu_tmat_free(&t);
         }
     kn_pool_free(pool);
 }

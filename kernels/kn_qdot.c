@@ -1,0 +1,183 @@
+/* kn_qdot.c - integer dot products (see kn_qdot.h): the switch, the
+ * activation quantization, the scalar reference of the canonical
+ * arithmetic, and the dispatching entry point. */
+#include "kn_qdot.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_internal.h"
+
+static atomic_int g_float_dot = -1; /* -1: not read from the environment yet */
+
+int kn_float_dot(void)
+{
+    int v = atomic_load_explicit(&g_float_dot, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("MC_FLOAT_DOT");
+        v = e && *e && *e != '0';
+        atomic_store_explicit(&g_float_dot, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+void kn_set_float_dot(int on)
+{
+    atomic_store(&g_float_dot, on ? 1 : 0);
+}
+
+int kn_qdot_supported(const kn_matrix *W)
+{
+    switch (W->fmt) {
+    case KN_W_Q8: return 1;
+    case KN_W_Q4: case KN_W_Q4S:
+        return W->group >= KN_QK && W->group % KN_QK == 0;
+    default: return 0;
+    }
+}
+
+/* ---- activations ------------------------------------------------------------ */
+
+void kn_qact_block(const float *x, uint32_t n, int i16, void *q, float *d)
+{
+    float qmax = i16 ? 32767.0f : 127.0f;
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < n; i++)
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    float db = amax / qmax, id = db != 0.0f ? 1.0f / db : 0.0f;
+    for (uint32_t i = 0; i < KN_QK; i++) {
+        float v = i < n ? nearbyintf(x[i] * id) : 0.0f;
+        /* Non-finite inputs give the most negative code, as
+         * _mm256_cvtps_epi32 and the saturating packs do. */
+        int qi = v >= -qmax && v <= qmax ? (int)v : -(int)qmax - 1;
+        if (i16)
+            ((int16_t *)q)[i] = (int16_t)qi;
+        else
+            ((int8_t *)q)[i] = (int8_t)qi;
+    }
+    *d = db;
+}
+
+/* Bytes of the integers of one block. */
+static size_t qblock_bytes(kn_qact_kind k)
+{
+    return k == KN_QACT_I16 ? 2 * KN_QK : KN_QK;
+}
+
+void kn_ref_qact_quantize(kn_qact_kind k, const float *X, size_t T,
+                          uint32_t cols, void *buf)
+{
+    uint32_t nb = kn_qact_blocks(cols);
+    size_t qb = qblock_bytes(k);
+    uint8_t *q = buf;
+    float *d = (float *)(q + T * nb * qb);
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t b = 0; b < nb; b++) {
+            uint32_t c0 = b * KN_QK, n = cols - c0 < KN_QK ? cols - c0 : KN_QK;
+            kn_qact_block(X + t * cols + c0, n, k == KN_QACT_I16,
+                          q + (t * nb + b) * qb, d + t * nb + b);
+        }
+}
+
+void kn_qact_quantize(kn_qact_kind k, const float *X, size_t T, uint32_t cols,
+                      void *buf)
+{
+    if (kn_force_scalar() || !kn_cpu_has_avx2()) {
+        kn_ref_qact_quantize(k, X, T, cols, buf);
+        return;
+    }
+    uint32_t nb = kn_qact_blocks(cols);
+    size_t qb = qblock_bytes(k);
+    uint8_t *q = buf;
+    float *d = (float *)(q + T * nb * qb);
+    for (size_t t = 0; t < T; t++)
+        kn_avx2_qact_quantize_row(X + t * cols, cols, k == KN_QACT_I16,
+                                  q + t * nb * qb, d + t * nb);
+}
+
+/* ---- the product ------------------------------------------------------------- */
+
+/* W[r] . one quantized row (qrow: [nb * 32] of its kind, drow: [nb]),
+ * canonical arithmetic, without the bias. */
+static float qdot_one(const kn_matrix *W, uint32_t r, const uint8_t *qrow,
+                      const float *drow)
+{
+    uint32_t nb = kn_qact_blocks(W->cols);
+    size_t qb = qblock_bytes(kn_qact_kind_of(W));
+    float acc[8] = { 0 };
+    for (uint32_t b = 0; b < nb; b++) {
+        int32_t lane[8];
+        kn_qdot_lanes(W, r, b, qrow + b * qb, lane);
+        float s = kn_qdot_scale(W, r, b, drow[b]);
+        for (int l = 0; l < 8; l++)
+            acc[l] = fmaf((float)lane[l], s, acc[l]);
+    }
+    float y = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+              ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    return W->fmt == KN_W_Q8 ? y * ((const float *)W->scales)[r] : y;
+}
+
+void kn_ref_matmul_q(const kn_matrix *W, const void *Xq, size_t T, float *Y,
+                     const float *bias)
+{
+    uint32_t nb = kn_qact_blocks(W->cols);
+    size_t qb = qblock_bytes(kn_qact_kind_of(W));
+    const uint8_t *q = Xq;
+    const float *d = (const float *)(q + T * nb * qb);
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t r = 0; r < W->rows; r++)
+            Y[t * W->rows + r] = (bias ? bias[r] : 0.0f) +
+                                 qdot_one(W, r, q + t * nb * qb, d + t * nb);
+}
+
+typedef struct kn_mq_ctx {
+    const kn_matrix *W;
+    const uint8_t *q;     /* [T][nb * 32] of the matrix's kind */
+    const float *d;       /* [T][nb] */
+    size_t T;
+    float *Y;             /* [T][rows] */
+    const float *bias;    /* [rows] or NULL */
+    int avx2;
+} kn_mq_ctx;
+
+/* Scalar rows [r0, r1), the reference's arithmetic. */
+static void mq_scalar_rows(const kn_mq_ctx *c, uint32_t r0, uint32_t r1)
+{
+    uint32_t nb = kn_qact_blocks(c->W->cols);
+    size_t qb = qblock_bytes(kn_qact_kind_of(c->W));
+    for (size_t t = 0; t < c->T; t++)
+        for (uint32_t r = r0; r < r1; r++)
+            c->Y[t * c->W->rows + r] +=
+                qdot_one(c->W, r, c->q + t * nb * qb, c->d + t * nb);
+}
+
+static void mq_task(void *vctx, int tid, int nth)
+{
+    const kn_mq_ctx *c = vctx;
+    uint32_t r0, r1;
+    if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
+        return;
+    if (c->avx2)
+        kn_avx2_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
+    else
+        mq_scalar_rows(c, r0, r1);
+}
+
+/* Same threshold as kn_matmul: below it one thread does the product. */
+#define KN_QDOT_PARALLEL_MIN_WORK (1u << 17)
+
+void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
+                 float *Y, const float *bias)
+{
+    if (T == 0 || W->rows == 0)
+        return;
+    uint32_t nb = kn_qact_blocks(W->cols);
+    size_t qb = qblock_bytes(kn_qact_kind_of(W));
+    kn_mq_ctx c = { W, Xq, (const float *)((const uint8_t *)Xq + T * nb * qb),
+                    T, Y, bias, !kn_force_scalar() && kn_cpu_has_avx2() };
+    if ((uint64_t)W->rows * W->cols * T < KN_QDOT_PARALLEL_MIN_WORK)
+        p = NULL;
+    kn_pool_run(p, mq_task, &c);
+}

@@ -1,0 +1,101 @@
+/*
+ * kn_qdot.h - integer dot products: int8 / int4 weights against activations
+ * quantized to int8 in blocks of 32 (as llama.cpp's q8_0 x q4_0 path), so
+ * a quantized matrix is multiplied without dequantizing it to float.
+ *
+ * Activations (kn_qact_quantize): each row of cols floats is cut into
+ * nb = ceil(cols / 32) blocks (the last one zero-padded); block b gets a
+ * float scale d and integers q = nearbyint(x * (1 / d)) in float32, of the
+ * kind the weights need (kn_qact_kind_of):
+ *   KN_QACT_I8  (Q4, Q4S weights) d = max|x| / 127,   q int8 in +-127
+ *   KN_QACT_I16 (Q8 weights)      d = max|x| / 32767, q int16 in +-32767
+ * (d = 0 for an all-zero block).  int8 x int8 would be as fast for Q8, but
+ * on stories260k it moves the logits by 0.6x what int8 per-row weights
+ * do (KLD 0.017 vs 0.028); int16 activations make that negligible.
+ * Buffer layout for T rows:  q[T][nb * 32] (int8 or int16), then
+ * float d[T][nb]  (kn_qact_bytes).
+ *
+ * The product, for weight row r and token t -- THE canonical arithmetic,
+ * which the scalar reference (kn_ref_matmul_q) and the AVX2 path both
+ * follow exactly, so they agree bit for bit:
+ *   w[c]   = the stored integer: Q8 q, Q4 q - zero, Q4S q - 8
+ *   acc[8] = 0 (float32 lanes)
+ *   for each block b, lane l < 8:
+ *     i    = sum over the lane's 4 columns of w[c] * q[c]  (exact int32;
+ *            |i| < 2^24, so (float)i is exact too); the lane's columns
+ *            (offsets in the block): I8 4l .. 4l+3 (maddubs + madd),
+ *            I16 2l, 2l+1, 16+2l, 17+2l (two madd_epi16)
+ *     s_b  = d[b] (Q8)  or  f16 scale[r][32b / group] * d[b] (Q4, Q4S)
+ *     acc[l] = fma((float)i, s_b, acc[l])
+ *   y = ((acc0 + acc4) + (acc1 + acc5)) + ((acc2 + acc6) + (acc3 + acc7))
+ *   Q8: y *= row scale;   Y[t][r] = bias[r] + y   (bias 0 if NULL)
+ * Every output element depends only on its own row of activations and its
+ * weight row, never on T or on the thread split: a sequence gives the same
+ * logits alone or in a batch, whatever the thread count.
+ *
+ * What it changes against the float path (kn_matmul): the activation
+ * rounding, a relative error of about 1/254 of each block's largest value;
+ * docs/quantization.md has the KL divergence it adds on stories260k.
+ * Exact work (calibration statistics, `mcompile eval`) keeps kn_matmul:
+ * kn_block_forward uses this path only when its scratch asks for it.
+ */
+#ifndef KN_QDOT_H
+#define KN_QDOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kn_ops.h"
+
+#define KN_QK 32 /* activation block (values); the lanes above assume 32 */
+
+/* Blocks per row of cols values. */
+static inline uint32_t kn_qact_blocks(uint32_t cols)
+{
+    return (cols + KN_QK - 1) / KN_QK;
+}
+
+typedef enum kn_qact_kind {
+    KN_QACT_I8 = 0,   /* int8 per block, for Q4/Q4S weights */
+    KN_QACT_I16 = 1,  /* int16 per block, for Q8 weights */
+} kn_qact_kind;
+
+static inline kn_qact_kind kn_qact_kind_of(const kn_matrix *W)
+{
+    return W->fmt == KN_W_Q8 ? KN_QACT_I16 : KN_QACT_I8;
+}
+
+/* Bytes of T quantized rows of cols values: T * nb * (32 * 1 or 2 + 4). */
+static inline uint64_t kn_qact_bytes(kn_qact_kind k, uint64_t T, uint32_t cols)
+{
+    uint64_t qb = k == KN_QACT_I16 ? 2 * KN_QK : KN_QK;
+    return T * kn_qact_blocks(cols) * (qb + sizeof(float));
+}
+
+/* 1 if W can be multiplied by kn_matmul_q: Q8, or Q4/Q4S whose group is a
+ * multiple of 32 (the activation block must not straddle two groups). */
+int kn_qdot_supported(const kn_matrix *W);
+
+/* 1 when the integer path is switched off for the whole process: by
+ * kn_set_float_dot(1) or MC_FLOAT_DOT=1 in the environment (to measure
+ * what the integer path changes, or to rule it out). */
+int kn_float_dot(void);
+void kn_set_float_dot(int on);
+
+/* Quantize X [T][cols] into buf (kn_qact_bytes(k, T, cols) bytes, 4-byte
+ * aligned; must not overlap X).  Same bytes with and without AVX2. */
+void kn_qact_quantize(kn_qact_kind k, const float *X, size_t T, uint32_t cols,
+                      void *buf);
+void kn_ref_qact_quantize(kn_qact_kind k, const float *X, size_t T,
+                          uint32_t cols, void *buf);
+
+/* Y[t][r] = bias[r] + W[r] . Xq[t] (canonical arithmetic above) for t < T.
+ * Xq: kn_qact_quantize(kn_qact_kind_of(W)) of T rows of W->cols values;
+ * Y: [T][rows]; bias may be NULL.  Preconditions: kn_qdot_supported(W);
+ * Q4 zeros <= 15 (the artifact loader checks them). */
+void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
+                 float *Y, const float *bias);
+void kn_ref_matmul_q(const kn_matrix *W, const void *Xq, size_t T, float *Y,
+                     const float *bias);
+
+#endif /* KN_QDOT_H */

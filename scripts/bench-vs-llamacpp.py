@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""The side-by-side run of scripts/bench-vs-llamacpp (read that first):
+both systems on the same weights, interleaved A B A B, medians, one table.
+
+usage: bench-vs-llamacpp.py OURS_BIN LLAMA_BIN WORK ROUNDS SHAPE...
+  OURS_BIN   holds mcompile and bench/bench_vs (a Release tree)
+  LLAMA_BIN  holds llama-bench, llama-quantize, llama-batched-bench
+  WORK       models and artifacts (kept between runs: generated once)
+  SHAPE      smollm | tinyllama (bench-vs-llamacpp-gen.py)
+BASE_BIN in the environment: a second Release tree of ours (an older
+commit with bench_vs.c copied in) run on the same artifacts in the same
+rounds (A B C A B C), printed as the "before" column.
+Prints the table on stdout and writes WORK/bench-vs.json (every raw
+figure, the load averages, the date).
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import gguf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+THREADS = 2
+NTG = 32  # decode tokens per measurement (llama-bench -n, bench_vs --ntg)
+FORMATS = [  # (ours, --quant args, llama.cpp type, llama-quantize type)
+    ("f16", ["--quant", "f16"], "F16", None),
+    ("int8", ["--quant", "int8"], "Q8_0", "Q8_0"),
+    ("int4 g32", ["--quant", "int4", "--group", "32"], "Q4_0", "Q4_0"),
+]
+
+
+def loadavg():
+    return os.getloadavg()[0]
+
+
+def run(cmd, **kw):
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    dt = time.monotonic() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench-vs-llamacpp: {' '.join(cmd)} failed ({p.returncode}):\n"
+                 f"{p.stderr[-3000:]}")
+    return p, dt
+
+
+def gguf_step_bytes(path):
+    """Bytes of the matrices a decode step reads (token_embd only when it
+    is also the output layer, as our weight_bytes counts)."""
+    r = gguf.GGUFReader(path)
+    names = {t.name for t in r.tensors}
+    tot = 0
+    for t in r.tensors:
+        if len(t.shape) < 2:
+            continue
+        if t.name == "token_embd.weight" and "output.weight" in names:
+            continue
+        tot += int(t.n_bytes)
+    return tot
+
+
+def ours_compile(bin_dir, hf, fmt_args, out):
+    cmd = [f"{bin_dir}/mcompile", hf, "--target", "64GiB", *fmt_args,
+           "--max-batch", "8", "--max-seq", "640", "--prefill-chunk", "512",
+           "--threads", str(THREADS), "-o", out, "-q"]
+    if os.path.exists(out):
+        os.unlink(out)
+    return run(cmd)[1]
+
+
+def llama_quantize(bin_dir, src, dst, qtype):
+    if os.path.exists(dst):
+        os.unlink(dst)
+    return run([f"{bin_dir}/llama-quantize", "--pure", src, dst, qtype,
+                str(THREADS)])[1]
+
+
+def ours_round(bin_dir, art):
+    p, _ = run([f"{bin_dir}/bench/bench_vs", art, "--threads", str(THREADS),
+                "--ntg", str(NTG)])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def llama_round(bin_dir, model):
+    p, _ = run([f"{bin_dir}/llama-bench", "-m", model, "-t", str(THREADS),
+                "-p", "128,512", "-n", str(NTG), "-r", "1", "-o", "json"])
+    res = {}
+    for e in json.loads(p.stdout):
+        if e["n_prompt"] == 128 and e["n_gen"] == 0:
+            res["pp128"] = e["avg_ts"]
+        elif e["n_prompt"] == 512 and e["n_gen"] == 0:
+            res["pp512"] = e["avg_ts"]
+        elif e["n_gen"] == NTG:
+            res["tg1"] = e["avg_ts"]
+    p, _ = run([f"{bin_dir}/llama-batched-bench", "-m", model, "-t",
+                str(THREADS), "-c", "2048", "-b", "2048", "-ub", "512",
+                "-npp", "128", "-ntg", str(NTG), "-npl", "8",
+                "--output-format", "jsonl"])
+    for line in (p.stdout + "\n" + p.stderr).splitlines():  # LOG may be either
+        if line.startswith("{") and '"speed_tg"' in line:
+            res["tg8"] = json.loads(line)["speed_tg"]
+    m = re.search(r"load time =\s*([0-9.]+) ms", p.stderr + p.stdout)
+    res["load_s"] = float(m.group(1)) / 1000.0 if m else float("nan")
+    return res
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main():
+    if len(sys.argv) < 6:
+        sys.exit(__doc__)
+    ours_bin, llama_bin, work, rounds = sys.argv[1:5]
+    base_bin = os.environ.get("BASE_BIN")
+    rounds = int(rounds)
+    shapes = sys.argv[5:]
+    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "threads": THREADS, "rounds": rounds, "shapes": {}}
+    load0 = loadavg()
+    for shape in shapes:
+        d = os.path.join(work, shape)
+        hf, f16 = os.path.join(d, "hf"), os.path.join(d, "f16.gguf")
+        if not os.path.exists(f16):
+            os.makedirs(d, exist_ok=True)
+            print(f"== {shape}: generating the weights", file=sys.stderr)
+            run([sys.executable, os.path.join(HERE, "bench-vs-llamacpp-gen.py"),
+                 shape, hf, f16])
+        sr = report["shapes"][shape] = {}
+        for name, qargs, ltype, lq in FORMATS:
+            art = os.path.join(d, name.replace(" ", "") + ".mca")
+            lmodel = f16 if lq is None else os.path.join(d, f"{ltype}.gguf")
+            q_ours, q_llama = [], []
+            # quantize (and compile) interleaved; the last output is kept
+            for r in range(rounds if lq else 1):
+                print(f"== {shape} {name}: compile/quantize round {r + 1}",
+                      file=sys.stderr)
+                q_ours.append(ours_compile(ours_bin, hf, qargs, art))
+                if lq:
+                    q_llama.append(llama_quantize(llama_bin, f16, lmodel, lq))
+            ours, llama, base = [], [], []
+            for r in range(rounds):
+                print(f"== {shape} {name}: run round {r + 1} (load "
+                      f"{loadavg():.1f})", file=sys.stderr)
+                ours.append(ours_round(ours_bin, art))
+                llama.append(llama_round(llama_bin, lmodel))
+                if base_bin:
+                    base.append(ours_round(base_bin, art))
+            sr[name] = {
+                "llama_type": ltype,
+                "ours_raw": ours, "llama_raw": llama, "before_raw": base,
+                "quant_s_ours": q_ours, "quant_s_llama": q_llama,
+                "f16_bytes": os.path.getsize(os.path.join(hf, "model.safetensors")),
+                "weight_bytes_ours": ours[0]["weight_bytes"],
+                "weight_bytes_llama": gguf_step_bytes(lmodel),
+            }
+    report["load_avg"] = [load0, loadavg()]
+    with open(os.path.join(work, "bench-vs.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    print_table(report)
+
+
+def print_table(rep):
+    print(f"mcompile vs llama.cpp, {rep['date']}, {rep['threads']} threads, "
+          f"median of {rep['rounds']} interleaved rounds, load avg "
+          f"{rep['load_avg'][0]:.1f} -> {rep['load_avg'][1]:.1f}")
+    for shape, sr in rep["shapes"].items():
+        print(f"\n{shape}")
+        print(f"  {'format':<18} {'figure':<16} {'ours':>9} {'llama.cpp':>9} "
+              f"{'ratio':>6} {'ours/bound':>10} {'llama/bound':>11} {'before':>9}")
+        for name, r in sr.items():
+            o, l = r["ours_raw"], r["llama_raw"]
+            bw = med([x["read_gbs"] for x in o]) * 1e9
+            label = f"{name} vs {r['llama_type']}"
+            for key, fig in [("tg1", "decode b1 tok/s"), ("tg8", "decode b8 tok/s"),
+                             ("pp128", "prefill128 tok/s"),
+                             ("pp512", "prefill512 tok/s"), ("load_s", "load s")]:
+                a, b = med([x[key] for x in o]), med([x[key] for x in l])
+                ratio = (b / a if key == "load_s" else a / b) if a and b else float("nan")
+                bound = f"{'':10} {'':11}"
+                if key in ("tg1", "tg8"):
+                    batch = 1 if key == "tg1" else 8
+                    fo = a / batch * r["weight_bytes_ours"] / bw
+                    fl = b / batch * r["weight_bytes_llama"] / bw
+                    bound = f"{100 * fo:9.0f}% {100 * fl:10.0f}%"
+                before = ""
+                if r.get("before_raw"):
+                    before = f"{med([x[key] for x in r['before_raw']]):9.2f}"
+                print(f"  {label:<18} {fig:<16} {a:9.2f} {b:9.2f} {ratio:6.2f} "
+                      f"{bound} {before}")
+                label = ""
+            if r["quant_s_llama"]:
+                a, b = med(r["quant_s_ours"]), med(r["quant_s_llama"])
+                mb = r["f16_bytes"] / 1e6
+                print(f"  {'':<18} {'quantize MB/s':<16} {mb / a:9.1f} {mb / b:9.1f} "
+                      f"{b / a:6.2f}   ({a:.2f} s vs {b:.2f} s from f16)")
+            print(f"  {'':<18} {'step bytes MB':<16} {r['weight_bytes_ours'] / 1e6:9.1f} "
+                  f"{r['weight_bytes_llama'] / 1e6:9.1f}   read bw "
+                  f"{bw / 1e9:.2f} GB/s (this run); our pool wake-up "
+                  f"{med([x['wake_us'] for x in o]):.2f} us")
+    print("\nratio: ours/llama.cpp (load: llama.cpp/ours), higher is better for "
+          "us; bound: the read bandwidth of this run / bytes a step reads; "
+          "before: BASE_BIN's runtime on the same artifacts")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,376 @@
+/* test_qdot.c - the integer dot products (kn_qdot.h): the AVX2 path equals
+ * the scalar reference bit for bit (quantization and product, every int
+ * format and group, ragged rows, 1-3 threads); a token's row does not
+ * depend on T; known values; the product stays close to the float path;
+ * and on stories260k the logits move far less than the weight
+ * quantization itself moves them (KL divergence). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmp_eval.h"
+#include "fmt_dtype.h"
+#include "kn_qdot.h"
+#include "rt_artifact.h"
+#include "rt_model.h"
+#include "rt_session.h"
+#include "stories_ref.h"
+#include "testutil.h"
+#include "tmat.h"
+
+static tu_rng g_rng = {0x2545f4914f6cdd1dull};
+
+static const char *fmt_name(kn_wformat f)
+{
+    return f == KN_W_Q8 ? "Q8" : f == KN_W_Q4 ? "Q4" : "Q4S";
+}
+
+/* T rows of cols activations, amplitude varying by block (as real
+ * activations do), some exact zeros and an all-zero block. */
+static float *make_x(size_t T, uint32_t cols)
+{
+    float *x = malloc(T * cols * sizeof(float) + 4);
+    assert_non_null(x);
+    for (size_t i = 0; i < T * cols; i++) {
+        float amp = (float)(1 + (i / 32) % 7) * 0.3f;
+        x[i] = (i % 29 == 0) ? 0.0f : amp * tu_rng_f(&g_rng);
+    }
+    if (cols >= 64)
+        memset(x + 32, 0, 32 * sizeof(float));
+    return x;
+}
+
+static void test_qact_avx2_matches_reference_bytes(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
+    static const uint32_t colss[] = {1, 31, 32, 33, 64, 172, 2048, 5632};
+    for (size_t c = 0; c < sizeof colss / sizeof colss[0]; c++)
+    for (int k = 0; k < 2; k++) {
+        size_t T = 3;
+        float *x = make_x(T, colss[c]);
+        size_t n = (size_t)kn_qact_bytes((kn_qact_kind)k, T, colss[c]);
+        uint8_t *a = malloc(n), *b = malloc(n);
+        assert_true(a && b);
+        kn_qact_quantize((kn_qact_kind)k, x, T, colss[c], a);
+        kn_ref_qact_quantize((kn_qact_kind)k, x, T, colss[c], b);
+        if (memcmp(a, b, n) != 0)
+            fail_msg("quantized activations (kind %d) differ at cols %u", k,
+                     colss[c]);
+        free(x);
+        free(a);
+        free(b);
+    }
+}
+
+static void test_qact_known_values(void **state)
+{
+    (void)state;
+    /* max |x| = 2.54: d = 0.02, q = x / 0.02 rounded half to even. */
+    float x[33] = {2.54f, -2.54f, 0.01f, 0.03f, -0.05f, 1.0f};
+    x[32] = -4.0f; /* block 2 of 1 value: d = 4/127, q = -127 */
+    int8_t buf[2 * 36];
+    kn_ref_qact_quantize(KN_QACT_I8, x, 1, 33, buf);
+    const float *d = (const float *)(buf + 64);
+    assert_true(d[0] == 2.54f / 127.0f);
+    assert_int_equal(buf[0], 127);
+    assert_int_equal(buf[1], -127);
+    assert_int_equal(buf[2], 0);    /* 0.5 -> 0 (even) */
+    assert_int_equal(buf[3], 2);    /* 1.5 -> 2 (even) */
+    assert_int_equal(buf[4], -2);   /* -2.5 -> -2 (even) */
+    assert_int_equal(buf[5], 50);
+    assert_int_equal(buf[6], 0);
+    assert_int_equal(buf[32], -127);
+    for (int i = 33; i < 64; i++) /* the padding of the ragged block */
+        assert_int_equal(buf[i], 0);
+    assert_true(d[1] == 4.0f / 127.0f);
+    /* int16: d = 2.54 / 32767; 1.0 -> 12900.39 -> 12900 */
+    int16_t b16[2 * 34];
+    kn_ref_qact_quantize(KN_QACT_I16, x, 1, 33, b16);
+    const float *d16 = (const float *)(b16 + 64);
+    assert_true(d16[0] == 2.54f / 32767.0f);
+    assert_int_equal(b16[0], 32767);
+    assert_int_equal(b16[1], -32767);
+    assert_int_equal(b16[5], (int)nearbyintf(1.0f * (1.0f / d16[0])));
+    assert_int_equal(b16[32], -32767);
+}
+
+/* kn_matmul_q (current force-scalar setting, pool p) against the
+ * reference for one matrix and T tokens: bit-identical. */
+static void check_bits(kn_pool *p, const tu_tmat *t, size_t T)
+{
+    const kn_matrix *W = &t->m;
+    float *x = make_x(T, W->cols);
+    kn_qact_kind k = kn_qact_kind_of(W);
+    void *xq = malloc((size_t)kn_qact_bytes(k, T, W->cols));
+    float *y = malloc(T * W->rows * sizeof(float));
+    float *r = malloc(T * W->rows * sizeof(float));
+    float *bias = malloc(W->rows * sizeof(float));
+    assert_true(xq && y && r && bias);
+    tu_rng_fill(&g_rng, bias, W->rows, 1.0f);
+    kn_ref_qact_quantize(k, x, T, W->cols, xq);
+    for (int b = 0; b < 2; b++) {
+        for (size_t i = 0; i < T * W->rows; i++)
+            y[i] = NAN; /* the op must write every output */
+        kn_ref_matmul_q(W, xq, T, r, b ? bias : NULL);
+        kn_matmul_q(p, W, xq, T, y, b ? bias : NULL);
+        if (memcmp(y, r, T * W->rows * sizeof(float)) != 0)
+            fail_msg("%s %ux%u g%u T=%zu threads=%d scalar=%d bias=%d: not "
+                     "bit-identical to the reference", fmt_name(W->fmt),
+                     W->rows, W->cols, W->group, T, kn_pool_threads(p),
+                     kn_force_scalar(), b);
+    }
+    free(x);
+    free(xq);
+    free(y);
+    free(r);
+    free(bias);
+}
+
+static void run_bits_suite(int scalar)
+{
+    static const uint32_t shapes[][2] = {
+        {5, 172}, {37, 300}, {64, 64}, {9, 33}, {3, 1}, {130, 256}, {17, 96},
+    };
+    static const size_t Ts[] = {1, 2, 3, 4, 5, 8, 9, 17};
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
+    assert_true(p2 && p3);
+    kn_set_force_scalar(scalar);
+    for (size_t f = 0; f < 3; f++)
+        for (uint32_t g = 32; g <= (fmts[f] == KN_W_Q8 ? 32u : 128u); g *= 2)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0],
+                                         shapes[s][1], g);
+                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                    check_bits(NULL, &t, Ts[ti]);
+                    check_bits(p2, &t, Ts[ti]);
+                    check_bits(p3, &t, Ts[ti]);
+                }
+                tu_tmat_free(&t);
+            }
+    kn_set_force_scalar(0);
+    kn_pool_free(p2);
+    kn_pool_free(p3);
+}
+
+static void test_qdot_avx2_bit_identical_to_reference(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
+    run_bits_suite(0);
+}
+
+static void test_qdot_scalar_bit_identical_to_reference(void **state)
+{
+    (void)state;
+    run_bits_suite(1);
+}
+
+/* Extreme codes: Q8 -127/127 and -128 (a file may hold it) against
+ * activations of +-32767, where lane sums come closest to 2^24. */
+static void test_qdot_extreme_codes_exact(void **state)
+{
+    (void)state;
+    enum { COLS = 64 };
+    int8_t q[2 * COLS];
+    float sc[2] = {1.0f, 1.0f};
+    for (int i = 0; i < COLS; i++) {
+        q[i] = (int8_t)(i & 1 ? -127 : 127);
+        q[COLS + i] = -128;
+    }
+    kn_matrix m = {KN_W_Q8, 2, COLS, q, sc, NULL, 0};
+    float x[COLS];
+    for (int i = 0; i < COLS; i++)
+        x[i] = i & 1 ? -1.0f : 1.0f; /* q = +-32767, d = 1/32767 */
+    int16_t xq[2 * 34];
+    kn_qact_quantize(KN_QACT_I16, x, 1, COLS, xq);
+    float y[2], r[2];
+    kn_matmul_q(NULL, &m, xq, 1, y, NULL);
+    kn_ref_matmul_q(&m, xq, 1, r, NULL);
+    /* row 0: 64 * 127 * 32767 / 32767; row 1: 0 (the +-32767 cancel) */
+    assert_float_equal(y[0], 64.0f * 127.0f, 1e-2);
+    assert_float_equal(y[1], 0.0f, 0);
+    assert_memory_equal(y, r, sizeof y);
+}
+
+/* Within a few 1/254 of the float path: the activation rounding only. */
+static void test_qdot_close_to_float_matmul(void **state)
+{
+    (void)state;
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    for (size_t f = 0; f < 3; f++) {
+        tu_tmat t = tu_tmat_make(&g_rng, fmts[f], 64, 1024, 32);
+        size_t T = 4;
+        float *x = make_x(T, 1024);
+        kn_qact_kind k = kn_qact_kind_of(&t.m);
+        void *xq = malloc((size_t)kn_qact_bytes(k, T, 1024));
+        float *yq = malloc(T * 64 * sizeof(float)), *yf = malloc(T * 64 * sizeof(float));
+        assert_true(xq && yq && yf);
+        kn_qact_quantize(k, x, T, 1024, xq);
+        kn_matmul_q(NULL, &t.m, xq, T, yq, NULL);
+        kn_ref_matmul(&t.m, x, T, yf, NULL);
+        double e = tu_norm_err(yq, yf, T * 64);
+        printf("%s: integer path vs float: normalized error %.2e\n",
+               fmt_name(fmts[f]), e);
+        assert_true(e < (fmts[f] == KN_W_Q8 ? 1e-4 : 1e-2));
+        assert_true(e > 0.0); /* it is a different computation */
+        free(x);
+        free(xq);
+        free(yq);
+        free(yf);
+        tu_tmat_free(&t);
+    }
+}
+
+/* A token's row has the same bits whatever T is and whatever the thread
+ * count: the runtime's alone-or-batched promise. */
+static void test_qdot_rows_bit_identical_for_every_T(void **state)
+{
+    (void)state;
+    enum { ROWS = 13, TMAX = 12, COLS = 200 };
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    kn_pool *pool = kn_pool_create(2);
+    assert_non_null(pool);
+    for (size_t f = 0; f < 3; f++) {
+        tu_tmat t = tu_tmat_make(&g_rng, fmts[f], ROWS, COLS, 64);
+        float *x = make_x(TMAX, COLS);
+        kn_qact_kind kind = kn_qact_kind_of(&t.m);
+        size_t rowb = (size_t)kn_qact_bytes(kind, 1, COLS);
+        void *xq = malloc(rowb * TMAX), *x1 = malloc(rowb);
+        float alone[TMAX][ROWS], y[TMAX * ROWS];
+        assert_true(xq && x1);
+        for (size_t k = 0; k < TMAX; k++) {
+            kn_qact_quantize(kind, x + k * COLS, 1, COLS, x1);
+            kn_matmul_q(NULL, &t.m, x1, 1, alone[k], NULL);
+        }
+        for (size_t T = 2; T <= TMAX; T++) {
+            kn_qact_quantize(kind, x, T, COLS, xq);
+            for (int th = 0; th < 2; th++) {
+                kn_matmul_q(th ? pool : NULL, &t.m, xq, T, y, NULL);
+                for (size_t k = 0; k < T; k++)
+                    if (memcmp(y + k * ROWS, alone[k], sizeof alone[k]) != 0)
+                        fail_msg("%s: token %zu differs at T=%zu", fmt_name(fmts[f]), k, T);
+            }
+        }
+        free(x);
+        free(xq);
+        free(x1);
+        tu_tmat_free(&t);
+    }
+    kn_pool_free(pool);
+}
+
+/* ---- stories260k: what the integer path does to the logits ---------------- */
+
+enum { NTOK = 256 };
+
+/* Logits [NTOK][vocab] of the stories reference ids through model m. */
+static float *stories_logits(const rt_model *m, const int32_t *ids)
+{
+    rt_limits L = {.max_batch = 1, .max_seq = NTOK, .prefill_chunk = 64,
+                   .kv_type = KN_KV_F32, .threads = 2};
+    rt_session *s;
+    mc_error e;
+    assert_int_equal(rt_session_create(m, &L, NULL, &s, &e), MC_OK);
+    float *lg = malloc((size_t)NTOK * m->cfg.vocab_size * sizeof(float));
+    assert_non_null(lg);
+    rt_prompt p = {ids, NTOK};
+    float *outs[1] = {lg};
+    assert_int_equal(rt_session_logits(s, &p, 1, outs, &e), MC_OK);
+    rt_session_free(s);
+    return lg;
+}
+
+static double kld(const float *p, const float *q, uint32_t vocab)
+{
+    cmp_eval_acc a;
+    cmp_eval_acc_init(&a);
+    for (size_t t = 0; t < NTOK; t++)
+        assert_int_equal(cmp_eval_acc_add(&a, p + t * vocab, q + t * vocab,
+                                          vocab, -1), MC_OK);
+    cmp_eval_report r;
+    assert_int_equal(cmp_eval_acc_report(&a, &r), MC_OK);
+    cmp_eval_acc_free(&a);
+    return r.kld_mean;
+}
+
+/* The quantization's own KLD (f32 model vs the artifact, float path)
+ * and the integer path's (artifact float path vs integer path): the second
+ * must be under a tenth of the first (issue 16). */
+static void check_stories_kld(const char *quant, const char *group)
+{
+    const char *dir = tu_stories_dir();
+    int32_t ids[NTOK];
+    assert_int_equal(tu_stories_ref_ids(dir, ids, NTOK), NTOK);
+    char *tmp = tu_mkdtemp("qdot");
+    char *art = tu_fmt("%s/s.mca", tmp);
+    char *cmd = tu_fmt("%s/mcompile %s --target 1GiB --quant %s %s -o %s -q",
+                       MC_BIN_DIR, dir, quant, group, art);
+    char *out, *err;
+    assert_int_equal(tu_run(cmd, &out, &err), 0);
+    rt_model *ref, *q;
+    mc_error e;
+    assert_int_equal(rt_model_open_hf(dir, &ref, &e), MC_OK);
+    assert_int_equal(rt_model_open_artifact(art, &q, &e), MC_OK);
+    uint32_t V = ref->cfg.vocab_size;
+    float *lr = stories_logits(ref, ids);
+    kn_set_float_dot(1);
+    float *lf = stories_logits(q, ids);
+    kn_set_float_dot(0);
+    float *li = stories_logits(q, ids);
+    double own = kld(lr, lf, V), added = kld(lf, li, V), total = kld(lr, li, V);
+    printf("stories260k %s %s: KLD f32->float path %.3e, float->integer path "
+           "%.3e (ratio %.3f), f32->integer path %.3e\n", quant, group, own,
+           added, added / own, total);
+    assert_true(added > 0.0); /* the integer path really ran */
+    assert_true(added < own / 10.0);
+    free(lr);
+    free(lf);
+    free(li);
+    rt_model_free(ref);
+    rt_model_free(q);
+    tu_rmtree(tmp);
+    free(tmp);
+    free(art);
+    free(cmd);
+    free(out);
+    free(err);
+}
+
+static void test_stories_int4_integer_path_kld_under_tenth_of_quant(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!tu_stories_dir(), "stories260k not found in ../shared");
+    check_stories_kld("int4", "--group 32");
+}
+
+static void test_stories_int8_integer_path_kld_under_tenth_of_quant(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!tu_stories_dir(), "stories260k not found in ../shared");
+    check_stories_kld("int8", "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qact_avx2_matches_reference_bytes),
+        cmocka_unit_test(test_qact_known_values),
+        cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
+        cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
+        cmocka_unit_test(test_qdot_extreme_codes_exact),
+        cmocka_unit_test(test_qdot_close_to_float_matmul),
+        cmocka_unit_test(test_qdot_rows_bit_identical_for_every_T),
+        cmocka_unit_test(test_stories_int4_integer_path_kld_under_tenth_of_quant),
+        cmocka_unit_test(test_stories_int8_integer_path_kld_under_tenth_of_quant),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
