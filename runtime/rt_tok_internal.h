@@ -28,6 +28,7 @@
 #define RT_TOK_F_MODEL 1u   /* id is in model.vocab */
 #define RT_TOK_F_ADDED 2u   /* id is an added token (text overrides model's) */
 #define RT_TOK_F_SPECIAL 4u /* added token with "special": true */
+#define RT_TOK_F_NORMALIZED 8u /* added token shown by its normalized form */
 
 /* A growable byte or int buffer owned by one encode/decode call. */
 typedef struct rt_tok_buf {
@@ -206,6 +207,12 @@ rt_tok_re_scratch *rt_tok_work_re(rt_tok_work *w);
  * in w->pieces, into the bytes of w->cur. */
 mc_status rt_tok_pretokenize(const rt_tokenizer *t, const uint8_t *text,
                              size_t n, int at_start, rt_tok_work *w);
+
+/* ---- rt_tokenizer.c ---- */
+/* Text of id as decode and id_to_token give it: a normalized added token
+ * by its normalized form (as Hugging Face does), else its stored text.
+ * id must name a token. */
+const uint8_t *rt_tok_text(const rt_tokenizer *t, int32_t id, size_t *len);
 
 /* ---- rt_tok_json.c ---- */
 mc_status rt_tok_parse(rt_tokenizer *t, const void *data, size_t len,

@@ -266,6 +266,7 @@ static mc_status index_added(rt_tokj_ctx *c)
                                                   out.len)))
             r = MC_ERR_NOMEM;
         ad->nlen = out.len;
+        t->flags[ad->id] |= RT_TOK_F_NORMALIZED;
     }
     mc_free(out.p);
     mc_free(tmp.p);

@@ -112,14 +112,28 @@ int32_t rt_tokenizer_token_to_id(const rt_tokenizer *tok, const char *s,
     return rt_tok_vocab_find(tok, (const uint8_t *)(s ? s : ""), len);
 }
 
+const uint8_t *rt_tok_text(const rt_tokenizer *t, int32_t id, size_t *len)
+{
+    if (t->flags[id] & RT_TOK_F_NORMALIZED)
+        for (size_t i = 0; i < t->n_added; i++)
+            if (t->added[i].id == id) {
+                *len = t->added[i].nlen;
+                return t->added[i].ntext;
+            }
+    *len = t->tok_len[id];
+    return t->pool + t->tok_off[id];
+}
+
 const char *rt_tokenizer_id_to_token(const rt_tokenizer *tok, int32_t id,
                                      size_t *len)
 {
     if (!tok || id < 0 || (uint32_t)id >= tok->vocab_size || !tok->flags[id])
         return NULL;
+    size_t n;
+    const uint8_t *s = rt_tok_text(tok, id, &n);
     if (len)
-        *len = tok->tok_len[id];
-    return (const char *)tok->pool + tok->tok_off[id];
+        *len = n;
+    return (const char *)s;
 }
 
 int rt_tokenizer_is_special(const rt_tokenizer *tok, int32_t id)
@@ -563,9 +577,10 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
         size_t start = a.bytes.len;
         int sep = !tok->has_decoder && list_count(&a) > 0;
         size_t span[2];
+        size_t tl;
+        const uint8_t *ts = rt_tok_text(tok, ids[i], &tl);
         if ((sep && !rt_tok_buf_append(&a.bytes, " ", 1)) ||
-            !rt_tok_buf_append(&a.bytes, tok->pool + tok->tok_off[ids[i]],
-                               tok->tok_len[ids[i]]))
+            !rt_tok_buf_append(&a.bytes, ts, tl))
             r = MC_ERR_NOMEM;
         span[0] = start;
         span[1] = a.bytes.len - start;

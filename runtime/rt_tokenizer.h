@@ -99,7 +99,9 @@ int32_t rt_tokenizer_token_to_id(const rt_tokenizer *tok, const char *s,
                                  size_t len);
 
 /* Stored text of token id (borrowed, valid until rt_tokenizer_free; not
- * NUL-terminated), its length in *len; NULL if id names no token. */
+ * NUL-terminated), its length in *len; NULL if id names no token.  An added
+ * token with "normalized": true is given in its normalized form (what
+ * decode shows, as Hugging Face's id_to_token does). */
 const char *rt_tokenizer_id_to_token(const rt_tokenizer *tok, int32_t id,
                                      size_t *len);
 
