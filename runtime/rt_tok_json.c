@@ -24,8 +24,9 @@ mc_status rt_tokj_bad(rt_tokj_ctx *c, const char *field, const char *fmt,
 mc_status rt_tokj_unsupported(rt_tokj_ctx *c, const char *field,
                               const char *what)
 {
-    return mc_fail(c->err, MC_ERR_UNSUPPORTED, c->file, field, -1,
-                   "not supported: %s", what);
+    /* the status already reads "unsupported: " */
+    return mc_fail(c->err, MC_ERR_UNSUPPORTED, c->file, field, -1, "%s",
+                   what);
 }
 
 mc_status rt_tokj_nomem(rt_tokj_ctx *c, const char *field)
