@@ -78,20 +78,6 @@ mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
     return r;
 }
 
-/* Length of the run of valid UTF-8 at s[0..n) (0 if s[0] is invalid). */
-static size_t valid_run(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        size_t l = rt_tok_utf8_next(s + i, n - i, &cp);
-        if (cp == RT_TOK_BAD_CP)
-            break;
-        i += l;
-    }
-    return i;
-}
-
 static int put_cp(rt_tok_buf *out, uint32_t cp)
 {
     uint8_t u[4];
@@ -200,6 +186,39 @@ static int strip(const rt_tok_step *st, const uint8_t *s, size_t n,
     return rt_tok_buf_append(out, s + b, e - b);
 }
 
+/* An ASCII byte followed by ASCII (or the end) is left alone by every
+ * normalization form: no combining mark is ASCII, and nothing composes
+ * with a following ASCII character. */
+static int ascii_fixed(const uint8_t *s, size_t n, size_t i)
+{
+    return s[i] < 0x80 && (i + 1 == n || s[i + 1] < 0x80);
+}
+
+/* A normalization form of valid UTF-8 s[0..n): ASCII stretches are copied,
+ * the rest goes through utf8proc (most text is mostly ASCII). */
+static mc_status unicode_run(const uint8_t *s, size_t n, utf8proc_option_t opt,
+                             rt_tok_buf *out)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && ascii_fixed(s, n, j))
+            j++;
+        if (j > i && !rt_tok_buf_append(out, s + i, j - i))
+            return MC_ERR_NOMEM;
+        i = j;
+        while (j < n && !ascii_fixed(s, n, j))
+            j++;
+        if (j > i) {
+            mc_status r = unicode_form(s + i, j - i, opt, out);
+            if (r)
+                return r;
+        }
+        i = j;
+    }
+    return MC_OK;
+}
+
 static mc_status unicode_step(int kind, const uint8_t *s, size_t n,
                               rt_tok_buf *out)
 {
@@ -211,9 +230,9 @@ static mc_status unicode_step(int kind, const uint8_t *s, size_t n,
     default: opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
     }
     for (size_t i = 0; i < n;) {
-        size_t run = valid_run(s + i, n - i);
+        size_t run = rt_tok_utf8_valid_len(s + i, n - i);
         if (run) {
-            mc_status r = unicode_form(s + i, run, opt, out);
+            mc_status r = unicode_run(s + i, run, opt, out);
             if (r)
                 return r;
             i += run;

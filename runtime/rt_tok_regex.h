@@ -12,8 +12,9 @@
  *    \b, \B, \h, \H, the (?m) option (dot-all in Ruby).
  *  - RT_RE_PCRE: our own patterns (Whitespace, Punctuation, ...), PCRE2
  *    syntax as written.
- * Invalid UTF-8 in the subject never matches (PCRE2_MATCH_INVALID_UTF), so
- * such bytes stay in the gaps between matches.
+ * A regex is matched within each run of valid UTF-8 of the subject: an
+ * invalid byte matches nothing and ends the run as the end of the text
+ * would (Hugging Face never sees such bytes; encode accepts them).
  *
  * Matching walks the text as the Rust `regex` / `onig` crates' find_iter
  * do: leftmost-first matches, no overlap, and an empty match right after

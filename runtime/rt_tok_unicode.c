@@ -39,6 +39,23 @@ size_t rt_tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp)
     return len;
 }
 
+size_t rt_tok_utf8_valid_len(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) { /* ASCII needs no decoding */
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        size_t l = rt_tok_utf8_next(s + i, n - i, &cp);
+        if (cp == RT_TOK_BAD_CP)
+            break;
+        i += l;
+    }
+    return i;
+}
+
 size_t rt_tok_utf8_put(uint32_t cp, uint8_t *out)
 {
     if (cp < 0x80) {

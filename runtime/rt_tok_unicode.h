@@ -19,6 +19,10 @@
  * truncated sequence is one byte long with *cp = RT_TOK_BAD_CP. */
 size_t rt_tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp);
 
+/* Length of the run of valid UTF-8 at the start of s[0..n) (0 if s[0]
+ * does not start a valid character). */
+size_t rt_tok_utf8_valid_len(const uint8_t *s, size_t n);
+
 /* Encode cp (<= 0x10FFFF) as UTF-8 into out[0..4); returns the length. */
 size_t rt_tok_utf8_put(uint32_t cp, uint8_t *out);
 
