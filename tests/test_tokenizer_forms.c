@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mc_alloc.h"
 #include "rt_tokenizer.h"
 
 #define DATA MC_SOURCE_DIR "/tests/data/tokenizer"
@@ -149,10 +150,107 @@ static void test_every_form_matches_hf_tokenizers(void **state)
     assert_int_equal(bad, 0);
 }
 
+static rt_tokenizer *load_form(const char *form)
+{
+    char path[512];
+    snprintf(path, sizeof path, DATA "/%s.json", form);
+    rt_tokenizer *t = NULL;
+    mc_error e;
+    assert_int_equal(rt_tokenizer_load(path, &t, &e), MC_OK);
+    return t;
+}
+
+/* Not valid UTF-8 (Hugging Face cannot take it): the normalizers pass the
+ * bad bytes through, no regex matches them, and the byte-level
+ * vocabularies give them back exactly. */
+static void test_byte_level_forms_round_trip_invalid_utf8(void **state)
+{
+    (void)state;
+    static const char text[] = "ab\xFF\xC3(c  \xE2\x82 d\x80" "caf\xC3\xA9 12345"
+                               "\xF0\x9F\x98";
+    static const char *const forms[] = {"smollm", "llama3", "qwen2"};
+    for (size_t k = 0; k < 3; k++) {
+        rt_tokenizer *t = load_form(forms[k]);
+        int32_t ids[256];
+        size_t n = 0, len = 0;
+        char out[256];
+        assert_int_equal(rt_tokenizer_encode(t, text, sizeof text - 1, 0, ids,
+                                             256, &n, NULL),
+                         MC_OK);
+        assert_int_equal(rt_tokenizer_decode(t, ids, n, 0, out, sizeof out,
+                                             &len),
+                         MC_OK);
+        if (len != sizeof text - 1 || memcmp(out, text, len) != 0)
+            print_error("%s: the round trip changed the bytes\n", forms[k]);
+        assert_memory_equal(out, text, sizeof text - 1);
+        assert_int_equal(len, sizeof text - 1);
+        rt_tokenizer_free(t);
+    }
+}
+
+/* Every allocation of loading (the regexes, the normalized added tokens,
+ * the steps) and of encoding (normalizers, PCRE2 match data, splits) may
+ * fail: the answer is MC_ERR_NOMEM and nothing leaks, or the right ids. */
+static void test_forms_survive_allocation_failures(void **state)
+{
+    (void)state;
+    static const char *const forms[] = {"normalized", "splits", "qwen2",
+                                        "spm_legacy"};
+    static const char text[] = "Hello World, caf\xC3\xA9 <sep> x-y 123 "
+                               "\xEF\xAC\x81 <extra_0>  \xE4\xBD\xA0\xFF";
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        char path[512];
+        snprintf(path, sizeof path, DATA "/%s.json", forms[f]);
+        mc_alloc_reset_count();
+        rt_tokenizer *ref = load_form(forms[f]);
+        long total = (long)mc_alloc_count();
+        int32_t want[128];
+        size_t n_want = 0;
+        assert_int_equal(rt_tokenizer_encode(ref, text, sizeof text - 1, 1,
+                                             want, 128, &n_want, NULL),
+                         MC_OK);
+        /* the JSON parse is most of the allocations: every one of the
+         * last 400 (the pipeline, the added tokens), a sample before */
+        for (long k = 0; k <= total; k += k < total - 400 ? 97 : 1) {
+            rt_tokenizer *t = NULL;
+            mc_error e;
+            mc_alloc_fail_after(k);
+            mc_status r = rt_tokenizer_load(path, &t, &e);
+            mc_alloc_fail_after(-1);
+            if (r != MC_OK) {
+                if (r != MC_ERR_NOMEM)
+                    print_error("%s: fail_after(%ld): %d %s: %s\n", forms[f],
+                                k, r, e.field, e.message);
+                assert_int_equal(r, MC_ERR_NOMEM);
+                assert_null(t);
+                continue;
+            }
+            rt_tokenizer_free(t);
+        }
+        for (long j = 0; j < 100000; j++) {
+            int32_t ids[128];
+            size_t n = 0;
+            mc_alloc_fail_after(j);
+            mc_status r = rt_tokenizer_encode(ref, text, sizeof text - 1, 1,
+                                              ids, 128, &n, NULL);
+            mc_alloc_fail_after(-1);
+            if (r == MC_OK) {
+                assert_int_equal(n, n_want);
+                assert_memory_equal(ids, want, n * sizeof *ids);
+                break;
+            }
+            assert_int_equal(r, MC_ERR_NOMEM);
+        }
+        rt_tokenizer_free(ref);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_form_matches_hf_tokenizers),
+        cmocka_unit_test(test_byte_level_forms_round_trip_invalid_utf8),
+        cmocka_unit_test(test_forms_survive_allocation_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
