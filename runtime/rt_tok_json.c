@@ -286,8 +286,7 @@ static mc_status index_added(rt_tokj_ctx *c)
                           [ad->normalized ? ad->ntext[0] : ad->text[0]] = 1;
     }
     /* single_word looks at the neighbours with Rust's regex \w */
-    static const char word[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}"
-                               "\\p{Join_Control}]";
+    static const char word[] = "[" RT_TOK_RE_RUST_WORD "]";
     char why[200];
     if (need_word && (r = rt_tok_re_compile(word, sizeof word - 1, RT_RE_PCRE,
                                             &t->word_re, why, sizeof why)))

@@ -152,11 +152,8 @@ static mc_status get_behaviour(rt_tokj_ctx *c, json_t *obj, const char *path,
 
 /* Patterns of the pre-tokenizers that `tokenizers` defines by character
  * predicates or by its own regexes (PCRE2 syntax; Rust's meanings). */
-/* Rust regex \w (Unicode): Alphabetic, Mark, Decimal_Number,
- * Connector_Punctuation, Join_Control */
-#define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
-static const char RE_WHITESPACE[] =
-    "[" RUST_WORD "]+|[^" RUST_WORD "\\p{White_Space}]+";
+static const char RE_WHITESPACE[] = "[" RT_TOK_RE_RUST_WORD "]+|[^"
+    RT_TOK_RE_RUST_WORD "\\p{White_Space}]+";
 static const char RE_SPACE[] = "\\p{White_Space}";   /* char::is_whitespace */
 static const char RE_DIGIT[] = "\\p{N}";             /* char::is_numeric */
 /* is_ascii_punctuation() || is_punctuation() (general category P) */

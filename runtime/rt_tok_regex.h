@@ -37,6 +37,13 @@ typedef struct rt_tok_re_scratch rt_tok_re_scratch;
 
 enum { RT_RE_ONIG, RT_RE_PCRE };
 
+/* The members of Rust's regex \w (Unicode), to go inside [...] of an
+ * RT_RE_PCRE pattern: Alphabetic, Mark, Decimal_Number,
+ * Connector_Punctuation, Join_Control.  `tokenizers` uses that crate for
+ * Whitespace and for single_word added tokens. */
+#define RT_TOK_RE_RUST_WORD \
+    "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+
 /* How a Split turns matches into pieces (Hugging Face
  * SplitDelimiterBehavior). */
 enum {
