@@ -195,9 +195,12 @@ mc_status rt_tok_normalize(const rt_tokenizer *t, const uint8_t *src, size_t n,
 int rt_tok_replace_into(rt_tok_buf *out, const uint8_t *src, size_t n,
                         const uint8_t *pat, size_t plen, const uint8_t *rep,
                         size_t rlen);
-/* Same for a Replace step (literal a or regex re -> b). */
+/* Append src[0..n) to out through a Replace step (literal a or regex re
+ * -> b).  lost_start (may be NULL): set when leading characters are
+ * replaced by nothing (see rt_tok_normalize). */
 mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
-                              const uint8_t *src, size_t n, rt_tok_buf *out);
+                              const uint8_t *src, size_t n, rt_tok_buf *out,
+                              int *lost_start);
 /* PCRE2 scratch of w, created on first use; NULL when out of memory. */
 rt_tok_re_scratch *rt_tok_work_re(rt_tok_work *w);
 

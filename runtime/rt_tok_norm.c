@@ -54,19 +54,20 @@ int rt_tok_replace_into(rt_tok_buf *out, const uint8_t *src, size_t n,
 }
 
 mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
-                              const uint8_t *src, size_t n, rt_tok_buf *out)
+                              const uint8_t *src, size_t n, rt_tok_buf *out,
+                              int *lost_start)
 {
-    if (!st->re)
-        return rt_tok_replace_into(out, src, n, st->a, st->a_len, st->b,
-                                   st->b_len)
-                   ? MC_OK
-                   : MC_ERR_NOMEM;
-    rt_tok_re_scratch *sc = rt_tok_work_re(w);
-    if (!sc)
+    rt_tok_re_scratch *sc = NULL;
+    if (st->re && !(sc = rt_tok_work_re(w)))
         return MC_ERR_NOMEM;
     w->n_spans = 0;
-    mc_status r = rt_tok_re_split(st->re, NULL, 0, 0, -1, sc, src, n,
+    mc_status r = rt_tok_re_split(st->re, st->a, st->a_len, 0, -1, sc, src, n,
                                   &w->spans, &w->n_spans, &w->spans_cap);
+    /* text whose first characters are replaced by nothing no longer starts
+     * at the original offset 0 (Hugging Face's alignments) */
+    if (!r && lost_start && st->b_len == 0 && w->n_spans > 0 &&
+        w->spans[0].match && w->spans[0].end > 0)
+        *lost_start = 1;
     for (size_t i = 0; !r && i < w->n_spans; i++) {
         const rt_tok_span *sp = &w->spans[i];
         int ok = sp->match ? rt_tok_buf_append(out, st->b, st->b_len)
@@ -137,8 +138,10 @@ static int is_mark(uint32_t cp)
 }
 
 /* Per-character steps (Lowercase, StripAccents) over s[0..n). */
-static int per_char(int kind, const uint8_t *s, size_t n, rt_tok_buf *out)
+static int per_char(int kind, const uint8_t *s, size_t n, rt_tok_buf *out,
+                    int *lost_start)
 {
+    size_t start = out->len;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t l = rt_tok_utf8_next(s + i, n - i, &cp);
@@ -152,6 +155,8 @@ static int per_char(int kind, const uint8_t *s, size_t n, rt_tok_buf *out)
         if (!ok)
             return 0;
         i += l;
+        if (out->len == start && i > 0 && i < n)
+            *lost_start = 1; /* a leading mark was stripped */
     }
     return 1;
 }
@@ -266,11 +271,11 @@ mc_status rt_tok_normalize(const rt_tokenizer *t, const uint8_t *src, size_t n,
                 r = MC_ERR_NOMEM;
             break;
         case RT_NORM_REPLACE:
-            r = rt_tok_replace_step(st, w, s, len, tmp);
+            r = rt_tok_replace_step(st, w, s, len, tmp, lost_start);
             break;
         case RT_NORM_LOWER:
         case RT_NORM_STRIP_ACCENTS:
-            if (!per_char(st->kind, s, len, tmp))
+            if (!per_char(st->kind, s, len, tmp, lost_start))
                 r = MC_ERR_NOMEM;
             break;
         case RT_NORM_STRIP:

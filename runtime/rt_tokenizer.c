@@ -449,7 +449,7 @@ static int byte_token(const uint8_t *s, size_t n)
 
 /* Apply one decoder step: in -> out (out is cleared first). */
 static int decode_step(const rt_tokenizer *t, const rt_tok_step *st,
-                       const tok_list *in, tok_list *out)
+                       rt_tok_work *w, const tok_list *in, tok_list *out)
 {
     size_t cnt = list_count(in), n;
     out->bytes.len = out->spans.len = 0;
@@ -495,8 +495,7 @@ static int decode_step(const rt_tokenizer *t, const rt_tok_step *st,
         int ok = 1;
         switch (st->kind) {
         case RT_DEC_REPLACE:
-            ok = rt_tok_replace_into(&out->bytes, s, n, st->a, st->a_len, st->b,
-                                     st->b_len);
+            ok = rt_tok_replace_step(st, w, s, n, &out->bytes, NULL) == MC_OK;
             break;
         case RT_DEC_STRIP: {
             size_t b = 0, e = n;
@@ -568,6 +567,8 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
             !tok->flags[ids[i]])
             return MC_ERR_INVALID_ARG;
     tok_list a = {{0}}, b = {{0}};
+    rt_tok_work w; /* regex Replace decoders */
+    memset(&w, 0, sizeof w);
     mc_status r = MC_OK;
     for (size_t i = 0; i < n && !r; i++) {
         if (skip_special && (tok->flags[ids[i]] & RT_TOK_F_SPECIAL))
@@ -588,7 +589,7 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
             r = MC_ERR_NOMEM;
     }
     for (size_t k = 0; k < tok->n_dec && !r; k++) {
-        if (!decode_step(tok, &tok->dec[k], &a, &b)) {
+        if (!decode_step(tok, &tok->dec[k], &w, &a, &b)) {
             r = MC_ERR_NOMEM;
             break;
         }
@@ -621,5 +622,6 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
     mc_free(a.spans.p);
     mc_free(b.bytes.p);
     mc_free(b.spans.p);
+    rt_tok_work_free(&w);
     return r;
 }

@@ -150,6 +150,7 @@ def corpus():
             "Ⓐⓑⓒ circled", "x_y_z", "a-b-c--d", "end.", "...", "?!",
             "ǅungla", "ﬀ ﬃ", "Ⅳ. Kapitel", "ΑΒΓ αβγ", "ÀÉÎÕÜ", "\r", "\r\r\n",
             "...!!!???", "--", "a - b", "1.5-2.5", "-5", "e.g. i.e.",
+            "# Title", "**bold** text", "  # indented", "#", "\u0301accent first",
             "mixed 中文 عربي हिन्दी 😀 123"]
     # pairs of kinds side by side, with and without a space between
     kinds = [PROSE, CODE, CJK, ARABIC, HINDI, EMOJI, DIGITS, CONTROL, SPECIAL]
@@ -256,6 +257,11 @@ def spm_decoder(prepend="first"):
 
 def f_mistral(texts):
     t = Tokenizer(models.BPE(unk_token="<unk>"))
+    # removing leading characters moves the text off original offset 0,
+    # which Metaspace's prepend_scheme "first" looks at
+    t.normalizer = normalizers.Sequence([
+        normalizers.Strip(left=True, right=False),
+        normalizers.Replace(Regex("^[#*]+"), "")])
     t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
                                                prepend_scheme="first",
                                                split=False)
@@ -316,7 +322,7 @@ def f_splits(texts):
         pre_tokenizers.Split(Regex(r"\w+"), behavior="isolated", invert=True),
         pre_tokenizers.Split(Regex(r"\s+"), behavior="removed"),
         pre_tokenizers.Split(Regex(r"^.{1,3}"), behavior="isolated")])
-    t.decoder = decoders.Sequence([decoders.Replace(Regex(r"\s+"), " "),
+    t.decoder = decoders.Sequence([decoders.Replace(Regex(r"[aeiou]+"), "_"),
                                    decoders.Strip(content="-", left=0,
                                                   right=1)])
     return train(t, texts, 600, ["<unk>", "<s>", "</s>"], limit=150)
@@ -327,6 +333,7 @@ def f_whitespace(texts):
     t.normalizer = normalizers.Sequence([
         normalizers.NFKC(), normalizers.Replace("``", "\""),
         normalizers.Lowercase()])
+    t.decoder = decoders.Replace("e", "E")
     t.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Whitespace(), pre_tokenizers.Punctuation(
             behavior="merged_with_next")])
