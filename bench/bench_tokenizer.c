@@ -6,12 +6,19 @@
  *
  *   bench_tokenizer [DATA_DIR]     (default: tests/data/tokenizer)
  *
- * Baseline: the same program built against the tokenizer of 6cbe577, whose
- * split regexes were hand-compiled matchers and whose NFC was the identity
- * (it loads 5 of the 10 forms; its qwen2 ids differ, NFC being skipped),
- * on the development machine on 2026-12-01, the mean of two runs taken
- * between runs of this one at load average 17-18 on 2 shared cores: both
- * figures are noisy, the ratio less so.
+ * Baseline: this program built against the tokenizer of 6cbe577 (split
+ * regexes hand-compiled, NFC taken as the identity; it loads 4 of the 10
+ * forms, and its qwen2 ids differ on NFD text):
+ *   mkdir -p /tmp/old && for f in $(git ls-tree --name-only 6cbe577 runtime/ |
+ *     grep -E 'rt_tok|rt_tokenizer'); do git show 6cbe577:$f > /tmp/old/${f#runtime/};
+ *     done && gcc -O2 -D_GNU_SOURCE -I/tmp/old -Iformats bench/bench_tokenizer.c
+ *     /tmp/old/rt_*.c build/libmc_formats.a -ljansson -lzstd -lxxhash -lm
+ *     -o /tmp/old/bench_old && /tmp/old/bench_old
+ * The constants below are its MB/s on the development machine on
+ * 2026-12-01, two runs interleaved with two of this one at load average
+ * 18-20 on 2 shared cores (this one then: gpt2 2.15, llama3 2.35, qwen2
+ * 1.58, spm_legacy 1.37).  The ratio means something only at the same
+ * load: rerun both on a quiet machine.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -24,8 +31,8 @@
 static const struct {
     const char *name;
     double base_mb_s; /* 0: the baseline could not load it */
-} FORMS[] = {{"smollm", 0},     {"gpt2", 4.40},     {"llama3", 4.71},
-             {"qwen2", 4.38},    {"mistral", 2.83},  {"spm_legacy", 2.28},
+} FORMS[] = {{"smollm", 0},     {"gpt2", 1.96},     {"llama3", 1.88},
+             {"qwen2", 1.97},    {"mistral", 0},     {"spm_legacy", 1.23},
              {"normalized", 0},  {"splits", 0},      {"whitespace", 0},
              {"bert", 0}};
 

@@ -57,11 +57,20 @@ mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
                               const uint8_t *src, size_t n, rt_tok_buf *out,
                               int *lost_start)
 {
-    rt_tok_re_scratch *sc = NULL;
-    if (st->re && !(sc = rt_tok_work_re(w)))
+    if (!st->re) { /* a literal: no spans needed */
+        if (lost_start && st->b_len == 0 && st->a_len > 0 && n > st->a_len &&
+            memcmp(src, st->a, st->a_len) == 0)
+            *lost_start = 1;
+        return rt_tok_replace_into(out, src, n, st->a, st->a_len, st->b,
+                                   st->b_len)
+                   ? MC_OK
+                   : MC_ERR_NOMEM;
+    }
+    rt_tok_re_scratch *sc = rt_tok_work_re(w);
+    if (!sc)
         return MC_ERR_NOMEM;
     w->n_spans = 0;
-    mc_status r = rt_tok_re_split(st->re, st->a, st->a_len, 0, -1, sc, src, n,
+    mc_status r = rt_tok_re_split(st->re, NULL, 0, 0, -1, sc, src, n,
                                   &w->spans, &w->n_spans, &w->spans_cap);
     /* text whose first characters are replaced by nothing no longer starts
      * at the original offset 0 (Hugging Face's alignments) */
