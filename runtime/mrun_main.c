@@ -365,16 +365,19 @@ static int parse_args(int argc, char **argv, cli *c)
     return -1;
 }
 
+/* Why no tokenizer was loaded (the loader's own message), for the error a
+ * text request gets; empty when none was found. */
+static char tok_why[1400];
+
 /* The tokenizer: the one an artifact embeds (h opened), else
  * tokenizer.json beside the model (dir/tokenizer.json or the file's dir).
- * *from says which, for -v. */
+ * *from says which, for -v.  On failure tok_why holds the reason. */
 static rt_tokenizer *load_tokenizer(const cli *c, const mcrt *h,
                                     const char **from)
 {
     rt_tokenizer *t = NULL;
     mc_error e;
     mc_error_clear(&e);
-    char buf[1400];
     size_t len = 0;
     const char *emb = h ? mcrt_tokenizer_json(h, &len) : NULL;
     *from = "none";
@@ -384,9 +387,10 @@ static rt_tokenizer *load_tokenizer(const cli *c, const mcrt *h,
             *from = "embedded in the artifact";
             return t;
         }
+        mc_error_format(&e, tok_why, sizeof tok_why);
         if (c->verbose)
             fprintf(stderr, "mrun: embedded tokenizer ignored: %s\n",
-                    mc_error_format(&e, buf, sizeof buf));
+                    tok_why);
     }
     char path[4096];
     struct stat st;
@@ -401,9 +405,9 @@ static rt_tokenizer *load_tokenizer(const cli *c, const mcrt *h,
     if (stat(path, &st) != 0)
         return NULL;
     if (rt_tokenizer_load(path, &t, &e) != MC_OK) {
+        mc_error_format(&e, tok_why, sizeof tok_why);
         if (c->verbose)
-            fprintf(stderr, "mrun: tokenizer ignored: %s\n",
-                    mc_error_format(&e, buf, sizeof buf));
+            fprintf(stderr, "mrun: tokenizer ignored: %s\n", tok_why);
         return NULL;
     }
     *from = "tokenizer.json beside the model";
@@ -413,11 +417,15 @@ static rt_tokenizer *load_tokenizer(const cli *c, const mcrt *h,
 /* Text prompts -> ids.  Returns -1 to go on, else an exit code. */
 static int encode_inputs(cli *c, const rt_tokenizer *tok)
 {
+    if (!tok && tok_why[0]) {
+        fprintf(stderr, "mrun: --prompt/--prompts-file need a tokenizer, "
+                        "and it could not be loaded: %s\n", tok_why);
+        return 1;
+    }
     if (!tok) {
         fprintf(stderr, "mrun: --prompt/--prompts-file need a tokenizer: the "
-                        "artifact embeds none and no tokenizer.json beside "
-                        "the model was found or could be loaded (use "
-                        "--tokens)\n");
+                        "artifact embeds none and there is no tokenizer.json "
+                        "beside the model (use --tokens)\n");
         return 1;
     }
     for (size_t i = 0; i < c->n_texts; i++) {

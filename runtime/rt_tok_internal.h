@@ -2,8 +2,10 @@
  * rt_tok_internal.h - the tokenizer's in-memory form, shared by its files:
  *   rt_tok_json.c    loading and validating tokenizer.json (+ rt_tok_json.h,
  *                    rt_tok_json_steps.c for the pipeline sections)
- *   rt_tok_unicode.c UTF-8 and the \p{L} / \p{N} / \s classes
- *   rt_tok_pretok.c  normalizers, pre-tokenizers, the split-regex matchers
+ *   rt_tok_unicode.c UTF-8 and White_Space
+ *   rt_tok_regex.c   PCRE2 patterns and the Split behaviours
+ *   rt_tok_norm.c    normalizers (utf8proc for the Unicode forms and case)
+ *   rt_tok_pretok.c  pre-tokenizers
  *   rt_tok_bpe.c     vocabulary and merge hash maps, the BPE merge loop
  *   rt_tokenizer.c   encode (added tokens, template), decode, accessors
  * Not a public header.
@@ -15,6 +17,7 @@
 #include <stdint.h>
 
 #include "mc_error.h"
+#include "rt_tok_regex.h"
 #include "rt_tokenizer.h"
 
 /* Upper bound on ids (and so on vocab_size): keeps every id in 24 bits so
@@ -25,6 +28,7 @@
 #define RT_TOK_F_MODEL 1u   /* id is in model.vocab */
 #define RT_TOK_F_ADDED 2u   /* id is an added token (text overrides model's) */
 #define RT_TOK_F_SPECIAL 4u /* added token with "special": true */
+#define RT_TOK_F_NORMALIZED 8u /* added token shown by its normalized form */
 
 /* A growable byte or int buffer owned by one encode/decode call. */
 typedef struct rt_tok_buf {
@@ -42,10 +46,12 @@ typedef struct rt_tok_piece {
     int at_start;
 } rt_tok_piece;
 
-enum { RT_NORM_PREPEND, RT_NORM_REPLACE, RT_NORM_NFC };
+enum {
+    RT_NORM_PREPEND, RT_NORM_REPLACE, RT_NORM_NFC, RT_NORM_NFD, RT_NORM_NFKC,
+    RT_NORM_NFKD, RT_NORM_LOWER, RT_NORM_STRIP, RT_NORM_STRIP_ACCENTS
+};
 /* kinds are distinct across the three lists so one switch can mix them */
 enum { RT_PRE_METASPACE = 10, RT_PRE_BYTELEVEL, RT_PRE_SPLIT };
-enum { RT_PAT_GPT2, RT_PAT_LLAMA3, RT_PAT_QWEN2 };
 enum { RT_PREPEND_NEVER, RT_PREPEND_FIRST, RT_PREPEND_ALWAYS };
 enum {
     RT_DEC_BYTELEVEL = 20, RT_DEC_METASPACE, RT_DEC_REPLACE, RT_DEC_BYTEFALLBACK,
@@ -53,28 +59,38 @@ enum {
 };
 
 /* One step of a normalizer, pre-tokenizer or decoder pipeline.  Which
- * fields mean something depends on kind. */
+ * fields mean something depends on kind.  Pre-tokenizers that only cut
+ * (Split, Digits, Whitespace, WhitespaceSplit, Punctuation, BertPreTokenizer,
+ * CharDelimiterSplit) are all RT_PRE_SPLIT with their pattern. */
 typedef struct rt_tok_step {
     int kind;        /* RT_NORM_*, RT_PRE_* or RT_DEC_* */
-    uint8_t *a;      /* Prepend text / Replace pattern / Metaspace replacement / Strip char (owned) */
+    uint8_t *a;      /* Prepend text / Replace or Split literal / Metaspace replacement / Strip char (owned) */
     size_t a_len;    /* bytes */
     uint8_t *b;      /* Replace content (owned) */
     size_t b_len;    /* bytes */
+    rt_tok_re *re;   /* Replace / Split regex, ByteLevel's GPT-2 split (owned); NULL: the literal a */
+    int behaviour;   /* Split: RT_SPLIT_* */
+    int invert;      /* Split: cut on what does not match */
     int prepend;     /* Metaspace: RT_PREPEND_* */
     int split;       /* Metaspace: split on the replacement */
     int add_prefix_space; /* ByteLevel */
-    int use_regex;   /* ByteLevel: split with the GPT-2 pattern */
-    int pattern;     /* Split: RT_PAT_* */
-    size_t start, stop; /* Strip: leading / trailing chars to remove */
+    int use_regex;   /* ByteLevel: split with the GPT-2 pattern (re) */
+    size_t start, stop; /* Strip: leading / trailing chars to remove
+                         * (normalizer: 0 or 1 = strip that side) */
 } rt_tok_step;
 
-/* An added token, matched in raw text before the model. */
+/* An added token, matched before the model: in the raw text, or (normalized)
+ * in the normalized text by its own normalized form. */
 typedef struct rt_tok_added {
     uint8_t *text;   /* content (owned) */
     size_t len;      /* bytes, >= 1 */
+    uint8_t *ntext;  /* normalized content, matched when normalized (owned) */
+    size_t nlen;     /* bytes (0: never matches) */
     int32_t id;
     int special;
-    int lstrip, rstrip; /* absorb whitespace on that side */
+    int normalized;  /* matched after the normalizer, on ntext */
+    int single_word; /* only between non-word characters */
+    int lstrip, rstrip; /* absorb White_Space on that side */
 } rt_tok_added;
 
 struct rt_tokenizer {
@@ -121,9 +137,10 @@ struct rt_tokenizer {
     rt_tok_step *pre;  size_t n_pre;
     rt_tok_step *dec;  size_t n_dec;
     int has_decoder;        /* 0: tokens joined with " " (HF's default) */
-    /* added tokens, longest first */
+    /* added tokens, longest first (by the form they are matched by) */
     rt_tok_added *added; size_t n_added;
-    uint8_t added_first[256]; /* 1 if some added token starts with byte b */
+    uint8_t added_first[2][256]; /* [normalized][b]: some token of that set starts with byte b */
+    rt_tok_re *word_re;     /* one word character (single_word), or NULL */
     /* post-processor template (single): ids; -1 marks the sequence */
     int32_t *tmpl; size_t n_tmpl;
     int32_t bos_id, eos_id; /* -1 if none */
@@ -155,24 +172,50 @@ mc_status rt_tok_bpe_word(const rt_tokenizer *t, rt_tok_bpe_work *w,
 int rt_tok_buf_reserve(rt_tok_buf *b, size_t extra);
 int rt_tok_buf_append(rt_tok_buf *b, const void *p, size_t n);
 
-/* ---- rt_tok_pretok.c ---- */
-/* Normalize and pre-tokenize text[0..n) (one segment between added tokens).
- * at_start: the segment begins at input offset 0.  Result: *pieces into
- * the bytes of *cur (both reused buffers; other is scratch). */
-mc_status rt_tok_pretokenize(const rt_tokenizer *t, const uint8_t *text,
-                             size_t n, int at_start, rt_tok_buf *cur,
-                             rt_tok_buf *other, rt_tok_buf *pieces,
-                             rt_tok_buf *pieces2);
+/* Scratch of one encode call for normalizing and pre-tokenizing. */
+typedef struct rt_tok_work {
+    rt_tok_buf cur, other;       /* work text */
+    rt_tok_buf pieces, pieces2;  /* rt_tok_piece arrays */
+    rt_tok_span *spans;          /* Split results */
+    size_t n_spans, spans_cap;
+    rt_tok_re_scratch *re;       /* PCRE2 match data (created on first use) */
+} rt_tok_work;
+void rt_tok_work_free(rt_tok_work *w);
+
+/* ---- rt_tok_norm.c ---- */
+/* Run the normalizer steps over src[0..n) into out (cleared first; tmp is
+ * scratch).  *lost_start is set when the first original characters were
+ * removed (so the result no longer begins at the original offset 0), else
+ * left alone.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (regex match failure). */
+mc_status rt_tok_normalize(const rt_tokenizer *t, const uint8_t *src, size_t n,
+                           rt_tok_buf *out, rt_tok_buf *tmp, rt_tok_work *w,
+                           int *lost_start);
 /* Append src[0..n) to out with every occurrence of pat replaced by rep;
  * 0 when out of memory. */
 int rt_tok_replace_into(rt_tok_buf *out, const uint8_t *src, size_t n,
                         const uint8_t *pat, size_t plen, const uint8_t *rep,
                         size_t rlen);
-/* Length of the match of a split pattern at s[i..n), >= 1 (every char is
- * matched by the supported patterns). */
-size_t rt_tok_pattern_match(int pattern, const uint8_t *s, size_t n, size_t i);
-/* Recognise a Split regex by its exact text; -1 if unknown. */
-int rt_tok_pattern_from_regex(const char *re, size_t len);
+/* Append src[0..n) to out through a Replace step (literal a or regex re
+ * -> b).  lost_start (may be NULL): set when leading characters are
+ * replaced by nothing (see rt_tok_normalize). */
+mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
+                              const uint8_t *src, size_t n, rt_tok_buf *out,
+                              int *lost_start);
+/* PCRE2 scratch of w, created on first use; NULL when out of memory. */
+rt_tok_re_scratch *rt_tok_work_re(rt_tok_work *w);
+
+/* ---- rt_tok_pretok.c ---- */
+/* Pre-tokenize text[0..n) (normalized; one segment between added tokens).
+ * at_start: the segment begins at original offset 0.  Result: the pieces
+ * in w->pieces, into the bytes of w->cur. */
+mc_status rt_tok_pretokenize(const rt_tokenizer *t, const uint8_t *text,
+                             size_t n, int at_start, rt_tok_work *w);
+
+/* ---- rt_tokenizer.c ---- */
+/* Text of id as decode and id_to_token give it: a normalized added token
+ * by its normalized form (as Hugging Face does), else its stored text.
+ * id must name a token. */
+const uint8_t *rt_tok_text(const rt_tokenizer *t, int32_t id, size_t *len);
 
 /* ---- rt_tok_json.c ---- */
 mc_status rt_tok_parse(rt_tokenizer *t, const void *data, size_t len,

@@ -24,8 +24,9 @@ mc_status rt_tokj_bad(rt_tokj_ctx *c, const char *field, const char *fmt,
 mc_status rt_tokj_unsupported(rt_tokj_ctx *c, const char *field,
                               const char *what)
 {
-    return mc_fail(c->err, MC_ERR_UNSUPPORTED, c->file, field, -1,
-                   "not supported: %s", what);
+    /* the status already reads "unsupported: " */
+    return mc_fail(c->err, MC_ERR_UNSUPPORTED, c->file, field, -1, "%s",
+                   what);
 }
 
 mc_status rt_tokj_nomem(rt_tokj_ctx *c, const char *field)
@@ -92,8 +93,10 @@ uint8_t *rt_tokj_dup_bytes(const char *s, size_t n)
 static int cmp_added(const void *x, const void *y)
 {
     const rt_tok_added *a = x, *b = y;
-    if (a->len != b->len)
-        return a->len > b->len ? -1 : 1;
+    size_t la = a->normalized ? a->nlen : a->len;
+    size_t lb = b->normalized ? b->nlen : b->len;
+    if (la != lb)
+        return la > lb ? -1 : 1;
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
@@ -223,13 +226,14 @@ static mc_status parse_vocab(rt_tokj_ctx *c, json_t *model, json_t *added)
         if (t->flags[id] & RT_TOK_F_ADDED)
             return mc_fail(c->err, MC_ERR_FORMAT, c->file, field, -1,
                            "id %u is given to two added tokens", id);
+        /* "normalized" defaults to !special, as AddedToken::from does */
         if ((r = rt_tokj_get_bool(c, a, "special", field, 0, &ad->special)) ||
             (r = rt_tokj_get_bool(c, a, "lstrip", field, 0, &ad->lstrip)) ||
-            (r = rt_tokj_get_bool(c, a, "rstrip", field, 0, &ad->rstrip)))
-            return r;
-        int ignored;
-        if ((r = rt_tokj_get_bool(c, a, "single_word", field, 0, &ignored)) ||
-            (r = rt_tokj_get_bool(c, a, "normalized", field, 0, &ignored)))
+            (r = rt_tokj_get_bool(c, a, "rstrip", field, 0, &ad->rstrip)) ||
+            (r = rt_tokj_get_bool(c, a, "single_word", field, 0,
+                                  &ad->single_word)) ||
+            (r = rt_tokj_get_bool(c, a, "normalized", field, !ad->special,
+                                  &ad->normalized)))
             return r;
         if (!(ad->text = rt_tokj_dup_bytes(s, len)))
             return rt_tokj_nomem(c, field);
@@ -241,10 +245,55 @@ static mc_status parse_vocab(rt_tokj_ctx *c, json_t *model, json_t *added)
         t->tok_len[id] = (uint32_t)len;
         t->pool_len += len;
         t->flags[id] |= RT_TOK_F_ADDED | (ad->special ? RT_TOK_F_SPECIAL : 0);
-        t->added_first[(uint8_t)s[0]] = 1;
     }
+    return MC_OK;
+}
+
+/* Hugging Face matches a normalized added token by its content run through
+ * the normalizer; the others by their content.  Needs the normalizer. */
+static mc_status index_added(rt_tokj_ctx *c)
+{
+    rt_tokenizer *t = c->t;
+    rt_tok_work w;
+    rt_tok_buf out = {0}, tmp = {0};
+    mc_status r = MC_OK;
+    int need_word = 0;
+    memset(&w, 0, sizeof w);
+    for (size_t i = 0; i < t->n_added && !r; i++) {
+        rt_tok_added *ad = &t->added[i];
+        need_word |= ad->single_word;
+        if (!ad->normalized)
+            continue;
+        int lost = 0;
+        r = rt_tok_normalize(t, ad->text, ad->len, &out, &tmp, &w, &lost);
+        if (!r && !(ad->ntext = rt_tokj_dup_bytes((const char *)out.p,
+                                                  out.len)))
+            r = MC_ERR_NOMEM;
+        ad->nlen = out.len;
+        t->flags[ad->id] |= RT_TOK_F_NORMALIZED;
+    }
+    mc_free(out.p);
+    mc_free(tmp.p);
+    rt_tok_work_free(&w);
+    if (r)
+        return r == MC_ERR_NOMEM ? rt_tokj_nomem(c, "added_tokens")
+                                 : rt_tokj_bad(c, "added_tokens",
+                                               "the normalizer failed on an "
+                                               "added token%s", "");
     if (t->n_added > 1)
         qsort(t->added, t->n_added, sizeof *t->added, cmp_added);
+    for (size_t i = 0; i < t->n_added; i++) {
+        const rt_tok_added *ad = &t->added[i];
+        if (ad->normalized ? ad->nlen > 0 : 1)
+            t->added_first[ad->normalized]
+                          [ad->normalized ? ad->ntext[0] : ad->text[0]] = 1;
+    }
+    /* single_word looks at the neighbours with Rust's regex \w */
+    static const char word[] = "[" RT_TOK_RE_RUST_WORD "]";
+    char why[200];
+    if (need_word && (r = rt_tok_re_compile(word, sizeof word - 1, RT_RE_PCRE,
+                                            &t->word_re, why, sizeof why)))
+        return rt_tokj_nomem(c, "added_tokens");
     return MC_OK;
 }
 
@@ -463,6 +512,8 @@ mc_status rt_tok_parse(rt_tokenizer *t, const void *data, size_t len,
         if ((r = rt_tokj_parse_decoder(&c, v, "decoder", 0)))
             goto done;
     }
+    if ((r = index_added(&c)))
+        goto done;
     set_chunking(t);
     if ((v = json_object_get(root, "post_processor")) && !json_is_null(v) &&
         (r = rt_tokj_parse_post(&c, v, "post_processor", 0)))
@@ -543,11 +594,15 @@ void rt_tok_free_internal(rt_tokenizer *t)
         for (size_t i = 0; i < counts[k]; i++) {
             mc_free(lists[k][i].a);
             mc_free(lists[k][i].b);
+            rt_tok_re_free(lists[k][i].re);
         }
         mc_free(lists[k]);
     }
-    for (size_t i = 0; i < t->n_added; i++)
+    for (size_t i = 0; i < t->n_added; i++) {
         mc_free(t->added[i].text);
+        mc_free(t->added[i].ntext);
+    }
+    rt_tok_re_free(t->word_re);
     mc_free(t->added);
     mc_free(t->pool);
     mc_free(t->tok_off);

@@ -26,7 +26,7 @@ typedef struct rt_tokj_ctx {
 /* MC_ERR_FORMAT at field; fmt has one %s filled with a. */
 mc_status rt_tokj_bad(rt_tokj_ctx *c, const char *field, const char *fmt,
                       const char *a);
-/* MC_ERR_UNSUPPORTED at field: "not supported: <what>". */
+/* MC_ERR_UNSUPPORTED at field: what is not supported (named). */
 mc_status rt_tokj_unsupported(rt_tokj_ctx *c, const char *field,
                               const char *what);
 mc_status rt_tokj_nomem(rt_tokj_ctx *c, const char *field);

@@ -8,6 +8,7 @@
 
 #include "mc_alloc.h"
 #include "rt_tok_json.h"
+#include "rt_tok_regex.h"
 #include "rt_tok_unicode.h"
 
 static mc_status get_type(rt_tokj_ctx *c, json_t *obj, const char *path,
@@ -56,6 +57,110 @@ static mc_status get_pattern(rt_tokj_ctx *c, json_t *obj, const char *path,
     *len = json_string_length(v);
     return MC_OK;
 }
+
+/* Compile pattern text for a step; a refusal names the step and why. */
+static mc_status compile_re(rt_tokj_ctx *c, const char *path, const char *s,
+                            size_t len, int flavour, rt_tok_re **out)
+{
+    char why[240], what[400];
+    mc_status r = rt_tok_re_compile(s, len, flavour, out, why, sizeof why);
+    if (r == MC_ERR_NOMEM)
+        return rt_tokj_nomem(c, path);
+    if (r) {
+        snprintf(what, sizeof what, "regex \"%.100s\": %s", s, why);
+        return rt_tokj_unsupported(c, path, what);
+    }
+    return MC_OK;
+}
+
+/* The pattern of a Replace (normalizer or decoder): a literal in st->a, or
+ * a compiled regex in st->re; the content in st->b. */
+static mc_status get_replace(rt_tokj_ctx *c, json_t *obj, const char *path,
+                             rt_tok_step *st)
+{
+    const char *s;
+    size_t len;
+    int is_regex;
+    mc_status r;
+    if ((r = get_pattern(c, obj, path, &s, &len, &is_regex)))
+        return r;
+    if (is_regex) {
+        if ((r = compile_re(c, path, s, len, RT_RE_ONIG, &st->re)))
+            return r;
+    } else {
+        if (!(st->a = rt_tokj_dup_bytes(s, len)))
+            return rt_tokj_nomem(c, path);
+        st->a_len = len;
+    }
+    if ((r = rt_tokj_get_str(c, obj, "content", path, &s, &len, NULL)))
+        return r;
+    if (!(st->b = rt_tokj_dup_bytes(s, len)))
+        return rt_tokj_nomem(c, path);
+    st->b_len = len;
+    return MC_OK;
+}
+
+/* A cutting pre-tokenizer step: regex re_text (flavour) or, when re_text is
+ * NULL, the literal lit[0..lit_len). */
+static mc_status add_split(rt_tokj_ctx *c, const char *path,
+                           const char *re_text, size_t re_len, int flavour,
+                           const char *lit, size_t lit_len, int invert,
+                           int behaviour)
+{
+    rt_tok_step *st;
+    mc_status r;
+    if ((r = add_step(c, &c->t->pre, &c->t->n_pre, path, &st)))
+        return r;
+    st->kind = RT_PRE_SPLIT;
+    st->invert = invert;
+    st->behaviour = behaviour;
+    if (re_text)
+        return compile_re(c, path, re_text, re_len, flavour, &st->re);
+    if (!(st->a = rt_tokj_dup_bytes(lit, lit_len)))
+        return rt_tokj_nomem(c, path);
+    st->a_len = lit_len;
+    return MC_OK;
+}
+
+/* "behavior" of Split / Punctuation (def when absent). */
+static mc_status get_behaviour(rt_tokj_ctx *c, json_t *obj, const char *path,
+                               int def, int *out)
+{
+    static const char *const names[] = {"Removed", "Isolated",
+                                        "MergedWithPrevious", "MergedWithNext",
+                                        "Contiguous"};
+    const char *s;
+    size_t len;
+    int present;
+    char field[256];
+    mc_status r = rt_tokj_get_str(c, obj, "behavior", path, &s, &len, &present);
+    if (r)
+        return r;
+    *out = def;
+    if (!present)
+        return MC_OK;
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(s, names[k])) {
+            *out = k; /* names[] is in RT_SPLIT_* order */
+            return MC_OK;
+        }
+    snprintf(field, sizeof field, "%s.behavior", path);
+    return rt_tokj_bad(c, field,
+                       "expected Removed, Isolated, MergedWithPrevious, "
+                       "MergedWithNext or Contiguous, not \"%.60s\"", s);
+}
+
+/* Patterns of the pre-tokenizers that `tokenizers` defines by character
+ * predicates or by its own regexes (PCRE2 syntax; Rust's meanings). */
+static const char RE_WHITESPACE[] = "[" RT_TOK_RE_RUST_WORD "]+|[^"
+    RT_TOK_RE_RUST_WORD "\\p{White_Space}]+";
+static const char RE_SPACE[] = "\\p{White_Space}";   /* char::is_whitespace */
+static const char RE_DIGIT[] = "\\p{N}";             /* char::is_numeric */
+/* is_ascii_punctuation() || is_punctuation() (general category P) */
+static const char RE_PUNCT[] = "[\\p{P}!-/:-@\\[-`{-~]";
+static const char RE_GPT2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
+    "|\\s+(?!\\S)|\\s+";
 
 /* Metaspace replacement + prepend scheme (shared by pre-tokenizer and
  * decoder). */
@@ -138,28 +243,35 @@ mc_status rt_tokj_parse_normalizer(rt_tokj_ctx *c, json_t *obj,
         return MC_OK;
     }
     if (!strcmp(type, "Replace")) {
-        int is_regex;
-        if ((r = get_pattern(c, obj, path, &s, &len, &is_regex)))
-            return r;
-        if (is_regex)
-            return rt_tokj_unsupported(c, path, "Replace with a Regex pattern");
         if ((r = add_step(c, &t->norm, &t->n_norm, path, &st)))
             return r;
         st->kind = RT_NORM_REPLACE;
-        if (!(st->a = rt_tokj_dup_bytes(s, len)))
-            return rt_tokj_nomem(c, path);
-        st->a_len = len;
-        if ((r = rt_tokj_get_str(c, obj, "content", path, &s, &len, NULL)))
-            return r;
-        if (!(st->b = rt_tokj_dup_bytes(s, len)))
-            return rt_tokj_nomem(c, path);
-        st->b_len = len;
-        return MC_OK;
+        return get_replace(c, obj, path, st);
     }
-    if (!strcmp(type, "NFC")) {
+    static const struct {
+        const char *name;
+        int kind;
+    } plain[] = {{"NFC", RT_NORM_NFC},
+                 {"NFD", RT_NORM_NFD},
+                 {"NFKC", RT_NORM_NFKC},
+                 {"NFKD", RT_NORM_NFKD},
+                 {"Lowercase", RT_NORM_LOWER},
+                 {"StripAccents", RT_NORM_STRIP_ACCENTS},
+                 {"Strip", RT_NORM_STRIP}};
+    for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++) {
+        if (strcmp(type, plain[k].name) != 0)
+            continue;
         if ((r = add_step(c, &t->norm, &t->n_norm, path, &st)))
             return r;
-        st->kind = RT_NORM_NFC;
+        st->kind = plain[k].kind;
+        if (st->kind != RT_NORM_STRIP)
+            return MC_OK;
+        int left, right;
+        if ((r = rt_tokj_get_bool(c, obj, "strip_left", path, 1, &left)) ||
+            (r = rt_tokj_get_bool(c, obj, "strip_right", path, 1, &right)))
+            return r;
+        st->start = (size_t)left;
+        st->stop = (size_t)right;
         return MC_OK;
     }
     char what[160];
@@ -205,38 +317,66 @@ mc_status rt_tokj_parse_pretok(rt_tokj_ctx *c, json_t *obj, const char *path,
         st->kind = RT_PRE_BYTELEVEL;
         t->byte_level = 1;
         if ((r = rt_tokj_get_bool(c, obj, "add_prefix_space", path, 0,
-                                  &st->add_prefix_space)))
+                                  &st->add_prefix_space)) ||
+            (r = rt_tokj_get_bool(c, obj, "use_regex", path, 1,
+                                  &st->use_regex)))
             return r;
-        return rt_tokj_get_bool(c, obj, "use_regex", path, 1, &st->use_regex);
+        if (!st->use_regex)
+            return MC_OK;
+        return compile_re(c, path, RE_GPT2, sizeof RE_GPT2 - 1, RT_RE_ONIG,
+                          &st->re);
     }
+    int beh, flag;
     if (!strcmp(type, "Split")) {
-        int is_regex, invert;
-        if ((r = get_pattern(c, obj, path, &s, &len, &is_regex)))
+        int is_regex;
+        if ((r = get_pattern(c, obj, path, &s, &len, &is_regex)) ||
+            (r = get_behaviour(c, obj, path, -1, &beh)) ||
+            (r = rt_tokj_get_bool(c, obj, "invert", path, 0, &flag)))
             return r;
-        int pat = is_regex ? rt_tok_pattern_from_regex(s, len) : -1;
-        if (pat < 0) {
-            char what[200];
-            snprintf(what, sizeof what,
-                     "Split pattern \"%.120s\" (known: the "
-                     "GPT-2, Llama-3 and Qwen2 regexes)",
-                     s);
-            return rt_tokj_unsupported(c, path, what);
+        if (beh < 0) {
+            snprintf(field, sizeof field, "%s.behavior", path);
+            return mc_fail(c->err, MC_ERR_FORMAT, c->file, field, -1,
+                           "missing (expected a string)");
         }
-        const char *beh;
-        if ((r = rt_tokj_get_str(c, obj, "behavior", path, &beh, &len, NULL)))
+        if (is_regex)
+            return add_split(c, path, s, len, RT_RE_ONIG, NULL, 0, flag, beh);
+        return add_split(c, path, NULL, 0, 0, s, len, flag, beh);
+    }
+    if (!strcmp(type, "Digits")) {
+        if ((r = rt_tokj_get_bool(c, obj, "individual_digits", path, 0, &flag)))
             return r;
-        if (strcmp(beh, "Isolated") != 0)
-            return rt_tokj_unsupported(c, path,
-                                       "Split behavior other than Isolated");
-        if ((r = rt_tokj_get_bool(c, obj, "invert", path, 0, &invert)))
+        return add_split(c, path, RE_DIGIT, sizeof RE_DIGIT - 1, RT_RE_PCRE,
+                         NULL, 0, 0,
+                         flag ? RT_SPLIT_ISOLATED : RT_SPLIT_CONTIGUOUS);
+    }
+    if (!strcmp(type, "Whitespace"))
+        return add_split(c, path, RE_WHITESPACE, sizeof RE_WHITESPACE - 1,
+                         RT_RE_PCRE, NULL, 0, 1, RT_SPLIT_REMOVED);
+    if (!strcmp(type, "WhitespaceSplit") || !strcmp(type, "BertPreTokenizer")) {
+        if ((r = add_split(c, path, RE_SPACE, sizeof RE_SPACE - 1, RT_RE_PCRE,
+                           NULL, 0, 0, RT_SPLIT_REMOVED)))
             return r;
-        if (invert)
-            return rt_tokj_unsupported(c, path, "Split with invert: true");
-        if ((r = add_step(c, &t->pre, &t->n_pre, path, &st)))
+        if (type[0] == 'W')
+            return MC_OK;
+        return add_split(c, path, RE_PUNCT, sizeof RE_PUNCT - 1, RT_RE_PCRE,
+                         NULL, 0, 0, RT_SPLIT_ISOLATED);
+    }
+    if (!strcmp(type, "Punctuation")) {
+        if ((r = get_behaviour(c, obj, path, RT_SPLIT_ISOLATED, &beh)))
             return r;
-        st->kind = RT_PRE_SPLIT;
-        st->pattern = pat;
-        return MC_OK;
+        return add_split(c, path, RE_PUNCT, sizeof RE_PUNCT - 1, RT_RE_PCRE,
+                         NULL, 0, 0, beh);
+    }
+    if (!strcmp(type, "CharDelimiterSplit")) {
+        uint32_t cp;
+        if ((r = rt_tokj_get_str(c, obj, "delimiter", path, &s, &len, NULL)))
+            return r;
+        snprintf(field, sizeof field, "%s.delimiter", path);
+        if (len == 0 || rt_tok_utf8_next((const uint8_t *)s, len, &cp) != len ||
+            cp == RT_TOK_BAD_CP)
+            return rt_tokj_bad(c, field, "expected exactly one character%s",
+                               "");
+        return add_split(c, path, NULL, 0, 0, s, len, 0, RT_SPLIT_REMOVED);
     }
     char what[160];
     snprintf(what, sizeof what, "pre-tokenizer type \"%.100s\"", type);
@@ -281,20 +421,8 @@ mc_status rt_tokj_parse_decoder(rt_tokj_ctx *c, json_t *obj, const char *path,
     } else if (!strcmp(type, "Fuse")) {
         st->kind = RT_DEC_FUSE;
     } else if (!strcmp(type, "Replace")) {
-        int is_regex;
         st->kind = RT_DEC_REPLACE;
-        if ((r = get_pattern(c, obj, path, &s, &len, &is_regex)))
-            return r;
-        if (is_regex)
-            return rt_tokj_unsupported(c, path, "Replace with a Regex pattern");
-        if (!(st->a = rt_tokj_dup_bytes(s, len)))
-            return rt_tokj_nomem(c, path);
-        st->a_len = len;
-        if ((r = rt_tokj_get_str(c, obj, "content", path, &s, &len, NULL)))
-            return r;
-        if (!(st->b = rt_tokj_dup_bytes(s, len)))
-            return rt_tokj_nomem(c, path);
-        st->b_len = len;
+        return get_replace(c, obj, path, st);
     } else if (!strcmp(type, "Strip")) {
         st->kind = RT_DEC_STRIP;
         if ((r = rt_tokj_get_str(c, obj, "content", path, &s, &len, NULL)))

@@ -1,4 +1,4 @@
-/* rt_tok_unicode.c - lenient UTF-8 decoding and character classes. */
+/* rt_tok_unicode.c - lenient UTF-8 decoding and White_Space. */
 #include "rt_tok_unicode.h"
 
 size_t rt_tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp)
@@ -39,6 +39,23 @@ size_t rt_tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp)
     return len;
 }
 
+size_t rt_tok_utf8_valid_len(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) { /* ASCII needs no decoding */
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        size_t l = rt_tok_utf8_next(s + i, n - i, &cp);
+        if (cp == RT_TOK_BAD_CP)
+            break;
+        i += l;
+    }
+    return i;
+}
+
 size_t rt_tok_utf8_put(uint32_t cp, uint8_t *out)
 {
     if (cp < 0x80) {
@@ -61,39 +78,6 @@ size_t rt_tok_utf8_put(uint32_t cp, uint8_t *out)
     out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
     out[3] = (uint8_t)(0x80 | (cp & 0x3F));
     return 4;
-}
-
-static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cp < r[mid][0])
-            hi = mid;
-        else if (cp > r[mid][1])
-            lo = mid + 1;
-        else
-            return 1;
-    }
-    return 0;
-}
-
-int rt_tok_is_letter(uint32_t cp)
-{
-    if (cp < 0x80)
-        return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
-    if (cp == RT_TOK_BAD_CP)
-        return 0;
-    return in_ranges(rt_tok_letter_ranges, rt_tok_letter_ranges_count, cp);
-}
-
-int rt_tok_is_number(uint32_t cp)
-{
-    if (cp < 0x80)
-        return cp >= '0' && cp <= '9';
-    if (cp == RT_TOK_BAD_CP)
-        return 0;
-    return in_ranges(rt_tok_number_ranges, rt_tok_number_ranges_count, cp);
 }
 
 int rt_tok_is_space(uint32_t cp)

@@ -112,14 +112,28 @@ int32_t rt_tokenizer_token_to_id(const rt_tokenizer *tok, const char *s,
     return rt_tok_vocab_find(tok, (const uint8_t *)(s ? s : ""), len);
 }
 
+const uint8_t *rt_tok_text(const rt_tokenizer *t, int32_t id, size_t *len)
+{
+    if (t->flags[id] & RT_TOK_F_NORMALIZED)
+        for (size_t i = 0; i < t->n_added; i++)
+            if (t->added[i].id == id) {
+                *len = t->added[i].nlen;
+                return t->added[i].ntext;
+            }
+    *len = t->tok_len[id];
+    return t->pool + t->tok_off[id];
+}
+
 const char *rt_tokenizer_id_to_token(const rt_tokenizer *tok, int32_t id,
                                      size_t *len)
 {
     if (!tok || id < 0 || (uint32_t)id >= tok->vocab_size || !tok->flags[id])
         return NULL;
+    size_t n;
+    const uint8_t *s = rt_tok_text(tok, id, &n);
     if (len)
-        *len = tok->tok_len[id];
-    return (const char *)tok->pool + tok->tok_off[id];
+        *len = n;
+    return (const char *)s;
 }
 
 int rt_tokenizer_is_special(const rt_tokenizer *tok, int32_t id)
@@ -132,25 +146,22 @@ int rt_tokenizer_is_special(const rt_tokenizer *tok, int32_t id)
 /* ---- encode ---- */
 
 typedef struct enc_work {
-    rt_tok_buf out; /* int32 ids */
-    rt_tok_buf cur, other, pieces, pieces2;
+    rt_tok_buf out;         /* int32 ids */
+    rt_tok_buf norm, ntmp;  /* a segment's normalized text */
+    rt_tok_buf raw_spans, norm_spans; /* added_span arrays */
+    rt_tok_work pre;        /* normalizer / pre-tokenizer scratch */
     rt_tok_bpe_work bpe;
 } enc_work;
 
-static mc_status encode_segment(const rt_tokenizer *t, enc_work *w,
-                                const uint8_t *s, size_t n, int at_start)
+/* BPE over every piece of w->pre (the pre-tokenized segment). */
+static mc_status encode_pieces(const rt_tokenizer *t, enc_work *w)
 {
-    if (n == 0)
-        return MC_OK;
-    mc_status r = rt_tok_pretokenize(t, s, n, at_start, &w->cur, &w->other,
-                                     &w->pieces, &w->pieces2);
-    if (r)
-        return r;
-    size_t np = w->pieces.len / sizeof(rt_tok_piece);
+    mc_status r;
+    size_t np = w->pre.pieces.len / sizeof(rt_tok_piece);
     for (size_t k = 0; k < np; k++) {
         rt_tok_piece p;
-        memcpy(&p, w->pieces.p + k * sizeof p, sizeof p);
-        const uint8_t *s = w->cur.p + p.off;
+        memcpy(&p, w->pre.pieces.p + k * sizeof p, sizeof p);
+        const uint8_t *s = w->pre.cur.p + p.off;
         size_t start = 0;
         if (t->chunk) {
             /* cut before a symbol run that follows another character */
@@ -174,38 +185,162 @@ static mc_status encode_segment(const rt_tokenizer *t, enc_work *w,
     return MC_OK;
 }
 
-static int is_ascii_space(uint8_t c)
+/* A stretch of a text: an added token (id >= 0) or text for the model. */
+typedef struct added_span {
+    size_t start, end; /* bytes */
+    int32_t id;        /* -1: not an added token */
+} added_span;
+
+#define SPANS(b) ((const added_span *)(const void *)(b)->p)
+#define NSPANS(b) ((b)->len / sizeof(added_span))
+
+/* The character before s[i] (i > 0), decoded from its start. */
+static uint32_t char_before(const uint8_t *s, size_t i)
 {
-    return c == ' ' || (c >= 0x09 && c <= 0x0D);
+    size_t k = i - 1, back = 0;
+    while (k > 0 && back < 3 && (s[k] & 0xC0) == 0x80) {
+        k--;
+        back++;
+    }
+    uint32_t cp;
+    if (rt_tok_utf8_next(s + k, i - k, &cp) != i - k)
+        return RT_TOK_BAD_CP;
+    return cp;
 }
 
-/* Longest added token at s[i..n), or NULL. */
-static const rt_tok_added *match_added(const rt_tokenizer *t, const uint8_t *s,
-                                       size_t n, size_t i)
+/* Rust regex \w on one character (single_word). */
+static int is_word_char(const rt_tokenizer *t, uint32_t cp)
 {
-    if (!t->added_first[s[i]])
-        return NULL;
-    for (size_t k = 0; k < t->n_added; k++) {
-        const rt_tok_added *a = &t->added[k];
-        if (a->len <= n - i && a->text[0] == s[i] &&
-            memcmp(a->text, s + i, a->len) == 0)
-            return a;
+    uint8_t u[4];
+    size_t n;
+    rt_tok_span *sp = NULL;
+    size_t ns = 0, cap = 0;
+    if (cp == RT_TOK_BAD_CP || !t->word_re)
+        return 0;
+    n = rt_tok_utf8_put(cp, u);
+    rt_tok_re_scratch *sc = rt_tok_re_scratch_new();
+    int word = 0;
+    if (sc && rt_tok_re_split(t->word_re, NULL, 0, 0, -1, sc, u, n, &sp, &ns,
+                              &cap) == MC_OK)
+        word = ns == 1 && sp[0].match;
+    mc_free(sp);
+    rt_tok_re_scratch_free(sc);
+    return word;
+}
+
+/* Hugging Face's AddedVocabulary::find_matches over s[0..n) for one set of
+ * added tokens (normalized or not): leftmost-longest matches, single_word
+ * matches between non-word characters only, lstrip / rstrip taking the
+ * White_Space beside the token.  Appends spans covering s to out. */
+static int added_spans(const rt_tokenizer *t, int normalized, const uint8_t *s,
+                       size_t n, rt_tok_buf *out)
+{
+    size_t pos = 0, start_offset = 0;
+    out->len = 0;
+    while (pos < n) {
+        const rt_tok_added *a = NULL;
+        size_t i = pos;
+        for (; i < n && !a; i++) {
+            if (!t->added_first[normalized][s[i]])
+                continue;
+            for (size_t k = 0; k < t->n_added && !a; k++) {
+                const rt_tok_added *c = &t->added[k];
+                const uint8_t *txt = normalized ? c->ntext : c->text;
+                size_t len = normalized ? c->nlen : c->len;
+                if (c->normalized == normalized && len && len <= n - i &&
+                    txt[0] == s[i] && memcmp(txt, s + i, len) == 0)
+                    a = c;
+            }
+        }
+        if (!a)
+            break;
+        size_t start = i - 1, stop = start + (normalized ? a->nlen : a->len);
+        pos = stop; /* the search goes on after the match, kept or not */
+        if (a->single_word) {
+            uint32_t cp;
+            if ((start > 0 && is_word_char(t, char_before(s, start))) ||
+                (stop < n && (rt_tok_utf8_next(s + stop, n - stop, &cp),
+                              is_word_char(t, cp))))
+                continue;
+        }
+        if (a->lstrip) {
+            size_t b = start;
+            while (b > start_offset) {
+                uint32_t cp = char_before(s, b);
+                uint8_t u[4];
+                if (!rt_tok_is_space(cp))
+                    break;
+                b -= rt_tok_utf8_put(cp, u);
+            }
+            start = b;
+        }
+        if (a->rstrip) {
+            while (stop < n) {
+                uint32_t cp;
+                size_t l = rt_tok_utf8_next(s + stop, n - stop, &cp);
+                if (!rt_tok_is_space(cp))
+                    break;
+                stop += l;
+            }
+        }
+        added_span gap = {start_offset, start, -1}, tok = {start, stop, a->id};
+        if ((start_offset < start && !rt_tok_buf_append(out, &gap, sizeof gap)) ||
+            !rt_tok_buf_append(out, &tok, sizeof tok))
+            return 0;
+        start_offset = stop;
+        if (pos < stop)
+            pos = stop;
     }
-    return NULL;
+    added_span rest = {start_offset, n, -1};
+    return start_offset >= n || rt_tok_buf_append(out, &rest, sizeof rest);
+}
+
+static int emit_id(enc_work *w, int32_t id)
+{
+    return rt_tok_buf_append(&w->out, &id, sizeof id);
+}
+
+/* Text between raw-matched added tokens: normalize, find the normalized
+ * added tokens, pre-tokenize and BPE the rest. */
+static mc_status encode_segment(const rt_tokenizer *t, enc_work *w,
+                                const uint8_t *s, size_t n, int at_start)
+{
+    int lost = 0;
+    mc_status r = rt_tok_normalize(t, s, n, &w->norm, &w->ntmp, &w->pre,
+                                   &lost);
+    if (r)
+        return r;
+    if (!added_spans(t, 1, w->norm.p, w->norm.len, &w->norm_spans))
+        return MC_ERR_NOMEM;
+    for (size_t k = 0; k < NSPANS(&w->norm_spans); k++) {
+        added_span sp = SPANS(&w->norm_spans)[k];
+        if (sp.id >= 0) {
+            if (!emit_id(w, sp.id))
+                return MC_ERR_NOMEM;
+            continue;
+        }
+        r = rt_tok_pretokenize(t, w->norm.p + sp.start, sp.end - sp.start,
+                               at_start && !lost && sp.start == 0, &w->pre);
+        if (!r)
+            r = encode_pieces(t, w);
+        if (r)
+            return r;
+    }
+    return MC_OK;
 }
 
 static int emit_template(const rt_tokenizer *t, enc_work *w, int before)
 {
     size_t i = 0;
     while (i < t->n_tmpl && t->tmpl[i] >= 0 && before)
-        if (!rt_tok_buf_append(&w->out, &t->tmpl[i++], sizeof(int32_t)))
+        if (!emit_id(w, t->tmpl[i++]))
             return 0;
     if (before)
         return 1;
     while (i < t->n_tmpl && t->tmpl[i] >= 0)
         i++;
     for (i++; i < t->n_tmpl; i++)
-        if (!rt_tok_buf_append(&w->out, &t->tmpl[i], sizeof(int32_t)))
+        if (!emit_id(w, t->tmpl[i]))
             return 0;
     return 1;
 }
@@ -225,28 +360,16 @@ mc_status rt_tokenizer_encode(const rt_tokenizer *tok, const char *text,
     mc_status r = MC_OK;
     if (add_special && !emit_template(tok, &w, 1))
         r = MC_ERR_NOMEM;
-    size_t seg = 0, i = 0;
-    while (!r && i < len) {
-        const rt_tok_added *a = match_added(tok, s, len, i);
-        if (!a) {
-            i++;
-            continue;
-        }
-        size_t end = i;
-        if (a->lstrip)
-            while (end > seg && is_ascii_space(s[end - 1]))
-                end--;
-        r = encode_segment(tok, &w, s + seg, end - seg, seg == 0);
-        if (!r && !rt_tok_buf_append(&w.out, &a->id, sizeof a->id))
-            r = MC_ERR_NOMEM;
-        i += a->len;
-        if (a->rstrip)
-            while (i < len && is_ascii_space(s[i]))
-                i++;
-        seg = i;
+    if (!r && !added_spans(tok, 0, s, len, &w.raw_spans))
+        r = MC_ERR_NOMEM;
+    for (size_t k = 0; !r && k < NSPANS(&w.raw_spans); k++) {
+        added_span sp = SPANS(&w.raw_spans)[k];
+        if (sp.id >= 0)
+            r = emit_id(&w, sp.id) ? MC_OK : MC_ERR_NOMEM;
+        else
+            r = encode_segment(tok, &w, s + sp.start, sp.end - sp.start,
+                               sp.start == 0);
     }
-    if (!r)
-        r = encode_segment(tok, &w, s + seg, len - seg, seg == 0);
     if (!r && add_special && !emit_template(tok, &w, 0))
         r = MC_ERR_NOMEM;
     size_t count = w.out.len / sizeof(int32_t);
@@ -261,13 +384,16 @@ mc_status rt_tokenizer_encode(const rt_tokenizer *tok, const char *text,
     } else if (r == MC_ERR_NOMEM) {
         mc_fail(err, r, NULL, NULL, -1, "out of memory while encoding");
     } else {
-        mc_fail(err, r, NULL, NULL, -1, "a pre-tokenized word is too long");
+        mc_fail(err, r, NULL, NULL, -1,
+                "a pre-tokenized word is too long, or a regex hit PCRE2's "
+                "match limit");
     }
     mc_free(w.out.p);
-    mc_free(w.cur.p);
-    mc_free(w.other.p);
-    mc_free(w.pieces.p);
-    mc_free(w.pieces2.p);
+    mc_free(w.norm.p);
+    mc_free(w.ntmp.p);
+    mc_free(w.raw_spans.p);
+    mc_free(w.norm_spans.p);
+    rt_tok_work_free(&w.pre);
     rt_tok_bpe_work_free(&w.bpe);
     return r;
 }
@@ -323,7 +449,7 @@ static int byte_token(const uint8_t *s, size_t n)
 
 /* Apply one decoder step: in -> out (out is cleared first). */
 static int decode_step(const rt_tokenizer *t, const rt_tok_step *st,
-                       const tok_list *in, tok_list *out)
+                       rt_tok_work *w, const tok_list *in, tok_list *out)
 {
     size_t cnt = list_count(in), n;
     out->bytes.len = out->spans.len = 0;
@@ -369,8 +495,7 @@ static int decode_step(const rt_tokenizer *t, const rt_tok_step *st,
         int ok = 1;
         switch (st->kind) {
         case RT_DEC_REPLACE:
-            ok = rt_tok_replace_into(&out->bytes, s, n, st->a, st->a_len, st->b,
-                                     st->b_len);
+            ok = rt_tok_replace_step(st, w, s, n, &out->bytes, NULL) == MC_OK;
             break;
         case RT_DEC_STRIP: {
             size_t b = 0, e = n;
@@ -442,6 +567,8 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
             !tok->flags[ids[i]])
             return MC_ERR_INVALID_ARG;
     tok_list a = {{0}}, b = {{0}};
+    rt_tok_work w; /* regex Replace decoders */
+    memset(&w, 0, sizeof w);
     mc_status r = MC_OK;
     for (size_t i = 0; i < n && !r; i++) {
         if (skip_special && (tok->flags[ids[i]] & RT_TOK_F_SPECIAL))
@@ -451,9 +578,10 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
         size_t start = a.bytes.len;
         int sep = !tok->has_decoder && list_count(&a) > 0;
         size_t span[2];
+        size_t tl;
+        const uint8_t *ts = rt_tok_text(tok, ids[i], &tl);
         if ((sep && !rt_tok_buf_append(&a.bytes, " ", 1)) ||
-            !rt_tok_buf_append(&a.bytes, tok->pool + tok->tok_off[ids[i]],
-                               tok->tok_len[ids[i]]))
+            !rt_tok_buf_append(&a.bytes, ts, tl))
             r = MC_ERR_NOMEM;
         span[0] = start;
         span[1] = a.bytes.len - start;
@@ -461,7 +589,7 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
             r = MC_ERR_NOMEM;
     }
     for (size_t k = 0; k < tok->n_dec && !r; k++) {
-        if (!decode_step(tok, &tok->dec[k], &a, &b)) {
+        if (!decode_step(tok, &tok->dec[k], &w, &a, &b)) {
             r = MC_ERR_NOMEM;
             break;
         }
@@ -494,5 +622,6 @@ mc_status rt_tokenizer_decode(const rt_tokenizer *tok, const int32_t *ids,
     mc_free(a.spans.p);
     mc_free(b.bytes.p);
     mc_free(b.spans.p);
+    rt_tok_work_free(&w);
     return r;
 }

@@ -1,34 +1,37 @@
 /*
  * rt_tokenizer.h - Hugging Face `tokenizer.json` BPE tokenizers, encode and
- * decode, without printing and without Python.
+ * decode, without printing and without Python.  docs/tokenizer.md lists
+ * what is read and how it was checked against the `tokenizers` library.
  *
- * Two families are read:
- *  - byte-level BPE (GPT-2, Llama-3, Qwen2): pre-tokenizer ByteLevel (with the
- *    GPT-2 split regex) or Sequence[Split(regex), ByteLevel(use_regex=false)],
- *    decoder ByteLevel.  The Split regexes are recognised by their exact text
- *    (GPT-2, Llama-3 and Qwen2 patterns, hand-compiled matchers); any other
- *    regex is MC_ERR_UNSUPPORTED.
- *  - SentencePiece-style BPE (Llama-2, Mistral): pre-tokenizer Metaspace
- *    (prepend_scheme first/always/never or legacy add_prefix_space, split
- *    true/false), or the legacy normalizer Sequence[Prepend "▁", Replace " "
- *    -> "▁"] with no pre-tokenizer; byte_fallback to <0xNN> tokens; decoders
- *    Metaspace or Sequence[Replace, ByteFallback, Fuse, Strip].
- * model.merges may be ["a b", ...] or [["a", "b"], ...]; ignore_merges,
- * unk_token, fuse_unk and added_tokens are honoured; post_processor
- * TemplateProcessing (single template) gives the special tokens that
- * add_special puts around the text; ByteLevel post-processors add nothing.
+ * The pipeline is Hugging Face's: added tokens are cut out of the raw text
+ * (those with "normalized": false), the rest is normalized, normalized added
+ * tokens are cut out of that, the pieces are pre-tokenized and BPE-encoded,
+ * and the post-processor's TemplateProcessing (single template) adds the
+ * special tokens.  Read, in any Sequence:
+ *  - normalizers NFC, NFD, NFKC, NFKD (utf8proc), Lowercase, Strip,
+ *    StripAccents, Prepend, Replace (string or regex);
+ *  - pre-tokenizers Split (string or regex; Removed, Isolated,
+ *    MergedWithPrevious, MergedWithNext, Contiguous; invert), Digits,
+ *    ByteLevel (add_prefix_space, use_regex), Metaspace (prepend_scheme
+ *    first / always / never or legacy add_prefix_space, split), Whitespace,
+ *    WhitespaceSplit, Punctuation, BertPreTokenizer, CharDelimiterSplit;
+ *    regexes run on PCRE2 (rt_tok_regex.h says how Oniguruma's are
+ *    translated, and what is refused);
+ *  - decoders ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace;
+ *  - the BPE model: merges as ["a b", ...] or [["a", "b"], ...],
+ *    byte_fallback, ignore_merges, unk_token, fuse_unk;
+ *  - added_tokens with special, lstrip, rstrip, single_word, normalized.
+ * Anything else (another model, normalizer, pre-tokenizer, decoder or
+ * post-processor type, BPE dropout, a regex without a faithful translation)
+ * is MC_ERR_UNSUPPORTED at load, naming the field and what it is; nothing
+ * is approximated.
  *
  * Behaviour that differs from the Hugging Face library, on purpose:
- *  - encode accepts any bytes: an invalid UTF-8 byte is one character of
- *    its own class ("other"); byte-level and byte_fallback vocabularies
- *    encode it losslessly.
+ *  - encode accepts any bytes: an invalid UTF-8 byte is a character of its
+ *    own that no regex class matches and normalizers pass through;
+ *    byte-level and byte_fallback vocabularies encode it losslessly.
  *  - decode returns the exact bytes; it does not replace invalid UTF-8 with
  *    U+FFFD (so concatenated partial decodes keep multi-byte characters).
- *  - added tokens are all matched on the raw text (HF matches "normalized"
- *    ones after normalization; identical for the supported normalizers);
- *    single_word is ignored; lstrip/rstrip absorb ASCII whitespace only;
- *    the NFC normalizer is taken as the identity
- *    (inputs are assumed to be NFC already).
  *
  * Input is untrusted: every JSON field is type-checked and errors name the
  * file and the field (e.g. "model.merges[17]").  Ids are int32 in
@@ -99,7 +102,9 @@ int32_t rt_tokenizer_token_to_id(const rt_tokenizer *tok, const char *s,
                                  size_t len);
 
 /* Stored text of token id (borrowed, valid until rt_tokenizer_free; not
- * NUL-terminated), its length in *len; NULL if id names no token. */
+ * NUL-terminated), its length in *len; NULL if id names no token.  An added
+ * token with "normalized": true is given in its normalized form (what
+ * decode shows, as Hugging Face's id_to_token does). */
 const char *rt_tokenizer_id_to_token(const rt_tokenizer *tok, int32_t id,
                                      size_t *len);
 

@@ -296,6 +296,15 @@ static void test_mrun_text_prompt_uses_tokenizer_beside_model(void **st)
     assert_int_equal(mrun("%s --prompt 'ab' --max-new-tokens 2 --json -q "
                           "--ignore-eos", dir), 0);
     assert_non_null(strstr(g_out, "\"text\": \""));
+    /* a tokenizer.json that cannot be loaded: the user sees why */
+    static const char bad[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, "
+        "\"normalizer\": {\"type\": \"Precompiled\"}}";
+    assert_int_equal(tu_write_file(tok, bad, sizeof bad - 1), 0);
+    assert_int_equal(mrun("%s --prompt 'ab' --max-new-tokens 2", dir), 1);
+    assert_non_null(strstr(g_err, "could not be loaded"));
+    assert_non_null(strstr(g_err, "normalizer"));
+    assert_non_null(strstr(g_err, "Precompiled"));
     tu_rmtree(dir);
     free(dir);
     free(tok);

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "mc_alloc.h"
-#include "rt_tok_internal.h" /* rt_tok_pattern_match for the split tests */
+#include "rt_tok_regex.h" /* the Split machinery, tested directly */
 #include "rt_tokenizer.h"
 #include "testutil.h"
 
@@ -483,44 +483,107 @@ static void test_bytelevel_round_trips(void **state)
 
 /* ---- split regexes ----------------------------------------------------- */
 
-static void expect_split(int pattern, const char *text, const char *const *want,
-                         size_t n_want)
+static const char PAT_GPT2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
+    "|\\s+(?!\\S)|\\s+";
+static const char PAT_LLAMA3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char PAT_QWEN2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* Cut text with an Oniguruma-flavoured pattern and behaviour, as a Split
+ * pre-tokenizer does; the pieces must be want[]. */
+static void expect_cut(const char *pattern, int invert, int behaviour,
+                       const char *text, const char *const *want,
+                       size_t n_want)
 {
-    const uint8_t *s = (const uint8_t *)text;
-    size_t n = strlen(text), i = 0, k = 0;
-    while (i < n) {
-        size_t m = rt_tok_pattern_match(pattern, s, n, i);
-        assert_true(m >= 1 && m <= n - i);
+    rt_tok_re *re = NULL;
+    char why[256];
+    assert_int_equal(rt_tok_re_compile(pattern, strlen(pattern), RT_RE_ONIG,
+                                       &re, why, sizeof why),
+                     MC_OK);
+    rt_tok_re_scratch *sc = rt_tok_re_scratch_new();
+    assert_non_null(sc);
+    rt_tok_span *sp = NULL;
+    size_t n = 0, cap = 0;
+    assert_int_equal(rt_tok_re_split(re, NULL, 0, invert, behaviour, sc,
+                                     (const uint8_t *)text, strlen(text), &sp,
+                                     &n, &cap),
+                     MC_OK);
+    for (size_t k = 0; k < n; k++) {
+        size_t m = sp[k].end - sp[k].start;
         if (k >= n_want || strlen(want[k]) != m ||
-            memcmp(want[k], s + i, m) != 0)
-            print_error("pattern %d on \"%s\": piece %zu is \"%.*s\"\n",
-                        pattern, text, k, (int)m, text + i);
+            memcmp(want[k], text + sp[k].start, m) != 0)
+            print_error("/%s/ on \"%s\": piece %zu is \"%.*s\"\n", pattern,
+                        text, k, (int)m, text + sp[k].start);
         assert_true(k < n_want);
         assert_int_equal(strlen(want[k]), m);
-        i += m;
-        k++;
     }
-    assert_int_equal(k, n_want);
+    assert_int_equal(n, n_want);
+    free(sp);
+    rt_tok_re_scratch_free(sc);
+    rt_tok_re_free(re);
 }
-#define SPLIT(p, text, ...)                                                    \
+#define CUT(p, inv, beh, text, ...)                                            \
     do {                                                                       \
         const char *const w_[] = {__VA_ARGS__};                                \
-        expect_split(p, text, w_, sizeof w_ / sizeof *w_);                     \
+        expect_cut(p, inv, beh, text, w_, sizeof w_ / sizeof *w_);             \
     } while (0)
+#define SPLIT(p, text, ...) CUT(p, 0, RT_SPLIT_ISOLATED, text, __VA_ARGS__)
 
 static void test_split_patterns_match_regex_semantics(void **state)
 {
     (void)state;
-    SPLIT(RT_PAT_GPT2, "Hello world  123 it's!!", "Hello", " world", " ",
+    SPLIT(PAT_GPT2, "Hello world  123 it's!!", "Hello", " world", " ",
           " 123", " it", "'s", "!!");
-    SPLIT(RT_PAT_GPT2, "A'S  \n x ", "A", "'", "S", "  \n", " x", " ");
-    SPLIT(RT_PAT_GPT2, "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC",
+    SPLIT(PAT_GPT2, "A'S  \n x ", "A", "'", "S", "  \n", " x", " ");
+    SPLIT(PAT_GPT2, "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC",
           "caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC");
-    SPLIT(RT_PAT_LLAMA3, "Hello world  12345 IT'S\n\n  x", "Hello", " world",
+    SPLIT(PAT_LLAMA3, "Hello world  12345 IT'S\n\n  x", "Hello", " world",
           " ", " ", "123", "45", " IT", "'S", "\n\n", " ", " x");
-    SPLIT(RT_PAT_LLAMA3, "(ok)...\r\n!x", "(ok", ")...\r\n", "!x");
-    SPLIT(RT_PAT_QWEN2, "x 2024", "x", " ", "2", "0", "2", "4");
-    assert_int_equal(rt_tok_pattern_from_regex("\\s+", 3), -1);
+    SPLIT(PAT_LLAMA3, "(ok)...\r\n!x", "(ok", ")...\r\n", "!x");
+    SPLIT(PAT_QWEN2, "x 2024", "x", " ", "2", "0", "2", "4");
+    /* U+0085 is White_Space (Oniguruma's \s), not PCRE2's \s */
+    SPLIT("\\s+", "a\xC2\x85" "b", "a", "\xC2\x85", "b");
+}
+
+static void test_split_behaviours_match_tokenizers(void **state)
+{
+    (void)state;
+    /* the examples of tokenizers' normalizer.rs tests */
+    const char *text = "The-final--countdown";
+    CUT("-", 0, RT_SPLIT_REMOVED, text, "The", "final", "countdown");
+    CUT("-", 0, RT_SPLIT_ISOLATED, text, "The", "-", "final", "-", "-",
+        "countdown");
+    CUT("-", 0, RT_SPLIT_MERGED_PREV, text, "The-", "final-", "-",
+        "countdown");
+    CUT("-", 0, RT_SPLIT_MERGED_NEXT, text, "The", "-final", "-",
+        "-countdown");
+    CUT("-", 0, RT_SPLIT_CONTIGUOUS, text, "The", "-", "final", "--",
+        "countdown");
+    CUT("-", 1, RT_SPLIT_REMOVED, text, "-", "-", "-");
+    CUT("-+", 1, RT_SPLIT_ISOLATED, text, "The", "-", "final", "--",
+        "countdown");
+    /* empty matches right after a match are skipped, as Rust's find_iter */
+    CUT("x*", 0, RT_SPLIT_ISOLATED, "axxb", "a", "xx", "b");
+}
+
+static void test_regex_refuses_what_it_cannot_translate(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"\\bword\\b", "[\\W]", "(?m:.)",
+                                      "[a-z&&[^aeiou]]", "\\h+", "(unclosed"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rt_tok_re *re = NULL;
+        char why[256] = "";
+        assert_int_equal(rt_tok_re_compile(bad[i], strlen(bad[i]), RT_RE_ONIG,
+                                           &re, why, sizeof why),
+                         MC_ERR_UNSUPPORTED);
+        assert_null(re);
+        assert_true(strlen(why) > 10);
+    }
 }
 
 /* ---- API contract ------------------------------------------------------ */
@@ -614,11 +677,18 @@ static const struct bad_case {
      MC_ERR_FORMAT, "added_tokens[0].special"},
     {R("\"added_tokens\":[{\"id\":3,\"content\":\"x\"},{\"id\":3,\"content\":\"y\"}]"),
      MC_ERR_FORMAT, "added_tokens[1]"},
-    {R("\"pre_tokenizer\":{\"type\":\"Whitespace\"}"), MC_ERR_UNSUPPORTED,
+    {R("\"pre_tokenizer\":{\"type\":\"UnicodeScripts\"}"), MC_ERR_UNSUPPORTED,
      "pre_tokenizer"},
-    {R("\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+\"},"
+    {R("\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\bx\"},"
        "\"behavior\":\"Isolated\",\"invert\":false}"), MC_ERR_UNSUPPORTED,
      "pre_tokenizer"},
+    {R("\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(x\"},"
+       "\"behavior\":\"Isolated\",\"invert\":false}"), MC_ERR_UNSUPPORTED,
+     "pre_tokenizer"},
+    {R("\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"x\"},"
+       "\"behavior\":\"Sideways\"}"), MC_ERR_FORMAT, "pre_tokenizer.behavior"},
+    {R("\"pre_tokenizer\":{\"type\":\"Digits\",\"individual_digits\":1}"),
+     MC_ERR_FORMAT, "pre_tokenizer.individual_digits"},
     {R("\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"ab\"}"),
      MC_ERR_FORMAT, "pre_tokenizer.replacement"},
     {R("\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"_\","
@@ -630,8 +700,12 @@ static const struct bad_case {
      MC_ERR_FORMAT, "pre_tokenizer.pretokenizers[0]"},
     {R("\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"use_regex\":0}"),
      MC_ERR_FORMAT, "pre_tokenizer.use_regex"},
-    {R("\"normalizer\":{\"type\":\"Lowercase\"}"), MC_ERR_UNSUPPORTED,
+    {R("\"normalizer\":{\"type\":\"Precompiled\"}"), MC_ERR_UNSUPPORTED,
      "normalizer"},
+    {R("\"normalizer\":{\"type\":\"Strip\",\"strip_left\":\"yes\"}"),
+     MC_ERR_FORMAT, "normalizer.strip_left"},
+    {R("\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"[\\\\W]\"},"
+       "\"content\":\"\"}"), MC_ERR_UNSUPPORTED, "normalizer"},
     {R("\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"}}"),
      MC_ERR_FORMAT, "normalizer.content"},
     {R("\"normalizer\":{\"type\":\"Replace\",\"pattern\":\" \",\"content\":\"x\"}"),
@@ -970,6 +1044,8 @@ int main(void)
         cmocka_unit_test(test_bytelevel_ignore_merges_takes_whole_words),
         cmocka_unit_test(test_bytelevel_round_trips),
         cmocka_unit_test(test_split_patterns_match_regex_semantics),
+        cmocka_unit_test(test_split_behaviours_match_tokenizers),
+        cmocka_unit_test(test_regex_refuses_what_it_cannot_translate),
         cmocka_unit_test(test_encode_reports_needed_size),
         cmocka_unit_test(test_decode_checks_ids_and_size),
         cmocka_unit_test(test_tokenizer_rejects_malformed_files),
