@@ -15,5 +15,6 @@ int cmp_cli_plan(int argc, char **argv);    /* mcompile plan ... */
 int cmp_cli_compile(int argc, char **argv); /* mcompile MODEL --target ... */
 int cmp_cli_inspect(int argc, char **argv); /* mcompile inspect ... */
 int cmp_cli_eval(int argc, char **argv);    /* mcompile eval ... */
+int cmp_cli_export(int argc, char **argv);  /* mcompile export ... */
 
 #endif /* CMP_CLI_H */

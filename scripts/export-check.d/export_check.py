@@ -1,0 +1,202 @@
+"""export_check.py - `mcompile export` against the engines (run by
+scripts/export-check; not part of CI).
+
+For each case (a model and a compile), the artifact runs in our runtime
+(mcrt_logits) and its two exports run where users would run them:
+  GGUF               -> llama.cpp (llama_logits, built from the
+                        llama-cpp-python sdist)
+  compressed-tensors -> transformers + compressed-tensors (float32)
+On the same prompt ids each prints the logits at every position and 64
+greedy ids.  Reported per export: mean and max KL(ours || engine) over
+the positions, top-1 agreement, and how many of the 64 greedy ids are
+identical (the count up to the first difference).  gguf-py's reader also
+checks the file's metadata types and tensor shapes.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+WORK = os.path.join(BUILD, "export-check", "work")
+MCOMPILE = os.path.join(BUILD, "mcompile")
+MCRT = os.path.join(BUILD, "export-check", "mcrt_logits")
+LLAMA = os.path.join(BUILD, "export-check", "llama_logits")
+SHARED = os.path.join(ROOT, "..", "shared")
+NGEN = 64
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), r.returncode,
+                                                   r.stderr.strip()[-2000:]))
+    return r.stdout
+
+
+def logits_of(tool, model, ids, vocab):
+    out = os.path.join(WORK, "logits.f32")
+    greedy = run([tool, model, " ".join(map(str, ids)), str(NGEN), out])
+    lg = np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)[:, :vocab]
+    return lg.astype(np.float64), [int(x) for x in greedy.split()]
+
+
+def transformers_logits(d, ids):
+    import torch
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    kw = {}
+    if "quantization_config" in json.load(open(os.path.join(d, "config.json"))):
+        # dequantize at load: transformers 5.24 + compressed-tensors 0.20
+        # build the compressed layout on the meta device without packing
+        # the asymmetric zero points, so a packed weight_zero_point (what
+        # compress() writes and vLLM reads) does not fit their shapes;
+        # the dequantize path runs compressed-tensors' own decompress().
+        kw["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, **kw)
+    m.eval()
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        lg = m(x).logits[0].double().numpy()
+        out = []
+        seq = list(ids)
+        for _ in range(NGEN):  # greedy by hand: no EOS, no generation config
+            nxt = int(m(torch.tensor([seq])).logits[0, -1].argmax())
+            out.append(nxt)
+            seq.append(nxt)
+    return lg, out
+
+
+def compare(ref, ref_ids, lg, ids):
+    def logsm(a):
+        a = a - a.max(axis=1, keepdims=True)
+        return a - np.log(np.exp(a).sum(axis=1, keepdims=True))
+    lp, lq = logsm(ref), logsm(lg)
+    kld = (np.exp(lp) * (lp - lq)).sum(axis=1)
+    same = 0
+    while same < min(len(ids), len(ref_ids)) and ids[same] == ref_ids[same]:
+        same += 1
+    return {"kld_mean": float(kld.mean()), "kld_max": float(kld.max()),
+            "top1": float((ref.argmax(1) == lg.argmax(1)).mean()),
+            "greedy_same": same, "greedy_of": len(ref_ids)}
+
+
+def check_gguf_file(path):
+    import gguf
+    r = gguf.GGUFReader(path)
+    arch = r.fields["general.architecture"].contents()
+    for k in ("context_length", "embedding_length", "block_count",
+              "attention.head_count", "attention.head_count_kv"):
+        f = r.fields["%s.%s" % (arch, k)]
+        assert f.types == [gguf.GGUFValueType.UINT32], k
+    types = sorted({t.tensor_type.name for t in r.tensors})
+    return arch, types
+
+
+def one_case(name, model, compile_args, ids, vocab, gguf_args=()):
+    os.makedirs(WORK, exist_ok=True)
+    mca = os.path.join(WORK, name + ".mca")
+    run([MCOMPILE, model, "--target", "4G", "-q", "-o", mca] + compile_args)
+    ref, ref_ids = logits_of(MCRT, mca, ids, vocab)
+    res = {"case": name, "compile": " ".join(compile_args)}
+    g = os.path.join(WORK, name + ".gguf")
+    run([MCOMPILE, "export", mca, "--format", "gguf", "-o", g] + list(gguf_args))
+    arch, types = check_gguf_file(g)
+    lg, gi = logits_of(LLAMA, g, ids, vocab)
+    res["gguf"] = dict(compare(ref, ref_ids, lg, gi), arch=arch, types=types)
+    d = os.path.join(WORK, name + "-ct")
+    run([MCOMPILE, "export", mca, "--format", "compressed-tensors", "-o", d])
+    lg, ti = transformers_logits(d, ids)
+    res["compressed_tensors"] = compare(ref, ref_ids, lg, ti)
+    return res
+
+
+def no_window_copy(src, dst):
+    """The fixture with its sliding window removed (same weights)."""
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    p = os.path.join(dst, "config.json")
+    c = json.load(open(p))
+    c["sliding_window"] = None
+    c["use_sliding_window"] = False
+    json.dump(c, open(p, "w"), indent=2)
+    return dst
+
+
+def main():
+    cases = []
+    stories = os.path.join(SHARED, "models", "stories260k")
+    if os.path.isdir(stories):
+        ref = os.path.join(stories, "reference")
+        ids = [int(x) for x in open(os.path.join(ref, "eval_64x256.ids"))
+               .readline().split()][:32]
+        calib = os.path.join(ref, "calib_64x256.ids")
+        cases += [
+            ("stories-f32", stories, [], ids, 512, ()),
+            ("stories-int8", stories, ["--quant", "int8"], ids, 512, ()),
+            ("stories-int4g32", stories, ["--quant", "int4", "--group", "32"],
+             ids, 512, ()),
+            ("stories-int4g32-calib-rot", stories,
+             ["--quant", "int4", "--group", "32", "--calib", calib,
+              "--method", "rtn"], ids, 512, ()),
+        ]
+    else:
+        print("stories260k not found in ../shared: skipped")
+    fx = os.path.join(BUILD, "fixtures")
+    ids = [1] + [(7 * i + 3) % 256 for i in range(31)]
+    mistral_nw = no_window_copy(os.path.join(fx, "mistral"),
+                                os.path.join(WORK, "mistral-nowindow"))
+    qwen2_nw = no_window_copy(os.path.join(fx, "qwen2"),
+                              os.path.join(WORK, "qwen2-nowindow"))
+    cases += [
+        ("llama-f32", os.path.join(fx, "llama"), [], ids, 256, ()),
+        ("llama-int8", os.path.join(fx, "llama"), ["--quant", "int8"], ids,
+         256, ()),
+        ("llama-int4g32", os.path.join(fx, "llama"),
+         ["--quant", "int4", "--group", "32"], ids, 256, ()),
+        ("llama-int4g64", os.path.join(fx, "llama"),
+         ["--quant", "int4", "--group", "64"], ids, 256, ()),
+        ("llama-bias-int8", os.path.join(fx, "llama-bias"),
+         ["--quant", "int8"], ids, 256, ()),
+        ("mistral-int4g32", os.path.join(fx, "mistral"),
+         ["--quant", "int4", "--group", "32"], ids, 256,
+         ("--ignore-sliding-window",)),
+        ("mistral-nowindow-int4g32", mistral_nw,
+         ["--quant", "int4", "--group", "32"], ids, 256, ()),
+        ("qwen2-int8", os.path.join(fx, "qwen2"), ["--quant", "int8"], ids,
+         256, ("--ignore-sliding-window",)),
+        ("qwen2-nowindow-int8", qwen2_nw, ["--quant", "int8"], ids, 256, ()),
+        ("qwen2-nowindow-int4g32", qwen2_nw,
+         ["--quant", "int4", "--group", "32"], ids, 256, ()),
+    ]
+    only = sys.argv[1:]
+    results, bad = [], 0
+    for c in cases:
+        if only and c[0] not in only:
+            continue
+        try:
+            r = one_case(*c)
+        except Exception as e:  # report and go on with the other cases
+            r = {"case": c[0], "error": str(e)[-1500:]}
+            bad += 1
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    print("\n%-28s %-22s %-22s" % ("case", "gguf KLD / greedy", "c-t KLD / greedy"))
+    for r in results:
+        if "error" in r:
+            print("%-28s ERROR %s" % (r["case"], r["error"][:100]))
+            continue
+        g, t = r["gguf"], r["compressed_tensors"]
+        print("%-28s %.2e %2d/64        %.2e %2d/64" % (
+            r["case"], g["kld_mean"], g["greedy_same"], t["kld_mean"],
+            t["greedy_same"]))
+    json.dump(results, open(os.path.join(WORK, "results.json"), "w"), indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
