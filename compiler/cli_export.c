@@ -126,12 +126,9 @@ int cmp_cli_export(int argc, char **argv)
                rep.quantized, (unsigned long long)rep.bytes);
         if (rep.fallback)
             printf("  %zu quantized tensor%s written as float32 (exact "
-                   "dequantized values; first: %s): the format has no "
-                   "block for %s\n", rep.fallback,
+                   "dequantized values); first: %s: %s\n", rep.fallback,
                    rep.fallback == 1 ? "" : "s", rep.fallback_first,
-                   o.format == CMP_EXPORT_GGUF
-                       ? "rows that are not a multiple of 32"
-                       : "rows that are not whole int4 groups");
+                   rep.fallback_why);
         if (verbose)
             printf("  tokenizer: %s; largest input tensor %llu bytes (the "
                    "export holds about one tensor)\n", rep.tokenizer,

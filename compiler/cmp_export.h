@@ -61,6 +61,7 @@ typedef struct cmp_export_report {
     size_t quantized;         /* of those, in a quantized type */
     size_t fallback;          /* quantized in the input, written float32 */
     char fallback_first[128]; /* first such tensor's name */
+    char fallback_why[160];   /* and why the format cannot hold it */
     uint64_t bytes;           /* bytes written (all files) */
     uint64_t largest_tensor;  /* bytes of the largest input tensor */
     char tokenizer[64];       /* "llama (SPM) from tokenizer.json", "none" */

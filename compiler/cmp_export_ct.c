@@ -103,9 +103,13 @@ static mc_status classify(ctx *c, size_t i, const cmp_xtensor *t,
                            "float32 fallback)", t->name, t->rows, t->cols,
                            t->group, why);
         c->kind[i] = -2;
-        if (c->rep->fallback++ == 0)
+        if (c->rep->fallback++ == 0) {
             snprintf(c->rep->fallback_first, sizeof c->rep->fallback_first,
                      "%s", t->name);
+            snprintf(c->rep->fallback_why, sizeof c->rep->fallback_why,
+                     "%s", lin ? "its row is not a whole number of int4 "
+                               "groups" : "the engines load it dense");
+        }
         if ((lin || lm) && json_array_append_new(c->ignore, json_string(mod)))
             return nomem(c, t->name, err);
         return MC_OK;

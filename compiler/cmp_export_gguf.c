@@ -333,9 +333,13 @@ mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,
                          "float32 fallback)", t.name, t.rows, t.cols, t.cols);
             goto out;
         }
-        if (fb && rep->fallback++ == 0)
+        if (fb && rep->fallback++ == 0) {
             snprintf(rep->fallback_first, sizeof rep->fallback_first, "%s",
                      t.name);
+            snprintf(rep->fallback_why, sizeof rep->fallback_why,
+                     "a row of %u is not a multiple of ggml's 32-element "
+                     "blocks", t.cols);
+        }
         uint32_t units = t.ndim == 1 ? t.cols : t.rows; /* permuted */
         if (qks[i] && permute && units % c->head_dim) {
             st = mc_fail(err, MC_ERR_SHAPE, out, t.name, -1,

@@ -65,7 +65,17 @@ static mc_status open_model(cmp_xsrc *s, mc_error *err)
     mc_status st = fmt_model_open(s->path, &s->model, err);
     if (st != MC_OK)
         return st;
-    st = fmt_config_load(fmt_model_config_path(s->model), &s->cfg, err);
+    /* read through fmt_file (sized to the file) rather than
+     * fmt_config_load, whose fixed 16 MiB read buffer would be most of an
+     * export's peak for a small model */
+    char *ctext;
+    size_t clen;
+    const char *cpath = fmt_model_config_path(s->model);
+    st = fmt_file_read(cpath, 16u << 20, "16 MiB", &ctext, &clen, err);
+    if (st != MC_OK)
+        return st;
+    st = fmt_config_parse(ctext, clen, cpath, &s->cfg, err);
+    mc_free(ctext);
     if (st != MC_OK)
         return st;
     size_t n = strlen(fmt_model_dir(s->model)) + 16;
