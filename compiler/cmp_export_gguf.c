@@ -253,13 +253,17 @@ static mc_status add_general(fmt_gguf_writer *w, const fmt_model_config *c,
                              const char *arch, uint32_t ftype,
                              const char *src, mc_error *err)
 {
+    /* the output's file name without ".gguf" names the model */
     const char *base = strrchr(src, '/');
     base = base && base[1] ? base + 1 : src;
+    size_t bl = strlen(base);
+    if (bl > 5 && strcmp(base + bl - 5, ".gguf") == 0)
+        bl -= 5;
     mc_status st;
     if ((st = fmt_gguf_add_string(w, "general.architecture", arch,
                                   strlen(arch), err)) != MC_OK ||
-        (st = fmt_gguf_add_string(w, "general.name", base, strlen(base),
-                                  err)) != MC_OK ||
+        (st = fmt_gguf_add_string(w, "general.name", base, bl, err)) !=
+            MC_OK ||
         (st = fmt_gguf_add_u32(w, "general.file_type", ftype, err)) != MC_OK ||
         (st = fmt_gguf_add_u32(w, "general.quantization_version", 2, err)) !=
             MC_OK)

@@ -96,6 +96,14 @@ static void gguf_name(const char *hf, char *out, size_t cap, int *qk)
     fail_msg("no GGUF name for %s", hf);
 }
 
+/* The Hugging Face row (or bias element) that GGUF row r holds: the
+ * converter's permute takes a head's [2][hd/2] to [hd/2][2]. */
+static uint32_t hf_row(uint32_t r, uint32_t hd, int permuted)
+{
+    uint32_t h = r / hd, w = r % hd;
+    return permuted ? h * hd + (w % 2) * (hd / 2) + w / 2 : r;
+}
+
 /* Every tensor of the artifact against the GGUF: same values within the
  * conversion's stated rounding (Q4_0 and F32 exact; Q8_0's scale and
  * Q4_1's m rounded to f16), q/k rows permuted per head as llama.cpp's
@@ -142,20 +150,11 @@ static int check_gguf_values(const char *mca, const char *gguf,
         if (t.ndim == 1) {
             cmp_xtensor_row_f32(&t, 0, a);
             assert_int_equal(tg_row_f32(g, 0, b), 0);
-            for (uint32_t e = 0; e < t.cols; e++) {
-                /* a q/k bias moves like the rows: (h, j, i) -> (h, i, j) */
-                uint32_t h = e / hd, w = e % hd;
-                uint32_t src = qk && permute
-                                   ? h * hd + (w % 2) * (hd / 2) + w / 2
-                                   : e;
-                assert_true(b[e] == a[src]);
-            }
+            for (uint32_t e = 0; e < t.cols; e++) /* biases move too */
+                assert_true(b[e] == a[hf_row(e, hd, qk && permute)]);
         }
         for (uint32_t r = 0; t.ndim == 2 && r < t.rows; r++) {
-            uint32_t h = r / hd, w = r % hd;
-            uint32_t src = qk && permute ? h * hd + (w % 2) * (hd / 2) + w / 2
-                                         : r;
-            cmp_xtensor_row_f32(&t, src, a);
+            cmp_xtensor_row_f32(&t, hf_row(r, hd, qk && permute), a);
             assert_int_equal(tg_row_f32(g, r, b), 0);
             double rowmax = 0;
             for (uint32_t k = 0; k < t.cols; k++)
