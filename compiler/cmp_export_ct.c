@@ -281,7 +281,7 @@ static json_t *quant_config(const ctx *c)
                               s->targets, "weights", wq, "input_activations",
                               "output_activations", "format",
                               "pack-quantized");
-        char name[16];
+        char name[24]; /* "group_" and an int */
         snprintf(name, sizeof name, "group_%d", k);
         if (!g || json_object_set_new(groups, name, g)) {
             json_decref(groups);

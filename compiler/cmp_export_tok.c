@@ -26,6 +26,8 @@
 #include "fmt_gguf.h"
 #include "mc_alloc.h"
 
+#define PAD_BYTES 24 /* "[PAD" + a u32 + "]" + NUL fits */
+
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4,
        TT_UNUSED = 5, TT_BYTE = 6 };
 
@@ -34,7 +36,7 @@ typedef struct tokv {
     size_t *len;        /* [n] */
     float *score;       /* [n] */
     int32_t *type;      /* [n] */
-    char *pads;         /* "[PAD<id>]" strings, 16 bytes each */
+    char *pads;         /* "[PAD<id>]" strings, PAD_BYTES each */
     size_t n;
 } tokv;
 
@@ -141,8 +143,8 @@ static mc_status fill_tokens(const json_t *root, const json_t *model,
     }
     for (size_t k = 0; k < v->n; k++)
         if (!v->text[k]) {
-            char *p = v->pads + 16 * k;
-            snprintf(p, 16, "[PAD%zu]", k);
+            char *p = v->pads + PAD_BYTES * k;
+            snprintf(p, PAD_BYTES, "[PAD%u]", (unsigned)k);
             v->text[k] = p;
             v->len[k] = strlen(p);
             v->type[k] = TT_UNUSED;
@@ -254,7 +256,7 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
     v.len = mc_calloc(v.n, sizeof *v.len);
     v.score = mc_calloc(v.n, sizeof *v.score);
     v.type = mc_calloc(v.n, sizeof *v.type);
-    v.pads = mc_calloc(v.n, 16);
+    v.pads = mc_calloc(v.n, PAD_BYTES);
     if (!v.text || !v.len || !v.score || !v.type || !v.pads) {
         st = mc_fail(err, MC_ERR_NOMEM, src, "tokenizer", -1, "out of memory");
         goto out;

@@ -149,6 +149,61 @@ def one_case(name, model, compile_args, ids, vocab, gguf_args=()):
     return res
 
 
+TOKENIZER_TEXTS = [
+    "Once upon a time, there was a little girl named Lily.",
+    "Hello world!  Two  spaces, a tab\tand\na newline.",
+    "caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001f600 (byte fallback)",
+    "   leading spaces and 1234567890 digits",
+]
+
+
+def tokenizer_case():
+    """llama.cpp's tokenizer from our GGUF metadata against Hugging Face
+    tokenizers on the same tokenizer.json (Mistral's, 32000 tokens), on a
+    generated one-layer Llama whose vocabulary is that tokenizer's."""
+    from safetensors.numpy import save_file
+    from tokenizers import Tokenizer
+    src = os.path.join(SHARED, "tokenizers", "mistral-7b-instruct-v0.1")
+    d = os.path.join(WORK, "tok-model")
+    os.makedirs(d, exist_ok=True)
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 1, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "vocab_size": 32000,
+           "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+           "hidden_act": "silu", "tie_word_embeddings": True,
+           "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    rng = np.random.default_rng(0)
+    t = {"model.embed_tokens.weight": rng.normal(0, .2, (32000, 64)),
+         "model.norm.weight": np.ones(64)}
+    p = "model.layers.0."
+    for n, sh in (("self_attn.q_proj", (64, 64)), ("self_attn.k_proj", (64, 64)),
+                  ("self_attn.v_proj", (64, 64)), ("self_attn.o_proj", (64, 64)),
+                  ("mlp.gate_proj", (128, 64)), ("mlp.up_proj", (128, 64)),
+                  ("mlp.down_proj", (64, 128))):
+        t[p + n + ".weight"] = rng.normal(0, .1, sh)
+    t[p + "input_layernorm.weight"] = np.ones(64)
+    t[p + "post_attention_layernorm.weight"] = np.ones(64)
+    save_file({k: v.astype(np.float32) for k, v in t.items()},
+              os.path.join(d, "model.safetensors"))
+    shutil.copy(os.path.join(src, "tokenizer.json"), d)
+    mca = os.path.join(WORK, "tok.mca")
+    run([MCOMPILE, d, "--target", "4G", "-q", "-o", mca])
+    g = os.path.join(WORK, "tok.gguf")
+    run([MCOMPILE, "export", mca, "--format", "gguf", "-o", g])
+    hf = Tokenizer.from_file(os.path.join(src, "tokenizer.json"))
+    same = 0
+    for text in TOKENIZER_TEXTS:
+        ours = [int(x) for x in run([LLAMA, "--tokenize", g, text]).split()]
+        ref = hf.encode(text).ids
+        same += ours == ref
+        if ours != ref:
+            print("tokenizer differs on %r:\n  llama.cpp %s\n  HF        %s"
+                  % (text, ours, ref))
+    return {"case": "tokenizer-mistral", "texts": len(TOKENIZER_TEXTS),
+            "identical": same}
+
+
 def no_window_copy(src, dst):
     """The fixture with its sliding window removed (same weights)."""
     if os.path.exists(dst):
@@ -210,6 +265,15 @@ def main():
     ]
     only = sys.argv[1:]
     results, bad = [], 0
+    if os.path.isdir(os.path.join(SHARED, "tokenizers")) and (
+            not only or "tokenizer-mistral" in only):
+        try:
+            r = tokenizer_case()
+            bad += r["identical"] != r["texts"]
+        except Exception as e:
+            r = {"case": "tokenizer-mistral", "error": str(e)[-1500:]}
+            bad += 1
+        print(json.dumps(r), flush=True)
     for c in cases:
         if only and c[0] not in only:
             continue
@@ -225,7 +289,7 @@ def main():
     print("%-26s %-16s %-16s %-16s %-16s" % (
         "case", "gguf", "gguf as f32", "gguf q vs f32", "c-t"))
     for r in results:
-        if "error" in r:
+        if "error" in r or "gguf" not in r:
             print("%-26s ERROR %s" % (r["case"], r["error"][:100]))
             continue
         cols = [r[k] for k in ("gguf", "gguf_dequant", "gguf_engine_only",

@@ -3,7 +3,9 @@
  * float32 [n][vocab], then print NGEN greedy ids (argmax, EOS ignored).
  * KV cache in f32 and flash attention off, like our runtime.
  *
- * usage: llama_logits MODEL.gguf "id id ..." NGEN LOGITS.f32 */
+ * usage: llama_logits MODEL.gguf "id id ..." NGEN LOGITS.f32
+ *        llama_logits --tokenize MODEL.gguf TEXT   (ids with BOS as the
+ *        file's add_bos_token says, on one line) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +28,33 @@ static void quiet(enum ggml_log_level l, const char *t, void *u)
         fputs(t, stderr);
 }
 
+static int tokenize(const char *path, const char *text)
+{
+    struct llama_model_params mp = llama_model_default_params();
+    mp.vocab_only = 1;
+    struct llama_model *m = llama_model_load_from_file(path, mp);
+    if (!m) {
+        fprintf(stderr, "llama.cpp could not load %s\n", path);
+        return 1;
+    }
+    llama_token ids[4096];
+    int n = llama_tokenize(llama_model_get_vocab(m), text, (int)strlen(text),
+                           ids, 4096, 1, 0);
+    if (n < 0)
+        return 1;
+    for (int i = 0; i < n; i++)
+        printf("%d%c", ids[i], i + 1 < n ? ' ' : '\n');
+    llama_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--tokenize") == 0) {
+        llama_log_set(quiet, NULL);
+        llama_backend_init();
+        return tokenize(argv[2], argv[3]);
+    }
     if (argc != 5) {
         fprintf(stderr, "usage: llama_logits MODEL.gguf IDS NGEN OUT.f32\n");
         return 2;
