@@ -7,8 +7,10 @@
  *   stay as they are; our int8 (per-row f32 scale) becomes Q8_0 (the row's
  *   scale rounded to f16 in every block, codes unchanged); int4 groups
  *   (any of g32/64/128: each 32-block repeats its group's parameters)
- *   become Q4_0 (symmetric, exact) or Q4_1 (asymmetric: d = scale,
- *   m = -scale * zero rounded to f16).  A row length that is not a multiple
+ *   become Q4_0 (symmetric, exact) or Q4_1 (asymmetric: exact would be
+ *   d = scale, m = -scale * zero, but m is an f16; (d, m) are chosen among
+ *   f16 neighbours for the least squared error over each block, never
+ *   more than m rounded to nearest).  A row length that is not a multiple
  *   of 32 has no ggml block form: such a tensor is written as F32 holding
  *   exactly our dequantized values (the stated fallback), or refused with
  *   strict.  llama.cpp's "llama" graph applies RoPE to adjacent pairs, so

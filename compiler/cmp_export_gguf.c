@@ -115,6 +115,45 @@ static int q4_at(const uint8_t *row, uint32_t c)
     return c & 1 ? row[c / 2] >> 4 : row[c / 2] & 15;
 }
 
+/* Q4_1's (d, m) for one block whose exact values are s * (q - z): d = s
+ * and m = -s z would be exact but m must be an f16, which rounds it by up
+ * to 2^-12 of |s z|, a shift of the whole block.  So d moves a few f16
+ * steps around s and m takes the f16 values next to -d z, and the pair
+ * with the least squared error over the block's 32 codes is kept (d = s
+ * with m rounded to nearest is among the candidates, so the error is at
+ * most that one's). */
+static void q4_1_params(const uint8_t *row, uint32_t c0, uint16_t s_bits,
+                        uint8_t z, uint8_t *blk)
+{
+    double s = fmt_f16_to_f32(s_bits), best = -1;
+    uint16_t bd = s_bits, bm = fmt_f32_to_f16((float)(-s * z));
+    for (int k = -3; k <= 3; k++) {
+        uint16_t db = (uint16_t)(s_bits + k);
+        double d = fmt_f16_to_f32(db);
+        if (!((db ^ s_bits) & 0x8000) && isfinite(d)) {
+            uint16_t m0 = fmt_f32_to_f16((float)(-d * z));
+            for (int j = -1; j <= 1; j++) {
+                uint16_t mb = (uint16_t)(m0 + j);
+                double m = fmt_f16_to_f32(mb), e = 0;
+                if (!isfinite(m) || ((mb ^ m0) & 0x8000))
+                    continue;
+                for (uint32_t c = 0; c < FMT_GGUF_QK; c++) {
+                    int v = q4_at(row, c0 + c);
+                    double diff = d * v + m - s * (v - z);
+                    e += diff * diff;
+                }
+                if (best < 0 || e < best) {
+                    best = e;
+                    bd = db;
+                    bm = mb;
+                }
+            }
+        }
+    }
+    put_u16(blk, bd);
+    put_u16(blk + 2, bm);
+}
+
 /* One row r of t as ggml type ty into out. */
 static mc_status convert_row(const cmp_xtensor *t, uint32_t r,
                              fmt_gguf_ttype ty, uint8_t *out, float *tmp,
@@ -159,8 +198,7 @@ static mc_status convert_row(const cmp_xtensor *t, uint32_t r,
         uint8_t *blk = out + (size_t)b * bsz, *qs = blk + 2;
         put_u16(blk, d);
         if (ty == FMT_GGUF_T_Q4_1) {
-            float m = -fmt_f16_to_f32(d) * (float)t->zeros[g];
-            put_u16(blk + 2, fmt_f32_to_f16(m));
+            q4_1_params(q, c0, d, t->zeros[g], blk);
             qs = blk + 4;
         }
         for (uint32_t j = 0; j < 16; j++)

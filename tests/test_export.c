@@ -156,21 +156,34 @@ static int check_gguf_values(const char *mca, const char *gguf,
         for (uint32_t r = 0; t.ndim == 2 && r < t.rows; r++) {
             cmp_xtensor_row_f32(&t, hf_row(r, hd, qk && permute), a);
             assert_int_equal(tg_row_f32(g, r, b), 0);
-            double rowmax = 0;
-            for (uint32_t k = 0; k < t.cols; k++)
-                rowmax = fmax(rowmax, fabs(a[k]));
+            uint32_t src = hf_row(r, hd, qk && permute);
             for (uint32_t k = 0; k < t.cols; k++) {
-                /* Q8_0: the row scale rounded to f16, 2^-11 relative;
-                 * Q4_1: m = f16(-d z), |d z| <= 15 d <= 2 max|w| */
-                double tol = 0;
-                if (g->type == FMT_GGUF_T_Q8_0)
-                    tol = fabs(a[k]) / 2048 + 1e-9;
-                if (g->type == FMT_GGUF_T_Q4_1)
-                    tol = 2 * rowmax / 2048 + 1e-7;
-                if (fabs(b[k] - a[k]) > tol)
+                /* Q8_0: the row scale rounded to f16, 2^-11 relative */
+                double tol = g->type == FMT_GGUF_T_Q8_0
+                                 ? fabs(a[k]) / 2048 + 1e-9 : 0;
+                if (g->type != FMT_GGUF_T_Q4_1 && fabs(b[k] - a[k]) > tol)
                     fail_msg("%s row %u col %u: gguf %g, artifact %g (%s)",
                              t.name, r, k, b[k], a[k],
                              fmt_gguf_ttype_name((fmt_gguf_ttype)g->type));
+            }
+            /* Q4_1: per 32-block, no more squared error than d = s with
+             * m = -s z rounded to the nearest f16 (a constant shift) */
+            for (uint32_t k0 = 0; g->type == FMT_GGUF_T_Q4_1 && k0 < t.cols;
+                 k0 += 32) {
+                uint32_t ng = (t.cols + t.group - 1) / t.group;
+                uint64_t gi = (uint64_t)src * ng + k0 / t.group;
+                uint16_t sb = (uint16_t)(t.scales[2 * gi] |
+                                         t.scales[2 * gi + 1] << 8);
+                double sc = fmt_f16_to_f32(sb), z = t.zeros[gi];
+                double shift = fmt_f16_to_f32(fmt_f32_to_f16(
+                                   (float)(-sc * z))) + sc * z;
+                double e = 0;
+                for (uint32_t k = k0; k < k0 + 32; k++)
+                    e += ((double)b[k] - a[k]) * ((double)b[k] - a[k]);
+                if (e > 32 * shift * shift * (1 + 1e-6) + 1e-12)
+                    fail_msg("%s row %u block %u: squared error %g over the "
+                             "nearest-m bound %g", t.name, r, k0 / 32, e,
+                             32 * shift * shift);
             }
         }
         free(a);
