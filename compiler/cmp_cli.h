@@ -17,6 +17,7 @@ int cmp_cli_plan(int argc, char **argv);    /* mcompile plan ... */
 int cmp_cli_compile(int argc, char **argv); /* mcompile MODEL --target ... */
 int cmp_cli_inspect(int argc, char **argv); /* mcompile inspect ... */
 int cmp_cli_eval(int argc, char **argv);    /* mcompile eval ... */
+int cmp_cli_export(int argc, char **argv);  /* mcompile export ... */
 
 /* "DIR[:WEIGHT]" of --lora (merge and compile): the part after the last
  * ':' is the weight when it reads as a number (then strictly: finite, in

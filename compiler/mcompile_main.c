@@ -4,6 +4,7 @@
  *   mcompile plan MODEL_OR_CONFIG --target SIZE ...   (cli_plan.c)
  *   mcompile inspect ARTIFACT [--verify] [--json]     (cli_inspect.c)
  *   mcompile eval ARTIFACT --ref MODEL --tokens FILE  (cli_eval.c)
+ *   mcompile export INPUT --format F -o OUT          (cli_export.c)
  *   mcompile MODEL --target SIZE [-o OUT.mca] ...     (cli_compile.c)
  */
 #include <stdio.h>
@@ -27,6 +28,7 @@ static const command commands[] = {
     {"plan", cmp_cli_plan, "memory plan of a model for a target size"},
     {"inspect", cmp_cli_inspect, "show (and --verify) a compiled artifact"},
     {"eval", cmp_cli_eval, "quantization quality: KLD, top-1, perplexity"},
+    {"export", cmp_cli_export, "write GGUF (llama.cpp) or compressed-tensors"},
 };
 
 static void usage(FILE *out)
