@@ -358,7 +358,11 @@ mc_status cmp_merge_open(const fmt_model *base, const cmp_adapter_spec *adapters
     if (!m)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     m->base = base;
-    mc_status st = open_into(m, adapters, n, err);
+    /* Both (all) cores compute rows; kn_pool_create(0) = online CPUs. */
+    m->pool = kn_pool_create(0);
+    mc_status st = m->pool ? open_into(m, adapters, n, err)
+                           : mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                                     "cannot start the merge's threads");
     if (st) {
         cmp_merge_close(m);
         return st;
@@ -372,6 +376,7 @@ void cmp_merge_close(cmp_merge *m)
     if (!m)
         return;
     cmp_merge_release_(m);
+    kn_pool_free(m->pool);
     for (size_t i = 0; i < m->n_tensors; i++)
         mc_free(m->tensors[i].ops);
     mc_free(m->tensors);
@@ -428,7 +433,7 @@ mc_status cmp_merge_tensor_f32(cmp_merge *m, const char *name, float *out,
                        fmt_dtype_name(t->src->dtype));
     uint64_t rows, cols;
     cmp_merge_dims_(t->src, &rows, &cols);
-    mc_status st = cmp_merge_rows_(m, t, 0, rows, out, err);
+    mc_status st = cmp_merge_rows_(m, t, 0, rows, FMT_DT_F32, out, err);
     cmp_merge_release_(m);
     return st;
 }

@@ -4,6 +4,7 @@
 #define CMP_MERGE_INTERNAL_H
 
 #include "cmp_merge.h"
+#include "kn_ops.h"
 
 typedef enum merge_op_kind {
     OP_DELTA = 0, /* LoRA delta (optionally DoRA) on a weight */
@@ -26,6 +27,7 @@ typedef struct merge_tensor {
     const fmt_st_tensor *src;    /* base tensor (embed_tokens for lm_head) */
     size_t shard;                /* output shard */
     int untied;                  /* lm_head written out of a tied model */
+    uint64_t hash;               /* of the bytes written (touched tensors) */
     merge_op *ops;               /* in application order; NULL if untouched */
     size_t n_ops, cap_ops;
 } merge_tensor;
@@ -40,18 +42,22 @@ struct cmp_merge {
     int untie;                   /* lm_head untied */
     size_t lora_modules, replaced;
     double max_abs_delta;        /* over tensors computed so far */
-    struct merge_prep *prep;     /* per-tensor prepared adapters (cmp_merge.c) */
+    struct merge_prep *prep;     /* per-tensor prepared adapters
+                                  * (cmp_merge_math.c) */
+    kn_pool *pool;               /* threads computing rows; NULL: one */
     cmp_merge_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     uint64_t progress_done, progress_total; /* output tensor bytes */
 };
 
 const merge_tensor *cmp_merge_find_(const cmp_merge *m, const char *name);
-/* Compute rows [row0, row0 + nrows) of tensor t as float32 into out
- * (nrows x cols).  Prepared state for t is built on first use and kept
- * until cmp_merge_release_(). */
+/* Compute rows [row0, row0 + nrows) of tensor t into out (nrows x cols
+ * elements of dt: F32, F16 or BF16), each rounded once from its double
+ * value, on m->pool's threads.  Prepared state for t is built on first
+ * use and kept until cmp_merge_release_(). */
 mc_status cmp_merge_rows_(cmp_merge *m, const merge_tensor *t, uint64_t row0,
-                          uint64_t nrows, float *out, mc_error *err);
+                          uint64_t nrows, fmt_dtype dt, void *out,
+                          mc_error *err);
 void cmp_merge_release_(cmp_merge *m);
 /* rows x cols view of a tensor (1-D: one row). */
 void cmp_merge_dims_(const fmt_st_tensor *t, uint64_t *rows, uint64_t *cols);

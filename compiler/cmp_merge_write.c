@@ -227,10 +227,71 @@ static void drop_pages(const fmt_st_tensor *t)
     drop_range(t->data, t->nbytes);
 }
 
+/* A streaming 64-bit check sum of the bytes written, independent of how
+ * they are chunked: four multiply-rotate lanes over 32-byte blocks (a few
+ * GB/s), so the output can be read back and compared with what was
+ * written at little cost.  Not cryptographic: it catches files that were
+ * replaced or truncated after we wrote them, not an adversary. */
+typedef struct wsum {
+    uint64_t lane[4];
+    unsigned char carry[32];
+    size_t nc;          /* bytes in carry */
+    uint64_t len;       /* bytes summed */
+} wsum;
+
+#define WSUM_P 0x9E3779B97F4A7C15ull
+
+static void wsum_init(wsum *s)
+{
+    memset(s, 0, sizeof *s);
+    for (int l = 0; l < 4; l++)
+        s->lane[l] = 0x243F6A8885A308D3ull + (uint64_t)l;
+}
+
+static inline void wsum_block(wsum *s, const unsigned char *p)
+{
+    for (int l = 0; l < 4; l++) {
+        uint64_t w, x;
+        memcpy(&w, p + 8 * l, 8);
+        x = s->lane[l] ^ w;
+        s->lane[l] = ((x << 29) | (x >> 35)) * WSUM_P;
+    }
+}
+
+static void wsum_add(wsum *s, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    s->len += n;
+    if (s->nc) {
+        size_t k = 32 - s->nc < n ? 32 - s->nc : n;
+        memcpy(s->carry + s->nc, p, k);
+        s->nc += k;
+        p += k;
+        n -= k;
+        if (s->nc < 32)
+            return;
+        wsum_block(s, s->carry);
+        s->nc = 0;
+    }
+    for (; n >= 32; n -= 32, p += 32)
+        wsum_block(s, p);
+    memcpy(s->carry, p, n);
+    s->nc = n;
+}
+
+static uint64_t wsum_end(wsum *s)
+{
+    memset(s->carry + s->nc, 0, 32 - s->nc);
+    wsum_block(s, s->carry);
+    uint64_t h = s->len * WSUM_P;
+    for (int l = 0; l < 4; l++)
+        h = (h ^ s->lane[l]) * WSUM_P + (uint64_t)l;
+    return h ^ (h >> 31);
+}
+
 static mc_status write_tensor(cmp_merge *m, fmt_st_writer *w,
-                              const merge_tensor *t, fmt_dtype dt,
-                              float *fbuf, void *obuf, uint64_t rows_per_chunk,
-                              mc_error *err)
+                              merge_tensor *t, fmt_dtype dt, void *obuf,
+                              uint64_t rows_per_chunk, mc_error *err)
 {
     mc_status st = MC_OK;
     if (t->n_ops == 0 && dt == t->src->dtype) {
@@ -249,33 +310,38 @@ static mc_status write_tensor(cmp_merge *m, fmt_st_writer *w,
     uint64_t rows, cols;
     cmp_merge_dims_(t->src, &rows, &cols);
     size_t es = fmt_dtype_size(dt);
+    wsum sum;
+    wsum_init(&sum);
     for (uint64_t r0 = 0; r0 < rows && st == MC_OK; r0 += rows_per_chunk) {
         uint64_t n = rows - r0 < rows_per_chunk ? rows - r0 : rows_per_chunk;
         size_t k = (size_t)(n * cols);
-        if ((st = cmp_merge_rows_(m, t, r0, n, fbuf, err)))
+        if ((st = cmp_merge_rows_(m, t, r0, n, dt, obuf, err)))
             break;
-        fmt_from_f32(dt, fbuf, obuf, k);
         if (dt == FMT_DT_F16)
             for (size_t j = 0; j < k; j++) {
                 uint16_t h;
                 memcpy(&h, (unsigned char *)obuf + 2 * j, 2);
                 if ((h & 0x7c00) == 0x7c00)
                     return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
-                                   "merged value %g overflows float16; use "
-                                   "--dtype bf16 or f32", (double)fbuf[j]);
+                                   "merged value at row %llu, column %llu "
+                                   "overflows float16; use --dtype bf16 or "
+                                   "f32", (unsigned long long)(r0 + j / cols),
+                                   (unsigned long long)(j % cols));
             }
+        wsum_add(&sum, obuf, k * es);
         st = fmt_st_writer_write(w, obuf, k * es, err);
         drop_range((const unsigned char *)t->src->data +
                            r0 * cols * fmt_dtype_size(t->src->dtype),
                        n * cols * fmt_dtype_size(t->src->dtype));
     }
+    t->hash = wsum_end(&sum);
     cmp_merge_release_(m);
     drop_pages(t->src);
     return st;
 }
 
 static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
-                             fmt_dtype out_dtype, float *fbuf, void *obuf,
+                             fmt_dtype out_dtype, void *obuf,
                              uint64_t *bytes, mc_error *err)
 {
     const char *name = fmt_model_shard_name(m->base, shard);
@@ -301,13 +367,13 @@ static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
     if (st == MC_OK)
         st = fmt_st_writer_begin_data(w, err);
     for (size_t i = 0; i < m->n_tensors && st == MC_OK; i++) {
-        const merge_tensor *t = &m->tensors[i];
+        merge_tensor *t = &m->tensors[i];
         if (t->shard != shard)
             continue;
         uint64_t rows, cols;
         cmp_merge_dims_(t->src, &rows, &cols);
         uint64_t rpc = cols ? (CHUNK_BYTES / 4) / cols : rows;
-        st = write_tensor(m, w, t, out_type(t, out_dtype), fbuf, obuf,
+        st = write_tensor(m, w, t, out_type(t, out_dtype), obuf,
                           rpc ? rpc : 1, err);
         m->progress_done +=
             t->src->nelem * fmt_dtype_size(out_type(t, out_dtype));
@@ -364,6 +430,21 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(a, b);
 }
 
+/* 1 if name is a file this merge writes itself: a shard of the base (any
+ * name: "tokenizer-00001-of-00002.safetensors" is a shard if the index
+ * says so), the index or config.json.  Such files are never copied from
+ * the base, whatever is_side_file thinks of their names. */
+static int is_ours(const cmp_merge *m, const char *name)
+{
+    if (strcmp(name, "config.json") == 0 ||
+        strcmp(name, "model.safetensors.index.json") == 0)
+        return 1;
+    for (size_t s = 0; s < fmt_model_shard_count(m->base); s++)
+        if (strcmp(name, fmt_model_shard_name(m->base, s)) == 0)
+            return 1;
+    return 0;
+}
+
 static mc_status copy_side_files(const cmp_merge *m, const char *dir,
                                  uint64_t *bytes, mc_error *err)
 {
@@ -376,7 +457,7 @@ static mc_status copy_side_files(const cmp_merge *m, const char *dir,
         return MC_OK;
     struct dirent *e;
     while ((e = readdir(d)) && n < 64)
-        if (is_side_file(e->d_name))
+        if (is_side_file(e->d_name) && !is_ours(m, e->d_name))
             snprintf(list[n++], sizeof list[0], "%s", e->d_name);
     closedir(d);
     qsort(list, n, sizeof list[0], cmp_names);
@@ -390,6 +471,59 @@ static mc_status copy_side_files(const cmp_merge *m, const char *dir,
             return st;
     }
     return MC_OK;
+}
+
+/* Read the written shards back: every tensor of the merge is there with
+ * its shape and output dtype, and every tensor an adapter changed has
+ * exactly the bytes computed for it (check sum).  This is what makes the
+ * report true: a later step that replaced a shard (once, copying a
+ * side file named like one) cannot pass unnoticed. */
+static mc_status verify_output(const cmp_merge *m, const char *dir,
+                               fmt_dtype out_dtype, mc_error *err)
+{
+    mc_status st = MC_OK;
+    for (size_t s = 0; st == MC_OK && s < fmt_model_shard_count(m->base); s++) {
+        char path[PATH_MAX];
+        if (!path_join(path, dir, fmt_model_shard_name(m->base, s)))
+            return mc_fail(err, MC_ERR_INVALID_ARG, dir, NULL, -1,
+                           "path too long");
+        fmt_st_file *f = NULL;
+        if ((st = fmt_st_open(path, &f, err)))
+            return st;
+        for (size_t i = 0; st == MC_OK && i < m->n_tensors; i++) {
+            const merge_tensor *t = &m->tensors[i];
+            if (t->shard != s)
+                continue;
+            const fmt_st_tensor *o = fmt_st_find(f, t->name);
+            if (!o || o->dtype != out_type(t, out_dtype) ||
+                o->nelem != t->src->nelem) {
+                st = mc_fail(err, MC_ERR_IO, path, t->name, -1,
+                             "merged output is not what was written: the "
+                             "tensor is %s (another file replaced this "
+                             "shard?)", o ? "of another dtype or size"
+                                          : "missing");
+                break;
+            }
+            if (t->n_ops == 0)
+                continue;
+            wsum sum;
+            wsum_init(&sum);
+            const unsigned char *p = o->data;
+            for (uint64_t off = 0; off < o->nbytes; off += CHUNK_BYTES) {
+                uint64_t k = o->nbytes - off < CHUNK_BYTES ? o->nbytes - off
+                                                           : CHUNK_BYTES;
+                wsum_add(&sum, p + off, (size_t)k);
+                drop_range(p + off, k);
+            }
+            if (wsum_end(&sum) != t->hash)
+                st = mc_fail(err, MC_ERR_IO, path, t->name, -1,
+                             "merged output is not what was written: the "
+                             "tensor's bytes differ from the merged values "
+                             "(another file replaced this shard?)");
+        }
+        fmt_st_close(f);
+    }
+    return st;
 }
 
 mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
@@ -415,10 +549,9 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
         maxcols = c > maxcols ? c : maxcols;
     }
     size_t fcap = CHUNK_BYTES / 4 > maxcols ? CHUNK_BYTES / 4 : (size_t)maxcols;
-    float *fbuf = mc_malloc_array(fcap, sizeof(float));
     void *obuf = mc_malloc_array(fcap, sizeof(float));
     fmt_atomic_dir *ad = NULL;
-    if (!fbuf || !obuf)
+    if (!obuf)
         st = mc_fail(err, MC_ERR_NOMEM, out_dir, NULL, -1, "out of memory");
     if (st == MC_OK)
         st = fmt_atomic_dir_create(out_dir, &ad, err);
@@ -429,15 +562,18 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
         m->progress_total += m->tensors[i].src->nelem *
                              fmt_dtype_size(out_type(&m->tensors[i], out_dtype));
     const char *dir = ad ? fmt_atomic_dir_path(ad) : NULL;
+    /* Side files first: even a name is_ours() missed cannot then replace a
+     * merged shard, and verify_output() checks the rest. */
+    if (st == MC_OK)
+        st = copy_side_files(m, dir, &bytes, err);
     for (size_t s = 0; st == MC_OK && s < fmt_model_shard_count(m->base); s++)
-        st = write_shard(m, dir, s, out_dtype, fbuf, obuf, &bytes, err);
+        st = write_shard(m, dir, s, out_dtype, obuf, &bytes, err);
     if (st == MC_OK && fmt_model_is_sharded(m->base))
         st = write_index(m, dir, out_dtype, &bytes, err);
     if (st == MC_OK)
         st = write_config(m, dir, out_dtype, &bytes, err);
     if (st == MC_OK)
-        st = copy_side_files(m, dir, &bytes, err);
-    mc_free(fbuf);
+        st = verify_output(m, dir, out_dtype, err);
     mc_free(obuf);
     if (st) {
         fmt_atomic_dir_abort(ad);
@@ -450,7 +586,8 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
         memset(report, 0, sizeof *report);
         report->tensors = m->n_tensors;
         for (size_t i = 0; i < m->n_tensors; i++)
-            report->tensors_touched += m->tensors[i].n_ops > 0;
+            report->tensors_touched +=
+                m->tensors[i].n_ops > 0 || m->tensors[i].untied;
         report->adapters = m->n_adapters;
         report->lora_modules = m->lora_modules;
         report->replaced = m->replaced;

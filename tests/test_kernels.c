@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fmt_dtype.h"
+#include "kn_lora.h"
 #include "kn_ops.h"
 #include "testutil.h"
 
@@ -377,6 +378,52 @@ static void test_kv_store_i8_quantizes_per_head(void **state)
     assert_true(vs[1] == 0.0f && v[1][0] == 0 && v[1][3] == 0);
 }
 
+/* The merge's delta product: the AVX2 path equals the scalar reference
+ * bit for bit (same summation order, no fused multiply-add) for every
+ * shape edge (rows not a multiple of 4, columns not a multiple of 8 or
+ * 4, rank 1), and both equal a plain double sum in k order. */
+static void test_lora_rows_avx2_equals_reference_bitwise(void **state)
+{
+    (void)state;
+    static const size_t shapes[][3] = {
+        {1, 1, 1}, {4, 8, 16}, {5, 13, 3}, {9, 67, 8}, {3, 4, 1}, {8, 1029, 16},
+    };
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        size_t nr = shapes[c][0], cols = shapes[c][1];
+        uint32_t r = (uint32_t)shapes[c][2];
+        size_t ldo = cols + 3;
+        double *L = malloc(nr * r * sizeof *L), *R = malloc(r * cols * sizeof *R);
+        double *o1 = malloc(nr * ldo * sizeof *o1), *o2 = malloc(nr * ldo * sizeof *o2);
+        assert_true(L && R && o1 && o2);
+        for (size_t i = 0; i < nr * r; i++)
+            L[i] = (double)tu_rng_f(&g_rng) * 0.3 + 1e-9 * tu_rng_f(&g_rng);
+        for (size_t i = 0; i < r * cols; i++)
+            R[i] = (double)tu_rng_f(&g_rng) / 7.0;
+        memset(o1, 0x5a, nr * ldo * sizeof *o1);
+        memset(o2, 0x5a, nr * ldo * sizeof *o2);
+        kn_ref_lora_rows(L, R, r, cols, nr, o1, ldo);
+        kn_set_force_scalar(0);
+        kn_lora_rows(L, R, r, cols, nr, o2, ldo);
+        for (size_t i = 0; i < nr; i++)
+            for (size_t j = 0; j < cols; j++) {
+                double want = 0;
+                for (uint32_t k = 0; k < r; k++) {
+                    double p = L[i * r + k] * R[k * cols + j];
+                    want += p;
+                }
+                assert_memory_equal(&o1[i * ldo + j], &want, sizeof want);
+                assert_memory_equal(&o2[i * ldo + j], &want, sizeof want);
+            }
+        /* the padding between rows is not written */
+        if (nr > 1)
+            assert_memory_equal(&o1[cols], &o2[cols], 3 * sizeof *o1);
+        free(L);
+        free(R);
+        free(o1);
+        free(o2);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_attention_sliding_window_and_ring_wrap),
         cmocka_unit_test(test_attention_f16_and_i8_kv_match_reference),
         cmocka_unit_test(test_kv_store_i8_quantizes_per_head),
+        cmocka_unit_test(test_lora_rows_avx2_equals_reference_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
