@@ -246,11 +246,36 @@ static mc_status add_module(cmp_merge *m, const fmt_peft_adapter *a,
     return add_op(b, &bop, err);
 }
 
+/* 1 if tensors a and b (same element count) hold the same values. */
+static int same_values(const fmt_st_tensor *a, const fmt_st_tensor *b)
+{
+    float x[512], y[512];
+    size_t ea = fmt_dtype_size(a->dtype), eb = fmt_dtype_size(b->dtype);
+    for (uint64_t i = 0; i < a->nelem; i += 512) {
+        size_t k = a->nelem - i < 512 ? (size_t)(a->nelem - i) : 512;
+        fmt_to_f32(a->dtype, (const unsigned char *)a->data + i * ea, x, k);
+        fmt_to_f32(b->dtype, (const unsigned char *)b->data + i * eb, y, k);
+        if (memcmp(x, y, k * sizeof *x) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 static mc_status add_replace(cmp_merge *m, const fmt_peft_adapter *a,
                              const fmt_peft_replace *r, int tied,
                              char *missing, size_t *n_missing, mc_error *err)
 {
     merge_tensor *t;
+    /* modules_to_save on a tied model's embedding: PEFT swaps in a trained
+     * copy of the module and the output layer keeps the original weight,
+     * so lm_head is written out (untied) with the original values.  A
+     * base_layer copy is loaded into the shared weight instead and stays
+     * tied. */
+    if (tied && !r->base_layer && strcmp(r->tensor, EMBED_NAME) == 0) {
+        mc_status st = lookup(m, LM_HEAD_NAME, tied, &t, err);
+        if (st)
+            return st;
+    }
     mc_status st = lookup(m, r->tensor, tied, &t, err);
     if (st)
         return st;
@@ -271,6 +296,10 @@ static mc_status add_replace(cmp_merge *m, const fmt_peft_adapter *a,
                        "in %d dimensions, base has %llu in %d",
                        (unsigned long long)r->t->nelem, r->t->ndim,
                        (unsigned long long)t->src->nelem, t->src->ndim);
+    /* PEFT saves the full base weight of an embedding / lm_head LoRA
+     * (save_embedding_layers); unchanged, it is no change at all. */
+    if (r->base_layer && same_values(t->src, r->t))
+        return MC_OK;
     if (t->n_ops)
         return mc_fail(err, MC_ERR_UNSUPPORTED, fmt_peft_dir(a), r->tensor, -1,
                        "tensor is replaced (modules_to_save / bias) after an "
