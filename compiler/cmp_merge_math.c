@@ -145,14 +145,17 @@ static void compute_rows(const struct merge_prep *p, prep_slot *s, uint64_t i0,
             pristine = 0;
             continue;
         }
-        kn_lora_rows(po->L + i0 * po->r, po->R, po->r, (size_t)cols,
-                     (size_t)n, s->tmp, (size_t)cols);
+        int apart = op->dora && !pristine; /* the delta is needed alone */
+        if (apart)
+            kn_lora_rows(po->L + i0 * po->r, po->R, po->r, (size_t)cols,
+                         (size_t)n, s->tmp, (size_t)cols);
+        else /* d += coef * delta */
+            kn_lora_rows_add(po->L + i0 * po->r, po->R, po->r, (size_t)cols,
+                             (size_t)n, op->coef, s->d, (size_t)cols);
         for (uint64_t q = 0; q < n; q++) {
             double *d = s->d + q * cols;
             const double *tmp = s->tmp + q * cols;
-            if (!op->dora || pristine) {
-                for (uint64_t j = 0; j < cols; j++)
-                    d[j] += op->coef * tmp[j];
+            if (!apart) {
                 if (k == stop_at)
                     for (uint64_t j = 0; j < cols; j++)
                         sumsq[j] += d[j] * d[j];
@@ -276,61 +279,6 @@ static mc_status prepare(cmp_merge *m, const merge_tensor *t, mc_error *err)
     return MC_OK;
 }
 
-/* x rounded once (to nearest, ties to even) to a binary float with mant
- * stored mantissa bits whose smallest normal exponent is emin.  Exact
- * scaling by powers of two; nearbyint rounds in the default mode. */
-static double round_prec_slow(double x, int mant, int emin)
-{
-    if (x == 0 || !isfinite(x))
-        return x;
-    int e;
-    frexp(x, &e);
-    int lead = e - 1 < emin ? emin : e - 1;
-    double q = ldexp(1.0, lead - mant);
-    return nearbyint(x / q) * q;
-}
-
-/* The same for values in the normal range (|x| >= 2^emin): round the
- * double's 52-bit mantissa to mant bits directly on its bits; a carry
- * into the exponent is the correct result too. */
-static inline double round_prec(double x, int mant, int emin, double minnorm)
-{
-    if (!(fabs(x) >= minnorm))
-        return round_prec_slow(x, mant, emin);
-    uint64_t u;
-    memcpy(&u, &x, 8);
-    int drop = 52 - mant;
-    uint64_t half = ((uint64_t)1 << (drop - 1)) - 1;
-    u += half + ((u >> drop) & 1);
-    u &= ~(((uint64_t)1 << drop) - 1);
-    memcpy(&x, &u, 8);
-    return x;
-}
-
-/* n doubles rounded once each to dt (F32, F16 or BF16) into out. */
-static void store_once(fmt_dtype dt, const double *d, size_t n, void *out)
-{
-    if (dt == FMT_DT_F32) {
-        float *o = out;
-        for (size_t j = 0; j < n; j++)
-            o[j] = (float)d[j];
-        return;
-    }
-    uint16_t *o = out;
-    for (size_t j = 0; j < n; j++) {
-        /* exactly representable after rounding: the float conversions
-         * below do not round again (2^128 / 65536 overflow to inf) */
-        if (dt == FMT_DT_BF16) {
-            float f = (float)round_prec(d[j], 7, -126, 0x1p-126);
-            uint32_t b;
-            memcpy(&b, &f, 4);
-            o[j] = (uint16_t)(b >> 16);
-        } else {
-            o[j] = fmt_f32_to_f16((float)round_prec(d[j], 10, -14, 0x1p-14));
-        }
-    }
-}
-
 typedef struct rows_job {
     cmp_merge *m;
     uint64_t row0, nrows, cols;
@@ -349,27 +297,24 @@ static void rows_worker(void *ctx, int tid, int nth)
     uint64_t b1 = nb * (uint64_t)(tid + 1) / (uint64_t)nth;
     size_t es = fmt_dtype_size(j->dt);
     uint64_t cols = j->cols;
+    int type = j->dt == FMT_DT_F32    ? KN_LORA_F32
+               : j->dt == FMT_DT_BF16 ? KN_LORA_BF16
+                                      : KN_LORA_F16;
     for (uint64_t b = b0; b < b1 && !s->bad; b++) {
         uint64_t i = j->row0 + b * ROW_BLOCK;
         uint64_t end = j->row0 + j->nrows;
         uint64_t n = end - i < ROW_BLOCK ? end - i : ROW_BLOCK;
         compute_rows(p, s, i, n, cols, (size_t)-1, NULL);
-        for (uint64_t q = 0; q < n * cols; q++) {
-            double x = s->d[q];
-            if (!isfinite(x) || fabs(x) > 3.4028234663852886e38) {
-                s->bad = 1;
-                s->bad_row = i + q / cols;
-                s->bad_col = q % cols;
-                break;
-            }
-            double dd = fabs((double)(float)x - (double)s->fbase[q]);
-            if (dd > s->maxd)
-                s->maxd = dd;
+        size_t k = (size_t)(n * cols);
+        size_t at = kn_lora_finish(s->d, s->fbase, k, type,
+                                   (unsigned char *)j->out +
+                                       (i - j->row0) * cols * es,
+                                   &s->maxd);
+        if (at < k) {
+            s->bad = 1;
+            s->bad_row = i + at / cols;
+            s->bad_col = at % cols;
         }
-        if (s->bad)
-            break;
-        store_once(j->dt, s->d, (size_t)(n * cols),
-                   (unsigned char *)j->out + (i - j->row0) * cols * es);
     }
 }
 

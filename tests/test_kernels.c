@@ -424,6 +424,90 @@ static void test_lora_rows_avx2_equals_reference_bitwise(void **state)
     }
 }
 
+/* The row finish: bf16 / f16 / f32 rounded once from the double (the
+ * nearest representable value, ties to even, by brute force here), the
+ * AVX2 path equal to the reference, the first out-of-range index found. */
+static void test_lora_finish_rounds_once_and_finds_overflow(void **state)
+{
+    (void)state;
+    enum { N = 203 };
+    double d[N];
+    float base[N];
+    for (int i = 0; i < N; i++) {
+        d[i] = (double)tu_rng_f(&g_rng) * (i % 7 == 0 ? 1e-3 : 3.0) +
+               (double)tu_rng_f(&g_rng) * 1e-12;
+        base[i] = (float)(d[i] * 0.5);
+    }
+    d[5] = 1.0 + 0x1p-8;            /* bf16 tie: stays 1.0 (even) */
+    d[6] = 1.0 + 0x1p-8 + 0x1p-40;  /* just above the tie: rounds up */
+    d[7] = 0x1p-130 * 1.75;         /* below bf16's normal range */
+    d[8] = -0.0;
+    d[9] = 3e-6;                    /* f16 subnormal */
+    for (int type = 0; type < 3; type++) {
+        uint16_t o1[N], o2[N];
+        float f1[N], f2[N];
+        void *out1 = type ? (void *)o1 : (void *)f1;
+        void *out2 = type ? (void *)o2 : (void *)f2;
+        double m1 = 0, m2 = 0;
+        assert_int_equal(kn_ref_lora_finish(d, base, N, type, out1, &m1), N);
+        kn_set_force_scalar(0);
+        assert_int_equal(kn_lora_finish(d, base, N, type, out2, &m2), N);
+        assert_memory_equal(out1, out2, (size_t)N * (type ? 2 : 4));
+        assert_true(m1 == m2 && m1 > 0);
+        for (int i = 0; i < N; i++) {
+            if (type == KN_LORA_F32) {
+                assert_true(f1[i] == (float)d[i]);
+                continue;
+            }
+            /* neighbours of the result are no closer (ties: even wins) */
+            uint16_t h = o1[i];
+            double v = type == KN_LORA_BF16 ? fmt_bf16_to_f32(h) : fmt_f16_to_f32(h);
+            for (int dl = -1; dl <= 1; dl += 2) {
+                uint16_t g = (uint16_t)(h + dl);
+                double w = type == KN_LORA_BF16 ? fmt_bf16_to_f32(g) : fmt_f16_to_f32(g);
+                if (!isfinite(w) || (d[i] == 0 && dl < 0))
+                    continue;
+                assert_true(fabs(w - d[i]) > fabs(v - d[i]) ||
+                            (fabs(w - d[i]) == fabs(v - d[i]) && !(h & 1)));
+            }
+        }
+        assert_int_equal(o1[5], type == KN_LORA_BF16 ? 0x3f80 : o1[5]);
+        assert_int_equal(o1[6], type == KN_LORA_BF16 ? 0x3f81 : o1[6]);
+    }
+    d[150] = 3.5e38; /* beyond float32 */
+    uint16_t o[N];
+    double m = 0;
+    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+    assert_int_equal(kn_ref_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+    d[150] = NAN;
+    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_F32, (float[N]){0}, &m), 150);
+}
+
+/* The fused form equals the plain product followed by the add. */
+static void test_lora_rows_add_equals_rows_then_add(void **state)
+{
+    (void)state;
+    size_t nr = 7, cols = 45;
+    uint32_t r = 5;
+    double L[7 * 5], R[5 * 45], o1[7 * 45], o2[7 * 45], o3[7 * 45], t[7 * 45];
+    for (size_t i = 0; i < nr * r; i++)
+        L[i] = tu_rng_f(&g_rng);
+    for (size_t i = 0; i < r * cols; i++)
+        R[i] = tu_rng_f(&g_rng);
+    for (size_t i = 0; i < nr * cols; i++)
+        o1[i] = o2[i] = o3[i] = tu_rng_f(&g_rng);
+    kn_ref_lora_rows(L, R, r, cols, nr, t, cols);
+    for (size_t i = 0; i < nr * cols; i++) {
+        double c = 0.37 * t[i];
+        o1[i] += c;
+    }
+    kn_ref_lora_rows_add(L, R, r, cols, nr, 0.37, o2, cols);
+    kn_set_force_scalar(0);
+    kn_lora_rows_add(L, R, r, cols, nr, 0.37, o3, cols);
+    assert_memory_equal(o1, o2, sizeof o1);
+    assert_memory_equal(o1, o3, sizeof o1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +526,8 @@ int main(void)
         cmocka_unit_test(test_attention_f16_and_i8_kv_match_reference),
         cmocka_unit_test(test_kv_store_i8_quantizes_per_head),
         cmocka_unit_test(test_lora_rows_avx2_equals_reference_bitwise),
+        cmocka_unit_test(test_lora_finish_rounds_once_and_finds_overflow),
+        cmocka_unit_test(test_lora_rows_add_equals_rows_then_add),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
