@@ -134,7 +134,8 @@ static mc_status untie(cmp_merge *m, merge_tensor **out, mc_error *err)
     return MC_OK;
 }
 
-/* Base tensor for name, untying lm_head when needed.  NULL if absent. */
+/* Base tensor for name, untying lm_head when needed (name is lm_head on a
+ * tied model).  *out NULL if absent. */
 static mc_status lookup(cmp_merge *m, const char *name, int tied,
                         merge_tensor **out, mc_error *err)
 {
@@ -194,7 +195,25 @@ static mc_status add_module(cmp_merge *m, const fmt_peft_adapter *a,
     char name[600];
     snprintf(name, sizeof name, "%s.weight", mod->name);
     merge_tensor *t;
-    mc_status st = lookup(m, name, tied, &t, err);
+    mc_status st;
+    /* A delta on a tied model's embedding: PEFT's forward (what was
+     * trained) applies it to the embedding lookup only, the output layer
+     * keeps the weight the embedding had, so lm_head is written out with
+     * it (a changed base_layer copy included).  peft 0.21's
+     * merge_and_unload instead adds the delta into the shared weight,
+     * changing the output layer too: the merged model would not be the
+     * one that was trained (docs/ci-merge.md). */
+    if (tied && strcmp(name, EMBED_NAME) == 0) {
+        int fresh = !cmp_merge_find_(m, LM_HEAD_NAME);
+        if ((st = lookup(m, LM_HEAD_NAME, tied, &t, err)))
+            return st;
+        const merge_tensor *e = cmp_merge_find_(m, EMBED_NAME);
+        for (size_t i = 0; fresh && e && i < e->n_ops; i++)
+            if (e->ops[i].kind == OP_REPLACE &&
+                (st = add_op(t, &e->ops[i], err)))
+                return st;
+    }
+    st = lookup(m, name, tied, &t, err);
     if (st)
         return st;
     if (!t) {

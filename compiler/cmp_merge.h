@@ -31,11 +31,11 @@
  *                   base_layer copy is no change)
  * Several plain adapters therefore sum their deltas exactly.
  * A tied model (tie_word_embeddings, no lm_head.weight) is untied when
- * lm_head receives a delta (lm_head.weight = embed_tokens + delta) or when
- * modules_to_save replaces embed_tokens (lm_head.weight = the original
- * embedding, as PEFT keeps it): lm_head.weight is written after
- * embed_tokens in its shard and config.json gets tie_word_embeddings =
- * false.
+ * lm_head receives a delta (lm_head.weight = embed_tokens + delta), or when
+ * embed_tokens is replaced by modules_to_save or receives a delta
+ * (lm_head.weight = the original embedding, as PEFT's forward uses it):
+ * lm_head.weight is written after embed_tokens in its shard and
+ * config.json gets tie_word_embeddings = false.
  *
  * Open refuses (nothing is computed yet): an adapter module missing from
  * the base (names the first few, with a hint about prefixes); shapes that

@@ -113,11 +113,11 @@ static void load_rows(const fmt_st_tensor *src, uint64_t i, uint64_t n,
  * op index, stop there after forming that DoRA op's V = W0 + delta, and
  * add V^2 into sumsq (per column).
  *
- * DoRA follows PEFT's forward: an adapter's DoRA normalises W0 + its own
- * delta, W0 being the base (after modules_to_save / base_layer copies),
- * not what earlier adapters added; its contribution is m/||V|| V - W0.
- * When no delta came before, that is exactly m/||V|| V, computed as such
- * (which is also what PEFT's merge_and_unload gives). */
+ * DoRA follows PEFT 0.21 (its forward and merge_and_unload agree): the
+ * norm is that of V = W0 + its own delta, W0 being the base (after
+ * modules_to_save / base_layer copies), not of what earlier adapters
+ * added; the factor m/||V|| then scales everything so far plus the delta:
+ * W = m/||V|| (W + delta).  When no delta came before, W + delta is V. */
 static void compute_rows(const struct merge_prep *p, prep_slot *s, uint64_t i0,
                          uint64_t n, uint64_t cols, size_t stop_at,
                          double *sumsq)
@@ -172,8 +172,8 @@ static void compute_rows(const struct merge_prep *p, prep_slot *s, uint64_t i0,
                     d[j] *= op->transposed ? po->colf[j] : f;
                 continue;
             }
-            /* DoRA after other deltas: W0 is d minus what they added, so
-             * rebuild it from the base rows. */
+            /* DoRA after other deltas: the norm needs W0, which d no longer
+             * holds: rebuild it from the base rows. */
             double *w0 = s->w0, *v = s->v;
             for (uint64_t j = 0; j < cols; j++)
                 w0[j] = s->fbase[q * cols + j];
@@ -198,8 +198,8 @@ static void compute_rows(const struct merge_prep *p, prep_slot *s, uint64_t i0,
                 f = po->mag[i0 + q] / sqrt(ss);
             }
             for (uint64_t j = 0; j < cols; j++)
-                d[j] = (d[j] - w0[j]) +
-                       (op->transposed ? po->colf[j] : f) * v[j];
+                d[j] = (d[j] + op->coef * tmp[j]) *
+                       (op->transposed ? po->colf[j] : f);
         }
         if (k == stop_at)
             return;

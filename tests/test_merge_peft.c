@@ -91,9 +91,36 @@ static void test_merge_modules_to_save_embedding_unties_keeping_lm_head(
     run_free(&r);
 }
 
-/* DoRA after a plain adapter on the same layer (q_proj): PEFT 0.21
- * normalises W0 + the DoRA delta, in its forward and in merge_and_unload
- * (checked by scripts/peft-check), not W0 + every delta. */
+/* An embedding LoRA on a tied model: PEFT's forward leaves the output
+ * layer on the original weight, so lm_head is written with it, untied
+ * (peft 0.21's merge_and_unload would add the delta to both). */
+static void test_merge_embedding_lora_on_tied_model_keeps_output_layer(
+    void **state)
+{
+    (void)state;
+    run r;
+    check_one("qwen2", "qwen2-embed", FMT_DT_INVALID, 2, &r);
+    assert_int_equal(r.rep.untied_lm_head, 1);
+    assert_int_equal(r.touched, 2); /* embed, the new lm_head */
+    assert_int_equal(r.rep.replaced, 0); /* base_layer copy unchanged */
+    fmt_model *in = NULL, *out = NULL;
+    char *b = fx("qwen2");
+    assert_int_equal(fmt_model_open(b, &in, NULL), MC_OK);
+    assert_int_equal(fmt_model_open(r.out, &out, NULL), MC_OK);
+    const fmt_st_tensor *e0 = fmt_model_find(in, "model.embed_tokens.weight", NULL);
+    const fmt_st_tensor *lm = fmt_model_find(out, "lm_head.weight", NULL);
+    assert_true(e0 && lm && lm->nbytes == e0->nbytes);
+    assert_memory_equal(lm->data, e0->data, e0->nbytes);
+    fmt_model_close(in);
+    fmt_model_close(out);
+    free(b);
+    run_free(&r);
+}
+
+/* DoRA after a plain adapter on the same layer (q_proj): PEFT 0.21 takes
+ * the norm of W0 + the DoRA delta (not W0 + every delta) and scales all
+ * of W + delta by m / norm, in its forward and in merge_and_unload alike
+ * (scripts/peft-check: 0 ulp). */
 static void test_merge_dora_after_another_adapter_normalises_its_own_delta(
     void **state)
 {
@@ -213,6 +240,8 @@ int main(void)
         cmocka_unit_test(test_merge_bias_lora_only_as_base_layer_bias),
         cmocka_unit_test(
             test_merge_modules_to_save_embedding_unties_keeping_lm_head),
+        cmocka_unit_test(
+            test_merge_embedding_lora_on_tied_model_keeps_output_layer),
         cmocka_unit_test(
             test_merge_dora_after_another_adapter_normalises_its_own_delta),
         cmocka_unit_test(test_merge_output_same_with_scalar_kernels),

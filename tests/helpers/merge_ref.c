@@ -128,7 +128,7 @@ static void ref_tensor(const fmt_model *base, const ref_adapter *ads, size_t n,
         const fmt_st_tensor *mag = akey(a, module, ".lora_magnitude_vector");
         /* Full delta D = B @ A ([out, in]); stored transposed for
          * embeddings and for bases kept as [in, out] (fan_in_fan_out).
-         * DoRA: V = W0 + c D kept apart in v. */
+         * DoRA: c D kept apart in v (the norm is of W0 + c D). */
         int transposed = emb || !(rows == outf && cols == in);
         double *v = malloc((size_t)src->nelem * sizeof *v + 8);
         assert_non_null(v);
@@ -139,7 +139,7 @@ static void ref_tensor(const fmt_model *base, const ref_adapter *ads, size_t n,
                 for (uint64_t q = 0; q < r; q++)
                     s += Bd[o * r + q] * Ad[q * in + x];
                 if (mag)
-                    v[i * cols + j] = w0[i * cols + j] + c * s;
+                    v[i * cols + j] = c * s;
                 else
                     w[i * cols + j] += c * s;
             }
@@ -149,12 +149,13 @@ static void ref_tensor(const fmt_model *base, const ref_adapter *ads, size_t n,
                 double ss = 0;
                 for (uint64_t x = 0; x < in; x++) {
                     uint64_t e = transposed ? x * cols + f : f * cols + x;
-                    ss += v[e] * v[e];
+                    double ve = w0[e] + v[e];
+                    ss += ve * ve;
                 }
                 double fac = m[f] / sqrt(ss);
                 for (uint64_t x = 0; x < in; x++) {
                     uint64_t e = transposed ? x * cols + f : f * cols + x;
-                    w[e] = (w[e] - w0[e]) + fac * v[e];
+                    w[e] = (w[e] + v[e]) * fac;
                 }
             }
             free(m);

@@ -8,9 +8,9 @@
  * Reference semantics, per base tensor, adapters in order: a replacement
  * (<name>, <module>.modules_to_save.default.<part>, <module>.base_layer.
  * <part>) sets W and W0; a delta adds coef * (B @ A) (transposed for
- * embeddings and [in, out] bases); DoRA makes W = (W - W0) + m/||V|| V
- * with V = W0 + coef * delta (PEFT 0.21's forward and merge); lora_B.bias
- * adds coef * bias.
+ * embeddings and [in, out] bases); DoRA makes W = m/||V|| (W + coef *
+ * delta) with V = W0 + coef * delta (PEFT 0.21's forward and merge);
+ * lora_B.bias adds coef * bias.
  */
 #ifndef MERGE_REF_H
 #define MERGE_REF_H
