@@ -155,51 +155,41 @@ static void compute_rows(const struct merge_prep *p, prep_slot *s, uint64_t i0,
         for (uint64_t q = 0; q < n; q++) {
             double *d = s->d + q * cols;
             const double *tmp = s->tmp + q * cols;
-            if (!apart) {
-                if (k == stop_at)
-                    for (uint64_t j = 0; j < cols; j++)
-                        sumsq[j] += d[j] * d[j];
-                if (!op->dora || k == stop_at)
-                    continue;
-                double f = 0;
-                if (!op->transposed) {
-                    double ss = 0;
-                    for (uint64_t j = 0; j < cols; j++)
-                        ss += d[j] * d[j];
-                    f = po->mag[i0 + q] / sqrt(ss);
-                }
+            const double *V = d; /* W0 + delta, whose norm DoRA takes */
+            if (apart) {
+                /* DoRA after other deltas: d no longer holds W0, so
+                 * rebuild it from the base rows. */
+                double *w0 = s->w0, *v = s->v;
                 for (uint64_t j = 0; j < cols; j++)
-                    d[j] *= op->transposed ? po->colf[j] : f;
-                continue;
+                    w0[j] = s->fbase[q * cols + j];
+                for (size_t kk = 0; kk < k; kk++)
+                    if (t->ops[kk].kind == OP_REPLACE) {
+                        load_rows(t->ops[kk].rep, i0 + q, 1, cols, s->fbuf);
+                        for (uint64_t j = 0; j < cols; j++)
+                            w0[j] = s->fbuf[j];
+                    }
+                for (uint64_t j = 0; j < cols; j++)
+                    v[j] = w0[j] + op->coef * tmp[j];
+                V = v;
             }
-            /* DoRA after other deltas: the norm needs W0, which d no longer
-             * holds: rebuild it from the base rows. */
-            double *w0 = s->w0, *v = s->v;
-            for (uint64_t j = 0; j < cols; j++)
-                w0[j] = s->fbase[q * cols + j];
-            for (size_t kk = 0; kk < k; kk++)
-                if (t->ops[kk].kind == OP_REPLACE) {
-                    load_rows(t->ops[kk].rep, i0 + q, 1, cols, s->fbuf);
-                    for (uint64_t j = 0; j < cols; j++)
-                        w0[j] = s->fbuf[j];
-                }
-            for (uint64_t j = 0; j < cols; j++)
-                v[j] = w0[j] + op->coef * tmp[j];
             if (k == stop_at) {
                 for (uint64_t j = 0; j < cols; j++)
-                    sumsq[j] += v[j] * v[j];
+                    sumsq[j] += V[j] * V[j];
                 continue;
             }
+            if (!op->dora)
+                continue;
             double f = 0;
             if (!op->transposed) {
                 double ss = 0;
                 for (uint64_t j = 0; j < cols; j++)
-                    ss += v[j] * v[j];
+                    ss += V[j] * V[j];
                 f = po->mag[i0 + q] / sqrt(ss);
             }
-            for (uint64_t j = 0; j < cols; j++)
-                d[j] = (d[j] + op->coef * tmp[j]) *
-                       (op->transposed ? po->colf[j] : f);
+            for (uint64_t j = 0; j < cols; j++) {
+                double x = apart ? d[j] + op->coef * tmp[j] : d[j];
+                d[j] = x * (op->transposed ? po->colf[j] : f);
+            }
         }
         if (k == stop_at)
             return;
