@@ -21,13 +21,25 @@ typedef struct merge_op {
     int dora;                    /* DoRA normalisation after the delta */
 } merge_op;
 
+/* Streaming check sum of bytes written (cmp_merge_queue.c). */
+typedef struct wsum {
+    uint64_t lane[4];
+    unsigned char carry[32];
+    size_t nc;                   /* bytes in carry */
+    uint64_t len;                /* bytes summed */
+} wsum;
+void cmp_merge_wsum_init_(wsum *s);
+void cmp_merge_wsum_add_(wsum *s, const void *data, size_t n);
+uint64_t cmp_merge_wsum_end_(wsum *s);
+
 /* A tensor of the merged model. */
 typedef struct merge_tensor {
     const char *name;            /* borrowed from src, or "lm_head.weight" */
     const fmt_st_tensor *src;    /* base tensor (embed_tokens for lm_head) */
     size_t shard;                /* output shard */
     int untied;                  /* lm_head written out of a tied model */
-    uint64_t hash;               /* of the bytes written (touched tensors) */
+    wsum sum;                    /* of the bytes written, while writing */
+    uint64_t hash;               /* its end: touched tensors, once written */
     merge_op *ops;               /* in application order; NULL if untouched */
     size_t n_ops, cap_ops;
 } merge_tensor;
@@ -61,5 +73,26 @@ mc_status cmp_merge_rows_(cmp_merge *m, const merge_tensor *t, uint64_t row0,
 void cmp_merge_release_(cmp_merge *m);
 /* rows x cols view of a tensor (1-D: one row). */
 void cmp_merge_dims_(const fmt_st_tensor *t, uint64_t *rows, uint64_t *cols);
+
+/* The writer thread (cmp_merge_queue.c).  One producer (the merge's
+ * thread) queues chunks in order; the writer thread sums (when sum is not
+ * NULL), writes them to the current shard and drops the input range drop
+ * (when not NULL) once written.  cmp_merge_queue_buffer_ returns the
+ * buffer (cap bytes) the next push may fill, after waiting until the
+ * writer is done with it.  Errors: the first write error is returned by
+ * the next push and by drain, which waits until everything queued is
+ * written; set_writer (queue empty) starts a new shard and clears it. */
+typedef struct merge_queue merge_queue;
+mc_status cmp_merge_queue_create_(size_t cap, merge_queue **out, mc_error *err);
+void cmp_merge_queue_free_(merge_queue *q); /* NULL is a no-op */
+void cmp_merge_queue_set_writer_(merge_queue *q, fmt_st_writer *w);
+void *cmp_merge_queue_buffer_(merge_queue *q);
+mc_status cmp_merge_queue_push_(merge_queue *q, const void *data, size_t len,
+                                wsum *sum, const void *drop, uint64_t drop_len,
+                                mc_error *err);
+mc_status cmp_merge_queue_drain_(merge_queue *q, mc_error *err);
+/* madvise(MADV_DONTNEED) the whole pages inside [p, p + n) of a read-only
+ * mapping: file pages we are done with stop counting in RSS. */
+void cmp_merge_drop_range_(const void *p, uint64_t n);
 
 #endif /* CMP_MERGE_INTERNAL_H */

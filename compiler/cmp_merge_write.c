@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -206,92 +205,12 @@ static fmt_dtype out_type(const merge_tensor *t, fmt_dtype out_dtype)
     return out_dtype;
 }
 
-/* Let the kernel drop mapped pages of input we are done with, so RSS does
- * not grow to the model size (file-backed pages count in RSS).  Only whole
- * pages inside [p, p + n) are dropped; the mapping is read-only, so the
- * data comes back from the file if it is touched again. */
-static void drop_range(const void *p, uint64_t n)
-{
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0 || n == 0)
-        return;
-    uintptr_t a = (uintptr_t)p, e = a + (uintptr_t)n;
-    uintptr_t s = (a + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-    e &= ~((uintptr_t)pg - 1);
-    if (e > s)
-        madvise((void *)s, e - s, MADV_DONTNEED);
-}
-
-static void drop_pages(const fmt_st_tensor *t)
-{
-    drop_range(t->data, t->nbytes);
-}
-
-/* A streaming 64-bit check sum of the bytes written, independent of how
- * they are chunked: four multiply-rotate lanes over 32-byte blocks (a few
- * GB/s), so the output can be read back and compared with what was
- * written at little cost.  Not cryptographic: it catches files that were
- * replaced or truncated after we wrote them, not an adversary. */
-typedef struct wsum {
-    uint64_t lane[4];
-    unsigned char carry[32];
-    size_t nc;          /* bytes in carry */
-    uint64_t len;       /* bytes summed */
-} wsum;
-
-#define WSUM_P 0x9E3779B97F4A7C15ull
-
-static void wsum_init(wsum *s)
-{
-    memset(s, 0, sizeof *s);
-    for (int l = 0; l < 4; l++)
-        s->lane[l] = 0x243F6A8885A308D3ull + (uint64_t)l;
-}
-
-static inline void wsum_block(wsum *s, const unsigned char *p)
-{
-    for (int l = 0; l < 4; l++) {
-        uint64_t w, x;
-        memcpy(&w, p + 8 * l, 8);
-        x = s->lane[l] ^ w;
-        s->lane[l] = ((x << 29) | (x >> 35)) * WSUM_P;
-    }
-}
-
-static void wsum_add(wsum *s, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    s->len += n;
-    if (s->nc) {
-        size_t k = 32 - s->nc < n ? 32 - s->nc : n;
-        memcpy(s->carry + s->nc, p, k);
-        s->nc += k;
-        p += k;
-        n -= k;
-        if (s->nc < 32)
-            return;
-        wsum_block(s, s->carry);
-        s->nc = 0;
-    }
-    for (; n >= 32; n -= 32, p += 32)
-        wsum_block(s, p);
-    memcpy(s->carry, p, n);
-    s->nc = n;
-}
-
-static uint64_t wsum_end(wsum *s)
-{
-    memset(s->carry + s->nc, 0, 32 - s->nc);
-    wsum_block(s, s->carry);
-    uint64_t h = s->len * WSUM_P;
-    for (int l = 0; l < 4; l++)
-        h = (h ^ s->lane[l]) * WSUM_P + (uint64_t)l;
-    return h ^ (h >> 31);
-}
-
-static mc_status write_tensor(cmp_merge *m, fmt_st_writer *w,
-                              merge_tensor *t, fmt_dtype dt, void *obuf,
-                              uint64_t rows_per_chunk, mc_error *err)
+/* Queue tensor t's bytes (dtype dt) for the writer thread: untouched
+ * tensors straight from the mapped input, others computed a chunk of rows
+ * at a time into the queue's free buffer, summed (t->sum) as written. */
+static mc_status write_tensor(cmp_merge *m, merge_queue *q, merge_tensor *t,
+                              fmt_dtype dt, uint64_t rows_per_chunk,
+                              mc_error *err)
 {
     mc_status st = MC_OK;
     if (t->n_ops == 0 && dt == t->src->dtype) {
@@ -301,47 +220,45 @@ static mc_status write_tensor(cmp_merge *m, fmt_st_writer *w,
             uint64_t k = t->src->nbytes - off < CHUNK_BYTES
                              ? t->src->nbytes - off
                              : CHUNK_BYTES;
-            st = fmt_st_writer_write(w, d + off, (size_t)k, err);
-            drop_range(d + off, k);
+            st = cmp_merge_queue_push_(q, d + off, (size_t)k, NULL, d + off,
+                                       k, err);
         }
-        drop_pages(t->src);
         return st;
     }
     uint64_t rows, cols;
     cmp_merge_dims_(t->src, &rows, &cols);
-    size_t es = fmt_dtype_size(dt);
-    wsum sum;
-    wsum_init(&sum);
+    size_t es = fmt_dtype_size(dt), ies = fmt_dtype_size(t->src->dtype);
+    cmp_merge_wsum_init_(&t->sum);
     for (uint64_t r0 = 0; r0 < rows && st == MC_OK; r0 += rows_per_chunk) {
         uint64_t n = rows - r0 < rows_per_chunk ? rows - r0 : rows_per_chunk;
         size_t k = (size_t)(n * cols);
+        void *obuf = cmp_merge_queue_buffer_(q);
         if ((st = cmp_merge_rows_(m, t, r0, n, dt, obuf, err)))
             break;
         if (dt == FMT_DT_F16)
             for (size_t j = 0; j < k; j++) {
                 uint16_t h;
                 memcpy(&h, (unsigned char *)obuf + 2 * j, 2);
-                if ((h & 0x7c00) == 0x7c00)
+                if ((h & 0x7c00) == 0x7c00) {
+                    cmp_merge_release_(m);
                     return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
                                    "merged value at row %llu, column %llu "
                                    "overflows float16; use --dtype bf16 or "
                                    "f32", (unsigned long long)(r0 + j / cols),
                                    (unsigned long long)(j % cols));
+                }
             }
-        wsum_add(&sum, obuf, k * es);
-        st = fmt_st_writer_write(w, obuf, k * es, err);
-        drop_range((const unsigned char *)t->src->data +
-                           r0 * cols * fmt_dtype_size(t->src->dtype),
-                       n * cols * fmt_dtype_size(t->src->dtype));
+        /* input rows are done with once computed */
+        cmp_merge_drop_range_((const unsigned char *)t->src->data +
+                                  r0 * cols * ies, n * cols * ies);
+        st = cmp_merge_queue_push_(q, obuf, k * es, &t->sum, NULL, 0, err);
     }
-    t->hash = wsum_end(&sum);
     cmp_merge_release_(m);
-    drop_pages(t->src);
     return st;
 }
 
 static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
-                             fmt_dtype out_dtype, void *obuf,
+                             fmt_dtype out_dtype, merge_queue *q,
                              uint64_t *bytes, mc_error *err)
 {
     const char *name = fmt_model_shard_name(m->base, shard);
@@ -366,6 +283,7 @@ static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
     }
     if (st == MC_OK)
         st = fmt_st_writer_begin_data(w, err);
+    cmp_merge_queue_set_writer_(q, w);
     for (size_t i = 0; i < m->n_tensors && st == MC_OK; i++) {
         merge_tensor *t = &m->tensors[i];
         if (t->shard != shard)
@@ -373,17 +291,23 @@ static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
         uint64_t rows, cols;
         cmp_merge_dims_(t->src, &rows, &cols);
         uint64_t rpc = cols ? (CHUNK_BYTES / 4) / cols : rows;
-        st = write_tensor(m, w, t, out_type(t, out_dtype), obuf,
-                          rpc ? rpc : 1, err);
+        st = write_tensor(m, q, t, out_type(t, out_dtype), rpc ? rpc : 1,
+                          err);
         m->progress_done +=
             t->src->nelem * fmt_dtype_size(out_type(t, out_dtype));
         if (st == MC_OK && m->progress)
             m->progress(m->progress_done, m->progress_total, m->progress_ctx);
     }
+    /* everything queued is written (or failed) before the file is closed */
+    mc_status qst = cmp_merge_queue_drain_(q, st ? NULL : err);
+    st = st ? st : qst;
     if (st) {
         fmt_st_writer_abort(w);
         return st;
     }
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].shard == shard && m->tensors[i].n_ops)
+            m->tensors[i].hash = cmp_merge_wsum_end_(&m->tensors[i].sum);
     *bytes += fmt_st_writer_total_bytes(w);
     return fmt_st_writer_finish(w, err);
 }
@@ -507,15 +431,15 @@ static mc_status verify_output(const cmp_merge *m, const char *dir,
             if (t->n_ops == 0)
                 continue;
             wsum sum;
-            wsum_init(&sum);
+            cmp_merge_wsum_init_(&sum);
             const unsigned char *p = o->data;
             for (uint64_t off = 0; off < o->nbytes; off += CHUNK_BYTES) {
                 uint64_t k = o->nbytes - off < CHUNK_BYTES ? o->nbytes - off
                                                            : CHUNK_BYTES;
-                wsum_add(&sum, p + off, (size_t)k);
-                drop_range(p + off, k);
+                cmp_merge_wsum_add_(&sum, p + off, (size_t)k);
+                cmp_merge_drop_range_(p + off, k);
             }
-            if (wsum_end(&sum) != t->hash)
+            if (cmp_merge_wsum_end_(&sum) != t->hash)
                 st = mc_fail(err, MC_ERR_IO, path, t->name, -1,
                              "merged output is not what was written: the "
                              "tensor's bytes differ from the merged values "
@@ -549,10 +473,12 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
         maxcols = c > maxcols ? c : maxcols;
     }
     size_t fcap = CHUNK_BYTES / 4 > maxcols ? CHUNK_BYTES / 4 : (size_t)maxcols;
-    void *obuf = mc_malloc_array(fcap, sizeof(float));
+    merge_queue *q = NULL;
     fmt_atomic_dir *ad = NULL;
-    if (!obuf)
+    if (fcap > SIZE_MAX / sizeof(float))
         st = mc_fail(err, MC_ERR_NOMEM, out_dir, NULL, -1, "out of memory");
+    if (st == MC_OK)
+        st = cmp_merge_queue_create_(fcap * sizeof(float), &q, err);
     if (st == MC_OK)
         st = fmt_atomic_dir_create(out_dir, &ad, err);
     uint64_t bytes = 0;
@@ -567,14 +493,14 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
     if (st == MC_OK)
         st = copy_side_files(m, dir, &bytes, err);
     for (size_t s = 0; st == MC_OK && s < fmt_model_shard_count(m->base); s++)
-        st = write_shard(m, dir, s, out_dtype, obuf, &bytes, err);
+        st = write_shard(m, dir, s, out_dtype, q, &bytes, err);
     if (st == MC_OK && fmt_model_is_sharded(m->base))
         st = write_index(m, dir, out_dtype, &bytes, err);
     if (st == MC_OK)
         st = write_config(m, dir, out_dtype, &bytes, err);
     if (st == MC_OK)
         st = verify_output(m, dir, out_dtype, err);
-    mc_free(obuf);
+    cmp_merge_queue_free_(q);
     if (st) {
         fmt_atomic_dir_abort(ad);
         return st;
