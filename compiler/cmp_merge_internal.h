@@ -6,6 +6,11 @@
 #include "cmp_merge.h"
 #include "kn_ops.h"
 
+/* Rows computed together per thread (cmp_merge_math.c); the writer rounds
+ * its chunks up to a multiple of CMP_MERGE_CHUNK_ROWS. */
+#define CMP_MERGE_ROW_BLOCK 16
+#define CMP_MERGE_CHUNK_ROWS 32
+
 typedef enum merge_op_kind {
     OP_DELTA = 0, /* LoRA delta (optionally DoRA) on a weight */
     OP_REPLACE,   /* full replacement tensor */

@@ -20,8 +20,10 @@
 #include "kn_lora.h"
 #include "mc_alloc.h"
 
-/* Rows computed together (the delta kernel's blocking). */
-#define ROW_BLOCK 8
+/* Rows computed together: the delta kernel reuses each cached slice of
+ * R across them.  The writer's chunks are multiples of this times the
+ * thread count (CMP_MERGE_CHUNK_ROWS) so threads get equal shares. */
+#define ROW_BLOCK CMP_MERGE_ROW_BLOCK
 
 typedef struct prep_op {
     double *L;    /* [rows, r] */

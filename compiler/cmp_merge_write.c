@@ -291,6 +291,9 @@ static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
         uint64_t rows, cols;
         cmp_merge_dims_(t->src, &rows, &cols);
         uint64_t rpc = cols ? (CHUNK_BYTES / 4) / cols : rows;
+        /* whole row blocks for every thread (buffers allow for it) */
+        rpc = (rpc + CMP_MERGE_CHUNK_ROWS - 1) / CMP_MERGE_CHUNK_ROWS *
+              CMP_MERGE_CHUNK_ROWS;
         st = write_tensor(m, q, t, out_type(t, out_dtype), rpc ? rpc : 1,
                           err);
         m->progress_done +=
@@ -465,20 +468,20 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
     mc_status st = check_out_dir(m, out_dir, err);
     if (st)
         return st;
-    /* Widest row chunk: CHUNK_BYTES of float, or one row if wider. */
+    /* Widest row chunk. */
     uint64_t maxcols = 1;
     for (size_t i = 0; i < m->n_tensors; i++) {
         uint64_t r, c;
         cmp_merge_dims_(m->tensors[i].src, &r, &c);
         maxcols = c > maxcols ? c : maxcols;
     }
-    size_t fcap = CHUNK_BYTES / 4 > maxcols ? CHUNK_BYTES / 4 : (size_t)maxcols;
+    /* CHUNK_BYTES of float rows, rounded up to CMP_MERGE_CHUNK_ROWS rows */
+    if (maxcols > (SIZE_MAX / sizeof(float) - CHUNK_BYTES) / CMP_MERGE_CHUNK_ROWS)
+        return mc_fail(err, MC_ERR_NOMEM, out_dir, NULL, -1, "out of memory");
+    size_t fcap = CHUNK_BYTES / 4 + (size_t)maxcols * CMP_MERGE_CHUNK_ROWS;
     merge_queue *q = NULL;
     fmt_atomic_dir *ad = NULL;
-    if (fcap > SIZE_MAX / sizeof(float))
-        st = mc_fail(err, MC_ERR_NOMEM, out_dir, NULL, -1, "out of memory");
-    if (st == MC_OK)
-        st = cmp_merge_queue_create_(fcap * sizeof(float), &q, err);
+    st = cmp_merge_queue_create_(fcap * sizeof(float), &q, err);
     if (st == MC_OK)
         st = fmt_atomic_dir_create(out_dir, &ad, err);
     uint64_t bytes = 0;

@@ -14,7 +14,8 @@
 
 #include "kn_lora.h"
 
-#define RB 4 /* rows per tile */
+#define RB 4   /* rows per tile */
+#define JB 256 /* columns per block of R kept in cache */
 
 /* The tile's sums into o: stored, or (add) o + coef * sum. */
 static inline void put(double *o, __m256d c, __m256d coef, int add)
@@ -95,12 +96,22 @@ void kn_avx2_lora_rows(const double *L, const double *R, uint32_t r,
     size_t i = 0;
     size_t cols8 = cols & ~(size_t)7;
     __m256d cv = _mm256_set1_pd(coef);
+    /* Column blocks outermost: a JB-column slice of R (r x JB doubles,
+     * 32 KiB at rank 16) is reused by every row block from cache instead
+     * of streaming all of R again per 4 rows (1.8 MB at width 14336). */
+    size_t nr4 = nr - nr % RB;
+    for (size_t jb = 0; jb < cols8; jb += JB) {
+        size_t je = jb + JB < cols8 ? jb + JB : cols8;
+        for (size_t ib = 0; ib < nr4; ib += RB) {
+            const double *Li = L + ib * r;
+            double *o0 = out + ib * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo,
+                   *o3 = o2 + ldo;
+            for (size_t j = jb; j < je; j += 8)
+                tile4x8(Li, R, r, cols, j, o0, o1, o2, o3, cv, add);
+        }
+    }
     for (; i + RB <= nr; i += RB) {
         const double *Li = L + i * r;
-        double *o0 = out + i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo,
-               *o3 = o2 + ldo;
-        for (size_t j = 0; j < cols8; j += 8)
-            tile4x8(Li, R, r, cols, j, o0, o1, o2, o3, cv, add);
         for (int q = 0; q < RB && cols8 < cols; q++)
             row_tail(Li + (size_t)q * r, R, r, cols, cols8,
                      out + (i + q) * ldo, coef, add);
