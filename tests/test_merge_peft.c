@@ -21,63 +21,28 @@
 #include "merge_ref.h"
 #include "testutil.h"
 
-/* PEFT saves the full weight of an embedding / lm_head LoRA as
- * <module>.base_layer.weight: an unchanged copy is no change, a changed
- * one (a resized vocabulary) replaces the base before the delta. */
-static void test_merge_embedding_and_lm_head_lora_with_base_layer_weights(
-    void **state)
+/* Merge one fixture adapter and check the report's counts. */
+static void expect(const char *model, const char *adapter, fmt_dtype dt,
+                   size_t touched, size_t replaced, int untied, run *r)
 {
-    (void)state;
-    run r;
-    check_one("llama", "llama-embed-lm-head", FMT_DT_INVALID, 2, &r);
-    assert_int_equal(r.touched, 2);
-    assert_int_equal(r.rep.replaced, 1); /* lm_head's; embed's is a copy */
-    assert_int_equal(r.rep.lora_modules, 2);
-    assert_int_equal(r.rep.untied_lm_head, 0);
-    run_free(&r);
+    check_one(model, adapter, dt, touched, r);
+    assert_int_equal(r->touched, touched);
+    assert_int_equal(r->rep.replaced, replaced);
+    assert_int_equal(r->rep.untied_lm_head, untied);
 }
 
-/* bias "all": the adapted module's bias as <module>.base_layer.bias, the
- * others as <module>.bias. */
-static void test_merge_bias_all_as_base_layer_bias(void **state)
+/* The output's lm_head is qwen2's original embedding, bit for bit, and the
+ * config says untied. */
+static void assert_lm_head_is_original_embedding(const run *r)
 {
-    (void)state;
-    run r;
-    check_one("llama-bias", "llama-bias-base", FMT_DT_INVALID, 9, &r);
-    assert_int_equal(r.touched, 9); /* q weights x4, q biases x4, down bias */
-    assert_int_equal(r.rep.replaced, 5);
-    run_free(&r);
-}
-
-static void test_merge_bias_lora_only_as_base_layer_bias(void **state)
-{
-    (void)state;
-    run r;
-    check_one("llama-bias", "llama-lora-only", FMT_DT_BF16, 8, &r);
-    assert_int_equal(r.touched, 8); /* v weights x4, v biases x4 */
-    assert_int_equal(r.rep.replaced, 4);
-    run_free(&r);
-}
-
-/* modules_to_save ["embed_tokens"] on a tied model: PEFT keeps the output
- * layer on the original weight and unties; so must the output. */
-static void test_merge_modules_to_save_embedding_unties_keeping_lm_head(
-    void **state)
-{
-    (void)state;
-    run r;
-    check_one("qwen2", "qwen2-mts-embed", FMT_DT_INVALID, 5, &r);
-    assert_int_equal(r.rep.untied_lm_head, 1);
-    assert_int_equal(r.touched, 5); /* embed, q x3, the new lm_head */
-    char *cfg = tu_fmt("%s/config.json", r.out);
+    char *cfg = tu_fmt("%s/config.json", r->out);
     json_t *j = json_load_file(cfg, 0, NULL);
     assert_true(json_is_false(json_object_get(j, "tie_word_embeddings")));
     json_decref(j);
-    /* lm_head holds the original embedding, bit for bit */
     fmt_model *in = NULL, *out = NULL;
     char *b = fx("qwen2");
     assert_int_equal(fmt_model_open(b, &in, NULL), MC_OK);
-    assert_int_equal(fmt_model_open(r.out, &out, NULL), MC_OK);
+    assert_int_equal(fmt_model_open(r->out, &out, NULL), MC_OK);
     const fmt_st_tensor *e0 = fmt_model_find(in, "model.embed_tokens.weight", NULL);
     const fmt_st_tensor *lm = fmt_model_find(out, "lm_head.weight", NULL);
     const fmt_st_tensor *e1 = fmt_model_find(out, "model.embed_tokens.weight", NULL);
@@ -88,6 +53,46 @@ static void test_merge_modules_to_save_embedding_unties_keeping_lm_head(
     fmt_model_close(out);
     free(b);
     free(cfg);
+}
+
+/* PEFT saves the full weight of an embedding / lm_head LoRA as
+ * <module>.base_layer.weight: an unchanged copy is no change, a changed
+ * one (a resized vocabulary) replaces the base before the delta. */
+static void test_merge_embedding_and_lm_head_lora_with_base_layer_weights(
+    void **state)
+{
+    (void)state;
+    run r;
+    /* lm_head's copy is replaced; embed's is an unchanged copy */
+    expect("llama", "llama-embed-lm-head", FMT_DT_INVALID, 2, 1, 0, &r);
+    assert_int_equal(r.rep.lora_modules, 2);
+    run_free(&r);
+}
+
+/* bias "all": the adapted module's bias as <module>.base_layer.bias, the
+ * others as <module>.bias; "lora_only": the adapted modules' only. */
+static void test_merge_bias_all_and_lora_only_as_base_layer_bias(void **state)
+{
+    (void)state;
+    run r;
+    /* q weights x4, q biases x4, layer-0 down bias */
+    expect("llama-bias", "llama-bias-base", FMT_DT_INVALID, 9, 5, 0, &r);
+    run_free(&r);
+    /* v weights x4, v biases x4 */
+    expect("llama-bias", "llama-lora-only", FMT_DT_BF16, 8, 4, 0, &r);
+    run_free(&r);
+}
+
+/* modules_to_save ["embed_tokens"] on a tied model: PEFT keeps the output
+ * layer on the original weight and unties; so must the output. */
+static void test_merge_modules_to_save_embedding_unties_keeping_lm_head(
+    void **state)
+{
+    (void)state;
+    run r;
+    /* embed, q x3, the new lm_head */
+    expect("qwen2", "qwen2-mts-embed", FMT_DT_INVALID, 5, 1, 1, &r);
+    assert_lm_head_is_original_embedding(&r);
     run_free(&r);
 }
 
@@ -99,21 +104,9 @@ static void test_merge_embedding_lora_on_tied_model_keeps_output_layer(
 {
     (void)state;
     run r;
-    check_one("qwen2", "qwen2-embed", FMT_DT_INVALID, 2, &r);
-    assert_int_equal(r.rep.untied_lm_head, 1);
-    assert_int_equal(r.touched, 2); /* embed, the new lm_head */
-    assert_int_equal(r.rep.replaced, 0); /* base_layer copy unchanged */
-    fmt_model *in = NULL, *out = NULL;
-    char *b = fx("qwen2");
-    assert_int_equal(fmt_model_open(b, &in, NULL), MC_OK);
-    assert_int_equal(fmt_model_open(r.out, &out, NULL), MC_OK);
-    const fmt_st_tensor *e0 = fmt_model_find(in, "model.embed_tokens.weight", NULL);
-    const fmt_st_tensor *lm = fmt_model_find(out, "lm_head.weight", NULL);
-    assert_true(e0 && lm && lm->nbytes == e0->nbytes);
-    assert_memory_equal(lm->data, e0->data, e0->nbytes);
-    fmt_model_close(in);
-    fmt_model_close(out);
-    free(b);
+    /* embed, the new lm_head; the base_layer copy is unchanged */
+    expect("qwen2", "qwen2-embed", FMT_DT_INVALID, 2, 0, 1, &r);
+    assert_lm_head_is_original_embedding(&r);
     run_free(&r);
 }
 
@@ -236,8 +229,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             test_merge_embedding_and_lm_head_lora_with_base_layer_weights),
-        cmocka_unit_test(test_merge_bias_all_as_base_layer_bias),
-        cmocka_unit_test(test_merge_bias_lora_only_as_base_layer_bias),
+        cmocka_unit_test(test_merge_bias_all_and_lora_only_as_base_layer_bias),
         cmocka_unit_test(
             test_merge_modules_to_save_embedding_unties_keeping_lm_head),
         cmocka_unit_test(
