@@ -166,8 +166,8 @@ static void table(json_t *all)
     printf("\n\n");
 
     json_t *mg = json_object_get(all, "merge");
-    printf("MERGE  bench_merge: bf16 Llama-7B-wide layers (hidden 4096, FFN "
-           "8192), rank-8 LoRA on q/v/gate/up/down\n");
+    printf("MERGE  bench_merge: bf16 TinyLlama-1.1B shape (hidden 2048, FFN "
+           "5632, 22 layers), rank-16 all-linear LoRA\n");
     if (mg)
         printf("  %-40s %10.1f MB/s    (%.2f GiB in %.1f s; median of %d)\n"
                "  %-40s %10.3f         (%.0f MiB)\n", "merge throughput",

@@ -28,7 +28,7 @@ static const char usage_text[] =
     "embedding LoRA, modules_to_save, biases).  BASE is a model directory or\n"
     "a .safetensors file with config.json beside it.  Several adapters are\n"
     "applied in order, each delta multiplied by its WEIGHT (default 1).\n"
-    "Values are computed in float32 and rounded once to the output dtype\n"
+    "Values are computed in float64 and rounded once to the output dtype\n"
     "(default: keep each tensor's dtype).  OUT_DIR mirrors BASE: same\n"
     "shards and names, index, config.json and tokenizer files; it appears\n"
     "whole or not at all.\n"

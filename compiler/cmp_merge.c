@@ -134,7 +134,8 @@ static mc_status untie(cmp_merge *m, merge_tensor **out, mc_error *err)
     return MC_OK;
 }
 
-/* Base tensor for name, untying lm_head when needed.  NULL if absent. */
+/* Base tensor for name, untying lm_head when needed (name is lm_head on a
+ * tied model).  *out NULL if absent. */
 static mc_status lookup(cmp_merge *m, const char *name, int tied,
                         merge_tensor **out, mc_error *err)
 {
@@ -194,7 +195,25 @@ static mc_status add_module(cmp_merge *m, const fmt_peft_adapter *a,
     char name[600];
     snprintf(name, sizeof name, "%s.weight", mod->name);
     merge_tensor *t;
-    mc_status st = lookup(m, name, tied, &t, err);
+    mc_status st;
+    /* A delta on a tied model's embedding: PEFT's forward (what was
+     * trained) applies it to the embedding lookup only, the output layer
+     * keeps the weight the embedding had, so lm_head is written out with
+     * it (a changed base_layer copy included).  peft 0.21's
+     * merge_and_unload instead adds the delta into the shared weight,
+     * changing the output layer too: the merged model would not be the
+     * one that was trained (docs/ci-merge.md). */
+    if (tied && strcmp(name, EMBED_NAME) == 0) {
+        int fresh = !cmp_merge_find_(m, LM_HEAD_NAME);
+        if ((st = lookup(m, LM_HEAD_NAME, tied, &t, err)))
+            return st;
+        const merge_tensor *e = cmp_merge_find_(m, EMBED_NAME);
+        for (size_t i = 0; fresh && e && i < e->n_ops; i++)
+            if (e->ops[i].kind == OP_REPLACE &&
+                (st = add_op(t, &e->ops[i], err)))
+                return st;
+    }
+    st = lookup(m, name, tied, &t, err);
     if (st)
         return st;
     if (!t) {
@@ -246,11 +265,36 @@ static mc_status add_module(cmp_merge *m, const fmt_peft_adapter *a,
     return add_op(b, &bop, err);
 }
 
+/* 1 if tensors a and b (same element count) hold the same values. */
+static int same_values(const fmt_st_tensor *a, const fmt_st_tensor *b)
+{
+    float x[512], y[512];
+    size_t ea = fmt_dtype_size(a->dtype), eb = fmt_dtype_size(b->dtype);
+    for (uint64_t i = 0; i < a->nelem; i += 512) {
+        size_t k = a->nelem - i < 512 ? (size_t)(a->nelem - i) : 512;
+        fmt_to_f32(a->dtype, (const unsigned char *)a->data + i * ea, x, k);
+        fmt_to_f32(b->dtype, (const unsigned char *)b->data + i * eb, y, k);
+        if (memcmp(x, y, k * sizeof *x) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 static mc_status add_replace(cmp_merge *m, const fmt_peft_adapter *a,
                              const fmt_peft_replace *r, int tied,
                              char *missing, size_t *n_missing, mc_error *err)
 {
     merge_tensor *t;
+    /* modules_to_save on a tied model's embedding: PEFT swaps in a trained
+     * copy of the module and the output layer keeps the original weight,
+     * so lm_head is written out (untied) with the original values.  A
+     * base_layer copy is loaded into the shared weight instead and stays
+     * tied. */
+    if (tied && !r->base_layer && strcmp(r->tensor, EMBED_NAME) == 0) {
+        mc_status st = lookup(m, LM_HEAD_NAME, tied, &t, err);
+        if (st)
+            return st;
+    }
     mc_status st = lookup(m, r->tensor, tied, &t, err);
     if (st)
         return st;
@@ -271,6 +315,10 @@ static mc_status add_replace(cmp_merge *m, const fmt_peft_adapter *a,
                        "in %d dimensions, base has %llu in %d",
                        (unsigned long long)r->t->nelem, r->t->ndim,
                        (unsigned long long)t->src->nelem, t->src->ndim);
+    /* PEFT saves the full base weight of an embedding / lm_head LoRA
+     * (save_embedding_layers); unchanged, it is no change at all. */
+    if (r->base_layer && same_values(t->src, r->t))
+        return MC_OK;
     if (t->n_ops)
         return mc_fail(err, MC_ERR_UNSUPPORTED, fmt_peft_dir(a), r->tensor, -1,
                        "tensor is replaced (modules_to_save / bias) after an "
@@ -358,7 +406,11 @@ mc_status cmp_merge_open(const fmt_model *base, const cmp_adapter_spec *adapters
     if (!m)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     m->base = base;
-    mc_status st = open_into(m, adapters, n, err);
+    /* Both (all) cores compute rows; kn_pool_create(0) = online CPUs. */
+    m->pool = kn_pool_create(0);
+    mc_status st = m->pool ? open_into(m, adapters, n, err)
+                           : mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                                     "cannot start the merge's threads");
     if (st) {
         cmp_merge_close(m);
         return st;
@@ -372,6 +424,7 @@ void cmp_merge_close(cmp_merge *m)
     if (!m)
         return;
     cmp_merge_release_(m);
+    kn_pool_free(m->pool);
     for (size_t i = 0; i < m->n_tensors; i++)
         mc_free(m->tensors[i].ops);
     mc_free(m->tensors);
@@ -428,7 +481,7 @@ mc_status cmp_merge_tensor_f32(cmp_merge *m, const char *name, float *out,
                        fmt_dtype_name(t->src->dtype));
     uint64_t rows, cols;
     cmp_merge_dims_(t->src, &rows, &cols);
-    mc_status st = cmp_merge_rows_(m, t, 0, rows, out, err);
+    mc_status st = cmp_merge_rows_(m, t, 0, rows, FMT_DT_F32, out, err);
     cmp_merge_release_(m);
     return st;
 }

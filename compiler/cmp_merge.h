@@ -9,27 +9,33 @@
  * to disk; cmp_merge_write() streams the same values into a model directory
  * that mirrors the input.
  *
- * Semantics per base tensor W (float32 values, computed in double and
- * rounded once to float32; the writer then rounds once more only when the
- * output dtype is F16/BF16, with round-to-nearest-even), adapters applied
- * in the order given, each with coef = weight x scaling:
+ * Semantics per base tensor W (values computed in double and rounded
+ * once, to nearest even, to the output dtype: float32, or bf16/f16
+ * directly from the double), adapters applied in the order given, each
+ * with coef = weight x scaling:
  *   plain LoRA      W += coef * (B @ A)            W is [out, in]
  *   fan_in_fan_out  W += coef * (B @ A)^T          when W is stored [in, out]
  *                   (a base stored [out, in] is an nn.Linear, for which PEFT
  *                   ignores the flag; so do we)
  *   embedding       W += coef * (B @ A)^T          W is [num_embeddings, dim]
- *   DoRA            V = W + delta; W = (m / ||V||) * V, the norm taken per
- *                   output feature (rows of [out, in]; columns of embeddings
- *                   and of [in, out] weights), m = lora_magnitude_vector
+ *   DoRA            V = W0 + delta; W = (W - W0) + (m / ||V||) * V, the
+ *                   norm taken per output feature (rows of [out, in];
+ *                   columns of embeddings and of [in, out] weights),
+ *                   m = lora_magnitude_vector, W0 = the base after any
+ *                   replacement: a DoRA adapter normalises only its own
+ *                   delta, as PEFT 0.21 does in its forward and its merge
  *   lora_B.bias     bias += coef * lora_B.bias
- *   replacement     W = modules_to_save tensor / trained bias (must be the
- *                   first change of its tensor; weights do not apply)
- * Several plain adapters therefore sum their deltas exactly; a DoRA
- * adapter normalises what the adapters before it produced.
- * A tied model (tie_word_embeddings, no lm_head.weight) whose lm_head
- * receives a delta is untied: lm_head.weight = embed_tokens + delta is
- * written after embed_tokens in its shard and config.json gets
- * tie_word_embeddings = false.
+ *   replacement     W = modules_to_save tensor / trained bias / a changed
+ *                   <module>.base_layer copy (must be the first change of
+ *                   its tensor; weights do not apply; an unchanged
+ *                   base_layer copy is no change)
+ * Several plain adapters therefore sum their deltas exactly.
+ * A tied model (tie_word_embeddings, no lm_head.weight) is untied when
+ * lm_head receives a delta (lm_head.weight = embed_tokens + delta), or when
+ * embed_tokens is replaced by modules_to_save or receives a delta
+ * (lm_head.weight = the original embedding, as PEFT's forward uses it):
+ * lm_head.weight is written after embed_tokens in its shard and
+ * config.json gets tie_word_embeddings = false.
  *
  * Open refuses (nothing is computed yet): an adapter module missing from
  * the base (names the first few, with a hint about prefixes); shapes that
@@ -38,9 +44,13 @@
  * unsupported init) happen in fmt_peft_open().
  *
  * Memory: the base and adapters are mapped; computing a tensor holds its
- * adapters' A/B (as double), O(columns) scratch, and the caller's output.
- * The writer streams rows in chunks of a few MiB and drops mapped pages it
- * has consumed, so peak RSS stays near one tensor, not the model.
+ * adapters' A/B (as double), O(8 rows) scratch per thread, and the
+ * caller's output.  The writer streams rows in chunks of a few MiB and
+ * drops mapped pages it has consumed, so peak RSS stays near one chunk,
+ * not the model.  Rows are computed on a pool of all online CPUs; the
+ * result does not depend on the number of threads or the CPU's SIMD.
+ * The writer reads its shards back before committing: every changed
+ * tensor must hold exactly the bytes computed for it.
  */
 #ifndef CMP_MERGE_H
 #define CMP_MERGE_H

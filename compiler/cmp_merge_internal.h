@@ -4,6 +4,12 @@
 #define CMP_MERGE_INTERNAL_H
 
 #include "cmp_merge.h"
+#include "kn_ops.h"
+
+/* Rows computed together per thread (cmp_merge_math.c); the writer rounds
+ * its chunks up to a multiple of CMP_MERGE_CHUNK_ROWS. */
+#define CMP_MERGE_ROW_BLOCK 16
+#define CMP_MERGE_CHUNK_ROWS 32
 
 typedef enum merge_op_kind {
     OP_DELTA = 0, /* LoRA delta (optionally DoRA) on a weight */
@@ -20,12 +26,25 @@ typedef struct merge_op {
     int dora;                    /* DoRA normalisation after the delta */
 } merge_op;
 
+/* Streaming check sum of bytes written (cmp_merge_queue.c). */
+typedef struct wsum {
+    uint64_t lane[4];
+    unsigned char carry[32];
+    size_t nc;                   /* bytes in carry */
+    uint64_t len;                /* bytes summed */
+} wsum;
+void cmp_merge_wsum_init_(wsum *s);
+void cmp_merge_wsum_add_(wsum *s, const void *data, size_t n);
+uint64_t cmp_merge_wsum_end_(wsum *s);
+
 /* A tensor of the merged model. */
 typedef struct merge_tensor {
     const char *name;            /* borrowed from src, or "lm_head.weight" */
     const fmt_st_tensor *src;    /* base tensor (embed_tokens for lm_head) */
     size_t shard;                /* output shard */
     int untied;                  /* lm_head written out of a tied model */
+    wsum sum;                    /* of the bytes written, while writing */
+    uint64_t hash;               /* its end: touched tensors, once written */
     merge_op *ops;               /* in application order; NULL if untouched */
     size_t n_ops, cap_ops;
 } merge_tensor;
@@ -40,20 +59,45 @@ struct cmp_merge {
     int untie;                   /* lm_head untied */
     size_t lora_modules, replaced;
     double max_abs_delta;        /* over tensors computed so far */
-    struct merge_prep *prep;     /* per-tensor prepared adapters (cmp_merge.c) */
+    struct merge_prep *prep;     /* per-tensor prepared adapters
+                                  * (cmp_merge_math.c) */
+    kn_pool *pool;               /* threads computing rows; NULL: one */
     cmp_merge_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     uint64_t progress_done, progress_total; /* output tensor bytes */
 };
 
 const merge_tensor *cmp_merge_find_(const cmp_merge *m, const char *name);
-/* Compute rows [row0, row0 + nrows) of tensor t as float32 into out
- * (nrows x cols).  Prepared state for t is built on first use and kept
- * until cmp_merge_release_(). */
+/* Compute rows [row0, row0 + nrows) of tensor t into out (nrows x cols
+ * elements of dt: F32, F16 or BF16), each rounded once from its double
+ * value, on m->pool's threads.  Prepared state for t is built on first
+ * use and kept until cmp_merge_release_(). */
 mc_status cmp_merge_rows_(cmp_merge *m, const merge_tensor *t, uint64_t row0,
-                          uint64_t nrows, float *out, mc_error *err);
+                          uint64_t nrows, fmt_dtype dt, void *out,
+                          mc_error *err);
 void cmp_merge_release_(cmp_merge *m);
 /* rows x cols view of a tensor (1-D: one row). */
 void cmp_merge_dims_(const fmt_st_tensor *t, uint64_t *rows, uint64_t *cols);
+
+/* The writer thread (cmp_merge_queue.c).  One producer (the merge's
+ * thread) queues chunks in order; the writer thread sums (when sum is not
+ * NULL), writes them to the current shard and drops the input range drop
+ * (when not NULL) once written.  cmp_merge_queue_buffer_ returns the
+ * buffer (cap bytes) the next push may fill, after waiting until the
+ * writer is done with it.  Errors: the first write error is returned by
+ * the next push and by drain, which waits until everything queued is
+ * written; set_writer (queue empty) starts a new shard and clears it. */
+typedef struct merge_queue merge_queue;
+mc_status cmp_merge_queue_create_(size_t cap, merge_queue **out, mc_error *err);
+void cmp_merge_queue_free_(merge_queue *q); /* NULL is a no-op */
+void cmp_merge_queue_set_writer_(merge_queue *q, fmt_st_writer *w);
+void *cmp_merge_queue_buffer_(merge_queue *q);
+mc_status cmp_merge_queue_push_(merge_queue *q, const void *data, size_t len,
+                                wsum *sum, const void *drop, uint64_t drop_len,
+                                mc_error *err);
+mc_status cmp_merge_queue_drain_(merge_queue *q, mc_error *err);
+/* madvise(MADV_DONTNEED) the whole pages inside [p, p + n) of a read-only
+ * mapping: file pages we are done with stop counting in RSS. */
+void cmp_merge_drop_range_(const void *p, uint64_t n);
 
 #endif /* CMP_MERGE_INTERNAL_H */

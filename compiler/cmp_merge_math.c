@@ -1,35 +1,65 @@
-/* cmp_merge_math.c - the merged values of one tensor, row by row, in double
- * precision (see cmp_merge.h for the formulas).
+/* cmp_merge_math.c - the merged values of one tensor, a block of rows at a
+ * time, in double precision (see cmp_merge.h for the formulas).
  *
- * Row i of the merged tensor needs only row i of the base, B's row i (or,
- * for deltas stored transposed, column i of A) and all of A (or B).  DoRA
- * norms per row are local to the row; norms per column (embeddings,
- * [in, out] weights) are computed in a first pass over all rows, once per
- * such op, so rows can still be produced in any chunking. */
+ * Row i of the merged tensor needs only row i of the base and row i of
+ * each delta.  A delta is written as L @ R with L [rows, r] and R [r, cols]:
+ * L = B, R = A for a delta stored as B @ A, and L = A^T, R = B^T for one
+ * stored transposed (embeddings, [in, out] weights), so one blocked kernel
+ * (kn_lora_rows, the same summation order everywhere) serves both.  DoRA
+ * norms per row are local to the row; norms per column are computed in a
+ * first pass over all rows, once per such op, so rows can still be
+ * produced in any chunking and on any number of threads with the same
+ * result.  Each element is rounded once, from the double, to the output
+ * dtype. */
 #include "cmp_merge_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kn_lora.h"
 #include "mc_alloc.h"
 
+/* Rows computed together: the delta kernel reuses each cached slice of
+ * R across them.  The writer's chunks are multiples of this times the
+ * thread count (CMP_MERGE_CHUNK_ROWS) so threads get equal shares. */
+#define ROW_BLOCK CMP_MERGE_ROW_BLOCK
+
 typedef struct prep_op {
-    double *A;    /* [r, a_cols] */
-    double *B;    /* [b_rows, r] */
+    double *L;    /* [rows, r] */
+    double *R;    /* [r, cols] */
     double *mag;  /* DoRA magnitude, or NULL */
     double *bias; /* BIAS_ADD: lora_B.bias */
     double *colf; /* DoRA per-column factor m_j / ||V col j|| */
     uint32_t r;
-    uint64_t a_cols;
 } prep_op;
+
+/* Scratch of one thread. */
+typedef struct prep_slot {
+    double *d, *tmp;     /* ROW_BLOCK x cols */
+    double *w0, *v;      /* cols: base row before the deltas, DoRA's V */
+    float *fbase, *fbuf; /* ROW_BLOCK x cols, cols */
+    double maxd;         /* max |merged - base| of the rows done */
+    uint64_t bad_row, bad_col; /* first non-finite result */
+    int bad;
+} prep_slot;
 
 struct merge_prep {
     const merge_tensor *t;
     prep_op *ops;
-    double *d, *tmp, *acol; /* cols, cols, r_max */
-    float *fbuf, *fbase;    /* cols */
+    prep_slot *slots;
+    int n_slots;
 };
+
+static void free_slot(prep_slot *s)
+{
+    mc_free(s->d);
+    mc_free(s->tmp);
+    mc_free(s->w0);
+    mc_free(s->v);
+    mc_free(s->fbase);
+    mc_free(s->fbuf);
+}
 
 void cmp_merge_release_(cmp_merge *m)
 {
@@ -37,24 +67,24 @@ void cmp_merge_release_(cmp_merge *m)
     if (!p)
         return;
     for (size_t i = 0; p->t && p->ops && i < p->t->n_ops; i++) {
-        mc_free(p->ops[i].A);
-        mc_free(p->ops[i].B);
+        mc_free(p->ops[i].L);
+        mc_free(p->ops[i].R);
         mc_free(p->ops[i].mag);
         mc_free(p->ops[i].bias);
         mc_free(p->ops[i].colf);
     }
+    for (int s = 0; p->slots && s < p->n_slots; s++)
+        free_slot(&p->slots[s]);
+    mc_free(p->slots);
     mc_free(p->ops);
-    mc_free(p->d);
-    mc_free(p->tmp);
-    mc_free(p->acol);
-    mc_free(p->fbuf);
-    mc_free(p->fbase);
     mc_free(p);
     m->prep = NULL;
 }
 
-/* All of t converted to a new double array, or NULL (out of memory). */
-static double *to_double(const fmt_st_tensor *t)
+/* All of t converted to a new double array, transposed when rows > 0
+ * (t is then [rows, cols] and the result [cols, rows]).  NULL: out of
+ * memory. */
+static double *to_double(const fmt_st_tensor *t, uint64_t rows, uint64_t cols)
 {
     double *d = mc_malloc_array(t->nelem ? t->nelem : 1, sizeof *d);
     if (!d)
@@ -64,86 +94,121 @@ static double *to_double(const fmt_st_tensor *t)
     for (uint64_t i = 0; i < t->nelem; i += 1024) {
         size_t k = t->nelem - i < 1024 ? (size_t)(t->nelem - i) : 1024;
         fmt_to_f32(t->dtype, (const unsigned char *)t->data + i * es, buf, k);
-        for (size_t j = 0; j < k; j++)
-            d[i + j] = buf[j];
+        for (size_t j = 0; j < k; j++) {
+            uint64_t e = i + j;
+            d[rows ? (e % cols) * rows + e / cols : e] = buf[j];
+        }
     }
     return d;
 }
 
-/* Load row i of src (cols elements of its float dtype) as float. */
-static void load_row(const fmt_st_tensor *src, uint64_t i, uint64_t cols,
-                     float *out)
+/* Load rows [i, i + n) of src (cols elements each, its float dtype). */
+static void load_rows(const fmt_st_tensor *src, uint64_t i, uint64_t n,
+                      uint64_t cols, float *out)
 {
     size_t es = fmt_dtype_size(src->dtype);
     fmt_to_f32(src->dtype, (const unsigned char *)src->data + i * cols * es,
-               out, (size_t)cols);
+               out, (size_t)(n * cols));
 }
 
-/* Merged row i into p->d.  If stop_at < n_ops, stop at that (DoRA
- * per-column) op after forming V = W + delta and add V^2 into sumsq. */
-static void compute_row(struct merge_prep *p, uint64_t i, uint64_t rows,
-                        uint64_t cols, size_t stop_at, double *sumsq)
+/* Merged rows [i0, i0 + n) into s->d (n <= ROW_BLOCK).  If stop_at is an
+ * op index, stop there after forming that DoRA op's V = W0 + delta, and
+ * add V^2 into sumsq (per column).
+ *
+ * DoRA follows PEFT 0.21 (its forward and merge_and_unload agree): the
+ * norm is that of V = W0 + its own delta, W0 being the base (after
+ * modules_to_save / base_layer copies), not of what earlier adapters
+ * added; the factor m/||V|| then scales everything so far plus the delta:
+ * W = m/||V|| (W + delta).  When no delta came before, W + delta is V. */
+static void compute_rows(const struct merge_prep *p, prep_slot *s, uint64_t i0,
+                         uint64_t n, uint64_t cols, size_t stop_at,
+                         double *sumsq)
 {
     const merge_tensor *t = p->t;
-    double *d = p->d, *tmp = p->tmp;
-    load_row(t->src, i, cols, p->fbase);
-    for (uint64_t j = 0; j < cols; j++)
-        d[j] = p->fbase[j];
-    for (size_t s = 0; s < t->n_ops; s++) {
-        const merge_op *op = &t->ops[s];
-        const prep_op *po = &p->ops[s];
+    load_rows(t->src, i0, n, cols, s->fbase);
+    for (uint64_t q = 0; q < n * cols; q++)
+        s->d[q] = s->fbase[q];
+    int pristine = 1; /* only copies so far: d is W0 */
+    for (size_t k = 0; k < t->n_ops; k++) {
+        const merge_op *op = &t->ops[k];
+        const prep_op *po = &p->ops[k];
         if (op->kind == OP_REPLACE) {
-            load_row(op->rep, i, cols, p->fbuf);
-            for (uint64_t j = 0; j < cols; j++)
-                d[j] = p->fbuf[j];
+            for (uint64_t q = 0; q < n; q++) {
+                load_rows(op->rep, i0 + q, 1, cols, s->fbuf);
+                for (uint64_t j = 0; j < cols; j++)
+                    s->d[q * cols + j] = s->fbuf[j];
+            }
             continue;
         }
         if (op->kind == OP_BIAS_ADD) {
-            for (uint64_t j = 0; j < cols; j++)
-                d[j] += op->coef * po->bias[i * cols + j];
-            continue;
-        }
-        uint32_t r = po->r;
-        if (!op->transposed) { /* tmp = B[i, :] @ A */
-            memset(tmp, 0, cols * sizeof *tmp);
-            for (uint32_t k = 0; k < r; k++) {
-                double b = po->B[i * r + k];
-                const double *a = po->A + (uint64_t)k * cols;
+            for (uint64_t q = 0; q < n; q++)
                 for (uint64_t j = 0; j < cols; j++)
-                    tmp[j] += b * a[j];
-            }
-        } else { /* tmp[j] = sum_k B[j, k] * A[k, i] */
-            for (uint32_t k = 0; k < r; k++)
-                p->acol[k] = po->A[(uint64_t)k * rows + i];
-            for (uint64_t j = 0; j < cols; j++) {
-                const double *b = po->B + j * r;
-                double acc = 0;
-                for (uint32_t k = 0; k < r; k++)
-                    acc += b[k] * p->acol[k];
-                tmp[j] = acc;
-            }
-        }
-        for (uint64_t j = 0; j < cols; j++)
-            d[j] += op->coef * tmp[j];
-        if (s == stop_at) {
-            for (uint64_t j = 0; j < cols; j++)
-                sumsq[j] += d[j] * d[j];
-            return;
-        }
-        if (!op->dora)
+                    s->d[q * cols + j] += op->coef * po->bias[(i0 + q) * cols + j];
+            pristine = 0;
             continue;
-        if (op->transposed) {
-            for (uint64_t j = 0; j < cols; j++)
-                d[j] *= po->colf[j];
-        } else {
-            double ss = 0;
-            for (uint64_t j = 0; j < cols; j++)
-                ss += d[j] * d[j];
-            double f = po->mag[i] / sqrt(ss);
-            for (uint64_t j = 0; j < cols; j++)
-                d[j] *= f;
         }
+        int apart = op->dora && !pristine; /* the delta is needed alone */
+        if (apart)
+            kn_lora_rows(po->L + i0 * po->r, po->R, po->r, (size_t)cols,
+                         (size_t)n, s->tmp, (size_t)cols);
+        else /* d += coef * delta */
+            kn_lora_rows_add(po->L + i0 * po->r, po->R, po->r, (size_t)cols,
+                             (size_t)n, op->coef, s->d, (size_t)cols);
+        for (uint64_t q = 0; q < n; q++) {
+            double *d = s->d + q * cols;
+            const double *tmp = s->tmp + q * cols;
+            const double *V = d; /* W0 + delta, whose norm DoRA takes */
+            if (apart) {
+                /* DoRA after other deltas: d no longer holds W0, so
+                 * rebuild it from the base rows. */
+                double *w0 = s->w0, *v = s->v;
+                for (uint64_t j = 0; j < cols; j++)
+                    w0[j] = s->fbase[q * cols + j];
+                for (size_t kk = 0; kk < k; kk++)
+                    if (t->ops[kk].kind == OP_REPLACE) {
+                        load_rows(t->ops[kk].rep, i0 + q, 1, cols, s->fbuf);
+                        for (uint64_t j = 0; j < cols; j++)
+                            w0[j] = s->fbuf[j];
+                    }
+                for (uint64_t j = 0; j < cols; j++)
+                    v[j] = w0[j] + op->coef * tmp[j];
+                V = v;
+            }
+            if (k == stop_at) {
+                for (uint64_t j = 0; j < cols; j++)
+                    sumsq[j] += V[j] * V[j];
+                continue;
+            }
+            if (!op->dora)
+                continue;
+            double f = 0;
+            if (!op->transposed) {
+                double ss = 0;
+                for (uint64_t j = 0; j < cols; j++)
+                    ss += V[j] * V[j];
+                f = po->mag[i0 + q] / sqrt(ss);
+            }
+            for (uint64_t j = 0; j < cols; j++) {
+                double x = apart ? d[j] + op->coef * tmp[j] : d[j];
+                d[j] = x * (op->transposed ? po->colf[j] : f);
+            }
+        }
+        if (k == stop_at)
+            return;
+        pristine = 0;
     }
+}
+
+static int alloc_slot(prep_slot *s, uint64_t cols)
+{
+    size_t c = cols ? (size_t)cols : 1;
+    s->d = mc_malloc_array(c * ROW_BLOCK, sizeof(double));
+    s->tmp = mc_malloc_array(c * ROW_BLOCK, sizeof(double));
+    s->w0 = mc_malloc_array(c, sizeof(double));
+    s->v = mc_malloc_array(c, sizeof(double));
+    s->fbase = mc_malloc_array(c * ROW_BLOCK, sizeof(float));
+    s->fbuf = mc_malloc_array(c, sizeof(float));
+    return s->d && s->tmp && s->w0 && s->v && s->fbase && s->fbuf;
 }
 
 static mc_status prepare(cmp_merge *m, const merge_tensor *t, mc_error *err)
@@ -158,29 +223,31 @@ static mc_status prepare(cmp_merge *m, const merge_tensor *t, mc_error *err)
         return mc_fail(err, MC_ERR_NOMEM, NULL, t->name, -1, "out of memory");
     m->prep = p;
     p->t = t;
-    uint32_t rmax = 1;
-    size_t c = cols ? (size_t)cols : 1;
+    int nth = m->pool ? kn_pool_threads(m->pool) : 1;
     p->ops = mc_calloc(t->n_ops ? t->n_ops : 1, sizeof *p->ops);
-    p->d = mc_malloc_array(c, sizeof(double));
-    p->tmp = mc_malloc_array(c, sizeof(double));
-    p->fbuf = mc_malloc_array(c, sizeof(float));
-    p->fbase = mc_malloc_array(c, sizeof(float));
-    int ok = p->ops && p->d && p->tmp && p->fbuf && p->fbase;
+    p->slots = mc_calloc((size_t)nth, sizeof *p->slots);
+    int ok = p->ops && p->slots;
+    if (ok)
+        p->n_slots = nth;
+    for (int s = 0; ok && s < nth; s++)
+        ok = alloc_slot(&p->slots[s], cols);
     for (size_t s = 0; ok && s < t->n_ops; s++) {
         const merge_op *op = &t->ops[s];
         prep_op *po = &p->ops[s];
         if (op->kind == OP_BIAS_ADD) {
-            ok = (po->bias = to_double(op->mod->b_bias)) != NULL;
+            ok = (po->bias = to_double(op->mod->b_bias, 0, 0)) != NULL;
         } else if (op->kind == OP_DELTA) {
-            po->r = (uint32_t)op->mod->A->shape[0];
-            po->a_cols = op->mod->A->shape[1];
-            rmax = po->r > rmax ? po->r : rmax;
-            ok = (po->A = to_double(op->mod->A)) &&
-                 (po->B = to_double(op->mod->B)) &&
-                 (!op->dora || (po->mag = to_double(op->mod->magnitude)));
+            const fmt_st_tensor *A = op->mod->A, *B = op->mod->B;
+            po->r = (uint32_t)A->shape[0];
+            /* transposed: L = A^T [a_cols, r], R = B^T [r, b_rows] */
+            po->L = op->transposed ? to_double(A, A->shape[0], A->shape[1])
+                                   : to_double(B, 0, 0);
+            po->R = op->transposed ? to_double(B, B->shape[0], B->shape[1])
+                                   : to_double(A, 0, 0);
+            ok = po->L && po->R &&
+                 (!op->dora || (po->mag = to_double(op->mod->magnitude, 0, 0)));
         }
     }
-    ok = ok && (p->acol = mc_malloc_array(rmax, sizeof(double)));
     if (!ok)
         return mc_fail(err, MC_ERR_NOMEM, NULL, t->name, -1,
                        "out of memory preparing the adapters of this tensor");
@@ -189,12 +256,14 @@ static mc_status prepare(cmp_merge *m, const merge_tensor *t, mc_error *err)
         const merge_op *op = &t->ops[s];
         if (op->kind != OP_DELTA || !op->dora || !op->transposed)
             continue;
-        double *colf = mc_calloc(c, sizeof *colf);
+        double *colf = mc_calloc(cols ? (size_t)cols : 1, sizeof *colf);
         if (!colf)
             return mc_fail(err, MC_ERR_NOMEM, NULL, t->name, -1,
                            "out of memory");
-        for (uint64_t i = 0; i < rows; i++)
-            compute_row(p, i, rows, cols, s, colf);
+        for (uint64_t i = 0; i < rows; i += ROW_BLOCK)
+            compute_rows(p, &p->slots[0], i,
+                         rows - i < ROW_BLOCK ? rows - i : ROW_BLOCK, cols, s,
+                         colf);
         for (uint64_t j = 0; j < cols; j++)
             colf[j] = p->ops[s].mag[j] / sqrt(colf[j]);
         p->ops[s].colf = colf;
@@ -202,42 +271,98 @@ static mc_status prepare(cmp_merge *m, const merge_tensor *t, mc_error *err)
     return MC_OK;
 }
 
+typedef struct rows_job {
+    cmp_merge *m;
+    uint64_t row0, nrows, cols;
+    fmt_dtype dt;
+    void *out;
+} rows_job;
+
+static void rows_worker(void *ctx, int tid, int nth)
+{
+    rows_job *j = ctx;
+    struct merge_prep *p = j->m->prep;
+    prep_slot *s = &p->slots[tid];
+    /* Contiguous block-aligned ranges: results do not depend on nth. */
+    uint64_t nb = (j->nrows + ROW_BLOCK - 1) / ROW_BLOCK;
+    uint64_t b0 = nb * (uint64_t)tid / (uint64_t)nth;
+    uint64_t b1 = nb * (uint64_t)(tid + 1) / (uint64_t)nth;
+    size_t es = fmt_dtype_size(j->dt);
+    uint64_t cols = j->cols;
+    int type = j->dt == FMT_DT_F32    ? KN_LORA_F32
+               : j->dt == FMT_DT_BF16 ? KN_LORA_BF16
+                                      : KN_LORA_F16;
+    for (uint64_t b = b0; b < b1 && !s->bad; b++) {
+        uint64_t i = j->row0 + b * ROW_BLOCK;
+        uint64_t end = j->row0 + j->nrows;
+        uint64_t n = end - i < ROW_BLOCK ? end - i : ROW_BLOCK;
+        compute_rows(p, s, i, n, cols, (size_t)-1, NULL);
+        size_t k = (size_t)(n * cols);
+        size_t at = kn_lora_finish(s->d, s->fbase, k, type,
+                                   (unsigned char *)j->out +
+                                       (i - j->row0) * cols * es,
+                                   &s->maxd);
+        if (at < k) {
+            s->bad = 1;
+            s->bad_row = i + at / cols;
+            s->bad_col = at % cols;
+        }
+    }
+}
+
 mc_status cmp_merge_rows_(cmp_merge *m, const merge_tensor *t, uint64_t row0,
-                          uint64_t nrows, float *out, mc_error *err)
+                          uint64_t nrows, fmt_dtype dt, void *out,
+                          mc_error *err)
 {
     uint64_t rows, cols;
     cmp_merge_dims_(t->src, &rows, &cols);
     if (row0 > rows || nrows > rows - row0)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, t->name, -1,
                        "rows out of range");
-    if (t->n_ops == 0) { /* untouched (or an untied copy): convert only */
+    if (t->n_ops == 0) { /* untouched (or an untied copy): convert only;
+                          * float -> dt is the one rounding */
         size_t es = fmt_dtype_size(t->src->dtype);
-        fmt_to_f32(t->src->dtype,
-                   (const unsigned char *)t->src->data + row0 * cols * es, out,
-                   (size_t)(nrows * cols));
+        const unsigned char *src =
+            (const unsigned char *)t->src->data + row0 * cols * es;
+        size_t n = (size_t)(nrows * cols);
+        if (dt == FMT_DT_F32) {
+            fmt_to_f32(t->src->dtype, src, out, n);
+            return MC_OK;
+        }
+        float buf[1024];
+        size_t os = fmt_dtype_size(dt);
+        for (size_t i = 0; i < n; i += 1024) {
+            size_t k = n - i < 1024 ? n - i : 1024;
+            fmt_to_f32(t->src->dtype, src + i * es, buf, k);
+            fmt_from_f32(dt, buf, (unsigned char *)out + i * os, k);
+        }
         return MC_OK;
     }
     mc_status st = prepare(m, t, err);
     if (st)
         return st;
     struct merge_prep *p = m->prep;
-    double maxd = m->max_abs_delta;
-    for (uint64_t i = row0; i < row0 + nrows; i++) {
-        compute_row(p, i, rows, cols, (size_t)-1, NULL);
-        float *o = out + (i - row0) * cols;
-        for (uint64_t j = 0; j < cols; j++) {
-            if (!isfinite(p->d[j]) || fabs(p->d[j]) > 3.4028234663852886e38)
-                return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
-                               "merged value at row %llu, column %llu is "
-                               "not finite in float32 (a DoRA norm of zero, "
-                               "or an adapter too large for the base)",
-                               (unsigned long long)i, (unsigned long long)j);
-            o[j] = (float)p->d[j];
-            double dd = fabs((double)o[j] - (double)p->fbase[j]);
-            if (dd > maxd)
-                maxd = dd;
-        }
+    for (int s = 0; s < p->n_slots; s++) {
+        p->slots[s].bad = 0;
+        p->slots[s].maxd = m->max_abs_delta;
     }
-    m->max_abs_delta = maxd;
+    rows_job job = {m, row0, nrows, cols, dt, out};
+    /* One block or less: not worth waking the pool. */
+    if (nrows <= ROW_BLOCK || p->n_slots == 1)
+        rows_worker(&job, 0, 1);
+    else
+        kn_pool_run(m->pool, rows_worker, &job);
+    for (int s = 0; s < p->n_slots; s++) {
+        const prep_slot *sl = &p->slots[s];
+        if (sl->bad) /* slots hold ascending rows: the first is the lowest */
+            return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
+                           "merged value at row %llu, column %llu is "
+                           "not finite in float32 (a DoRA norm of zero, "
+                           "or an adapter too large for the base)",
+                           (unsigned long long)sl->bad_row,
+                           (unsigned long long)sl->bad_col);
+        if (sl->maxd > m->max_abs_delta)
+            m->max_abs_delta = sl->maxd;
+    }
     return MC_OK;
 }

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -207,30 +206,11 @@ static fmt_dtype out_type(const merge_tensor *t, fmt_dtype out_dtype)
     return out_dtype;
 }
 
-/* Let the kernel drop mapped pages of input we are done with, so RSS does
- * not grow to the model size (file-backed pages count in RSS).  Only whole
- * pages inside [p, p + n) are dropped; the mapping is read-only, so the
- * data comes back from the file if it is touched again. */
-static void drop_range(const void *p, uint64_t n)
-{
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0 || n == 0)
-        return;
-    uintptr_t a = (uintptr_t)p, e = a + (uintptr_t)n;
-    uintptr_t s = (a + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-    e &= ~((uintptr_t)pg - 1);
-    if (e > s)
-        madvise((void *)s, e - s, MADV_DONTNEED);
-}
-
-static void drop_pages(const fmt_st_tensor *t)
-{
-    drop_range(t->data, t->nbytes);
-}
-
-static mc_status write_tensor(cmp_merge *m, fmt_st_writer *w,
-                              const merge_tensor *t, fmt_dtype dt,
-                              float *fbuf, void *obuf, uint64_t rows_per_chunk,
+/* Queue tensor t's bytes (dtype dt) for the writer thread: untouched
+ * tensors straight from the mapped input, others computed a chunk of rows
+ * at a time into the queue's free buffer, summed (t->sum) as written. */
+static mc_status write_tensor(cmp_merge *m, merge_queue *q, merge_tensor *t,
+                              fmt_dtype dt, uint64_t rows_per_chunk,
                               mc_error *err)
 {
     mc_status st = MC_OK;
@@ -241,42 +221,45 @@ static mc_status write_tensor(cmp_merge *m, fmt_st_writer *w,
             uint64_t k = t->src->nbytes - off < CHUNK_BYTES
                              ? t->src->nbytes - off
                              : CHUNK_BYTES;
-            st = fmt_st_writer_write(w, d + off, (size_t)k, err);
-            drop_range(d + off, k);
+            st = cmp_merge_queue_push_(q, d + off, (size_t)k, NULL, d + off,
+                                       k, err);
         }
-        drop_pages(t->src);
         return st;
     }
     uint64_t rows, cols;
     cmp_merge_dims_(t->src, &rows, &cols);
-    size_t es = fmt_dtype_size(dt);
+    size_t es = fmt_dtype_size(dt), ies = fmt_dtype_size(t->src->dtype);
+    cmp_merge_wsum_init_(&t->sum);
     for (uint64_t r0 = 0; r0 < rows && st == MC_OK; r0 += rows_per_chunk) {
         uint64_t n = rows - r0 < rows_per_chunk ? rows - r0 : rows_per_chunk;
         size_t k = (size_t)(n * cols);
-        if ((st = cmp_merge_rows_(m, t, r0, n, fbuf, err)))
+        void *obuf = cmp_merge_queue_buffer_(q);
+        if ((st = cmp_merge_rows_(m, t, r0, n, dt, obuf, err)))
             break;
-        fmt_from_f32(dt, fbuf, obuf, k);
         if (dt == FMT_DT_F16)
             for (size_t j = 0; j < k; j++) {
                 uint16_t h;
                 memcpy(&h, (unsigned char *)obuf + 2 * j, 2);
-                if ((h & 0x7c00) == 0x7c00)
+                if ((h & 0x7c00) == 0x7c00) {
+                    cmp_merge_release_(m);
                     return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
-                                   "merged value %g overflows float16; use "
-                                   "--dtype bf16 or f32", (double)fbuf[j]);
+                                   "merged value at row %llu, column %llu "
+                                   "overflows float16; use --dtype bf16 or "
+                                   "f32", (unsigned long long)(r0 + j / cols),
+                                   (unsigned long long)(j % cols));
+                }
             }
-        st = fmt_st_writer_write(w, obuf, k * es, err);
-        drop_range((const unsigned char *)t->src->data +
-                           r0 * cols * fmt_dtype_size(t->src->dtype),
-                       n * cols * fmt_dtype_size(t->src->dtype));
+        /* input rows are done with once computed */
+        cmp_merge_drop_range_((const unsigned char *)t->src->data +
+                                  r0 * cols * ies, n * cols * ies);
+        st = cmp_merge_queue_push_(q, obuf, k * es, &t->sum, NULL, 0, err);
     }
     cmp_merge_release_(m);
-    drop_pages(t->src);
     return st;
 }
 
 static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
-                             fmt_dtype out_dtype, float *fbuf, void *obuf,
+                             fmt_dtype out_dtype, merge_queue *q,
                              uint64_t *bytes, mc_error *err)
 {
     const char *name = fmt_model_shard_name(m->base, shard);
@@ -301,24 +284,34 @@ static mc_status write_shard(cmp_merge *m, const char *dir, size_t shard,
     }
     if (st == MC_OK)
         st = fmt_st_writer_begin_data(w, err);
+    cmp_merge_queue_set_writer_(q, w);
     for (size_t i = 0; i < m->n_tensors && st == MC_OK; i++) {
-        const merge_tensor *t = &m->tensors[i];
+        merge_tensor *t = &m->tensors[i];
         if (t->shard != shard)
             continue;
         uint64_t rows, cols;
         cmp_merge_dims_(t->src, &rows, &cols);
         uint64_t rpc = cols ? (CHUNK_BYTES / 4) / cols : rows;
-        st = write_tensor(m, w, t, out_type(t, out_dtype), fbuf, obuf,
-                          rpc ? rpc : 1, err);
+        /* whole row blocks for every thread (buffers allow for it) */
+        rpc = (rpc + CMP_MERGE_CHUNK_ROWS - 1) / CMP_MERGE_CHUNK_ROWS *
+              CMP_MERGE_CHUNK_ROWS;
+        st = write_tensor(m, q, t, out_type(t, out_dtype), rpc ? rpc : 1,
+                          err);
         m->progress_done +=
             t->src->nelem * fmt_dtype_size(out_type(t, out_dtype));
         if (st == MC_OK && m->progress)
             m->progress(m->progress_done, m->progress_total, m->progress_ctx);
     }
+    /* everything queued is written (or failed) before the file is closed */
+    mc_status qst = cmp_merge_queue_drain_(q, st ? NULL : err);
+    st = st ? st : qst;
     if (st) {
         fmt_st_writer_abort(w);
         return st;
     }
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].shard == shard && m->tensors[i].n_ops)
+            m->tensors[i].hash = cmp_merge_wsum_end_(&m->tensors[i].sum);
     *bytes += fmt_st_writer_total_bytes(w);
     return fmt_st_writer_finish(w, err);
 }
@@ -365,6 +358,21 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(a, b);
 }
 
+/* 1 if name is a file this merge writes itself: a shard of the base (any
+ * name: "tokenizer-00001-of-00002.safetensors" is a shard if the index
+ * says so), the index or config.json.  Such files are never copied from
+ * the base, whatever is_side_file thinks of their names. */
+static int is_ours(const cmp_merge *m, const char *name)
+{
+    if (strcmp(name, "config.json") == 0 ||
+        strcmp(name, "model.safetensors.index.json") == 0)
+        return 1;
+    for (size_t s = 0; s < fmt_model_shard_count(m->base); s++)
+        if (strcmp(name, fmt_model_shard_name(m->base, s)) == 0)
+            return 1;
+    return 0;
+}
+
 static mc_status copy_side_files(const cmp_merge *m, const char *dir,
                                  uint64_t *bytes, mc_error *err)
 {
@@ -377,7 +385,7 @@ static mc_status copy_side_files(const cmp_merge *m, const char *dir,
         return MC_OK;
     struct dirent *e;
     while ((e = readdir(d)) && n < 64)
-        if (is_side_file(e->d_name))
+        if (is_side_file(e->d_name) && !is_ours(m, e->d_name))
             snprintf(list[n++], sizeof list[0], "%s", e->d_name);
     closedir(d);
     qsort(list, n, sizeof list[0], cmp_names);
@@ -391,6 +399,59 @@ static mc_status copy_side_files(const cmp_merge *m, const char *dir,
             return st;
     }
     return MC_OK;
+}
+
+/* Read the written shards back: every tensor of the merge is there with
+ * its shape and output dtype, and every tensor an adapter changed has
+ * exactly the bytes computed for it (check sum).  This is what makes the
+ * report true: a later step that replaced a shard (once, copying a
+ * side file named like one) cannot pass unnoticed. */
+static mc_status verify_output(const cmp_merge *m, const char *dir,
+                               fmt_dtype out_dtype, mc_error *err)
+{
+    mc_status st = MC_OK;
+    for (size_t s = 0; st == MC_OK && s < fmt_model_shard_count(m->base); s++) {
+        char path[PATH_MAX];
+        if (!path_join(path, dir, fmt_model_shard_name(m->base, s)))
+            return mc_fail(err, MC_ERR_INVALID_ARG, dir, NULL, -1,
+                           "path too long");
+        fmt_st_file *f = NULL;
+        if ((st = fmt_st_open(path, &f, err)))
+            return st;
+        for (size_t i = 0; st == MC_OK && i < m->n_tensors; i++) {
+            const merge_tensor *t = &m->tensors[i];
+            if (t->shard != s)
+                continue;
+            const fmt_st_tensor *o = fmt_st_find(f, t->name);
+            if (!o || o->dtype != out_type(t, out_dtype) ||
+                o->nelem != t->src->nelem) {
+                st = mc_fail(err, MC_ERR_IO, path, t->name, -1,
+                             "merged output is not what was written: the "
+                             "tensor is %s (another file replaced this "
+                             "shard?)", o ? "of another dtype or size"
+                                          : "missing");
+                break;
+            }
+            if (t->n_ops == 0)
+                continue;
+            wsum sum;
+            cmp_merge_wsum_init_(&sum);
+            const unsigned char *p = o->data;
+            for (uint64_t off = 0; off < o->nbytes; off += CHUNK_BYTES) {
+                uint64_t k = o->nbytes - off < CHUNK_BYTES ? o->nbytes - off
+                                                           : CHUNK_BYTES;
+                cmp_merge_wsum_add_(&sum, p + off, (size_t)k);
+                cmp_merge_drop_range_(p + off, k);
+            }
+            if (cmp_merge_wsum_end_(&sum) != t->hash)
+                st = mc_fail(err, MC_ERR_IO, path, t->name, -1,
+                             "merged output is not what was written: the "
+                             "tensor's bytes differ from the merged values "
+                             "(another file replaced this shard?)");
+        }
+        fmt_st_close(f);
+    }
+    return st;
 }
 
 mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
@@ -408,19 +469,20 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
     mc_status st = check_out_dir(m, out_dir, err);
     if (st)
         return st;
-    /* Widest row chunk: CHUNK_BYTES of float, or one row if wider. */
+    /* Widest row chunk. */
     uint64_t maxcols = 1;
     for (size_t i = 0; i < m->n_tensors; i++) {
         uint64_t r, c;
         cmp_merge_dims_(m->tensors[i].src, &r, &c);
         maxcols = c > maxcols ? c : maxcols;
     }
-    size_t fcap = CHUNK_BYTES / 4 > maxcols ? CHUNK_BYTES / 4 : (size_t)maxcols;
-    float *fbuf = mc_malloc_array(fcap, sizeof(float));
-    void *obuf = mc_malloc_array(fcap, sizeof(float));
+    /* CHUNK_BYTES of float rows, rounded up to CMP_MERGE_CHUNK_ROWS rows */
+    if (maxcols > (SIZE_MAX / sizeof(float) - CHUNK_BYTES) / CMP_MERGE_CHUNK_ROWS)
+        return mc_fail(err, MC_ERR_NOMEM, out_dir, NULL, -1, "out of memory");
+    size_t fcap = CHUNK_BYTES / 4 + (size_t)maxcols * CMP_MERGE_CHUNK_ROWS;
+    merge_queue *q = NULL;
     fmt_atomic_dir *ad = NULL;
-    if (!fbuf || !obuf)
-        st = mc_fail(err, MC_ERR_NOMEM, out_dir, NULL, -1, "out of memory");
+    st = cmp_merge_queue_create_(fcap * sizeof(float), &q, err);
     if (st == MC_OK)
         st = fmt_atomic_dir_create(out_dir, &ad, err);
     uint64_t bytes = 0;
@@ -430,16 +492,19 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
         m->progress_total += m->tensors[i].src->nelem *
                              fmt_dtype_size(out_type(&m->tensors[i], out_dtype));
     const char *dir = ad ? fmt_atomic_dir_path(ad) : NULL;
+    /* Side files first: even a name is_ours() missed cannot then replace a
+     * merged shard, and verify_output() checks the rest. */
+    if (st == MC_OK)
+        st = copy_side_files(m, dir, &bytes, err);
     for (size_t s = 0; st == MC_OK && s < fmt_model_shard_count(m->base); s++)
-        st = write_shard(m, dir, s, out_dtype, fbuf, obuf, &bytes, err);
+        st = write_shard(m, dir, s, out_dtype, q, &bytes, err);
     if (st == MC_OK && fmt_model_is_sharded(m->base))
         st = write_index(m, dir, out_dtype, &bytes, err);
     if (st == MC_OK)
         st = write_config(m, dir, out_dtype, &bytes, err);
     if (st == MC_OK)
-        st = copy_side_files(m, dir, &bytes, err);
-    mc_free(fbuf);
-    mc_free(obuf);
+        st = verify_output(m, dir, out_dtype, err);
+    cmp_merge_queue_free_(q);
     if (st) {
         fmt_atomic_dir_abort(ad);
         return st;
@@ -451,7 +516,8 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
         memset(report, 0, sizeof *report);
         report->tensors = m->n_tensors;
         for (size_t i = 0; i < m->n_tensors; i++)
-            report->tensors_touched += m->tensors[i].n_ops > 0;
+            report->tensors_touched +=
+                m->tensors[i].n_ops > 0 || m->tensors[i].untied;
         report->adapters = m->n_adapters;
         report->lora_modules = m->lora_modules;
         report->replaced = m->replaced;

@@ -20,6 +20,11 @@
  *     <module>.weight / <module>.bias, optionally written as
  *     <module>.modules_to_save.default.weight: full replacement tensors
  *     (modules_to_save, trained biases when bias != "none").
+ *     <module>.base_layer.weight / .bias: the base layer of a LoRA module
+ *     as PEFT saves it (the full embedding / lm_head weight of an
+ *     embedding or output-layer LoRA; a trained bias with bias "all" or
+ *     "lora_only"): loaded into the base layer, i.e. a replacement; a
+ *     base_layer weight needs LoRA weights for the same module.
  *
  * Module selection follows PEFT's check_target_module_exists:
  *   target_modules list: a module matches if its name equals an entry or
@@ -136,6 +141,7 @@ typedef struct fmt_peft_module {
 typedef struct fmt_peft_replace {
     char *tensor;                   /* base tensor name ("lm_head.weight") */
     const fmt_st_tensor *t;
+    int base_layer;                 /* saved as <module>.base_layer.<part> */
 } fmt_peft_replace;
 
 typedef struct fmt_peft_adapter fmt_peft_adapter;

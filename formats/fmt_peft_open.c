@@ -95,7 +95,7 @@ static int in_list(char **v, size_t n, const char *module)
  * trained "<module>.bias" (bias != none). */
 static mc_status add_replace(fmt_peft_adapter *a, const char *tensor,
                              const fmt_st_tensor *t, const char *key,
-                             mc_error *err)
+                             int base_layer, mc_error *err)
 {
     size_t n = strlen(tensor), stem;
     int is_bias = ends_with(tensor, n, ".bias", &stem);
@@ -108,6 +108,10 @@ static mc_status add_replace(fmt_peft_adapter *a, const char *tensor,
     snprintf(module, sizeof module, "%.*s", (int)stem, tensor);
     int saved = in_list(a->cfg.modules_to_save, a->cfg.n_modules_to_save,
                         module);
+    /* A base_layer weight must belong to a module this adapter adapts:
+     * checked once all keys are mapped (fmt_peft_open). */
+    if (base_layer && !is_bias)
+        saved = 1;
     if (!saved && !(is_bias && a->cfg.bias != FMT_PEFT_BIAS_NONE))
         return mc_fail(err, MC_ERR_FORMAT, a->st_path, key, -1,
                        is_bias ? "trained bias present but adapter_config "
@@ -129,6 +133,7 @@ static mc_status add_replace(fmt_peft_adapter *a, const char *tensor,
     }
     if (!(a->reps[a->n_reps].tensor = mc_strdup(tensor)))
         return nomem(a->st_path, err);
+    a->reps[a->n_reps].base_layer = base_layer;
     a->reps[a->n_reps++].t = t;
     return MC_OK;
 }
@@ -195,11 +200,23 @@ static mc_status map_key(fmt_peft_adapter *a, const fmt_st_tensor *t,
         char tensor[600];
         snprintf(tensor, sizeof tensor, "%.*s%s", (int)(wrap - rest), rest,
                  after);
-        return add_replace(a, tensor, t, key, err);
+        return add_replace(a, tensor, t, key, 0, err);
     }
     if (strstr(rest, ".original_module."))
         return MC_OK; /* PEFT's untouched copy of a modules_to_save module */
-    return add_replace(a, rest, t, key, err);
+    /* The base layer of a LoRA-wrapped module, as PEFT writes it: the
+     * embedding / output layer whose LoRA is saved with its full weight
+     * (save_embedding_layers), or a trained bias (bias "all" or
+     * "lora_only").  PEFT loads it into the base layer, so it replaces the
+     * base tensor of that name. */
+    const char *bl = strstr(rest, ".base_layer.");
+    if (bl && !strchr(bl + strlen(".base_layer."), '.')) {
+        char tensor[600];
+        snprintf(tensor, sizeof tensor, "%.*s.%s", (int)(bl - rest), rest,
+                 bl + strlen(".base_layer."));
+        return add_replace(a, tensor, t, key, 1, err);
+    }
+    return add_replace(a, rest, t, key, 0, err);
 }
 
 /* Index of the first non-finite element of t, or -1. */
@@ -322,6 +339,24 @@ static mc_status check_module(fmt_peft_adapter *a, fmt_peft_module *m,
     return MC_OK;
 }
 
+/* A "<module>.base_layer.weight" key: PEFT writes one only for a module it
+ * wraps with LoRA, so the adapter must have LoRA weights for it. */
+static mc_status check_base_layer(fmt_peft_adapter *a,
+                                  const fmt_peft_replace *r, mc_error *err)
+{
+    size_t n = strlen(r->tensor), stem;
+    if (!r->base_layer || !ends_with(r->tensor, n, ".weight", &stem))
+        return MC_OK;
+    for (size_t i = 0; i < a->n_mods; i++)
+        if (strlen(a->mods[i].name) == stem &&
+            memcmp(a->mods[i].name, r->tensor, stem) == 0)
+            return MC_OK;
+    return mc_fail(err, MC_ERR_FORMAT, a->st_path, r->tensor, -1,
+                   "base_layer weight present but the adapter has no LoRA "
+                   "weights for this module (PEFT saves base_layer weights "
+                   "only for modules it adapts)");
+}
+
 static int cmp_mod(const void *x, const void *y)
 {
     return strcmp(((const fmt_peft_module *)x)->name,
@@ -367,7 +402,8 @@ static mc_status open_into(fmt_peft_adapter *a, const char *dir, mc_error *err)
         if ((st = check_module(a, &a->mods[i], err)))
             return st;
     for (size_t i = 0; i < a->n_reps; i++)
-        if ((st = check_tensor(a, a->reps[i].t, 0, err)))
+        if ((st = check_tensor(a, a->reps[i].t, 0, err)) ||
+            (st = check_base_layer(a, &a->reps[i], err)))
             return st;
     if (a->n_mods == 0 && a->n_reps == 0)
         return mc_fail(err, MC_ERR_FORMAT, a->st_path, NULL, -1,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fmt_dtype.h"
+#include "kn_lora.h"
 #include "kn_ops.h"
 #include "testutil.h"
 
@@ -377,6 +378,136 @@ static void test_kv_store_i8_quantizes_per_head(void **state)
     assert_true(vs[1] == 0.0f && v[1][0] == 0 && v[1][3] == 0);
 }
 
+/* The merge's delta product: the AVX2 path equals the scalar reference
+ * bit for bit (same summation order, no fused multiply-add) for every
+ * shape edge (rows not a multiple of 4, columns not a multiple of 8 or
+ * 4, rank 1), and both equal a plain double sum in k order. */
+static void test_lora_rows_avx2_equals_reference_bitwise(void **state)
+{
+    (void)state;
+    static const size_t shapes[][3] = {
+        {1, 1, 1}, {4, 8, 16}, {5, 13, 3}, {9, 67, 8}, {3, 4, 1}, {8, 1029, 16},
+    };
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        size_t nr = shapes[c][0], cols = shapes[c][1];
+        uint32_t r = (uint32_t)shapes[c][2];
+        size_t ldo = cols + 3;
+        double *L = malloc(nr * r * sizeof *L), *R = malloc(r * cols * sizeof *R);
+        double *o1 = malloc(nr * ldo * sizeof *o1), *o2 = malloc(nr * ldo * sizeof *o2);
+        assert_true(L && R && o1 && o2);
+        for (size_t i = 0; i < nr * r; i++)
+            L[i] = (double)tu_rng_f(&g_rng) * 0.3 + 1e-9 * tu_rng_f(&g_rng);
+        for (size_t i = 0; i < r * cols; i++)
+            R[i] = (double)tu_rng_f(&g_rng) / 7.0;
+        memset(o1, 0x5a, nr * ldo * sizeof *o1);
+        memset(o2, 0x5a, nr * ldo * sizeof *o2);
+        kn_ref_lora_rows(L, R, r, cols, nr, o1, ldo);
+        kn_set_force_scalar(0);
+        kn_lora_rows(L, R, r, cols, nr, o2, ldo);
+        for (size_t i = 0; i < nr; i++)
+            for (size_t j = 0; j < cols; j++) {
+                double want = 0;
+                for (uint32_t k = 0; k < r; k++) {
+                    double p = L[i * r + k] * R[k * cols + j];
+                    want += p;
+                }
+                assert_memory_equal(&o1[i * ldo + j], &want, sizeof want);
+                assert_memory_equal(&o2[i * ldo + j], &want, sizeof want);
+            }
+        /* the padding between rows is not written */
+        if (nr > 1)
+            assert_memory_equal(&o1[cols], &o2[cols], 3 * sizeof *o1);
+        free(L);
+        free(R);
+        free(o1);
+        free(o2);
+    }
+}
+
+/* The row finish: bf16 / f16 / f32 rounded once from the double (the
+ * nearest representable value, ties to even, by brute force here), the
+ * AVX2 path equal to the reference, the first out-of-range index found. */
+static void test_lora_finish_rounds_once_and_finds_overflow(void **state)
+{
+    (void)state;
+    enum { N = 203 };
+    double d[N];
+    float base[N];
+    for (int i = 0; i < N; i++) {
+        d[i] = (double)tu_rng_f(&g_rng) * (i % 7 == 0 ? 1e-3 : 3.0) +
+               (double)tu_rng_f(&g_rng) * 1e-12;
+        base[i] = (float)(d[i] * 0.5);
+    }
+    d[5] = 1.0 + 0x1p-8;            /* bf16 tie: stays 1.0 (even) */
+    d[6] = 1.0 + 0x1p-8 + 0x1p-40;  /* just above the tie: rounds up */
+    d[7] = 0x1p-130 * 1.75;         /* below bf16's normal range */
+    d[8] = -0.0;
+    d[9] = 3e-6;                    /* f16 subnormal */
+    for (int type = 0; type < 3; type++) {
+        uint16_t o1[N], o2[N];
+        float f1[N], f2[N];
+        void *out1 = type ? (void *)o1 : (void *)f1;
+        void *out2 = type ? (void *)o2 : (void *)f2;
+        double m1 = 0, m2 = 0;
+        assert_int_equal(kn_ref_lora_finish(d, base, N, type, out1, &m1), N);
+        kn_set_force_scalar(0);
+        assert_int_equal(kn_lora_finish(d, base, N, type, out2, &m2), N);
+        assert_memory_equal(out1, out2, (size_t)N * (type ? 2 : 4));
+        assert_true(m1 == m2 && m1 > 0);
+        for (int i = 0; i < N; i++) {
+            if (type == KN_LORA_F32) {
+                assert_true(f1[i] == (float)d[i]);
+                continue;
+            }
+            /* neighbours of the result are no closer (ties: even wins) */
+            uint16_t h = o1[i];
+            double v = type == KN_LORA_BF16 ? fmt_bf16_to_f32(h) : fmt_f16_to_f32(h);
+            for (int dl = -1; dl <= 1; dl += 2) {
+                uint16_t g = (uint16_t)(h + dl);
+                double w = type == KN_LORA_BF16 ? fmt_bf16_to_f32(g) : fmt_f16_to_f32(g);
+                if (!isfinite(w) || (d[i] == 0 && dl < 0))
+                    continue;
+                assert_true(fabs(w - d[i]) > fabs(v - d[i]) ||
+                            (fabs(w - d[i]) == fabs(v - d[i]) && !(h & 1)));
+            }
+        }
+        assert_int_equal(o1[5], type == KN_LORA_BF16 ? 0x3f80 : o1[5]);
+        assert_int_equal(o1[6], type == KN_LORA_BF16 ? 0x3f81 : o1[6]);
+    }
+    d[150] = 3.5e38; /* beyond float32 */
+    uint16_t o[N];
+    double m = 0;
+    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+    assert_int_equal(kn_ref_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+    d[150] = NAN;
+    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_F32, (float[N]){0}, &m), 150);
+}
+
+/* The fused form equals the plain product followed by the add. */
+static void test_lora_rows_add_equals_rows_then_add(void **state)
+{
+    (void)state;
+    size_t nr = 7, cols = 45;
+    uint32_t r = 5;
+    double L[7 * 5], R[5 * 45], o1[7 * 45], o2[7 * 45], o3[7 * 45], t[7 * 45];
+    for (size_t i = 0; i < nr * r; i++)
+        L[i] = tu_rng_f(&g_rng);
+    for (size_t i = 0; i < r * cols; i++)
+        R[i] = tu_rng_f(&g_rng);
+    for (size_t i = 0; i < nr * cols; i++)
+        o1[i] = o2[i] = o3[i] = tu_rng_f(&g_rng);
+    kn_ref_lora_rows(L, R, r, cols, nr, t, cols);
+    for (size_t i = 0; i < nr * cols; i++) {
+        double c = 0.37 * t[i];
+        o1[i] += c;
+    }
+    kn_ref_lora_rows_add(L, R, r, cols, nr, 0.37, o2, cols);
+    kn_set_force_scalar(0);
+    kn_lora_rows_add(L, R, r, cols, nr, 0.37, o3, cols);
+    assert_memory_equal(o1, o2, sizeof o1);
+    assert_memory_equal(o1, o3, sizeof o1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +525,9 @@ int main(void)
         cmocka_unit_test(test_attention_sliding_window_and_ring_wrap),
         cmocka_unit_test(test_attention_f16_and_i8_kv_match_reference),
         cmocka_unit_test(test_kv_store_i8_quantizes_per_head),
+        cmocka_unit_test(test_lora_rows_avx2_equals_reference_bitwise),
+        cmocka_unit_test(test_lora_finish_rounds_once_and_finds_overflow),
+        cmocka_unit_test(test_lora_rows_add_equals_rows_then_add),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
