@@ -681,12 +681,15 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
     /* U in A; raise lambda while the factorization fails. */
     double damp = o.damp;
     int ok = 0;
+    double tf = cmp_par_now();
     for (int attempt = 0; attempt < 7 && !ok; attempt++) {
         if (cmp_gptq_hinv_factor(h, perm, damp * mean, A, trow, o.pool, NULL) == MC_OK)
             ok = 1;
         else
             damp *= 10.0;
     }
+    if (o.factor_s)
+        *o.factor_s += cmp_par_now() - tf;
     if (!ok) {
         st = mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
                      "Hessian is not positive definite even with dampening "

@@ -129,6 +129,9 @@ typedef struct cmp_gptq_opts {
                            own chunk of CMP_GPTQ_CHUNK_BYTES / threads);
                            NULL = the calling thread.  The result does not
                            depend on it. */
+    double *factor_s;   /* optional: seconds spent factorizing H (the
+                           inverse factor, dampening retries included) are
+                           added here, for the per-phase report */
 } cmp_gptq_opts;
 
 /* Bytes of the float work copy of W that cmp_gptq_quantize (and cmp_awq_search)
