@@ -62,33 +62,30 @@ static size_t panel_split(const gram_job *j, int k, int nth)
     return s < j->nbj ? s : j->nbj;
 }
 
+/* Columns [c0, c0 + pw) of the chunk's m rows of x [m][n], token-major
+ * into d [m][pw], zero past column n. */
+static void pack_panel(const float *x, size_t n, size_t m, size_t c0,
+                       size_t pw, float *d)
+{
+    size_t w = n - c0 < pw ? n - c0 : pw;
+    for (size_t t = 0; t < m; t++) {
+        memcpy(d + t * pw, x + t * n + c0, w * sizeof(float));
+        for (size_t c = w; c < pw; c++)
+            d[t * pw + c] = 0.0f;
+    }
+}
+
+/* Thread tid's share of the A panels ([ib][t][MR]) and B panels
+ * ([jb][t][NR]). */
 static void pack(void *ctx, int tid, int nth)
 {
     const gram_job *j = ctx;
-    size_t n = j->n, m = j->m;
-    /* A panels: [ib][t][MR] */
-    for (size_t ib = j->nbi * tid / nth; ib < j->nbi * (tid + 1) / nth; ib++) {
-        float *ap = j->ap + ib * KN_GRAM_MR * KN_GRAM_KC;
-        size_t i0 = ib * KN_GRAM_MR, w = n - i0 < KN_GRAM_MR ? n - i0 : KN_GRAM_MR;
-        for (size_t t = 0; t < m; t++) {
-            const float *x = j->a + t * n + i0;
-            float *d = ap + t * KN_GRAM_MR;
-            for (size_t r = 0; r < KN_GRAM_MR; r++)
-                d[r] = r < w ? x[r] : 0.0f;
-        }
-    }
-    /* B panels: [jb][t][NR] */
-    for (size_t jb = j->nbj * tid / nth; jb < j->nbj * (tid + 1) / nth; jb++) {
-        float *bp = j->bp + jb * KN_GRAM_NR * KN_GRAM_KC;
-        size_t j0 = jb * KN_GRAM_NR, w = n - j0 < KN_GRAM_NR ? n - j0 : KN_GRAM_NR;
-        for (size_t t = 0; t < m; t++) {
-            const float *x = j->b + t * n + j0;
-            float *d = bp + t * KN_GRAM_NR;
-            memcpy(d, x, w * sizeof(float));
-            for (size_t c = w; c < KN_GRAM_NR; c++)
-                d[c] = 0.0f;
-        }
-    }
+    for (size_t ib = j->nbi * tid / nth; ib < j->nbi * (tid + 1) / nth; ib++)
+        pack_panel(j->a, j->n, j->m, ib * KN_GRAM_MR, KN_GRAM_MR,
+                   j->ap + ib * KN_GRAM_MR * KN_GRAM_KC);
+    for (size_t jb = j->nbj * tid / nth; jb < j->nbj * (tid + 1) / nth; jb++)
+        pack_panel(j->b, j->n, j->m, jb * KN_GRAM_NR, KN_GRAM_NR,
+                   j->bp + jb * KN_GRAM_NR * KN_GRAM_KC);
 }
 
 static void compute(void *ctx, int tid, int nth)
