@@ -41,8 +41,11 @@ static void compile_usage(FILE *out)
         "  --calib-memory SIZE  memory budget of the calibration (default 75%%\n"
         "                   of RAM); over it, the widest inputs keep lean\n"
         "                   statistics (no GPTAQ there)\n"
-        "  --method M       rtn | awq | gptq | gptaq | best (default best with\n"
-        "                   --calib; without it, plain round-to-nearest)\n"
+        "  --method M       rtn | awq | gptq | gptaq | best | best-all (default\n"
+        "                   best with --calib: gptaq, and awq+gptaq or act-order\n"
+        "                   only where a cheap proxy says they can win; best-all\n"
+        "                   tries every method on every group; without --calib,\n"
+        "                   plain round-to-nearest)\n"
         "  --lm-head F      output layer f32 | f16 | bf16 | int8 when it is not\n"
         "                   the embedding (default: int8 for an untied model with\n"
         "                   int8/int4 linears; one untied by the rotation: f32\n"
@@ -57,7 +60,8 @@ static void compile_usage(FILE *out)
         "  --device cpu|cuda, --reserve SIZE   device reserve\n"
         "  --compress       zstd every section (level 3; --zstd-level N)\n"
         "  --json           one JSON object on stdout\n"
-        "  -q, -v           quieter / print the whole plan\n"
+        "  -q, -v           quieter / print the whole plan (and with --calib,\n"
+        "                   the time of each phase; --json has them too)\n"
         "exit: 0 ok, 1 failure (or the plan does not fit), 2 usage\n");
 }
 
@@ -100,7 +104,7 @@ static void on_calib_progress(void *ctx, const cmp_calib_progress *p)
 }
 
 /* The per-layer table (cmp_calib_table_row) and the summary lines. */
-static void print_calib(FILE *out, const cmp_compile_report *rep)
+static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
 {
     const cmp_calib_result *r = rep->calib;
     size_t n = (size_t)r->layers * CMP_LIN_COUNT, nf[4] = {0};
@@ -151,6 +155,13 @@ static void print_calib(FILE *out, const cmp_compile_report *rep)
                 r->heldout.kld_mean, r->heldout.kld_p99,
                 100.0 * r->heldout.top1, r->heldout.ppl, r->heldout.ppl_ref,
                 (unsigned long long)r->heldout.tokens);
+    if (verbose) {
+        const cmp_calib_times *t = &r->times;
+        fprintf(out, "calibration time: %.1f s: forward %.1f s, statistics "
+                "%.1f s, factorization %.1f s, search %.1f s, ends %.1f s; "
+                "write %.1f s\n", rep->calib_seconds, t->forward, t->stats,
+                t->factor, t->search, t->ends, rep->write_seconds);
+    }
 }
 
 /* "<name>.mca" in the current directory, name being the model's real last
@@ -261,7 +272,7 @@ int cmp_cli_compile(int argc, char **argv)
             } else if (strcmp(a, "--method") == 0) {
                 if (cmp_qmethod_parse(v, &o.method) != 0) {
                     fprintf(stderr, "mcompile: --method must be rtn, awq, "
-                            "gptq, gptaq or best (got '%s')\n", v);
+                            "gptq, gptaq, best or best-all (got '%s')\n", v);
                     goto done;
                 }
                 method_set = 1;
@@ -392,6 +403,15 @@ int cmp_cli_compile(int argc, char **argv)
                                     json_real(r->heldout.kld_mean));
             if (c)
                 json_object_set_new(c, "rotated", json_boolean(r->rotated));
+            if (c)
+                json_object_set_new(
+                    c, "phase_seconds",
+                    json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "total",
+                              rep.calib_seconds, "forward", r->times.forward,
+                              "statistics", r->times.stats, "factorization",
+                              r->times.factor, "search", r->times.search,
+                              "ends", r->times.ends, "write",
+                              rep.write_seconds));
             json_object_set_new(j, "calibration", c);
         }
         json_object_set_new(j, "ok", json_boolean(s == MC_OK));
@@ -415,7 +435,7 @@ int cmp_cli_compile(int argc, char **argv)
         if (verbose)
             cmp_cli_print_plan(stdout, &rep.cfg, &rep.plan);
         if (rep.calib)
-            print_calib(stdout, &rep);
+            print_calib(stdout, &rep, verbose);
         char hw[32], ht[32], hg[32];
         printf("wrote %s: %zu tensors, weights %s (%llu bytes), file "
                "%llu bytes%s%s; plan batch %u x context %llu, arena %llu "

@@ -9,6 +9,7 @@
 #include "cmp_awq.h"
 #include "cmp_calib_internal.h"
 #include "cmp_gptq.h"
+#include "cmp_par.h"
 #include "cmp_spill.h"
 #include "mc_alloc.h"
 
@@ -32,13 +33,19 @@ const char *cmp_qmethod_name(cmp_qmethod m)
     case CMP_QM_AWQ_GPTQ: return "awq+gptq";
     case CMP_QM_GPTAQ: return "gptaq";
     case CMP_QM_AWQ_GPTAQ: return "awq+gptaq";
+    case CMP_QM_BEST_ALL: return "best-all";
     }
     return "?";
 }
 
+int cmp_calib_is_best(cmp_qmethod m)
+{
+    return m == CMP_QM_BEST || m == CMP_QM_BEST_ALL;
+}
+
 int cmp_qmethod_parse(const char *s, cmp_qmethod *out)
 {
-    for (int m = 0; m <= CMP_QM_AWQ_GPTAQ; m++)
+    for (int m = 0; m <= CMP_QM_BEST_ALL; m++)
         if (strcmp(s, cmp_qmethod_name((cmp_qmethod)m)) == 0) {
             *out = (cmp_qmethod)m;
             return 0;
@@ -97,12 +104,23 @@ static void gpu_add(tap_acc *a, int where, const float *x, size_t T)
         a->h[where].n += T;
 }
 
+static void tap_sums(tap_acc *a, kn_tap_point where, const float *x,
+                     size_t T, size_t width);
+
 static void tap_collect(void *ctx, kn_tap_point where, const float *x,
                         size_t T, size_t width)
 {
     tap_acc *a = ctx;
     if (!(a->mask & (1u << where)))
         return;
+    double t0 = cmp_par_now();
+    tap_sums(a, where, x, T, width);
+    a->seconds += cmp_par_now() - t0;
+}
+
+static void tap_sums(tap_acc *a, kn_tap_point where, const float *x,
+                     size_t T, size_t width)
+{
     int full = (a->full >> where) & 1u;
     cmp_gpu_stats *gpu = a->gpu[where];
     if (a->pass == 0) {
@@ -277,6 +295,7 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     }
     c->acc.mask = mask;
     c->acc.full = full;
+    double t0 = cmp_par_now(), s0 = c->acc.seconds;
     size_t at = 0;
     for (size_t i = 0; i < S->n; i++) {
         size_t T = S->len[i];
@@ -291,6 +310,8 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         cmp_fwd_block(f, qw, &L->dims, S->xtmp, T, tap_collect, &c->acc);
         at += T;
     }
+    c->times->stats += c->acc.seconds - s0;
+    c->times->forward += cmp_par_now() - t0 - (c->acc.seconds - s0);
     if (c->acc.gpu_st != MC_OK)
         return mc_fail(err, c->acc.gpu_st, NULL, "--calib-device", -1,
                        "accumulating statistics on the GPU failed");
@@ -315,6 +336,7 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
 static mc_status prescale(layer_ctx *c, int slot, int producer,
                           float *producer_bias, mc_error *err)
 {
+    double t0 = cmp_par_now();
     int tp = LIN_TAP[slot];
     uint32_t K = c->cols[slot];
     if (!cmp_quant_is_quantized(c->fmt[slot]))
@@ -335,6 +357,7 @@ static mc_status prescale(layer_ctx *c, int slot, int producer,
         c->r->t[(size_t)c->l * CMP_LIN_COUNT + slot].alpha = alpha;
     }
     mc_free(s);
+    c->times->search += cmp_par_now() - t0;
     return st;
 }
 
@@ -411,7 +434,7 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
      * first pass, where the AWQ pre-scaling of down and o also needs their
      * Hq (cmp_calib_memory counts exactly this). */
     unsigned full = 0xFu & ~c->lean;
-    int pre = cmp_calib_is_awq(c->o->method) || c->o->method == CMP_QM_BEST;
+    int pre = cmp_calib_is_awq(c->o->method) || cmp_calib_is_best(c->o->method);
     unsigned first = (1u << KN_TAP_QKV_IN) |
                      (pre ? (1u << KN_TAP_DOWN_IN) | (mha ? 1u << KN_TAP_O_IN : 0) : 0);
     mixed_block(c, done, &qw);
@@ -452,6 +475,7 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     kn_block_weights fw;
     static const int none[CMP_LIN_COUNT] = {0};
     mixed_block(c, none, &fw);
+    double t0 = cmp_par_now();
     size_t at = 0;
     for (size_t i = 0; i < S->n; i++) {
         cmp_fwd_block(f, c->rot ? &fw : &L->w, &L->dims, S->states_f + at * H,
@@ -470,6 +494,7 @@ static mc_status calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         cmp_fwd_block(f, &qw, &L->dims, S->states + at * H, S->len[i], NULL, NULL);
         at += S->len[i];
     }
+    c->times->forward += cmp_par_now() - t0;
     return MC_OK;
 }
 
@@ -843,6 +868,7 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         c.l = l;
         c.lean = mem.lean;
         c.acc.pool = o->pool;
+        c.times = &r->times;
         seqs S = {rb.states, rb.states_f, rb.len, ncal, maxT, rb.xtmp, rb.xtmp_f};
         st = calib_layer(&c, m, rb.f, &S, err);
         layer_ctx_free(&c);
@@ -863,6 +889,7 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     /* The states and the forward context are done with: free them before
      * the ends and the held-out evaluation allocate theirs. */
     run_bufs_free(&rb);
+    double t_ends = now_s();
     if (r->rotated && (st = rotate_ends(m, &rot, r, err)) != MC_OK)
         goto fail;
     if (o->lm_head_q8) {
@@ -905,6 +932,7 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
             goto fail;
         r->has_heldout = 1;
     }
+    r->times.ends = now_s() - t_ends;
     cmp_rotation_free(&rot);
     *out = r;
     return MC_OK;

@@ -18,8 +18,15 @@
  *        gptq      cmp_gptq_quantize with the group's Hessian
  *        awq       AWQ scales + clipping (not for q/k), then RTN
  *        gptaq     GPTQ after least-squares retargeting (cmp_gptq.h)
- *        best      rtn, gptq, gptaq, awq and awq-scales-then-gptaq; keeps
- *                  the candidate with the smallest summed output error
+ *        best      rtn and gptaq (gptq where lean); awq-scales-then-gptaq
+ *                  only where the AWQ search on the group's Hessian (the
+ *                  cheap proxy) cuts RTN's error by CMP_BEST_AWQ_GAIN,
+ *                  and the act-order variants only where diag(H) has
+ *                  outliers (max > CMP_BEST_ACT_ORDER_SPREAD x mean);
+ *                  keeps the candidate with the smallest summed output
+ *                  error
+ *        best-all  every candidate everywhere: rtn, gptq, gptaq, awq and
+ *                  awq+gptaq, with and without act-order
  *   3. run the QUANTIZED block over the stored states to produce block
  *      L+1's inputs, so each block sees the outputs of the already
  *      quantized ones.
@@ -72,12 +79,17 @@ typedef enum cmp_qmethod {
                              (cmp_gptq_retarget): fits the full-precision
                              model's outputs from the quantized inputs */
     CMP_QM_AWQ_GPTAQ = 6, /* AWQ scales, then GPTAQ */
+    CMP_QM_BEST_ALL = 7,  /* every candidate on every group (the "best"
+                             before issue 17: 5 GPTQ runs a group) */
 } cmp_qmethod;
 
-/* "rtn", "awq", "gptq", "best", "awq+gptq", "gptaq", "awq+gptaq". */
+/* "rtn", "awq", "gptq", "best", "awq+gptq", "gptaq", "awq+gptaq",
+ * "best-all". */
 const char *cmp_qmethod_name(cmp_qmethod m);
 /* Parse a --method value; returns 0 on success, -1 if unknown. */
 int cmp_qmethod_parse(const char *s, cmp_qmethod *out);
+/* 1 for best and best-all (the methods that choose per group). */
+int cmp_calib_is_best(cmp_qmethod m);
 
 /* Linear slots of a block, in the order of the per-layer table. */
 enum { CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V, CMP_LIN_O, CMP_LIN_GATE, CMP_LIN_UP,
@@ -195,6 +207,20 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
                                 size_t nseq, const cmp_calib_opts *o,
                                 cmp_calib_mem *out, mc_error *err);
 
+/* Where the calibration's wall time went, in seconds (the phases do not
+ * overlap; their sum is the run's time up to bookkeeping). */
+typedef struct cmp_calib_times {
+    double forward;  /* block forward passes: collecting each group's
+                        inputs, moving both state sets on */
+    double stats;    /* the statistics sums inside those passes (Hq, Hf,
+                        C, sum |x|) */
+    double factor;   /* factorizations: GPTQ's inverse factor, the
+                        retarget's solve (Cholesky and substitutions) */
+    double search;   /* the rest of quantizing: candidates, AWQ search,
+                        refits, descent, error measures */
+    double ends;     /* embeddings, output layer, held-out evaluation */
+} cmp_calib_times;
+
 typedef struct cmp_calib_result {
     uint32_t layers;
     cmp_calib_tensor *t;     /* [layers][CMP_LIN_COUNT] */
@@ -214,6 +240,7 @@ typedef struct cmp_calib_result {
     float *lm_head_f32;      /* [vocab][hidden] rotated output layer with the
                                 final norm folded in (owned) */
     double *layer_seconds;   /* [layers] calibration time per layer */
+    cmp_calib_times times;   /* the run's time by phase */
     size_t calib_tokens;     /* tokens calibrated on */
     cmp_calib_mem mem;       /* the memory plan followed */
     struct cmp_spill *spill; /* the spill file holding the buffers, or NULL */

@@ -194,9 +194,11 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
             return mc_fail(err, MC_ERR_NOMEM, NULL, c->r->t[c->l * CMP_LIN_COUNT + sl].name,
                            -1, "quantization work space");
         }
-        if (is_retarget(m))
+        if (is_retarget(m)) {
+            double t0 = cmp_par_now();
             st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, c->o->pool, err);
-        else
+            c->times->factor += cmp_par_now() - t0;
+        } else
             memcpy(ws, c->w[sl], nel * sizeof(float));
         if (st == MC_OK) {
             if (s)
@@ -209,7 +211,8 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
             if (is_gptq(m)) {
                 /* best: the imatrix choice of group parameters too */
                 cmp_gptq_opts go = {c->o->damp, act_order, 128,
-                                    c->o->method == CMP_QM_BEST, 0, 0, c->o->pool};
+                                    cmp_calib_is_best(c->o->method), 0, 0, c->o->pool,
+                                    &c->times->factor};
                 st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
                 /* the group parameters were fixed at each group start;
                  * refitting the scales to the whole row never loses */
@@ -266,12 +269,69 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
     return MC_OK;
 }
 
+/* max / mean of diag(H) over the live inputs: large when a few input
+ * channels dominate, where GPTQ's act-order pays (1 for an empty H). */
+static double diag_spread(const cmp_hessian *h)
+{
+    double mx = 0.0, sum = 0.0;
+    uint32_t live = 0;
+    for (uint32_t j = 0; j < h->cols; j++) {
+        double d = cmp_hessian_get(h, j, j);
+        if (d > 0.0) {
+            sum += d;
+            mx = d > mx ? d : mx;
+            live++;
+        }
+    }
+    return live && sum > 0.0 ? mx / (sum / live) : 1.0;
+}
+
+/* The group's AWQ scales into a new *s [cols] (cmp_awq_search over the
+ * group's quantized linears), *alpha; *e_awq and *e_rtn (optional) the
+ * search's output error at that alpha and at alpha 0 (RTN). */
+static mc_status awq_scales(layer_ctx *c, const int *slots, int n, int first_q,
+                            float **s, double *alpha, double *e_awq,
+                            double *e_rtn, mc_error *err)
+{
+    int tp = LIN_TAP[slots[0]];
+    uint32_t C = c->cols[slots[0]];
+    cmp_awq_linear lin[3];
+    int nl = 0;
+    for (int i = 0; i < n; i++)
+        if (cmp_quant_is_quantized(c->fmt[slots[i]]))
+            lin[nl++] = (cmp_awq_linear){c->w[slots[i]], c->rows[slots[i]]};
+    *s = mc_malloc_array(C, sizeof(float));
+    if (!*s)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
+    return cmp_awq_search(&c->acc.h[tp], c->xabs[tp], lin, (size_t)nl,
+                          c->fmt[slots[first_q]], c->o->group, *s, alpha,
+                          e_awq, e_rtn, err);
+}
+
+static mc_status quant_group(layer_ctx *c, const int *slots, int n,
+                             int allow_scale, float *fold_vec,
+                             int fold_rows_slot, float *fold_bias,
+                             mc_error *err);
+
 /* Quantize one input group (tap point tp, n slots), choose the method,
  * record the results and apply the chosen AWQ scales to the float copies
- * and to the producer of the input (fold). */
+ * and to the producer of the input (fold); the time goes to the phase
+ * times (factorizations apart). */
 mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
                              int allow_scale, float *fold_vec, int fold_rows_slot,
                              float *fold_bias, mc_error *err)
+{
+    double t0 = cmp_par_now(), f0 = c->times->factor;
+    mc_status st = quant_group(c, slots, n, allow_scale, fold_vec,
+                               fold_rows_slot, fold_bias, err);
+    c->times->search += cmp_par_now() - t0 - (c->times->factor - f0);
+    return st;
+}
+
+static mc_status quant_group(layer_ctx *c, const int *slots, int n,
+                             int allow_scale, float *fold_vec,
+                             int fold_rows_slot, float *fold_bias,
+                             mc_error *err)
 {
     const cmp_calib_opts *o = c->o;
     int tp = LIN_TAP[slots[0]];
@@ -297,7 +357,10 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
     cands[nc++] = CMP_QM_RTN; /* always: the table's baseline */
     /* Lean statistics (no C): GPTAQ cannot run; GPTQ stands in for it. */
     int lean = (c->lean >> tp) & 1u;
-    if (o->method == CMP_QM_BEST) {
+    mc_status st = MC_OK;
+    float *s = NULL;
+    double alpha = 0.0;
+    if (o->method == CMP_QM_BEST_ALL) {
         /* GPTQ-family candidates with and without act-order. */
         static const cmp_qmethod bm[6] = {CMP_QM_GPTQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
                                           CMP_QM_AWQ, CMP_QM_AWQ_GPTAQ,
@@ -312,6 +375,26 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
             cao[nc] = ba[k];
             cands[nc++] = lean ? lm[k] : bm[k];
         }
+    } else if (o->method == CMP_QM_BEST) {
+        /* One GPTQ pipeline costs what RTN costs a hundred times over:
+         * run the others only where a cheap proxy says they can win. */
+        cmp_qmethod g = lean ? CMP_QM_GPTQ : CMP_QM_GPTAQ;
+        cao[nc] = 0;
+        cands[nc++] = g;
+        if (diag_spread(h) > CMP_BEST_ACT_ORDER_SPREAD) {
+            cao[nc] = 1;
+            cands[nc++] = g;
+        }
+        if (allow_scale) {
+            double e_awq = 0.0, e_rtn = 0.0;
+            if ((st = awq_scales(c, slots, n, first_q, &s, &alpha, &e_awq,
+                                 &e_rtn, err)) != MC_OK)
+                goto done;
+            if (alpha > 0.0 && e_awq < (1.0 - CMP_BEST_AWQ_GAIN) * e_rtn) {
+                cao[nc] = 0;
+                cands[nc++] = lean ? CMP_QM_AWQ_GPTQ : CMP_QM_AWQ_GPTAQ;
+            }
+        }
     } else if (o->method != CMP_QM_RTN) {
         cao[nc] = o->act_order;
         cands[nc++] = !lean ? o->method
@@ -320,14 +403,11 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
                     : o->method;
     }
 
-    mc_status st = MC_OK;
     cmp_qbuf best[3], cur[3];
     double best_rel[3] = {0}, cur_rel[3] = {0}, rtn_rel[3] = {0};
     double best_loc[3] = {0}, cur_loc[3] = {0}, rtn_loc[3] = {0};
     memset(best, 0, sizeof best);
     memset(cur, 0, sizeof cur);
-    float *s = NULL;
-    double alpha = 0.0;
     cmp_hessian hs;
     memset(&hs, 0, sizeof hs);
     cmp_qmethod chosen = CMP_QM_RTN;
@@ -348,21 +428,12 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
     for (int k = 0; k < nc; k++) {
         cmp_qmethod m = cands[k];
         int awq = cmp_calib_is_awq(m);
-        if (awq && allow_scale && !s) {
-            s = mc_malloc_array(C, sizeof(float));
-            cmp_awq_linear lin[3];
-            int nl = 0;
-            for (int i = 0; i < n; i++)
-                if (cmp_quant_is_quantized(c->fmt[slots[i]]))
-                    lin[nl++] = (cmp_awq_linear){c->w[slots[i]], c->rows[slots[i]]};
-            if (!s) {
-                st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
-                goto done;
-            }
-            if ((st = cmp_awq_search(h, c->xabs[tp], lin, (size_t)nl,
-                                     c->fmt[slots[first_q]], o->group, s,
-                                     &alpha, NULL, NULL, err)) != MC_OK ||
-                (st = cmp_hessian_init(&hs, C, err)) != MC_OK)
+        if (awq && allow_scale && !s &&
+            (st = awq_scales(c, slots, n, first_q, &s, &alpha, NULL, NULL,
+                             err)) != MC_OK)
+            goto done;
+        if (awq && allow_scale && !hs.h) {
+            if ((st = cmp_hessian_init(&hs, C, err)) != MC_OK)
                 goto done;
             cmp_awq_scale_hessian(h, s, &hs);
         }
@@ -381,7 +452,7 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
          * method asked alone is the result even when RTN measured lower
          * (the table shows both). */
         int take = sum < best_sum ||
-                   (o->method != CMP_QM_BEST && k == nc - 1 && m != CMP_QM_RTN);
+                   (!cmp_calib_is_best(o->method) && k == nc - 1 && m != CMP_QM_RTN);
         if (take) {
             best_sum = sum;
             chosen = m;

@@ -11,6 +11,13 @@
 #include "cmp_gptq.h"
 #include "cmp_rotate.h"
 
+/* The proxies of method best (cmp_calib.h): the AWQ-scaled candidate is
+ * tried where the AWQ search's error is below (1 - CMP_BEST_AWQ_GAIN) x
+ * RTN's on the same Hessian, the act-order one where max diag(H) >
+ * CMP_BEST_ACT_ORDER_SPREAD x its mean. */
+#define CMP_BEST_AWQ_GAIN 0.10
+#define CMP_BEST_ACT_ORDER_SPREAD 20.0
+
 /* Tap point (input group) of each linear slot. */
 static const int LIN_TAP[CMP_LIN_COUNT] = {0, 0, 0, 1, 2, 2, 3};
 
@@ -30,6 +37,7 @@ typedef struct tap_acc {
     mc_status gpu_st;       /* the first failure of a device add */
     kn_pool *pool;          /* threads for the sums (the taps run between
                                the forward's kernels, outside pool jobs) */
+    double seconds;         /* time spent in the taps (the sums) */
 } tap_acc;
 
 /* One layer being calibrated. */
@@ -47,6 +55,7 @@ typedef struct layer_ctx {
     kn_wformat fmt[CMP_LIN_COUNT];
     tap_acc acc;
     float *xabs[4];              /* mean |x_j| per tap point */
+    cmp_calib_times *times;      /* the run's phase times (added to) */
 } layer_ctx;
 
 /* Allocate / release owned quantized buffers (kn_quant.h sizes). */

@@ -93,7 +93,7 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
 {
     uint32_t R = m->rows[slot], K = m->cols[slot];
     cmp_qmethod meth = m->o->method;
-    int best = meth == CMP_QM_BEST;
+    int best = cmp_calib_is_best(meth);
     int gptq = best || meth == CMP_QM_GPTQ || meth == CMP_QM_GPTAQ ||
                meth == CMP_QM_AWQ_GPTQ || meth == CMP_QM_AWQ_GPTAQ;
     int retarget = !lean && (best || meth == CMP_QM_GPTAQ || meth == CMP_QM_AWQ_GPTAQ);
@@ -142,7 +142,7 @@ static uint64_t group_bytes(const mem_ctx *m, uint32_t l, const int *slots,
     if (bufs == 0)
         return 0;
     cmp_qmethod meth = m->o->method;
-    if (allow_scale && (meth == CMP_QM_BEST || cmp_calib_is_awq(meth))) {
+    if (allow_scale && (cmp_calib_is_best(meth) || cmp_calib_is_awq(meth))) {
         uint64_t s = blk((uint64_t)C * sizeof(float));
         uint64_t search = s + work(cmp_awq_search_work_bytes(maxrows, C));
         uint64_t scaled = s + work(cmp_hessian_bytes(C)) + cand;
@@ -234,7 +234,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                       2 * blk(maxT * H * sizeof(float)) + blk(ncal * sizeof(size_t));
     uint64_t fwd = work(cmp_fwd_bytes(cfg, maxT, threads));
 
-    int pre = cmp_calib_is_awq(o->method) || o->method == CMP_QM_BEST;
+    int pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method);
     int mha = cfg->num_kv_heads == cfg->num_heads;
     static const int g_qkv[3] = {CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V};
     static const int g_o[1] = {CMP_LIN_O}, g_gu[2] = {CMP_LIN_GATE, CMP_LIN_UP};

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cmp_quant.h"
+#include "cmp_par.h"
 #include "fmt_artifact.h"
 #include "fmt_dtype.h"
 #include "fmt_file.h"
@@ -511,8 +512,10 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
     cmp_calib_stage cs;
     memset(&cs, 0, sizeof cs);
     int calib = o->calib || o->quant_auto;
+    double t0 = cmp_par_now();
     if (st == MC_OK && calib)
         st = cmp_calib_stage_run(o, &cfg, s.merge, &req, &cs, err);
+    rep->calib_seconds = calib ? cmp_par_now() - t0 : 0.0;
     if (st == MC_OK && req.policy.lm_head_set && cfg.tie_word_embeddings)
         st = mc_fail(err, MC_ERR_INVALID_ARG, o->model, "--lm-head", -1,
                      "the output layer is the embedding matrix (tied "
@@ -522,8 +525,10 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
         rep->cfg = cfg;
         st = cmp_plan_build(&cfg, &req, &rep->plan, err);
     }
+    t0 = cmp_par_now();
     if (st == MC_OK)
         st = emit(&s, o, &req, calib ? &cs : NULL, &cfg, rep, err);
+    rep->write_seconds = cmp_par_now() - t0;
     if (st == MC_OK && calib) {
         rep->calib = cs.r;
         cs.r = NULL;

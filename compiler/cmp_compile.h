@@ -102,6 +102,10 @@ typedef struct cmp_compile_report {
     size_t calib_seqs;                 /* sequences in the id file */
     size_t heldout_seqs;               /* of them held out for the summary */
     uint64_t auto_total_bytes;         /* --quant auto: planned total */
+    double calib_seconds;              /* wall time of the calibration stage
+                                          (reading the ids, auto precision,
+                                          cmp_calib_run); 0 without one */
+    double write_seconds;              /* wall time of writing the artifact */
 } cmp_compile_report;
 
 /* Release what a report owns (the calibration result); NULL is a no-op. */

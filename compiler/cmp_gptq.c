@@ -7,9 +7,8 @@
 
 #include "cmp_lanes.h"
 #include "cmp_par.h"
+#include "kn_gram.h"
 #include "mc_alloc.h"
-
-#define HCHUNK 64 /* tokens per transposed chunk in cmp_hessian_add */
 
 /* Work (multiply-adds) below which a step (a chunk of statistics, a
  * column of a Cholesky factor, a row of an inverse) stays on the calling
@@ -37,8 +36,8 @@ static double hsym(const cmp_hessian *h, size_t i, size_t j)
 
 uint64_t cmp_hessian_bytes(uint32_t cols)
 {
-    return ((uint64_t)cols * (cols + 1) / 2 + (uint64_t)cols * HCHUNK) *
-           sizeof(double);
+    return (uint64_t)cols * (cols + 1) / 2 * sizeof(double) +
+           kn_gram_scratch_floats(cols) * sizeof(float);
 }
 
 mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err)
@@ -53,7 +52,7 @@ mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err)
     uint64_t packed = (uint64_t)cols * (cols + 1) / 2;
     if (packed <= SIZE_MAX)
         h->h = mc_calloc((size_t)packed, sizeof(double));
-    h->xt = mc_malloc_array((size_t)cols * HCHUNK, sizeof(double));
+    h->xt = mc_malloc_array((size_t)kn_gram_scratch_floats(cols), sizeof(float));
     if (!h->h || !h->xt) {
         cmp_hessian_free(h);
         return mc_fail(err, MC_ERR_NOMEM, NULL, "hessian", -1,
@@ -92,38 +91,6 @@ void cmp_hessian_set(cmp_hessian *h, uint32_t i, uint32_t j, double v)
         hrow(h, j)[i] = v;
 }
 
-typedef struct hadd_job {
-    cmp_hessian *h;
-    size_t m; /* tokens in the chunk (in h->xt) */
-} hadd_job;
-
-/* Packed rows [i0, i1) of the sum += the chunk's x x^T: eight elements of
- * a row at a time (cmp_lanes.h), each summed over the tokens in the order
- * of the plain loop, then added to the row. */
-static void hadd_rows(const hadd_job *j, size_t i0, size_t i1)
-{
-    cmp_hessian *h = j->h;
-    size_t n = h->cols, m = j->m;
-    for (size_t i = i0; i < i1; i++) {
-        const double *xi = h->xt + i * HCHUNK;
-        double *row = hrow(h, i);
-        size_t c = i;
-        for (; c + CMP_LANES <= n; c += CMP_LANES) {
-            double acc[CMP_LANES] = {0};
-            cmp_lanes_dot(acc, 1.0, xi, h->xt + c * HCHUNK, 1, HCHUNK, 0, m);
-            for (size_t r = 0; r < CMP_LANES; r++)
-                row[c + r] += acc[r];
-        }
-        for (; c < n; c++) {
-            const double *xj = h->xt + c * HCHUNK;
-            double s = 0.0;
-            for (size_t t = 0; t < m; t++)
-                s += xi[t] * xj[t];
-            row[c] += s;
-        }
-    }
-}
-
 /* First index of thread tid's share of [0, n) when index i costs n - i
  * (rows of a packed triangle, columns of a row of the inverse):
  * n (1 - sqrt(1 - tid / nth)); n for tid >= nth. */
@@ -135,28 +102,9 @@ static size_t tri_split(size_t n, int tid, int nth)
     return i < n ? i : n;
 }
 
-static void hadd_thread(void *ctx, int tid, int nth)
-{
-    const hadd_job *j = ctx;
-    size_t i0 = tri_split(j->h->cols, tid, nth), i1 = tri_split(j->h->cols, tid + 1, nth);
-    if (i1 > i0)
-        hadd_rows(j, i0, i1);
-}
-
 void cmp_hessian_add_par(kn_pool *p, cmp_hessian *h, const float *X, size_t T)
 {
-    size_t n = h->cols;
-    for (size_t t0 = 0; t0 < T; t0 += HCHUNK) {
-        size_t m = T - t0 < HCHUNK ? T - t0 : HCHUNK;
-        for (size_t t = 0; t < m; t++)
-            for (size_t i = 0; i < n; i++)
-                h->xt[i * HCHUNK + t] = X[(t0 + t) * n + i];
-        hadd_job j = {h, m};
-        if (cmp_par_threads(p) > 1 && n * n / 2 * m >= PAR_MIN_WORK)
-            kn_pool_run(p, hadd_thread, &j);
-        else
-            hadd_rows(&j, 0, n);
-    }
+    kn_gram_tri(p, h->h, X, T, h->cols, h->xt);
     h->n += T;
 }
 
@@ -165,51 +113,10 @@ void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
     cmp_hessian_add_par(NULL, h, X, T);
 }
 
-typedef struct cross_add_job {
-    double *c;
-    const float *xq;
-    const double *ft; /* [width][HCHUNK]: the chunk's x_f, transposed */
-    size_t width, m;
-} cross_add_job;
-
-/* Rows [i0, i1) of c += the chunk's x_f x_q^T: element (i, j) takes the
- * tokens one by one, in order, as a per-token update would (eight j at a
- * time in registers, so c is read and written once per chunk). */
-static void cross_add_rows(void *ctx, uint32_t i0, uint32_t i1, int slot)
-{
-    (void)slot;
-    const cross_add_job *j = ctx;
-    size_t w = j->width;
-    for (size_t i = i0; i < i1; i++) {
-        const double *fi = j->ft + i * HCHUNK;
-        double *ci = j->c + i * w;
-        size_t c = 0;
-        for (; c + CMP_LANES <= w; c += CMP_LANES)
-            cmp_lanes_dot_f(ci + c, 1.0, fi, j->xq + c, w, 1, 0, j->m);
-        for (; c < w; c++) {
-            double v = ci[c];
-            for (size_t t = 0; t < j->m; t++)
-                v += fi[t] * (double)j->xq[t * w + c];
-            ci[c] = v;
-        }
-    }
-}
-
 void cmp_cross_add(kn_pool *p, double *c, const float *xf, const float *xq,
-                   size_t T, uint32_t width, double *xt)
+                   size_t T, uint32_t width, float *xt)
 {
-    size_t w = width;
-    for (size_t t0 = 0; t0 < T; t0 += HCHUNK) {
-        size_t m = T - t0 < HCHUNK ? T - t0 : HCHUNK;
-        for (size_t t = 0; t < m; t++)
-            for (size_t i = 0; i < w; i++)
-                xt[i * HCHUNK + t] = xf[(t0 + t) * w + i];
-        cross_add_job j = {c, xq + t0 * w, xt, w, m};
-        if (w * w * m >= PAR_MIN_WORK)
-            cmp_par_rows(p, width, 1, cross_add_rows, &j);
-        else
-            cross_add_rows(&j, 0, width, 0);
-    }
+    kn_gram_cross(p, c, xf, xq, T, width, xt);
 }
 
 void cmp_hessian_diag_mean(const cmp_hessian *h, float *out)
@@ -774,12 +681,15 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
     /* U in A; raise lambda while the factorization fails. */
     double damp = o.damp;
     int ok = 0;
+    double tf = cmp_par_now();
     for (int attempt = 0; attempt < 7 && !ok; attempt++) {
         if (cmp_gptq_hinv_factor(h, perm, damp * mean, A, trow, o.pool, NULL) == MC_OK)
             ok = 1;
         else
             damp *= 10.0;
     }
+    if (o.factor_s)
+        *o.factor_s += cmp_par_now() - tf;
     if (!ok) {
         st = mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
                      "Hessian is not positive definite even with dampening "

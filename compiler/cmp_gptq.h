@@ -58,7 +58,8 @@ typedef struct cmp_hessian {
     uint64_t n;       /* tokens added */
     double *h;        /* packed upper triangle of sum x x^T,
                          [cols*(cols+1)/2] (layout above) */
-    double *xt;       /* scratch [cols][64]: a chunk of tokens, transposed */
+    float *xt;        /* scratch for the blocked sums: a chunk of tokens
+                         packed, kn_gram_scratch_floats(cols) floats */
 } cmp_hessian;
 
 /* Index in h->h of element (i, i), the start of packed row i (i <= cols;
@@ -77,23 +78,27 @@ static inline size_t cmp_hessian_row_offset(uint32_t cols, uint32_t i)
 mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err);
 void cmp_hessian_free(cmp_hessian *h);  /* NULL and zeroed structs are fine */
 /* Exact bytes cmp_hessian_init allocates for cols: the packed sum
- * (cols*(cols+1)/2 doubles) plus the xt scratch (cols*64 doubles). */
+ * (cols*(cols+1)/2 doubles) plus the xt scratch
+ * (kn_gram_scratch_floats(cols) floats, about cols * 1 KiB). */
 uint64_t cmp_hessian_bytes(uint32_t cols);
 /* Zero the sum and the token count (keeps the allocation). */
 void cmp_hessian_reset(cmp_hessian *h);
-/* Add T rows of X [T][cols]. */
+/* Add T rows of X [T][cols]: a blocked float GEMM per chunk of
+ * KN_GRAM_KC tokens, each chunk's float sums added to the double sums
+ * (kn_gram.h: relative error of a 128-term float dot product per chunk,
+ * not growing with the tokens).  Each call starts a new chunk. */
 void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T);
-/* The same with the packed rows split over the pool's threads (by equal
- * work; p NULL = the calling thread): the same sums, bit for bit. */
+/* The same with the tiles split over the pool's threads (p NULL = the
+ * calling thread): the same sums, bit for bit. */
 void cmp_hessian_add_par(kn_pool *p, cmp_hessian *h, const float *X, size_t T);
 /* c [width][width] += sum_t xf[t] xq[t]^T (c[i][j] += xf[t][i] xq[t][j])
- * for T tokens of xf, xq [T][width]: element by element the tokens are
- * added one at a time in order, as a per-token rank-1 update would, but
- * c is read and written once per 64 tokens, and its rows are split over
- * the pool's threads (p NULL = the calling thread).  xt: scratch
- * [width][64] doubles (a Hessian's xt of this width serves). */
+ * for T tokens of xf, xq [T][width], as cmp_hessian_add sums (kn_gram.h:
+ * float within a chunk of tokens, double across chunks), the tiles split
+ * over the pool's threads (p NULL = the calling thread; the same sums for
+ * any pool).  xt: scratch of kn_gram_scratch_floats(width) floats (a
+ * Hessian's xt of this width serves). */
 void cmp_cross_add(kn_pool *p, double *c, const float *xf, const float *xq,
-                   size_t T, uint32_t width, double *xt);
+                   size_t T, uint32_t width, float *xt);
 /* Element (i, j) of the symmetric sum, i and j in any order (< cols).
  * For tests and slow paths; hot loops walk the packed rows. */
 double cmp_hessian_get(const cmp_hessian *h, uint32_t i, uint32_t j);
@@ -124,6 +129,9 @@ typedef struct cmp_gptq_opts {
                            own chunk of CMP_GPTQ_CHUNK_BYTES / threads);
                            NULL = the calling thread.  The result does not
                            depend on it. */
+    double *factor_s;   /* optional: seconds spent factorizing H (the
+                           inverse factor, dampening retries included) are
+                           added here, for the per-phase report */
 } cmp_gptq_opts;
 
 /* Bytes of the float work copy of W that cmp_gptq_quantize (and cmp_awq_search)

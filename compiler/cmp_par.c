@@ -1,6 +1,15 @@
 /* cmp_par.c - row-parallel loops (see cmp_par.h). */
 #include "cmp_par.h"
 
+#include <time.h>
+
+double cmp_par_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int cmp_par_threads(const kn_pool *p)
 {
     return p ? kn_pool_threads(p) : 1;

@@ -32,4 +32,8 @@ typedef void (*cmp_par_fn)(void *ctx, uint32_t r0, uint32_t r1, int slot);
 void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
                   void *ctx);
 
+/* Monotonic seconds (CLOCK_MONOTONIC): the calibration's phase times
+ * (cmp_calib_times) are differences of these. */
+double cmp_par_now(void);
+
 #endif /* CMP_PAR_H */

@@ -651,10 +651,68 @@ static void test_compile_calib_survives_every_failed_allocation(void **state)
     free(ids);
 }
 
+/* --json reports each phase's seconds; they do not overlap, so they add
+ * up to no more than the calibration's total.  best (the proxies) runs
+ * fewer candidates than best-all and is recorded as asked. */
+static void test_compile_calib_reports_phase_times(void **state)
+{
+    (void)state;
+    static const char *const meth[2] = {"best", "best-all"};
+    double total[2];
+    for (int k = 0; k < 2; k++) {
+        char *art = tu_fmt("%s/llama-%s.mca", g_dir, meth[k]);
+        char *out = NULL, *err = NULL;
+        /* int8: one GPTQ pass per candidate, the cheapest that times
+         * every phase */
+        char *cmd = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int8 "
+                           "--calib %s --method %s --json -o %s",
+                           MC_BIN_DIR, MC_FIXTURE_DIR, g_ids, meth[k], art);
+        int rc = tu_run(cmd, &out, &err);
+        if (rc != 0)
+            fail_msg("%s failed (%d): %s", cmd, rc, err);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        const json_t *cal = json_object_get(j, "calibration");
+        assert_string_equal(json_string_value(json_object_get(cal, "method")),
+                            meth[k]);
+        const json_t *ph = json_object_get(cal, "phase_seconds");
+        static const char *const parts[6] = {"forward", "statistics",
+                                             "factorization", "search", "ends",
+                                             "write"};
+        double sum = 0.0;
+        for (int p = 0; p < 6; p++) {
+            const json_t *v = json_object_get(ph, parts[p]);
+            assert_true(json_is_number(v));
+            assert_true(json_number_value(v) >= 0.0);
+            if (p < 5)
+                sum += json_number_value(v);
+        }
+        total[k] = json_number_value(json_object_get(ph, "total"));
+        assert_true(total[k] > 0.0);
+        assert_true(sum <= total[k] * 1.001 + 1e-3);
+        /* the quantization was timed: GPTQ-family candidates ran */
+        assert_true(json_number_value(json_object_get(ph, "search")) > 0.0);
+        assert_true(json_number_value(json_object_get(ph, "factorization")) > 0.0);
+        json_t *man = inspect_manifest(art);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_object_get(man, "calibration"), "method")),
+                            meth[k]);
+        json_decref(man);
+        json_decref(j);
+        free(out);
+        free(err);
+        free(cmd);
+        free(art);
+    }
+    print_message("phase times: best %.3f s, best-all %.3f s\n", total[0],
+                  total[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compile_calib_int8_fixtures_verify_run_and_record),
+        cmocka_unit_test(test_compile_calib_reports_phase_times),
         cmocka_unit_test(test_compile_calib_with_lora_calibrates_merged_weights),
         cmocka_unit_test(test_compile_calib_rotation_unties_and_records),
         cmocka_unit_test(test_compile_calib_text_file_through_tokenizer),

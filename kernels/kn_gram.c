@@ -1,0 +1,190 @@
+/* kn_gram.c - blocked Gram sums (see kn_gram.h): packing, the threads, the
+ * scalar tile and the double references. */
+#include "kn_gram.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Work (multiply-adds) below which a chunk stays on the calling thread:
+ * about 50 us of one core.  Waking the pool costs microseconds on an idle
+ * machine and up to a scheduler time slice on a loaded one, where
+ * stories260k's 64-wide sums spent more time handing off than adding. */
+#define GRAM_PAR_MIN ((size_t)1 << 21)
+
+static size_t ceil_div(size_t a, size_t b)
+{
+    return (a + b - 1) / b;
+}
+
+uint64_t kn_gram_scratch_floats(uint32_t n)
+{
+    return ((uint64_t)ceil_div(n, KN_GRAM_MR) * KN_GRAM_MR +
+            (uint64_t)ceil_div(n, KN_GRAM_NR) * KN_GRAM_NR) * KN_GRAM_KC;
+}
+
+/* Start of packed row i of an n-wide triangle (cmp_hessian_row_offset). */
+static size_t tri_row(size_t n, size_t i)
+{
+    return i * (2 * n + 1 - i) / 2;
+}
+
+static void tile_scalar(const float *ap, const float *bp, size_t m,
+                        float out[KN_GRAM_MR * KN_GRAM_NR])
+{
+    for (size_t k = 0; k < KN_GRAM_MR * KN_GRAM_NR; k++)
+        out[k] = 0.0f;
+    for (size_t t = 0; t < m; t++)
+        for (size_t r = 0; r < KN_GRAM_MR; r++) {
+            float a = ap[t * KN_GRAM_MR + r];
+            for (size_t c = 0; c < KN_GRAM_NR; c++)
+                out[r * KN_GRAM_NR + c] += a * bp[t * KN_GRAM_NR + c];
+        }
+}
+
+typedef struct gram_job {
+    double *out;         /* packed triangle (tri) or [n][n] (cross) */
+    const float *a, *b;  /* the chunk's rows [m][n] (b == a for tri) */
+    size_t n, m;
+    int tri;
+    int avx2;
+    float *ap, *bp;      /* packed panels (scratch) */
+    size_t nbi, nbj;     /* row / column panels */
+} gram_job;
+
+/* Column panel jb's share: with tri, panel jb meets about jb + 1 row
+ * panels, so thread k starts at nbj * sqrt(k / nth) (equal work). */
+static size_t panel_split(const gram_job *j, int k, int nth)
+{
+    if (k >= nth)
+        return j->nbj;
+    double f = (double)k / nth;
+    size_t s = (size_t)((double)j->nbj * (j->tri ? sqrt(f) : f));
+    return s < j->nbj ? s : j->nbj;
+}
+
+/* Columns [c0, c0 + pw) of the chunk's m rows of x [m][n], token-major
+ * into d [m][pw], zero past column n. */
+static void pack_panel(const float *x, size_t n, size_t m, size_t c0,
+                       size_t pw, float *d)
+{
+    size_t w = n - c0 < pw ? n - c0 : pw;
+    for (size_t t = 0; t < m; t++) {
+        memcpy(d + t * pw, x + t * n + c0, w * sizeof(float));
+        for (size_t c = w; c < pw; c++)
+            d[t * pw + c] = 0.0f;
+    }
+}
+
+/* Thread tid's share of the A panels ([ib][t][MR]) and B panels
+ * ([jb][t][NR]). */
+static void pack(void *ctx, int tid, int nth)
+{
+    const gram_job *j = ctx;
+    for (size_t ib = j->nbi * tid / nth; ib < j->nbi * (tid + 1) / nth; ib++)
+        pack_panel(j->a, j->n, j->m, ib * KN_GRAM_MR, KN_GRAM_MR,
+                   j->ap + ib * KN_GRAM_MR * KN_GRAM_KC);
+    for (size_t jb = j->nbj * tid / nth; jb < j->nbj * (tid + 1) / nth; jb++)
+        pack_panel(j->b, j->n, j->m, jb * KN_GRAM_NR, KN_GRAM_NR,
+                   j->bp + jb * KN_GRAM_NR * KN_GRAM_KC);
+}
+
+static void compute(void *ctx, int tid, int nth)
+{
+    const gram_job *j = ctx;
+    size_t n = j->n;
+    float tile[KN_GRAM_MR * KN_GRAM_NR];
+    for (size_t jb = panel_split(j, tid, nth); jb < panel_split(j, tid + 1, nth); jb++) {
+        const float *bp = j->bp + jb * KN_GRAM_NR * KN_GRAM_KC;
+        size_t j0 = jb * KN_GRAM_NR, j1 = j0 + KN_GRAM_NR < n ? j0 + KN_GRAM_NR : n;
+        /* tri: only row panels that reach the upper triangle (i0 < j1) */
+        size_t nbi = j->tri ? ceil_div(j1, KN_GRAM_MR) : j->nbi;
+        for (size_t ib = 0; ib < nbi; ib++) {
+            const float *ap = j->ap + ib * KN_GRAM_MR * KN_GRAM_KC;
+            if (j->avx2)
+                kn_avx2_gram_tile(ap, bp, j->m, tile);
+            else
+                tile_scalar(ap, bp, j->m, tile);
+            size_t i0 = ib * KN_GRAM_MR;
+            for (size_t r = 0; r < KN_GRAM_MR && i0 + r < n; r++) {
+                size_t i = i0 + r, js = j0;
+                double *row;
+                if (j->tri) {
+                    if (js < i)
+                        js = i;
+                    row = j->out + tri_row(n, i) - i;
+                } else {
+                    row = j->out + i * n;
+                }
+                const float *tr = tile + r * KN_GRAM_NR - j0;
+                for (size_t c = js; c < j1; c++)
+                    row[c] += tr[c];
+            }
+        }
+    }
+}
+
+static void gram(kn_pool *p, double *out, const float *a, const float *b,
+                 size_t T, uint32_t n, int tri, float *scratch)
+{
+    gram_job j;
+    memset(&j, 0, sizeof j);
+    j.out = out;
+    j.n = n;
+    j.tri = tri;
+    j.avx2 = kn_cpu_has_avx2() && !kn_force_scalar();
+    j.nbi = ceil_div(n, KN_GRAM_MR);
+    j.nbj = ceil_div(n, KN_GRAM_NR);
+    j.ap = scratch;
+    j.bp = scratch + j.nbi * KN_GRAM_MR * KN_GRAM_KC;
+    for (size_t t0 = 0; t0 < T; t0 += KN_GRAM_KC) {
+        j.m = T - t0 < KN_GRAM_KC ? T - t0 : KN_GRAM_KC;
+        j.a = a + t0 * n;
+        j.b = b + t0 * n;
+        int par = p && kn_pool_threads(p) > 1 &&
+                  (size_t)n * n * j.m / (tri ? 2 : 1) >= GRAM_PAR_MIN;
+        if (par) {
+            kn_pool_run(p, pack, &j);
+            kn_pool_run(p, compute, &j);
+        } else {
+            pack(&j, 0, 1);
+            compute(&j, 0, 1);
+        }
+    }
+}
+
+void kn_gram_tri(kn_pool *p, double *h, const float *x, size_t T, uint32_t n,
+                 float *scratch)
+{
+    gram(p, h, x, x, T, n, 1, scratch);
+}
+
+void kn_gram_cross(kn_pool *p, double *c, const float *a, const float *b,
+                   size_t T, uint32_t n, float *scratch)
+{
+    gram(p, c, a, b, T, n, 0, scratch);
+}
+
+void kn_ref_gram_tri(double *h, const float *x, size_t T, uint32_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double *row = h + tri_row(n, i) - i;
+        for (size_t jj = i; jj < n; jj++) {
+            double s = 0.0;
+            for (size_t t = 0; t < T; t++)
+                s += (double)x[t * n + i] * (double)x[t * n + jj];
+            row[jj] += s;
+        }
+    }
+}
+
+void kn_ref_gram_cross(double *c, const float *a, const float *b, size_t T,
+                       uint32_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t jj = 0; jj < n; jj++) {
+            double s = 0.0;
+            for (size_t t = 0; t < T; t++)
+                s += (double)a[t * n + i] * (double)b[t * n + jj];
+            c[i * n + jj] += s;
+        }
+}
