@@ -70,6 +70,7 @@ typedef struct job {
     size_t n_skip;
     /* counters */
     uint64_t line_no, total_lines, written, skipped;
+    uint64_t failed_before;    /* error lines already in a resumed output */
     uint64_t refused[RT_REFUSE_COUNT_];
     double t0, step_seconds, last_progress, last_metrics;
     int progress, eof, io_failed;
@@ -141,9 +142,11 @@ static int resume_load(job *j)
             break; /* a partial last line: cut off below */
         k++;
         char *id = NULL;
+        int failed = 0;
         mc_error e;
         mc_error_clear(&e);
-        if (rt_jsonl_output_id(line, (size_t)n - 1, &id, &e) != MC_OK) {
+        if (rt_jsonl_output_id(line, (size_t)n - 1, &id, &failed, &e) !=
+            MC_OK) {
             fprintf(stderr,
                     "mrun: --resume: %s line %llu: %s; not resuming into "
                     "a file mrun did not write\n",
@@ -163,6 +166,7 @@ static int resume_load(job *j)
             j->skip = p;
         }
         j->skip[j->n_skip++] = id;
+        j->failed_before += (uint64_t)failed;
         good += n;
     }
     free(line);
@@ -396,7 +400,12 @@ static int take_line(job *j, char **buf, size_t *bcap)
         mc_error_clear(&err);
         mc_status st = rt_jsonl_parse(*buf, len, j->line_no,
                                       &j->o->defaults, j->tok, &e->req, &err);
-        if (st == MC_OK && skipped_id(j, e->req.id)) {
+        /* A malformed line's error line is in the output too: skip it by
+         * its id, which is its line number when it had no valid "id". */
+        char num[32];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)j->line_no);
+        if (st != MC_ERR_NOMEM &&
+            skipped_id(j, e->req.id ? e->req.id : num)) {
             entry_free(e);
             j->skipped++;
             continue;
@@ -584,10 +593,11 @@ static int summary(job *j)
     fill_metrics(j, &m, 1);
     double el = now_s() - j->t0;
     uint64_t run = j->written;
-    if (!o->quiet || failed)
+    if (!o->quiet || failed || j->failed_before)
         fprintf(stderr,
                 "mrun: %llu lines written (%llu failed: plan %llu, input "
-                "%llu, other %llu), %llu skipped (--resume); prefill %llu "
+                "%llu, other %llu), %llu skipped (--resume; %llu of them "
+                "failed in an earlier run); prefill %llu "
                 "tokens (%.1f tok/s), decode %llu tokens (%.1f tok/s); "
                 "%.3f s, overhead %.3f ms/line\n",
                 (unsigned long long)j->written, (unsigned long long)failed,
@@ -595,6 +605,7 @@ static int summary(job *j)
                 (unsigned long long)j->refused[RT_REFUSE_INPUT],
                 (unsigned long long)j->refused[RT_REFUSE_OTHER],
                 (unsigned long long)j->skipped,
+                (unsigned long long)j->failed_before,
                 (unsigned long long)m.prefill_tokens,
                 m.prefill_seconds > 0 ? m.prefill_tokens / m.prefill_seconds
                                       : 0.0,
@@ -616,7 +627,10 @@ static int summary(job *j)
                 "mrun: interrupted by signal %d: the lines in flight were "
                 "finished and written; rerun with --resume to continue\n",
                 (int)g_stop_signal);
-    return j->io_failed || failed || g_stop_signal ? 1 : 0;
+    /* The status is the whole file's: lines that failed in an earlier run
+     * of a resumed job count too. */
+    return j->io_failed || failed || j->failed_before || g_stop_signal ? 1
+                                                                        : 0;
 }
 
 int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)

@@ -502,9 +502,10 @@ mc_status rt_jsonl_format_error(const char *id, uint64_t line_no,
 }
 
 mc_status rt_jsonl_output_id(const char *line, size_t len, char **id,
-                             mc_error *err)
+                             int *failed, mc_error *err)
 {
     *id = NULL;
+    *failed = 0;
     json_error_t je;
     json_t *o = json_loadb(line, len, 0, &je);
     const json_t *v = json_object_get(o, "id"); /* NULL-safe */
@@ -516,6 +517,8 @@ mc_status rt_jsonl_output_id(const char *line, size_t len, char **id,
                      "\"line\" expected)");
     else if (!(*id = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)))
         st = mc_fail(err, MC_ERR_NOMEM, NULL, "id", -1, "resume");
+    else
+        *failed = json_object_get(o, "error") != NULL;
     json_decref(o);
     return st;
 }

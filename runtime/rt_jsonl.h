@@ -122,9 +122,10 @@ mc_status rt_jsonl_format_error(const char *id, uint64_t line_no,
                                 const char *msg, uint32_t max_batch,
                                 uint64_t max_seq, char **out, size_t *len);
 
-/* The "id" of an output line as JSON text (new string, *id) for --resume.
- * MC_ERR_FORMAT when the line is not an object with "id" and "line". */
+/* The "id" of an output line as JSON text (new string, *id) for --resume,
+ * and whether it is an error line (*failed = 1).  MC_ERR_FORMAT when the
+ * line is not an object with "id" and "line". */
 mc_status rt_jsonl_output_id(const char *line, size_t len, char **id,
-                             mc_error *err);
+                             int *failed, mc_error *err);
 
 #endif /* RT_JSONL_H */
