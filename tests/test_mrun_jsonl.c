@@ -4,8 +4,8 @@
  * malformed and blank lines) gives the results of the same requests run
  * one by one; a job killed with SIGKILL at random points and resumed
  * gives a byte-identical file; SIGINT finishes the lines in flight; waves
- * and continuous batching write the same bytes; an existing output is not
- * overwritten without --resume. */
+ * and continuous batching write the same bytes; --metrics is rewritten
+ * during the job; an existing output is not overwritten without --resume. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -488,6 +488,47 @@ static void test_jsonl_sigint_finishes_lines_in_flight(void **st)
     free(dir);
 }
 
+/* --metrics is rewritten during the job (every 2 s), not only at the end:
+ * the file appears, with requests served, while mrun still runs. */
+static void test_jsonl_metrics_written_during_the_job(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("jsonl-metrics");
+    char *in = tu_fmt("%s/in.jsonl", dir), *out = tu_fmt("%s/out.jsonl", dir),
+         *met = tu_fmt("%s/m.prom", dir), *bin = tu_fmt("%s/mrun", MC_BIN_DIR);
+    write_long_job(in, 20000); /* far longer than 2 s */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl(bin, bin, g_model, "--input", in, "--output", out,
+              "--metrics", met, "--max-batch", "3", "--threads", "1", "-q",
+              (char *)NULL);
+        _exit(127);
+    }
+    int seen = 0, status;
+    for (int i = 0; i < 1200 && !seen; i++) { /* up to 60 s */
+        usleep(50000);
+        assert_int_equal(waitpid(pid, &status, WNOHANG), 0); /* running */
+        seen = tu_exists(met);
+    }
+    assert_true(seen);
+    size_t len;
+    char *m = tu_read_file(met, &len);
+    assert_non_null(m);
+    assert_non_null(strstr(m, "mcompile_requests_served_total "));
+    assert_null(strstr(m, "mcompile_requests_served_total 0\n"));
+    free(m);
+    kill(pid, SIGINT);
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    tu_rmtree(dir);
+    free(in);
+    free(out);
+    free(met);
+    free(bin);
+    free(dir);
+}
+
 static void test_jsonl_usage_errors(void **st)
 {
     (void)st;
@@ -522,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_jsonl_overlong_with_truncate_equals_one_by_one),
         cmocka_unit_test(test_jsonl_sigkill_then_resume_is_byte_identical),
         cmocka_unit_test(test_jsonl_sigint_finishes_lines_in_flight),
+        cmocka_unit_test(test_jsonl_metrics_written_during_the_job),
         cmocka_unit_test(test_jsonl_usage_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
