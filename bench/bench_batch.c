@@ -30,18 +30,6 @@
 
 #include "bench_util.h"
 
-static double loadavg1(void)
-{
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1)
-            l = -1;
-        fclose(f);
-    }
-    return l;
-}
-
 /* Run argv with stderr to err_path (may be NULL); returns the exit code,
  * -1 if it did not exit. */
 static int run(char *const argv[], const char *err_path)
@@ -232,7 +220,7 @@ int main(int argc, char **argv)
            "log-normal), %llu new tokens (1-64); SmolLM-135M shape, %u "
            "layers, int8; %s threads; load average %.2f at start\n",
            n, (unsigned long long)ptok, (unsigned long long)ntok, cfg.layers,
-           th, loadavg1());
+           th, bench_loadavg());
     printf("%-6s %-10s %8s %10s %12s %12s %13s %11s %11s\n", "batch",
            "schedule", "seconds", "requests/s", "tokens/s", "new tok/s",
            "overhead ms", "peak MiB", "plan MiB");
@@ -284,7 +272,7 @@ int main(int argc, char **argv)
     printf("SPEEDUP continuous / waves: %.2fx at max_batch 8, %.2fx at "
            "max_batch 32 (goal >= 1.5x); outputs byte-identical: %s; load "
            "average %.2f at the end\n",
-           speedup[0], speedup[1], identical ? "yes" : "NO", loadavg1());
+           speedup[0], speedup[1], identical ? "yes" : "NO", bench_loadavg());
     printf("%s], \"speedup_b8\": %.3f, \"speedup_b32\": %.3f, "
            "\"identical\": %s}}\n",
            json, speedup[0], speedup[1], identical ? "true" : "false");

@@ -28,21 +28,9 @@
 
 static char *g_out, *g_err;
 
-static int mrun(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int mrun(const char *fmt, ...)
-{
-    char args[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    free(g_out);
-    free(g_err);
-    char *cmd = tu_fmt("%s/mrun %s", MC_BIN_DIR, args);
-    int rc = tu_run(cmd, &g_out, &g_err);
-    free(cmd);
-    return rc;
-}
+/* Run build/mrun with the printf-formatted arguments; stdout and stderr
+ * into g_out and g_err.  Returns the exit status. */
+#define mrun(...) tu_run_bin(&g_out, &g_err, "mrun", __VA_ARGS__)
 
 /* The fixed flags of every run: a small plan so that requests share
  * steps and prompts are split into chunks. */
@@ -317,6 +305,17 @@ static void test_jsonl_overlong_with_truncate_equals_one_by_one(void **st)
 
 /* ---- kills and resumes ---------------------------------------------------- */
 
+/* The file at path holds exactly the len bytes of want. */
+static void assert_file_is(const char *path, const char *want, size_t len)
+{
+    size_t n;
+    char *got = tu_read_file(path, &n);
+    assert_non_null(got);
+    assert_int_equal(n, len);
+    assert_memory_equal(got, want, len);
+    free(got);
+}
+
 /* A job of n lines of mixed kinds (default-seeded sampling among them). */
 static void write_long_job(const char *path, size_t n)
 {
@@ -397,12 +396,7 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
         assert_int_equal(mrun("%s --input %s --output %s " PLAN
                               " --seed 5 --resume", g_model, in, out),
                          1);
-        size_t len;
-        char *got = tu_read_file(out, &len);
-        assert_non_null(got);
-        assert_int_equal(len, ref_len);
-        assert_memory_equal(got, want, len);
-        free(got);
+        assert_file_is(out, want, ref_len);
     }
     printf("[  INFO    ] %d of the runs were killed mid-job (run %.2f s)\n",
            kills, run_us / 1e6);
@@ -414,11 +408,7 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
                           " --seed 5 --resume", g_model, in, out),
                      1);
     assert_non_null(strstr(g_err, "dropped a partial last line"));
-    size_t len;
-    char *got = tu_read_file(out, &len);
-    assert_int_equal(len, ref_len);
-    assert_memory_equal(got, want, len);
-    free(got);
+    assert_file_is(out, want, ref_len);
     /* Without --resume an existing output is not touched. */
     assert_int_equal(mrun("%s --input %s --output %s " PLAN, g_model, in,
                           out),
@@ -429,10 +419,7 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
                           " --seed 5 -q --schedule waves", g_model, in, dir),
                      1);
     char *wp = tu_fmt("%s/w.jsonl", dir);
-    got = tu_read_file(wp, &len);
-    assert_int_equal(len, ref_len);
-    assert_memory_equal(got, want, len);
-    free(got);
+    assert_file_is(wp, want, ref_len);
     free(wp);
     free(want);
     tu_rmtree(dir);
@@ -473,10 +460,7 @@ static void test_jsonl_sigint_finishes_lines_in_flight(void **st)
                           g_model, in, out),
                      1);
     free(got);
-    got = tu_read_file(out, &len);
-    assert_int_equal(len, ref_len);
-    assert_memory_equal(got, want, len);
-    free(got);
+    assert_file_is(out, want, ref_len);
     free(want);
     free(o);
     free(e);
