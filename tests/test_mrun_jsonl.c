@@ -5,7 +5,8 @@
  * one by one; a job killed with SIGKILL at random points and resumed
  * gives a byte-identical file; SIGINT finishes the lines in flight; waves
  * and continuous batching write the same bytes; --metrics is rewritten
- * during the job; an existing output is not overwritten without --resume. */
+ * during the job; the progress line shows on a terminal only; an
+ * existing output is not overwritten without --resume. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -513,6 +514,35 @@ static void test_jsonl_metrics_written_during_the_job(void **st)
     free(dir);
 }
 
+/* The progress line: on a terminal only (script(1) gives mrun a pty). */
+static void test_jsonl_progress_only_on_a_terminal(void **st)
+{
+    (void)st;
+    TU_SKIP_IF(!tu_exists("/usr/bin/script"), "no script(1) to make a pty");
+    char *dir = tu_mkdtemp("jsonl-tty");
+    char *in = tu_fmt("%s/in.jsonl", dir);
+    write_long_job(in, 40);
+    char *cmd = tu_fmt("script -qec '%s/mrun %s --input %s --output %s/o1 "
+                       PLAN "' /dev/null",
+                       MC_BIN_DIR, g_model, in, dir);
+    char *o = NULL;
+    assert_int_equal(tu_run(cmd, &o, NULL), 1); /* the "{oops" line */
+    assert_non_null(strstr(o, "\rmrun: 41/41 lines (1 failed)"));
+    assert_non_null(strstr(o, "ETA"));
+    assert_non_null(strstr(o, "slots"));
+    free(o);
+    /* Not a terminal: no progress line, only the summary. */
+    assert_int_equal(mrun("%s --input %s --output %s/o2 " PLAN, g_model, in,
+                          dir),
+                     1);
+    assert_null(strchr(g_err, '\r'));
+    assert_non_null(strstr(g_err, "41 lines written (1 failed"));
+    free(cmd);
+    tu_rmtree(dir);
+    free(in);
+    free(dir);
+}
+
 static void test_jsonl_usage_errors(void **st)
 {
     (void)st;
@@ -548,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_jsonl_sigkill_then_resume_is_byte_identical),
         cmocka_unit_test(test_jsonl_sigint_finishes_lines_in_flight),
         cmocka_unit_test(test_jsonl_metrics_written_during_the_job),
+        cmocka_unit_test(test_jsonl_progress_only_on_a_terminal),
         cmocka_unit_test(test_jsonl_usage_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
