@@ -298,7 +298,13 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
                                       err);
     }
     size_t ns = r->n_stop + o->n_stop + (size_t)j->info.n_eos;
-    e->gen = malloc(((size_t)r->max_new_tokens + 1) * sizeof *e->gen);
+    /* At most max_seq - 1 tokens can be generated (admission refuses
+     * more): a line asking for a million must not make the job allocate
+     * for them before it is refused. */
+    size_t cap = r->max_new_tokens < j->info.max_seq
+                     ? r->max_new_tokens
+                     : (size_t)j->info.max_seq;
+    e->gen = malloc((cap + 1) * sizeof *e->gen);
     e->stops = malloc((ns + 1) * sizeof *e->stops);
     if (!e->gen || !e->stops)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
