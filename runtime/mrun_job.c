@@ -71,6 +71,8 @@ typedef struct job {
     /* counters */
     uint64_t line_no, total_lines, written, skipped;
     uint64_t failed_before;    /* error lines already in a resumed output */
+    uint64_t served;           /* lines finished with a result */
+    int metrics_failed;        /* --metrics could not be written (once) */
     uint64_t refused[RT_REFUSE_COUNT_];
     double t0, t_end;          /* the loop's start and end (seconds) */
     double step_seconds, last_progress, last_metrics;
@@ -358,6 +360,7 @@ static void finish_entry(job *j, entry *e)
         j->io_failed = 1;
     free(text);
     e->done = 1;
+    j->served++;
 }
 
 static entry *win_at(const job *j, size_t k)
@@ -451,12 +454,9 @@ static void fill_metrics(const job *j, rt_metrics *m, int final)
     m->prefill_seconds = ss.prefill_seconds;
     m->decode_tokens = ss.decode_tokens;
     m->decode_seconds = ss.decode_seconds;
-    uint64_t failed = 0;
-    for (int r = 0; r < RT_REFUSE_COUNT_; r++) {
+    for (int r = 0; r < RT_REFUSE_COUNT_; r++)
         m->requests_refused[r] = j->refused[r];
-        failed += j->refused[r];
-    }
-    m->requests_served = j->written - failed;
+    m->requests_served = j->served;
 }
 
 static void write_metrics(job *j, int final)
@@ -467,11 +467,14 @@ static void write_metrics(job *j, int final)
     fill_metrics(j, &m, final);
     mc_error e;
     mc_error_clear(&e);
-    if (rt_metrics_write_prometheus(&m, j->o->metrics, &e) != MC_OK) {
+    /* A metrics file that cannot be written does not stop the job (the
+     * results matter more); it is said once and fails the exit status. */
+    if (rt_metrics_write_prometheus(&m, j->o->metrics, &e) != MC_OK &&
+        !j->metrics_failed) {
         char buf[1400];
         fprintf(stderr, "mrun: cannot write metrics: %s\n",
                 mc_error_format(&e, buf, sizeof buf));
-        j->io_failed = 1;
+        j->metrics_failed = 1;
     }
 }
 
@@ -638,8 +641,10 @@ static int summary(job *j)
                 (int)g_stop_signal);
     /* The status is the whole file's: lines that failed in an earlier run
      * of a resumed job count too. */
-    return j->io_failed || failed || j->failed_before || g_stop_signal ? 1
-                                                                        : 0;
+    return j->io_failed || j->metrics_failed || failed || j->failed_before ||
+                   g_stop_signal
+               ? 1
+               : 0;
 }
 
 int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)

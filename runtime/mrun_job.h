@@ -22,7 +22,9 @@
  *     kills at once (the output still ends in complete lines or one
  *     partial line, which --resume drops);
  *   - a progress line on stderr only when it is a terminal; --metrics
- *     rewritten atomically every metrics_period seconds and at the end.
+ *     rewritten atomically every metrics_period seconds and at the end
+ *     (a metrics file that cannot be written is reported once; the job
+ *     goes on and exits 1).
  */
 #ifndef MRUN_JOB_H
 #define MRUN_JOB_H
