@@ -271,7 +271,7 @@ static void run_mixed(const char *trunc)
             free(want);
             bad++;
         } else {
-            char id[16];
+            char id[32];
             snprintf(id, sizeof id, "r%zu", i);
             assert_string_equal(json_string_value(json_object_get(o[k], "id")),
                                 id);
