@@ -39,6 +39,14 @@ static char *g_out, *g_err;
 
 static char *g_model;
 
+/* Under ASan/UBSan (MC_UNDER_SANITIZER) mrun runs several times slower:
+ * the jobs and the kill rounds shrink so the file stays within ctest's
+ * timeout; the checks are the same. */
+static size_t scaled(size_t n, size_t under_sanitizer)
+{
+    return getenv("MC_UNDER_SANITIZER") ? under_sanitizer : n;
+}
+
 static int setup(void **st)
 {
     (void)st;
@@ -251,7 +259,7 @@ static void run_mixed(const char *trunc)
     char *dir = tu_mkdtemp("jsonl-mixed");
     char *in = tu_fmt("%s/in.jsonl", dir), *out = tu_fmt("%s/out.jsonl", dir);
     static line L[40];
-    size_t nl = write_mixed(in, L, 40);
+    size_t nl = write_mixed(in, L, scaled(40, 20));
     int rc = mrun("%s --input %s --output %s %s %s", g_model, in, out, PLAN,
                   trunc);
     size_t n;
@@ -372,7 +380,7 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
     char *dir = tu_mkdtemp("jsonl-kill");
     char *in = tu_fmt("%s/in.jsonl", dir), *ref = tu_fmt("%s/ref.jsonl", dir),
          *out = tu_fmt("%s/out.jsonl", dir);
-    write_long_job(in, 160);
+    write_long_job(in, scaled(160, 60));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(mrun("%s --input %s --output %s " PLAN " --seed 5 -q",
@@ -386,7 +394,7 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
     assert_non_null(want);
     tu_rng g = {0x5EEDull};
     int kills = 0;
-    for (int round = 0; round < 6; round++) {
+    for (int round = 0; round < (int)scaled(6, 2); round++) {
         unlink(out);
         /* Up to three kills at random points of the run, each followed
          * by a resume that may itself be killed. */
@@ -436,7 +444,7 @@ static void test_jsonl_sigint_finishes_lines_in_flight(void **st)
     char *dir = tu_mkdtemp("jsonl-int");
     char *in = tu_fmt("%s/in.jsonl", dir), *out = tu_fmt("%s/out.jsonl", dir),
          *ref = tu_fmt("%s/ref.jsonl", dir);
-    write_long_job(in, 400);
+    write_long_job(in, scaled(400, 150));
     assert_int_equal(mrun("%s --input %s --output %s " PLAN " -q", g_model,
                           in, ref),
                      1);
