@@ -10,7 +10,8 @@
  * 576), each schedule is run as a separate mrun process; reported:
  * requests/s, tokens/s (prompt + generated tokens per wall second),
  * generated tokens/s, mrun's overhead per line (wall time outside the
- * model's steps / lines), peak RSS vs the plan (from mrun --metrics), and
+ * model's steps and the 2-second syncs / lines), the seconds in those
+ * syncs (output fdatasync + atomic --metrics rewrite), peak RSS vs the plan (from mrun --metrics), and
  * the speed-up continuous / waves (goal >= 1.5).  Both schedules must
  * write byte-identical outputs (checked).
  *
@@ -100,7 +101,7 @@ static void write_job(const char *path, size_t n, uint32_t vocab,
 }
 
 typedef struct result {
-    double secs, overhead_ms, peak_rss, planned;
+    double secs, overhead_ms, sync_s, peak_rss, planned;
 } result;
 
 static result run_job(const char *bin, const char *art, const char *dir,
@@ -130,6 +131,8 @@ static result run_job(const char *bin, const char *art, const char *dir,
         char *p = strstr(line, "overhead ");
         if (p)
             r.overhead_ms = strtod(p + 9, NULL);
+        if ((p = strstr(line, "(+ ")))
+            r.sync_s = strtod(p + 3, NULL);
     }
     if (f)
         fclose(f);
@@ -221,9 +224,9 @@ int main(int argc, char **argv)
            "layers, int8; %s threads; load average %.2f at start\n",
            n, (unsigned long long)ptok, (unsigned long long)ntok, cfg.layers,
            th, bench_loadavg());
-    printf("%-6s %-10s %8s %10s %12s %12s %13s %11s %11s\n", "batch",
+    printf("%-6s %-10s %8s %10s %12s %12s %13s %7s %9s %9s\n", "batch",
            "schedule", "seconds", "requests/s", "tokens/s", "new tok/s",
-           "overhead ms", "peak MiB", "plan MiB");
+           "overhead ms", "sync s", "peak MiB", "plan MiB");
     const uint32_t batches[2] = {8, 32};
     double speedup[2] = {0, 0};
     int identical = 1;
@@ -251,20 +254,21 @@ int main(int argc, char **argv)
         for (int k = 0; k < 2; k++) {
             r[k] = run_job(bin, art, dir, sched[k], job, th,
                            k ? out_c : out_w);
-            printf("%-6u %-10s %8.2f %10.2f %12.1f %12.1f %13.3f %11.1f "
-                   "%11.1f%s\n",
+            printf("%-6u %-10s %8.2f %10.2f %12.1f %12.1f %13.3f %7.2f "
+                   "%9.1f %9.1f%s\n",
                    batches[b], sched[k], r[k].secs, n / r[k].secs,
                    (ptok + ntok) / r[k].secs, ntok / r[k].secs,
-                   r[k].overhead_ms, r[k].peak_rss / 1048576.0,
+                   r[k].overhead_ms, r[k].sync_s, r[k].peak_rss / 1048576.0,
                    r[k].planned / 1048576.0,
                    r[k].peak_rss <= r[k].planned ? "" : "  OVER PLAN");
             jn += (size_t)snprintf(
                 json + jn, sizeof json - jn,
                 "%s{\"max_batch\": %u, \"schedule\": \"%s\", \"seconds\": "
-                "%.3f, \"overhead_ms\": %.3f, \"peak_rss_bytes\": %.0f, "
+                "%.3f, \"overhead_ms\": %.3f, \"sync_seconds\": %.3f, "
+                "\"peak_rss_bytes\": %.0f, "
                 "\"planned_bytes\": %.0f}",
                 b || k ? ", " : "", batches[b], sched[k], r[k].secs,
-                r[k].overhead_ms, r[k].peak_rss, r[k].planned);
+                r[k].overhead_ms, r[k].sync_s, r[k].peak_rss, r[k].planned);
         }
         speedup[b] = r[0].secs / r[1].secs;
         identical &= same_file(out_c, out_w);

@@ -76,6 +76,7 @@ typedef struct job {
     uint64_t refused[RT_REFUSE_COUNT_];
     double t0, t_end;          /* the loop's start and end (seconds) */
     double step_seconds, last_progress, last_metrics;
+    double sync_seconds;       /* in the periodic metrics writes + syncs */
     int progress, eof, io_failed;
 } job;
 
@@ -519,7 +520,8 @@ static void periodic(job *j)
         write_metrics(j, 0);
         if (j->out_is_file)
             fdatasync(j->out_fd);
-        j->last_metrics = t;
+        j->last_metrics = now_s();
+        j->sync_seconds += j->last_metrics - t;
     }
 }
 
@@ -602,7 +604,8 @@ static int summary(job *j)
     rt_metrics m;
     fill_metrics(j, &m, 1);
     /* Overhead: the loop's wall time outside the model's steps (reading,
-     * parsing, admission, formatting, writing), per line. */
+     * parsing, admission, formatting, writing), per line; the periodic
+     * syncs cost per second, not per line, so they are said apart. */
     double el = j->t_end - j->t0;
     uint64_t run = j->written;
     if (!o->quiet || failed || j->failed_before)
@@ -611,7 +614,8 @@ static int summary(job *j)
                 "%llu, other %llu), %llu skipped (--resume; %llu of them "
                 "failed in an earlier run); prefill %llu "
                 "tokens (%.1f tok/s), decode %llu tokens (%.1f tok/s); "
-                "%.3f s, overhead %.3f ms/line\n",
+                "%.3f s, overhead %.3f ms/line (+ %.3f s of periodic "
+                "syncs)\n",
                 (unsigned long long)j->written, (unsigned long long)failed,
                 (unsigned long long)j->refused[RT_REFUSE_PLAN],
                 (unsigned long long)j->refused[RT_REFUSE_INPUT],
@@ -624,7 +628,11 @@ static int summary(job *j)
                 (unsigned long long)m.decode_tokens,
                 m.decode_seconds > 0 ? m.decode_tokens / m.decode_seconds
                                      : 0.0,
-                el, run ? 1e3 * (el - j->step_seconds) / (double)run : 0.0);
+                el,
+                run ? 1e3 * (el - j->step_seconds - j->sync_seconds) /
+                          (double)run
+                    : 0.0,
+                j->sync_seconds);
     if (o->verbose)
         fprintf(stderr,
                 "mrun: memory: planned %llu, arena %llu (high water %llu, "
