@@ -491,14 +491,7 @@ static mc_status step_once(rt_session *s, uint32_t *done, size_t *n_done,
     }
     if (T == 0)
         return MC_OK;
-    double dt = now_seconds() - t0;
-    size_t npre = T - ndec;
-    s->stats.steps++;
-    s->stats.logit_rows += nrows;
-    s->stats.prefill_tokens += npre;
-    s->stats.decode_tokens += ndec;
-    s->stats.prefill_seconds += dt * (double)npre / (double)T;
-    s->stats.decode_seconds += dt * (double)ndec / (double)T;
+    rt_request_count_step(&s->stats, T, ndec, nrows, now_seconds() - t0);
     return MC_OK;
 }
 
