@@ -403,7 +403,8 @@ mc_status rt_jsonl_parse(const char *line, size_t len, uint64_t line_no,
     out->seed = d->seed;
     out->seq_index = line_no ? line_no - 1 : 0;
     json_error_t je;
-    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                           &je);
     if (!o)
         return mc_fail(err, MC_ERR_FORMAT, NULL, NULL, -1,
                        "line %llu: not JSON (column %d: %s)",
@@ -507,7 +508,9 @@ mc_status rt_jsonl_output_id(const char *line, size_t len, char **id,
     *id = NULL;
     *failed = 0;
     json_error_t je;
-    json_t *o = json_loadb(line, len, 0, &je);
+    /* JSON_ALLOW_NUL: a generated text may hold a NUL byte (a byte-fallback
+     * token), written as \u0000; jansson refuses that by default. */
+    json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, &je);
     const json_t *v = json_object_get(o, "id"); /* NULL-safe */
     mc_status st = MC_OK;
     if (!v || (!json_is_string(v) && !json_is_integer(v)) ||
