@@ -157,18 +157,6 @@ static void stream(fmt_st_writer *w, uint64_t n, float base, float scale)
 }
 
 /* 1-minute load average: figures taken on a busy machine say so. */
-static double loadavg(void)
-{
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1)
-            l = -1;
-        fclose(f);
-    }
-    return l;
-}
-
 /* ---- child processes ---------------------------------------------------- */
 
 /* Run argv (stdout captured into *out when out != NULL, malloc'ed), wait;
@@ -649,7 +637,7 @@ int main(int argc, char **argv)
                   sh.layers, "heads", sh.heads, "kv_heads", sh.kv_heads,
                   "ffn", sh.ffn, "vocab", sh.vocab));
     json_object_set_new(root, "threads", json_integer(threads));
-    json_object_set_new(root, "loadavg_start", json_real(loadavg()));
+    json_object_set_new(root, "loadavg_start", json_real(bench_loadavg()));
     json_object_set_new(root, "runs", json_integer(runs));
     json_object_set_new(root, "copy_gb_s", json_real(copy_bw));
     json_object_set_new(root, "read_gb_s", json_real(read_bw));
@@ -702,7 +690,7 @@ int main(int argc, char **argv)
     SECTION("peak", bench_peak(root, self, bin, dir, a, 5, threads));
 #undef SECTION
     json_object_set_new(root, "section_seconds", secs);
-    json_object_set_new(root, "loadavg_end", json_real(loadavg()));
+    json_object_set_new(root, "loadavg_end", json_real(bench_loadavg()));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     printf("%s\n", text); /* scripts/bench makes the table of it */
     free(text);

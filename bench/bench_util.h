@@ -115,6 +115,21 @@ static inline double bench_bandwidth(kn_pool *p, size_t bytes, int copy)
     return (double)bytes / best / 1e9;
 }
 
+/* The 1-minute load average (/proc/loadavg), -1 if unknown: printed next
+ * to every timing, since figures taken on a busy machine are not
+ * comparable. */
+static inline double bench_loadavg(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
 /* Multi-threaded read bandwidth (GB/s) of this machine. */
 static inline double kn_measure_copy_bandwidth(kn_pool *p, size_t bytes)
 {

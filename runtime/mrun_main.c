@@ -45,6 +45,7 @@
 #include "mc_parse.h"
 #include "mcrt.h"
 #include "mrun_help.h"
+#include "mrun_job.h"
 #include "rt_metrics.h"
 #include "rt_tokenizer.h"
 
@@ -73,6 +74,7 @@ typedef struct cli {
     int score_labels, score_cont;
     mcrt_options opts;
     int json, quiet, verbose, add_special;
+    mrun_job_opts job;         /* --input: the JSONL job (mrun_job.h) */
 } cli;
 
 static int usage_error(const char *fmt, ...)
@@ -221,11 +223,51 @@ static int takes_value(const char *a)
         "--metrics", "--max-new-tokens", "--temperature", "--top-p",
         "--top-k", "--seed", "--stop", "--score-labels",
         "--score-continuation", "--threads", "--max-batch", "--max-seq",
-        "--prefill-chunk", "--kv", "--truncate"};
+        "--prefill-chunk", "--kv", "--truncate", "--input", "--output",
+        "--schedule"};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(a, k[i]))
             return 1;
     return 0;
+}
+
+/* --input mode: the JSONL job takes the generation options as defaults
+ * for its lines.  Returns -1 to go on, else an exit code. */
+static int check_job_args(cli *c)
+{
+    mrun_job_opts *j = &c->job;
+    if (!j->input || !j->output)
+        return usage_error("--input and --output go together");
+    if (c->in.n || c->n_texts || c->tokens_file || c->prompts_file)
+        return usage_error("--input replaces --tokens/--prompt/...-file");
+    if (c->score_labels || c->score_cont || c->json)
+        return usage_error("with --input, lines give \"labels\" or "
+                           "\"continuation\"; results are the output "
+                           "lines (no --json)");
+    if (j->resume && !strcmp(j->output, "-"))
+        return usage_error("--resume needs an output file, not stdout");
+    /* Inputs are compared by device+inode when the job opens its files
+     * (fmt_output_check_file); here only the two outputs with each other. */
+    struct stat so, sm;
+    if (c->metrics_path &&
+        (!strcmp(c->metrics_path, j->output) ||
+         (stat(c->metrics_path, &sm) == 0 && stat(j->output, &so) == 0 &&
+          sm.st_dev == so.st_dev && sm.st_ino == so.st_ino)))
+        return usage_error("--output and --metrics name the same file");
+    j->metrics = c->metrics_path;
+    j->metrics_period = 2.0;
+    j->defaults = (rt_jsonl_defaults){
+        .max_new_tokens = c->gp.max_new_tokens,
+        .temperature = c->gp.temperature, .top_k = c->gp.top_k,
+        .top_p = c->gp.top_p, .seed = c->gp.seed,
+        .add_special = c->add_special};
+    j->stop = c->stop;
+    j->n_stop = c->n_stop;
+    j->use_model_eos = c->gp.use_model_eos;
+    j->truncate = c->gp.truncate;
+    j->quiet = c->quiet;
+    j->verbose = c->verbose;
+    return -1;
 }
 
 /* Returns -1 to continue, else an exit code. */
@@ -255,6 +297,8 @@ static int parse_args(int argc, char **argv, cli *c)
             c->json = 1;
         } else if (!strcmp(a, "--no-special")) {
             c->add_special = 0;
+        } else if (!strcmp(a, "--resume")) {
+            c->job.resume = 1;
         } else if (!strcmp(a, "--ignore-eos")) {
             c->gp.use_model_eos = 0;
         } else if (!takes) {
@@ -275,6 +319,15 @@ static int parse_args(int argc, char **argv, cli *c)
             texts_add(c, v);
         } else if (!strcmp(a, "--prompts-file")) {
             c->prompts_file = v;
+        } else if (!strcmp(a, "--input")) {
+            c->job.input = v;
+        } else if (!strcmp(a, "--output")) {
+            c->job.output = v;
+        } else if (!strcmp(a, "--schedule")) {
+            if (strcmp(v, "continuous") && strcmp(v, "waves"))
+                return usage_error("--schedule: continuous or waves, got "
+                                   "'%s'", v);
+            c->job.waves = !strcmp(v, "waves");
         } else if (!strcmp(a, "--metrics")) {
             c->metrics_path = v;
         } else if (!strcmp(a, "--max-new-tokens")) {
@@ -349,6 +402,8 @@ static int parse_args(int argc, char **argv, cli *c)
     }
     if (!c->model)
         return usage_error("no MODEL given");
+    if (c->job.input || c->job.output || c->job.resume)
+        return check_job_args(c);
     int rc = read_input_files(c);
     if (rc >= 0)
         return rc;
@@ -791,6 +846,16 @@ static int run(cli *c)
     report r;
     int rc = 0, ost = 0;
     size_t n_req = c->n_texts ? c->n_texts : c->in.n;
+    if (c->job.input) {
+        const char *tok_from;
+        if (open_model(c, &h))
+            return 1;
+        rt_tokenizer *tok = load_tokenizer(c, h, &tok_from);
+        rc = mrun_job_run(&c->job, h, tok);
+        rt_tokenizer_free(tok);
+        mcrt_close(h);
+        return rc;
+    }
     if (mcrt_is_artifact(c->model))
         ost = open_model(c, &h);
     const char *tok_from = "none";

@@ -12,6 +12,7 @@
 #include "fmt_mapguard.h"
 #include "kn_quant.h"
 #include "mc_alloc.h"
+#include "rt_api_internal.h"
 #include "rt_artifact.h"
 #include "rt_model.h"
 #include "rt_session.h"
@@ -63,6 +64,11 @@ void mcrt_gen_params_default(mcrt_gen_params *p)
     p->max_new_tokens = 16;
     p->top_p = 1.0f;
     p->use_model_eos = 1;
+}
+
+rt_session *rt_api_session(mcrt *h)
+{
+    return h->sess;
 }
 
 const char *mcrt_last_error(const mcrt *h)

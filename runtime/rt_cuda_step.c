@@ -378,14 +378,7 @@ mc_status rt_cu_run_calls(rt_cuda_session *s, size_t n, mc_error *err)
                  q->nb >= s->gp->max_new_tokens))
                 q->done = 1;
         }
-        double dt = now_seconds() - t0;
-        size_t npre = T - ndec;
-        s->stats.steps++;
-        s->stats.logit_rows += nrows;
-        s->stats.prefill_tokens += npre;
-        s->stats.decode_tokens += ndec;
-        s->stats.prefill_seconds += dt * (double)npre / (double)T;
-        s->stats.decode_seconds += dt * (double)ndec / (double)T;
+        rt_request_count_step(&s->stats, T, ndec, nrows, now_seconds() - t0);
     }
     return MC_OK;
 }

@@ -133,3 +133,15 @@ mc_status rt_request_setup_logits(const rt_limits *L, uint32_t vocab,
     }
     return MC_OK;
 }
+
+void rt_request_count_step(rt_session_stats *st, size_t T, size_t ndec,
+                           size_t nrows, double dt)
+{
+    size_t npre = T - ndec;
+    st->steps++;
+    st->logit_rows += nrows;
+    st->prefill_tokens += npre;
+    st->decode_tokens += ndec;
+    st->prefill_seconds += dt * (double)npre / (double)T;
+    st->decode_seconds += dt * (double)ndec / (double)T;
+}

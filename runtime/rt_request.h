@@ -65,4 +65,10 @@ mc_status rt_request_setup_logits(const rt_limits *L, uint32_t vocab,
                                   rt_seq *seq, const rt_prompt *prompts,
                                   size_t n, float *const *out, mc_error *err);
 
+/* Add one step of T rows (ndec of them decode rows, nrows through the
+ * head) that took dt seconds to st: the wall time is split between
+ * prefill and decode by their share of the rows.  T >= 1. */
+void rt_request_count_step(rt_session_stats *st, size_t T, size_t ndec,
+                           size_t nrows, double dt);
+
 #endif /* RT_REQUEST_H */

@@ -24,6 +24,18 @@ typedef enum run_mode {
 } run_mode;
 
 
+/* What one batch slot is doing: the request it serves and where its
+ * results go (borrowed from the caller until the slot is reported done). */
+typedef struct rt_slot {
+    run_mode mode;
+    const rt_gen_params *gp;   /* generate */
+    rt_gen_result *gres;       /* generate: this slot's result */
+    rt_score_item *item;       /* score */
+    const int32_t *labels;     /* score: n_labels label ids */
+    size_t n_labels;
+    float *logits_out;         /* logits: [n][vocab] */
+} rt_slot;
+
 struct rt_session {
     const rt_model *m;
     rt_layout layout;
@@ -31,26 +43,23 @@ struct rt_session {
     kn_pool *pool;
     kn_kv *kv;                 /* [num_layers][max_batch] cache views */
     rt_seq *seq;               /* [max_batch] */
+    rt_slot *slot;             /* [max_batch] */
+    /* Busy slots in admission order: prompt rows are scheduled oldest
+     * request first, so the request that output waits for goes first. */
+    uint32_t *order;           /* [max_batch] */
+    size_t n_order;
     kn_rope *slot_rope;        /* [max_batch] dynamic-NTK RoPE per slot */
-    size_t *seg_seq;           /* [max_batch] sequence of each segment */
+    size_t *seg_seq;           /* [max_batch] slot of each segment */
     kn_rope rope;              /* default RoPE (inv_freq in the arena) */
     int dynamic_rope;          /* rope type is dynamic NTK */
     /* views of the arena buffers */
     int32_t *ids;
     int64_t *pos;
     kn_block_segment *segs;
-    int32_t *rows;             /* [chunk][2]: (row, sequence) */
+    int32_t *rows;             /* [chunk][2]: (row, slot) */
     float *x, *hx, *logits, *probs;
     int32_t *index;
     kn_block_scratch scratch;
-    /* the current call */
-    run_mode mode;
-    const rt_gen_params *gp;
-    rt_gen_result *gres;
-    rt_score_item *items;
-    const int32_t *labels;
-    size_t n_labels;
-    float *const *logits_out;
     /* calibration tap */
     rt_tap_fn tap;
     void *tap_ctx;
@@ -121,10 +130,12 @@ mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
     memset(s->arena, RT_CANARY, (size_t)built.arena_bytes);
     s->kv = mc_calloc((size_t)c->num_layers * B, sizeof *s->kv);
     s->seq = mc_calloc(B, sizeof *s->seq);
+    s->slot = mc_calloc(B, sizeof *s->slot);
+    s->order = mc_calloc(B, sizeof *s->order);
     s->slot_rope = mc_calloc(B, sizeof *s->slot_rope);
     s->seg_seq = mc_calloc(B, sizeof *s->seg_seq);
     s->pool = kn_pool_create(built.limits.threads);
-    if (!s->kv || !s->seq || !s->slot_rope || !s->seg_seq || !s->pool) {
+    if (!s->kv || !s->seq || !s->slot || !s->order || !s->slot_rope || !s->seg_seq || !s->pool) {
         rt_session_free(s);
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                        "session tables or thread pool");
@@ -201,6 +212,8 @@ void rt_session_free(rt_session *s)
     free(s->arena); /* posix_memalign'ed */
     mc_free(s->kv);
     mc_free(s->seq);
+    mc_free(s->slot);
+    mc_free(s->order);
     mc_free(s->slot_rope);
     mc_free(s->seg_seq);
     mc_free(s);
@@ -257,17 +270,18 @@ static int32_t tok_at(const rt_seq *q, size_t i)
     return i < q->na ? q->a[i] : q->b[i - q->na];
 }
 
-/* Does the row at position p of sequence i need logits? */
+/* Does the row at position p of slot i need logits? */
 static int row_needs_logits(const rt_session *s, size_t i, size_t p)
 {
     const rt_seq *q = &s->seq[i];
-    switch (s->mode) {
+    const rt_slot *sl = &s->slot[i];
+    switch (sl->mode) {
     case MODE_GENERATE:
         /* The last available token of a sequence that still samples. */
-        return p + 1 == q->na + q->nb && q->nb < s->gp->max_new_tokens;
+        return p + 1 == q->na + q->nb && q->nb < sl->gp->max_new_tokens;
     case MODE_SCORE: {
-        const rt_score_item *it = &s->items[i];
-        if (p + 1 == q->na && s->n_labels > 0)
+        const rt_score_item *it = sl->item;
+        if (p + 1 == q->na && sl->n_labels > 0)
             return 1;
         return p + 1 >= q->na && p + 1 < q->na + it->n_cont;
     }
@@ -283,28 +297,29 @@ static void tap_adapter(void *ctx, kn_tap_point where, const float *x,
     s->tap(s->tap_ctx, s->tap_layer, where, x, T, width);
 }
 
-/* Use the logits of row j of the head group for (sequence i, position p). */
+/* Use the logits lg of (slot i, position p). */
 static void consume_row(rt_session *s, size_t i, size_t p, const float *lg)
 {
     const uint32_t V = s->m->cfg.vocab_size;
     rt_seq *q = &s->seq[i];
-    if (s->mode == MODE_LOGITS) {
-        memcpy(s->logits_out[i] + p * V, lg, (size_t)V * sizeof(float));
+    rt_slot *sl = &s->slot[i];
+    if (sl->mode == MODE_LOGITS) {
+        memcpy(sl->logits_out + p * V, lg, (size_t)V * sizeof(float));
         return;
     }
-    if (s->mode == MODE_SCORE) {
-        rt_score_item *it = &s->items[i];
+    if (sl->mode == MODE_SCORE) {
+        rt_score_item *it = sl->item;
         if (p + 1 == q->na)
-            for (size_t j = 0; j < s->n_labels; j++)
-                it->label_logprobs[j] = rt_logprob(lg, V, s->labels[j]);
+            for (size_t j = 0; j < sl->n_labels; j++)
+                it->label_logprobs[j] = rt_logprob(lg, V, sl->labels[j]);
         if (p + 1 >= q->na && p + 1 < q->na + it->n_cont) {
             size_t c = p + 1 - q->na;
             it->cont_logprobs[c] = rt_logprob(lg, V, it->cont[c]);
         }
         return;
     }
-    const rt_gen_params *gp = s->gp;
-    rt_gen_result *res = &s->gres[i];
+    const rt_gen_params *gp = sl->gp;
+    rt_gen_result *res = sl->gres;
     int32_t t = rt_sample(&gp->sampler, lg, V, &q->rng, s->probs, s->index);
     if (gp->on_logits)
         gp->on_logits(gp->on_logits_ctx, i, q->nb, lg, V);
@@ -322,21 +337,24 @@ static void consume_row(rt_session *s, size_t i, size_t p, const float *lg)
     }
 }
 
-/* Lay out one step: decoding sequences first, then prompt rows.  Returns
- * the number of rows T (0 when every sequence is done). */
-static size_t plan_step(rt_session *s, size_t n, size_t *nseg_out,
-                        size_t *nrows_out, size_t *n_decode_rows)
+/* Lay out one step: one row for every decoding slot first, then prompt
+ * rows of the slots still in prefill, oldest admission first, up to
+ * prefill_chunk rows.  Returns the number of rows T (0: nothing to run). */
+static size_t plan_step(rt_session *s, size_t *nseg_out, size_t *nrows_out,
+                        size_t *n_decode_rows)
 {
     const size_t C = s->layout.limits.prefill_chunk;
     size_t T = 0, nseg = 0, nrows = 0;
     *n_decode_rows = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < n && T < C; i++) {
+        for (size_t k = 0; k < s->n_order && T < C; k++) {
+            size_t i = s->order[k];
             rt_seq *q = &s->seq[i];
             size_t avail = q->na + q->nb;
             if (q->done || q->fed >= avail)
                 continue;
-            int decoding = s->mode == MODE_GENERATE && q->fed >= q->na;
+            int decoding = s->slot[i].mode == MODE_GENERATE &&
+                           q->fed >= q->na;
             if (decoding != (pass == 0))
                 continue;
             size_t take = avail - q->fed;
@@ -391,122 +409,259 @@ static int row_is_finite(const float *x, size_t n)
     return 1;
 }
 
-/* Run steps until every sequence of the call is done.  A logits row that
- * is not finite stops the call with MC_ERR_NONFINITE: sampling or scoring
- * it would silently give token 0 forever or NaN log-probabilities. */
-static mc_status run_calls(rt_session *s, size_t n, mc_error *err)
+/* Take slot i out of the admission order and clear it. */
+static void slot_release(rt_session *s, size_t k)
+{
+    size_t i = s->order[k];
+    memset(&s->slot[i], 0, sizeof s->slot[i]);
+    s->seq[i].done = 1;
+    memmove(s->order + k, s->order + k + 1,
+            (s->n_order - k - 1) * sizeof *s->order);
+    s->n_order--;
+}
+
+/* Release every busy slot (after a failed step: their state is not
+ * consistent any more). */
+static void release_all(rt_session *s)
+{
+    while (s->n_order > 0)
+        slot_release(s, s->n_order - 1);
+}
+
+/* Run one step over the busy slots.  Slots that finish are released and
+ * appended to done[] (room for max_batch; may be NULL).  A logits row that
+ * is not finite fails the step with MC_ERR_NONFINITE and releases every
+ * slot: sampling or scoring it would silently give token 0 forever or NaN
+ * log-probabilities. */
+static mc_status step_once(rt_session *s, uint32_t *done, size_t *n_done,
+                           mc_error *err)
 {
     const rt_model *m = s->m;
     const fmt_model_config *c = &m->cfg;
     const uint32_t B = s->layout.limits.max_batch;
     const size_t H = c->hidden_size, V = c->vocab_size;
-    for (;;) {
-        double t0 = now_seconds();
-        size_t nseg, nrows, ndec;
-        size_t T = plan_step(s, n, &nseg, &nrows, &ndec);
-        if (T == 0)
-            break;
-        for (size_t t = 0; t < T; t++)
-            kn_matrix_row(&m->embed, (uint32_t)s->ids[t], s->x + t * H);
-        for (uint32_t l = 0; l < c->num_layers; l++) {
-            for (size_t g = 0; g < nseg; g++)
-                s->segs[g].kv = &s->kv[(size_t)l * B + s->seg_seq[g]];
-            s->tap_layer = l;
-            kn_block_forward(s->pool, &m->layers[l].w, &m->layers[l].dims,
-                             &s->rope, s->x, T, s->pos, s->segs, nseg,
-                             &s->scratch, s->tap ? tap_adapter : NULL, s);
-        }
-        /* Head: only the rows that need logits, max_batch at a time. */
-        for (size_t r0 = 0; r0 < nrows; r0 += B) {
-            size_t g = nrows - r0 < B ? nrows - r0 : B;
-            for (size_t j = 0; j < g; j++)
-                kn_rmsnorm(s->hx + j * H,
-                           s->x + (size_t)s->rows[2 * (r0 + j)] * H,
-                           m->final_norm, 1, H, (float)c->rms_norm_eps);
-            kn_matmul(s->pool, &m->lm_head, s->hx, g, s->logits, NULL);
-            for (size_t j = 0; j < g; j++) {
-                size_t row = (size_t)s->rows[2 * (r0 + j)];
-                size_t i = (size_t)s->rows[2 * (r0 + j) + 1];
-                if (!row_is_finite(s->logits + j * V, V))
-                    return mc_fail(err, MC_ERR_NONFINITE, NULL, "logits", -1,
-                                   "sequence %zu: logits at position %lld "
-                                   "are not finite (NaN or Inf in the "
-                                   "weights, or activations overflowed)",
-                                   i, (long long)s->pos[row]);
-                consume_row(s, i, (size_t)s->pos[row], s->logits + j * V);
-            }
-        }
-        /* Sequences whose last row ran and that sample nothing are done. */
-        for (size_t i = 0; i < n; i++) {
-            rt_seq *q = &s->seq[i];
-            if (!q->done && q->fed == q->na + q->nb &&
-                (s->mode != MODE_GENERATE ||
-                 q->nb >= s->gp->max_new_tokens))
-                q->done = 1;
-        }
-        double dt = now_seconds() - t0;
-        size_t npre = T - ndec;
-        s->stats.steps++;
-        s->stats.logit_rows += nrows;
-        s->stats.prefill_tokens += npre;
-        s->stats.decode_tokens += ndec;
-        s->stats.prefill_seconds += dt * (double)npre / (double)T;
-        s->stats.decode_seconds += dt * (double)ndec / (double)T;
+    double t0 = now_seconds();
+    size_t nseg, nrows, ndec;
+    size_t T = plan_step(s, &nseg, &nrows, &ndec);
+    for (size_t t = 0; t < T; t++)
+        kn_matrix_row(&m->embed, (uint32_t)s->ids[t], s->x + t * H);
+    for (uint32_t l = 0; T > 0 && l < c->num_layers; l++) {
+        for (size_t g = 0; g < nseg; g++)
+            s->segs[g].kv = &s->kv[(size_t)l * B + s->seg_seq[g]];
+        s->tap_layer = l;
+        kn_block_forward(s->pool, &m->layers[l].w, &m->layers[l].dims,
+                         &s->rope, s->x, T, s->pos, s->segs, nseg,
+                         &s->scratch, s->tap ? tap_adapter : NULL, s);
     }
+    /* Head: only the rows that need logits, max_batch at a time. */
+    for (size_t r0 = 0; r0 < nrows; r0 += B) {
+        size_t g = nrows - r0 < B ? nrows - r0 : B;
+        for (size_t j = 0; j < g; j++)
+            kn_rmsnorm(s->hx + j * H,
+                       s->x + (size_t)s->rows[2 * (r0 + j)] * H,
+                       m->final_norm, 1, H, (float)c->rms_norm_eps);
+        kn_matmul(s->pool, &m->lm_head, s->hx, g, s->logits, NULL);
+        for (size_t j = 0; j < g; j++) {
+            size_t row = (size_t)s->rows[2 * (r0 + j)];
+            size_t i = (size_t)s->rows[2 * (r0 + j) + 1];
+            if (!row_is_finite(s->logits + j * V, V)) {
+                release_all(s);
+                return mc_fail(err, MC_ERR_NONFINITE, NULL, "logits", -1,
+                               "sequence %zu: logits at position %lld "
+                               "are not finite (NaN or Inf in the "
+                               "weights, or activations overflowed)",
+                               i, (long long)s->pos[row]);
+            }
+            consume_row(s, i, (size_t)s->pos[row], s->logits + j * V);
+        }
+    }
+    /* Slots whose last row ran and that sample nothing more are done (a
+     * step that ran no row means nothing is left to run: done too). */
+    for (size_t k = s->n_order; k-- > 0;) {
+        size_t i = s->order[k];
+        rt_seq *q = &s->seq[i];
+        if (!q->done && q->fed == q->na + q->nb &&
+            (s->slot[i].mode != MODE_GENERATE ||
+             q->nb >= s->slot[i].gp->max_new_tokens))
+            q->done = 1;
+        if (q->done || T == 0) {
+            if (done)
+                done[(*n_done)++] = (uint32_t)i;
+            slot_release(s, k);
+        }
+    }
+    if (T == 0)
+        return MC_OK;
+    rt_request_count_step(&s->stats, T, ndec, nrows, now_seconds() - t0);
     return MC_OK;
+}
+
+/* Run steps until every slot of the call is done. */
+static mc_status run_calls(rt_session *s, mc_error *err)
+{
+    mc_status st = MC_OK;
+    while (s->n_order > 0 && st == MC_OK)
+        st = step_once(s, NULL, NULL, err);
+    return st;
 }
 
 /* ---- request checks and entry points -------------------------------------- */
 
+/* The whole-call entry points need every slot: none may be busy with
+ * admitted requests. */
+static mc_status check_idle(const rt_session *s, mc_error *err)
+{
+    if (s->n_order > 0)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "session", -1,
+                       "%zu admitted request(s) still running: step the "
+                       "session until they are done first", s->n_order);
+    return MC_OK;
+}
+
+/* Mark slots 0..n-1 busy with mode (the caller fills the rest). */
+static void claim_first(rt_session *s, size_t n, run_mode mode)
+{
+    for (size_t i = 0; i < n; i++) {
+        memset(&s->slot[i], 0, sizeof s->slot[i]);
+        s->slot[i].mode = mode;
+        s->order[i] = (uint32_t)i;
+    }
+    s->n_order = n;
+}
 
 mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
                               size_t n, const rt_gen_params *p,
                               rt_gen_result *res, mc_error *err)
 {
-    mc_status st = rt_request_setup_generate(&s->layout.limits,
-                                             s->m->cfg.vocab_size, s->seq,
-                                             prompts, n, p, res, err);
-    if (st)
+    mc_status st = check_idle(s, err);
+    if (st || (st = rt_request_setup_generate(&s->layout.limits,
+                                              s->m->cfg.vocab_size, s->seq,
+                                              prompts, n, p, res, err)))
         return st;
-    s->mode = MODE_GENERATE;
-    s->gp = p;
-    s->gres = res;
-    st = run_calls(s, n, err);
-    s->gp = NULL;
-    s->gres = NULL;
-    return st;
+    claim_first(s, n, MODE_GENERATE);
+    for (size_t i = 0; i < n; i++) {
+        s->slot[i].gp = p;
+        s->slot[i].gres = &res[i];
+    }
+    return run_calls(s, err);
 }
 
 mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
                            const int32_t *labels, size_t n_labels,
                            rt_truncate truncate, mc_error *err)
 {
-    mc_status st = rt_request_setup_score(&s->layout.limits,
-                                          s->m->cfg.vocab_size, s->seq, items,
-                                          n, labels, n_labels, truncate, err);
-    if (st)
+    mc_status st = check_idle(s, err);
+    if (st || (st = rt_request_setup_score(&s->layout.limits,
+                                           s->m->cfg.vocab_size, s->seq, items,
+                                           n, labels, n_labels, truncate,
+                                           err)))
         return st;
-    s->mode = MODE_SCORE;
-    s->items = items;
-    s->labels = labels;
-    s->n_labels = n_labels;
-    st = run_calls(s, n, err);
-    s->items = NULL;
-    s->labels = NULL;
-    return st;
+    claim_first(s, n, MODE_SCORE);
+    for (size_t i = 0; i < n; i++) {
+        s->slot[i].item = &items[i];
+        s->slot[i].labels = labels;
+        s->slot[i].n_labels = n_labels;
+    }
+    return run_calls(s, err);
 }
 
 mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
                             size_t n, float *const *out, mc_error *err)
 {
-    mc_status st = rt_request_setup_logits(&s->layout.limits,
-                                           s->m->cfg.vocab_size, s->seq,
-                                           prompts, n, out, err);
-    if (st)
+    mc_status st = check_idle(s, err);
+    if (st || (st = rt_request_setup_logits(&s->layout.limits,
+                                            s->m->cfg.vocab_size, s->seq,
+                                            prompts, n, out, err)))
         return st;
-    s->mode = MODE_LOGITS;
-    s->logits_out = out;
-    st = run_calls(s, n, err);
-    s->logits_out = NULL;
-    return st;
+    claim_first(s, n, MODE_LOGITS);
+    for (size_t i = 0; i < n; i++)
+        s->slot[i].logits_out = out[i];
+    return run_calls(s, err);
+}
+
+/* ---- continuous batching: one request per free slot ------------------------ */
+
+static mc_status check_free_slot(const rt_session *s, uint32_t slot,
+                                 mc_error *err)
+{
+    const uint32_t B = s->layout.limits.max_batch;
+    if (slot >= B)
+        return mc_fail(err, MC_ERR_PLAN, NULL, "slot", -1,
+                       "slot %u is outside the plan's max_batch %u", slot, B);
+    for (size_t k = 0; k < s->n_order; k++)
+        if (s->order[k] == slot)
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "slot", -1,
+                           "slot %u is busy", slot);
+    return MC_OK;
+}
+
+static void admit(rt_session *s, uint32_t slot)
+{
+    s->order[s->n_order++] = slot;
+}
+
+mc_status rt_session_admit_generate(rt_session *s, uint32_t slot,
+                                    const rt_prompt *prompt,
+                                    const rt_gen_params *p,
+                                    rt_gen_result *res, mc_error *err)
+{
+    mc_status st = check_free_slot(s, slot, err);
+    if (st || (st = rt_request_setup_generate(&s->layout.limits,
+                                              s->m->cfg.vocab_size,
+                                              &s->seq[slot], prompt, 1, p,
+                                              res, err)))
+        return st;
+    memset(&s->slot[slot], 0, sizeof s->slot[slot]);
+    s->slot[slot].mode = MODE_GENERATE;
+    s->slot[slot].gp = p;
+    s->slot[slot].gres = res;
+    admit(s, slot);
+    return MC_OK;
+}
+
+mc_status rt_session_admit_score(rt_session *s, uint32_t slot,
+                                 rt_score_item *item, const int32_t *labels,
+                                 size_t n_labels, rt_truncate truncate,
+                                 mc_error *err)
+{
+    mc_status st = check_free_slot(s, slot, err);
+    if (st || (st = rt_request_setup_score(&s->layout.limits,
+                                           s->m->cfg.vocab_size,
+                                           &s->seq[slot], item, 1, labels,
+                                           n_labels, truncate, err)))
+        return st;
+    memset(&s->slot[slot], 0, sizeof s->slot[slot]);
+    s->slot[slot].mode = MODE_SCORE;
+    s->slot[slot].item = item;
+    s->slot[slot].labels = labels;
+    s->slot[slot].n_labels = n_labels;
+    admit(s, slot);
+    return MC_OK;
+}
+
+mc_status rt_session_step(rt_session *s, uint32_t *done, size_t *n_done,
+                          mc_error *err)
+{
+    *n_done = 0;
+    if (s->n_order == 0)
+        return MC_OK;
+    return step_once(s, done, n_done, err);
+}
+
+size_t rt_session_busy(const rt_session *s)
+{
+    return s->n_order;
+}
+
+int rt_session_slot_is_busy(const rt_session *s, uint32_t slot)
+{
+    for (size_t k = 0; k < s->n_order; k++)
+        if (s->order[k] == slot)
+            return 1;
+    return 0;
+}
+
+void rt_session_abort(rt_session *s)
+{
+    release_all(s);
 }

@@ -17,6 +17,18 @@
  * bit-identical logits and tokens alone or in a batch (given per-row
  * deterministic kernels, see kn_block.h).
  *
+ * Continuous batching (rt_session_admit_* / rt_session_step): instead of a
+ * whole call, the caller admits one request into a free slot at a time
+ * and runs steps; a slot is freed the step its request finishes and can
+ * take the next request before the next step, so new prompt rows run
+ * beside the rows of sequences already decoding.  Prompt rows go to the
+ * oldest admitted request first.  The arena and the plan do not change: a
+ * slot is one of the plan's max_batch KV regions of max_seq positions, and
+ * a request is admitted only when prompt + max_new_tokens (or prompt +
+ * continuation) fits in it.  Sequence results do not depend on what shares
+ * the steps (as above), and a request's RNG is seeded from its own
+ * (seed, seq_index0), so a request gives the same tokens in any batch.
+ *
  * Requests beyond the plan are refused with MC_ERR_PLAN and a message that
  * states the limits (n > max_batch: use the waves of mcrt.h; prompt +
  * max_new_tokens > max_seq: refused unless truncation is asked for).
@@ -129,6 +141,38 @@ mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
  * (caller buffers).  For evaluation (perplexity, KL divergence) and tests. */
 mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
                             size_t n, float *const *out, mc_error *err);
+
+/* Continuous batching (see the top of this file).  Admit one request
+ * into free slot (< max_batch): the same checks and refusals as
+ * rt_session_generate / rt_session_score on one sequence (the prompt is
+ * "sequence 0" in messages; its RNG is (p->seed, p->seq_index0)).  prompt
+ * ids, p, res / item and labels are borrowed until the slot is reported
+ * done.  Nothing runs until rt_session_step.  MC_ERR_INVALID_ARG when the
+ * slot is busy; the whole-call functions above refuse to run (also
+ * MC_ERR_INVALID_ARG) while any slot is busy. */
+mc_status rt_session_admit_generate(rt_session *s, uint32_t slot,
+                                    const rt_prompt *prompt,
+                                    const rt_gen_params *p,
+                                    rt_gen_result *res, mc_error *err);
+mc_status rt_session_admit_score(rt_session *s, uint32_t slot,
+                                 rt_score_item *item, const int32_t *labels,
+                                 size_t n_labels, rt_truncate truncate,
+                                 mc_error *err);
+
+/* Run one step over the busy slots (decode rows first, then up to
+ * prefill_chunk prompt rows).  The slots whose requests finished are freed
+ * and written to done[] (caller buffer of max_batch), their count to
+ * *n_done; their results are complete.  No busy slot: nothing runs,
+ * *n_done = 0.  On failure (MC_ERR_NONFINITE) every busy slot is freed
+ * without a result and err names the sequence's slot.  Never allocates. */
+mc_status rt_session_step(rt_session *s, uint32_t *done, size_t *n_done,
+                          mc_error *err);
+
+/* Number of busy slots; 1 if slot is busy. */
+size_t rt_session_busy(const rt_session *s);
+int rt_session_slot_is_busy(const rt_session *s, uint32_t slot);
+/* Free every busy slot without finishing its request. */
+void rt_session_abort(rt_session *s);
 
 /* The tap of kn_block.h, called for every layer (layer index added) during
  * the next calls until cleared with fn NULL.  For calibration. */

@@ -110,6 +110,22 @@ int tu_run(const char *cmd, char **out, char **err)
     return rc;
 }
 
+int tu_run_bin(char **out, char **err, const char *prog, const char *fmt, ...)
+{
+    char args[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    free(*out);
+    free(*err);
+    *out = *err = NULL;
+    char *cmd = tu_fmt("%s/%s %s", MC_BIN_DIR, prog, args);
+    int rc = tu_run(cmd, out, err);
+    free(cmd);
+    return rc;
+}
+
 char *tu_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

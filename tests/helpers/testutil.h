@@ -41,6 +41,12 @@ const char *tu_stories_dir(void);
  * pass NULL to discard). */
 int tu_run(const char *cmd, char **out, char **err);
 
+/* Run MC_BIN_DIR/prog with the printf-formatted argument string (a shell
+ * command line), like tu_run; *out and *err are freed first (NULL is
+ * fine) and replaced.  Returns the exit status. */
+int tu_run_bin(char **out, char **err, const char *prog, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Read a whole file (malloc'ed, NUL-terminated, *len = its byte length,
  * binary safe); NULL on failure. */
 char *tu_read_file(const char *path, size_t *len);

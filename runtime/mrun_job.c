@@ -1,0 +1,734 @@
+/* mrun_job.c - the JSONL dataset job (see mrun_job.h). */
+#include "mrun_job.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fmt_input.h"
+#include "rt_api_internal.h"
+#include "rt_metrics.h"
+
+/* Lines held at once: in flight (<= max_batch) plus finished lines waiting
+ * for an earlier one, plus failed lines read meanwhile. */
+#define WINDOW_PER_SLOT 4
+#define WINDOW_EXTRA 64
+#define PROGRESS_PERIOD 0.25 /* seconds */
+
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig)
+{
+    g_stop_signal = sig;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One input line on its way to the output. */
+typedef struct entry {
+    rt_jsonl_req req;
+    int done;                  /* out holds its line */
+    char *out;                 /* the output line, with '\n' */
+    size_t out_len;
+    uint32_t slot;             /* while running */
+    int32_t *gen;              /* [max_new_tokens] generated ids */
+    int32_t *stops;            /* line's + job's + model's stop ids */
+    rt_gen_params gp;
+    rt_gen_result gres;
+    rt_score_item item;
+    float *lab_lp, *cont_lp;   /* [n_labels], [n_cont] */
+} entry;
+
+typedef struct job {
+    const mrun_job_opts *o;
+    mcrt *h;
+    rt_session *s;
+    const rt_tokenizer *tok;
+    mcrt_info info;
+    FILE *in;
+    int out_fd;
+    int out_is_file;
+    /* lines in input order: a ring of cap entries */
+    entry **win;
+    size_t cap, head, count;
+    entry **slot_entry;        /* [max_batch] */
+    uint32_t *free_slots;      /* [max_batch] stack */
+    size_t n_free;
+    uint32_t *done_slots;      /* [max_batch] */
+    /* --resume: ids already in the output, sorted */
+    char **skip;
+    size_t n_skip;
+    /* counters */
+    uint64_t line_no, total_lines, written, skipped;
+    uint64_t failed_before;    /* error lines already in a resumed output */
+    uint64_t served;           /* lines finished with a result */
+    int metrics_failed;        /* --metrics could not be written (once) */
+    uint64_t refused[RT_REFUSE_COUNT_];
+    double t0, t_end;          /* the loop's start and end (seconds) */
+    double step_seconds, last_progress, last_metrics;
+    double sync_seconds;       /* in the periodic metrics writes + syncs */
+    int progress, eof, io_failed;
+} job;
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static void entry_free(entry *e)
+{
+    if (!e)
+        return;
+    rt_jsonl_req_free(&e->req);
+    free(e->out);
+    free(e->gen);
+    free(e->stops);
+    free(e->lab_lp);
+    free(e->cont_lp);
+    free(e);
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int skipped_id(const job *j, const char *id)
+{
+    return j->n_skip &&
+           bsearch(&id, j->skip, j->n_skip, sizeof *j->skip, cmp_str);
+}
+
+/* ---- --resume ------------------------------------------------------------- */
+
+/* Collect the ids of the output's complete lines and cut a partial last
+ * line off.  Returns 0, or an exit code after a message. */
+static int resume_load(job *j)
+{
+    const char *path = j->o->output;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0; /* nothing to resume: a fresh run */
+        fprintf(stderr, "mrun: --resume: cannot read %s: %s\n", path,
+                strerror(errno));
+        return 1;
+    }
+    char *line = NULL;
+    size_t lcap = 0, cap = 0;
+    ssize_t n;
+    off_t good = 0;
+    uint64_t k = 0;
+    int rc = 0;
+    while ((n = getline(&line, &lcap, f)) > 0) {
+        if (line[n - 1] != '\n')
+            break; /* a partial last line: cut off below */
+        k++;
+        char *id = NULL;
+        int failed = 0;
+        mc_error e;
+        mc_error_clear(&e);
+        if (rt_jsonl_output_id(line, (size_t)n - 1, &id, &failed, &e) !=
+            MC_OK) {
+            fprintf(stderr,
+                    "mrun: --resume: %s line %llu: %s; not resuming into "
+                    "a file mrun did not write\n",
+                    path, (unsigned long long)k, e.message);
+            rc = 1;
+            break;
+        }
+        if (j->n_skip == cap) {
+            cap = cap ? 2 * cap : 1024;
+            char **p = realloc(j->skip, cap * sizeof *p);
+            if (!p) {
+                free(id);
+                fprintf(stderr, "mrun: out of memory\n");
+                rc = 1;
+                break;
+            }
+            j->skip = p;
+        }
+        j->skip[j->n_skip++] = id;
+        j->failed_before += (uint64_t)failed;
+        good += n;
+    }
+    free(line);
+    fclose(f);
+    if (rc)
+        return rc;
+    struct stat st;
+    if (stat(path, &st) == 0 && st.st_size > good) {
+        if (truncate(path, good) != 0) {
+            fprintf(stderr, "mrun: --resume: cannot cut the partial last "
+                    "line of %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        if (!j->o->quiet)
+            fprintf(stderr, "mrun: --resume: dropped a partial last line "
+                    "(%lld bytes) of %s\n",
+                    (long long)(st.st_size - good), path);
+    }
+    qsort(j->skip, j->n_skip, sizeof *j->skip, cmp_str);
+    if (!j->o->quiet)
+        fprintf(stderr, "mrun: --resume: %zu lines already in %s\n",
+                j->n_skip, path);
+    return 0;
+}
+
+/* ---- files ---------------------------------------------------------------- */
+
+static uint64_t count_lines(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    char buf[1 << 16];
+    size_t r;
+    uint64_t n = 0;
+    int last = '\n';
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < r; i++)
+            n += buf[i] == '\n';
+        last = buf[r - 1];
+    }
+    fclose(f);
+    return n + (last != '\n');
+}
+
+/* Open input and output.  Returns 0 or an exit code after a message. */
+static int open_files(job *j)
+{
+    const mrun_job_opts *o = j->o;
+    char buf[1400];
+    mc_error err;
+    if (strcmp(o->input, "-")) {
+        /* Non-blocking open, regular file required: a FIFO fails at once,
+         * and the input joins the run's inputs for the output guard. */
+        if (fmt_input_fopen(o->input, &j->in, &err) != MC_OK) {
+            fprintf(stderr, "mrun: --input: %s\n",
+                    mc_error_format(&err, buf, sizeof buf));
+            return 1;
+        }
+    } else {
+        j->in = stdin;
+    }
+    /* Every input is open now: the output and the metrics file may not be
+     * one of them, nor a device or a FIFO (the one output guard). */
+    if (o->metrics && fmt_output_check_file(o->metrics, &err) != MC_OK) {
+        fprintf(stderr, "mrun: --metrics: %s\n",
+                mc_error_format(&err, buf, sizeof buf));
+        return 1;
+    }
+    if (!strcmp(o->output, "-")) {
+        j->out_fd = STDOUT_FILENO;
+        return 0;
+    }
+    if (fmt_output_check_file(o->output, &err) != MC_OK) {
+        fprintf(stderr, "mrun: --output: %s\n",
+                mc_error_format(&err, buf, sizeof buf));
+        return 1;
+    }
+    struct stat st;
+    if (!o->resume && stat(o->output, &st) == 0 && st.st_size > 0) {
+        fprintf(stderr,
+                "mrun: %s exists (%lld bytes): add --resume to continue "
+                "it, or remove it\n",
+                o->output, (long long)st.st_size);
+        return 2;
+    }
+    int rc = o->resume ? resume_load(j) : 0;
+    if (rc)
+        return rc;
+    /* Appending, not a temp file + rename: a crash must leave every line
+     * written so far for --resume (each line is one write()). */
+    j->out_fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND |
+                                    (o->resume ? 0 : O_TRUNC), 0644);
+    if (j->out_fd < 0) {
+        fprintf(stderr, "mrun: cannot write %s: %s\n", o->output,
+                strerror(errno));
+        return 1;
+    }
+    j->out_is_file = 1;
+    return 0;
+}
+
+/* ---- lines ---------------------------------------------------------------- */
+
+/* The error line of e.  msg comes from the parser (it starts with "line
+ * N: ") or from the session (about its one request, "sequence 0: "):
+ * either way the line says "line N: what". */
+static void fail_entry(job *j, entry *e, int status, const char *msg)
+{
+    int plan = status == MC_ERR_PLAN;
+    char text[1024];
+    if (!strncmp(msg, "sequence 0: ", 12))
+        msg += 12;
+    if (strncmp(msg, "line ", 5))
+        snprintf(text, sizeof text, "line %llu: %s",
+                 (unsigned long long)e->req.line, msg);
+    else
+        snprintf(text, sizeof text, "%s", msg);
+    if (rt_jsonl_format_error(e->req.id, e->req.line, text,
+                              plan ? j->info.max_batch : 0,
+                              plan ? j->info.max_seq : 0, &e->out,
+                              &e->out_len) != MC_OK)
+        j->io_failed = 1; /* out of memory: reported as a failure */
+    e->done = 1;
+    j->refused[rt_metrics_reason_of_status(status)]++;
+    if (j->o->verbose)
+        fprintf(stderr, "mrun: %s\n", text);
+}
+
+/* Buffers and parameters of a parsed line, then admission into slot. */
+static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
+{
+    const mrun_job_opts *o = j->o;
+    rt_jsonl_req *r = &e->req;
+    e->slot = slot;
+    if (r->score) {
+        e->lab_lp = calloc(r->n_labels + 1, sizeof *e->lab_lp);
+        e->cont_lp = calloc(r->n_cont + 1, sizeof *e->cont_lp);
+        if (!e->lab_lp || !e->cont_lp)
+            return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
+        e->item = (rt_score_item){
+            .prompt = {r->ids, r->n_ids}, .cont = r->cont,
+            .n_cont = r->n_cont, .cont_logprobs = e->cont_lp,
+            .label_logprobs = r->n_labels ? e->lab_lp : NULL};
+        return rt_session_admit_score(j->s, slot, &e->item, r->labels,
+                                      r->n_labels, (rt_truncate)o->truncate,
+                                      err);
+    }
+    size_t ns = r->n_stop + o->n_stop + (size_t)j->info.n_eos;
+    /* At most max_seq - 1 tokens can be generated (admission refuses
+     * more): a line asking for a million must not make the job allocate
+     * for them before it is refused. */
+    size_t cap = r->max_new_tokens < j->info.max_seq
+                     ? r->max_new_tokens
+                     : (size_t)j->info.max_seq;
+    e->gen = malloc((cap + 1) * sizeof *e->gen);
+    e->stops = malloc((ns + 1) * sizeof *e->stops);
+    if (!e->gen || !e->stops)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
+    ns = 0;
+    for (size_t i = 0; i < r->n_stop; i++)
+        e->stops[ns++] = r->stop[i];
+    for (size_t i = 0; i < o->n_stop; i++)
+        e->stops[ns++] = o->stop[i];
+    for (int i = 0; o->use_model_eos && i < j->info.n_eos; i++)
+        e->stops[ns++] = j->info.eos_ids[i];
+    e->gp = (rt_gen_params){
+        .max_new_tokens = r->max_new_tokens,
+        .sampler = {r->temperature, r->top_k, r->top_p},
+        .seed = r->seed, .seq_index0 = r->seq_index, .stop = e->stops,
+        .n_stop = ns, .truncate = (rt_truncate)o->truncate};
+    e->gres = (rt_gen_result){.ids = e->gen};
+    rt_prompt p = {r->ids, r->n_ids};
+    return rt_session_admit_generate(j->s, slot, &p, &e->gp, &e->gres, err);
+}
+
+/* The result line of a finished entry. */
+static void finish_entry(job *j, entry *e)
+{
+    const rt_jsonl_req *r = &e->req;
+    rt_jsonl_result res = {0};
+    char *text = NULL;
+    if (r->score) {
+        size_t S = (size_t)j->info.max_seq;
+        res.prompt_tokens = r->n_ids + r->n_cont > S ? S - r->n_cont
+                                                     : r->n_ids;
+        res.label_logprobs = e->lab_lp;
+        res.cont_logprobs = e->cont_lp;
+    } else {
+        res.prompt_tokens = e->gres.prompt_used;
+        res.gen_ids = e->gen;
+        res.n_gen = e->gres.n;
+        res.stop_token = e->gres.stop == RT_STOP_TOKEN;
+        size_t need = 0;
+        if (j->tok) {
+            rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1, NULL, 0, &need);
+            text = malloc(need + 1);
+            if (text && rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1,
+                                            text, need + 1, &res.text_len)) {
+                free(text);
+                text = NULL;
+            }
+        }
+        res.text = text;
+    }
+    if (rt_jsonl_format_result(r, &res, &e->out, &e->out_len) != MC_OK)
+        j->io_failed = 1;
+    free(text);
+    e->done = 1;
+    j->served++;
+}
+
+static entry *win_at(const job *j, size_t k)
+{
+    return j->win[(j->head + k) % j->cap];
+}
+
+/* Write the finished lines at the front of the window, in order. */
+static void flush_ready(job *j)
+{
+    while (j->count > 0 && win_at(j, 0)->done) {
+        entry *e = win_at(j, 0);
+        if (!j->io_failed && e->out &&
+            write_all(j->out_fd, e->out, e->out_len) != 0) {
+            fprintf(stderr, "mrun: writing %s failed: %s\n", j->o->output,
+                    strerror(errno));
+            j->io_failed = 1;
+        }
+        j->written++;
+        entry_free(e);
+        j->head = (j->head + 1) % j->cap;
+        j->count--;
+    }
+}
+
+/* Read, parse and (if it can run) admit the next non-blank line.  Returns
+ * 0 when a line was taken, -1 at the end of the input. */
+static int take_line(job *j, char **buf, size_t *bcap)
+{
+    for (;;) {
+        ssize_t n = getline(buf, bcap, j->in);
+        if (n < 0)
+            return -1;
+        j->line_no++;
+        size_t len = (size_t)n;
+        if (len && (*buf)[len - 1] == '\n')
+            len--;
+        if (rt_jsonl_is_blank(*buf, len))
+            continue;
+        entry *e = calloc(1, sizeof *e);
+        if (!e) {
+            fprintf(stderr, "mrun: out of memory\n");
+            j->io_failed = 1;
+            return -1;
+        }
+        mc_error err;
+        mc_error_clear(&err);
+        mc_status st = rt_jsonl_parse(*buf, len, j->line_no,
+                                      &j->o->defaults, j->tok, &e->req, &err);
+        /* A malformed line's error line is in the output too: skip it by
+         * its id, which is its line number when it had no valid "id". */
+        char num[32];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)j->line_no);
+        if (st != MC_ERR_NOMEM &&
+            skipped_id(j, e->req.id ? e->req.id : num)) {
+            entry_free(e);
+            j->skipped++;
+            continue;
+        }
+        if (st == MC_OK) {
+            uint32_t slot = j->free_slots[j->n_free - 1];
+            st = admit_entry(j, e, slot, &err);
+            if (st == MC_OK) {
+                j->n_free--;
+                j->slot_entry[slot] = e;
+            }
+        } else if (st != MC_ERR_NOMEM) {
+            st = MC_ERR_INVALID_ARG; /* malformed: refused as input */
+        }
+        if (st)
+            fail_entry(j, e, st, err.message);
+        j->win[(j->head + j->count++) % j->cap] = e;
+        return 0;
+    }
+}
+
+/* ---- figures -------------------------------------------------------------- */
+
+static void fill_metrics(const job *j, rt_metrics *m, int final)
+{
+    rt_session_stats ss;
+    rt_session_stats_get(j->s, &ss);
+    rt_metrics_init(m);
+    m->planned_bytes = j->info.planned_bytes;
+    m->arena_bytes = j->info.arena_bytes;
+    m->arena_high_water_bytes = rt_session_arena_high_water(j->s);
+    /* A scan of the whole arena: only once, at the end. */
+    m->arena_touched_bytes = final ? rt_session_arena_touched_bytes(j->s) : 0;
+    m->peak_rss_bytes = rt_metrics_peak_rss_bytes();
+    m->prefill_tokens = ss.prefill_tokens;
+    m->prefill_seconds = ss.prefill_seconds;
+    m->decode_tokens = ss.decode_tokens;
+    m->decode_seconds = ss.decode_seconds;
+    for (int r = 0; r < RT_REFUSE_COUNT_; r++)
+        m->requests_refused[r] = j->refused[r];
+    m->requests_served = j->served;
+}
+
+static void write_metrics(job *j, int final)
+{
+    if (!j->o->metrics)
+        return;
+    rt_metrics m;
+    fill_metrics(j, &m, final);
+    mc_error e;
+    mc_error_clear(&e);
+    /* A metrics file that cannot be written does not stop the job (the
+     * results matter more); it is said once and fails the exit status. */
+    if (rt_metrics_write_prometheus(&m, j->o->metrics, &e) != MC_OK &&
+        !j->metrics_failed) {
+        char buf[1400];
+        fprintf(stderr, "mrun: cannot write metrics: %s\n",
+                mc_error_format(&e, buf, sizeof buf));
+        j->metrics_failed = 1;
+    }
+}
+
+static void progress(job *j, int last)
+{
+    rt_session_stats ss;
+    rt_session_stats_get(j->s, &ss);
+    double el = now_s() - j->t0;
+    uint64_t done = j->written + j->skipped;
+    uint64_t failed = 0;
+    for (int r = 0; r < RT_REFUSE_COUNT_; r++)
+        failed += j->refused[r];
+    char eta[32] = "?";
+    if (j->total_lines && j->written > 0 && done <= j->total_lines) {
+        double s = el / (double)j->written * (double)(j->total_lines - done);
+        snprintf(eta, sizeof eta, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    }
+    char total[32] = "?";
+    if (j->total_lines)
+        snprintf(total, sizeof total, "%llu",
+                 (unsigned long long)j->total_lines);
+    uint64_t rss = rt_metrics_peak_rss_bytes();
+    fprintf(stderr,
+            "\rmrun: %llu/%s lines (%llu failed), %.0f tok/s, ETA %s, "
+            "slots %zu/%u busy, peak RSS %.0f of %.0f MiB planned   %s",
+            (unsigned long long)done, total, (unsigned long long)failed,
+            el > 0 ? (double)(ss.prefill_tokens + ss.decode_tokens) / el : 0,
+            eta, rt_session_busy(j->s), j->info.max_batch,
+            (double)rss / 1048576.0, (double)j->info.planned_bytes / 1048576.0,
+            last ? "\n" : "");
+}
+
+/* Progress, metrics and a data sync, each at its own period. */
+static void periodic(job *j)
+{
+    double t = now_s();
+    if (j->progress && t - j->last_progress >= PROGRESS_PERIOD) {
+        progress(j, 0);
+        j->last_progress = t;
+    }
+    if (t - j->last_metrics >= j->o->metrics_period) {
+        write_metrics(j, 0);
+        if (j->out_is_file)
+            fdatasync(j->out_fd);
+        j->last_metrics = now_s();
+        j->sync_seconds += j->last_metrics - t;
+    }
+}
+
+/* ---- the loop ------------------------------------------------------------- */
+
+/* Run one step and finish the entries whose slots it freed. */
+static void step(job *j)
+{
+    mc_error err;
+    mc_error_clear(&err);
+    size_t nd = 0;
+    double t = now_s();
+    mc_status st = rt_session_step(j->s, j->done_slots, &nd, &err);
+    j->step_seconds += now_s() - t;
+    if (st) {
+        /* The session freed every slot: those lines failed. */
+        for (uint32_t b = 0; b < j->info.max_batch; b++)
+            if (j->slot_entry[b]) {
+                fail_entry(j, j->slot_entry[b], st, err.message);
+                j->slot_entry[b] = NULL;
+                j->free_slots[j->n_free++] = b;
+            }
+        return;
+    }
+    for (size_t k = 0; k < nd; k++) {
+        uint32_t b = j->done_slots[k];
+        finish_entry(j, j->slot_entry[b]);
+        j->slot_entry[b] = NULL;
+        j->free_slots[j->n_free++] = b;
+    }
+}
+
+static void run_loop(job *j)
+{
+    char *buf = NULL;
+    size_t bcap = 0;
+    for (;;) {
+        /* Waves: a new wave starts only when the last one is done. */
+        int open = !j->o->waves || rt_session_busy(j->s) == 0;
+        while (open && !j->eof && !g_stop_signal && !j->io_failed &&
+               j->n_free > 0 && j->count < j->cap)
+            if (take_line(j, &buf, &bcap) < 0)
+                j->eof = 1;
+        flush_ready(j);
+        if (rt_session_busy(j->s) > 0)
+            step(j);
+        else if (j->eof || g_stop_signal || j->io_failed)
+            break;
+        flush_ready(j);
+        periodic(j);
+    }
+    flush_ready(j);
+    free(buf);
+}
+
+static void job_free(job *j)
+{
+    for (size_t k = 0; k < j->count; k++)
+        entry_free(win_at(j, k));
+    free(j->win);
+    free(j->slot_entry);
+    free(j->free_slots);
+    free(j->done_slots);
+    for (size_t i = 0; i < j->n_skip; i++)
+        free(j->skip[i]);
+    free(j->skip);
+    if (j->in && j->in != stdin)
+        fclose(j->in);
+    if (j->out_is_file)
+        close(j->out_fd);
+}
+
+/* The closing summary.  Returns the exit code. */
+static int summary(job *j)
+{
+    const mrun_job_opts *o = j->o;
+    uint64_t failed = 0;
+    for (int r = 0; r < RT_REFUSE_COUNT_; r++)
+        failed += j->refused[r];
+    rt_metrics m;
+    fill_metrics(j, &m, 1);
+    /* Overhead: the loop's wall time outside the model's steps (reading,
+     * parsing, admission, formatting, writing), per line; the periodic
+     * syncs cost per second, not per line, so they are said apart. */
+    double el = j->t_end - j->t0;
+    uint64_t run = j->written;
+    if (!o->quiet || failed || j->failed_before)
+        fprintf(stderr,
+                "mrun: %llu lines written (%llu failed: plan %llu, input "
+                "%llu, other %llu), %llu skipped (--resume; %llu of them "
+                "failed in an earlier run); prefill %llu "
+                "tokens (%.1f tok/s), decode %llu tokens (%.1f tok/s); "
+                "%.3f s, overhead %.3f ms/line (+ %.3f s of periodic "
+                "syncs)\n",
+                (unsigned long long)j->written, (unsigned long long)failed,
+                (unsigned long long)j->refused[RT_REFUSE_PLAN],
+                (unsigned long long)j->refused[RT_REFUSE_INPUT],
+                (unsigned long long)j->refused[RT_REFUSE_OTHER],
+                (unsigned long long)j->skipped,
+                (unsigned long long)j->failed_before,
+                (unsigned long long)m.prefill_tokens,
+                m.prefill_seconds > 0 ? m.prefill_tokens / m.prefill_seconds
+                                      : 0.0,
+                (unsigned long long)m.decode_tokens,
+                m.decode_seconds > 0 ? m.decode_tokens / m.decode_seconds
+                                     : 0.0,
+                el,
+                run ? 1e3 * (el - j->step_seconds - j->sync_seconds) /
+                          (double)run
+                    : 0.0,
+                j->sync_seconds);
+    if (o->verbose)
+        fprintf(stderr,
+                "mrun: memory: planned %llu, arena %llu (high water %llu, "
+                "touched %llu), peak RSS %llu bytes\n",
+                (unsigned long long)m.planned_bytes,
+                (unsigned long long)m.arena_bytes,
+                (unsigned long long)m.arena_high_water_bytes,
+                (unsigned long long)m.arena_touched_bytes,
+                (unsigned long long)m.peak_rss_bytes);
+    if (g_stop_signal)
+        fprintf(stderr,
+                "mrun: interrupted by signal %d: the lines in flight were "
+                "finished and written; rerun with --resume to continue\n",
+                (int)g_stop_signal);
+    /* The status is the whole file's: lines that failed in an earlier run
+     * of a resumed job count too. */
+    return j->io_failed || j->metrics_failed || failed || j->failed_before ||
+                   g_stop_signal
+               ? 1
+               : 0;
+}
+
+int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
+{
+    job j;
+    memset(&j, 0, sizeof j);
+    j.o = o;
+    j.h = h;
+    j.s = rt_api_session(h);
+    j.tok = tok;
+    j.out_fd = -1;
+    mcrt_get_info(h, &j.info);
+    const uint32_t B = j.info.max_batch;
+    j.cap = (size_t)B * WINDOW_PER_SLOT + WINDOW_EXTRA;
+    j.win = calloc(j.cap, sizeof *j.win);
+    j.slot_entry = calloc(B, sizeof *j.slot_entry);
+    j.free_slots = calloc(B, sizeof *j.free_slots);
+    j.done_slots = calloc(B, sizeof *j.done_slots);
+    if (!j.win || !j.slot_entry || !j.free_slots || !j.done_slots) {
+        fprintf(stderr, "mrun: out of memory\n");
+        job_free(&j);
+        return 1;
+    }
+    /* Slot 0 on top of the stack: the first line takes slot 0. */
+    for (uint32_t b = 0; b < B; b++)
+        j.free_slots[j.n_free++] = B - 1 - b;
+    int rc = open_files(&j);
+    if (rc) {
+        job_free(&j);
+        return rc;
+    }
+    j.progress = !o->quiet && isatty(STDERR_FILENO);
+    if (j.progress && strcmp(o->input, "-"))
+        j.total_lines = count_lines(o->input);
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second signal kills */
+    sigemptyset(&sa.sa_mask);
+    g_stop_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    j.t0 = j.last_progress = j.last_metrics = now_s();
+    run_loop(&j);
+    j.t_end = now_s();
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (j.out_is_file && fsync(j.out_fd) != 0 && !j.io_failed) {
+        fprintf(stderr, "mrun: fsync %s failed: %s\n", o->output,
+                strerror(errno));
+        j.io_failed = 1;
+    }
+    if (j.progress)
+        progress(&j, 1);
+    write_metrics(&j, 1);
+    rc = summary(&j);
+    job_free(&j);
+    return rc;
+}
