@@ -562,7 +562,11 @@ static void test_jsonl_usage_errors(void **st)
     char *dir = tu_mkdtemp("jsonl-usage");
     char *in = tu_fmt("%s/in.jsonl", dir);
     assert_int_equal(tu_write_file(in, "{\"ids\":[1]}\n", 12), 0);
-    assert_int_equal(mrun("%s --input %s --output %s", g_model, in, in), 2);
+    /* The output guard (fmt_input.h): an input is never an output, exit 1
+     * with the input untouched, as for every other output path. */
+    assert_int_equal(mrun("%s --input %s --output %s", g_model, in, in), 1);
+    assert_non_null(strstr(g_err, "--output"));
+    assert_file_is(in, "{\"ids\":[1]}\n", 12);
     /* stdin to stdout */
     char *cmd = tu_fmt("printf '{\"ids\":[1,2],\"max_new_tokens\":2}\\n' | "
                        "%s/mrun %s --input - --output - -q",
