@@ -190,7 +190,8 @@ static int resume_load(job *j)
                     "(%lld bytes) of %s\n",
                     (long long)(st.st_size - good), path);
     }
-    qsort(j->skip, j->n_skip, sizeof *j->skip, cmp_str);
+    if (j->n_skip) /* an empty output: skip is NULL, and qsort(NULL) is UB */
+        qsort(j->skip, j->n_skip, sizeof *j->skip, cmp_str);
     if (!j->o->quiet)
         fprintf(stderr, "mrun: --resume: %zu lines already in %s\n",
                 j->n_skip, path);

@@ -405,6 +405,13 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
         assert_int_equal(mrun("%s --input %s --output %s " PLAN
                               " --seed 5 --resume", g_model, in, out),
                          1);
+        size_t got_len = 0;
+        char *got = tu_read_file(out, &got_len);
+        if (!got || got_len != ref_len)
+            printf("[  INFO    ] round %d (%d kills): %zu of %zu bytes; the "
+                   "resume said:\n%s\n", round, k, got_len, ref_len,
+                   g_err ? g_err : "");
+        free(got);
         assert_file_is(out, want, ref_len);
     }
     printf("[  INFO    ] %d of the runs were killed mid-job (run %.2f s)\n",
@@ -417,6 +424,13 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
                           " --seed 5 --resume", g_model, in, out),
                      1);
     assert_non_null(strstr(g_err, "dropped a partial last line"));
+    assert_file_is(out, want, ref_len);
+    /* An empty output (killed between its creation and the first line)
+     * resumes as a fresh run. */
+    assert_int_equal(tu_write_file(out, "", 0), 0);
+    assert_int_equal(mrun("%s --input %s --output %s " PLAN
+                          " --seed 5 --resume", g_model, in, out),
+                     1);
     assert_file_is(out, want, ref_len);
     /* Without --resume an existing output is not touched. */
     assert_int_equal(mrun("%s --input %s --output %s " PLAN, g_model, in,
