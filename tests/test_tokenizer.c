@@ -993,7 +993,7 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void test_mistral_load_and_encode_speed(void **state)
+static void test_mistral_encodes_two_megabytes(void **state)
 {
     (void)state;
     NEED_MISTRAL();
@@ -1021,10 +1021,9 @@ static void test_mistral_load_and_encode_speed(void **state)
     size_t per = 0;
     assert_int_equal(rt_tokenizer_encode(t, base, bl, 0, NULL, 0, &per, NULL),
                      MC_ERR_INVALID_ARG);
-#ifndef MC_SANITIZE
-    assert_true(load_s < 3.0); /* generous: 2 shared cores */
-    assert_true(mbps > 1.0);
-#endif
+    /* No time limit here: speed is bench_tokenizer's business (a timed
+     * test fails on a loaded CI machine, not on a slow tokenizer). */
+    assert_true(n > 0 && n <= len);
     free(ids);
     free(text);
     rt_tokenizer_free(t);
@@ -1056,7 +1055,7 @@ int main(void)
         cmocka_unit_test(test_mistral_rare_chars_fall_back_to_bytes),
         cmocka_unit_test(test_mistral_round_trips),
         cmocka_unit_test(test_mistral_legacy_form_matches),
-        cmocka_unit_test(test_mistral_load_and_encode_speed),
+        cmocka_unit_test(test_mistral_encodes_two_megabytes),
     };
     return cmocka_run_group_tests(tests, mistral_setup, mistral_teardown);
 }
