@@ -107,7 +107,7 @@ static mc_status add_split(rt_tokj_ctx *c, const char *path,
                            const char *lit, size_t lit_len, int invert,
                            int behaviour)
 {
-    rt_tok_step *st;
+    rt_tok_step *st = NULL; /* set by add_step (gcc -O3 cannot tell) */
     mc_status r;
     if ((r = add_step(c, &c->t->pre, &c->t->n_pre, path, &st)))
         return r;
