@@ -1,5 +1,5 @@
 /* fmt_config.c - Hugging Face config.json for Llama, Mistral and Qwen2
- * (contract in fmt_config.h, facts in ../shared/REFERENCE.md). */
+ * (contract in fmt_config.h and docs/formats.md). */
 #include "fmt_config.h"
 
 #include <errno.h>

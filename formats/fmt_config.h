@@ -1,7 +1,7 @@
 /*
  * fmt_config.h - Hugging Face config.json for Llama, Mistral and Qwen2.
  *
- * Parses the fields listed in ../shared/REFERENCE.md with their documented
+ * Parses the fields listed in docs/formats.md with their documented
  * defaults:
  *   num_key_value_heads  llama/qwen2: = num_attention_heads; mistral: 8
  *   head_dim             hidden_size / num_attention_heads (must divide)

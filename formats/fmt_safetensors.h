@@ -10,7 +10,7 @@
  *   [8+N, EOF)    data buffer; offsets are relative to its start, end
  *                 exclusive, row-major little-endian, no strides.
  *
- * The reader enforces every rule of ../shared/REFERENCE.md before it hands
+ * The reader enforces every rule of docs/formats.md before it hands
  * out a pointer: file >= 8 bytes; N <= 100,000,000 and 8+N <= file size;
  * header is valid UTF-8 JSON; no duplicate keys (checked on the raw text,
  * since JSON libraries keep one silently); known dtype (unsupported ones
