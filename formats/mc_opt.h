@@ -1,7 +1,7 @@
 /*
  * mc_opt.h - one option table per command: it drives the parsing, the
  * --help text and, through --help, docs/cli.md and the man pages
- * (scripts/gen-cli-docs), in the manner of llama.cpp's common/arg.h.
+ * (scripts/gen-cli-docs).
  *
  * A command (mcompile merge, mrun, ...) declares one mc_opt_cmd: its usage
  * text, its positional argument and a table of rows.  A row names its
