@@ -15,23 +15,52 @@
 #include "mc_parse.h"
 #include "rt_model.h"
 
-static void eval_usage(FILE *o)
-{
-    fprintf(o,
-            "usage: mcompile eval ARTIFACT --ref MODEL --tokens FILE [options]\n\n"
-            "Runs the reference model (a Hugging Face directory) and ARTIFACT (or\n"
-            "any model mcompile can open) over the same token sequences and\n"
-            "reports how far the quantized next-token distributions are from the\n"
-            "reference ones.\n\n"
-            "  --ref MODEL     full-precision reference (HF directory or file)\n"
-            "  --tokens FILE   token ids, one sequence per line\n"
-            "  --max-seqs N    use only the first N sequences\n"
-            "  --threads N     worker threads (default: all CPUs)\n"
-            "  --json          one JSON object on stdout: kld_mean, kld_p99, top1,\n"
-            "                  ppl_ref, ppl, tokens\n"
-            "  -q              no progress\n"
-            "  --help          this text\n");
-}
+/* Every option of `mcompile eval`. */
+typedef struct eval_cli {
+    const char *art, *ref, *tokens;
+    uint64_t max_seqs;     /* 0: every sequence */
+    int threads;           /* 0: every CPU */
+    int json, quiet;
+    int verbose;           /* -v: accepted, nothing more to say */
+} eval_cli;
+
+static const mc_opt eval_opts[] = {
+    {.kind = MC_OPT_STR, .flags = "--ref", .value = "MODEL",
+     .off = offsetof(eval_cli, ref),
+     .help = "full-precision reference (HF directory or file)"},
+    {.kind = MC_OPT_STR, .flags = "--tokens", .value = "FILE",
+     .off = offsetof(eval_cli, tokens),
+     .help = "token ids, one sequence per line"},
+    {.kind = MC_OPT_U64, .flags = "--max-seqs", .value = "N",
+     .off = offsetof(eval_cli, max_seqs), .ulo = 1, .uhi = 1u << 30,
+     .help = "use only the first N sequences"},
+    {.kind = MC_OPT_INT, .flags = "--threads", .value = "N",
+     .off = offsetof(eval_cli, threads), .ulo = 1, .uhi = 256,
+     .help = "worker threads (default: all CPUs)"},
+    {.kind = MC_OPT_SET, .flags = "--json", .off = offsetof(eval_cli, json),
+     .help = "one JSON object on stdout: kld_mean, kld_p99, top1,\n"
+             "ppl_ref, ppl, tokens"},
+    {.kind = MC_OPT_SET, .flags = "-q", .off = offsetof(eval_cli, quiet),
+     .help = "no progress"},
+    {.kind = MC_OPT_SET, .flags = "-v", .off = offsetof(eval_cli, verbose),
+     .help = "accepted for symmetry"},
+    {.kind = MC_OPT_HELP, .flags = "-h, --help", .help = "this text"},
+    {.kind = MC_OPT_END},
+};
+
+const mc_opt_cmd cmp_cli_eval_cmd = {
+    .name = "mcompile eval",
+    .usage =
+        "usage: mcompile eval ARTIFACT --ref MODEL --tokens FILE [options]\n\n"
+        "Runs the reference model (a Hugging Face directory) and ARTIFACT (or\n"
+        "any model mcompile can open) over the same token sequences and\n"
+        "reports how far the quantized next-token distributions are from the\n"
+        "reference ones.\n\n",
+    .help_col = 18,
+    .positional = "ARTIFACT",
+    .positional_off = offsetof(eval_cli, art),
+    .opts = eval_opts,
+};
 
 typedef struct prog {
     int on;
@@ -63,72 +92,31 @@ static void on_progress(void *ctx, size_t done, size_t total)
 
 int cmp_cli_eval(int argc, char **argv)
 {
-    const char *art = NULL, *ref = NULL, *tokens = NULL;
-    int json = 0, quiet = 0, threads = 0;
-    long max_seqs = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            eval_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "-q")) {
-            quiet = 1;
-        } else if (!strcmp(a, "-v")) {
-            /* nothing more to say */
-        } else if ((!strcmp(a, "--ref") || !strcmp(a, "--tokens") ||
-                    !strcmp(a, "--max-seqs") || !strcmp(a, "--threads")) &&
-                   i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(a, "--ref"))
-                ref = v;
-            else if (!strcmp(a, "--tokens"))
-                tokens = v;
-            else {
-                char why[256];
-                uint64_t n;
-                if (mc_parse_u64(a, v, 1, !strcmp(a, "--threads") ? 256 : 1u << 30,
-                                 &n, why, sizeof why)) {
-                    fprintf(stderr, "mcompile eval: %s\n", why);
-                    return 2;
-                }
-                if (!strcmp(a, "--max-seqs"))
-                    max_seqs = (long)n;
-                else
-                    threads = (int)n;
-            }
-        } else if (a[0] == '-') {
-            fprintf(stderr, "mcompile eval: unknown or incomplete option '%s'\n", a);
-            eval_usage(stderr);
-            return 2;
-        } else if (!art) {
-            art = a;
-        } else {
-            fprintf(stderr, "mcompile eval: unexpected argument '%s'\n", a);
-            return 2;
-        }
-    }
-    if (!art || !ref || !tokens) {
-        fprintf(stderr, "mcompile eval: ARTIFACT, --ref and --tokens are required\n");
-        eval_usage(stderr);
-        return 2;
-    }
+    eval_cli ec;
+    memset(&ec, 0, sizeof ec);
+    int rc = cmp_cli_parse(&cmp_cli_eval_cmd, argc, argv, &ec);
+    if (rc >= 0)
+        return rc;
+    if (!ec.art || !ec.ref || !ec.tokens)
+        return cmp_cli_usage(&cmp_cli_eval_cmd,
+                             "ARTIFACT, --ref and --tokens are required");
+    const char *art = ec.art, *ref = ec.ref, *tokens = ec.tokens;
+    int json = ec.json, quiet = ec.quiet, threads = ec.threads;
     mc_error e;
     char buf[2048];
     rt_model *mq = NULL, *mr = NULL;
     int32_t *tok = NULL;
     size_t *off = NULL, nseq = 0;
     kn_pool *pool = NULL;
-    int rc = 1;
+    rc = 1;
     if (cmp_ids_load(tokens, &tok, &off, &nseq, &e) != MC_OK ||
         rt_model_open_hf(ref, &mr, &e) != MC_OK ||
         rt_model_open(art, &mq, &e) != MC_OK) {
         fprintf(stderr, "mcompile eval: %s\n", mc_error_format(&e, buf, sizeof buf));
         goto out;
     }
-    if (max_seqs > 0 && (size_t)max_seqs < nseq)
-        nseq = (size_t)max_seqs;
+    if (ec.max_seqs > 0 && ec.max_seqs < nseq)
+        nseq = (size_t)ec.max_seqs;
     pool = kn_pool_create(threads);
     prog p = {!quiet && isatty(2), now_s(), 0.0};
     cmp_eval_report r;

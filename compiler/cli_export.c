@@ -9,7 +9,62 @@
 #include "cmp_export.h"
 #include "mc_alloc.h"
 
-static const char usage_text[] =
+/* Every option of `mcompile export`. */
+typedef struct export_cli {
+    const char *in, *out, *fmt;
+    cmp_export_opts o;
+    int json, quiet, verbose;
+} export_cli;
+
+static const mc_opt_choice format_choices[] = {
+    {"gguf", CMP_EXPORT_GGUF, 0}, {"compressed-tensors", CMP_EXPORT_CT, 0},
+    {NULL, 0, 0}};
+
+/* --format: the value (for the report) and the format. */
+static int on_format(void *base, const mc_opt *row, const char *flag,
+                     const char *v, char *why, size_t n)
+{
+    (void)row;
+    export_cli *e = base;
+    for (const mc_opt_choice *c = format_choices; c->name; c++)
+        if (strcmp(v, c->name) == 0) {
+            e->fmt = c->name;
+            e->o.format = (cmp_export_format)c->value;
+            return 0;
+        }
+    snprintf(why, n, "%s: expected gguf or compressed-tensors, got '%s'",
+             flag, v);
+    return -1;
+}
+
+static const mc_opt export_opts[] = {
+    {.kind = MC_OPT_CALL, .flags = "--format", .value = "F",
+     .call = on_format, .help = "gguf or compressed-tensors"},
+    {.kind = MC_OPT_STR, .flags = "-o, --output", .value = "OUT",
+     .off = offsetof(export_cli, out),
+     .help = "the .gguf file, or the output directory"},
+    {.kind = MC_OPT_SET, .flags = "--strict",
+     .off = offsetof(export_cli, o.strict),
+     .help = "refuse instead of the float32 fallback"},
+    {.kind = MC_OPT_SET, .flags = "--ignore-sliding-window",
+     .off = offsetof(export_cli, o.ignore_window),
+     .help = "gguf: export a sliding-window model anyway\n"
+             "(llama.cpp's llama/qwen2 graphs attend to the whole\n"
+             "context: outputs agree only up to the window)"},
+    {.kind = MC_OPT_SET, .flags = "--json", .off = offsetof(export_cli, json),
+     .help = "print a JSON report on stdout"},
+    {.kind = MC_OPT_SET, .flags = "-q, --quiet",
+     .off = offsetof(export_cli, quiet), .help = "print nothing on success"},
+    {.kind = MC_OPT_SET, .flags = "-v, --verbose",
+     .off = offsetof(export_cli, verbose),
+     .help = "also print the tokenizer and the largest tensor"},
+    {.kind = MC_OPT_HELP, .flags = "-h, --help", .help = "this text"},
+    {.kind = MC_OPT_END},
+};
+
+const mc_opt_cmd cmp_cli_export_cmd = {
+    .name = "mcompile export",
+    .usage =
     "usage: mcompile export INPUT --format gguf|compressed-tensors -o OUT\n"
     "                       [--strict] [--ignore-sliding-window] [--json]\n"
     "                       [-q] [-v]\n"
@@ -26,77 +81,31 @@ static const char usage_text[] =
     "for compressed-tensors) is written as float32 with our exact\n"
     "dequantized values, and said so; --strict refuses instead.  One tensor\n"
     "is in memory at a time; the output appears whole or not at all.\n"
-    "\n"
-    "  --format F       gguf or compressed-tensors\n"
-    "  -o, --output OUT the .gguf file, or the output directory\n"
-    "  --strict         refuse instead of the float32 fallback\n"
-    "  --ignore-sliding-window\n"
-    "                   gguf: export a sliding-window model anyway\n"
-    "                   (llama.cpp's llama/qwen2 graphs attend to the whole\n"
-    "                   context: outputs agree only up to the window)\n"
-    "  --json           print a JSON report on stdout\n"
-    "  -q, --quiet      print nothing on success\n"
-    "  -v, --verbose    also print the tokenizer and the largest tensor\n"
-    "  -h, --help       this text\n"
-    "\n"
-    "exit status: 0 ok, 1 error (nothing written), 2 usage\n";
-
-static int usage_error(const char *msg, const char *arg)
-{
-    fprintf(stderr, "mcompile export: %s%s\n(see mcompile export --help)\n",
-            msg, arg ? arg : "");
-    return 2;
-}
+    "\n",
+    .footer = "\nexit status: 0 ok, 1 error (nothing written), 2 usage\n",
+    .positional = "INPUT",
+    .positional_off = offsetof(export_cli, in),
+    .extra_hint = ": one INPUT only",
+    .opts = export_opts,
+};
 
 int cmp_cli_export(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *fmt = NULL;
-    int json = 0, quiet = 0, verbose = 0;
-    cmp_export_opts o = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "--format") || !strcmp(a, "-o") ||
-                   !strcmp(a, "--output")) {
-            if (i + 1 >= argc)
-                return usage_error("missing value after ", a);
-            if (!strcmp(a, "--format"))
-                fmt = argv[++i];
-            else
-                out = argv[++i];
-        } else if (!strcmp(a, "--strict")) {
-            o.strict = 1;
-        } else if (!strcmp(a, "--ignore-sliding-window")) {
-            o.ignore_window = 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = 1;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            verbose = 1;
-        } else if (a[0] == '-' && a[1]) {
-            return usage_error("unknown option ", a);
-        } else if (!in) {
-            in = a;
-        } else {
-            return usage_error("more than one INPUT: ", a);
-        }
-    }
-    if (!in)
-        return usage_error("no INPUT", NULL);
-    if (!out)
-        return usage_error("no -o OUT", NULL);
-    if (!fmt)
-        return usage_error("no --format (gguf or compressed-tensors)", NULL);
-    if (!strcmp(fmt, "gguf"))
-        o.format = CMP_EXPORT_GGUF;
-    else if (!strcmp(fmt, "compressed-tensors"))
-        o.format = CMP_EXPORT_CT;
-    else
-        return usage_error("--format is gguf or compressed-tensors, not ",
-                           fmt);
+    export_cli ec;
+    memset(&ec, 0, sizeof ec);
+    int rc = cmp_cli_parse(&cmp_cli_export_cmd, argc, argv, &ec);
+    if (rc >= 0)
+        return rc;
+    const mc_opt_cmd *cmd = &cmp_cli_export_cmd;
+    if (!ec.in)
+        return cmp_cli_usage(cmd, "no INPUT");
+    if (!ec.out)
+        return cmp_cli_usage(cmd, "no -o OUT");
+    if (!ec.fmt)
+        return cmp_cli_usage(cmd, "no --format (gguf or compressed-tensors)");
+    const char *in = ec.in, *out = ec.out, *fmt = ec.fmt;
+    int json = ec.json, quiet = ec.quiet, verbose = ec.verbose;
+    cmp_export_opts o = ec.o;
     cmp_export_report rep;
     mc_error err;
     mc_error_clear(&err);

@@ -9,20 +9,38 @@
 
 #define GIB 1073741824.0
 
-static void inspect_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: mcompile inspect ARTIFACT [--verify] [--json]\n"
-            "  Shows the manifest (config, tensors, plan, provenance).\n"
-            "  Every open checks magic, version, header/manifest/table\n"
-            "  checksums and the section table; --verify also checks every\n"
-            "  section's checksum (and decompresses zstd sections).\n"
-            "  --verify         check every section's checksum\n"
-            "  --json           one JSON object on stdout\n"
-            "  -q, -v           accepted for symmetry (the report is the output)\n"
-            "  -h, --help       this text\n"
-            "exit: 0 ok, 1 damaged or unreadable, 2 usage\n");
-}
+/* Every option of `mcompile inspect`. */
+typedef struct inspect_cli {
+    const char *path;      /* ARTIFACT */
+    int verify, json;
+    int quiet_verbose;     /* -q, -v: accepted, nothing to change */
+} inspect_cli;
+
+static const mc_opt inspect_opts[] = {
+    {.kind = MC_OPT_SET, .flags = "--verify",
+     .off = offsetof(inspect_cli, verify),
+     .help = "check every section's checksum"},
+    {.kind = MC_OPT_SET, .flags = "--json", .off = offsetof(inspect_cli, json),
+     .help = "one JSON object on stdout"},
+    {.kind = MC_OPT_SET, .flags = "-q, -v",
+     .off = offsetof(inspect_cli, quiet_verbose),
+     .help = "accepted for symmetry (the report is the output)"},
+    {.kind = MC_OPT_HELP, .flags = "-h, --help", .help = "this text"},
+    {.kind = MC_OPT_END},
+};
+
+const mc_opt_cmd cmp_cli_inspect_cmd = {
+    .name = "mcompile inspect",
+    .usage = "usage: mcompile inspect ARTIFACT [--verify] [--json]\n"
+             "  Shows the manifest (config, tensors, plan, provenance).\n"
+             "  Every open checks magic, version, header/manifest/table\n"
+             "  checksums and the section table; --verify also checks every\n"
+             "  section's checksum (and decompresses zstd sections).\n",
+    .footer = "exit: 0 ok, 1 damaged or unreadable, 2 usage\n",
+    .positional = "ARTIFACT",
+    .positional_off = offsetof(inspect_cli, path),
+    .opts = inspect_opts,
+};
 
 static long long geti(const json_t *o, const char *k)
 {
@@ -135,30 +153,15 @@ static void print_human(const char *path, const fmt_art *a)
 
 int cmp_cli_inspect(int argc, char **argv)
 {
-    const char *path = NULL;
-    int verify = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            inspect_usage(stdout);
-            return 0;
-        }
-        if (strcmp(argv[i], "--verify") == 0)
-            verify = 1;
-        else if (strcmp(argv[i], "--json") == 0)
-            json = 1;
-        else if (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "-v") == 0)
-            ;
-        else if (argv[i][0] == '-' || path) {
-            fprintf(stderr, "mcompile inspect: unexpected '%s'\n", argv[i]);
-            inspect_usage(stderr);
-            return 2;
-        } else
-            path = argv[i];
-    }
-    if (!path) {
-        inspect_usage(stderr);
-        return 2;
-    }
+    inspect_cli ic;
+    memset(&ic, 0, sizeof ic);
+    int rc = cmp_cli_parse(&cmp_cli_inspect_cmd, argc, argv, &ic);
+    if (rc >= 0)
+        return rc;
+    if (!ic.path)
+        return cmp_cli_usage(&cmp_cli_inspect_cmd, "no ARTIFACT");
+    const char *path = ic.path;
+    int verify = ic.verify, json = ic.json;
     fmt_art *a = NULL;
     mc_error err;
     mc_error_clear(&err);

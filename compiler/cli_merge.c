@@ -16,103 +16,19 @@
 #include "mc_alloc.h"
 #include "mc_parse.h"
 
-#define MAX_ADAPTERS 64
-
-static const char usage_text[] =
-    "usage: mcompile merge BASE --lora ADAPTER_DIR[:WEIGHT] [--lora ...]\n"
-    "                      -o OUT_DIR [--dtype keep|f32|f16|bf16] [--json]\n"
-    "                      [-q] [-v]\n"
-    "\n"
-    "Merge PEFT LoRA adapters into the base weights, as PEFT's\n"
-    "merge_and_unload does (LoRA, rsLoRA, DoRA, rank/alpha patterns,\n"
-    "embedding LoRA, modules_to_save, biases).  BASE is a model directory or\n"
-    "a .safetensors file with config.json beside it.  Several adapters are\n"
-    "applied in order, each delta multiplied by its WEIGHT (default 1).\n"
-    "Values are computed in float64 and rounded once to the output dtype\n"
-    "(default: keep each tensor's dtype).  OUT_DIR mirrors BASE: same\n"
-    "shards and names, index, config.json and tokenizer files; it appears\n"
-    "whole or not at all.\n"
-    "\n"
-    "  --lora DIR[:W]   adapter directory (adapter_config.json +\n"
-    "                   adapter_model.safetensors), optional weight W\n"
-    "  -o, --output DIR output model directory (never an input; an existing\n"
-    "                   one is replaced only if mcompile wrote it)\n"
-    "  --dtype T        keep (default), f32, f16 or bf16\n"
-    "  --json           print a JSON report on stdout\n"
-    "  -q, --quiet      print nothing on success\n"
-    "  -v, --verbose    list the adapters and what they change\n"
-    "  -h, --help       this text\n"
-    "\n"
-    "exit status: 0 ok, 1 error (nothing written), 2 usage\n";
-
 typedef struct opts {
     const char *base, *out;
-    cmp_adapter_spec lora[MAX_ADAPTERS];
-    char *lora_dirs[MAX_ADAPTERS]; /* owned copies (DIR part of DIR:W) */
-    size_t n_lora;
+    cmp_cli_loras lora;
     fmt_dtype dtype;               /* FMT_DT_INVALID = keep */
     const char *dtype_name;
     int json, quiet, verbose;
 } opts;
 
-static int usage_error(const char *fmt, const char *arg)
+static int on_dtype(void *base, const mc_opt *row, const char *flag,
+                    const char *v, char *why, size_t n)
 {
-    fprintf(stderr, "mcompile merge: ");
-    fprintf(stderr, fmt, arg ? arg : "");
-    fprintf(stderr, "\n(see mcompile merge --help)\n");
-    return 2;
-}
-
-int cmp_cli_parse_lora(const char *arg, char **dir_out, double *weight,
-                       char *why, size_t n)
-{
-    *dir_out = NULL;
-    char *dir = strdup(arg);
-    if (!dir) {
-        snprintf(why, n, "out of memory");
-        return -1;
-    }
-    double w = 1.0;
-    char *colon = strrchr(dir, ':');
-    if (colon && colon[1]) {
-        char *end;
-        (void)strtod(colon + 1, &end); /* "reads as a number" (nan too) */
-        if (*end == '\0') {
-            if (mc_parse_f64("--lora weight", colon + 1, -1e6, 1e6, 0, &w,
-                             why, n) != 0) {
-                free(dir);
-                return -1;
-            }
-            *colon = '\0';
-        }
-    }
-    if (!dir[0]) {
-        free(dir);
-        snprintf(why, n, "--lora needs a directory");
-        return -1;
-    }
-    *dir_out = dir;
-    *weight = w;
-    return 0;
-}
-
-static int parse_lora(opts *o, const char *arg)
-{
-    if (o->n_lora == MAX_ADAPTERS)
-        return usage_error("too many --lora (at most 64)", NULL);
-    char *dir, why[256];
-    double w;
-    if (cmp_cli_parse_lora(arg, &dir, &w, why, sizeof why) != 0)
-        return usage_error("%s", why);
-    o->lora_dirs[o->n_lora] = dir;
-    o->lora[o->n_lora].dir = dir;
-    o->lora[o->n_lora].weight = w;
-    o->n_lora++;
-    return 0;
-}
-
-static int parse_dtype(opts *o, const char *v)
-{
+    (void)row;
+    opts *o = base;
     static const struct {
         const char *name;
         fmt_dtype dt;
@@ -126,81 +42,79 @@ static int parse_dtype(opts *o, const char *v)
             o->dtype_name = t[i].name;
             return 0;
         }
-    return usage_error("--dtype must be keep, f32, f16 or bf16, not '%s'", v);
+    snprintf(why, n, "%s: expected keep, f32, f16 or bf16, got '%s'", flag,
+             v);
+    return -1;
 }
 
-/* Value of an option given as "--opt VALUE" or "--opt=VALUE". */
-static const char *opt_value(int argc, char **argv, int *i, const char *name)
-{
-    size_t n = strlen(name);
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (*i + 1 >= argc)
-        return NULL;
-    return argv[++*i];
-}
+static const mc_opt merge_opts[] = {
+    {.kind = MC_OPT_CALL, .flags = "--lora", .value = "DIR[:W]",
+     .off = offsetof(opts, lora), .call = cmp_cli_on_lora,
+     .help = "adapter directory (adapter_config.json +\n"
+             "adapter_model.safetensors), optional weight W"},
+    {.kind = MC_OPT_STR, .flags = "-o, --output", .value = "DIR",
+     .off = offsetof(opts, out),
+     .help = "output model directory (never an input; an existing\n"
+             "one is replaced only if mcompile wrote it)"},
+    {.kind = MC_OPT_CALL, .flags = "--dtype", .value = "T", .call = on_dtype,
+     .help = "keep (default), f32, f16 or bf16"},
+    {.kind = MC_OPT_SET, .flags = "--json", .off = offsetof(opts, json),
+     .help = "print a JSON report on stdout"},
+    {.kind = MC_OPT_SET, .flags = "-q, --quiet", .off = offsetof(opts, quiet),
+     .help = "print nothing on success"},
+    {.kind = MC_OPT_SET, .flags = "-v, --verbose",
+     .off = offsetof(opts, verbose),
+     .help = "list the adapters and what they change"},
+    {.kind = MC_OPT_HELP, .flags = "-h, --help", .help = "this text"},
+    {.kind = MC_OPT_END},
+};
 
-static int parse_args(int argc, char **argv, opts *o)
+const mc_opt_cmd cmp_cli_merge_cmd = {
+    .name = "mcompile merge",
+    .usage =
+        "usage: mcompile merge BASE --lora ADAPTER_DIR[:WEIGHT] [--lora ...]\n"
+        "                      -o OUT_DIR [--dtype keep|f32|f16|bf16] [--json]\n"
+        "                      [-q] [-v]\n"
+        "\n"
+        "Merge PEFT LoRA adapters into the base weights, as PEFT's\n"
+        "merge_and_unload does (LoRA, rsLoRA, DoRA, rank/alpha patterns,\n"
+        "embedding LoRA, modules_to_save, biases).  BASE is a model directory or\n"
+        "a .safetensors file with config.json beside it.  Several adapters are\n"
+        "applied in order, each delta multiplied by its WEIGHT (default 1).\n"
+        "Values are computed in float64 and rounded once to the output dtype\n"
+        "(default: keep each tensor's dtype).  OUT_DIR mirrors BASE: same\n"
+        "shards and names, index, config.json and tokenizer files; it appears\n"
+        "whole or not at all.\n"
+        "\n",
+    .footer = "\nexit status: 0 ok, 1 error (nothing written), 2 usage\n",
+    .positional = "BASE",
+    .positional_off = offsetof(opts, base),
+    .opts = merge_opts,
+};
+
+/* After the table: what the options need together.  0, or 2 (printed). */
+static int check_args(const opts *o)
 {
-    int only_positional = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_positional || a[0] != '-' || a[1] == '\0') {
-            if (o->base)
-                return usage_error("unexpected argument '%s'", a);
-            o->base = a;
-            continue;
-        }
-        if (strcmp(a, "--") == 0) {
-            only_positional = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
-            o->quiet = 1;
-        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
-            o->verbose = 1;
-        } else if (strncmp(a, "--lora", 6) == 0 && (a[6] == 0 || a[6] == '=')) {
-            const char *v = opt_value(argc, argv, &i, "--lora");
-            if (!v)
-                return usage_error("--lora needs ADAPTER_DIR[:WEIGHT]", NULL);
-            if (parse_lora(o, v))
-                return 2;
-        } else if (strcmp(a, "-o") == 0 ||
-                   (strncmp(a, "--output", 8) == 0 &&
-                    (a[8] == 0 || a[8] == '='))) {
-            const char *v = a[1] == 'o' ? (i + 1 < argc ? argv[++i] : NULL)
-                                        : opt_value(argc, argv, &i, "--output");
-            if (!v || !*v)
-                return usage_error("-o needs an output directory", NULL);
-            o->out = v;
-        } else if (strncmp(a, "--dtype", 7) == 0 &&
-                   (a[7] == 0 || a[7] == '=')) {
-            const char *v = opt_value(argc, argv, &i, "--dtype");
-            if (!v)
-                return usage_error("--dtype needs keep, f32, f16 or bf16",
-                                   NULL);
-            if (parse_dtype(o, v))
-                return 2;
-        } else {
-            return usage_error("unknown option '%s'", a);
-        }
-    }
+    const mc_opt_cmd *c = &cmp_cli_merge_cmd;
     if (!o->base)
-        return usage_error("missing BASE (a model directory or .safetensors)",
-                           NULL);
-    if (!o->n_lora)
-        return usage_error("at least one --lora ADAPTER_DIR is needed", NULL);
+        return cmp_cli_usage(c, "missing BASE (a model directory or "
+                             ".safetensors)");
+    if (!o->lora.n)
+        return cmp_cli_usage(c, "at least one --lora ADAPTER_DIR is needed");
     if (!o->out)
-        return usage_error("missing -o OUT_DIR", NULL);
+        return cmp_cli_usage(c, "missing -o OUT_DIR");
+    if (!*o->out)
+        return cmp_cli_usage(c, "-o needs an output directory");
     return 0;
 }
 
 static void print_json_report(const opts *o, const cmp_merge_report *r)
 {
     json_t *ad = json_array();
-    for (size_t i = 0; i < o->n_lora; i++)
-        json_array_append_new(ad, json_pack("{s:s, s:f}", "dir", o->lora[i].dir,
-                                            "weight", o->lora[i].weight));
+    for (size_t i = 0; i < o->lora.n; i++)
+        json_array_append_new(ad, json_pack("{s:s, s:f}", "dir",
+                                            o->lora.spec[i].dir, "weight",
+                                            o->lora.spec[i].weight));
     json_t *j = json_pack(
         "{s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:f, s:I, s:f}",
         "status", "ok", "base", o->base, "output", o->out, "adapters", ad,
@@ -289,25 +203,22 @@ static void print_verbose(const cmp_merge *m, FILE *out)
 
 int cmp_cli_merge(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(usage_text, stdout);
-            return 0;
-        }
     opts o;
     memset(&o, 0, sizeof o);
     o.dtype = FMT_DT_INVALID;
     o.dtype_name = "keep";
-    int rc = parse_args(argc, argv, &o);
     mc_error e;
     mc_error_clear(&e);
     fmt_model *base = NULL;
     cmp_merge *m = NULL;
     cmp_merge_report r;
-    if (rc)
+    int rc = cmp_cli_parse(&cmp_cli_merge_cmd, argc, argv, &o);
+    if (rc >= 0)
+        goto done; /* --help, or a usage error */
+    if ((rc = check_args(&o)) != 0)
         goto done;
     if (fmt_model_open(o.base, &base, &e) != MC_OK ||
-        cmp_merge_open(base, o.lora, o.n_lora, &m, &e) != MC_OK) {
+        cmp_merge_open(base, o.lora.spec, o.lora.n, &m, &e) != MC_OK) {
         rc = fail(&o, &e);
         goto done;
     }
@@ -336,7 +247,6 @@ int cmp_cli_merge(int argc, char **argv)
 done:
     cmp_merge_close(m);
     fmt_model_close(base);
-    for (size_t i = 0; i < o.n_lora; i++)
-        free(o.lora_dirs[i]);
+    cmp_cli_loras_free(&o.lora);
     return rc;
 }

@@ -15,31 +15,50 @@
 
 #define GIB 1073741824.0
 
-static void plan_usage(FILE *out)
-{
-    fprintf(out,
-        "usage: mcompile plan MODEL_OR_CONFIG --target SIZE [options]\n"
-        "  MODEL_OR_CONFIG  a model directory, a config.json, or a file beside\n"
-        "                   one (weights are not read)\n"
-        "  --target SIZE    memory available: 24GiB, 24G, 1.5GiB, 512MiB, bytes\n"
-        "  --quant Q        f32 | f16 | bf16 | int8 | int4 (default f16)\n"
-        "  --group G        int4 group size 32 | 64 | 128 (default 128)\n"
-        "  --max-batch B    sequences per step (default: the most that fit, <= 64)\n"
-        "  --max-seq T      context per sequence (default min(max_position, 4096))\n"
-        "  --kv f16|int8|f32  KV cache type (default f16)\n"
-        "  --prefill-chunk C  token rows per step (default min(256, batch x context))\n"
-        "  --threads N      threads the plan is sized for (default 4)\n"
-        "  --device cpu|cuda  reserve default: cpu 32 MiB, cuda 1 GiB + 32 MiB\n"
-        "  --reserve SIZE   device reserve, overriding the default\n"
-        "  --svg FILE       also draw the plan (budget bars per format and the\n"
-        "                   batch x context frontier) as an SVG picture\n"
-        "  --calibrated     plan what `mcompile --calib` compiles: its rotation\n"
-        "                   gives a tied model its own float output layer\n"
-        "  --json           one JSON object on stdout\n"
-        "  -q, -v           accepted for symmetry (the plan is the output)\n"
-        "  -h, --help       this text\n"
-        "exit: 0 fits, 1 does not fit (breakdown on stderr) or error, 2 usage\n");
-}
+/* Every option of `mcompile plan`. */
+typedef struct plan_cli {
+    cmp_plan_request req;
+    const char *model;     /* MODEL_OR_CONFIG */
+    const char *svg_path;  /* --svg, or NULL */
+    int json, calibrated;
+    int quiet_verbose;     /* -q, -v: accepted, nothing to change */
+} plan_cli;
+
+static const mc_opt plan_opts[] = {
+    {.kind = MC_OPT_CALL, .flags = "--quant", .value = "Q",
+     .off = offsetof(plan_cli, req), .call = cmp_cli_on_quant,
+     .help = "f32 | f16 | bf16 | int8 | int4 (default f16)"},
+    {.kind = MC_OPT_TABLE, .sub = cmp_cli_plan_opts,
+     .off = offsetof(plan_cli, req)},
+    {.kind = MC_OPT_STR, .flags = "--svg", .value = "FILE",
+     .off = offsetof(plan_cli, svg_path),
+     .help = "also draw the plan (budget bars per format and the\n"
+             "batch x context frontier) as an SVG picture"},
+    {.kind = MC_OPT_SET, .flags = "--calibrated",
+     .off = offsetof(plan_cli, calibrated),
+     .help = "plan what `mcompile --calib` compiles: its rotation\n"
+             "gives a tied model its own float output layer"},
+    {.kind = MC_OPT_SET, .flags = "--json", .off = offsetof(plan_cli, json),
+     .help = "one JSON object on stdout"},
+    {.kind = MC_OPT_SET, .flags = "-q, -v",
+     .off = offsetof(plan_cli, quiet_verbose),
+     .help = "accepted for symmetry (the plan is the output)"},
+    {.kind = MC_OPT_HELP, .flags = "-h, --help", .help = "this text"},
+    {.kind = MC_OPT_END},
+};
+
+const mc_opt_cmd cmp_cli_plan_cmd = {
+    .name = "mcompile plan",
+    .usage = "usage: mcompile plan MODEL_OR_CONFIG --target SIZE [options]\n"
+             "  MODEL_OR_CONFIG  a model directory, a config.json, or a file "
+             "beside\n                   one (weights are not read)\n",
+    .footer = "exit: 0 fits, 1 does not fit (breakdown on stderr) or error, "
+              "2 usage\n",
+    .positional = "MODEL_OR_CONFIG",
+    .positional_off = offsetof(plan_cli, model),
+    .extra_hint = ": one model only",
+    .opts = plan_opts,
+};
 
 /* config.json of a model directory, a .json path, or beside a file. */
 static char *config_path_for(const char *arg)
@@ -163,65 +182,18 @@ static int write_svg(const char *path, const fmt_model_config *cfg,
 
 int cmp_cli_plan(int argc, char **argv)
 {
-    cmp_plan_request req;
-    cmp_plan_request_default(&req);
-    const char *model = NULL;
-    const char *svg_path = NULL;
-    int json = 0, calibrated = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            plan_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(a, "-q") == 0 || strcmp(a, "-v") == 0)
-            continue;
-        if (strcmp(a, "--calibrated") == 0) {
-            calibrated = 1;
-            continue;
-        }
-        if (strcmp(a, "--svg") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "mcompile plan: --svg needs a file name\n");
-                return 2;
-            }
-            svg_path = argv[++i];
-            continue;
-        }
-        if (a[0] == '-' && a[1] == '-') {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "mcompile plan: %s needs a value\n", a);
-                return 2;
-            }
-            char why[256];
-            int r = cmp_plan_parse_option(&req, a, argv[i + 1], why, sizeof why);
-            if (r == 0) {
-                fprintf(stderr, "mcompile plan: unknown option %s\n", a);
-                plan_usage(stderr);
-                return 2;
-            }
-            if (r < 0) {
-                fprintf(stderr, "mcompile plan: %s\n", why);
-                return 2;
-            }
-            i++;
-            continue;
-        }
-        if (model) {
-            fprintf(stderr, "mcompile plan: one model only ('%s')\n", a);
-            return 2;
-        }
-        model = a;
-    }
-    if (!model || req.target_bytes == 0) {
-        fprintf(stderr, "mcompile plan: need MODEL_OR_CONFIG and --target\n");
-        plan_usage(stderr);
-        return 2;
-    }
+    plan_cli pc;
+    memset(&pc, 0, sizeof pc);
+    cmp_plan_request_default(&pc.req);
+    int rc = cmp_cli_parse(&cmp_cli_plan_cmd, argc, argv, &pc);
+    if (rc >= 0)
+        return rc;
+    if (!pc.model || pc.req.target_bytes == 0)
+        return cmp_cli_usage(&cmp_cli_plan_cmd,
+                             "need MODEL_OR_CONFIG and --target");
+    cmp_plan_request req = pc.req;
+    const char *model = pc.model, *svg_path = pc.svg_path;
+    int json = pc.json, calibrated = pc.calibrated;
     fmt_model_config cfg;
     char cpath[4096];
     if (cmp_cli_load_config(model, &cfg, cpath, sizeof cpath) != 0)

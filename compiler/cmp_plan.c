@@ -13,7 +13,6 @@
 
 #include "mc_alloc.h"
 #include "mc_checked.h"
-#include "mc_parse.h"
 
 #define GIB 1073741824.0
 
@@ -556,69 +555,4 @@ int cmp_parse_size(const char *s, uint64_t *out)
         return -1;
     *out = (uint64_t)llround(b);
     return 0;
-}
-
-int cmp_plan_parse_option(cmp_plan_request *r, const char *opt,
-                          const char *val, char *why, size_t n)
-{
-    uint64_t u;
-    if (strcmp(opt, "--target") == 0) {
-        if (cmp_parse_size(val, &u) != 0 || u == 0)
-            goto bad_size;
-        r->target_bytes = u;
-    } else if (strcmp(opt, "--reserve") == 0) {
-        if (cmp_parse_size(val, &u) != 0 || u > INT64_MAX)
-            goto bad_size;
-        r->reserve_bytes = (int64_t)u;
-    } else if (strcmp(opt, "--quant") == 0) {
-        mc_error e;
-        if (cmp_wpolicy_parse(val, r->policy.group, &r->policy, &e) != MC_OK) {
-            snprintf(why, n, "%s", e.message);
-            return -1;
-        }
-    } else if (strcmp(opt, "--group") == 0) {
-        uint64_t g = 0;
-        if (mc_parse_u64(opt, val, 32, 128, &g, why, n) != 0 ||
-            (g != 32 && g != 64 && g != 128)) {
-            snprintf(why, n, "--group must be 32, 64 or 128 (got '%s')", val);
-            return -1;
-        }
-        r->policy.group = (uint32_t)g; /* also read by a later --quant */
-    } else if (strcmp(opt, "--max-batch") == 0 ||
-               strcmp(opt, "--max-seq") == 0 ||
-               strcmp(opt, "--prefill-chunk") == 0 ||
-               strcmp(opt, "--threads") == 0) {
-        uint64_t x;
-        if (mc_parse_u64(opt, val, 1, UINT32_MAX, &x, why, n) != 0)
-            return -1;
-        if (opt[2] == 'm' && opt[6] == 'b')
-            r->max_batch = (uint32_t)x;
-        else if (opt[2] == 'm')
-            r->max_seq = x;
-        else if (opt[2] == 'p')
-            r->prefill_chunk = (uint32_t)x;
-        else
-            r->threads = x > 256 ? 256 : (int)x;
-    } else if (strcmp(opt, "--kv") == 0) {
-        if (cmp_parse_kv(val, &r->kv_type) != 0) {
-            snprintf(why, n, "--kv must be f16, int8 or f32 (got '%s')", val);
-            return -1;
-        }
-    } else if (strcmp(opt, "--device") == 0) {
-        if (strcmp(val, "cpu") == 0)
-            r->device = CMP_DEV_CPU;
-        else if (strcmp(val, "cuda") == 0)
-            r->device = CMP_DEV_CUDA;
-        else {
-            snprintf(why, n, "--device must be cpu or cuda (got '%s')", val);
-            return -1;
-        }
-    } else {
-        return 0;
-    }
-    return 1;
-bad_size:
-    snprintf(why, n, "%s: cannot read size '%s' (e.g. 24GiB, 1.5G, 512MiB, "
-             "4096)", opt, val);
-    return -1;
 }

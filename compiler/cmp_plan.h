@@ -197,11 +197,7 @@ int cmp_parse_size(const char *s, uint64_t *out);
 int cmp_parse_kv(const char *s, kn_kvtype *out);
 const char *cmp_kv_name(kn_kvtype t);
 
-/* Shared option parsing of plan and compile: --target --reserve --quant
- * --group --max-batch --max-seq --prefill-chunk --threads --kv --device.
- * Returns 1 if opt is one of them (val consumed), 0 if not, -1 on a bad
- * value (why says what). */
-int cmp_plan_parse_option(cmp_plan_request *r, const char *opt,
-                          const char *val, char *why, size_t n);
+/* The command-line options of plan and compile are parsed by their
+ * option tables (compiler/cli_opts.c, cmp_cli.h). */
 
 #endif /* CMP_PLAN_H */

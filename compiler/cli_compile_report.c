@@ -1,0 +1,172 @@
+/* cli_compile_report.c - what `mcompile MODEL --target ...` prints
+ * (cli_compile_report.h). */
+#include "cli_compile_report.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "mc_alloc.h"
+
+#define GIB 1073741824.0
+
+/* "13.49 GiB", "4.6 MiB", "386.3 KiB": readable at every model size. */
+static const char *human_size(uint64_t b, char *buf, size_t n)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, n, "%.2f GiB", (double)b / GIB);
+    else if (b >= (1ull << 20))
+        snprintf(buf, n, "%.1f MiB", (double)b / (1 << 20));
+    else
+        snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
+    return buf;
+}
+
+double cmp_cli_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cmp_cli_calib_progress(void *ctx, const cmp_calib_progress *p)
+{
+    cmp_cli_calib_prog *c = ctx;
+    double t = cmp_cli_mono_s();
+    if (!c->on || (t - c->last < 0.25 && p->layer < p->layers))
+        return;
+    c->last = t;
+    fprintf(stderr, "\rcalibrating: layer %u/%u, %.0f s, ETA %.0f s   ",
+            p->layer, p->layers, p->elapsed_s, p->eta_s);
+    if (p->layer == p->layers)
+        fputc('\n', stderr);
+}
+
+/* The per-layer table (cmp_calib_table_row) and the summary lines. */
+static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
+{
+    const cmp_calib_result *r = rep->calib;
+    size_t n = (size_t)r->layers * CMP_LIN_COUNT, nf[4] = {0};
+    double e = 0.0, erq = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        kn_wformat f = r->t[i].fmt;
+        nf[f == KN_W_Q4 || f == KN_W_Q4S ? 0 : f == KN_W_Q8 ? 1 : 2]++;
+        e += r->t[i].err;
+        erq += r->t[i].err_rtn;
+    }
+    {
+        char row[256];
+        fprintf(out, "%s\n", cmp_calib_table_header());
+        for (size_t i = 0; i < n; i++)
+            fprintf(out, "%s\n",
+                    cmp_calib_table_row(&r->t[i], rep->calib_group, row,
+                                        sizeof row));
+    }
+    fprintf(out, "calibrated %zu linears on %zu tokens (%zu sequences, %zu "
+            "held out): int4 %zu, int8 %zu, float %zu; mean error %.5f "
+            "(rtn %.5f)\n", n, r->calib_tokens, rep->calib_seqs,
+            rep->heldout_seqs, nf[0], nf[1], nf[2], n ? e / n : 0.0,
+            n ? erq / n : 0.0);
+    {
+        /* what the calibration planned to hold (cmp_calib_memory) */
+        const cmp_calib_mem *mm = &r->mem;
+        static const char *const tap[4] = {"q/k/v", "o_proj", "gate/up",
+                                           "down_proj"};
+        char lean[64] = "";
+        for (int p = 0; p < 4; p++)
+            if (mm->lean & (1u << p))
+                snprintf(lean + strlen(lean), sizeof lean - strlen(lean),
+                         "%s%s", lean[0] ? ", " : "", tap[p]);
+        fprintf(out, "calibration memory: planned peak %.1f MiB (at %s), "
+                "spilled %.1f MiB to disk; lean statistics: %s\n",
+                mm->peak / 1048576.0, mm->phase ? mm->phase : "-",
+                mm->spill / 1048576.0, lean[0] ? lean : "none");
+        if (mm->device)
+            fprintf(out, "calibration device memory: statistics %.1f MiB (at %s)\n",
+                    mm->device / 1048576.0, mm->device_phase ? mm->device_phase : "-");
+    }
+    if (r->rotated)
+        fprintf(out, "rotated: residual stream (Hadamard blocks of %u), value "
+                "heads (%u)\n", r->rot_block, r->rot_head_block);
+    if (r->has_heldout)
+        fprintf(out, "held out: KLD mean %.5f p99 %.5f, top-1 %.2f%%, "
+                "perplexity %.3f (reference %.3f) on %llu tokens\n",
+                r->heldout.kld_mean, r->heldout.kld_p99,
+                100.0 * r->heldout.top1, r->heldout.ppl, r->heldout.ppl_ref,
+                (unsigned long long)r->heldout.tokens);
+    if (verbose) {
+        const cmp_calib_times *t = &r->times;
+        fprintf(out, "calibration time: %.1f s: forward %.1f s, statistics "
+                "%.1f s, factorization %.1f s, search %.1f s, ends %.1f s; "
+                "write %.1f s\n", rep->calib_seconds, t->forward, t->stats,
+                t->factor, t->search, t->ends, rep->write_seconds);
+    }
+}
+
+void cmp_cli_compile_print(const cmp_compile_opts *o,
+                           const cmp_compile_report *rep, mc_status s,
+                           double seconds, int json, int quiet, int verbose)
+{
+    if (json) {
+        json_t *j = json_object();
+        if (s == MC_OK && rep->calib) {
+            const cmp_calib_result *r = rep->calib;
+            json_t *c = json_pack("{s:s, s:I, s:I, s:I}", "method",
+                                  cmp_qmethod_name(o->method), "tokens",
+                                  (json_int_t)r->calib_tokens, "sequences",
+                                  (json_int_t)rep->calib_seqs,
+                                  "heldout_sequences",
+                                  (json_int_t)rep->heldout_seqs);
+            if (c && r->has_heldout)
+                json_object_set_new(c, "heldout_kld_mean",
+                                    json_real(r->heldout.kld_mean));
+            if (c)
+                json_object_set_new(c, "rotated", json_boolean(r->rotated));
+            if (c)
+                json_object_set_new(
+                    c, "phase_seconds",
+                    json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "total",
+                              rep->calib_seconds, "forward", r->times.forward,
+                              "statistics", r->times.stats, "factorization",
+                              r->times.factor, "search", r->times.search,
+                              "ends", r->times.ends, "write",
+                              rep->write_seconds));
+            json_object_set_new(j, "calibration", c);
+        }
+        json_object_set_new(j, "ok", json_boolean(s == MC_OK));
+        json_object_set_new(j, "status", json_integer(s));
+        json_object_set_new(j, "output", json_string(o->out));
+        json_object_set_new(j, "file_bytes", json_integer((json_int_t)rep->file_bytes));
+        json_object_set_new(j, "tensors", json_integer((json_int_t)rep->tensors));
+        json_object_set_new(j, "weights_bytes",
+                            json_integer((json_int_t)rep->weights_bytes));
+        json_object_set_new(j, "tokenizer", json_boolean(rep->tokenizer));
+        json_object_set_new(j, "adapters", json_integer((json_int_t)rep->adapters));
+        json_object_set_new(j, "seconds", json_real(seconds));
+        if (rep->plan.total_bytes)
+            json_object_set_new(j, "plan", cmp_plan_to_json(&rep->plan));
+        char *t = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+        if (t)
+            printf("%s\n", t);
+        mc_free(t);
+        json_decref(j);
+    } else if (s == MC_OK && !quiet) {
+        if (verbose)
+            cmp_cli_print_plan(stdout, &rep->cfg, &rep->plan);
+        if (rep->calib)
+            print_calib(stdout, rep, verbose);
+        char hw[32], ht[32], hg[32];
+        printf("wrote %s: %zu tensors, weights %s (%llu bytes), file "
+               "%llu bytes%s%s; plan batch %u x context %llu, arena %llu "
+               "bytes, total %s of %s; %.2f s\n", o->out, rep->tensors,
+               human_size(rep->weights_bytes, hw, sizeof hw),
+               (unsigned long long)rep->weights_bytes,
+               (unsigned long long)rep->file_bytes,
+               rep->tokenizer ? ", tokenizer" : "",
+               o->compress ? ", zstd" : "", rep->plan.limits.max_batch,
+               (unsigned long long)rep->plan.limits.max_seq,
+               (unsigned long long)rep->plan.arena_bytes,
+               human_size(rep->plan.total_bytes, ht, sizeof ht),
+               human_size(rep->plan.target_bytes, hg, sizeof hg), seconds);
+    }
+}
