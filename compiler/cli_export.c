@@ -11,12 +11,13 @@
 
 static const char usage_text[] =
     "usage: mcompile export INPUT --format gguf|compressed-tensors -o OUT\n"
-    "                       [--strict] [--ignore-sliding-window] [--json]\n"
-    "                       [-q] [-v]\n"
+    "                       [--gguf-int4 q4_1|q5_0|q8_0] [--strict]\n"
+    "                       [--ignore-sliding-window] [--json] [-q] [-v]\n"
     "\n"
     "Write a compiled artifact (.mca) or a model directory for another\n"
     "engine.  gguf: one file for llama.cpp (metadata, the embedded\n"
-    "tokenizer, int8 as Q8_0, int4 as Q4_0 (symmetric) or Q4_1).\n"
+    "tokenizer, int8 as Q8_0, symmetric int4 as Q4_0, asymmetric int4 as\n"
+    "--gguf-int4 says).\n"
     "compressed-tensors: a Hugging Face directory (config.json with its\n"
     "quantization_config, model.safetensors, tokenizer files) for vLLM\n"
     "(tensor-parallel serving) and transformers; int4 and int8 are\n"
@@ -29,6 +30,11 @@ static const char usage_text[] =
     "\n"
     "  --format F       gguf or compressed-tensors\n"
     "  -o, --output OUT the .gguf file, or the output directory\n"
+    "  --gguf-int4 T    gguf: asymmetric int4 groups as q4_1 (default; 5\n"
+    "                   bits per weight, its f16 offset rounds scale x zero,\n"
+    "                   so values may differ from ours by a small fraction\n"
+    "                   of the scale: the report says how much), q5_0 (5.5\n"
+    "                   bits, exact) or q8_0 (8.5 bits, exact)\n"
     "  --strict         refuse instead of the float32 fallback\n"
     "  --ignore-sliding-window\n"
     "                   gguf: export a sliding-window model anyway\n"
@@ -50,7 +56,7 @@ static int usage_error(const char *msg, const char *arg)
 
 int cmp_cli_export(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *fmt = NULL;
+    const char *in = NULL, *out = NULL, *fmt = NULL, *int4 = NULL;
     int json = 0, quiet = 0, verbose = 0;
     cmp_export_opts o = {0};
     for (int i = 1; i < argc; i++) {
@@ -59,11 +65,13 @@ int cmp_cli_export(int argc, char **argv)
             fputs(usage_text, stdout);
             return 0;
         } else if (!strcmp(a, "--format") || !strcmp(a, "-o") ||
-                   !strcmp(a, "--output")) {
+                   !strcmp(a, "--output") || !strcmp(a, "--gguf-int4")) {
             if (i + 1 >= argc)
                 return usage_error("missing value after ", a);
             if (!strcmp(a, "--format"))
                 fmt = argv[++i];
+            else if (!strcmp(a, "--gguf-int4"))
+                int4 = argv[++i];
             else
                 out = argv[++i];
         } else if (!strcmp(a, "--strict")) {
@@ -97,6 +105,17 @@ int cmp_cli_export(int argc, char **argv)
     else
         return usage_error("--format is gguf or compressed-tensors, not ",
                            fmt);
+    if (int4 && o.format != CMP_EXPORT_GGUF)
+        return usage_error("--gguf-int4 applies to --format gguf only, not ",
+                           fmt);
+    if (int4 && !strcmp(int4, "q4_1"))
+        o.gguf_int4 = CMP_GGUF_INT4_Q4_1;
+    else if (int4 && !strcmp(int4, "q5_0"))
+        o.gguf_int4 = CMP_GGUF_INT4_Q5_0;
+    else if (int4 && !strcmp(int4, "q8_0"))
+        o.gguf_int4 = CMP_GGUF_INT4_Q8_0;
+    else if (int4)
+        return usage_error("--gguf-int4 is q4_1, q5_0 or q8_0, not ", int4);
     cmp_export_report rep;
     mc_error err;
     mc_error_clear(&err);
@@ -108,13 +127,16 @@ int cmp_cli_export(int argc, char **argv)
     }
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:s, s:s}",
+            "{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, "
+            "s:I, s:f, s:s}",
             "input", in, "output", out, "format", fmt, "status", (int)st,
             "error", st == MC_OK ? "" : err.message, "tensors",
             (json_int_t)rep.tensors, "quantized", (json_int_t)rep.quantized,
             "fallback", (json_int_t)rep.fallback, "bytes",
             (json_int_t)rep.bytes, "tokenizer", rep.tokenizer, "arch",
-            rep.arch);
+            rep.arch, "q4_1_blocks", (json_int_t)rep.q4_1_blocks,
+            "q4_1_inexact", (json_int_t)rep.q4_1_inexact, "q4_1_max_err",
+            rep.q4_1_max_err, "tokenizer_note", rep.tokenizer_note);
         char *t = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         if (t)
             printf("%s\n", t);
@@ -129,6 +151,14 @@ int cmp_cli_export(int argc, char **argv)
                    "dequantized values); first: %s: %s\n", rep.fallback,
                    rep.fallback == 1 ? "" : "s", rep.fallback_first,
                    rep.fallback_why);
+        if (rep.q4_1_inexact)
+            printf("  Q4_1: %llu of %llu blocks differ from ours by up to "
+                   "%.2g of their scale (the f16 offset); --gguf-int4 q5_0 "
+                   "is exact\n", (unsigned long long)rep.q4_1_inexact,
+                   (unsigned long long)rep.q4_1_blocks, rep.q4_1_max_err);
+        if (rep.tokenizer_note[0])
+            printf("  tokenizer: llama.cpp will differ from Hugging Face "
+                   "where: %s\n", rep.tokenizer_note);
         if (verbose)
             printf("  tokenizer: %s; largest input tensor %llu bytes (the "
                    "export holds about one tensor)\n", rep.tokenizer,

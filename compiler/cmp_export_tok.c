@@ -229,11 +229,173 @@ static int template_adds_bos(const json_t *root)
         json_object_get(json_array_get(single, 0), "SpecialToken"));
 }
 
+static const char *jstr(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+/* A "Sequence" node's list (under key), or the node alone as a list of
+ * one; *n gets the length.  NULL node: n = 0. */
+static const json_t *steps(const json_t *node, const char *key, size_t *n,
+                           json_t **own)
+{
+    *own = NULL;
+    *n = 0;
+    if (!json_is_object(node))
+        return NULL;
+    if (!strcmp(jstr(node, "type"), "Sequence")) {
+        const json_t *l = json_object_get(node, key);
+        *n = json_array_size(l);
+        return l;
+    }
+    *own = json_array();
+    json_array_append(*own, (json_t *)node);
+    *n = 1;
+    return *own;
+}
+
+#define SPACE_MARK "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* How llama.cpp's SPM tokenizer can follow this tokenizer.json's
+ * normalizer and pre-tokenizer: it escapes spaces as U+2581 and, with
+ * add_space_prefix, puts one in front of the text (and after each special
+ * token).  *prefix gets add_space_prefix; what llama.cpp cannot follow
+ * goes into note (empty when it follows everything). */
+static void spm_form(const json_t *root, int *prefix, char *note, size_t cap)
+{
+    json_t *own1, *own2;
+    size_t nn, np, k = 0;
+    const json_t *nl = steps(json_object_get(root, "normalizer"),
+                             "normalizers", &nn, &own1);
+    const json_t *pl = steps(json_object_get(root, "pre_tokenizer"),
+                             "pretokenizers", &np, &own2);
+    int escapes = 0;
+    *prefix = 0;
+    note[0] = 0;
+    for (size_t i = 0; i < nn; i++) {
+        const json_t *x = json_array_get(nl, i);
+        const char *ty = jstr(x, "type");
+        const json_t *pat = json_object_get(x, "pattern");
+        if (!strcmp(ty, "Prepend") && !strcmp(jstr(x, "prepend"), SPACE_MARK)) {
+            *prefix = 1;
+        } else if (!strcmp(ty, "Replace") &&
+                   !strcmp(jstr(pat, "String"), " ") &&
+                   !strcmp(jstr(x, "content"), SPACE_MARK)) {
+            escapes = 1;
+        } else if (k < cap) {
+            k += (size_t)snprintf(note + k, cap - k,
+                                  "%snormalizer %s is not applied by "
+                                  "llama.cpp", k ? "; " : "", ty);
+        }
+    }
+    for (size_t i = 0; i < np; i++) {
+        const json_t *x = json_array_get(pl, i);
+        const char *ty = jstr(x, "type");
+        const char *scheme = jstr(x, "prepend_scheme");
+        if (!strcmp(ty, "Metaspace") && !strcmp(jstr(x, "replacement"),
+                                                SPACE_MARK) &&
+            !json_is_true(json_object_get(x, "split"))) {
+            escapes = 1;
+            /* "first"/"always" prepend only when the text does not start
+             * with a space already; llama.cpp always does */
+            *prefix = strcmp(scheme, "never") != 0;
+            if (*prefix && k < cap)
+                k += (size_t)snprintf(
+                    note + k, cap - k,
+                    "%sMetaspace prepend_scheme \"%s\": llama.cpp adds one "
+                    "more U+2581 to text that starts with a space%s",
+                    k ? "; " : "", scheme,
+                    strcmp(scheme, "first") ? "" : " or follows a special "
+                    "token");
+        } else if (k < cap) {
+            k += (size_t)snprintf(note + k, cap - k,
+                                  "%spre-tokenizer %s is not applied by "
+                                  "llama.cpp", k ? "; " : "", ty);
+        }
+    }
+    if (!escapes && k < cap)
+        snprintf(note + k, cap - k, "%sspaces are not U+2581 in this "
+                 "tokenizer.json but are in llama.cpp's", k ? "; " : "");
+    json_decref(own1);
+    json_decref(own2);
+}
+
+/* Hugging Face's Split regexes of Qwen2 and Llama 3 (llama.cpp's "qwen2"
+ * and "llama-bpe" pre-tokenizers apply the same splits). */
+static const char re_qwen2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char re_llama3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* llama.cpp's name for this byte-level BPE's pre-tokenizer, recognised
+ * from its structure: Split(Qwen2 or Llama 3 regex) + ByteLevel without
+ * regex, ByteLevel with GPT-2's regex ("gpt-2"), Digits(individual) +
+ * that ("smollm").  Anything else gets "default" and a note. */
+static const char *bpe_pre(const json_t *root, const json_t *model,
+                           char *note, size_t cap)
+{
+    json_t *own;
+    size_t n;
+    const json_t *l = steps(json_object_get(root, "pre_tokenizer"),
+                            "pretokenizers", &n, &own);
+    const json_t *a = json_array_get(l, 0), *b = json_array_get(l, 1);
+    const char *pre = NULL;
+    int prefix_space = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(l, i);
+        if (!strcmp(jstr(x, "type"), "ByteLevel") &&
+            json_is_true(json_object_get(x, "add_prefix_space")))
+            prefix_space = 1;
+    }
+    const char *ta = jstr(a, "type"), *tb = jstr(b, "type");
+    if (n == 2 && !strcmp(ta, "Split") && !strcmp(tb, "ByteLevel") &&
+        !json_is_true(json_object_get(b, "use_regex")) &&
+        !strcmp(jstr(a, "behavior"), "Isolated") &&
+        !json_is_true(json_object_get(a, "invert"))) {
+        const char *re = jstr(json_object_get(a, "pattern"), "Regex");
+        int ignore = json_is_true(json_object_get(model, "ignore_merges"));
+        /* llama-bpe also takes a whole word that is a token as it is
+         * (ignore_merges): only right for a tokenizer.json that does */
+        if (!strcmp(re, re_qwen2) && !ignore)
+            pre = "qwen2";
+        else if (!strcmp(re, re_llama3) && ignore)
+            pre = "llama-bpe";
+    } else if (n == 1 && !strcmp(ta, "ByteLevel") &&
+               json_is_true(json_object_get(a, "use_regex"))) {
+        pre = "gpt-2";
+    } else if (n == 2 && !strcmp(ta, "Digits") &&
+               json_is_true(json_object_get(a, "individual_digits")) &&
+               !strcmp(tb, "ByteLevel") &&
+               json_is_true(json_object_get(b, "use_regex"))) {
+        pre = "smollm";
+    }
+    size_t k = 0;
+    note[0] = 0;
+    if (!pre)
+        k += (size_t)snprintf(note, cap, "pre-tokenizer not one llama.cpp "
+                              "names: its \"default\" splits may differ");
+    if (prefix_space && k < cap)
+        k += (size_t)snprintf(note + k, cap - k, "%sByteLevel "
+                              "add_prefix_space is not applied by llama.cpp",
+                              k ? "; " : "");
+    const json_t *norm = json_object_get(root, "normalizer");
+    if (json_is_object(norm) && k < cap)
+        snprintf(note + k, cap - k, "%snormalizer %s is not applied by "
+                 "llama.cpp (same ids on text it leaves unchanged)",
+                 k ? "; " : "", jstr(norm, "type"));
+    json_decref(own);
+    return pre ? pre : "default";
+}
+
 mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
                                     const char *text, size_t len,
                                     const fmt_model_config *cfg,
                                     const char *src, char *desc,
-                                    size_t desc_cap, mc_error *err)
+                                    size_t desc_cap, char *note,
+                                    size_t note_cap, mc_error *err)
 {
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
@@ -264,9 +426,12 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
     if ((st = fill_tokens(root, model, &v, spm, src, err)) != MC_OK ||
         (spm && (st = spm_scores(model, &v, src, err)) != MC_OK))
         goto out;
-    const char *pre = cfg->arch == FMT_ARCH_QWEN2 ? "qwen2"
-                      : cfg->vocab_size >= 128000 ? "llama-bpe"
-                                                  : "default";
+    int prefix = 0;
+    const char *pre = NULL;
+    if (spm)
+        spm_form(root, &prefix, note, note_cap);
+    else
+        pre = bpe_pre(root, model, note, note_cap);
     const char *gm = spm ? "llama" : "gpt2";
     if ((st = fmt_gguf_add_string(w, "tokenizer.ggml.model", gm, strlen(gm),
                                   err)) != MC_OK ||
@@ -274,6 +439,8 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
                                            strlen(pre), err)) != MC_OK) ||
         (st = fmt_gguf_add_string_array(w, "tokenizer.ggml.tokens", v.text,
                                         v.len, v.n, err)) != MC_OK ||
+        (spm && (st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix",
+                                        prefix, err)) != MC_OK) ||
         (spm && (st = fmt_gguf_add_array(w, "tokenizer.ggml.scores",
                                          FMT_GGUF_V_F32, v.score, v.n,
                                          err)) != MC_OK) ||
@@ -301,8 +468,10 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
         (st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", 0, err)) !=
             MC_OK)
         goto out;
-    snprintf(desc, desc_cap, "%s, %zu tokens", spm ? "llama (SPM)" : "gpt2 (BPE)",
-             v.n);
+    if (spm)
+        snprintf(desc, desc_cap, "llama (SPM), %zu tokens", v.n);
+    else
+        snprintf(desc, desc_cap, "gpt2 (BPE, pre %s), %zu tokens", pre, v.n);
 out:
     tokv_free(&v);
     json_decref(root);

@@ -159,7 +159,7 @@ static int check_gguf_values(const char *mca, const char *gguf,
             uint32_t src = hf_row(r, hd, qk && permute);
             for (uint32_t k = 0; k < t.cols; k++) {
                 /* Q8_0: the row scale rounded to f16, 2^-11 relative */
-                double tol = g->type == FMT_GGUF_T_Q8_0
+                double tol = g->type == FMT_GGUF_T_Q8_0 && t.fmt == KN_W_Q8
                                  ? fabs(a[k]) / 2048 + 1e-9 : 0;
                 if (g->type != FMT_GGUF_T_Q4_1 && fabs(b[k] - a[k]) > tol)
                     fail_msg("%s row %u col %u: gguf %g, artifact %g (%s)",
@@ -204,24 +204,32 @@ static void test_export_gguf_holds_the_artifacts_values(void **state)
         kn_wformat fmt;
         uint32_t group, want;
         int permute, compress, linears; /* linears: 7 x layers */
+        const char *extra;              /* more export options */
     } cases[] = {
-        {"llama", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28},
-        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 1, 1, 28},
-        {"llama", "int4", KN_W_COUNT_, 64, FMT_GGUF_T_Q4_1, 1, 0, 28},
-        {"llama", "int4", KN_W_Q4S, 32, FMT_GGUF_T_Q4_0, 1, 0, 28},
-        {"llama-bias", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28},
-        {"llama", "f32", KN_W_COUNT_, 32, FMT_GGUF_T_F32, 1, 0, 28},
-        {"llama-bf16", "bf16", KN_W_COUNT_, 32, FMT_GGUF_T_BF16, 1, 0, 28},
-        {"qwen2", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 0, 0, 21},
+        {"llama", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28, ""},
+        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 1, 1, 28, ""},
+        {"llama", "int4", KN_W_COUNT_, 64, FMT_GGUF_T_Q4_1, 1, 0, 28, ""},
+        /* the exact forms of asymmetric int4 (tolerance 0 above) */
+        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q5_0, 1, 0, 28,
+         " --gguf-int4 q5_0"},
+        {"llama", "int4", KN_W_COUNT_, 128, FMT_GGUF_T_Q8_0, 1, 0, 28,
+         " --gguf-int4 q8_0"},
+        {"llama", "int4", KN_W_Q4S, 32, FMT_GGUF_T_Q4_0, 1, 0, 28,
+         " --gguf-int4 q5_0"}, /* symmetric stays Q4_0 */
+        {"llama-bias", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28, ""},
+        {"llama", "f32", KN_W_COUNT_, 32, FMT_GGUF_T_F32, 1, 0, 28, ""},
+        {"llama-bf16", "bf16", KN_W_COUNT_, 32, FMT_GGUF_T_BF16, 1, 0, 28, ""},
+        {"qwen2", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 0, 0, 21, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *model = tu_fmt("%s/%s", FX, cases[i].model);
         compile(model, mca, cases[i].quant, cases[i].fmt, cases[i].group,
                 cases[i].compress);
-        char *args = tu_fmt("'%s' --format gguf -o '%s' -q%s", mca, gg,
+        char *args = tu_fmt("'%s' --format gguf -o '%s' -q%s%s", mca, gg,
                             strcmp(cases[i].model, "qwen2")
                                 ? ""
-                                : " --ignore-sliding-window");
+                                : " --ignore-sliding-window",
+                            cases[i].extra);
         char *out = NULL, *err = NULL;
         assert_int_equal(run_export(args, &out, &err), 0);
         assert_string_equal(out, "");
@@ -527,6 +535,21 @@ static void test_export_usage_errors_and_overwrite(void **state)
         free(out);
         free(err);
     }
+    /* invalid combinations of options are refused by name */
+    static const char *const combo[][3] = {
+        {FX "/llama --format compressed-tensors -o /tmp/x --gguf-int4 q5_0",
+         "--gguf-int4", "compressed-tensors"},
+        {FX "/llama --format gguf -o /tmp/x --gguf-int4 q4_0", "--gguf-int4",
+         "q4_0"},
+        {FX "/llama --format gguf -o /tmp/x --gguf-int4", "--gguf-int4",
+         "missing value"}};
+    for (size_t i = 0; i < sizeof combo / sizeof *combo; i++) {
+        assert_int_equal(run_export(combo[i][0], &out, &err), 2);
+        assert_non_null(strstr(err, combo[i][1]));
+        assert_non_null(strstr(err, combo[i][2]));
+        free(out);
+        free(err);
+    }
     /* a directory output that holds the input would replace it */
     char *dir = tu_mkdtemp("exo");
     char *mca = tu_fmt("%s/m.mca", dir);
@@ -572,10 +595,11 @@ static void test_export_tokenizer_metadata_from_tokenizer_json(void **state)
     char *p = tu_fmt("%s/t.gguf", dir);
     fmt_gguf_writer *w;
     mc_error err;
-    char desc[64];
+    char desc[64], note[512];
     assert_int_equal(fmt_gguf_writer_create(p, &w, &err), MC_OK);
     assert_int_equal(cmp_export_gguf_tokenizer(w, text, len, &cfg, "t", desc,
-                                               sizeof desc, &err), MC_OK);
+                                               sizeof desc, note, sizeof note,
+                                               &err), MC_OK);
     assert_string_equal(desc, "llama (SPM), 32000 tokens");
     assert_int_equal(fmt_gguf_begin_data(w, &err), MC_OK);
     assert_int_equal(fmt_gguf_finish(w, &err), MC_OK);
@@ -622,7 +646,8 @@ static void test_export_tokenizer_metadata_from_tokenizer_json(void **state)
     cfg.vocab_size = 1000;
     assert_int_equal(fmt_gguf_writer_create(p, &w, &err), MC_OK);
     assert_int_equal(cmp_export_gguf_tokenizer(w, text, len, &cfg, "t", desc,
-                                               sizeof desc, &err),
+                                               sizeof desc, note, sizeof note,
+                                               &err),
                      MC_ERR_SHAPE);
     assert_non_null(strstr(err.message, "outside the model's vocabulary"));
     fmt_gguf_abort(w);
