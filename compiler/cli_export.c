@@ -108,6 +108,10 @@ int cmp_cli_export(int argc, char **argv)
     if (int4 && o.format != CMP_EXPORT_GGUF)
         return usage_error("--gguf-int4 applies to --format gguf only, not ",
                            fmt);
+    if (o.ignore_window && o.format != CMP_EXPORT_GGUF)
+        return usage_error("--ignore-sliding-window applies to --format gguf "
+                           "only (compressed-tensors keeps the window in "
+                           "config.json), not ", fmt);
     if (int4 && !strcmp(int4, "q4_1"))
         o.gguf_int4 = CMP_GGUF_INT4_Q4_1;
     else if (int4 && !strcmp(int4, "q5_0"))

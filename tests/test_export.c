@@ -542,7 +542,10 @@ static void test_export_usage_errors_and_overwrite(void **state)
         {FX "/llama --format gguf -o /tmp/x --gguf-int4 q4_0", "--gguf-int4",
          "q4_0"},
         {FX "/llama --format gguf -o /tmp/x --gguf-int4", "--gguf-int4",
-         "missing value"}};
+         "missing value"},
+        {FX "/mistral --format compressed-tensors -o /tmp/x "
+            "--ignore-sliding-window", "--ignore-sliding-window",
+         "compressed-tensors"}};
     for (size_t i = 0; i < sizeof combo / sizeof *combo; i++) {
         assert_int_equal(run_export(combo[i][0], &out, &err), 2);
         assert_non_null(strstr(err, combo[i][1]));
