@@ -30,11 +30,11 @@ static const char usage_text[] =
     "\n"
     "  --format F       gguf or compressed-tensors\n"
     "  -o, --output OUT the .gguf file, or the output directory\n"
-    "  --gguf-int4 T    gguf: asymmetric int4 groups as q4_1 (default; 5\n"
-    "                   bits per weight, its f16 offset rounds scale x zero,\n"
-    "                   so values may differ from ours by a small fraction\n"
-    "                   of the scale: the report says how much), q5_0 (5.5\n"
-    "                   bits, exact) or q8_0 (8.5 bits, exact)\n"
+    "  --gguf-int4 T    gguf: asymmetric int4 groups as q5_0 (default:\n"
+    "                   exact, 5.5 bits per weight), q4_1 (5 bits; its f16\n"
+    "                   offset rounds scale x zero, a shift of up to 1/136\n"
+    "                   of a scale: the report says how much) or q8_0\n"
+    "                   (exact, 8.5 bits)\n"
     "  --strict         refuse instead of the float32 fallback\n"
     "  --ignore-sliding-window\n"
     "                   gguf: export a sliding-window model anyway\n"
@@ -158,7 +158,7 @@ int cmp_cli_export(int argc, char **argv)
         if (rep.q4_1_inexact)
             printf("  Q4_1: %llu of %llu blocks differ from ours by up to "
                    "%.2g of their scale (the f16 offset); --gguf-int4 q5_0 "
-                   "is exact\n", (unsigned long long)rep.q4_1_inexact,
+                   "(the default) is exact\n", (unsigned long long)rep.q4_1_inexact,
                    (unsigned long long)rep.q4_1_blocks, rep.q4_1_max_err);
         if (rep.tokenizer_note[0])
             printf("  tokenizer: llama.cpp will differ from Hugging Face "

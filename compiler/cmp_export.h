@@ -8,15 +8,14 @@
  *   scale rounded to f16 in every block, codes unchanged); int4 groups
  *   (any of g32/64/128: each 32-block repeats its group's parameters)
  *   become Q4_0 (symmetric, exact); asymmetric groups become what
- *   opts.gguf_int4 says: Q4_1 (the default, 5 bits per weight; exact would
- *   be d = scale, m = -scale * zero, but m is an f16, so (d, m) are the
- *   f16 pair with the least squared error over each block, never more
- *   than m rounded to nearest), Q5_0 (exact: x = d (c - 16) with d =
- *   scale, c = q - zero + 16 in 1..31; 5.5 bits per weight) or Q8_0
- *   (exact: d = scale, c = q - zero; 8.5 bits).  A row length that is not a multiple
- *   of 32 has no ggml block form: such a tensor is written as F32 holding
- *   exactly our dequantized values (the stated fallback), or refused with
- *   strict.  llama.cpp's "llama" graph applies RoPE to adjacent pairs, so
+ *   opts.gguf_int4 says: Q5_0 (the default: exact, x = d (c - 16) with
+ *   d = scale, c = q - zero + 16 in 1..31; 5.5 bits per weight), Q4_1
+ *   (5 bits; exact would be d = scale, m = -scale * zero, but m is an f16
+ *   rounded to nearest, a shift of the block by up to 2^-11 of
+ *   |scale * zero|) or Q8_0 (exact: d = scale, c = q - zero; 8.5 bits).
+ *   A row length that is not a multiple of 32 has no ggml block form: such
+ *   a tensor is written as F32 holding exactly our dequantized values (the
+ *   stated fallback), or refused with strict.  llama.cpp's "llama" graph applies RoPE to adjacent pairs, so
  *   q/k rows are permuted per head as its converter does (rows move with
  *   their scales: our quantization is per row).
  *
@@ -53,8 +52,8 @@ typedef enum cmp_export_format {
 /* How asymmetric int4 groups are written to GGUF (symmetric ones are
  * always Q4_0, which holds them exactly). */
 typedef enum cmp_gguf_int4 {
-    CMP_GGUF_INT4_Q4_1 = 0, /* 5.0 bits/weight, m rounded to f16 */
-    CMP_GGUF_INT4_Q5_0 = 1, /* 5.5 bits/weight, exact */
+    CMP_GGUF_INT4_Q5_0 = 0, /* 5.5 bits/weight, exact (the default) */
+    CMP_GGUF_INT4_Q4_1 = 1, /* 5.0 bits/weight, m rounded to f16 */
     CMP_GGUF_INT4_Q8_0 = 2, /* 8.5 bits/weight, exact */
 } cmp_gguf_int4;
 

@@ -207,11 +207,13 @@ static void test_export_gguf_holds_the_artifacts_values(void **state)
         const char *extra;              /* more export options */
     } cases[] = {
         {"llama", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28, ""},
-        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 1, 1, 28, ""},
-        {"llama", "int4", KN_W_COUNT_, 64, FMT_GGUF_T_Q4_1, 1, 0, 28, ""},
-        /* the exact forms of asymmetric int4 (tolerance 0 above) */
-        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q5_0, 1, 0, 28,
-         " --gguf-int4 q5_0"},
+        /* asymmetric int4: Q5_0 by default and Q8_0, both exact
+         * (tolerance 0 above), or Q4_1 (its bound above) */
+        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q5_0, 1, 1, 28, ""},
+        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 1, 0, 28,
+         " --gguf-int4 q4_1"},
+        {"llama", "int4", KN_W_COUNT_, 64, FMT_GGUF_T_Q4_1, 1, 0, 28,
+         " --gguf-int4 q4_1"},
         {"llama", "int4", KN_W_COUNT_, 128, FMT_GGUF_T_Q8_0, 1, 0, 28,
          " --gguf-int4 q8_0"},
         {"llama", "int4", KN_W_Q4S, 32, FMT_GGUF_T_Q4_0, 1, 0, 28,
@@ -219,7 +221,7 @@ static void test_export_gguf_holds_the_artifacts_values(void **state)
         {"llama-bias", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28, ""},
         {"llama", "f32", KN_W_COUNT_, 32, FMT_GGUF_T_F32, 1, 0, 28, ""},
         {"llama-bf16", "bf16", KN_W_COUNT_, 32, FMT_GGUF_T_BF16, 1, 0, 28, ""},
-        {"qwen2", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 0, 0, 21, ""},
+        {"qwen2", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q5_0, 0, 0, 21, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *model = tu_fmt("%s/%s", FX, cases[i].model);
@@ -240,6 +242,31 @@ static void test_export_gguf_holds_the_artifacts_values(void **state)
         free(out);
         free(err);
         free(model);
+    }
+    /* the report states what Q4_1 rounds: how many blocks, and by how
+     * much of a scale (at most half an f16 step of 15 scales, 15/2048) */
+    compile(FX "/llama", mca, "int4", KN_W_COUNT_, 32, 0);
+    for (int k = 0; k < 2; k++) {
+        char *a = tu_fmt("'%s' --format gguf -o '%s' --json%s", mca, gg,
+                         k ? " --gguf-int4 q4_1" : "");
+        char *out = NULL;
+        assert_int_equal(run_export(a, &out, NULL), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        json_int_t blocks = json_integer_value(json_object_get(j,
+                                                               "q4_1_blocks"));
+        json_int_t inexact = json_integer_value(
+            json_object_get(j, "q4_1_inexact"));
+        double worst = json_real_value(json_object_get(j, "q4_1_max_err"));
+        if (k == 0) {
+            assert_int_equal(blocks, 0); /* the default, Q5_0, is exact */
+        } else {
+            assert_true(inexact > 0 && inexact <= blocks);
+            assert_true(worst > 0 && worst <= 15.0 / 2048 * (1 + 1e-9));
+        }
+        json_decref(j);
+        free(a);
+        free(out);
     }
     /* a model directory exports too: its float tensors as they are */
     char *args = tu_fmt("'%s/llama' --format gguf -o '%s' -q", FX, gg);
@@ -276,13 +303,13 @@ static void test_export_ragged_rows_fall_back_or_are_refused(void **state)
     assert_int_equal(run_export(args, &out, &err), 0);
     assert_non_null(strstr(out, "5 quantized tensors written as float32"));
     assert_non_null(strstr(out, "model.layers.0.mlp.down_proj.weight"));
-    check_gguf_values(mca, gg, FMT_GGUF_T_Q4_1, 1);
+    check_gguf_values(mca, gg, FMT_GGUF_T_Q5_0, 1);
     tg_file f;
     assert_int_equal(tg_open(gg, &f), 0);
     assert_int_equal(tg_tensor_find(&f, "blk.0.ffn_down.weight")->type,
                      FMT_GGUF_T_F32);
     assert_int_equal(tg_tensor_find(&f, "blk.0.ffn_up.weight")->type,
-                     FMT_GGUF_T_Q4_1);
+                     FMT_GGUF_T_Q5_0);
     /* tied: no output.weight, llama.cpp reuses token_embd */
     assert_null(tg_tensor_find(&f, "output.weight"));
     tg_close(&f);

@@ -39,7 +39,7 @@ def run(cmd, **kw):
 
 
 def logits_of(tool, model, ids, vocab):
-    out = os.path.join(WORK, "logits.f32")
+    out = os.path.join(WORK, "logits-%d.f32" % os.getpid())
     # our runtime's float dot products: its default integer path quantizes
     # the activations to int8 per 32-block (docs/quantization.md), which
     # is the engine's choice, not the weights'; "the same weights" means
@@ -49,6 +49,7 @@ def logits_of(tool, model, ids, vocab):
     greedy = run([tool, model, " ".join(map(str, ids)), str(NGEN), out],
                  env=env)
     lg = np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)[:, :vocab]
+    os.remove(out)
     return lg.astype(np.float64), [int(x) for x in greedy.split()]
 
 
