@@ -14,8 +14,9 @@
  *       "llama-bpe" for a 128k vocabulary (Llama 3) and "default" else.
  * Added tokens become CONTROL (special) or USER_DEFINED; ids with no token
  * (the embedding has padding rows) become "[PAD<id>]" UNUSED, as the
- * converter does.  BOS/EOS come from config.json, add_bos_token from the
- * post-processor's template.  Anything else (Unigram, WordPiece, ids past
+ * converter does.  BOS/EOS come from config.json, add_bos_token and
+ * add_eos_token from the post-processor's template (a special token first,
+ * or last).  Anything else (Unigram, WordPiece, ids past
  * the vocabulary) is refused by name. */
 #include "cmp_export.h"
 
@@ -220,13 +221,16 @@ static mc_status add_merges(fmt_gguf_writer *w, const json_t *model,
     return st;
 }
 
-/* 1 if the post-processor's single template starts with a special token. */
-static int template_adds_bos(const json_t *root)
+/* 1 if the post-processor's single template starts (at_end 0) or ends
+ * (at_end 1) with a special token: llama.cpp's add_bos / add_eos. */
+static int template_adds(const json_t *root, int at_end)
 {
     const json_t *pp = json_object_get(root, "post_processor");
     const json_t *single = json_object_get(pp, "single");
-    return json_is_object(
-        json_object_get(json_array_get(single, 0), "SpecialToken"));
+    size_t n = json_array_size(single);
+    return n > 1 && json_is_object(json_object_get(
+                        json_array_get(single, at_end ? n - 1 : 0),
+                        "SpecialToken"));
 }
 
 static const char *jstr(const json_t *o, const char *key)
@@ -319,6 +323,39 @@ static void spm_form(const json_t *root, int *prefix, char *note, size_t cap)
                  "tokenizer.json but are in llama.cpp's", k ? "; " : "");
     json_decref(own1);
     json_decref(own2);
+}
+
+/* Append to note the added tokens whose matching llama.cpp does not do:
+ * it finds an added token in the raw text, wherever it is, so an added
+ * token matched on normalized text, only as a whole word, or taking the
+ * spaces beside it (normalized / single_word / lstrip / rstrip) splits
+ * differently. */
+static void added_note(const json_t *root, char *note, size_t cap)
+{
+    static const char *const flags[] = {"normalized", "single_word",
+                                        "lstrip", "rstrip"};
+    const json_t *added = json_object_get(root, "added_tokens");
+    size_t k = strlen(note), count = 0;
+    const char *first = NULL, *flag = NULL;
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        const json_t *a = json_array_get(added, i);
+        for (size_t f = 0; f < sizeof flags / sizeof *flags; f++) {
+            /* tokenizers never normalizes the text of a special token */
+            if (f == 0 && json_is_true(json_object_get(a, "special")))
+                continue;
+            if (json_is_true(json_object_get(a, flags[f]))) {
+                if (!count++) {
+                    first = jstr(a, "content");
+                    flag = flags[f];
+                }
+                break;
+            }
+        }
+    }
+    if (count && k < cap)
+        snprintf(note + k, cap - k, "%s%zu added token%s (first: '%.40s', "
+                 "%s) matched on the raw text by llama.cpp", k ? "; " : "",
+                 count, count == 1 ? "" : "s", first, flag);
 }
 
 /* Hugging Face's Split regexes of Qwen2 and Llama 3 (llama.cpp's "qwen2"
@@ -432,6 +469,7 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
         spm_form(root, &prefix, note, note_cap);
     else
         pre = bpe_pre(root, model, note, note_cap);
+    added_note(root, note, note_cap);
     const char *gm = spm ? "llama" : "gpt2";
     if ((st = fmt_gguf_add_string(w, "tokenizer.ggml.model", gm, strlen(gm),
                                   err)) != MC_OK ||
@@ -464,9 +502,9 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
             break;
         }
     if ((st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_bos_token",
-                                template_adds_bos(root), err)) != MC_OK ||
-        (st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", 0, err)) !=
-            MC_OK)
+                                template_adds(root, 0), err)) != MC_OK ||
+        (st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_eos_token",
+                                template_adds(root, 1), err)) != MC_OK)
         goto out;
     if (spm)
         snprintf(desc, desc_cap, "llama (SPM), %zu tokens", v.n);

@@ -671,6 +671,8 @@ static void test_export_tokenizer_metadata_from_tokenizer_json(void **state)
     assert_int_equal(tg_kv_u32(&f, "tokenizer.ggml.bos_token_id"), 1);
     assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_bos_token")->val[0],
                      1);
+    assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_eos_token")->val[0],
+                     0);
     tg_close(&f);
     /* a vocabulary smaller than the tokenizer's ids is refused */
     cfg.vocab_size = 1000;

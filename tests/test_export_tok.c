@@ -337,7 +337,7 @@ static void test_export_tok_mistral_legacy_form_splits_as_spm(void **state)
     char note[512];
     size_t same = spm_agreement(legacy, strlen(legacy), 32000, 0, &tried,
                                 note);
-    assert_string_equal(note, "");
+    assert_string_equal(note, ""); /* nothing llama.cpp does differently */
     printf("mistral (legacy form): %zu of %zu texts identical\n", same, tried);
     assert_int_equal(same, tried);
     assert_true(tried > 400);
@@ -382,6 +382,26 @@ static void test_export_tok_trained_spm_bpe_splits_as_llama_spm(void **state)
     printf("spm_legacy: %zu of %zu texts identical; note \"%s\"\n", same,
            tried, note);
     assert_int_equal(same, tried);
+    /* <extra_0> (normalized) and <tag> (single_word): stated */
+    assert_non_null(strstr(note, "2 added tokens (first: '<extra_0>', "
+                                 "normalized)"));
+    /* its template "<s> $A </s>" adds BOS and EOS: llama.cpp is told so */
+    char *dir = tu_mkdtemp("extok");
+    char *path = tu_fmt("%s/t.gguf", dir);
+    char desc[64];
+    export_tok(text, len, 1024, FMT_ARCH_LLAMA, path, desc, note);
+    tg_file f;
+    assert_int_equal(tg_open(path, &f), 0);
+    assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_bos_token")->val[0],
+                     1);
+    assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_eos_token")->val[0],
+                     1);
+    assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_space_prefix")->val[0],
+                     1);
+    tg_close(&f);
+    tu_rmtree(dir);
+    free(path);
+    free(dir);
     free(text);
 }
 

@@ -5,7 +5,8 @@
  *
  * usage: llama_logits MODEL.gguf "id id ..." NGEN LOGITS.f32
  *        llama_logits --tokenize MODEL.gguf TEXTS  (TEXTS: a file of
- *        texts each ended by a NUL byte; for each, one line of ids, with
+ *        texts, each a decimal byte count, a newline and that many bytes
+ *        (texts may hold NUL bytes); for each, one line of ids, with
  *        BOS as the file's add_bos_token says and special tokens in the
  *        text recognised, as llama-server does with a prompt and as
  *        Hugging Face tokenizers' encode does) */
@@ -47,12 +48,11 @@ static int tokenize(const char *path, const char *texts)
     }
     static char text[1 << 16];
     static llama_token ids[1 << 16];
-    size_t len = 0;
-    int c;
-    while ((c = fgetc(f)) != EOF) {
-        if (c && len + 1 < sizeof text) {
-            text[len++] = (char)c;
-            continue;
+    size_t len;
+    while (fscanf(f, "%zu", &len) == 1 && fgetc(f) == '\n') {
+        if (len > sizeof text || fread(text, 1, len, f) != len) {
+            fprintf(stderr, "%s: a text is cut short or too long\n", texts);
+            return 1;
         }
         int n = llama_tokenize(llama_model_get_vocab(m), text, (int)len, ids,
                                1 << 16, 1, 1);
@@ -62,7 +62,6 @@ static int tokenize(const char *path, const char *texts)
             printf("%d%c", ids[i], i + 1 < n ? ' ' : '\n');
         if (n == 0)
             printf("\n");
-        len = 0;
     }
     fclose(f);
     llama_model_free(m);
