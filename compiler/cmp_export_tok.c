@@ -176,6 +176,64 @@ static mc_status spm_scores(const json_t *model, tokv *v, const char *src,
     return MC_OK;
 }
 
+/* llama.cpp's SPM tokenizer joins any two adjacent pieces whose
+ * concatenation is a token; the BPE joins only the listed merges.  The
+ * scores make the two agree when every split of a token into two tokens
+ * is a merge (true of a tokenizer.json converted from a SentencePiece
+ * model, which lists them all).  Appends to note how many splits of
+ * ordinary tokens are not merges, which llama.cpp may join where the BPE
+ * does not. */
+static void spm_loose_splits(const json_t *model, const tokv *v, char *note,
+                             size_t cap)
+{
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *merges = json_object_get(model, "merges");
+    json_t *pairs = json_object();
+    char buf[1024], first[96] = "";
+    for (size_t r = 0; pairs && r < json_array_size(merges); r++) {
+        const json_t *m = json_array_get(merges, r);
+        if (json_is_string(m)) {
+            json_object_set_new(pairs, json_string_value(m), json_true());
+        } else if (json_is_array(m) &&
+                   snprintf(buf, sizeof buf, "%s %s",
+                            json_string_value(json_array_get(m, 0)),
+                            json_string_value(json_array_get(m, 1))) <
+                       (int)sizeof buf) {
+            json_object_set_new(pairs, buf, json_true());
+        }
+    }
+    size_t count = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val) {
+        size_t kl = strlen(key);
+        json_int_t id = json_integer_value(val);
+        if (!pairs || kl + 2 > sizeof buf || id < 0 ||
+            (uint64_t)id >= v->n || v->type[id] != TT_NORMAL)
+            continue;
+        for (size_t i = 1; i < kl; i++) {
+            if (((unsigned char)key[i] & 0xC0) == 0x80)
+                continue; /* inside a UTF-8 character */
+            memcpy(buf, key, i);
+            buf[i] = 0;
+            int left = json_object_get(vocab, buf) != NULL;
+            buf[i] = ' ';
+            memcpy(buf + i + 1, key + i, kl - i + 1);
+            if (left && json_object_get(vocab, buf + i + 1) &&
+                !json_object_get(pairs, buf) && !count++)
+                snprintf(first, sizeof first, "'%.*s' + '%.40s'",
+                         (int)(i < 40 ? i : 40), key, key + i);
+        }
+    }
+    json_decref(pairs);
+    size_t k = strlen(note);
+    if (count && k < cap)
+        snprintf(note + k, cap - k, "%s%zu splits of a token into two tokens "
+                 "are not merges (first: %s): llama.cpp's SPM tokenizer may "
+                 "join them where the BPE does not", k ? "; " : "", count,
+                 first);
+}
+
 static mc_status add_merges(fmt_gguf_writer *w, const json_t *model,
                             const char *src, mc_error *err)
 {
@@ -465,10 +523,12 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
         goto out;
     int prefix = 0;
     const char *pre = NULL;
-    if (spm)
+    if (spm) {
         spm_form(root, &prefix, note, note_cap);
-    else
+        spm_loose_splits(model, &v, note, note_cap);
+    } else {
         pre = bpe_pre(root, model, note, note_cap);
+    }
     added_note(root, note, note_cap);
     const char *gm = spm ? "llama" : "gpt2";
     if ((st = fmt_gguf_add_string(w, "tokenizer.ggml.model", gm, strlen(gm),

@@ -382,6 +382,10 @@ static void test_export_tok_trained_spm_bpe_splits_as_llama_spm(void **state)
     printf("spm_legacy: %zu of %zu texts identical; note \"%s\"\n", same,
            tried, note);
     assert_int_equal(same, tried);
+    /* trained by tokenizers, its merges are not every split of its
+     * tokens (none of them changed a text here, but they could) */
+    assert_non_null(strstr(note, "splits of a token into two tokens are "
+                                 "not merges"));
     /* <extra_0> (normalized) and <tag> (single_word): stated */
     assert_non_null(strstr(note, "2 added tokens (first: '<extra_0>', "
                                  "normalized)"));
