@@ -11,7 +11,7 @@
 
 /* Every option of `mcompile export`. */
 typedef struct export_cli {
-    const char *in, *out, *fmt;
+    const char *in, *out, *fmt, *int4;
     cmp_export_opts o;
     int json, quiet, verbose;
 } export_cli;
@@ -43,6 +43,13 @@ static const mc_opt export_opts[] = {
     {.kind = MC_OPT_STR, .flags = "-o, --output", .value = "OUT",
      .off = offsetof(export_cli, out),
      .help = "the .gguf file, or the output directory"},
+    {.kind = MC_OPT_STR, .flags = "--gguf-int4", .value = "T",
+     .off = offsetof(export_cli, int4),
+     .help = "gguf: asymmetric int4 groups as q5_0 (default:\n"
+             "exact, 5.5 bits per weight), q4_1 (5 bits; its f16\n"
+             "offset rounds scale x zero, a shift of up to 1/136\n"
+             "of a scale: the report says how much) or q8_0\n"
+             "(exact, 8.5 bits)"},
     {.kind = MC_OPT_SET, .flags = "--strict",
      .off = offsetof(export_cli, o.strict),
      .help = "refuse instead of the float32 fallback"},
@@ -66,12 +73,13 @@ const mc_opt_cmd cmp_cli_export_cmd = {
     .name = "mcompile export",
     .usage =
     "usage: mcompile export INPUT --format gguf|compressed-tensors -o OUT\n"
-    "                       [--strict] [--ignore-sliding-window] [--json]\n"
-    "                       [-q] [-v]\n"
+    "                       [--gguf-int4 q4_1|q5_0|q8_0] [--strict]\n"
+    "                       [--ignore-sliding-window] [--json] [-q] [-v]\n"
     "\n"
     "Write a compiled artifact (.mca) or a model directory for another\n"
     "engine.  gguf: one file for llama.cpp (metadata, the embedded\n"
-    "tokenizer, int8 as Q8_0, int4 as Q4_0 (symmetric) or Q4_1).\n"
+    "tokenizer, int8 as Q8_0, symmetric int4 as Q4_0, asymmetric int4 as\n"
+    "--gguf-int4 says).\n"
     "compressed-tensors: a Hugging Face directory (config.json with its\n"
     "quantization_config, model.safetensors, tokenizer files) for vLLM\n"
     "(tensor-parallel serving) and transformers; int4 and int8 are\n"
@@ -106,6 +114,23 @@ int cmp_cli_export(int argc, char **argv)
     const char *in = ec.in, *out = ec.out, *fmt = ec.fmt;
     int json = ec.json, quiet = ec.quiet, verbose = ec.verbose;
     cmp_export_opts o = ec.o;
+    const char *int4 = ec.int4;
+    if (int4 && o.format != CMP_EXPORT_GGUF)
+        return cmp_cli_usage(cmd, "--gguf-int4 applies to --format gguf "
+                                  "only, not %s", fmt);
+    if (o.ignore_window && o.format != CMP_EXPORT_GGUF)
+        return cmp_cli_usage(cmd, "--ignore-sliding-window applies to --format "
+                                  "gguf only (compressed-tensors keeps the "
+                                  "window in config.json), not %s", fmt);
+    if (int4 && !strcmp(int4, "q4_1"))
+        o.gguf_int4 = CMP_GGUF_INT4_Q4_1;
+    else if (int4 && !strcmp(int4, "q5_0"))
+        o.gguf_int4 = CMP_GGUF_INT4_Q5_0;
+    else if (int4 && !strcmp(int4, "q8_0"))
+        o.gguf_int4 = CMP_GGUF_INT4_Q8_0;
+    else if (int4)
+        return cmp_cli_usage(cmd, "--gguf-int4: expected q4_1, q5_0 or "
+                                  "q8_0, got '%s'", int4);
     cmp_export_report rep;
     mc_error err;
     mc_error_clear(&err);
@@ -117,13 +142,16 @@ int cmp_cli_export(int argc, char **argv)
     }
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:s, s:s}",
+            "{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, "
+            "s:I, s:f, s:s}",
             "input", in, "output", out, "format", fmt, "status", (int)st,
             "error", st == MC_OK ? "" : err.message, "tensors",
             (json_int_t)rep.tensors, "quantized", (json_int_t)rep.quantized,
             "fallback", (json_int_t)rep.fallback, "bytes",
             (json_int_t)rep.bytes, "tokenizer", rep.tokenizer, "arch",
-            rep.arch);
+            rep.arch, "q4_1_blocks", (json_int_t)rep.q4_1_blocks,
+            "q4_1_inexact", (json_int_t)rep.q4_1_inexact, "q4_1_max_err",
+            rep.q4_1_max_err, "tokenizer_note", rep.tokenizer_note);
         char *t = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         if (t)
             printf("%s\n", t);
@@ -138,6 +166,14 @@ int cmp_cli_export(int argc, char **argv)
                    "dequantized values); first: %s: %s\n", rep.fallback,
                    rep.fallback == 1 ? "" : "s", rep.fallback_first,
                    rep.fallback_why);
+        if (rep.q4_1_inexact)
+            printf("  Q4_1: %llu of %llu blocks differ from ours by up to "
+                   "%.2g of their scale (the f16 offset); --gguf-int4 q5_0 "
+                   "(the default) is exact\n", (unsigned long long)rep.q4_1_inexact,
+                   (unsigned long long)rep.q4_1_blocks, rep.q4_1_max_err);
+        if (rep.tokenizer_note[0])
+            printf("  tokenizer: llama.cpp will differ from Hugging Face "
+                   "where: %s\n", rep.tokenizer_note);
         if (verbose)
             printf("  tokenizer: %s; largest input tensor %llu bytes (the "
                    "export holds about one tensor)\n", rep.tokenizer,

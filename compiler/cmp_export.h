@@ -7,13 +7,15 @@
  *   stay as they are; our int8 (per-row f32 scale) becomes Q8_0 (the row's
  *   scale rounded to f16 in every block, codes unchanged); int4 groups
  *   (any of g32/64/128: each 32-block repeats its group's parameters)
- *   become Q4_0 (symmetric, exact) or Q4_1 (asymmetric: exact would be
- *   d = scale, m = -scale * zero, but m is an f16; (d, m) are chosen among
- *   f16 neighbours for the least squared error over each block, never
- *   more than m rounded to nearest).  A row length that is not a multiple
- *   of 32 has no ggml block form: such a tensor is written as F32 holding
- *   exactly our dequantized values (the stated fallback), or refused with
- *   strict.  llama.cpp's "llama" graph applies RoPE to adjacent pairs, so
+ *   become Q4_0 (symmetric, exact); asymmetric groups become what
+ *   opts.gguf_int4 says: Q5_0 (the default: exact, x = d (c - 16) with
+ *   d = scale, c = q - zero + 16 in 1..31; 5.5 bits per weight), Q4_1
+ *   (5 bits; exact would be d = scale, m = -scale * zero, but m is an f16
+ *   rounded to nearest, a shift of the block by up to 2^-11 of
+ *   |scale * zero|) or Q8_0 (exact: d = scale, c = q - zero; 8.5 bits).
+ *   A row length that is not a multiple of 32 has no ggml block form: such
+ *   a tensor is written as F32 holding exactly our dequantized values (the
+ *   stated fallback), or refused with strict.  llama.cpp's "llama" graph applies RoPE to adjacent pairs, so
  *   q/k rows are permuted per head as its converter does (rows move with
  *   their scales: our quantization is per row).
  *
@@ -47,8 +49,17 @@ typedef enum cmp_export_format {
     CMP_EXPORT_CT = 1, /* compressed-tensors directory */
 } cmp_export_format;
 
+/* How asymmetric int4 groups are written to GGUF (symmetric ones are
+ * always Q4_0, which holds them exactly). */
+typedef enum cmp_gguf_int4 {
+    CMP_GGUF_INT4_Q5_0 = 0, /* 5.5 bits/weight, exact (the default) */
+    CMP_GGUF_INT4_Q4_1 = 1, /* 5.0 bits/weight, m rounded to f16 */
+    CMP_GGUF_INT4_Q8_0 = 2, /* 8.5 bits/weight, exact */
+} cmp_gguf_int4;
+
 typedef struct cmp_export_opts {
     cmp_export_format format;
+    cmp_gguf_int4 gguf_int4; /* GGUF only */
     int strict;        /* refuse a tensor the format cannot hold exactly as
                           quantized, instead of the float32 fallback */
     int ignore_window; /* GGUF: export a sliding-window model although
@@ -66,7 +77,12 @@ typedef struct cmp_export_report {
     char fallback_why[160];   /* and why the format cannot hold it */
     uint64_t bytes;           /* bytes written (all files) */
     uint64_t largest_tensor;  /* bytes of the largest input tensor */
+    uint64_t q4_1_blocks;     /* GGUF: Q4_1 blocks written */
+    uint64_t q4_1_inexact;    /* of those, not equal to ours */
+    double q4_1_max_err;      /* largest |Q4_1 - ours| / the block's scale */
     char tokenizer[64];       /* "llama (SPM) from tokenizer.json", "none" */
+    char tokenizer_note[512]; /* GGUF: what llama.cpp's tokenizer will not
+                                 reproduce of the tokenizer.json ("" none) */
     char arch[32];            /* GGUF general.architecture, or model_type */
 } cmp_export_report;
 
@@ -113,13 +129,16 @@ void cmp_xtensor_row_f32(const cmp_xtensor *t, uint32_t r, float *out);
 
 /* GGUF tokenizer.ggml.* metadata from tokenizer.json text (len bytes) for
  * cfg's vocabulary (cmp_export_tok.c); desc gets "llama (SPM), N tokens"
- * or "gpt2 (BPE), N tokens".  src names the input in errors. */
+ * or "gpt2 (BPE, pre qwen2), N tokens"; note what of the tokenizer.json
+ * llama.cpp will not reproduce (empty when nothing).  src names the input
+ * in errors. */
 struct fmt_gguf_writer;
 mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
                                     const char *text, size_t len,
                                     const fmt_model_config *cfg,
                                     const char *src, char *desc,
-                                    size_t desc_cap, mc_error *err);
+                                    size_t desc_cap, char *note,
+                                    size_t note_cap, mc_error *err);
 
 /* The two writers (cmp_export_gguf.c, cmp_export_ct.c). */
 mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,

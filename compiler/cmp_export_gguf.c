@@ -22,7 +22,7 @@
 
 /* llama.cpp's llama_ftype values for general.file_type. */
 enum { FT_ALL_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7,
-       FT_BF16 = 32 };
+       FT_Q5_0 = 8, FT_BF16 = 32 };
 
 /* Hugging Face name -> GGUF name into out; *qk gets 'q' or 'k' for the
  * q/k projections (whose rows the llama graph wants permuted), else 0.
@@ -69,7 +69,8 @@ static int gguf_name(const char *hf, char *out, size_t cap, char *qk)
 }
 
 /* The GGUF type of t, and whether it is the f32 fallback. */
-static fmt_gguf_ttype pick_type(const cmp_xtensor *t, int *fallback)
+static fmt_gguf_ttype pick_type(const cmp_xtensor *t, cmp_gguf_int4 q4,
+                                int *fallback)
 {
     *fallback = 0;
     if (t->ndim == 1)
@@ -81,7 +82,12 @@ static fmt_gguf_ttype pick_type(const cmp_xtensor *t, int *fallback)
     case KN_W_BF16: return FMT_GGUF_T_BF16;
     case KN_W_Q8: if (blocks) return FMT_GGUF_T_Q8_0; break;
     case KN_W_Q4S: if (blocks) return FMT_GGUF_T_Q4_0; break;
-    case KN_W_Q4: if (blocks) return FMT_GGUF_T_Q4_1; break;
+    case KN_W_Q4:
+        if (blocks)
+            return q4 == CMP_GGUF_INT4_Q5_0   ? FMT_GGUF_T_Q5_0
+                   : q4 == CMP_GGUF_INT4_Q8_0 ? FMT_GGUF_T_Q8_0
+                                              : FMT_GGUF_T_Q4_1;
+        break;
     default: break;
     }
     *fallback = 1;
@@ -115,49 +121,53 @@ static int q4_at(const uint8_t *row, uint32_t c)
     return c & 1 ? row[c / 2] >> 4 : row[c / 2] & 15;
 }
 
-/* Q4_1's (d, m) for one block whose exact values are s * (q - z): d = s
- * and m = -s z would be exact but m must be an f16, which rounds it by up
- * to 2^-12 of |s z|, a shift of the whole block.  So d moves a few f16
- * steps around s and m takes the f16 values next to -d z, and the pair
- * with the least squared error over the block's 32 codes is kept (d = s
- * with m rounded to nearest is among the candidates, so the error is at
- * most that one's). */
-static void q4_1_params(const uint8_t *row, uint32_t c0, uint16_t s_bits,
-                        uint8_t z, uint8_t *blk)
+/* Q4_1's (d, m) for one block whose exact values are s (q - z): d = s and
+ * m = -s z would be exact, but m must be an f16, which rounds it by up to
+ * 2^-11 of |s z| (under 1/136 of s): a shift of the whole block.  d stays
+ * s and m is rounded to nearest.  A search over neighbouring (d, m) pairs
+ * for the least squared error per block was measured and dropped: it moves
+ * d, which tilts the error with the code, and on stories260k int4 it gave
+ * a higher KLD at g32 (1.24e-4 against 1.11e-4) and 44 or 4 greedy ids of
+ * 64 where this gives 64 (docs/export.md).  Returns the largest |error| of
+ * the block as a multiple of s (0: exact). */
+static double q4_1_params(uint16_t s_bits, uint8_t z, uint8_t *blk)
 {
-    double s = fmt_f16_to_f32(s_bits), best = -1;
-    uint16_t bd = s_bits, bm = fmt_f32_to_f16((float)(-s * z));
-    for (int k = -3; k <= 3; k++) {
-        uint16_t db = (uint16_t)(s_bits + k);
-        double d = fmt_f16_to_f32(db);
-        if (!((db ^ s_bits) & 0x8000) && isfinite(d)) {
-            uint16_t m0 = fmt_f32_to_f16((float)(-d * z));
-            for (int j = -1; j <= 1; j++) {
-                uint16_t mb = (uint16_t)(m0 + j);
-                double m = fmt_f16_to_f32(mb), e = 0;
-                if (!isfinite(m) || ((mb ^ m0) & 0x8000))
-                    continue;
-                for (uint32_t c = 0; c < FMT_GGUF_QK; c++) {
-                    int v = q4_at(row, c0 + c);
-                    double diff = d * v + m - s * (v - z);
-                    e += diff * diff;
-                }
-                if (best < 0 || e < best) {
-                    best = e;
-                    bd = db;
-                    bm = mb;
-                }
-            }
-        }
+    double s = fmt_f16_to_f32(s_bits);
+    uint16_t mb = fmt_f32_to_f16((float)(-s * z));
+    double shift = fmt_f16_to_f32(mb) + s * z; /* the same for every code */
+    put_u16(blk, s_bits);
+    put_u16(blk + 2, mb);
+    return s != 0 ? fabs(shift) / fabs(s) : 0;
+}
+
+/* One 32-block of an asymmetric int4 row (codes q, scale s_bits, zero z)
+ * held exactly: Q5_0 as d = s, c = q - z + 16 (1..31), or Q8_0 as d = s,
+ * c = q - z. */
+static void q4_exact_block(const uint8_t *row, uint32_t c0, uint16_t s_bits,
+                           uint8_t z, fmt_gguf_ttype ty, uint8_t *blk)
+{
+    put_u16(blk, s_bits);
+    if (ty == FMT_GGUF_T_Q8_0) {
+        for (uint32_t c = 0; c < FMT_GGUF_QK; c++)
+            blk[2 + c] = (uint8_t)(int8_t)(q4_at(row, c0 + c) - z);
+        return;
     }
-    put_u16(blk, bd);
-    put_u16(blk + 2, bm);
+    uint32_t qh = 0;
+    uint8_t *qs = blk + 6;
+    for (uint32_t j = 0; j < FMT_GGUF_QK / 2; j++) {
+        unsigned lo = (unsigned)(q4_at(row, c0 + j) - z + 16);
+        unsigned hi = (unsigned)(q4_at(row, c0 + j + 16) - z + 16);
+        qs[j] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+        qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
+    }
+    for (int b = 0; b < 4; b++)
+        blk[2 + b] = (uint8_t)(qh >> (8 * b));
 }
 
 /* One row r of t as ggml type ty into out. */
 static mc_status convert_row(const cmp_xtensor *t, uint32_t r,
                              fmt_gguf_ttype ty, uint8_t *out, float *tmp,
-                             mc_error *err)
+                             cmp_export_report *rep, mc_error *err)
 {
     uint32_t n = t->cols;
     if (ty == FMT_GGUF_T_F32) {
@@ -169,7 +179,7 @@ static mc_status convert_row(const cmp_xtensor *t, uint32_t r,
         memcpy(out, t->data + (uint64_t)r * n * 2, (size_t)n * 2);
         return MC_OK;
     }
-    if (ty == FMT_GGUF_T_Q8_0) {
+    if (ty == FMT_GGUF_T_Q8_0 && t->fmt == KN_W_Q8) {
         float s;
         memcpy(&s, t->scales + 4 * (uint64_t)r, 4);
         uint16_t d = fmt_f32_to_f16(s);
@@ -185,20 +195,29 @@ static mc_status convert_row(const cmp_xtensor *t, uint32_t r,
         }
         return MC_OK;
     }
-    /* Q4_0 (from Q4S) or Q4_1 (from Q4): each block repeats its group's
-     * scale (and zero); groups are multiples of 32 so no block straddles */
+    /* Q4_0 (from Q4S), or Q4_1 / Q5_0 / Q8_0 (from Q4): each block repeats
+     * its group's scale (and zero); groups are multiples of 32 so no block
+     * straddles two */
     uint32_t ng = kn_q4_ngroups(n, t->group);
     const uint8_t *q = t->data + (uint64_t)r * kn_q4_row_bytes(n);
-    size_t bsz = ty == FMT_GGUF_T_Q4_0 ? FMT_GGUF_Q4_0_BYTES
-                                       : FMT_GGUF_Q4_1_BYTES;
+    uint64_t bsz;
+    fmt_gguf_row_bytes(ty, FMT_GGUF_QK, NULL, &bsz, NULL);
     for (uint32_t b = 0; b < n / FMT_GGUF_QK; b++) {
         uint32_t c0 = b * FMT_GGUF_QK;
         uint64_t g = (uint64_t)r * ng + c0 / t->group;
         uint16_t d = get_u16(t->scales + 2 * g);
-        uint8_t *blk = out + (size_t)b * bsz, *qs = blk + 2;
+        uint8_t *blk = out + (size_t)b * bsz;
+        if (t->fmt == KN_W_Q4 && ty != FMT_GGUF_T_Q4_1) {
+            q4_exact_block(q, c0, d, t->zeros[g], ty, blk);
+            continue;
+        }
+        uint8_t *qs = blk + 2;
         put_u16(blk, d);
         if (ty == FMT_GGUF_T_Q4_1) {
-            q4_1_params(q, c0, d, t->zeros[g], blk);
+            double e = q4_1_params(d, t->zeros[g], blk);
+            rep->q4_1_blocks++;
+            rep->q4_1_inexact += e > 0;
+            rep->q4_1_max_err = fmax(rep->q4_1_max_err, e);
             qs = blk + 4;
         }
         for (uint32_t j = 0; j < 16; j++)
@@ -367,7 +386,7 @@ mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,
             goto out;
         }
         int fb;
-        types[i] = pick_type(&t, &fb);
+        types[i] = pick_type(&t, o->gguf_int4, &fb);
         if (fb && o->strict) {
             st = mc_fail(err, MC_ERR_UNSUPPORTED, out, t.name, -1,
                          "%s %ux%u: a row of %u is not a multiple of the "
@@ -393,6 +412,7 @@ mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,
             ftype = types[i] == FMT_GGUF_T_Q8_0   ? FT_Q8_0
                     : types[i] == FMT_GGUF_T_Q4_0 ? FT_Q4_0
                     : types[i] == FMT_GGUF_T_Q4_1 ? FT_Q4_1
+                    : types[i] == FMT_GGUF_T_Q5_0 ? FT_Q5_0
                     : types[i] == FMT_GGUF_T_F16  ? FT_F16
                     : types[i] == FMT_GGUF_T_BF16 ? FT_BF16
                                                   : FT_ALL_F32;
@@ -409,7 +429,9 @@ mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,
     const char *tok = cmp_xsrc_tokenizer(s, &tlen);
     if (tok) {
         st = cmp_export_gguf_tokenizer(w, tok, tlen, c, out, rep->tokenizer,
-                                       sizeof rep->tokenizer, err);
+                                       sizeof rep->tokenizer,
+                                       rep->tokenizer_note,
+                                       sizeof rep->tokenizer_note, err);
     } else {
         snprintf(rep->tokenizer, sizeof rep->tokenizer,
                  "none (no_vocab: token ids only)");
@@ -468,7 +490,7 @@ mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,
         }
         for (uint32_t g = 0; t.ndim == 2 && g < t.rows && st == MC_OK; g++)
             st = convert_row(&t, src_row(g, c->head_dim, qks[i], permute),
-                             types[i], obuf + g * rb, tmp, err);
+                             types[i], obuf + g * rb, tmp, rep, err);
         if (st == MC_OK)
             st = fmt_gguf_write(w, obuf, (size_t)(rb * t.rows), err);
         if (st != MC_OK)
@@ -476,7 +498,8 @@ mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,
         rep->tensors++;
         rep->quantized += types[i] == FMT_GGUF_T_Q8_0 ||
                           types[i] == FMT_GGUF_T_Q4_0 ||
-                          types[i] == FMT_GGUF_T_Q4_1;
+                          types[i] == FMT_GGUF_T_Q4_1 ||
+                          types[i] == FMT_GGUF_T_Q5_0;
         rep->bytes += rb * t.rows;
     }
     if (llama3 && (st = fmt_gguf_write(w, rf, (size_t)c->head_dim / 2 * 4,

@@ -241,6 +241,13 @@ mc_status cmp_xsrc_load(cmp_xsrc *s, size_t i, cmp_xtensor *t, mc_error *err)
     t->data = s->buf + a->data.off;
     t->scales = a->scales.bytes ? s->buf + a->scales.off : NULL;
     t->zeros = a->zeros.bytes ? s->buf + a->zeros.off : NULL;
+    /* a zero is a 4-bit code (the runtime's rt_artifact.c checks the
+     * same): Q5_0's c = q - zero + 16 and Q8_0's q - zero rely on it */
+    for (uint64_t k = 0; t->zeros && k < a->zeros.bytes; k++)
+        if (t->zeros[k] > 15)
+            return mc_fail(err, MC_ERR_FORMAT, s->path, a->name, -1,
+                           "int4 zero %u at index %llu; expected 0..15",
+                           t->zeros[k], (unsigned long long)k);
     return MC_OK;
 }
 

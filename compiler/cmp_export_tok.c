@@ -14,8 +14,9 @@
  *       "llama-bpe" for a 128k vocabulary (Llama 3) and "default" else.
  * Added tokens become CONTROL (special) or USER_DEFINED; ids with no token
  * (the embedding has padding rows) become "[PAD<id>]" UNUSED, as the
- * converter does.  BOS/EOS come from config.json, add_bos_token from the
- * post-processor's template.  Anything else (Unigram, WordPiece, ids past
+ * converter does.  BOS/EOS come from config.json, add_bos_token and
+ * add_eos_token from the post-processor's template (a special token first,
+ * or last).  Anything else (Unigram, WordPiece, ids past
  * the vocabulary) is refused by name. */
 #include "cmp_export.h"
 
@@ -175,6 +176,64 @@ static mc_status spm_scores(const json_t *model, tokv *v, const char *src,
     return MC_OK;
 }
 
+/* llama.cpp's SPM tokenizer joins any two adjacent pieces whose
+ * concatenation is a token; the BPE joins only the listed merges.  The
+ * scores make the two agree when every split of a token into two tokens
+ * is a merge (true of a tokenizer.json converted from a SentencePiece
+ * model, which lists them all).  Appends to note how many splits of
+ * ordinary tokens are not merges, which llama.cpp may join where the BPE
+ * does not. */
+static void spm_loose_splits(const json_t *model, const tokv *v, char *note,
+                             size_t cap)
+{
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *merges = json_object_get(model, "merges");
+    json_t *pairs = json_object();
+    char buf[1024], first[96] = "";
+    for (size_t r = 0; pairs && r < json_array_size(merges); r++) {
+        const json_t *m = json_array_get(merges, r);
+        if (json_is_string(m)) {
+            json_object_set_new(pairs, json_string_value(m), json_true());
+        } else if (json_is_array(m) &&
+                   snprintf(buf, sizeof buf, "%s %s",
+                            json_string_value(json_array_get(m, 0)),
+                            json_string_value(json_array_get(m, 1))) <
+                       (int)sizeof buf) {
+            json_object_set_new(pairs, buf, json_true());
+        }
+    }
+    size_t count = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val) {
+        size_t kl = strlen(key);
+        json_int_t id = json_integer_value(val);
+        if (!pairs || kl + 2 > sizeof buf || id < 0 ||
+            (uint64_t)id >= v->n || v->type[id] != TT_NORMAL)
+            continue;
+        for (size_t i = 1; i < kl; i++) {
+            if (((unsigned char)key[i] & 0xC0) == 0x80)
+                continue; /* inside a UTF-8 character */
+            memcpy(buf, key, i);
+            buf[i] = 0;
+            int left = json_object_get(vocab, buf) != NULL;
+            buf[i] = ' ';
+            memcpy(buf + i + 1, key + i, kl - i + 1);
+            if (left && json_object_get(vocab, buf + i + 1) &&
+                !json_object_get(pairs, buf) && !count++)
+                snprintf(first, sizeof first, "'%.*s' + '%.40s'",
+                         (int)(i < 40 ? i : 40), key, key + i);
+        }
+    }
+    json_decref(pairs);
+    size_t k = strlen(note);
+    if (count && k < cap)
+        snprintf(note + k, cap - k, "%s%zu splits of a token into two tokens "
+                 "are not merges (first: %s): llama.cpp's SPM tokenizer may "
+                 "join them where the BPE does not", k ? "; " : "", count,
+                 first);
+}
+
 static mc_status add_merges(fmt_gguf_writer *w, const json_t *model,
                             const char *src, mc_error *err)
 {
@@ -220,20 +279,218 @@ static mc_status add_merges(fmt_gguf_writer *w, const json_t *model,
     return st;
 }
 
-/* 1 if the post-processor's single template starts with a special token. */
-static int template_adds_bos(const json_t *root)
+/* 1 if the post-processor's single template starts (at_end 0) or ends
+ * (at_end 1) with a special token: llama.cpp's add_bos / add_eos. */
+static int template_adds(const json_t *root, int at_end)
 {
     const json_t *pp = json_object_get(root, "post_processor");
     const json_t *single = json_object_get(pp, "single");
-    return json_is_object(
-        json_object_get(json_array_get(single, 0), "SpecialToken"));
+    size_t n = json_array_size(single);
+    return n > 1 && json_is_object(json_object_get(
+                        json_array_get(single, at_end ? n - 1 : 0),
+                        "SpecialToken"));
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+/* A "Sequence" node's list (under key), or the node alone as a list of
+ * one; *n gets the length.  NULL node: n = 0. */
+static const json_t *steps(const json_t *node, const char *key, size_t *n,
+                           json_t **own)
+{
+    *own = NULL;
+    *n = 0;
+    if (!json_is_object(node))
+        return NULL;
+    if (!strcmp(jstr(node, "type"), "Sequence")) {
+        const json_t *l = json_object_get(node, key);
+        *n = json_array_size(l);
+        return l;
+    }
+    *own = json_array();
+    json_array_append(*own, (json_t *)node);
+    *n = 1;
+    return *own;
+}
+
+#define SPACE_MARK "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* How llama.cpp's SPM tokenizer can follow this tokenizer.json's
+ * normalizer and pre-tokenizer: it escapes spaces as U+2581 and, with
+ * add_space_prefix, puts one in front of the text (and after each special
+ * token).  *prefix gets add_space_prefix; what llama.cpp cannot follow
+ * goes into note (empty when it follows everything). */
+static void spm_form(const json_t *root, int *prefix, char *note, size_t cap)
+{
+    json_t *own1, *own2;
+    size_t nn, np, k = 0;
+    const json_t *nl = steps(json_object_get(root, "normalizer"),
+                             "normalizers", &nn, &own1);
+    const json_t *pl = steps(json_object_get(root, "pre_tokenizer"),
+                             "pretokenizers", &np, &own2);
+    int escapes = 0;
+    *prefix = 0;
+    note[0] = 0;
+    for (size_t i = 0; i < nn; i++) {
+        const json_t *x = json_array_get(nl, i);
+        const char *ty = jstr(x, "type");
+        const json_t *pat = json_object_get(x, "pattern");
+        if (!strcmp(ty, "Prepend") && !strcmp(jstr(x, "prepend"), SPACE_MARK)) {
+            *prefix = 1;
+        } else if (!strcmp(ty, "Replace") &&
+                   !strcmp(jstr(pat, "String"), " ") &&
+                   !strcmp(jstr(x, "content"), SPACE_MARK)) {
+            escapes = 1;
+        } else if (k < cap) {
+            k += (size_t)snprintf(note + k, cap - k,
+                                  "%snormalizer %s is not applied by "
+                                  "llama.cpp", k ? "; " : "", ty);
+        }
+    }
+    for (size_t i = 0; i < np; i++) {
+        const json_t *x = json_array_get(pl, i);
+        const char *ty = jstr(x, "type");
+        const char *scheme = jstr(x, "prepend_scheme");
+        if (!strcmp(ty, "Metaspace") && !strcmp(jstr(x, "replacement"),
+                                                SPACE_MARK) &&
+            !json_is_true(json_object_get(x, "split"))) {
+            escapes = 1;
+            /* "first"/"always" prepend only when the text does not start
+             * with a space already; llama.cpp always does */
+            *prefix = strcmp(scheme, "never") != 0;
+            if (*prefix && k < cap)
+                k += (size_t)snprintf(
+                    note + k, cap - k,
+                    "%sMetaspace prepend_scheme \"%s\": llama.cpp adds one "
+                    "more U+2581 to text that starts with a space%s",
+                    k ? "; " : "", scheme,
+                    strcmp(scheme, "first") ? "" : " or follows a special "
+                    "token");
+        } else if (k < cap) {
+            k += (size_t)snprintf(note + k, cap - k,
+                                  "%spre-tokenizer %s is not applied by "
+                                  "llama.cpp", k ? "; " : "", ty);
+        }
+    }
+    if (!escapes && k < cap)
+        snprintf(note + k, cap - k, "%sspaces are not U+2581 in this "
+                 "tokenizer.json but are in llama.cpp's", k ? "; " : "");
+    json_decref(own1);
+    json_decref(own2);
+}
+
+/* Append to note the added tokens whose matching llama.cpp does not do:
+ * it finds an added token in the raw text, wherever it is, so an added
+ * token matched on normalized text, only as a whole word, or taking the
+ * spaces beside it (normalized / single_word / lstrip / rstrip) splits
+ * differently. */
+static void added_note(const json_t *root, char *note, size_t cap)
+{
+    static const char *const flags[] = {"normalized", "single_word",
+                                        "lstrip", "rstrip"};
+    const json_t *added = json_object_get(root, "added_tokens");
+    size_t k = strlen(note), count = 0;
+    const char *first = NULL, *flag = NULL;
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        const json_t *a = json_array_get(added, i);
+        for (size_t f = 0; f < sizeof flags / sizeof *flags; f++) {
+            /* tokenizers never normalizes the text of a special token */
+            if (f == 0 && json_is_true(json_object_get(a, "special")))
+                continue;
+            if (json_is_true(json_object_get(a, flags[f]))) {
+                if (!count++) {
+                    first = jstr(a, "content");
+                    flag = flags[f];
+                }
+                break;
+            }
+        }
+    }
+    if (count && k < cap)
+        snprintf(note + k, cap - k, "%s%zu added token%s (first: '%.40s', "
+                 "%s) matched on the raw text by llama.cpp", k ? "; " : "",
+                 count, count == 1 ? "" : "s", first, flag);
+}
+
+/* Hugging Face's Split regexes of Qwen2 and Llama 3 (llama.cpp's "qwen2"
+ * and "llama-bpe" pre-tokenizers apply the same splits). */
+static const char re_qwen2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char re_llama3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* llama.cpp's name for this byte-level BPE's pre-tokenizer, recognised
+ * from its structure: Split(Qwen2 or Llama 3 regex) + ByteLevel without
+ * regex, ByteLevel with GPT-2's regex ("gpt-2"), Digits(individual) +
+ * that ("smollm").  Anything else gets "default" and a note. */
+static const char *bpe_pre(const json_t *root, const json_t *model,
+                           char *note, size_t cap)
+{
+    json_t *own;
+    size_t n;
+    const json_t *l = steps(json_object_get(root, "pre_tokenizer"),
+                            "pretokenizers", &n, &own);
+    const json_t *a = json_array_get(l, 0), *b = json_array_get(l, 1);
+    const char *pre = NULL;
+    int prefix_space = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(l, i);
+        if (!strcmp(jstr(x, "type"), "ByteLevel") &&
+            json_is_true(json_object_get(x, "add_prefix_space")))
+            prefix_space = 1;
+    }
+    const char *ta = jstr(a, "type"), *tb = jstr(b, "type");
+    if (n == 2 && !strcmp(ta, "Split") && !strcmp(tb, "ByteLevel") &&
+        !json_is_true(json_object_get(b, "use_regex")) &&
+        !strcmp(jstr(a, "behavior"), "Isolated") &&
+        !json_is_true(json_object_get(a, "invert"))) {
+        const char *re = jstr(json_object_get(a, "pattern"), "Regex");
+        int ignore = json_is_true(json_object_get(model, "ignore_merges"));
+        /* llama-bpe also takes a whole word that is a token as it is
+         * (ignore_merges): only right for a tokenizer.json that does */
+        if (!strcmp(re, re_qwen2) && !ignore)
+            pre = "qwen2";
+        else if (!strcmp(re, re_llama3) && ignore)
+            pre = "llama-bpe";
+    } else if (n == 1 && !strcmp(ta, "ByteLevel") &&
+               json_is_true(json_object_get(a, "use_regex"))) {
+        pre = "gpt-2";
+    } else if (n == 2 && !strcmp(ta, "Digits") &&
+               json_is_true(json_object_get(a, "individual_digits")) &&
+               !strcmp(tb, "ByteLevel") &&
+               json_is_true(json_object_get(b, "use_regex"))) {
+        pre = "smollm";
+    }
+    size_t k = 0;
+    note[0] = 0;
+    if (!pre)
+        k += (size_t)snprintf(note, cap, "pre-tokenizer not one llama.cpp "
+                              "names: its \"default\" splits may differ");
+    if (prefix_space && k < cap)
+        k += (size_t)snprintf(note + k, cap - k, "%sByteLevel "
+                              "add_prefix_space is not applied by llama.cpp",
+                              k ? "; " : "");
+    const json_t *norm = json_object_get(root, "normalizer");
+    if (json_is_object(norm) && k < cap)
+        snprintf(note + k, cap - k, "%snormalizer %s is not applied by "
+                 "llama.cpp (same ids on text it leaves unchanged)",
+                 k ? "; " : "", jstr(norm, "type"));
+    json_decref(own);
+    return pre ? pre : "default";
 }
 
 mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
                                     const char *text, size_t len,
                                     const fmt_model_config *cfg,
                                     const char *src, char *desc,
-                                    size_t desc_cap, mc_error *err)
+                                    size_t desc_cap, char *note,
+                                    size_t note_cap, mc_error *err)
 {
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
@@ -264,9 +521,15 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
     if ((st = fill_tokens(root, model, &v, spm, src, err)) != MC_OK ||
         (spm && (st = spm_scores(model, &v, src, err)) != MC_OK))
         goto out;
-    const char *pre = cfg->arch == FMT_ARCH_QWEN2 ? "qwen2"
-                      : cfg->vocab_size >= 128000 ? "llama-bpe"
-                                                  : "default";
+    int prefix = 0;
+    const char *pre = NULL;
+    if (spm) {
+        spm_form(root, &prefix, note, note_cap);
+        spm_loose_splits(model, &v, note, note_cap);
+    } else {
+        pre = bpe_pre(root, model, note, note_cap);
+    }
+    added_note(root, note, note_cap);
     const char *gm = spm ? "llama" : "gpt2";
     if ((st = fmt_gguf_add_string(w, "tokenizer.ggml.model", gm, strlen(gm),
                                   err)) != MC_OK ||
@@ -274,6 +537,8 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
                                            strlen(pre), err)) != MC_OK) ||
         (st = fmt_gguf_add_string_array(w, "tokenizer.ggml.tokens", v.text,
                                         v.len, v.n, err)) != MC_OK ||
+        (spm && (st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix",
+                                        prefix, err)) != MC_OK) ||
         (spm && (st = fmt_gguf_add_array(w, "tokenizer.ggml.scores",
                                          FMT_GGUF_V_F32, v.score, v.n,
                                          err)) != MC_OK) ||
@@ -297,12 +562,14 @@ mc_status cmp_export_gguf_tokenizer(struct fmt_gguf_writer *w,
             break;
         }
     if ((st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_bos_token",
-                                template_adds_bos(root), err)) != MC_OK ||
-        (st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", 0, err)) !=
-            MC_OK)
+                                template_adds(root, 0), err)) != MC_OK ||
+        (st = fmt_gguf_add_bool(w, "tokenizer.ggml.add_eos_token",
+                                template_adds(root, 1), err)) != MC_OK)
         goto out;
-    snprintf(desc, desc_cap, "%s, %zu tokens", spm ? "llama (SPM)" : "gpt2 (BPE)",
-             v.n);
+    if (spm)
+        snprintf(desc, desc_cap, "llama (SPM), %zu tokens", v.n);
+    else
+        snprintf(desc, desc_cap, "gpt2 (BPE, pre %s), %zu tokens", pre, v.n);
 out:
     tokv_free(&v);
     json_decref(root);

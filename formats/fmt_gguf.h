@@ -30,12 +30,14 @@
  *   tensors up to the next multiple of the alignment.
  *
  * Block types (ggml-common.h; blocks run along ne[0], so ne[0] must be a
- * multiple of the block size, 32 for all three):
+ * multiple of the block size, 32 for all four):
  *   Q8_0  34 bytes: f16 d, i8 qs[32]              x = d * qs[j]
  *   Q4_0  18 bytes: f16 d, u8 qs[16]              x = d * (q - 8)
  *   Q4_1  20 bytes: f16 d, f16 m, u8 qs[16]       x = d * q + m
- *   where for Q4_* element j < 16 is the low nibble of qs[j] and element
- *   j + 16 the high nibble of qs[j].
+ *   Q5_0  22 bytes: f16 d, u8 qh[4], u8 qs[16]    x = d * (q - 16)
+ *   where for Q4_* and Q5_0 element j < 16 is the low nibble of qs[j] and
+ *   element j + 16 the high nibble of qs[j]; Q5_0's fifth bit of element
+ *   j is bit j of qh read as a little-endian u32.
  *
  * Use: create, add the metadata and declare every tensor (name, type,
  * shape), begin_data (header, metadata and tensor infos are written: every
@@ -86,14 +88,16 @@ typedef enum fmt_gguf_ttype {
     FMT_GGUF_T_F16 = 1,
     FMT_GGUF_T_Q4_0 = 2,
     FMT_GGUF_T_Q4_1 = 3,
+    FMT_GGUF_T_Q5_0 = 6,
     FMT_GGUF_T_Q8_0 = 8,
     FMT_GGUF_T_BF16 = 30,
 } fmt_gguf_ttype;
 
-#define FMT_GGUF_QK 32u          /* elements per Q8_0/Q4_0/Q4_1 block */
+#define FMT_GGUF_QK 32u          /* elements per Q8_0/Q4_0/Q4_1/Q5_0 block */
 #define FMT_GGUF_Q8_0_BYTES 34u
 #define FMT_GGUF_Q4_0_BYTES 18u
 #define FMT_GGUF_Q4_1_BYTES 20u
+#define FMT_GGUF_Q5_0_BYTES 22u
 
 /* "F32", "Q4_0", ... or NULL for a type this writer does not know. */
 const char *fmt_gguf_ttype_name(fmt_gguf_ttype t);

@@ -49,6 +49,7 @@ const char *fmt_gguf_ttype_name(fmt_gguf_ttype t)
     case FMT_GGUF_T_F16: return "F16";
     case FMT_GGUF_T_Q4_0: return "Q4_0";
     case FMT_GGUF_T_Q4_1: return "Q4_1";
+    case FMT_GGUF_T_Q5_0: return "Q5_0";
     case FMT_GGUF_T_Q8_0: return "Q8_0";
     case FMT_GGUF_T_BF16: return "BF16";
     }
@@ -64,11 +65,12 @@ mc_status fmt_gguf_row_bytes(fmt_gguf_ttype t, uint64_t ne0, const char *name,
     case FMT_GGUF_T_F16: case FMT_GGUF_T_BF16: esz = 2; break;
     case FMT_GGUF_T_Q4_0: bsz = FMT_GGUF_Q4_0_BYTES; break;
     case FMT_GGUF_T_Q4_1: bsz = FMT_GGUF_Q4_1_BYTES; break;
+    case FMT_GGUF_T_Q5_0: bsz = FMT_GGUF_Q5_0_BYTES; break;
     case FMT_GGUF_T_Q8_0: bsz = FMT_GGUF_Q8_0_BYTES; break;
     default:
         return mc_fail(err, MC_ERR_UNSUPPORTED, NULL, name, -1,
                        "ggml type %d is not one of F32, F16, BF16, Q8_0, "
-                       "Q4_0, Q4_1", (int)t);
+                       "Q4_0, Q4_1, Q5_0", (int)t);
     }
     if (esz)
         return mc_mul_u64(ne0, esz, out)

@@ -29,9 +29,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mc_error e;
     if (fmt_gguf_writer_create(path, &w, &e) != MC_OK)
         return 0;
-    char desc[64];
+    char desc[64], note[512];
     if (cmp_export_gguf_tokenizer(w, (const char *)data, size, &c, "fuzz",
-                                  desc, sizeof desc, &e) == MC_OK)
+                                  desc, sizeof desc, note, sizeof note,
+                                  &e) == MC_OK)
         fmt_gguf_begin_data(w, &e); /* serializes what was added */
     fmt_gguf_abort(w);
     return 0;

@@ -159,7 +159,7 @@ static int check_gguf_values(const char *mca, const char *gguf,
             uint32_t src = hf_row(r, hd, qk && permute);
             for (uint32_t k = 0; k < t.cols; k++) {
                 /* Q8_0: the row scale rounded to f16, 2^-11 relative */
-                double tol = g->type == FMT_GGUF_T_Q8_0
+                double tol = g->type == FMT_GGUF_T_Q8_0 && t.fmt == KN_W_Q8
                                  ? fabs(a[k]) / 2048 + 1e-9 : 0;
                 if (g->type != FMT_GGUF_T_Q4_1 && fabs(b[k] - a[k]) > tol)
                     fail_msg("%s row %u col %u: gguf %g, artifact %g (%s)",
@@ -204,24 +204,34 @@ static void test_export_gguf_holds_the_artifacts_values(void **state)
         kn_wformat fmt;
         uint32_t group, want;
         int permute, compress, linears; /* linears: 7 x layers */
+        const char *extra;              /* more export options */
     } cases[] = {
-        {"llama", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28},
-        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 1, 1, 28},
-        {"llama", "int4", KN_W_COUNT_, 64, FMT_GGUF_T_Q4_1, 1, 0, 28},
-        {"llama", "int4", KN_W_Q4S, 32, FMT_GGUF_T_Q4_0, 1, 0, 28},
-        {"llama-bias", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28},
-        {"llama", "f32", KN_W_COUNT_, 32, FMT_GGUF_T_F32, 1, 0, 28},
-        {"llama-bf16", "bf16", KN_W_COUNT_, 32, FMT_GGUF_T_BF16, 1, 0, 28},
-        {"qwen2", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 0, 0, 21},
+        {"llama", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28, ""},
+        /* asymmetric int4: Q5_0 by default and Q8_0, both exact
+         * (tolerance 0 above), or Q4_1 (its bound above) */
+        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q5_0, 1, 1, 28, ""},
+        {"llama", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q4_1, 1, 0, 28,
+         " --gguf-int4 q4_1"},
+        {"llama", "int4", KN_W_COUNT_, 64, FMT_GGUF_T_Q4_1, 1, 0, 28,
+         " --gguf-int4 q4_1"},
+        {"llama", "int4", KN_W_COUNT_, 128, FMT_GGUF_T_Q8_0, 1, 0, 28,
+         " --gguf-int4 q8_0"},
+        {"llama", "int4", KN_W_Q4S, 32, FMT_GGUF_T_Q4_0, 1, 0, 28,
+         " --gguf-int4 q5_0"}, /* symmetric stays Q4_0 */
+        {"llama-bias", "int8", KN_W_COUNT_, 32, FMT_GGUF_T_Q8_0, 1, 0, 28, ""},
+        {"llama", "f32", KN_W_COUNT_, 32, FMT_GGUF_T_F32, 1, 0, 28, ""},
+        {"llama-bf16", "bf16", KN_W_COUNT_, 32, FMT_GGUF_T_BF16, 1, 0, 28, ""},
+        {"qwen2", "int4", KN_W_COUNT_, 32, FMT_GGUF_T_Q5_0, 0, 0, 21, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *model = tu_fmt("%s/%s", FX, cases[i].model);
         compile(model, mca, cases[i].quant, cases[i].fmt, cases[i].group,
                 cases[i].compress);
-        char *args = tu_fmt("'%s' --format gguf -o '%s' -q%s", mca, gg,
+        char *args = tu_fmt("'%s' --format gguf -o '%s' -q%s%s", mca, gg,
                             strcmp(cases[i].model, "qwen2")
                                 ? ""
-                                : " --ignore-sliding-window");
+                                : " --ignore-sliding-window",
+                            cases[i].extra);
         char *out = NULL, *err = NULL;
         assert_int_equal(run_export(args, &out, &err), 0);
         assert_string_equal(out, "");
@@ -232,6 +242,31 @@ static void test_export_gguf_holds_the_artifacts_values(void **state)
         free(out);
         free(err);
         free(model);
+    }
+    /* the report states what Q4_1 rounds: how many blocks, and by how
+     * much of a scale (at most half an f16 step of 15 scales, 15/2048) */
+    compile(FX "/llama", mca, "int4", KN_W_COUNT_, 32, 0);
+    for (int k = 0; k < 2; k++) {
+        char *a = tu_fmt("'%s' --format gguf -o '%s' --json%s", mca, gg,
+                         k ? " --gguf-int4 q4_1" : "");
+        char *out = NULL;
+        assert_int_equal(run_export(a, &out, NULL), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        json_int_t blocks = json_integer_value(json_object_get(j,
+                                                               "q4_1_blocks"));
+        json_int_t inexact = json_integer_value(
+            json_object_get(j, "q4_1_inexact"));
+        double worst = json_real_value(json_object_get(j, "q4_1_max_err"));
+        if (k == 0) {
+            assert_int_equal(blocks, 0); /* the default, Q5_0, is exact */
+        } else {
+            assert_true(inexact > 0 && inexact <= blocks);
+            assert_true(worst > 0 && worst <= 15.0 / 2048 * (1 + 1e-9));
+        }
+        json_decref(j);
+        free(a);
+        free(out);
     }
     /* a model directory exports too: its float tensors as they are */
     char *args = tu_fmt("'%s/llama' --format gguf -o '%s' -q", FX, gg);
@@ -268,13 +303,13 @@ static void test_export_ragged_rows_fall_back_or_are_refused(void **state)
     assert_int_equal(run_export(args, &out, &err), 0);
     assert_non_null(strstr(out, "5 quantized tensors written as float32"));
     assert_non_null(strstr(out, "model.layers.0.mlp.down_proj.weight"));
-    check_gguf_values(mca, gg, FMT_GGUF_T_Q4_1, 1);
+    check_gguf_values(mca, gg, FMT_GGUF_T_Q5_0, 1);
     tg_file f;
     assert_int_equal(tg_open(gg, &f), 0);
     assert_int_equal(tg_tensor_find(&f, "blk.0.ffn_down.weight")->type,
                      FMT_GGUF_T_F32);
     assert_int_equal(tg_tensor_find(&f, "blk.0.ffn_up.weight")->type,
-                     FMT_GGUF_T_Q4_1);
+                     FMT_GGUF_T_Q5_0);
     /* tied: no output.weight, llama.cpp reuses token_embd */
     assert_null(tg_tensor_find(&f, "output.weight"));
     tg_close(&f);
@@ -527,6 +562,24 @@ static void test_export_usage_errors_and_overwrite(void **state)
         free(out);
         free(err);
     }
+    /* invalid combinations of options are refused by name */
+    static const char *const combo[][3] = {
+        {FX "/llama --format compressed-tensors -o /tmp/x --gguf-int4 q5_0",
+         "--gguf-int4", "compressed-tensors"},
+        {FX "/llama --format gguf -o /tmp/x --gguf-int4 q4_0", "--gguf-int4",
+         "q4_0"},
+        {FX "/llama --format gguf -o /tmp/x --gguf-int4", "--gguf-int4",
+         "missing value"},
+        {FX "/mistral --format compressed-tensors -o /tmp/x "
+            "--ignore-sliding-window", "--ignore-sliding-window",
+         "compressed-tensors"}};
+    for (size_t i = 0; i < sizeof combo / sizeof *combo; i++) {
+        assert_int_equal(run_export(combo[i][0], &out, &err), 2);
+        assert_non_null(strstr(err, combo[i][1]));
+        assert_non_null(strstr(err, combo[i][2]));
+        free(out);
+        free(err);
+    }
     /* a directory output that holds the input would replace it */
     char *dir = tu_mkdtemp("exo");
     char *mca = tu_fmt("%s/m.mca", dir);
@@ -572,10 +625,11 @@ static void test_export_tokenizer_metadata_from_tokenizer_json(void **state)
     char *p = tu_fmt("%s/t.gguf", dir);
     fmt_gguf_writer *w;
     mc_error err;
-    char desc[64];
+    char desc[64], note[512];
     assert_int_equal(fmt_gguf_writer_create(p, &w, &err), MC_OK);
     assert_int_equal(cmp_export_gguf_tokenizer(w, text, len, &cfg, "t", desc,
-                                               sizeof desc, &err), MC_OK);
+                                               sizeof desc, note, sizeof note,
+                                               &err), MC_OK);
     assert_string_equal(desc, "llama (SPM), 32000 tokens");
     assert_int_equal(fmt_gguf_begin_data(w, &err), MC_OK);
     assert_int_equal(fmt_gguf_finish(w, &err), MC_OK);
@@ -617,12 +671,15 @@ static void test_export_tokenizer_metadata_from_tokenizer_json(void **state)
     assert_int_equal(tg_kv_u32(&f, "tokenizer.ggml.bos_token_id"), 1);
     assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_bos_token")->val[0],
                      1);
+    assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_eos_token")->val[0],
+                     0);
     tg_close(&f);
     /* a vocabulary smaller than the tokenizer's ids is refused */
     cfg.vocab_size = 1000;
     assert_int_equal(fmt_gguf_writer_create(p, &w, &err), MC_OK);
     assert_int_equal(cmp_export_gguf_tokenizer(w, text, len, &cfg, "t", desc,
-                                               sizeof desc, &err),
+                                               sizeof desc, note, sizeof note,
+                                               &err),
                      MC_ERR_SHAPE);
     assert_non_null(strstr(err.message, "outside the model's vocabulary"));
     fmt_gguf_abort(w);

@@ -315,7 +315,11 @@ static int shim_usable(job *j, long long *bytes)
     char *scratch = tu_fmt("%s/probe", j->tmp);
     assert_int_equal(mkdir(scratch, 0777), 0);
     /* Same run, output redirected into scratch. */
-    int outi = strcmp(j->label, "merge") == 0 ? 6 : 11;
+    int outi = 0; /* the argument after -o */
+    for (int i = 1; i < 16 && j->argv_new[i]; i++)
+        if (strcmp(j->argv_new[i - 1], "-o") == 0)
+            outi = i;
+    assert_true(outi > 0);
     char *saved = j->argv_new[outi];
     j->argv_new[outi] = tu_fmt("%s/%s", scratch, j->base);
     const char *env[] = {"MC_FAULT_PATH_SUBSTR=.mctmp-", NULL};
@@ -494,6 +498,47 @@ static void test_fault_io_compile_keeps_previous_output(void **state)
     run_job(&j);
 }
 
+/* `mcompile export` (a GGUF file, a compressed-tensors directory) under
+ * the same faults: the previous export from the int8 artifact survives
+ * every failed export of the int4 one.  The inputs live in the build
+ * directory, out of the scratch directory the cases count. */
+static void test_fault_io_export_keeps_previous_output(void **state)
+{
+    (void)state;
+    static char in[4096];
+    snprintf(in, sizeof in, "%s/fio-export-in", MC_BIN_DIR);
+    tu_rmtree(in);
+    assert_int_equal(mkdir(in, 0755), 0);
+    const char *quant[2] = {"int8", "int4"};
+    for (int k = 0; k < 2; k++) {
+        char *cmd = tu_fmt("'%s/mcompile' '%s/llama' --target 64MiB --quant "
+                           "%s -o '%s/%s.mca' -q", MC_BIN_DIR, MC_FIXTURE_DIR,
+                           quant[k], in, quant[k]);
+        assert_int_equal(tu_run(cmd, NULL, NULL), 0);
+        free(cmd);
+    }
+    const char *fmts[2][2] = {{"gguf", "m.gguf"},
+                              {"compressed-tensors", "ct"}};
+    for (int f = 0; f < 2; f++) {
+        job j;
+        job_init(&j, fmts[f][0], fmts[f][1]);
+        char **dst[2] = {j.argv_ok, j.argv_new};
+        for (int k = 0; k < 2; k++) {
+            int i = 0;
+            dst[k][i++] = tu_fmt("%s/mcompile", MC_BIN_DIR);
+            dst[k][i++] = strdup("export");
+            dst[k][i++] = tu_fmt("%s/%s.mca", in, quant[k]);
+            dst[k][i++] = strdup("--format");
+            dst[k][i++] = strdup(fmts[f][0]);
+            dst[k][i++] = strdup("-o");
+            dst[k][i++] = strdup(j.out);
+            dst[k][i++] = strdup("-q");
+        }
+        run_job(&j);
+    }
+    tu_rmtree(in);
+}
+
 /* A calibrated compile whose spill file (cmp_spill.h: the quantized blocks
  * on their way to the artifact) hits ENOSPC: exit 1 naming the spill file
  * and the error, the previous artifact intact, nothing left in the
@@ -582,6 +627,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fault_io_merge_keeps_previous_output),
         cmocka_unit_test(test_fault_io_compile_keeps_previous_output),
+        cmocka_unit_test(test_fault_io_export_keeps_previous_output),
         cmocka_unit_test(test_fault_io_failed_first_run_leaves_nothing),
         cmocka_unit_test(test_fault_io_calib_spill_enospc),
     };

@@ -143,8 +143,8 @@ static void test_gguf_every_metadata_type_reads_back(void **state)
     free(dir);
 }
 
-/* Q8_0, Q4_0 and Q4_1 blocks are sized as ggml-common.h says and rows
- * read back through the spec's dequantization. */
+/* Q8_0, Q4_0, Q4_1 and Q5_0 blocks are sized as ggml-common.h says and
+ * rows read back through the spec's dequantization. */
 static void test_gguf_blocks_and_alignment(void **state)
 {
     (void)state;
@@ -164,10 +164,13 @@ static void test_gguf_blocks_and_alignment(void **state)
     uint64_t ne1[1] = {5};
     assert_int_equal(fmt_gguf_add_tensor(w, "v", FMT_GGUF_T_F16, 1, ne1, &err),
                      MC_OK);
+    assert_int_equal(fmt_gguf_add_tensor(w, "q50", FMT_GGUF_T_Q5_0, 2, ne,
+                                         &err), MC_OK);
     assert_int_equal(fmt_gguf_tensor_bytes(w, 0), 3 * 2 * 34);
     assert_int_equal(fmt_gguf_tensor_bytes(w, 1), 3 * 2 * 18);
     assert_int_equal(fmt_gguf_tensor_bytes(w, 2), 3 * 2 * 20);
     assert_int_equal(fmt_gguf_tensor_bytes(w, 3), 10);
+    assert_int_equal(fmt_gguf_tensor_bytes(w, 4), 3 * 2 * 22);
     assert_int_equal(fmt_gguf_begin_data(w, &err), MC_OK);
     /* one block pattern repeated: d = 0.5 (f16 0x3800), m = -1 (0xBC00) */
     uint8_t q8[34], q40[18], q41[20];
@@ -186,6 +189,19 @@ static void test_gguf_blocks_and_alignment(void **state)
         assert_int_equal(fmt_gguf_write(w, q41, sizeof q41, &err), MC_OK);
     uint16_t h[5] = {0x3C00, 0x4000, 0, 0xBC00, 0x3800};
     assert_int_equal(fmt_gguf_write(w, h, sizeof h, &err), MC_OK);
+    /* Q5_0, d = 0.5: block A has codes c_j = j (the fifth bit set in the
+     * high half: qh = 0xFFFF0000), block B c_j = 31 - j (set in the low
+     * half: qh = 0x0000FFFF); x = d (c - 16) */
+    uint8_t q5a[22] = {0x00, 0x38, 0x00, 0x00, 0xFF, 0xFF};
+    uint8_t q5b[22] = {0x00, 0x38, 0xFF, 0xFF, 0x00, 0x00};
+    for (int j = 0; j < 16; j++) {
+        q5a[6 + j] = (uint8_t)(j | j << 4);
+        q5b[6 + j] = (uint8_t)((15 - j) | (15 - j) << 4);
+    }
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(fmt_gguf_write(w, q5a, sizeof q5a, &err), MC_OK);
+        assert_int_equal(fmt_gguf_write(w, q5b, sizeof q5b, &err), MC_OK);
+    }
     assert_int_equal(fmt_gguf_finish(w, &err), MC_OK);
 
     tg_file f;
@@ -207,6 +223,11 @@ static void test_gguf_blocks_and_alignment(void **state)
                 row[31] == -4.0f);
     assert_int_equal(tg_row_f32(tg_tensor_find(&f, "q41"), 0, row), 0);
     assert_true(row[0] == -1.0f && row[16] == 6.5f);
+    assert_int_equal(tg_row_f32(tg_tensor_find(&f, "q50"), 2, row), 0);
+    for (int j = 0; j < 32; j++) {
+        assert_true(row[j] == 0.5f * (float)(j - 16));
+        assert_true(row[32 + j] == 0.5f * (float)(15 - j));
+    }
     assert_int_equal(tg_row_f32(tg_tensor_find(&f, "v"), 0, row), 0);
     assert_true(row[0] == 1.0f && row[1] == 2.0f && row[3] == -1.0f &&
                 row[4] == 0.5f);

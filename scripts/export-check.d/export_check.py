@@ -39,9 +39,17 @@ def run(cmd, **kw):
 
 
 def logits_of(tool, model, ids, vocab):
-    out = os.path.join(WORK, "logits.f32")
-    greedy = run([tool, model, " ".join(map(str, ids)), str(NGEN), out])
+    out = os.path.join(WORK, "logits-%d.f32" % os.getpid())
+    # our runtime's float dot products: its default integer path quantizes
+    # the activations to int8 per 32-block (docs/quantization.md), which
+    # is the engine's choice, not the weights'; "the same weights" means
+    # the exact float path (llama.cpp's own activation quantization shows
+    # in the "gguf" column against the dequantized "gguf as f32" one)
+    env = dict(os.environ, MC_FLOAT_DOT="1")
+    greedy = run([tool, model, " ".join(map(str, ids)), str(NGEN), out],
+                 env=env)
     lg = np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)[:, :vocab]
+    os.remove(out)
     return lg.astype(np.float64), [int(x) for x in greedy.split()]
 
 
@@ -142,6 +150,12 @@ def one_case(name, model, compile_args, ids, vocab, gguf_args=()):
     # the quantized file against its own dequantized weights, both in
     # llama.cpp: what the engine's quantized matmuls cost by themselves
     res["gguf_engine_only"] = compare(lgd, gdi, lg, gi)
+    if "--gguf-int4" in gguf_args:
+        # only the GGUF differs from the case without --gguf-int4: its
+        # compressed-tensors export is that case's (transformers is the
+        # slow part of a case)
+        res["compressed_tensors"] = None
+        return res
     d = os.path.join(WORK, name + "-ct")
     run([MCOMPILE, "export", mca, "--format", "compressed-tensors", "-o", d])
     lg, ti = transformers_logits(d, ids)
@@ -149,32 +163,59 @@ def one_case(name, model, compile_args, ids, vocab, gguf_args=()):
     return res
 
 
+# the previous check's four texts, then the harder ones: runs of leading,
+# trailing and inner spaces, newlines and tabs, digits, unicode (accents,
+# CJK, emoji: byte fallback in an SPM vocabulary), a literal "▁",
+# special tokens written in the text, and the empty string
 TOKENIZER_TEXTS = [
     "Once upon a time, there was a little girl named Lily.",
     "Hello world!  Two  spaces, a tab\tand\na newline.",
     "caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001f600 (byte fallback)",
     "   leading spaces and 1234567890 digits",
+    " x", "  x", "   x", "    x", "x ", "x  ", "trailing   ",
+    "a  b   c    d     e", "\n", "\n\n x", " \n ", "line\n\n\nline",
+    "1 22 333 4444 55555 3.14159 -42 1,000,000", "0x1F 007 2024-12-01",
+    "Hello, World! It's a test -- isn't it? We'll see; I'd say: \"yes\".",
+    "\u00e9\u00e8\u00ea \u00fc\u00df \u4e2d\u6587 \u0416\u0438\u0437\u043d\u044c "
+    "\U0001f680\U0001f600",
+    "tab\there\t\tand  more", "    def f(x):\n        return x * 2\n",
+    "THE QUICK BROWN FOX", "\u2581 literal", "a\u200bb", "<s> special </s> "
+    "in text", "<|im_start|>user\nhi<|im_end|>", "", " ", "   ",
+    "e\u0301 (decomposed) \u00e9 (composed)", "\u00a0non-breaking\u00a0space",
 ]
 
 
-def tokenizer_case():
-    """llama.cpp's tokenizer from our GGUF metadata against Hugging Face
-    tokenizers on the same tokenizer.json (Mistral's, 32000 tokens), on a
-    generated one-layer Llama whose vocabulary is that tokenizer's."""
+def tiny_model_dir(d, tokenizer_json, vocab, arch):
+    """A one-layer model (random weights) whose vocabulary is the
+    tokenizer's: the GGUF export needs a model around its tokenizer."""
     from safetensors.numpy import save_file
-    from tokenizers import Tokenizer
-    src = os.path.join(SHARED, "tokenizers", "mistral-7b-instruct-v0.1")
-    d = os.path.join(WORK, "tok-model")
-    os.makedirs(d, exist_ok=True)
-    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    if os.path.exists(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    tok = json.load(open(tokenizer_json))
+    ids = [v for v in tok["model"]["vocab"].values()] + \
+        [a["id"] for a in tok.get("added_tokens", [])]
+    vocab = max(vocab, max(ids) + 1)
+    def tid(name):
+        for a in tok.get("added_tokens", []):
+            if a["content"] == name:
+                return a["id"]
+        return tok["model"]["vocab"].get(name)
+    bos = tid("<s>") if tid("<s>") is not None else tid("<|begin_of_text|>")
+    eos = tid("</s>") if tid("</s>") is not None else tid("<|endoftext|>")
+    cfg = {"model_type": arch, "hidden_size": 64, "intermediate_size": 128,
            "num_hidden_layers": 1, "num_attention_heads": 4,
-           "num_key_value_heads": 4, "vocab_size": 32000,
+           "num_key_value_heads": 4, "vocab_size": vocab,
            "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
            "hidden_act": "silu", "tie_word_embeddings": True,
-           "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+           "torch_dtype": "float32"}
+    if bos is not None:
+        cfg["bos_token_id"] = bos
+    if eos is not None:
+        cfg["eos_token_id"] = eos
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     rng = np.random.default_rng(0)
-    t = {"model.embed_tokens.weight": rng.normal(0, .2, (32000, 64)),
+    t = {"model.embed_tokens.weight": rng.normal(0, .2, (vocab, 64)),
          "model.norm.weight": np.ones(64)}
     p = "model.layers.0."
     for n, sh in (("self_attn.q_proj", (64, 64)), ("self_attn.k_proj", (64, 64)),
@@ -182,26 +223,92 @@ def tokenizer_case():
                   ("mlp.gate_proj", (128, 64)), ("mlp.up_proj", (128, 64)),
                   ("mlp.down_proj", (64, 128))):
         t[p + n + ".weight"] = rng.normal(0, .1, sh)
+        if arch == "qwen2" and n[-6:] in ("q_proj", "k_proj", "v_proj"):
+            t[p + n + ".bias"] = np.zeros(sh[0])
     t[p + "input_layernorm.weight"] = np.ones(64)
     t[p + "post_attention_layernorm.weight"] = np.ones(64)
     save_file({k: v.astype(np.float32) for k, v in t.items()},
               os.path.join(d, "model.safetensors"))
-    shutil.copy(os.path.join(src, "tokenizer.json"), d)
-    mca = os.path.join(WORK, "tok.mca")
-    run([MCOMPILE, d, "--target", "4G", "-q", "-o", mca])
-    g = os.path.join(WORK, "tok.gguf")
-    run([MCOMPILE, "export", mca, "--format", "gguf", "-o", g])
-    hf = Tokenizer.from_file(os.path.join(src, "tokenizer.json"))
-    same = 0
-    for text in TOKENIZER_TEXTS:
-        ours = [int(x) for x in run([LLAMA, "--tokenize", g, text]).split()]
-        ref = hf.encode(text).ids
+    shutil.copy(tokenizer_json, os.path.join(d, "tokenizer.json"))
+    return d
+
+
+def legacy_form(src, dst):
+    """A Metaspace tokenizer.json in the older form of the same tokenizer:
+    normalizer Prepend("\u2581") + Replace(" ", "\u2581"), no
+    pre-tokenizer (the form Mistral's and Llama 2's repositories ship)."""
+    t = json.load(open(src))
+    t["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "},
+         "content": "\u2581"}]}
+    t["pre_tokenizer"] = None
+    json.dump(t, open(dst, "w"), ensure_ascii=False)
+    return dst
+
+
+def tokenizer_forms():
+    """(name, tokenizer.json, model_type): the real Mistral tokenizer in
+    both of its forms, and the forms test_tokenizer_forms replays
+    (tests/data/tokenizer, built with the tokenizers library): a
+    SentencePiece-style BPE trained by tokenizers (spm_legacy), Qwen2's and
+    Llama 3's byte-level BPE, GPT-2's and SmolLM's."""
+    forms = []
+    mistral = os.path.join(SHARED, "tokenizers", "mistral-7b-instruct-v0.1",
+                           "tokenizer.json")
+    if os.path.exists(mistral):
+        forms.append(("mistral", mistral, "llama"))
+        os.makedirs(WORK, exist_ok=True)
+        forms.append(("mistral-legacy", legacy_form(
+            mistral, os.path.join(WORK, "mistral-legacy.json")), "llama"))
+    data = os.path.join(ROOT, "tests", "data", "tokenizer")
+    for name, arch in (("spm_legacy", "llama"), ("mistral", "llama"),
+                       ("qwen2", "qwen2"), ("llama3", "llama"),
+                       ("gpt2", "llama"), ("smollm", "llama")):
+        forms.append(("forms-" + name, os.path.join(data, name + ".json"),
+                      arch))
+    return forms
+
+
+def tokenizer_case(name, tj, arch):
+    """llama.cpp's tokenizer from our GGUF metadata against Hugging Face
+    tokenizers on the same tokenizer.json: TOKENIZER_TEXTS and the 414
+    strings of tests/data/tokenizer/corpus.json, with BOS as the template
+    adds it and special tokens in the text recognised on both sides."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(tj)
+    d = tiny_model_dir(os.path.join(WORK, "tok-" + name), tj,
+                       hf.get_vocab_size(with_added_tokens=True), arch)
+    g = os.path.join(WORK, "tok-" + name + ".gguf")
+    rep = json.loads(run([MCOMPILE, "export", d, "--format", "gguf", "-o", g,
+                          "--json"]))
+    texts = TOKENIZER_TEXTS + json.load(open(os.path.join(
+        ROOT, "tests", "data", "tokenizer", "corpus.json")))
+    tf = os.path.join(WORK, "tok-" + name + ".texts")
+    with open(tf, "wb") as f:
+        for t in texts:  # a byte count, a newline, the bytes
+            b = t.encode("utf-8")
+            f.write(b"%d\n" % len(b) + b)
+    lines = run([LLAMA, "--tokenize", g, tf]).split("\n")
+    added = [a["content"] for a in json.load(open(tj)).get("added_tokens", [])]
+    same, shown, lead = 0, 0, 0
+    for t, line in zip(texts, lines):
+        ours = [int(x) for x in line.split()]
+        ref = hf.encode(t).ids
         same += ours == ref
-        if ours != ref:
-            print("tokenizer differs on %r:\n  llama.cpp %s\n  HF        %s"
-                  % (text, ours, ref))
-    return {"case": "tokenizer-mistral", "texts": len(TOKENIZER_TEXTS),
-            "identical": same}
+        # what a Metaspace form cannot give llama.cpp: its "\u2581" prefix
+        # on text that starts with a space, or after a special token
+        lead += ours != ref and (t[:1] in (" ", "\u2581") or
+                                 any(a in t for a in added))
+        if ours != ref and shown < 3:
+            shown += 1
+            print("%s: differs on %r:\n  llama.cpp %s\n  HF        %s" % (
+                name, t, [hf.id_to_token(i) for i in ours],
+                [hf.id_to_token(i) for i in ref]))
+    return {"case": "tokenizer-" + name, "texts": len(texts),
+            "identical": same, "differ_leading_space_or_special": lead,
+            "exported_as": rep.get("tokenizer"),
+            "note": rep.get("tokenizer_note", "")}
 
 
 def no_window_copy(src, dst):
@@ -230,6 +337,17 @@ def main():
             ("stories-int8", stories, ["--quant", "int8"], ids, 512, ()),
             ("stories-int4g32", stories, ["--quant", "int4", "--group", "32"],
              ids, 512, ()),
+            ("stories-int4g32-q4_1", stories,
+             ["--quant", "int4", "--group", "32"], ids, 512,
+             ("--gguf-int4", "q4_1")),
+            ("stories-int4g32-q8_0", stories,
+             ["--quant", "int4", "--group", "32"], ids, 512,
+             ("--gguf-int4", "q8_0")),
+            ("stories-int4g128", stories,
+             ["--quant", "int4", "--group", "128"], ids, 512, ()),
+            ("stories-int4g128-q4_1", stories,
+             ["--quant", "int4", "--group", "128"], ids, 512,
+             ("--gguf-int4", "q4_1")),
             ("stories-int4g32-calib-rot", stories,
              ["--quant", "int4", "--group", "32", "--calib", calib,
               "--method", "rtn"], ids, 512, ()),
@@ -250,6 +368,9 @@ def main():
          ["--quant", "int4", "--group", "32"], ids, 256, ()),
         ("llama-int4g64", os.path.join(fx, "llama"),
          ["--quant", "int4", "--group", "64"], ids, 256, ()),
+        ("llama-int4g32-q4_1", os.path.join(fx, "llama"),
+         ["--quant", "int4", "--group", "32"], ids, 256,
+         ("--gguf-int4", "q4_1")),
         ("llama-bias-int8", os.path.join(fx, "llama-bias"),
          ["--quant", "int8"], ids, 256, ()),
         ("mistral-int4g32", os.path.join(fx, "mistral"),
@@ -265,14 +386,16 @@ def main():
     ]
     only = sys.argv[1:]
     results, bad = [], 0
-    if os.path.isdir(os.path.join(SHARED, "tokenizers")) and (
-            not only or "tokenizer-mistral" in only):
+    tok_results = []
+    for form in tokenizer_forms():
+        if only and "tokenizer-" + form[0] not in only and \
+                "tokenizers" not in only:
+            continue
         try:
-            r = tokenizer_case()
-            bad += r["identical"] != r["texts"]
+            r = tokenizer_case(*form)
         except Exception as e:
-            r = {"case": "tokenizer-mistral", "error": str(e)[-1500:]}
-            bad += 1
+            r = {"case": "tokenizer-" + form[0], "error": str(e)[-1500:]}
+        tok_results.append(r)
         print(json.dumps(r), flush=True)
     for c in cases:
         if only and c[0] not in only:
@@ -295,8 +418,22 @@ def main():
         cols = [r[k] for k in ("gguf", "gguf_dequant", "gguf_engine_only",
                                "compressed_tensors")]
         print("%-26s " % r["case"] + " ".join(
-            "%.2e %2d/64    " % (c["kld_mean"], c["greedy_same"]) for c in cols))
-    json.dump(results, open(os.path.join(WORK, "results.json"), "w"), indent=1)
+            "%.2e %2d/64    " % (c["kld_mean"], c["greedy_same"]) if c
+            else "(as without)    " for c in cols))
+    if tok_results:
+        print("\nllama.cpp's tokenization of our GGUF against Hugging Face "
+              "tokenizers (texts identical)")
+        for r in tok_results:
+            print("%-26s %s" % (r["case"], "ERROR " + r["error"][:100]
+                                if "error" in r else
+                                "%d/%d (%d of the others start with a space "
+                                "or hold a special token)  [%s]%s" % (
+                                    r["identical"], r["texts"],
+                                    r["differ_leading_space_or_special"],
+                                    r["exported_as"], "  " + r["note"]
+                                    if r["note"] else "")))
+    json.dump(results + tok_results,
+              open(os.path.join(WORK, "results.json"), "w"), indent=1)
     return 1 if bad else 0
 
 

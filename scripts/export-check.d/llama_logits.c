@@ -4,8 +4,12 @@
  * KV cache in f32 and flash attention off, like our runtime.
  *
  * usage: llama_logits MODEL.gguf "id id ..." NGEN LOGITS.f32
- *        llama_logits --tokenize MODEL.gguf TEXT   (ids with BOS as the
- *        file's add_bos_token says, on one line) */
+ *        llama_logits --tokenize MODEL.gguf TEXTS  (TEXTS: a file of
+ *        texts, each a decimal byte count, a newline and that many bytes
+ *        (texts may hold NUL bytes); for each, one line of ids, with
+ *        BOS as the file's add_bos_token says and special tokens in the
+ *        text recognised, as llama-server does with a prompt and as
+ *        Hugging Face tokenizers' encode does) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +32,7 @@ static void quiet(enum ggml_log_level l, const char *t, void *u)
         fputs(t, stderr);
 }
 
-static int tokenize(const char *path, const char *text)
+static int tokenize(const char *path, const char *texts)
 {
     struct llama_model_params mp = llama_model_default_params();
     mp.vocab_only = 1;
@@ -37,13 +41,29 @@ static int tokenize(const char *path, const char *text)
         fprintf(stderr, "llama.cpp could not load %s\n", path);
         return 1;
     }
-    llama_token ids[4096];
-    int n = llama_tokenize(llama_model_get_vocab(m), text, (int)strlen(text),
-                           ids, 4096, 1, 0);
-    if (n < 0)
+    FILE *f = fopen(texts, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", texts);
         return 1;
-    for (int i = 0; i < n; i++)
-        printf("%d%c", ids[i], i + 1 < n ? ' ' : '\n');
+    }
+    static char text[1 << 16];
+    static llama_token ids[1 << 16];
+    size_t len;
+    while (fscanf(f, "%zu", &len) == 1 && fgetc(f) == '\n') {
+        if (len > sizeof text || fread(text, 1, len, f) != len) {
+            fprintf(stderr, "%s: a text is cut short or too long\n", texts);
+            return 1;
+        }
+        int n = llama_tokenize(llama_model_get_vocab(m), text, (int)len, ids,
+                               1 << 16, 1, 1);
+        if (n < 0)
+            return 1;
+        for (int i = 0; i < n; i++)
+            printf("%d%c", ids[i], i + 1 < n ? ' ' : '\n');
+        if (n == 0)
+            printf("\n");
+    }
+    fclose(f);
     llama_model_free(m);
     return 0;
 }

@@ -104,6 +104,7 @@ static uint64_t type_bytes(uint32_t type, uint64_t ne0, int *ok)
     case 1: case 30: return ne0 * 2;
     case 2: *ok = ne0 % 32 == 0; return ne0 / 32 * 18;
     case 3: *ok = ne0 % 32 == 0; return ne0 / 32 * 20;
+    case 6: *ok = ne0 % 32 == 0; return ne0 / 32 * 22;
     case 8: *ok = ne0 % 32 == 0; return ne0 / 32 * 34;
     default: *ok = 0; return 0;
     }
@@ -301,6 +302,21 @@ int tg_row_f32(const tg_tensor *t, uint64_t r, float *out)
             float d = h2f(blk);
             for (int j = 0; j < 32; j++)
                 out[32 * b + j] = d * (float)(int8_t)blk[2 + j];
+        }
+        return 0;
+    case 6: /* Q5_0: f16 d, u32 qh (LE), u8 qs[16]; as ggml's
+             * dequantize_row_q5_0: bit j of qh is element j's fifth bit,
+             * bit j + 16 element j + 16's */
+        for (uint64_t b = 0; b < n / 32; b++) {
+            const uint8_t *blk = row + 22 * b;
+            float d = h2f(blk);
+            uint32_t qh = (uint32_t)le(blk + 2, 4);
+            for (int j = 0; j < 16; j++) {
+                int x0 = (int)((blk[6 + j] & 15) | (((qh >> j) << 4) & 0x10));
+                int x1 = (int)((blk[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10));
+                out[32 * b + j] = d * (float)(x0 - 16);
+                out[32 * b + j + 16] = d * (float)(x1 - 16);
+            }
         }
         return 0;
     case 2: /* Q4_0: f16 d, u8 qs[16]; low nibbles 0..15, high 16..31 */

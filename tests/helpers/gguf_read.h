@@ -1,11 +1,12 @@
 /*
  * gguf_read.h - an independent GGUF reader for the tests: it parses a file
  * the way ggml's gguf.cpp does (docs/gguf.md, version 3) and dequantizes
- * F32/F16/BF16/Q8_0/Q4_0/Q4_1 rows from ggml's block definitions, written
- * from the specification rather than from formats/fmt_gguf.h, so a test
- * that round-trips through it checks the writer against the format and not
- * against itself.  Every length and offset is bounds-checked (files are
- * test outputs, but a broken writer must fail a test, not crash it).
+ * F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0 rows from ggml's block definitions,
+ * written from the specification rather than from formats/fmt_gguf.h, so a
+ * test that round-trips through it checks the writer against the format
+ * and not against itself.  Every length and offset is bounds-checked
+ * (files are test outputs, but a broken writer must fail a test, not crash
+ * it).
  */
 #ifndef GGUF_READ_H
 #define GGUF_READ_H
