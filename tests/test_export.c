@@ -569,7 +569,7 @@ static void test_export_usage_errors_and_overwrite(void **state)
         {FX "/llama --format gguf -o /tmp/x --gguf-int4 q4_0", "--gguf-int4",
          "q4_0"},
         {FX "/llama --format gguf -o /tmp/x --gguf-int4", "--gguf-int4",
-         "missing value"},
+         "needs a value"},
         {FX "/mistral --format compressed-tensors -o /tmp/x "
             "--ignore-sliding-window", "--ignore-sliding-window",
          "compressed-tensors"}};
