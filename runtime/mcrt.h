@@ -17,6 +17,14 @@
  * the session's max_batch, and sequence i of the request is seeded with
  * (seed, i) whatever wave it lands in, so results do not depend on n.
  * A handle is not thread-safe; use one per thread.
+ *
+ * Backends.  A handle runs on one device (mcrt_options.device): the CPU or
+ * CUDA.  Every device is driven by the same scheduler (runtime/rt_sched.c),
+ * so requests, refusals and results (up to float rounding) do not depend
+ * on the device.  To add one, implement the function table of
+ * runtime/rt_backend.h (create over the planned arena, upload, one block,
+ * the head, optional argmax) and give it an MCRT_DEVICE_ value; the steps
+ * are listed at the top of that header.
  */
 #ifndef MCRT_H
 #define MCRT_H
@@ -46,7 +54,15 @@ typedef struct mcrt_options {
      * want_seq)).  0 = no hint. */
     uint32_t want_batch;
     uint64_t want_seq;
+    int device;                /* MCRT_DEVICE_*: 0 = the plan's device
+                                  (an artifact planned with --device cuda
+                                  runs on CUDA), else the CPU */
 } mcrt_options;
+
+#define MCRT_DEVICE_DEFAULT 0
+#define MCRT_DEVICE_CPU 1
+#define MCRT_DEVICE_CUDA 2     /* fails to open (status 4, unsupported)
+                                  without a CUDA build, driver or GPU */
 
 typedef struct mcrt_gen_params {
     uint32_t max_new_tokens;
@@ -94,6 +110,7 @@ typedef struct mcrt_info {
                                   matrices mapped from the file (or
                                   decompressed at load), f32 norms/biases */
     int plan_source;           /* MCRT_PLAN_* */
+    int device;                /* MCRT_DEVICE_CPU or _CUDA: where it runs */
 } mcrt_info;
 
 #define MCRT_PLAN_RUNTIME 0    /* no stored plan: the runtime's defaults/hints */

@@ -56,6 +56,8 @@ static const char *g_usage =
     "  --threads N             worker threads (default: all CPUs)\n"
     "  --max-batch N --max-seq N --prefill-chunk N   session limits\n"
     "  --kv f32|f16|int8       KV cache type (default: the plan's, else f32)\n"
+    "  --device cpu|cuda       where to run (default: the plan's device, else\n"
+    "                          cpu); cuda needs a CUDA build and a GPU\n"
     "  --truncate left|right   fit over-long prompts instead of refusing\n"
     "\n"
     "Output:\n"

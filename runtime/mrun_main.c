@@ -224,7 +224,7 @@ static int takes_value(const char *a)
         "--top-k", "--seed", "--stop", "--score-labels",
         "--score-continuation", "--threads", "--max-batch", "--max-seq",
         "--prefill-chunk", "--kv", "--truncate", "--input", "--output",
-        "--schedule"};
+        "--schedule", "--device"};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(a, k[i]))
             return 1;
@@ -387,6 +387,12 @@ static int parse_args(int argc, char **argv, cli *c)
                 c->opts.kv_type = 3;
             else
                 return usage_error("--kv: f32, f16 or int8, got '%s'", v);
+        } else if (!strcmp(a, "--device")) {
+            if (!strcmp(v, "cpu") || !strcmp(v, "cuda"))
+                c->opts.device = v[1] == 'u' ? MCRT_DEVICE_CUDA
+                                             : MCRT_DEVICE_CPU;
+            else
+                return usage_error("--device: cpu or cuda, got '%s'", v);
         } else if (!strcmp(a, "--truncate")) {
             if (!strcmp(v, "left"))
                 c->gp.truncate = 1;

@@ -31,6 +31,7 @@ struct mcrt {
     /* memory figures, fixed at open (see mcrt_info) */
     uint64_t planned_bytes, reserve_bytes, weights_all_bytes;
     int plan_source;           /* MCRT_PLAN_* */
+    int device;                /* MCRT_DEVICE_CPU / _CUDA */
     /* request counters (see mcrt_stats) */
     uint64_t requests, refused_plan, refused_input, refused_other;
     char err[1400];
@@ -259,7 +260,18 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
     if (o.threads > 0)
         L.threads = o.threads;
     const rt_layout *plan = m->has_plan && !changed ? &m->plan_layout : NULL;
-    if ((st = rt_session_create(m, &L, plan, &h->sess, &e))) {
+    if (o.device < MCRT_DEVICE_DEFAULT || o.device > MCRT_DEVICE_CUDA) {
+        mcrt_close(h);
+        return set_msg(NULL, MC_ERR_INVALID_ARG,
+                       "mcrt_open: device must be 0 (the plan's), 1 (cpu) "
+                       "or 2 (cuda)");
+    }
+    int cuda = o.device == MCRT_DEVICE_CUDA ||
+               (o.device == MCRT_DEVICE_DEFAULT && m->plan_cuda);
+    h->device = cuda ? MCRT_DEVICE_CUDA : MCRT_DEVICE_CPU;
+    if ((st = rt_session_create_on(m, &L, plan,
+                                   cuda ? RT_DEVICE_CUDA : RT_DEVICE_CPU,
+                                   &h->sess, &e))) {
         mcrt_close(h);
         return set_err(NULL, &e);
     }
@@ -303,6 +315,7 @@ int mcrt_get_info(const mcrt *h, mcrt_info *out)
     out->reserve_bytes = h->reserve_bytes;
     out->weights_mapped_bytes = h->weights_all_bytes;
     out->plan_source = h->plan_source;
+    out->device = h->device;
     return 0;
 }
 
