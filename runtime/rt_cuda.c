@@ -1,8 +1,10 @@
 /* rt_cuda.c - the GPU session's memory: the plan arithmetic (any build),
  * and, with CUDA, create (one cudaMalloc, weight upload, views, warm-up),
  * free, the matmul dispatcher and the device queries (see rt_cuda.h).
- * The step loop and the requests are in rt_cuda_step.c; the stand-ins of a
- * build without CUDA in rt_cuda_absent.c. */
+ * The forward pass is in rt_cuda_step.c, the device queries in
+ * rt_cuda_dev.c; all three form the loadable CUDA module
+ * (rt_cuda_module.h), while the plan arithmetic is also linked into the
+ * runtime (it compiles without CUDA). */
 #include "rt_cuda.h"
 
 #include <limits.h>
