@@ -177,6 +177,30 @@ int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
 int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
                 size_t n, float *const *out);
 
+/* Continuous batching: instead of whole calls, submit one request at a
+ * time into a free slot (of max_batch) and step the model; a request
+ * finishes in its own time and its slot takes the next request at the
+ * next step, its prompt rows sharing steps with the others' decoding.
+ * The memory plan does not change, and each request gives the ids
+ * mcrt_generate gives it (its RNG is (p->seed, seq_index), as sequence
+ * seq_index of a call).  The whole-call functions above refuse to run
+ * while a submitted request is unfinished.
+ *
+ * mcrt_submit_generate: prompt, p's stop ids and result->ids (room for
+ * p->max_new_tokens ids) are borrowed until the slot is reported done;
+ * the same checks and refusals as mcrt_generate (status 10 beyond the
+ * plan); *slot_out (may be NULL) the slot it took.  No free slot: status
+ * 7 (invalid argument). */
+size_t mcrt_free_slots(const mcrt *h);
+int mcrt_submit_generate(mcrt *h, const int32_t *prompt, size_t len,
+                         const mcrt_gen_params *p, uint64_t seq_index,
+                         mcrt_result *result, uint32_t *slot_out);
+/* One step over the submitted requests: the slots that finished go to
+ * done[] (room for max_batch), their count to *n_done, and their
+ * mcrt_result is complete.  Nothing submitted: *n_done = 0.  On failure
+ * every unfinished request is dropped (counted as refused). */
+int mcrt_step(mcrt *h, uint32_t *done, size_t *n_done);
+
 void mcrt_get_stats(const mcrt *h, mcrt_stats *out);
 
 /* 1 if path is an mcompile artifact (it starts with the artifact magic),
