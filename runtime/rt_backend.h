@@ -35,8 +35,11 @@
  *      backend) and allocates everything once; no operation may allocate;
  *   2. lend the scheduler host step tables of the sizes in rt_step_tables
  *      (in the arena on the CPU, host buffers on a GPU);
- *   3. add an rt_device value and a case in rt_session_create_on
- *      (rt_sched.c), and `--device NAME` works in mrun and mcrt_open;
+ *   3. add an rt_device value, its name in rt_device_parse and a case in
+ *      rt_session_create_on (rt_sched.c), an MCRT_DEVICE_ value (mcrt.h,
+ *      mapped in rt_api.c mcrt_open) and the name in mrun's --device;
+ *      a backend that needs a heavy library is loaded on demand, as the
+ *      CUDA one is (rt_cuda_module.h), so CPU runs never map it;
  *   4. run the scheduler's tests on it: MC_TEST_BACKEND=NAME ctest -R
  *      session (tests/helpers/testutil.h tu_session_create).
  */
