@@ -192,7 +192,7 @@ static int run_batch(const rt_model *m, uint32_t batch, double bw,
     rt_limits L = {.max_batch = batch, .max_seq = PLEN + NDEC,
                    .prefill_chunk = 256, .kv_type = KN_KV_F32,
                    .threads = 1};
-    rt_cuda_session *s;
+    rt_session *s;
     mc_error e;
     char buf[1600];
     if (rt_cuda_session_create(m, &L, NULL, NULL, &s, &e)) {
@@ -225,14 +225,14 @@ static int run_batch(const rt_model *m, uint32_t batch, double bw,
     rt_gen_params gp;
     memset(&gp, 0, sizeof gp);
     gp.max_new_tokens = 2; /* untimed first request */
-    if (rt_cuda_session_generate(s, pr, batch, &gp, res, &e))
+    if (rt_session_generate(s, pr, batch, &gp, res, &e))
         goto fail;
-    rt_cuda_session_reset_stats(s);
+    rt_session_reset_stats(s);
     gp.max_new_tokens = NDEC;
-    if (rt_cuda_session_generate(s, pr, batch, &gp, res, &e))
+    if (rt_session_generate(s, pr, batch, &gp, res, &e))
         goto fail;
     rt_session_stats st;
-    rt_cuda_session_stats_get(s, &st);
+    rt_session_stats_get(s, &st);
     r->decode_tok_s = st.decode_seconds > 0
                           ? (double)st.decode_tokens / st.decode_seconds
                           : 0;
@@ -253,7 +253,7 @@ static int run_batch(const rt_model *m, uint32_t batch, double bw,
         gp.seed = (uint64_t)k;
         if (k % 2)
             gp.sampler.temperature = 0.8f;
-        if (rt_cuda_session_generate(s, pr, n, &gp, res, &e))
+        if (rt_session_generate(s, pr, n, &gp, res, &e))
             goto fail;
     }
     r->used_after = used_now();
@@ -267,7 +267,7 @@ done:
     free(out);
     free(pr);
     free(res);
-    rt_cuda_session_free(s);
+    rt_session_free(s);
     return rc;
 }
 

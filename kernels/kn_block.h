@@ -27,7 +27,7 @@
  *
  * No allocation: all buffers come in kn_block_scratch (the runtime's arena,
  * or the compiler's calibration buffers); sizes from kn_block_scratch_floats.
- * Used by the runtime (runtime/rt_session.c) and by the compiler's
+ * Used by the runtime (runtime/rt_cpu.c) and by the compiler's
  * calibration forward pass (through the tap).
  */
 #ifndef KN_BLOCK_H

@@ -17,6 +17,14 @@
  * the session's max_batch, and sequence i of the request is seeded with
  * (seed, i) whatever wave it lands in, so results do not depend on n.
  * A handle is not thread-safe; use one per thread.
+ *
+ * Backends.  A handle runs on one device (mcrt_options.device): the CPU or
+ * CUDA.  Every device is driven by the same scheduler (runtime/rt_sched.c),
+ * so requests, refusals and results (up to float rounding) do not depend
+ * on the device.  To add one, implement the function table of
+ * runtime/rt_backend.h (create over the planned arena, upload, one block,
+ * the head, optional argmax) and give it an MCRT_DEVICE_ value; the steps
+ * are listed at the top of that header.
  */
 #ifndef MCRT_H
 #define MCRT_H
@@ -46,7 +54,15 @@ typedef struct mcrt_options {
      * want_seq)).  0 = no hint. */
     uint32_t want_batch;
     uint64_t want_seq;
+    int device;                /* MCRT_DEVICE_*: 0 = the plan's device
+                                  (an artifact planned with --device cuda
+                                  runs on CUDA), else the CPU */
 } mcrt_options;
+
+#define MCRT_DEVICE_DEFAULT 0
+#define MCRT_DEVICE_CPU 1
+#define MCRT_DEVICE_CUDA 2     /* fails to open (status 4, unsupported)
+                                  without a CUDA build, driver or GPU */
 
 typedef struct mcrt_gen_params {
     uint32_t max_new_tokens;
@@ -94,6 +110,7 @@ typedef struct mcrt_info {
                                   matrices mapped from the file (or
                                   decompressed at load), f32 norms/biases */
     int plan_source;           /* MCRT_PLAN_* */
+    int device;                /* MCRT_DEVICE_CPU or _CUDA: where it runs */
 } mcrt_info;
 
 #define MCRT_PLAN_RUNTIME 0    /* no stored plan: the runtime's defaults/hints */
@@ -159,6 +176,30 @@ int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
  * floats. */
 int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
                 size_t n, float *const *out);
+
+/* Continuous batching: instead of whole calls, submit one request at a
+ * time into a free slot (of max_batch) and step the model; a request
+ * finishes in its own time and its slot takes the next request at the
+ * next step, its prompt rows sharing steps with the others' decoding.
+ * The memory plan does not change, and each request gives the ids
+ * mcrt_generate gives it (its RNG is (p->seed, seq_index), as sequence
+ * seq_index of a call).  The whole-call functions above refuse to run
+ * while a submitted request is unfinished.
+ *
+ * mcrt_submit_generate: prompt, p's stop ids and result->ids (room for
+ * p->max_new_tokens ids) are borrowed until the slot is reported done;
+ * the same checks and refusals as mcrt_generate (status 10 beyond the
+ * plan); *slot_out (may be NULL) the slot it took.  No free slot: status
+ * 7 (invalid argument). */
+size_t mcrt_free_slots(const mcrt *h);
+int mcrt_submit_generate(mcrt *h, const int32_t *prompt, size_t len,
+                         const mcrt_gen_params *p, uint64_t seq_index,
+                         mcrt_result *result, uint32_t *slot_out);
+/* One step over the submitted requests: the slots that finished go to
+ * done[] (room for max_batch), their count to *n_done, and their
+ * mcrt_result is complete.  Nothing submitted: *n_done = 0.  On failure
+ * every unfinished request is dropped (counted as refused). */
+int mcrt_step(mcrt *h, uint32_t *done, size_t *n_done);
 
 void mcrt_get_stats(const mcrt *h, mcrt_stats *out);
 

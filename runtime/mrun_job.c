@@ -663,6 +663,18 @@ static int summary(job *j)
                 (unsigned long long)m.arena_high_water_bytes,
                 (unsigned long long)m.arena_touched_bytes,
                 (unsigned long long)m.peak_rss_bytes);
+    if (o->verbose) {
+        /* How the scheduler cut the work: rows per step is what the
+         * matrix kernels get to amortize a weight read over. */
+        rt_session_stats ss;
+        rt_session_stats_get(j->s, &ss);
+        uint64_t rows = ss.prefill_tokens + ss.decode_tokens;
+        fprintf(stderr,
+                "mrun: steps %llu (%.1f rows per step), logit rows %llu\n",
+                (unsigned long long)ss.steps,
+                ss.steps ? (double)rows / (double)ss.steps : 0.0,
+                (unsigned long long)ss.logit_rows);
+    }
     if (g_stop_signal)
         fprintf(stderr,
                 "mrun: interrupted by signal %d: the lines in flight were "

@@ -144,7 +144,7 @@ static const mc_opt_choice truncate_choices[] = {
 static const mc_opt_choice schedule_choices[] = {
     {"continuous", 0, 0}, {"waves", 1, 0}, {NULL, 0, 0}};
 static const mc_opt_choice device_choices[] = {
-    {"cpu", 0, 0}, {"cuda", 1, 0}, {NULL, 0, 0}};
+    {"cpu", MCRT_DEVICE_CPU, 0}, {"cuda", MCRT_DEVICE_CUDA, 0}, {NULL, 0, 0}};
 
 #define F(field) offsetof(mrun_cli, field)
 
@@ -229,8 +229,9 @@ static const mc_opt mrun_opts[] = {
      .off = F(opts.kv_type), .choices = kv_choices,
      .help = "KV cache type (default: the plan's, else f32)"},
     {.kind = MC_OPT_CHOICE, .flags = "--device", .value = "cpu|cuda",
-     .off = F(device), .choices = device_choices,
-     .help = "where the model runs (default cpu)"},
+     .off = F(opts.device), .choices = device_choices,
+     .help = "where to run (default: the plan's device, else\n"
+             "cpu); cuda needs a CUDA build and a GPU"},
     {.kind = MC_OPT_CHOICE, .flags = "--truncate", .value = "left|right",
      .off = F(gp.truncate), .choices = truncate_choices,
      .help = "fit over-long prompts instead of refusing"},
@@ -395,13 +396,6 @@ int mrun_cli_parse(int argc, char **argv, mrun_cli *c)
         return usage_error("%s", why);
     if (!c->model)
         return usage_error("no MODEL given");
-    if (c->device != 0) {
-        /* The session has no device choice yet (issue 15, part 2): refuse
-         * rather than run on the CPU when the GPU was asked for. */
-        fprintf(stderr, "mrun: --device cuda: this mrun runs models on the "
-                "CPU only (use --device cpu)\n");
-        return 1;
-    }
     if (c->job.input || c->job.output || c->job.resume)
         return check_job_args(c);
     int rc = read_input_files(c);

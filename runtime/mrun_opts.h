@@ -44,8 +44,6 @@ typedef struct mrun_cli {
     size_t n_cont;
     int score_labels, score_cont;
     mcrt_options opts;
-    int device;                /* --device: 0 cpu, 1 cuda (the session
-                                  does not take it yet: only cpu runs) */
     int json, quiet, verbose, add_special;
     mrun_job_opts job;         /* --input: the JSONL job (mrun_job.h) */
 } mrun_cli;

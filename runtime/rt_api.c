@@ -28,9 +28,14 @@ struct mcrt {
     rt_score_item *items;      /* [max_batch] */
     float *cont_scratch;       /* [max_batch][max_seq] when per_token NULL */
     int32_t stop[MCRT_MAX_STOP];
+    /* continuous batching (mcrt_submit_generate / mcrt_step), per slot */
+    rt_gen_params *slot_gp;    /* [max_batch] */
+    int32_t *slot_stop;        /* [max_batch][MCRT_MAX_STOP] */
+    mcrt_result **slot_res;    /* [max_batch] the caller's result */
     /* memory figures, fixed at open (see mcrt_info) */
     uint64_t planned_bytes, reserve_bytes, weights_all_bytes;
     int plan_source;           /* MCRT_PLAN_* */
+    int device;                /* MCRT_DEVICE_CPU / _CUDA */
     /* request counters (see mcrt_stats) */
     uint64_t requests, refused_plan, refused_input, refused_other;
     char err[1400];
@@ -86,6 +91,9 @@ void mcrt_close(mcrt *h)
     mc_free(h->gres);
     mc_free(h->items);
     mc_free(h->cont_scratch);
+    mc_free(h->slot_gp);
+    mc_free(h->slot_stop);
+    mc_free(h->slot_res);
     mc_free(h);
 }
 
@@ -259,7 +267,18 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
     if (o.threads > 0)
         L.threads = o.threads;
     const rt_layout *plan = m->has_plan && !changed ? &m->plan_layout : NULL;
-    if ((st = rt_session_create(m, &L, plan, &h->sess, &e))) {
+    if (o.device < MCRT_DEVICE_DEFAULT || o.device > MCRT_DEVICE_CUDA) {
+        mcrt_close(h);
+        return set_msg(NULL, MC_ERR_INVALID_ARG,
+                       "mcrt_open: device must be 0 (the plan's), 1 (cpu) "
+                       "or 2 (cuda)");
+    }
+    int cuda = o.device == MCRT_DEVICE_CUDA ||
+               (o.device == MCRT_DEVICE_DEFAULT && m->plan_cuda);
+    h->device = cuda ? MCRT_DEVICE_CUDA : MCRT_DEVICE_CPU;
+    if ((st = rt_session_create_on(m, &L, plan,
+                                   cuda ? RT_DEVICE_CUDA : RT_DEVICE_CPU,
+                                   &h->sess, &e))) {
         mcrt_close(h);
         return set_err(NULL, &e);
     }
@@ -270,7 +289,11 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
     h->items = mc_calloc(B, sizeof *h->items);
     h->cont_scratch = mc_malloc_array(B * (size_t)h->limits.max_seq,
                                       sizeof(float));
-    if (!h->prompts || !h->gres || !h->items || !h->cont_scratch) {
+    h->slot_gp = mc_calloc(B, sizeof *h->slot_gp);
+    h->slot_stop = mc_calloc(B * MCRT_MAX_STOP, sizeof *h->slot_stop);
+    h->slot_res = mc_calloc(B, sizeof *h->slot_res);
+    if (!h->prompts || !h->gres || !h->items || !h->cont_scratch ||
+        !h->slot_gp || !h->slot_stop || !h->slot_res) {
         mcrt_close(h);
         return set_msg(NULL, MC_ERR_NOMEM, "mcrt_open: out of memory");
     }
@@ -303,6 +326,7 @@ int mcrt_get_info(const mcrt *h, mcrt_info *out)
     out->reserve_bytes = h->reserve_bytes;
     out->weights_mapped_bytes = h->weights_all_bytes;
     out->plan_source = h->plan_source;
+    out->device = h->device;
     return 0;
 }
 
@@ -331,38 +355,60 @@ static int check_truncate(mcrt *h, int t)
     return 0;
 }
 
+/* A whole call while submitted requests run (mcrt_submit_generate) would
+ * overwrite their per-slot state: refused. */
+static int busy_refusal(mcrt *h)
+{
+    return set_msg(h, MC_ERR_INVALID_ARG,
+                   "submitted requests are still running: call mcrt_step "
+                   "until they are done before a whole call");
+}
+
+/* The session's parameters for p, its stop ids (the caller's, then the
+ * model's EOS ids when asked) written to stop[MCRT_MAX_STOP].  0 or the
+ * status of a refusal (message set). */
+static int gen_params_of(mcrt *h, const mcrt_gen_params *p, int32_t *stop,
+                         rt_gen_params *gp)
+{
+    int rc = check_truncate(h, p->truncate);
+    if (rc)
+        return rc;
+    /* NaN compares false with everything: it would pass the sampler's
+     * "<= 0 is greedy" test and sample from NaN weights. */
+    if (!isfinite(p->temperature) || !isfinite(p->top_p))
+        return set_msg(h, MC_ERR_INVALID_ARG,
+                       "temperature and top_p must be finite");
+    size_t n_stop = 0;
+    if (p->n_stop > MCRT_MAX_STOP - 8)
+        return set_msg(h, MC_ERR_INVALID_ARG, "too many stop tokens (max 56)");
+    for (size_t i = 0; i < p->n_stop; i++)
+        stop[n_stop++] = p->stop_ids[i];
+    if (p->use_model_eos)
+        for (int i = 0; i < h->model->cfg.n_eos; i++)
+            stop[n_stop++] = h->model->cfg.eos_token_ids[i];
+    memset(gp, 0, sizeof *gp);
+    gp->max_new_tokens = p->max_new_tokens;
+    gp->sampler.temperature = p->temperature;
+    gp->sampler.top_k = p->top_k;
+    gp->sampler.top_p = p->top_p;
+    gp->seed = p->seed;
+    gp->stop = stop;
+    gp->n_stop = n_stop;
+    gp->truncate = (rt_truncate)p->truncate;
+    return 0;
+}
+
 int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
                   size_t n, const mcrt_gen_params *p, mcrt_result *results)
 {
     h->err[0] = '\0';
     h->requests += n;
-    int rc = check_truncate(h, p->truncate);
+    if (rt_session_busy(h->sess) > 0) /* their slots hold submitted work */
+        return refuse(h, n, busy_refusal(h));
+    rt_gen_params gp;
+    int rc = gen_params_of(h, p, h->stop, &gp);
     if (rc)
         return refuse(h, n, rc);
-    /* NaN compares false with everything: it would pass the sampler's
-     * "<= 0 is greedy" test and sample from NaN weights. */
-    if (!isfinite(p->temperature) || !isfinite(p->top_p))
-        return refuse(h, n, set_msg(h, MC_ERR_INVALID_ARG,
-                                    "temperature and top_p must be finite"));
-    size_t n_stop = 0;
-    if (p->n_stop > MCRT_MAX_STOP - 8)
-        return refuse(h, n, set_msg(h, MC_ERR_INVALID_ARG,
-                                    "too many stop tokens (max 56)"));
-    for (size_t i = 0; i < p->n_stop; i++)
-        h->stop[n_stop++] = p->stop_ids[i];
-    if (p->use_model_eos)
-        for (int i = 0; i < h->model->cfg.n_eos; i++)
-            h->stop[n_stop++] = h->model->cfg.eos_token_ids[i];
-    rt_gen_params gp;
-    memset(&gp, 0, sizeof gp);
-    gp.max_new_tokens = p->max_new_tokens;
-    gp.sampler.temperature = p->temperature;
-    gp.sampler.top_k = p->top_k;
-    gp.sampler.top_p = p->top_p;
-    gp.seed = p->seed;
-    gp.stop = h->stop;
-    gp.n_stop = n_stop;
-    gp.truncate = (rt_truncate)p->truncate;
     const size_t B = h->limits.max_batch;
     for (size_t w0 = 0; w0 < n; w0 += B) {
         size_t k = n - w0 < B ? n - w0 : B;
@@ -398,6 +444,8 @@ static int score_waves(mcrt *h, const int32_t *const *prompts,
 {
     h->err[0] = '\0';
     h->requests += n;
+    if (rt_session_busy(h->sess) > 0) /* their slots hold submitted work */
+        return refuse(h, n, busy_refusal(h));
     int rc = check_truncate(h, truncate);
     if (rc)
         return refuse(h, n, rc);
@@ -467,6 +515,8 @@ int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
 {
     h->err[0] = '\0';
     h->requests += n;
+    if (rt_session_busy(h->sess) > 0) /* their slots hold submitted work */
+        return refuse(h, n, busy_refusal(h));
     const size_t B = h->limits.max_batch;
     for (size_t w0 = 0; w0 < n; w0 += B) {
         size_t k = n - w0 < B ? n - w0 : B;
@@ -481,6 +531,73 @@ int mcrt_logits(mcrt *h, const int32_t *const *prompts, const size_t *lens,
             st = fmt_mapguard_check(&e);
         if (st)
             return refuse(h, n - w0, set_err(h, &e));
+    }
+    return 0;
+}
+
+/* ---- continuous batching -------------------------------------------------- */
+
+size_t mcrt_free_slots(const mcrt *h)
+{
+    return h->limits.max_batch - rt_session_busy(h->sess);
+}
+
+int mcrt_submit_generate(mcrt *h, const int32_t *prompt, size_t len,
+                         const mcrt_gen_params *p, uint64_t seq_index,
+                         mcrt_result *result, uint32_t *slot_out)
+{
+    h->err[0] = '\0';
+    h->requests++;
+    uint32_t slot = 0;
+    while (slot < h->limits.max_batch &&
+           rt_session_slot_is_busy(h->sess, slot))
+        slot++;
+    if (slot == h->limits.max_batch)
+        return refuse(h, 1, set_msg(h, MC_ERR_INVALID_ARG,
+                                    "no free slot: call mcrt_step until "
+                                    "mcrt_free_slots is > 0"));
+    rt_gen_params *gp = &h->slot_gp[slot];
+    int rc = gen_params_of(h, p, h->slot_stop + (size_t)slot * MCRT_MAX_STOP,
+                           gp);
+    if (rc)
+        return refuse(h, 1, rc);
+    gp->seq_index0 = seq_index;
+    rt_prompt pr = {.ids = prompt, .n = len};
+    memset(&h->gres[slot], 0, sizeof h->gres[slot]);
+    h->gres[slot].ids = result->ids;
+    mc_error e;
+    mc_error_clear(&e);
+    mc_status st = rt_session_admit_generate(h->sess, slot, &pr, gp,
+                                             &h->gres[slot], &e);
+    if (st)
+        return refuse(h, 1, set_err(h, &e));
+    h->slot_res[slot] = result;
+    if (slot_out)
+        *slot_out = slot;
+    return 0;
+}
+
+int mcrt_step(mcrt *h, uint32_t *done, size_t *n_done)
+{
+    h->err[0] = '\0';
+    size_t busy = rt_session_busy(h->sess);
+    mc_error e;
+    mc_error_clear(&e);
+    mc_status st = rt_session_step(h->sess, done, n_done, &e);
+    if (st == MC_OK && *n_done > 0) /* weights from a file that shrank */
+        st = fmt_mapguard_check(&e);
+    if (st) {
+        /* the session freed every slot: those requests are refused */
+        *n_done = 0;
+        return refuse(h, busy, set_err(h, &e));
+    }
+    for (size_t k = 0; k < *n_done; k++) {
+        uint32_t b = done[k];
+        mcrt_result *r = h->slot_res[b];
+        r->n_ids = h->gres[b].n;
+        r->stop_reason = (int)h->gres[b].stop;
+        r->prompt_used = h->gres[b].prompt_used;
+        h->slot_res[b] = NULL;
     }
     return 0;
 }

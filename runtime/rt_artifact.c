@@ -244,6 +244,10 @@ static mc_status load_plan(loader *L, mc_error *err)
     if (st != MC_OK)
         return st;
     L->m->has_plan = 1;
+    /* Where the plan was made for (older manifests: cpu). */
+    const json_t *dv = json_object_get(p, "device");
+    L->m->plan_cuda = json_is_string(dv) &&
+                      strcmp(json_string_value(dv), "cuda") == 0;
     L->m->plan_limits = lay.limits;
     L->m->plan_layout = lay;
     return MC_OK;

@@ -1,8 +1,10 @@
 /* rt_cuda.c - the GPU session's memory: the plan arithmetic (any build),
  * and, with CUDA, create (one cudaMalloc, weight upload, views, warm-up),
  * free, the matmul dispatcher and the device queries (see rt_cuda.h).
- * The step loop and the requests are in rt_cuda_step.c; the stand-ins of a
- * build without CUDA in rt_cuda_absent.c. */
+ * The forward pass is in rt_cuda_step.c, the device queries in
+ * rt_cuda_dev.c; all three form the loadable CUDA module
+ * (rt_cuda_module.h), while the plan arithmetic is also linked into the
+ * runtime (it compiles without CUDA). */
 #include "rt_cuda.h"
 
 #include <limits.h>
@@ -13,7 +15,7 @@
 #include "kn_ops.h"
 #include "mc_alloc.h"
 
-#ifdef MC_HAVE_CUDA
+#ifdef MC_CUDA_MODULE
 #include "rt_cuda_internal.h"
 #endif
 
@@ -53,7 +55,7 @@ static const void *put(wput *w, const void *host, uint64_t bytes)
     w->off = at + bytes;
     if (!w->base)
         return NULL;
-#ifdef MC_HAVE_CUDA
+#ifdef MC_CUDA_MODULE
     if (!w->failed) {
         cudaError_t e = cudaMemcpy(w->base + at, host, (size_t)bytes,
                                    cudaMemcpyHostToDevice);
@@ -231,7 +233,7 @@ mc_status rt_cuda_plan_for(const rt_model *m, const rt_layout *layout,
     return MC_OK;
 }
 
-#ifdef MC_HAVE_CUDA
+#ifdef MC_CUDA_MODULE
 
 /* ---- errors and device queries ------------------------------------------ */
 
@@ -252,90 +254,11 @@ mc_status rt_cu_fail_kn(mc_error *err, const char *op, mc_status st)
                    e != cudaSuccess ? cudaGetErrorString(e) : "");
 }
 
-static mc_status blas_fail(mc_error *err, const char *op, cublasStatus_t b)
+mc_status rt_cu_blas_fail(mc_error *err, const char *op, cublasStatus_t b)
 {
     return mc_fail(err, MC_ERR_CUDA, NULL, op, -1, "%s failed: %s", op,
                    cublasGetStatusString(b));
 }
-
-mc_status rt_cuda_device_count(int *n)
-{
-    return kn_cuda_device_count(n);
-}
-
-mc_status rt_cuda_device_info(int device, char *name, size_t name_len,
-                              uint64_t *total_bytes, mc_error *err)
-{
-    struct cudaDeviceProp p;
-    cudaError_t e = cudaGetDeviceProperties(&p, device);
-    if (e != cudaSuccess)
-        return rt_cu_fail(err, "cudaGetDeviceProperties", e);
-    if (name && name_len)
-        snprintf(name, name_len, "%s", p.name);
-    if (total_bytes)
-        *total_bytes = p.totalGlobalMem;
-    return MC_OK;
-}
-
-mc_status rt_cuda_mem_info(int device, uint64_t *free_bytes,
-                           uint64_t *total_bytes, mc_error *err)
-{
-    size_t f = 0, t = 0;
-    cudaError_t e = cudaSetDevice(device);
-    if (e == cudaSuccess)
-        e = cudaMemGetInfo(&f, &t);
-    if (e != cudaSuccess)
-        return rt_cu_fail(err, "cudaMemGetInfo", e);
-    if (free_bytes)
-        *free_bytes = f;
-    if (total_bytes)
-        *total_bytes = t;
-    return MC_OK;
-}
-
-mc_status rt_cuda_measure_reserve(int device, rt_cuda_reserve *out,
-                                  mc_error *err)
-{
-    memset(out, 0, sizeof *out);
-    int n = 0;
-    kn_cuda_device_count(&n);
-    if (device < 0 || device >= n)
-        return mc_fail(err, MC_ERR_UNSUPPORTED, NULL, "device", -1,
-                       "no CUDA device %d (%d present)", device, n);
-    size_t f0 = 0, f1 = 0, t = 0;
-    cudaError_t e = cudaSetDevice(device);
-    if (e == cudaSuccess)
-        e = cudaFree(0); /* creates the context */
-    if (e == cudaSuccess)
-        e = cudaMemGetInfo(&f0, &t);
-    if (e != cudaSuccess)
-        return rt_cu_fail(err, "context creation", e);
-    cudaStream_t st = NULL;
-    cublasHandle_t h = NULL;
-    e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    if (e != cudaSuccess)
-        return rt_cu_fail(err, "cudaStreamCreate", e);
-    cublasStatus_t b = cublasCreate(&h);
-    if (b == CUBLAS_STATUS_SUCCESS)
-        b = cublasSetStream(h, st);
-    if (b == CUBLAS_STATUS_SUCCESS) {
-        e = cudaMemGetInfo(&f1, &t);
-        if (e != cudaSuccess)
-            f1 = f0;
-    }
-    if (h)
-        cublasDestroy(h);
-    cudaStreamDestroy(st);
-    if (b != CUBLAS_STATUS_SUCCESS)
-        return blas_fail(err, "cublasCreate", b);
-    out->device_total_bytes = t;
-    out->context_bytes = t - f0;
-    out->cublas_bytes = f0 > f1 ? f0 - f1 : 0;
-    out->reserve_bytes = out->context_bytes + out->cublas_bytes;
-    return MC_OK;
-}
-
-/* ---- the matmul dispatcher ---------------------------------------------- */
 
 static uint32_t gemm_tile_rows(const kn_matrix *W)
 {
@@ -380,7 +303,7 @@ static size_t gemm_bucket(size_t T, size_t t_cap)
     return p < t_cap ? p : t_cap;
 }
 
-mc_status rt_cu_matmul(rt_cuda_session *s, const kn_matrix *W,
+mc_status rt_cu_matmul(rt_cu_backend *s, const kn_matrix *W,
                        const float *X, size_t T, float *Y, const float *bias,
                        size_t t_cap, mc_error *err)
 {
@@ -465,8 +388,9 @@ static mc_status check_supported(const rt_model *m, const rt_layout *L,
     return MC_OK;
 }
 
-void rt_cuda_session_free(rt_cuda_session *s)
+void rt_cu_free(void *ctx)
 {
+    rt_cu_backend *s = ctx;
     if (!s)
         return;
     if (s->stream)
@@ -480,57 +404,58 @@ void rt_cuda_session_free(rt_cuda_session *s)
     (void)cudaGetLastError();
     mc_free(s->layers);
     mc_free(s->kv);
-    mc_free(s->seq);
-    mc_free(s->ids);
-    mc_free(s->pos);
-    mc_free(s->rows);
-    mc_free(s->segs);
-    mc_free(s->seg_seq);
+    mc_free(s->tab.ids);
+    mc_free(s->tab.pos);
+    mc_free(s->tab.rows);
+    mc_free(s->tab.segs);
+    mc_free(s->tab.probs);
+    mc_free(s->tab.index);
+    mc_free(s->tab.slot_rope);
     mc_free(s->x_host);
     mc_free(s->logits_host);
-    mc_free(s->probs);
-    mc_free(s->index);
     mc_free(s->tok_host);
     mc_free(s->rope_host);
     mc_free(s->slot_inv);
-    mc_free(s->slot_scale);
     mc_free(s);
 }
 
-static mc_status alloc_host(rt_cuda_session *s, mc_error *err)
+static mc_status alloc_host(rt_cu_backend *s, mc_error *err)
 {
     const fmt_model_config *c = &s->m->cfg;
     const size_t B = s->layout.limits.max_batch;
     const size_t C = s->layout.limits.prefill_chunk;
     const size_t half = c->head_dim / 2;
+    rt_step_tables *t = &s->tab;
     s->layers = mc_calloc(c->num_layers ? c->num_layers : 1, sizeof *s->layers);
     s->kv = mc_calloc((size_t)c->num_layers * B + 1, sizeof *s->kv);
-    s->seq = mc_calloc(B, sizeof *s->seq);
-    s->ids = mc_calloc(C, sizeof *s->ids);
-    s->pos = mc_calloc(C, sizeof *s->pos);
-    s->rows = mc_calloc(2 * C, sizeof *s->rows);
-    s->segs = mc_calloc(B, sizeof *s->segs);
-    s->seg_seq = mc_calloc(B, sizeof *s->seg_seq);
+    t->ids = mc_calloc(C, sizeof *t->ids);
+    t->pos = mc_calloc(C, sizeof *t->pos);
+    t->rows = mc_calloc(2 * C, sizeof *t->rows);
+    t->segs = mc_calloc(B, sizeof *t->segs);
+    t->probs = mc_calloc(c->vocab_size, sizeof(float));
+    t->index = mc_calloc(c->vocab_size, sizeof(int32_t));
+    t->slot_rope = mc_calloc(B, sizeof *t->slot_rope);
     s->x_host = mc_calloc(C * c->hidden_size, sizeof(float));
     s->logits_host = mc_calloc(B * c->vocab_size, sizeof(float));
-    s->probs = mc_calloc(c->vocab_size, sizeof(float));
-    s->index = mc_calloc(c->vocab_size, sizeof(int32_t));
-    s->tok_host = mc_calloc(B, sizeof(uint32_t));
+    s->tok_host = mc_calloc(B, sizeof(int32_t));
     s->rope_host = mc_calloc(half + 1, sizeof(float));
     s->slot_inv = mc_calloc(B * half + 1, sizeof(float));
-    s->slot_scale = mc_calloc(B, sizeof(float));
-    if (!s->layers || !s->kv || !s->seq || !s->ids || !s->pos || !s->rows ||
-        !s->segs || !s->seg_seq || !s->x_host || !s->logits_host ||
-        !s->probs || !s->index || !s->tok_host || !s->rope_host ||
-        !s->slot_inv || !s->slot_scale)
+    if (!s->layers || !s->kv || !t->ids || !t->pos || !t->rows || !t->segs ||
+        !t->probs || !t->index || !t->slot_rope || !s->x_host ||
+        !s->logits_host || !s->tok_host || !s->rope_host || !s->slot_inv)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                        "GPU session host tables");
+    for (size_t b = 0; b < B; b++) {
+        t->slot_rope[b].head_dim = c->head_dim;
+        t->slot_rope[b].inv_freq = s->slot_inv + b * half;
+        t->slot_rope[b].attn_scale = 1.0f;
+    }
     return MC_OK;
 }
 
 /* Context, stream, cuBLAS handle: everything the device takes outside our
  * allocation, created before used_before is read. */
-static mc_status open_device(rt_cuda_session *s, mc_error *err)
+static mc_status open_device(rt_cu_backend *s, mc_error *err)
 {
     int n = 0;
     kn_cuda_device_count(&n);
@@ -553,16 +478,16 @@ static mc_status open_device(rt_cuda_session *s, mc_error *err)
     cublasStatus_t b = cublasCreate(&s->blas);
     if (b != CUBLAS_STATUS_SUCCESS) {
         s->blas = NULL;
-        return blas_fail(err, "cublasCreate", b);
+        return rt_cu_blas_fail(err, "cublasCreate", b);
     }
     b = cublasSetStream(s->blas, s->stream);
     if (b != CUBLAS_STATUS_SUCCESS)
-        return blas_fail(err, "cublasSetStream", b);
+        return rt_cu_blas_fail(err, "cublasSetStream", b);
     return MC_OK;
 }
 
 /* Device views of the arena buffers and of the KV cache. */
-static void set_views(rt_cuda_session *s)
+static void set_views(rt_cu_backend *s)
 {
     const fmt_model_config *c = &s->m->cfg;
     const rt_layout *L = &s->layout;
@@ -607,16 +532,15 @@ static void set_views(rt_cuda_session *s)
 }
 
 /* RoPE tables: the default one on the device; per-slot ones (dynamic NTK)
- * are filled per step by rt_cuda_step.c. */
-static mc_status init_rope(rt_cuda_session *s, mc_error *err)
+ * are filled per step by the scheduler and uploaded by rt_cuda_step.c. */
+static mc_status init_rope(rt_cu_backend *s, mc_error *err)
 {
     const fmt_model_config *c = &s->m->cfg;
     const fmt_rope *r = &c->rope;
-    s->dynamic_rope = r->type == FMT_ROPE_DYNAMIC;
     uint64_t orig = r->original_max_pos ? r->original_max_pos
                                         : c->max_position_embeddings;
-    if (s->dynamic_rope)
-        orig = c->max_position_embeddings; /* as rt_session.c */
+    if (r->type == FMT_ROPE_DYNAMIC)
+        orig = c->max_position_embeddings; /* as rt_cpu.c */
     kn_rope_init((int)r->type, r->theta, r->factor, r->low_freq_factor,
                  r->high_freq_factor, orig, r->beta_fast, r->beta_slow,
                  r->attention_factor, c->head_dim, 0, s->rope_host,
@@ -630,7 +554,7 @@ static mc_status init_rope(rt_cuda_session *s, mc_error *err)
 /* Every shape a request can launch, once: matvec for 1..8 rows, the gemm
  * buckets of every distinct matrix shape, then one real greedy step (the
  * norm, RoPE, KV copy, attention, SiLU, axpy, argmax kernels). */
-static mc_status warm_up(rt_cuda_session *s, mc_error *err)
+static mc_status warm_up(rt_cu_backend *s, mc_error *err)
 {
     const rt_layer *l0 = &s->layers[0];
     const size_t C = s->layout.limits.prefill_chunk;
@@ -665,21 +589,43 @@ static mc_status warm_up(rt_cuda_session *s, mc_error *err)
             T = Tp + 1;
         }
     cudaError_t e = cudaStreamSynchronize(s->stream);
-    if (e != cudaSuccess)
-        return rt_cu_fail(err, "warm-up", e);
-    int32_t tok0 = 0, out1[1];
-    rt_prompt pr = {.ids = &tok0, .n = 1};
-    rt_gen_params gp;
-    memset(&gp, 0, sizeof gp);
-    gp.max_new_tokens = s->layout.limits.max_seq > 1 ? 1 : 0;
-    rt_gen_result res = {.ids = out1};
-    return rt_cuda_session_generate(s, &pr, 1, &gp, &res, err);
+    return e == cudaSuccess ? MC_OK : rt_cu_fail(err, "warm-up", e);
 }
 
-mc_status rt_cuda_session_create(const rt_model *model, const rt_limits *lim,
+/* One real greedy step through the scheduler (the norm, RoPE, KV copy,
+ * attention, SiLU, axpy, argmax kernels), then the memory after load. */
+static mc_status warm_up_step(rt_session *ss, rt_cu_backend *s, int run,
+                              mc_error *err)
+{
+    if (run) {
+        int32_t tok0 = 0, out1[1];
+        rt_prompt pr = {.ids = &tok0, .n = 1};
+        rt_gen_params gp;
+        memset(&gp, 0, sizeof gp);
+        gp.max_new_tokens = s->layout.limits.max_seq > 1 ? 1 : 0;
+        rt_gen_result res = {.ids = out1};
+        mc_status st = rt_session_generate(ss, &pr, 1, &gp, &res, err);
+        if (st)
+            return st;
+        rt_session_reset_stats(ss);
+    }
+    size_t f2 = 0, total = 0;
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemGetInfo(&f2, &total);
+    if (e != cudaSuccess)
+        return rt_cu_fail(err, "after load", e);
+    s->mem.load_growth_bytes =
+        (int64_t)(s->mem.device_total_bytes - s->mem.used_before_bytes -
+                  s->mem.alloc_delta_bytes) - (int64_t)f2;
+    s->mem.used_after_load_bytes = total - f2;
+    return MC_OK;
+}
+
+mc_status rt_cum_session_create(const rt_model *model, const rt_limits *lim,
                                  const rt_layout *layout,
                                  const rt_cuda_options *o,
-                                 rt_cuda_session **out, mc_error *err)
+                                 rt_session **out, mc_error *err)
 {
     *out = NULL;
     if (!model || !lim)
@@ -689,7 +635,7 @@ mc_status rt_cuda_session_create(const rt_model *model, const rt_limits *lim,
     mc_status st = resolve_layout(model, lim, layout, &L, err);
     if (st || (st = check_supported(model, &L, err)))
         return st;
-    rt_cuda_session *s = mc_calloc(1, sizeof *s);
+    rt_cu_backend *s = mc_calloc(1, sizeof *s);
     if (!s)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "GPU session");
     s->m = model;
@@ -710,7 +656,7 @@ mc_status rt_cuda_session_create(const rt_model *model, const rt_limits *lim,
         goto fail;
     }
 
-    size_t f0 = 0, f1 = 0, f2 = 0, total = 0;
+    size_t f0 = 0, f1 = 0, total = 0;
     cudaError_t e = cudaMemGetInfo(&f0, &total);
     if (e != cudaSuccess) {
         st = rt_cu_fail(err, "cudaMemGetInfo", e);
@@ -745,7 +691,7 @@ mc_status rt_cuda_session_create(const rt_model *model, const rt_limits *lim,
     cublasStatus_t b = cublasSetWorkspace(s->blas, s->dev + s->plan.cublas_off,
                                           (size_t)s->plan.cublas_workspace_bytes);
     if (b != CUBLAS_STATUS_SUCCESS) {
-        st = blas_fail(err, "cublasSetWorkspace", b);
+        st = rt_cu_blas_fail(err, "cublasSetWorkspace", b);
         goto fail;
     }
     wput w = {.base = s->dev + s->plan.weights_off};
@@ -769,45 +715,41 @@ mc_status rt_cuda_session_create(const rt_model *model, const rt_limits *lim,
         goto fail;
     if (s->opt.warm_up && (st = warm_up(s, err)))
         goto fail;
-    if ((e = cudaDeviceSynchronize()) != cudaSuccess ||
-        (e = cudaMemGetInfo(&f2, &total)) != cudaSuccess) {
-        st = rt_cu_fail(err, "after load", e);
-        goto fail;
+    rt_backend be = {.i = &rt_cu_backend_i, .ctx = s, .layout = L,
+                     .tab = s->tab, .host_arena = NULL};
+    if ((st = rt_session_create_backend(model, &be, out, err)))
+        return st; /* s freed with be */
+    if ((st = warm_up_step(*out, s, s->opt.warm_up, err))) {
+        rt_session_free(*out);
+        *out = NULL;
+        return st;
     }
-    s->mem.load_growth_bytes = (int64_t)f1 - (int64_t)f2;
-    s->mem.used_after_load_bytes = total - f2;
-    memset(&s->stats, 0, sizeof s->stats);
-    *out = s;
     return MC_OK;
 fail:
-    rt_cuda_session_free(s);
+    rt_cu_free(s);
     return st;
 }
 
-const rt_layout *rt_cuda_session_layout(const rt_cuda_session *s)
+/* The CUDA context of a session, NULL when it runs elsewhere. */
+static const rt_cu_backend *cuda_of(const rt_session *ss)
 {
-    return &s->layout;
+    const rt_backend *b = ss ? rt_session_backend(ss) : NULL;
+    return b && b->i == &rt_cu_backend_i ? b->ctx : NULL;
 }
 
-const rt_cuda_plan *rt_cuda_session_plan(const rt_cuda_session *s)
+const rt_cuda_plan *rt_cum_session_plan(const rt_session *ss)
 {
-    return &s->plan;
+    const rt_cu_backend *s = cuda_of(ss);
+    return s ? &s->plan : NULL;
 }
 
-void rt_cuda_session_memory(const rt_cuda_session *s, rt_cuda_mem *out)
+void rt_cum_session_memory(const rt_session *ss, rt_cuda_mem *out)
 {
-    *out = s->mem;
+    const rt_cu_backend *s = cuda_of(ss);
+    if (s)
+        *out = s->mem;
+    else
+        memset(out, 0, sizeof *out);
 }
 
-void rt_cuda_session_stats_get(const rt_cuda_session *s,
-                               rt_session_stats *out)
-{
-    *out = s->stats;
-}
-
-void rt_cuda_session_reset_stats(rt_cuda_session *s)
-{
-    memset(&s->stats, 0, sizeof s->stats);
-}
-
-#endif /* MC_HAVE_CUDA */
+#endif /* MC_CUDA_MODULE */

@@ -1,7 +1,8 @@
 /*
- * rt_cuda.h - a session on an NVIDIA GPU: the same requests as rt_session.h
- * (generate, score, logits; same scheduling, same sampler, same refusals),
- * run with the CUDA kernels of kernels/cuda/kn_cuda.h.
+ * rt_cuda.h - the CUDA backend (rt_backend.h) and its device queries: a
+ * session on an NVIDIA GPU is an rt_session (the one scheduler, same
+ * requests, sampler and refusals as on the CPU) whose forward pass runs
+ * the CUDA kernels of kernels/cuda/kn_cuda.h.
  *
  * Memory: ONE cudaMalloc at create, never another device allocation:
  *
@@ -128,22 +129,26 @@ typedef struct rt_cuda_reserve {
 mc_status rt_cuda_measure_reserve(int device, rt_cuda_reserve *out,
                                   mc_error *err);
 
-typedef struct rt_cuda_session rt_cuda_session;
-
-/* Create a GPU session for model (borrowed; must outlive the session)
- * under lim; layout as rt_session_create (NULL: built from lim; a stored
- * plan must match exactly).  o NULL = defaults.  Errors: MC_ERR_UNSUPPORTED
- * (no CUDA build or device, KV type, head_dim), MC_ERR_NOMEM (the device
- * has less free memory than the plan: the message gives both),
- * MC_ERR_CUDA (a CUDA/cuBLAS call failed, named), MC_ERR_PLAN (layout). */
+/* Create a session on the GPU for model (borrowed; must outlive the
+ * session) under lim: the one scheduler of rt_session.h (rt_sched.c) over
+ * the CUDA backend (rt_backend.h), so every rt_session_* call works on
+ * it (requests, continuous batching, stats; the arena canary functions
+ * return 0 and the tap is ignored).  layout as rt_session_create (NULL:
+ * built from lim; a stored plan must match exactly).  o NULL = defaults.
+ * Errors: MC_ERR_UNSUPPORTED (no CUDA build or device, KV type, head_dim),
+ * MC_ERR_NOMEM (the device has less free memory than the plan: the
+ * message gives both), MC_ERR_CUDA (a CUDA/cuBLAS call failed, named),
+ * MC_ERR_PLAN (layout).  A failed CUDA call during a request returns
+ * MC_ERR_CUDA and leaves the session unusable (every later call returns
+ * MC_ERR_CUDA).  Free with rt_session_free. */
 mc_status rt_cuda_session_create(const rt_model *model, const rt_limits *lim,
                                  const rt_layout *layout,
                                  const rt_cuda_options *o,
-                                 rt_cuda_session **out, mc_error *err);
-void rt_cuda_session_free(rt_cuda_session *s); /* NULL is a no-op */
+                                 rt_session **out, mc_error *err);
 
-const rt_layout *rt_cuda_session_layout(const rt_cuda_session *s);
-const rt_cuda_plan *rt_cuda_session_plan(const rt_cuda_session *s);
+/* The device plan of a CUDA session; NULL for a session on another
+ * backend. */
+const rt_cuda_plan *rt_cuda_session_plan(const rt_session *s);
 
 /* cudaMemGetInfo readings taken by create. */
 typedef struct rt_cuda_mem {
@@ -154,26 +159,7 @@ typedef struct rt_cuda_mem {
                                     (lazy library loads; 0 expected) */
     uint64_t used_after_load_bytes;
 } rt_cuda_mem;
-void rt_cuda_session_memory(const rt_cuda_session *s, rt_cuda_mem *out);
-
-/* Requests: exactly the contracts of rt_session_generate / _score /
- * _logits (rt_session.h), including MC_ERR_PLAN refusals.  A failed CUDA
- * call returns MC_ERR_CUDA and leaves the session unusable (every later
- * call returns MC_ERR_CUDA). */
-mc_status rt_cuda_session_generate(rt_cuda_session *s,
-                                   const rt_prompt *prompts, size_t n,
-                                   const rt_gen_params *p,
-                                   rt_gen_result *res, mc_error *err);
-mc_status rt_cuda_session_score(rt_cuda_session *s, rt_score_item *items,
-                                size_t n, const int32_t *labels,
-                                size_t n_labels, rt_truncate truncate,
-                                mc_error *err);
-mc_status rt_cuda_session_logits(rt_cuda_session *s,
-                                 const rt_prompt *prompts, size_t n,
-                                 float *const *out, mc_error *err);
-
-void rt_cuda_session_stats_get(const rt_cuda_session *s,
-                               rt_session_stats *out);
-void rt_cuda_session_reset_stats(rt_cuda_session *s);
+/* What create measured (zeros for a session on another backend). */
+void rt_cuda_session_memory(const rt_session *s, rt_cuda_mem *out);
 
 #endif /* RT_CUDA_H */

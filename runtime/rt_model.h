@@ -49,6 +49,8 @@ typedef struct rt_model {
                                   (embed row excluded, lm_head included) */
     int has_plan;              /* 1: plan_limits/plan_layout came with the
                                   model (artifact); sessions default to it */
+    int plan_cuda;             /* has_plan and the plan's "device" is
+                                  "cuda": run it on the CUDA backend */
     rt_limits plan_limits;     /* valid when has_plan */
     rt_layout plan_layout;     /* valid when has_plan */
     char path[1024];           /* what was opened, for messages */

@@ -1,6 +1,6 @@
 /*
  * rt_request.h - the per-request checks and per-sequence state shared by
- * the CPU session (rt_session.c) and the GPU session (rt_cuda_step.c), so
+ * every backend through the one scheduler (rt_sched.c), so
  * both refuse the same requests with the same messages.
  *
  * A sequence of a call lives in batch slot = its index: its prompt (after

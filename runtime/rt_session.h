@@ -32,6 +32,9 @@
  * Requests beyond the plan are refused with MC_ERR_PLAN and a message that
  * states the limits (n > max_batch: use the waves of mcrt.h; prompt +
  * max_new_tokens > max_seq: refused unless truncation is asked for).
+ * One scheduler (rt_sched.c) serves every backend (rt_backend.h: the CPU
+ * one of rt_cpu.c, the CUDA one of rt_cuda*.c), so the scheduling above,
+ * the checks and the refusals are the same on every device.
  * Not thread-safe: one call at a time per session.
  */
 #ifndef RT_SESSION_H
@@ -46,6 +49,17 @@
 #include "rt_sample.h"
 
 typedef struct rt_session rt_session;
+typedef struct rt_backend rt_backend;
+
+/* Where a session runs (rt_backend.h). */
+typedef enum rt_device {
+    RT_DEVICE_CPU = 0,
+    RT_DEVICE_CUDA = 1,
+} rt_device;
+
+/* "cpu" / "cuda" -> *out; MC_ERR_INVALID_ARG for anything else. */
+mc_status rt_device_parse(const char *name, rt_device *out);
+const char *rt_device_name(rt_device dev);
 
 typedef enum rt_truncate {
     RT_TRUNC_NONE = 0,         /* refuse sequences that do not fit */
@@ -121,6 +135,20 @@ mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
                             mc_error *err);
 void rt_session_free(rt_session *s); /* NULL is a no-op */
 
+/* rt_session_create on device dev: RT_DEVICE_CPU is rt_session_create;
+ * RT_DEVICE_CUDA is rt_cuda_session_create with default options (its
+ * errors: MC_ERR_UNSUPPORTED without a CUDA build or device, ...). */
+mc_status rt_session_create_on(const rt_model *model, const rt_limits *lim,
+                               const rt_layout *layout, rt_device dev,
+                               rt_session **out, mc_error *err);
+
+/* The scheduler over a created backend (rt_backend.h), which it takes
+ * over: *be is cleared, and freed on failure too.  model borrowed. */
+mc_status rt_session_create_backend(const rt_model *model, rt_backend *be,
+                                    rt_session **out, mc_error *err);
+/* The backend a session runs on (borrowed). */
+const rt_backend *rt_session_backend(const rt_session *s);
+
 const rt_layout *rt_session_layout(const rt_session *s);
 const rt_model *rt_session_model(const rt_session *s);
 
@@ -175,13 +203,15 @@ int rt_session_slot_is_busy(const rt_session *s, uint32_t slot);
 void rt_session_abort(rt_session *s);
 
 /* The tap of kn_block.h, called for every layer (layer index added) during
- * the next calls until cleared with fn NULL.  For calibration. */
+ * the next calls until cleared with fn NULL.  For calibration; CPU
+ * backend only (ignored on others). */
 typedef void (*rt_tap_fn)(void *ctx, uint32_t layer, kn_tap_point where,
                           const float *x, size_t T, size_t width);
 void rt_session_set_tap(rt_session *s, rt_tap_fn fn, void *ctx);
 
 /* Highest byte offset + 1 of the arena that no longer holds the canary
- * written at create: a measurement of how much of the arena ran. */
+ * written at create: a measurement of how much of the arena ran.  0 when
+ * the arena is on a device (this and the count below). */
 uint64_t rt_session_arena_high_water(const rt_session *s);
 /* Number of arena bytes that no longer hold the canary: the bytes a run
  * really wrote (a byte that happens to be written with the canary value is

@@ -94,13 +94,13 @@ static uint64_t used_now(void)
     return t - f;
 }
 
-static rt_cuda_session *gpu_session(const rt_model *m, const rt_limits *L,
+static rt_session *gpu_session(const rt_model *m, const rt_limits *L,
                                     const rt_layout *layout, int gemm)
 {
     rt_cuda_options o;
     rt_cuda_options_default(&o);
     o.prefill_gemm = gemm;
-    rt_cuda_session *s = NULL;
+    rt_session *s = NULL;
     mc_error e;
     mc_status st = rt_cuda_session_create(m, L, layout, &o, &s, &e);
     if (st) {
@@ -177,13 +177,13 @@ static void test_cuda_session_without_device_is_refused_with_status(void **state
     mc_error e;
     rt_limits L = {.max_batch = 1, .max_seq = 16, .prefill_chunk = 16,
                    .kv_type = KN_KV_F32, .threads = 1};
-    rt_cuda_session *s = (rt_cuda_session *)1;
+    rt_session *s = (rt_session *)1;
     assert_int_equal(rt_cuda_session_create(m, &L, NULL, NULL, &s, &e),
                      MC_ERR_UNSUPPORTED);
     assert_null(s);
     assert_true(strstr(e.message, "CUDA") != NULL);
     printf("refused: %s\n", e.message);
-    rt_cuda_session_free(NULL);
+    rt_session_free(NULL);
     rt_model_free(m);
 }
 
@@ -217,7 +217,7 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
     assert_int_equal(rt_model_open_artifact(art, &m, &e), MC_OK);
     assert_true(m->has_plan);
     /* the artifact's own plan, matvec path (f32 exact) */
-    rt_cuda_session *s = gpu_session(m, &m->plan_limits, &m->plan_layout, 0);
+    rt_session *s = gpu_session(m, &m->plan_limits, &m->plan_layout, 0);
     tu_logit_capture cap = {.rows = calloc(NLOG * VOCAB, sizeof(float)),
                             .max_rows = NLOG, .vocab = VOCAB};
     int32_t out[256];
@@ -225,7 +225,7 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
                         .on_logits_ctx = &cap};
     rt_prompt pr = {.ids = ref, .n = 1};
     rt_gen_result res = {.ids = out};
-    assert_int_equal(rt_cuda_session_generate(s, &pr, 1, &gp, &res, &e),
+    assert_int_equal(rt_session_generate(s, &pr, 1, &gp, &res, &e),
                      MC_OK);
     assert_int_equal(res.n, 256);
     int mism = 0;
@@ -244,11 +244,11 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
     assert_true(ne < 1e-4);
     /* greedy without on_logits: the device argmax path */
     rt_gen_params g2 = {.max_new_tokens = 256};
-    assert_int_equal(rt_cuda_session_generate(s, &pr, 1, &g2, &res, &e),
+    assert_int_equal(rt_session_generate(s, &pr, 1, &g2, &res, &e),
                      MC_OK);
     assert_int_equal(res.n, 256);
     assert_memory_equal(out, ref + 1, 256 * sizeof(int32_t));
-    rt_cuda_session_free(s);
+    rt_session_free(s);
 
     /* prefill of 64 rows through cuBLAS (f16 inputs) */
     rt_limits L = {.max_batch = 1, .max_seq = 512, .prefill_chunk = 64,
@@ -257,12 +257,12 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
     float *lg = calloc((size_t)NLOG * VOCAB, sizeof(float));
     rt_prompt p64 = {.ids = ref, .n = NLOG};
     float *outs[1] = {lg};
-    assert_int_equal(rt_cuda_session_logits(s, &p64, 1, outs, &e), MC_OK);
+    assert_int_equal(rt_session_logits(s, &p64, 1, outs, &e), MC_OK);
     ne = tu_norm_err(lg, ref_lg, (size_t)NLOG * VOCAB);
     printf("stories260k prefill 64 rows via cuBLAS: normalized error %.3g\n",
            ne);
     assert_true(ne < 1e-2);
-    rt_cuda_session_free(s);
+    rt_session_free(s);
     free(lg);
     free(cap.rows);
     free(ref_lg);
@@ -297,8 +297,8 @@ static void compare_model(const char *what, rt_model *m)
     assert_int_equal(rt_session_logits(cs, pr, 3, cpu, &e), MC_OK);
     rt_session_free(cs);
     for (int gemm = 0; gemm <= 1; gemm++) {
-        rt_cuda_session *s = gpu_session(m, &L, NULL, gemm);
-        assert_int_equal(rt_cuda_session_logits(s, pr, 3, gpu, &e), MC_OK);
+        rt_session *s = gpu_session(m, &L, NULL, gemm);
+        assert_int_equal(rt_session_logits(s, pr, 3, gpu, &e), MC_OK);
         double worst = 0;
         for (int i = 0; i < 3; i++) {
             double ne = tu_norm_err(gpu[i], cpu[i], lens[i] * V);
@@ -310,7 +310,7 @@ static void compare_model(const char *what, rt_model *m)
         if (worst >= (gemm ? 1e-2 : 1e-4))
             fail_msg("%s (%s path): normalized error %.3g", what,
                      gemm ? "cuBLAS" : "matvec", worst);
-        rt_cuda_session_free(s);
+        rt_session_free(s);
     }
     for (int i = 0; i < 3; i++) {
         free(cpu[i]);
@@ -362,7 +362,7 @@ static void test_cuda_memory_is_flat_and_equals_plan(void **state)
     mc_error e;
     rt_limits L = {.max_batch = 8, .max_seq = 128, .prefill_chunk = 64,
                    .kv_type = KN_KV_F32, .threads = 1};
-    rt_cuda_session *s = gpu_session(m, &L, NULL, 1);
+    rt_session *s = gpu_session(m, &L, NULL, 1);
     const rt_cuda_plan *p = rt_cuda_session_plan(s);
     rt_cuda_mem mem;
     rt_cuda_session_memory(s, &mem);
@@ -407,7 +407,7 @@ static void test_cuda_memory_is_flat_and_equals_plan(void **state)
             float *o[8];
             for (size_t i = 0; i < n; i++)
                 o[i] = lg[i];
-            assert_int_equal(rt_cuda_session_logits(s, pr, n, o, &e), MC_OK);
+            assert_int_equal(rt_session_logits(s, pr, n, o, &e), MC_OK);
         } else if (r % 5 == 4) {
             rt_score_item it[8];
             float cl[8][8], ll[8][2];
@@ -420,7 +420,7 @@ static void test_cuda_memory_is_flat_and_equals_plan(void **state)
                                         .cont_logprobs = cl[i],
                                         .label_logprobs = ll[i]};
             }
-            assert_int_equal(rt_cuda_session_score(s, it, n, labels, 2,
+            assert_int_equal(rt_session_score(s, it, n, labels, 2,
                                                    RT_TRUNC_NONE, &e), MC_OK);
         } else {
             rt_gen_params gp = {.max_new_tokens = 20, .seed = (uint64_t)r,
@@ -428,7 +428,7 @@ static void test_cuda_memory_is_flat_and_equals_plan(void **state)
             if (r % 2)
                 gp.sampler = (rt_sampler){.temperature = 0.8f, .top_k = 40,
                                           .top_p = 0.9f};
-            assert_int_equal(rt_cuda_session_generate(s, pr, n, &gp, res, &e),
+            assert_int_equal(rt_session_generate(s, pr, n, &gp, res, &e),
                              MC_OK);
         }
     }
@@ -438,7 +438,7 @@ static void test_cuda_memory_is_flat_and_equals_plan(void **state)
     assert_int_equal(after, after_load);
     for (int i = 0; i < 8; i++)
         free(lg[i]);
-    rt_cuda_session_free(s);
+    rt_session_free(s);
     rt_model_free(m);
 }
 
@@ -450,32 +450,32 @@ static void test_cuda_request_over_the_plan_is_refused(void **state)
     mc_error e;
     rt_limits L = {.max_batch = 2, .max_seq = 32, .prefill_chunk = 32,
                    .kv_type = KN_KV_F32, .threads = 1};
-    rt_cuda_session *s = gpu_session(m, &L, NULL, 1);
+    rt_session *s = gpu_session(m, &L, NULL, 1);
     int32_t ids[40] = {0}, out[3][8];
     rt_prompt pr[3] = {{ids, 4}, {ids, 4}, {ids, 4}};
     rt_gen_result res[3] = {{.ids = out[0]}, {.ids = out[1]}, {.ids = out[2]}};
     rt_gen_params gp = {.max_new_tokens = 8};
     /* three sequences over max_batch 2 */
-    assert_int_equal(rt_cuda_session_generate(s, pr, 3, &gp, res, &e),
+    assert_int_equal(rt_session_generate(s, pr, 3, &gp, res, &e),
                      MC_ERR_PLAN);
     printf("refused: %s\n", e.message);
     /* 30 prompt tokens + 8 new over max_seq 32 */
     pr[0].n = 30;
-    assert_int_equal(rt_cuda_session_generate(s, pr, 1, &gp, res, &e),
+    assert_int_equal(rt_session_generate(s, pr, 1, &gp, res, &e),
                      MC_ERR_PLAN);
     printf("refused: %s\n", e.message);
     /* the session still serves requests inside the plan */
     pr[0].n = 4;
-    assert_int_equal(rt_cuda_session_generate(s, pr, 2, &gp, res, &e), MC_OK);
+    assert_int_equal(rt_session_generate(s, pr, 2, &gp, res, &e), MC_OK);
     assert_int_equal(res[0].n, 8);
     /* an f16 KV cache is refused with a status, not run wrongly */
     rt_limits L16 = L;
     L16.kv_type = KN_KV_F16;
-    rt_cuda_session *s16 = (rt_cuda_session *)1;
+    rt_session *s16 = (rt_session *)1;
     assert_int_equal(rt_cuda_session_create(m, &L16, NULL, NULL, &s16, &e),
                      MC_ERR_UNSUPPORTED);
     assert_null(s16);
-    rt_cuda_session_free(s);
+    rt_session_free(s);
     rt_model_free(m);
 }
 

@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "ref_forward.h"
+#include "rt_cuda.h"
 #include "testutil.h"
 
 static char *g_out, *g_err;
@@ -638,6 +639,47 @@ static void test_mrun_help_documents_metrics_and_json_figures(void **st)
     assert_null(strstr(g_out, "comma"));
 }
 
+/* --device: a usage error for an unknown name; on a machine without a
+ * GPU (or a build without CUDA) --device cuda, and an artifact planned
+ * for cuda, fail with exit 1 and one line naming the reason, never a
+ * crash; --device cpu runs the same artifact. */
+static void test_mrun_device_cuda_without_gpu_fails_with_one_message(
+    void **st)
+{
+    (void)st;
+    char *m = fixture("llama");
+    assert_int_equal(mrun("%s --tokens 1 --device tpu", m), 2);
+    assert_non_null(strstr(g_err, "--device"));
+    assert_int_equal(mrun("%s --tokens '1 2' --max-new-tokens 2 "
+                          "--device cpu -q", m), 0);
+    int n = 0;
+    assert_int_equal(rt_cuda_device_count(&n), MC_OK);
+    if (n > 0) {
+        free(m);
+        skip(); /* a GPU is here: scripts/gpu-check runs the CUDA side */
+    }
+    assert_int_equal(mrun("%s --tokens '1 2' --max-new-tokens 2 "
+                          "--device cuda", m), 1);
+    /* one line: the message, not a trace or a crash report */
+    const char *nl = strchr(g_err, '\n');
+    assert_non_null(nl);
+    assert_null(strchr(nl + 1, '\n'));
+    assert_true(strstr(g_err, "CUDA") != NULL);
+    /* an artifact whose plan says cuda runs there by default */
+    char *dir = tu_mkdtemp("mrun_dev");
+    char *art = tu_fmt("%s/cuda.mca", dir);
+    assert_int_equal(compile(m, art, "--device cuda --target 4GiB --kv f32",
+                             NULL), 0);
+    assert_int_equal(mrun("%s --tokens '1 2' --max-new-tokens 2", art), 1);
+    assert_true(strstr(g_err, "CUDA") != NULL);
+    assert_int_equal(mrun("%s --tokens '1 2' --max-new-tokens 2 --device cpu "
+                          "-q", art), 0);
+    tu_rmtree(dir);
+    free(art);
+    free(dir);
+    free(m);
+}
+
 static int teardown(void **st)
 {
     (void)st;
@@ -665,6 +707,8 @@ int main(void)
         cmocka_unit_test(test_mrun_tokens_file_uses_the_shared_ids_syntax),
         cmocka_unit_test(test_mrun_prompt_uses_tokenizer_embedded_in_artifact),
         cmocka_unit_test(test_mrun_help_documents_metrics_and_json_figures),
+        cmocka_unit_test(
+            test_mrun_device_cuda_without_gpu_fails_with_one_message),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -26,9 +26,15 @@ static mcrt *open_fixture(const char *name, uint32_t batch)
     o.max_seq = 64;
     o.prefill_chunk = 16;
     o.threads = 2;
+    /* the harness's backend (tu_backend) */
+    o.device = tu_backend() == RT_DEVICE_CUDA ? MCRT_DEVICE_CUDA
+                                              : MCRT_DEVICE_CPU;
     mcrt *h = NULL;
-    assert_int_equal(mcrt_open(dir, &o, &h), 0);
+    int rc = mcrt_open(dir, &o, &h);
     free(dir);
+    TU_SKIP_IF(rc == MC_ERR_UNSUPPORTED && o.device == MCRT_DEVICE_CUDA,
+               mcrt_last_error(NULL));
+    assert_int_equal(rc, 0);
     return h;
 }
 
@@ -142,6 +148,90 @@ static void test_mcrt_scores_agree_with_logits(void **st)
     mcrt_close(h);
 }
 
+/* mcrt_submit_generate / mcrt_step: 7 requests of different lengths
+ * through 2 slots, each submitted as soon as a slot is free, give the ids
+ * mcrt_generate gives the same requests (sampled, so the per-request RNG
+ * is checked too); a request over the plan is refused at submit with
+ * status 10 and the others go on; whole calls refuse while requests run. */
+static void test_mcrt_continuous_batching_matches_whole_calls(void **st)
+{
+    (void)st;
+    enum { N = 7, NEW = 9 };
+    int32_t p[N][12];
+    const int32_t *pp[N];
+    size_t lens[N];
+    uint32_t news[N];
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < 12; j++)
+            p[i][j] = (int32_t)((i * 37 + j * 11 + 3) % 256);
+        pp[i] = p[i];
+        lens[i] = (size_t)(1 + (i * 5) % 12);
+        news[i] = (uint32_t)(1 + (i * 3) % NEW);
+    }
+    mcrt_gen_params gp;
+    mcrt_gen_params_default(&gp);
+    gp.temperature = 0.8f;
+    gp.top_k = 20;
+    gp.seed = 5;
+    gp.use_model_eos = 0;
+    int32_t a[N][NEW], b[N][NEW];
+    mcrt_result ra[N], rb[N];
+    mcrt *h = open_fixture("llama", 2);
+    kn_set_force_scalar(1); /* row-invariant kernels, as above */
+    for (int i = 0; i < N; i++) {
+        ra[i] = (mcrt_result){.ids = a[i]};
+        gp.max_new_tokens = news[i];
+        /* one call per request: its RNG is (seed, 0), as the submitted
+         * requests' with seq_index 0 */
+        mcrt_gen_params g1 = gp;
+        assert_int_equal(mcrt_generate(h, &pp[i], &lens[i], 1, &g1, &ra[i]),
+                         0);
+    }
+    size_t next = 0, finished = 0;
+    uint32_t done[2];
+    mcrt_gen_params gq[N];
+    while (finished < N) {
+        while (next < N && mcrt_free_slots(h) > 0) {
+            gq[next] = gp;
+            gq[next].max_new_tokens = news[next];
+            rb[next] = (mcrt_result){.ids = b[next]};
+            assert_int_equal(mcrt_submit_generate(h, pp[next], lens[next],
+                                                  &gq[next], 0, &rb[next],
+                                                  NULL),
+                             0);
+            next++;
+        }
+        if (next < N) {
+            /* both slots busy: no third one, and no whole call */
+            mcrt_result rx = {.ids = b[0]};
+            assert_int_equal(mcrt_submit_generate(h, pp[0], 1, &gp, 0, &rx,
+                                                  NULL),
+                             MC_ERR_INVALID_ARG);
+            assert_int_not_equal(mcrt_generate(h, pp, lens, 1, &gp, &rx), 0);
+        }
+        size_t nd = 9;
+        assert_int_equal(mcrt_step(h, done, &nd), 0);
+        finished += nd;
+    }
+    kn_set_force_scalar(0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rb[i].n_ids, news[i]);
+        assert_int_equal(rb[i].n_ids, ra[i].n_ids);
+        assert_memory_equal(a[i], b[i], ra[i].n_ids * sizeof(int32_t));
+    }
+    /* over the plan (max_seq 64): refused at submit, nothing runs */
+    int32_t big[70] = {0};
+    mcrt_result rz = {.ids = b[0]};
+    gp.max_new_tokens = 1;
+    assert_int_equal(mcrt_submit_generate(h, big, 70, &gp, 0, &rz, NULL),
+                     MC_ERR_PLAN);
+    assert_int_equal(mcrt_free_slots(h), 2);
+    size_t nd = 9;
+    assert_int_equal(mcrt_step(h, done, &nd), 0);
+    assert_int_equal(nd, 0);
+    mcrt_close(h);
+}
+
 static void test_mcrt_calls_do_not_allocate_after_open(void **st)
 {
     (void)st;
@@ -177,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_mcrt_waves_give_the_same_results_as_one_batch),
         cmocka_unit_test(test_mcrt_scores_agree_with_logits),
         cmocka_unit_test(test_mcrt_calls_do_not_allocate_after_open),
+        cmocka_unit_test(test_mcrt_continuous_batching_matches_whole_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

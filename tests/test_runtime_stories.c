@@ -56,7 +56,7 @@ static void test_stories_greedy_from_bos_reproduces_256_reference_ids(
                    .kv_type = KN_KV_F32, .threads = 2};
     rt_session *s;
     mc_error e;
-    assert_int_equal(rt_session_create(m, &L, NULL, &s, &e), MC_OK);
+    assert_int_equal(tu_session_create(m, &L, NULL, &s, &e), MC_OK);
     tu_logit_capture cap = {.rows = calloc(NLOG * VOCAB, sizeof(float)),
                             .max_rows = NLOG, .vocab = VOCAB};
     int32_t out[256];
@@ -116,7 +116,7 @@ static void test_stories_prefill_logits_first64_within_1e4(void **state)
                        .threads = 2};
         rt_session *s;
         mc_error e;
-        assert_int_equal(rt_session_create(m, &L, NULL, &s, &e), MC_OK);
+        assert_int_equal(tu_session_create(m, &L, NULL, &s, &e), MC_OK);
         float *lg = calloc(NLOG * VOCAB, sizeof(float));
         rt_prompt pr = {.ids = ref, .n = NLOG};
         float *outs[1] = {lg};

@@ -136,7 +136,7 @@ static rt_session *open_session(const char *name, uint32_t B, rt_model **m)
     rt_limits L = {.max_batch = B, .max_seq = 64, .prefill_chunk = 16,
                    .threads = 2};
     rt_session *s;
-    assert_int_equal(rt_session_create(*m, &L, NULL, &s, &e), MC_OK);
+    assert_int_equal(tu_session_create(*m, &L, NULL, &s, &e), MC_OK);
     return s;
 }
 

@@ -74,7 +74,7 @@ static void test_session_generate_and_score_run_with_allocation_failing(
                        .kv_type = kvs[i], .threads = 2};
         rt_session *s;
         mc_error e;
-        assert_int_equal(rt_session_create(m, &L, NULL, &s, &e), MC_OK);
+        assert_int_equal(tu_session_create(m, &L, NULL, &s, &e), MC_OK);
         mc_alloc_reset_count();
         mc_alloc_fail_after(0);
         run_everything(s);

@@ -256,3 +256,30 @@ cmp_calib_opts tu_calib_opts_best_q4(uint32_t group, size_t heldout)
     o.heldout = heldout;
     return o;
 }
+
+rt_device tu_backend(void)
+{
+    const char *b = getenv("MC_TEST_BACKEND");
+    rt_device d = RT_DEVICE_CPU;
+    if (b && *b && rt_device_parse(b, &d) != MC_OK)
+        fail_msg("MC_TEST_BACKEND=%s: expected cpu or cuda", b);
+    return d;
+}
+
+mc_status tu_session_create(const rt_model *m, const rt_limits *lim,
+                            const rt_layout *layout, rt_session **out,
+                            mc_error *err)
+{
+    rt_device d = tu_backend();
+    mc_error local;
+    if (!err)
+        err = &local;
+    mc_status st = rt_session_create_on(m, lim, layout, d, out, err);
+    if (st == MC_ERR_UNSUPPORTED && d != RT_DEVICE_CPU) {
+        char buf[1400];
+        printf("[  SKIP    ] %s backend: %s\n", rt_device_name(d),
+               mc_error_format(err, buf, sizeof buf));
+        skip();
+    }
+    return st;
+}

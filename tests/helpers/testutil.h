@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "cmp_calib.h"
+#include "rt_session.h"
 
 /* A fresh empty directory under $TMPDIR (or /tmp), unique per call; the
  * caller removes it with tu_rmtree.  Returns a static-free malloc'ed path. */
@@ -97,5 +98,20 @@ cmp_calib_opts tu_calib_opts_best_q4(uint32_t group, size_t heldout);
  * free with kn_pool_free. */
 struct kn_pool;
 struct kn_pool *tu_pool_warm(int n);
+
+/* The backend the scheduler's tests run on, chosen by the harness:
+ * $MC_TEST_BACKEND = "cpu" (default) or "cuda" (scripts/gpu-check runs
+ * the session tests with cuda).  Another value fails the test. */
+rt_device tu_backend(void);
+/* rt_session_create on tu_backend().  On cuda, a missing device or build
+ * and what the CUDA backend does not support (f16/int8 KV, ...) skip the
+ * current test, printing the reason.  Returns the create status. */
+mc_status tu_session_create(const rt_model *m, const rt_limits *lim,
+                            const rt_layout *layout, rt_session **out,
+                            mc_error *err);
+/* Skip the current test on a backend that is not the CPU (for what only
+ * the CPU backend has: the calibration tap, the arena canary). */
+#define TU_SKIP_UNLESS_CPU(what)                                               \
+    TU_SKIP_IF(tu_backend() != RT_DEVICE_CPU, what " is CPU-only")
 
 #endif /* TESTUTIL_H */

@@ -1,8 +1,12 @@
-/* rt_session.c - sessions: the arena, the step scheduler, the head, and
- * generation / scoring / logits on top (see rt_session.h).
+/* rt_sched.c - the one scheduler behind rt_session.h: request checks,
+ * slots and continuous-batching admission, step planning, row
+ * consumption (sampling, scoring, logits), statistics.  It drives any
+ * backend of rt_backend.h (rt_cpu.c, rt_cuda*.c) through its function
+ * table; nothing here knows where the arena lives.
  *
- * Everything that runs tokens (run_calls below) touches only the arena and
- * the tables allocated at create; it never calls mc_malloc. */
+ * Everything that runs tokens (step_once below) touches only the tables
+ * allocated at create and the backend's step tables; it never calls
+ * mc_malloc. */
 #include "rt_session.h"
 
 #include <math.h>
@@ -10,12 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "kn_block.h"
-#include "kn_ops.h"
 #include "mc_alloc.h"
+#include "rt_backend.h"
+#include "rt_cuda.h"
 #include "rt_request.h"
-
-#define RT_CANARY 0xA5u
 
 typedef enum run_mode {
     MODE_GENERATE = 0,
@@ -38,32 +40,16 @@ typedef struct rt_slot {
 
 struct rt_session {
     const rt_model *m;
-    rt_layout layout;
-    uint8_t *arena;            /* layout.arena_bytes, posix_memalign */
-    kn_pool *pool;
-    kn_kv *kv;                 /* [num_layers][max_batch] cache views */
+    rt_backend be;             /* owned; be.layout is the session's plan */
+    int broken;                /* a device call failed: refuse more work */
     rt_seq *seq;               /* [max_batch] */
     rt_slot *slot;             /* [max_batch] */
     /* Busy slots in admission order: prompt rows are scheduled oldest
      * request first, so the request that output waits for goes first. */
     uint32_t *order;           /* [max_batch] */
     size_t n_order;
-    kn_rope *slot_rope;        /* [max_batch] dynamic-NTK RoPE per slot */
     size_t *seg_seq;           /* [max_batch] slot of each segment */
-    kn_rope rope;              /* default RoPE (inv_freq in the arena) */
-    int dynamic_rope;          /* rope type is dynamic NTK */
-    /* views of the arena buffers */
-    int32_t *ids;
-    int64_t *pos;
-    kn_block_segment *segs;
-    int32_t *rows;             /* [chunk][2]: (row, slot) */
-    float *x, *hx, *logits, *probs;
-    int32_t *index;
-    kn_block_scratch scratch;
-    /* calibration tap */
-    rt_tap_fn tap;
-    void *tap_ctx;
-    uint32_t tap_layer;
+    rt_step step;              /* the step being run (views of be.tab) */
     rt_session_stats stats;
 };
 
@@ -74,154 +60,94 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void *buf_at(rt_session *s, rt_buf_id id)
+mc_status rt_session_create_backend(const rt_model *model, rt_backend *be,
+                                    rt_session **out, mc_error *err)
 {
-    return s->arena + s->layout.buf[id].offset;
-}
-
-static size_t kv_elem_bytes(kn_kvtype t)
-{
-    return t == KN_KV_F32 ? 4 : t == KN_KV_F16 ? 2 : 1;
+    *out = NULL;
+    rt_session *s = mc_calloc(1, sizeof *s);
+    const uint32_t B = be->layout.limits.max_batch;
+    if (s) {
+        s->seq = mc_calloc(B, sizeof *s->seq);
+        s->slot = mc_calloc(B, sizeof *s->slot);
+        s->order = mc_calloc(B, sizeof *s->order);
+        s->seg_seq = mc_calloc(B, sizeof *s->seg_seq);
+    }
+    if (!s || !s->seq || !s->slot || !s->order || !s->seg_seq) {
+        if (s)
+            s->be.i = NULL; /* be is still the caller's */
+        rt_session_free(s);
+        be->i->free(be->ctx);
+        memset(be, 0, sizeof *be);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "session tables");
+    }
+    s->m = model;
+    s->be = *be;
+    memset(be, 0, sizeof *be);
+    s->step.seg_slot = s->seg_seq;
+    s->step.dynamic_rope = model->cfg.rope.type == FMT_ROPE_DYNAMIC;
+    *out = s;
+    return MC_OK;
 }
 
 mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
                             const rt_layout *layout, rt_session **out,
                             mc_error *err)
 {
+    return rt_session_create_on(model, lim, layout, RT_DEVICE_CPU, out, err);
+}
+
+mc_status rt_session_create_on(const rt_model *model, const rt_limits *lim,
+                               const rt_layout *layout, rt_device dev,
+                               rt_session **out, mc_error *err)
+{
     *out = NULL;
     if (!model || !lim)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
                        "rt_session_create: NULL model or limits");
-    const fmt_model_config *c = &model->cfg;
-    rt_layout built;
-    mc_status st = rt_layout_build(c, lim, &built, err);
+    if (dev == RT_DEVICE_CUDA)
+        return rt_cuda_session_create(model, lim, layout, NULL, out, err);
+    if (dev != RT_DEVICE_CPU)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "device", -1,
+                       "unknown device %d (expected cpu or cuda)", (int)dev);
+    rt_backend be;
+    mc_status st = rt_cpu_backend_create(model, lim, layout, &be, err);
     if (st)
         return st;
-    if (layout) {
-        /* The stored plan must be the one these limits give
-         * (rt_layout_check_stored).  Its thread count sized the attention
-         * scratch: run with at most that many. */
-        if ((st = rt_layout_check_stored(c, layout, &built, model->path,
-                                         err)))
-            return st;
-        int threads = built.limits.threads;
-        built = *layout;
-        if (threads < built.limits.threads)
-            built.limits.threads = threads;
-    }
-    rt_session *s = mc_calloc(1, sizeof *s);
-    if (!s)
-        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "session");
-    s->m = model;
-    s->layout = built;
-    const uint32_t B = built.limits.max_batch;
-    if (built.arena_bytes > SIZE_MAX ||
-        posix_memalign((void **)&s->arena, RT_LAYOUT_ALIGN,
-                       (size_t)built.arena_bytes) != 0) {
-        s->arena = NULL;
-        rt_session_free(s);
-        return mc_fail(err, MC_ERR_NOMEM, NULL, "arena", -1,
-                       "cannot allocate the %llu-byte arena (KV %llu bytes "
-                       "for batch %u x max_seq %llu)",
-                       (unsigned long long)built.arena_bytes,
-                       (unsigned long long)built.kv_bytes, B,
-                       (unsigned long long)built.limits.max_seq);
-    }
-    memset(s->arena, RT_CANARY, (size_t)built.arena_bytes);
-    s->kv = mc_calloc((size_t)c->num_layers * B, sizeof *s->kv);
-    s->seq = mc_calloc(B, sizeof *s->seq);
-    s->slot = mc_calloc(B, sizeof *s->slot);
-    s->order = mc_calloc(B, sizeof *s->order);
-    s->slot_rope = mc_calloc(B, sizeof *s->slot_rope);
-    s->seg_seq = mc_calloc(B, sizeof *s->seg_seq);
-    s->pool = kn_pool_create(built.limits.threads);
-    if (!s->kv || !s->seq || !s->slot || !s->order || !s->slot_rope || !s->seg_seq || !s->pool) {
-        rt_session_free(s);
-        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
-                       "session tables or thread pool");
-    }
+    return rt_session_create_backend(model, &be, out, err);
+}
 
-    /* KV views: layer l, slot b -> [cap][K], [cap][V], scales (I8). */
-    const uint64_t kvd = (uint64_t)c->num_kv_heads * c->head_dim;
-    const size_t esz = kv_elem_bytes(built.limits.kv_type);
-    for (uint32_t l = 0; l < c->num_layers; l++) {
-        uint64_t cap = rt_layout_kv_cap(c, &built.limits, l);
-        for (uint32_t b = 0; b < B; b++) {
-            kn_kv *kv = &s->kv[(size_t)l * B + b];
-            uint8_t *base = s->arena + rt_layout_kv_offset(&built, c, l, b);
-            kv->type = built.limits.kv_type;
-            kv->n_kv_heads = c->num_kv_heads;
-            kv->head_dim = c->head_dim;
-            kv->cap = cap;
-            kv->k = base;
-            kv->v = base + cap * kvd * esz;
-            if (kv->type == KN_KV_I8) {
-                kv->k_scale = (float *)(base + 2 * cap * kvd * esz);
-                kv->v_scale = kv->k_scale + cap * c->num_kv_heads;
-            }
-        }
-    }
-
-    s->ids = buf_at(s, RT_BUF_IDS);
-    s->pos = buf_at(s, RT_BUF_POS);
-    s->segs = buf_at(s, RT_BUF_SEGS);
-    s->rows = buf_at(s, RT_BUF_ROWS);
-    s->x = buf_at(s, RT_BUF_X);
-    s->hx = buf_at(s, RT_BUF_HX);
-    s->logits = buf_at(s, RT_BUF_LOGITS);
-    s->probs = buf_at(s, RT_BUF_PROBS);
-    s->index = buf_at(s, RT_BUF_INDEX);
-    s->scratch.xb = buf_at(s, RT_BUF_XB);
-    s->scratch.q = buf_at(s, RT_BUF_Q);
-    s->scratch.k = buf_at(s, RT_BUF_K);
-    s->scratch.v = buf_at(s, RT_BUF_V);
-    s->scratch.att = buf_at(s, RT_BUF_ATT);
-    s->scratch.hb = buf_at(s, RT_BUF_HB);
-    s->scratch.hb2 = buf_at(s, RT_BUF_HB2);
-    s->scratch.attn = buf_at(s, RT_BUF_ATTN_SCRATCH);
-    s->scratch.int_dot = 1; /* int8 activations for Q8/Q4 (kn_qdot.h) */
-
-    /* RoPE: the default table, and per-slot tables for dynamic NTK. */
-    const fmt_rope *r = &c->rope;
-    s->dynamic_rope = r->type == FMT_ROPE_DYNAMIC;
-    s->rope.head_dim = c->head_dim;
-    s->rope.inv_freq = buf_at(s, RT_BUF_ROPE);
-    uint64_t orig = r->original_max_pos ? r->original_max_pos
-                                        : c->max_position_embeddings;
-    if (s->dynamic_rope)
-        orig = c->max_position_embeddings; /* as transformers does */
-    kn_rope_init((int)r->type, r->theta, r->factor, r->low_freq_factor,
-                 r->high_freq_factor, orig, r->beta_fast, r->beta_slow,
-                 r->attention_factor, c->head_dim, 0, s->rope.inv_freq,
-                 &s->rope.attn_scale);
-    float *slot_inv = buf_at(s, RT_BUF_ROPE_SLOT);
-    for (uint32_t b = 0; b < B; b++) {
-        s->slot_rope[b].head_dim = c->head_dim;
-        s->slot_rope[b].inv_freq = slot_inv + (size_t)b * (c->head_dim / 2);
-        s->slot_rope[b].attn_scale = 1.0f;
-    }
-    *out = s;
+mc_status rt_device_parse(const char *name, rt_device *out)
+{
+    if (name && strcmp(name, "cpu") == 0)
+        *out = RT_DEVICE_CPU;
+    else if (name && strcmp(name, "cuda") == 0)
+        *out = RT_DEVICE_CUDA;
+    else
+        return MC_ERR_INVALID_ARG;
     return MC_OK;
+}
+
+const char *rt_device_name(rt_device dev)
+{
+    return dev == RT_DEVICE_CUDA ? "cuda" : dev == RT_DEVICE_CPU ? "cpu" : "?";
 }
 
 void rt_session_free(rt_session *s)
 {
     if (!s)
         return;
-    kn_pool_free(s->pool);
-    free(s->arena); /* posix_memalign'ed */
-    mc_free(s->kv);
+    if (s->be.i)
+        s->be.i->free(s->be.ctx);
     mc_free(s->seq);
     mc_free(s->slot);
     mc_free(s->order);
-    mc_free(s->slot_rope);
     mc_free(s->seg_seq);
     mc_free(s);
 }
 
 const rt_layout *rt_session_layout(const rt_session *s)
 {
-    return &s->layout;
+    return &s->be.layout;
 }
 
 const rt_model *rt_session_model(const rt_session *s)
@@ -229,16 +155,23 @@ const rt_model *rt_session_model(const rt_session *s)
     return s->m;
 }
 
+const rt_backend *rt_session_backend(const rt_session *s)
+{
+    return &s->be;
+}
+
 void rt_session_set_tap(rt_session *s, rt_tap_fn fn, void *ctx)
 {
-    s->tap = fn;
-    s->tap_ctx = ctx;
+    if (s->be.i == &rt_cpu_backend_i)
+        rt_cpu_backend_set_tap(s->be.ctx, fn, ctx);
 }
 
 uint64_t rt_session_arena_high_water(const rt_session *s)
 {
-    uint64_t n = s->layout.arena_bytes;
-    const uint8_t *a = s->arena;
+    const uint8_t *a = s->be.host_arena;
+    if (!a)
+        return 0;
+    uint64_t n = s->be.layout.arena_bytes;
     while (n > 0 && a[n - 1] == RT_CANARY)
         n--;
     return n;
@@ -246,9 +179,9 @@ uint64_t rt_session_arena_high_water(const rt_session *s)
 
 uint64_t rt_session_arena_touched_bytes(const rt_session *s)
 {
+    const uint8_t *a = s->be.host_arena;
     uint64_t n = 0;
-    const uint8_t *a = s->arena;
-    for (uint64_t i = 0; i < s->layout.arena_bytes; i++)
+    for (uint64_t i = 0; a && i < s->be.layout.arena_bytes; i++)
         n += a[i] != RT_CANARY;
     return n;
 }
@@ -290,15 +223,10 @@ static int row_needs_logits(const rt_session *s, size_t i, size_t p)
     }
 }
 
-static void tap_adapter(void *ctx, kn_tap_point where, const float *x,
-                        size_t T, size_t width)
-{
-    rt_session *s = ctx;
-    s->tap(s->tap_ctx, s->tap_layer, where, x, T, width);
-}
-
-/* Use the logits lg of (slot i, position p). */
-static void consume_row(rt_session *s, size_t i, size_t p, const float *lg)
+/* Use the logits lg of (slot i, position p); lg NULL: a backend's device
+ * argmax gave the greedy token tok (generate slots only). */
+static void consume_row(rt_session *s, size_t i, size_t p, const float *lg,
+                        int32_t tok)
 {
     const uint32_t V = s->m->cfg.vocab_size;
     rt_seq *q = &s->seq[i];
@@ -320,8 +248,10 @@ static void consume_row(rt_session *s, size_t i, size_t p, const float *lg)
     }
     const rt_gen_params *gp = sl->gp;
     rt_gen_result *res = sl->gres;
-    int32_t t = rt_sample(&gp->sampler, lg, V, &q->rng, s->probs, s->index);
-    if (gp->on_logits)
+    int32_t t = lg ? rt_sample(&gp->sampler, lg, V, &q->rng, s->be.tab.probs,
+                               s->be.tab.index)
+                   : tok;
+    if (gp->on_logits && lg)
         gp->on_logits(gp->on_logits_ctx, i, q->nb, lg, V);
     if (rt_is_stop(t, gp->stop, gp->n_stop)) {
         res->stop = RT_STOP_TOKEN;
@@ -343,7 +273,8 @@ static void consume_row(rt_session *s, size_t i, size_t p, const float *lg)
 static size_t plan_step(rt_session *s, size_t *nseg_out, size_t *nrows_out,
                         size_t *n_decode_rows)
 {
-    const size_t C = s->layout.limits.prefill_chunk;
+    const size_t C = s->be.layout.limits.prefill_chunk;
+    const rt_step_tables *tb = &s->be.tab;
     size_t T = 0, nseg = 0, nrows = 0;
     *n_decode_rows = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -360,17 +291,17 @@ static size_t plan_step(rt_session *s, size_t *nseg_out, size_t *nrows_out,
             size_t take = avail - q->fed;
             if (take > C - T)
                 take = C - T;
-            kn_block_segment *g = &s->segs[nseg];
+            kn_block_segment *g = &tb->segs[nseg];
             g->kv = NULL; /* set per layer */
             g->pos0 = (int64_t)q->fed;
             g->count = take;
             g->rope = NULL;
-            if (s->dynamic_rope) {
+            if (s->step.dynamic_rope) {
                 /* transformers: a call's positions use seq_len = last
                  * position + 1 (floored at max_position_embeddings). */
                 const fmt_model_config *c = &s->m->cfg;
                 const fmt_rope *r = &c->rope;
-                kn_rope *sr = &s->slot_rope[i];
+                kn_rope *sr = &tb->slot_rope[i];
                 kn_rope_init((int)r->type, r->theta, r->factor,
                              r->low_freq_factor, r->high_freq_factor,
                              c->max_position_embeddings, r->beta_fast,
@@ -381,11 +312,11 @@ static size_t plan_step(rt_session *s, size_t *nseg_out, size_t *nrows_out,
             s->seg_seq[nseg++] = i;
             for (size_t t = 0; t < take; t++) {
                 size_t p = q->fed + t;
-                s->ids[T + t] = tok_at(q, p);
-                s->pos[T + t] = (int64_t)p;
+                tb->ids[T + t] = tok_at(q, p);
+                tb->pos[T + t] = (int64_t)p;
                 if (row_needs_logits(s, i, p)) {
-                    s->rows[2 * nrows] = (int32_t)(T + t);
-                    s->rows[2 * nrows + 1] = (int32_t)i;
+                    tb->rows[2 * nrows] = (int32_t)(T + t);
+                    tb->rows[2 * nrows + 1] = (int32_t)i;
                     nrows++;
                 }
             }
@@ -428,52 +359,79 @@ static void release_all(rt_session *s)
         slot_release(s, s->n_order - 1);
 }
 
-/* Run one step over the busy slots.  Slots that finish are released and
- * appended to done[] (room for max_batch; may be NULL).  A logits row that
- * is not finite fails the step with MC_ERR_NONFINITE and releases every
- * slot: sampling or scoring it would silently give token 0 forever or NaN
- * log-probabilities. */
-static mc_status step_once(rt_session *s, uint32_t *done, size_t *n_done,
-                           mc_error *err)
+/* May the head group rows[r0 .. r0+g) take a device argmax instead of
+ * logits?  Only when every row is a greedy generate row nobody watches. */
+static int group_is_greedy(const rt_session *s, size_t r0, size_t g)
 {
-    const rt_model *m = s->m;
-    const fmt_model_config *c = &m->cfg;
-    const uint32_t B = s->layout.limits.max_batch;
-    const size_t H = c->hidden_size, V = c->vocab_size;
-    double t0 = now_seconds();
-    size_t nseg, nrows, ndec;
-    size_t T = plan_step(s, &nseg, &nrows, &ndec);
-    for (size_t t = 0; t < T; t++)
-        kn_matrix_row(&m->embed, (uint32_t)s->ids[t], s->x + t * H);
-    for (uint32_t l = 0; T > 0 && l < c->num_layers; l++) {
-        for (size_t g = 0; g < nseg; g++)
-            s->segs[g].kv = &s->kv[(size_t)l * B + s->seg_seq[g]];
-        s->tap_layer = l;
-        kn_block_forward(s->pool, &m->layers[l].w, &m->layers[l].dims,
-                         &s->rope, s->x, T, s->pos, s->segs, nseg,
-                         &s->scratch, s->tap ? tap_adapter : NULL, s);
+    for (size_t j = 0; j < g; j++) {
+        const rt_slot *sl = &s->slot[s->be.tab.rows[2 * (r0 + j) + 1]];
+        if (sl->mode != MODE_GENERATE || sl->gp->sampler.temperature > 0.0f ||
+            sl->gp->on_logits)
+            return 0;
     }
+    return 1;
+}
+
+/* The backend part of a step: upload, the blocks, the head groups (each
+ * row's logits or token consumed as it comes back), finish. */
+static mc_status run_backend(rt_session *s, mc_error *err)
+{
+    const rt_backend_i *bi = s->be.i;
+    void *ctx = s->be.ctx;
+    const rt_step_tables *tb = &s->be.tab;
+    const rt_step *sp = &s->step;
+    const uint32_t B = s->be.layout.limits.max_batch;
+    const size_t V = s->m->cfg.vocab_size;
+    mc_status st = bi->upload(ctx, sp, err);
+    for (uint32_t l = 0; st == MC_OK && l < s->m->cfg.num_layers; l++)
+        st = bi->block_forward(ctx, sp, l, err);
     /* Head: only the rows that need logits, max_batch at a time. */
-    for (size_t r0 = 0; r0 < nrows; r0 += B) {
-        size_t g = nrows - r0 < B ? nrows - r0 : B;
-        for (size_t j = 0; j < g; j++)
-            kn_rmsnorm(s->hx + j * H,
-                       s->x + (size_t)s->rows[2 * (r0 + j)] * H,
-                       m->final_norm, 1, H, (float)c->rms_norm_eps);
-        kn_matmul(s->pool, &m->lm_head, s->hx, g, s->logits, NULL);
+    for (size_t r0 = 0; st == MC_OK && r0 < sp->nrows; r0 += B) {
+        size_t g = sp->nrows - r0 < B ? sp->nrows - r0 : B;
+        const float *lg = NULL;
+        const int32_t *tok = NULL;
+        if ((st = bi->head(ctx, sp, r0, g, group_is_greedy(s, r0, g), &lg,
+                           &tok, err)))
+            break;
         for (size_t j = 0; j < g; j++) {
-            size_t row = (size_t)s->rows[2 * (r0 + j)];
-            size_t i = (size_t)s->rows[2 * (r0 + j) + 1];
-            if (!row_is_finite(s->logits + j * V, V)) {
-                release_all(s);
+            size_t row = (size_t)tb->rows[2 * (r0 + j)];
+            size_t i = (size_t)tb->rows[2 * (r0 + j) + 1];
+            if (lg && !row_is_finite(lg + j * V, V))
                 return mc_fail(err, MC_ERR_NONFINITE, NULL, "logits", -1,
                                "sequence %zu: logits at position %lld "
                                "are not finite (NaN or Inf in the "
                                "weights, or activations overflowed)",
-                               i, (long long)s->pos[row]);
-            }
-            consume_row(s, i, (size_t)s->pos[row], s->logits + j * V);
+                               i, (long long)tb->pos[row]);
+            consume_row(s, i, (size_t)tb->pos[row], lg ? lg + j * V : NULL,
+                        tok ? tok[j] : 0);
         }
+    }
+    if (st == MC_OK && bi->finish)
+        st = bi->finish(ctx, err);
+    return st;
+}
+
+/* Run one step over the busy slots.  Slots that finish are released and
+ * appended to done[] (room for max_batch; may be NULL).  A logits row that
+ * is not finite fails the step with MC_ERR_NONFINITE and releases every
+ * slot: sampling or scoring it would silently give token 0 forever or NaN
+ * log-probabilities.  A failed device call (MC_ERR_CUDA) also releases
+ * every slot and leaves the session unusable. */
+static mc_status step_once(rt_session *s, uint32_t *done, size_t *n_done,
+                           mc_error *err)
+{
+    double t0 = now_seconds();
+    size_t nseg, nrows, ndec;
+    size_t T = plan_step(s, &nseg, &nrows, &ndec);
+    s->step.T = T;
+    s->step.nseg = nseg;
+    s->step.nrows = nrows;
+    mc_status st = T > 0 ? run_backend(s, err) : MC_OK;
+    if (st) {
+        release_all(s);
+        if (st == MC_ERR_CUDA)
+            s->broken = 1;
+        return st;
     }
     /* Slots whose last row ran and that sample nothing more are done (a
      * step that ran no row means nothing is left to run: done too). */
@@ -509,8 +467,20 @@ static mc_status run_calls(rt_session *s, mc_error *err)
 
 /* The whole-call entry points need every slot: none may be busy with
  * admitted requests. */
+static mc_status check_usable(const rt_session *s, mc_error *err)
+{
+    if (s->broken)
+        return mc_fail(err, MC_ERR_CUDA, NULL, "session", -1,
+                       "the %s session is unusable after an earlier device "
+                       "failure; free it and create a new one",
+                       s->be.i->name);
+    return MC_OK;
+}
+
 static mc_status check_idle(const rt_session *s, mc_error *err)
 {
+    if (check_usable(s, err))
+        return MC_ERR_CUDA;
     if (s->n_order > 0)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "session", -1,
                        "%zu admitted request(s) still running: step the "
@@ -534,7 +504,7 @@ mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
                               rt_gen_result *res, mc_error *err)
 {
     mc_status st = check_idle(s, err);
-    if (st || (st = rt_request_setup_generate(&s->layout.limits,
+    if (st || (st = rt_request_setup_generate(&s->be.layout.limits,
                                               s->m->cfg.vocab_size, s->seq,
                                               prompts, n, p, res, err)))
         return st;
@@ -551,7 +521,7 @@ mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
                            rt_truncate truncate, mc_error *err)
 {
     mc_status st = check_idle(s, err);
-    if (st || (st = rt_request_setup_score(&s->layout.limits,
+    if (st || (st = rt_request_setup_score(&s->be.layout.limits,
                                            s->m->cfg.vocab_size, s->seq, items,
                                            n, labels, n_labels, truncate,
                                            err)))
@@ -569,7 +539,7 @@ mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
                             size_t n, float *const *out, mc_error *err)
 {
     mc_status st = check_idle(s, err);
-    if (st || (st = rt_request_setup_logits(&s->layout.limits,
+    if (st || (st = rt_request_setup_logits(&s->be.layout.limits,
                                             s->m->cfg.vocab_size, s->seq,
                                             prompts, n, out, err)))
         return st;
@@ -584,7 +554,9 @@ mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
 static mc_status check_free_slot(const rt_session *s, uint32_t slot,
                                  mc_error *err)
 {
-    const uint32_t B = s->layout.limits.max_batch;
+    const uint32_t B = s->be.layout.limits.max_batch;
+    if (check_usable(s, err))
+        return MC_ERR_CUDA;
     if (slot >= B)
         return mc_fail(err, MC_ERR_PLAN, NULL, "slot", -1,
                        "slot %u is outside the plan's max_batch %u", slot, B);
@@ -606,7 +578,7 @@ mc_status rt_session_admit_generate(rt_session *s, uint32_t slot,
                                     rt_gen_result *res, mc_error *err)
 {
     mc_status st = check_free_slot(s, slot, err);
-    if (st || (st = rt_request_setup_generate(&s->layout.limits,
+    if (st || (st = rt_request_setup_generate(&s->be.layout.limits,
                                               s->m->cfg.vocab_size,
                                               &s->seq[slot], prompt, 1, p,
                                               res, err)))
@@ -625,7 +597,7 @@ mc_status rt_session_admit_score(rt_session *s, uint32_t slot,
                                  mc_error *err)
 {
     mc_status st = check_free_slot(s, slot, err);
-    if (st || (st = rt_request_setup_score(&s->layout.limits,
+    if (st || (st = rt_request_setup_score(&s->be.layout.limits,
                                            s->m->cfg.vocab_size,
                                            &s->seq[slot], item, 1, labels,
                                            n_labels, truncate, err)))
