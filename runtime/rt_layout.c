@@ -361,36 +361,3 @@ mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
     out->activation_bytes = end - out->kv_bytes;
     return MC_OK;
 }
-
-static int limits_equal(const rt_limits *a, const rt_limits *b)
-{
-    return a->max_batch == b->max_batch && a->max_seq == b->max_seq &&
-           a->prefill_chunk == b->prefill_chunk && a->kv_type == b->kv_type;
-}
-
-mc_status rt_layout_check_stored(const fmt_model_config *cfg,
-                                 const rt_layout *stored,
-                                 const rt_layout *built, const char *path,
-                                 mc_error *err)
-{
-    rt_layout check;
-    rt_limits lp = stored->limits;
-    mc_status cst = rt_layout_build(cfg, &lp, &check, NULL);
-    if (cst || !limits_equal(&lp, &built->limits) ||
-        check.arena_bytes != stored->arena_bytes ||
-        memcmp(check.buf, stored->buf, sizeof check.buf) != 0)
-        return mc_fail(err, MC_ERR_PLAN, path, "layout", -1,
-                       "stored plan (batch %u, max_seq %llu, chunk %u, %llu "
-                       "arena bytes) does not match the requested limits "
-                       "(batch %u, max_seq %llu, chunk %u, needs %llu bytes) "
-                       "or this model",
-                       stored->limits.max_batch,
-                       (unsigned long long)stored->limits.max_seq,
-                       stored->limits.prefill_chunk,
-                       (unsigned long long)stored->arena_bytes,
-                       built->limits.max_batch,
-                       (unsigned long long)built->limits.max_seq,
-                       built->limits.prefill_chunk,
-                       (unsigned long long)built->arena_bytes);
-    return MC_OK;
-}

@@ -149,15 +149,8 @@ typedef struct rt_layout {
 mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
                           rt_layout *out, mc_error *err);
 
-/* A stored plan (an artifact's) must be exactly what rt_layout_build gives
- * for its own limits (same code, same inputs) and be for the limits asked
- * (built: rt_layout_build of the requested limits); anything else is a
- * stale or foreign plan: MC_ERR_PLAN naming path, both sets of limits and
- * arena sizes.  MC_OK otherwise. */
-mc_status rt_layout_check_stored(const fmt_model_config *cfg,
-                                 const rt_layout *stored,
-                                 const rt_layout *built, const char *path,
-                                 mc_error *err);
+/* A stored layout is checked against requested limits by
+ * rt_plan_session_layout (rt_plan.h), the plan's one owner. */
 
 /* Ring capacity (positions) of layer's cache under lim. */
 uint64_t rt_layout_kv_cap(const fmt_model_config *cfg, const rt_limits *lim,

@@ -13,6 +13,7 @@
 #include "kn_block.h"
 #include "kn_ops.h"
 #include "mc_alloc.h"
+#include "rt_plan.h"
 #include "rt_request.h"
 
 #define RT_CANARY 0xA5u
@@ -94,21 +95,10 @@ mc_status rt_session_create(const rt_model *model, const rt_limits *lim,
                        "rt_session_create: NULL model or limits");
     const fmt_model_config *c = &model->cfg;
     rt_layout built;
-    mc_status st = rt_layout_build(c, lim, &built, err);
+    mc_status st = rt_plan_session_layout(c, lim, layout, model->path, &built,
+                                          err);
     if (st)
         return st;
-    if (layout) {
-        /* The stored plan must be the one these limits give
-         * (rt_layout_check_stored).  Its thread count sized the attention
-         * scratch: run with at most that many. */
-        if ((st = rt_layout_check_stored(c, layout, &built, model->path,
-                                         err)))
-            return st;
-        int threads = built.limits.threads;
-        built = *layout;
-        if (threads < built.limits.threads)
-            built.limits.threads = threads;
-    }
     rt_session *s = mc_calloc(1, sizeof *s);
     if (!s)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "session");
