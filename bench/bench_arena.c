@@ -165,13 +165,9 @@ int main(int argc, char **argv)
         strcat(bindir, "/..");
         bin = bindir;
     }
-    const char *tmp = getenv("TMPDIR");
     char dir[1024], model[1100];
-    snprintf(dir, sizeof dir, "%s/bench_arena.XXXXXX", tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("bench_arena: mkdtemp");
+    if (bench_mkdtemp("bench_arena", dir, sizeof dir))
         return 1;
-    }
     const struct {
         const char *name;
         bench_llama_config cfg;
