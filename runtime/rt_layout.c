@@ -138,7 +138,14 @@ static mc_status resolve_limits(const fmt_model_config *cfg,
                                 const rt_limits *lim, rt_limits *L,
                                 mc_error *err)
 {
-    *L = *lim;
+    /* Field by field into zeroed bytes: the caller's padding is not
+     * copied, so equal limits give byte-identical layouts. */
+    memset(L, 0, sizeof *L);
+    L->max_batch = lim->max_batch;
+    L->max_seq = lim->max_seq;
+    L->prefill_chunk = lim->prefill_chunk;
+    L->kv_type = lim->kv_type;
+    L->threads = lim->threads;
     if (L->threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         L->threads = n > 0 ? (int)n : 1;
