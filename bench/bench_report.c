@@ -8,6 +8,8 @@
  *   runtime.json    bench_runtime --json (Hugging Face directory, f32/bf16)
  *   kernels.txt     bench_kernels output (kept verbatim in the JSON)
  *   quant.txt       bench_quant output (printed and kept verbatim)
+ *   arena.txt       bench_arena output (kept verbatim; scripts/bench
+ *                   prints its table)
  *   batch.txt       bench_batch output (kept verbatim; scripts/bench
  *                   prints its table)
  * and prints one table on stdout and writes everything, with the medians,
@@ -299,8 +301,9 @@ int main(int argc, char **argv)
     }
     const char *texts[][2] = {{"kernels.txt", "kernels_text"},
                               {"quant.txt", "quant_text"},
-                              {"batch.txt", "batch_text"}};
-    for (int k = 0; k < 3; k++) {
+                              {"batch.txt", "batch_text"},
+                              {"arena.txt", "arena_text"}};
+    for (int k = 0; k < 4; k++) {
         char *t = slurp(dir, texts[k][0]);
         if (t)
             json_object_set_new(all, texts[k][1], json_string(t));

@@ -5,6 +5,7 @@
 #ifndef BENCH_UTIL_H
 #define BENCH_UTIL_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,6 +282,19 @@ static inline int bench_gen_llama(const char *dir, const bench_llama_config *c,
         return -1;
     }
     return fmt_st_writer_finish(w, &e) ? -1 : 0;
+}
+
+/* A fresh scratch directory $TMPDIR/<tag>.XXXXXX (or under /tmp) into
+ * dir (n bytes).  Returns 0, or -1 with the reason printed. */
+static inline int bench_mkdtemp(const char *tag, char *dir, size_t n)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, n, "%s/%s.XXXXXX", tmp ? tmp : "/tmp", tag);
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "%s: mkdtemp %s: %s\n", tag, dir, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 #endif /* BENCH_UTIL_H */

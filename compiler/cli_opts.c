@@ -163,7 +163,7 @@ static int on_kv(void *base, const mc_opt *row, const char *flag,
                  const char *v, char *why, size_t n)
 {
     cmp_plan_request *r = (cmp_plan_request *)((char *)base + row->off);
-    if (cmp_parse_kv(v, &r->kv_type) != 0) {
+    if (kn_kvtype_parse(v, &r->kv_type) != 0) {
         snprintf(why, n, "%s: expected f16, int8 or f32, got '%s'", flag, v);
         return -1;
     }

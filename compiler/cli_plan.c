@@ -112,9 +112,9 @@ void cmp_cli_print_plan(FILE *o, const fmt_model_config *cfg,
             cfg->hidden_size, cfg->num_heads, cfg->num_kv_heads,
             cfg->vocab_size, (unsigned long long)p->params);
     fprintf(o, "weights: --quant %s (linear %s%s), KV %s, device %s\n",
-            p->req.policy.quant, cmp_wformat_name(p->req.policy.linear),
+            p->req.policy.quant, kn_wformat_name(p->req.policy.linear),
             p->req.policy.linear == KN_W_Q4 ? " groups" : "",
-            cmp_kv_name(p->limits.kv_type),
+            kn_kvtype_name(p->limits.kv_type),
             p->req.device == CMP_DEV_CUDA ? "cuda" : "cpu");
     fprintf(o, "plan: batch %u x context %llu (%s), prefill chunk %u, "
             "threads %d\n", p->limits.max_batch,
@@ -202,6 +202,15 @@ int cmp_cli_plan(int argc, char **argv)
     if (calibrated)
         cmp_plan_untie_for_rotation(&cfg, &req.policy,
                                     cfg.torch_dtype == FMT_DT_F32);
+    /* the tokenizer.json beside config.json: compile would embed it */
+    char *slash = strrchr(cpath, '/');
+    if (slash) {
+        *slash = '\0';
+        req.tokenizer_bytes = cmp_plan_tokenizer_bytes(cpath);
+        *slash = '/';
+    } else {
+        req.tokenizer_bytes = cmp_plan_tokenizer_bytes(".");
+    }
     cmp_plan plan;
     mc_error err;
     mc_error_clear(&err);

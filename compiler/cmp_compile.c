@@ -252,8 +252,8 @@ static mc_status copy_quantized(const cmp_tensor_plan *t,
             t->zero_bytes)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, t->name, -1,
                        "calibrated '%s' is %s %ux%u group %u; the plan has "
-                       "%s %ux%u group %u", t->name, cmp_wformat_name(b->fmt),
-                       b->rows, b->cols, b->group, cmp_wformat_name(t->fmt),
+                       "%s %ux%u group %u", t->name, kn_wformat_name(b->fmt),
+                       b->rows, b->cols, b->group, kn_wformat_name(t->fmt),
                        t->rows, t->cols, t->group);
     memcpy(sec + t->data_off, b->data, (size_t)t->data_bytes);
     memcpy(sec + t->scale_off, b->scales, (size_t)t->scale_bytes);
@@ -289,7 +289,7 @@ static json_t *tensor_json(const cmp_tensor_plan *t, size_t section,
                                              (json_int_t)t->cols)
                                  : json_pack("[I]", (json_int_t)t->cols);
     json_t *j = json_pack("{s:s, s:s, s:o, s:I, s:I, s:[I, I], s:[I, I], s:[I, I]}",
-                     "name", t->name, "format", cmp_wformat_name(t->fmt),
+                     "name", t->name, "format", kn_wformat_name(t->fmt),
                      "shape", shape, "group", (json_int_t)t->group, "section",
                      (json_int_t)section, "data", (json_int_t)t->data_off,
                      (json_int_t)t->data_bytes, "scales",
@@ -523,6 +523,8 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
                      "--calib (whose rotation unties it)");
     if (st == MC_OK) {
         rep->cfg = cfg;
+        /* the tokenizer emit embeds is part of the runtime's reserve */
+        req.tokenizer_bytes = cmp_plan_tokenizer_bytes(fmt_model_dir(s.base));
         st = cmp_plan_build(&cfg, &req, &rep->plan, err);
     }
     t0 = cmp_par_now();

@@ -10,17 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mc_alloc.h"
 #include "mc_checked.h"
+#include "rt_plan.h"
 
 #define GIB 1073741824.0
-
-const char *cmp_wformat_name(kn_wformat f)
-{
-    static const char *const n[] = {"f32", "f16", "bf16", "q8", "q4", "q4s"};
-    return (unsigned)f < KN_W_COUNT_ ? n[f] : "?";
-}
 
 mc_status cmp_wpolicy_parse(const char *quant, uint32_t group,
                             cmp_wpolicy *out, mc_error *err)
@@ -247,6 +243,36 @@ static void limits_for(const cmp_plan_request *req, uint32_t batch,
     lim->threads = req->threads > 0 ? req->threads : CMP_PLAN_DEFAULT_THREADS;
 }
 
+uint64_t cmp_plan_cpu_reserve(const fmt_model_config *cfg, size_t n_tensors,
+                              uint64_t tokenizer_bytes)
+{
+    /* float32 copies of the norms and biases (rt_artifact.c's loader) */
+    const uint64_t H = cfg->hidden_size, F = cfg->intermediate_size;
+    const uint64_t QD = fmt_config_q_dim(cfg), KD = fmt_config_kv_dim(cfg);
+    uint64_t per = 2 * H + (cfg->qkv_bias ? QD + 2 * KD : 0) +
+                   (cfg->o_bias ? H : 0) + (cfg->mlp_bias ? 2 * F + H : 0);
+    uint64_t r = CMP_CPU_BASE_BYTES, t;
+    if (!mc_mul_u64(per, cfg->num_layers, &t) || !mc_add_u64(t, H, &t) ||
+        !mc_mul_u64(t, 4, &t) || !mc_add_u64(r, t, &r) ||
+        !mc_mul_u64(n_tensors, CMP_CPU_TENSOR_BYTES, &t) ||
+        !mc_add_u64(r, t, &r) ||
+        !mc_mul_u64(tokenizer_bytes, CMP_CPU_TOKENIZER_PER_BYTE_X2, &t) ||
+        !mc_add_u64(r, t / 2, &r))
+        return UINT64_MAX;
+    return r;
+}
+
+uint64_t cmp_plan_tokenizer_bytes(const char *dir)
+{
+    char path[4096];
+    struct stat st;
+    if (!dir || snprintf(path, sizeof path, "%s/tokenizer.json", dir) >=
+                    (int)sizeof path)
+        return 0;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size
+                                                       : 0;
+}
+
 uint64_t cmp_plan_total_for(const fmt_model_config *cfg,
                             const cmp_plan_request *req, uint64_t weights,
                             uint64_t reserve, uint32_t batch, uint64_t max_seq)
@@ -322,7 +348,7 @@ mc_status cmp_plan_build(const fmt_model_config *cfg,
     if (st != MC_OK)
         return st;
     out->weights_bytes = cmp_plan_weight_bytes(t, nt);
-    mc_free(t);
+    mc_free(t); /* nt, the tensor count, stays: the reserve counts it */
     out->params = cmp_plan_param_count(cfg);
     out->kv_bytes_per_token = rt_layout_kv_bytes_per_token(cfg, req->kv_type);
     if (req->reserve_bytes >= 0) {
@@ -332,8 +358,12 @@ mc_status cmp_plan_build(const fmt_model_config *cfg,
         out->reserve_bytes = CMP_CUDA_CONTEXT_BYTES + CMP_CUBLAS_WORKSPACE_BYTES;
         out->reserve_source = "cuda default (context + cuBLAS workspace)";
     } else {
-        out->reserve_bytes = CMP_CPU_PROCESS_BYTES;
-        out->reserve_source = "cpu default (process: code, stacks, tokenizer)";
+        out->reserve_bytes = cmp_plan_cpu_reserve(cfg, nt, req->tokenizer_bytes);
+        out->reserve_source = "cpu (calibrated: code, stacks, manifest, "
+                              "norms, tokenizer)";
+        if (out->reserve_bytes == UINT64_MAX)
+            return mc_fail(err, MC_ERR_OVERFLOW, NULL, "reserve", -1,
+                           "the CPU reserve overflows 64 bits");
     }
     out->target_bytes = req->target_bytes;
     const uint64_t W = out->weights_bytes, R = out->reserve_bytes;
@@ -425,35 +455,15 @@ const char *cmp_plan_dominant(const cmp_plan *p, char *buf, size_t n)
     return buf;
 }
 
-const char *cmp_kv_name(kn_kvtype t)
-{
-    return t == KN_KV_F32 ? "f32" : t == KN_KV_F16 ? "f16" : "int8";
-}
-
-int cmp_parse_kv(const char *s, kn_kvtype *out)
-{
-    if (strcmp(s, "f16") == 0)
-        *out = KN_KV_F16;
-    else if (strcmp(s, "int8") == 0 || strcmp(s, "i8") == 0)
-        *out = KN_KV_I8;
-    else if (strcmp(s, "f32") == 0)
-        *out = KN_KV_F32;
-    else
-        return -1;
-    return 0;
-}
-
 static json_t *u64j(uint64_t v) { return json_integer((json_int_t)v); }
 
 json_t *cmp_plan_to_json(const cmp_plan *p)
 {
     json_t *o = json_object();
     json_t *fr = json_array();
-    json_t *bufs = json_array();
-    if (!o || !fr || !bufs) {
+    if (!o || !fr) {
         json_decref(o);
         json_decref(fr);
-        json_decref(bufs);
         return NULL;
     }
     int bad = 0;
@@ -462,42 +472,26 @@ json_t *cmp_plan_to_json(const cmp_plan *p)
                                             (json_int_t)p->frontier[i].batch,
                                             "max_seq",
                                             (json_int_t)p->frontier[i].max_seq));
-    for (int i = 0; i < RT_BUF_COUNT_; i++) {
-        const rt_buffer *b = &p->layout.buf[i];
-        bad |= json_array_append_new(
-            bufs, json_pack("{s:i, s:s, s:I, s:I, s:i, s:i}", "id", i, "name",
-                            rt_layout_buf_name((rt_buf_id)i), "offset",
-                            (json_int_t)b->offset, "bytes",
-                            (json_int_t)b->bytes, "first", (int)b->first,
-                            "last", (int)b->last));
-    }
-    bad |= json_object_set_new(o, "weights_bytes", u64j(p->weights_bytes));
+    /* The keys a session depends on: rt_plan.h owns them. */
+    const rt_plan stored = {.layout = p->layout,
+                            .weights_bytes = p->weights_bytes,
+                            .reserve_bytes = p->reserve_bytes,
+                            .total_bytes = p->total_bytes,
+                            .cuda = p->req.device == CMP_DEV_CUDA};
+    bad |= rt_plan_to_json(&stored, o);
+    /* The planner's report. */
     bad |= json_object_set_new(o, "params", u64j(p->params));
     bad |= json_object_set_new(o, "kv_bytes_per_token", u64j(p->kv_bytes_per_token));
-    bad |= json_object_set_new(o, "kv_slot_bytes", u64j(p->layout.kv_slot_bytes));
-    bad |= json_object_set_new(o, "kv_bytes", u64j(p->kv_bytes));
-    bad |= json_object_set_new(o, "activation_bytes", u64j(p->activation_bytes));
-    bad |= json_object_set_new(o, "arena_bytes", u64j(p->arena_bytes));
     bad |= json_object_set_new(o, "logits_bytes", u64j(p->logits_bytes));
     bad |= json_object_set_new(o, "sampler_bytes", u64j(p->sampler_bytes));
     bad |= json_object_set_new(o, "workspace_bytes", u64j(p->workspace_bytes));
-    bad |= json_object_set_new(o, "reserve_bytes", u64j(p->reserve_bytes));
     bad |= json_object_set_new(o, "reserve_source", json_string(p->reserve_source));
-    bad |= json_object_set_new(o, "total_bytes", u64j(p->total_bytes));
     bad |= json_object_set_new(o, "target_bytes", u64j(p->target_bytes));
-    bad |= json_object_set_new(o, "max_batch", u64j(p->limits.max_batch));
-    bad |= json_object_set_new(o, "max_seq", u64j(p->limits.max_seq));
-    bad |= json_object_set_new(o, "prefill_chunk", u64j(p->limits.prefill_chunk));
-    bad |= json_object_set_new(o, "threads", json_integer(p->limits.threads));
-    bad |= json_object_set_new(o, "kv_type", json_string(cmp_kv_name(p->limits.kv_type)));
     bad |= json_object_set_new(o, "quant", json_string(p->req.policy.quant));
     bad |= json_object_set_new(o, "group", u64j(p->req.policy.group));
-    bad |= json_object_set_new(o, "device", json_string(p->req.device == CMP_DEV_CUDA
-                                                     ? "cuda" : "cpu"));
     bad |= json_object_set_new(o, "fits", json_boolean(p->fits));
     bad |= json_object_set_new(o, "chosen", json_boolean(p->chosen));
     bad |= json_object_set_new(o, "frontier", fr);
-    bad |= json_object_set_new(o, "buffers", bufs);
     if (bad) { /* an allocation failed: no partial plan */
         json_decref(o);
         return NULL;

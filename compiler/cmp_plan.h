@@ -10,7 +10,7 @@
  *            the step buffers laid out by lifetime (activations of a
  *            prefill chunk, logits, sampler, attention workspace)
  *   reserve  what the process takes outside these allocations: CPU
- *            CMP_CPU_PROCESS_BYTES; CUDA
+ *            cmp_plan_cpu_reserve (calibrated, below); CUDA
  *            CMP_CUDA_CONTEXT_BYTES + CMP_CUBLAS_WORKSPACE_BYTES; or the
  *            user's --reserve
  *
@@ -41,12 +41,24 @@
 #define CMP_CUDA_CONTEXT_BYTES (1024ull << 20)  /* REFERENCE.md: 0.3-0.7 GiB,
                                                   rounded up for safety */
 #define CMP_CUBLAS_WORKSPACE_BYTES (32ull << 20) /* Hopper */
-/* The CPU runtime process outside its weights and arena: program and
- * libraries, thread stacks, the tokenizer's tables, the manifest.  Measured
- * peak RSS minus (weights + arena) was 3.4 MiB (small artifacts) to 5 MiB
- * (scripts/bench models); the default leaves room for a 32k-vocabulary
- * tokenizer so the plan covers the whole process. */
-#define CMP_CPU_PROCESS_BYTES (32ull << 20)
+/* The CPU runtime process outside its weights and arena, calibrated on
+ * mrun's measured peak RSS minus weights minus arena at the plan's corner
+ * (docs/plan.md "Reserve" has the measurements; bench_arena repeats them):
+ *   base     program image, libc, jansson, zstd, stacks: 3.5-3.8 MiB on
+ *            the smallest models, whatever the thread count, varying
+ *            +-0.2 MiB from run to run and with the request mode; the
+ *            figure is the top of that range plus 128 KiB, so that peak
+ *            RSS stays within the plan (3.81 MiB)
+ *   tensors  per tensor of the artifact: its manifest entries (parsed
+ *            JSON) and views, 5.5 KiB (SmolLM-135M shape vs stories260k)
+ *   floats   the norm and bias vectors the loader copies to float32
+ *            (exact: 4 bytes each)
+ *   tokenizer  the embedded tokenizer.json's tables: 7.5 x its size
+ *            (TinyLlama shape with the Mistral tokenizer, 1.8 MB: 12.6 MiB)
+ * cmp_plan_cpu_reserve adds them up. */
+#define CMP_CPU_BASE_BYTES (3904ull << 10)
+#define CMP_CPU_TENSOR_BYTES 5632ull
+#define CMP_CPU_TOKENIZER_PER_BYTE_X2 15ull  /* 7.5 x, in halves */
 #define CMP_PLAN_DEFAULT_CHUNK 256u   /* capped at max_batch x max_seq */
 #define CMP_PLAN_DEFAULT_THREADS 4   /* fixed so artifacts do not depend on
                                         the compiling machine's CPU count */
@@ -81,7 +93,6 @@ int cmp_plan_untie_for_rotation(fmt_model_config *cfg, cmp_wpolicy *p,
 /* Parse --quant (and the int4 group, 0 = 128). */
 mc_status cmp_wpolicy_parse(const char *quant, uint32_t group,
                             cmp_wpolicy *out, mc_error *err);
-const char *cmp_wformat_name(kn_wformat f); /* "f32".."q4s" (artifact names) */
 
 typedef enum cmp_role {
     CMP_ROLE_EMBED = 0,
@@ -129,6 +140,8 @@ typedef struct cmp_plan_request {
     int threads;             /* 0: CMP_PLAN_DEFAULT_THREADS */
     cmp_device device;
     int64_t reserve_bytes;   /* -1: the device default */
+    uint64_t tokenizer_bytes;/* tokenizer.json the artifact embeds (0:
+                                none): part of the CPU reserve */
 } cmp_plan_request;
 
 /* Defaults: f16 linear, f16 KV, CPU, chunk 256, 4 threads, no limits. */
@@ -172,6 +185,16 @@ mc_status cmp_plan_build(const fmt_model_config *cfg,
                          const cmp_plan_request *req, cmp_plan *out,
                          mc_error *err);
 
+/* The CPU process reserve (CMP_CPU_* above) of cfg compiled into
+ * n_tensors tensors with a tokenizer.json of tokenizer_bytes (0: none);
+ * UINT64_MAX on overflow. */
+uint64_t cmp_plan_cpu_reserve(const fmt_model_config *cfg, size_t n_tensors,
+                              uint64_t tokenizer_bytes);
+
+/* Size of the tokenizer.json in dir (the file an artifact compiled from
+ * dir embeds): 0 when there is none or it is not a regular file. */
+uint64_t cmp_plan_tokenizer_bytes(const char *dir);
+
 /* Total bytes of (batch, max_seq) under req (0 on overflow/invalid). */
 uint64_t cmp_plan_total_for(const fmt_model_config *cfg,
                             const cmp_plan_request *req, uint64_t weights,
@@ -185,17 +208,15 @@ const char *cmp_plan_breakdown(const cmp_plan *p, char *buf, size_t n);
 const char *cmp_plan_dominant(const cmp_plan *p, char *buf, size_t n);
 
 /* The plan as JSON (new reference): the keys of the --json report and of
- * the artifact manifest's "plan" (limits, every arena buffer's offset and
- * size, frontier). */
+ * the artifact manifest's "plan": the stored keys a session depends on
+ * (rt_plan_to_json, runtime/rt_plan.h: limits, every arena buffer's offset
+ * and size, totals) and the planner's report (frontier, target, fits...). */
 json_t *cmp_plan_to_json(const cmp_plan *p);
 
 /* "24GiB", "24G", "1.5GiB", "512MiB", "512M", "4096" (bytes), "2KB"...
  * Binary units (K/M/G/T, with or without "iB"/"B").  Returns 0 on success,
  * -1 on a malformed or overflowing size. */
 int cmp_parse_size(const char *s, uint64_t *out);
-/* kv type from "f16", "int8", "f32"; -1 if unknown. */
-int cmp_parse_kv(const char *s, kn_kvtype *out);
-const char *cmp_kv_name(kn_kvtype t);
 
 /* The command-line options of plan and compile are parsed by their
  * option tables (compiler/cli_opts.c, cmp_cli.h). */

@@ -45,6 +45,16 @@ typedef enum kn_kvtype {
 
 #define KN_Q4_ZERO_SYM 8
 
+/* The one name table of each enum (kn_names.c): the artifact's tensor
+ * "format" strings and the plan's "kv_type", also the CLI values of --kv.
+ * Names: "f32" "f16" "bf16" "q8" "q4" "q4s"; "f32" "f16" "int8" (a parse
+ * also takes "i8").  name() returns "?" for a value out of range; parse()
+ * returns 0 and sets *out, or -1 for an unknown name (or NULL). */
+const char *kn_wformat_name(kn_wformat f);
+int kn_wformat_parse(const char *s, kn_wformat *out);
+const char *kn_kvtype_name(kn_kvtype t);
+int kn_kvtype_parse(const char *s, kn_kvtype *out);
+
 /* The inline helpers below are callable from CUDA device code too. */
 #ifdef __CUDACC__
 #define KN_HOST_DEVICE __host__ __device__

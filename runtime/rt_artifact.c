@@ -1,5 +1,6 @@
 /* rt_artifact.c - an mcompile artifact as an rt_model (see rt_artifact.h). */
 #include "rt_artifact.h"
+#include "rt_plan.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -51,17 +52,6 @@ typedef struct loader {
     float *owned_end;
 } loader;
 
-static int wformat_of(const char *s, kn_wformat *f)
-{
-    static const char *const n[] = {"f32", "f16", "bf16", "q8", "q4", "q4s"};
-    for (int i = 0; i < KN_W_COUNT_; i++)
-        if (strcmp(s, n[i]) == 0) {
-            *f = (kn_wformat)i;
-            return 1;
-        }
-    return 0;
-}
-
 static mc_status get_matrix(loader *L, const char *name, uint32_t rows,
                             uint32_t cols, kn_matrix *out, mc_error *err)
 {
@@ -71,7 +61,7 @@ static mc_status get_matrix(loader *L, const char *name, uint32_t rows,
                        "tensor '%s' is missing from the artifact", name);
     kn_wformat f;
     if (t->ndim != 2 || t->rows != rows || t->cols != cols ||
-        !wformat_of(t->format, &f))
+        kn_wformat_parse(t->format, &f) != 0)
         return mc_fail(err, MC_ERR_SHAPE, L->path, name, -1,
                        "tensor '%s' is [%llu, %llu] %s; expected [%u, %u]",
                        name, (unsigned long long)t->rows,
@@ -142,114 +132,30 @@ static mc_status get_vec(loader *L, const char *name, uint32_t n, int optional,
     return MC_OK;
 }
 
-/* The plan's byte figures are reports (mrun --json/--metrics print
- * "planned" from them), so they are recomputed here, not trusted: weights
- * from the manifest's own tensor table, KV cache, activations and arena
- * from this runtime's layout, and total = weights + arena + reserve.  A
- * manifest whose figures disagree (a doctored or stale artifact whose
- * checksums were redone) is refused. */
-static mc_status check_plan_totals(loader *L, const json_t *p,
-                                   const rt_layout *lay, mc_error *err)
-{
-    const fmt_art *a = L->o->a;
-    uint64_t weights = 0, total;
-    int ok = 1;
-    for (size_t i = 0; ok && i < fmt_art_tensor_count(a); i++) {
-        const fmt_art_tensor *t = fmt_art_tensor_at(a, i);
-        ok = mc_add_u64(weights, t->data.bytes, &weights) &&
-             mc_add_u64(weights, t->scales.bytes, &weights) &&
-             mc_add_u64(weights, t->zeros.bytes, &weights);
-    }
-    static const char *const keys[] = {"weights_bytes", "kv_bytes",
-                                       "activation_bytes", "reserve_bytes",
-                                       "total_bytes"};
-    json_int_t v[5];
-    for (size_t i = 0; i < 5; i++) {
-        const json_t *j = json_object_get(p, keys[i]);
-        if (!json_is_integer(j) || json_integer_value(j) < 0)
-            return mc_fail(err, MC_ERR_FORMAT, L->path, "plan", -1,
-                           "manifest plan lacks %s (or it is negative)",
-                           keys[i]);
-        v[i] = json_integer_value(j);
-    }
-    uint64_t reserve = (uint64_t)v[3];
-    ok = ok && mc_add_u64(weights, lay->arena_bytes, &total) &&
-         mc_add_u64(total, reserve, &total);
-    const uint64_t want[5] = {weights, lay->kv_bytes, lay->activation_bytes,
-                              reserve, ok ? total : 0};
-    for (size_t i = 0; i < 5; i++)
-        if (!ok || (uint64_t)v[i] != want[i])
-            return mc_fail(err, MC_ERR_FORMAT, L->path, "plan", -1,
-                           "manifest plan %s is %lld bytes, but the artifact "
-                           "implies %llu (weights from its tensor table, "
-                           "arena from its limits, total = weights + arena + "
-                           "reserve); refusing a manifest whose figures "
-                           "disagree", keys[i], (long long)v[i],
-                           (unsigned long long)want[i]);
-    return MC_OK;
-}
-
+/* The stored plan (rt_plan.h reads and checks it).  The weights it must
+ * name are the tensor table's bytes. */
 static mc_status load_plan(loader *L, mc_error *err)
 {
-    const json_t *p = json_object_get(fmt_art_manifest(L->o->a), "plan");
-    rt_limits lim;
-    memset(&lim, 0, sizeof lim);
-    const json_t *b = json_object_get(p, "max_batch"),
-                 *s = json_object_get(p, "max_seq"),
-                 *c = json_object_get(p, "prefill_chunk"),
-                 *t = json_object_get(p, "threads"),
-                 *k = json_object_get(p, "kv_type"),
-                 *a = json_object_get(p, "arena_bytes"),
-                 *bufs = json_object_get(p, "buffers");
-    if (!json_is_integer(b) || !json_is_integer(s) || !json_is_integer(c) ||
-        !json_is_integer(t) || !json_is_string(k) || !json_is_integer(a) ||
-        !json_is_array(bufs) || json_integer_value(b) < 1 ||
-        json_integer_value(b) > UINT32_MAX || json_integer_value(s) < 1 ||
-        json_integer_value(c) < 1 || json_integer_value(c) > UINT32_MAX ||
-        json_integer_value(t) < 1 || json_integer_value(t) > 256)
-        return mc_fail(err, MC_ERR_FORMAT, L->path, "plan", -1,
-                       "manifest plan lacks max_batch, max_seq, "
-                       "prefill_chunk, threads, kv_type, arena_bytes or "
-                       "buffers (or has them out of range)");
-    lim.max_batch = (uint32_t)json_integer_value(b);
-    lim.max_seq = (uint64_t)json_integer_value(s);
-    lim.prefill_chunk = (uint32_t)json_integer_value(c);
-    lim.threads = (int)json_integer_value(t);
-    const char *ks = json_string_value(k);
-    lim.kv_type = strcmp(ks, "f16") == 0    ? KN_KV_F16
-                  : strcmp(ks, "int8") == 0 ? KN_KV_I8
-                  : strcmp(ks, "f32") == 0  ? KN_KV_F32
-                                            : (kn_kvtype)-1;
-    rt_layout lay;
-    mc_status st = rt_layout_build(&L->m->cfg, &lim, &lay, err);
-    if (st != MC_OK)
-        return st;
-    int same = (uint64_t)json_integer_value(a) == lay.arena_bytes &&
-               json_array_size(bufs) == RT_BUF_COUNT_;
-    for (size_t i = 0; same && i < RT_BUF_COUNT_; i++) {
-        const json_t *e = json_array_get(bufs, i);
-        const json_t *off = json_object_get(e, "offset"),
-                     *by = json_object_get(e, "bytes");
-        same = json_is_integer(off) && json_is_integer(by) &&
-               (uint64_t)json_integer_value(off) == lay.buf[i].offset &&
-               (uint64_t)json_integer_value(by) == lay.buf[i].bytes;
+    const fmt_art *a = L->o->a;
+    uint64_t weights = 0;
+    for (size_t i = 0; i < fmt_art_tensor_count(a); i++) {
+        const fmt_art_tensor *t = fmt_art_tensor_at(a, i);
+        if (!mc_add_u64(weights, t->data.bytes, &weights) ||
+            !mc_add_u64(weights, t->scales.bytes, &weights) ||
+            !mc_add_u64(weights, t->zeros.bytes, &weights))
+            return mc_fail(err, MC_ERR_FORMAT, L->path, "tensors", -1,
+                           "tensor bytes overflow 64 bits");
     }
-    if (!same)
-        return mc_fail(err, MC_ERR_PLAN, L->path, "plan", -1,
-                       "the artifact's arena plan (batch %u, max_seq %llu, "
-                       "chunk %u) differs from this runtime's layout for the "
-                       "same limits; recompile the artifact", lim.max_batch,
-                       (unsigned long long)lim.max_seq, lim.prefill_chunk);
-    st = check_plan_totals(L, p, &lay, err);
+    rt_plan plan;
+    mc_status st = rt_plan_from_json(
+        json_object_get(fmt_art_manifest(a), "plan"), &L->m->cfg, weights,
+        L->path, &plan, err);
     if (st != MC_OK)
         return st;
     L->m->has_plan = 1;
-    /* Where the plan was made for (older manifests: cpu). */
-    const json_t *dv = json_object_get(p, "device");
-    L->m->plan_cuda = json_is_string(dv) &&
-                      strcmp(json_string_value(dv), "cuda") == 0;
-    L->m->plan_limits = lay.limits;
-    L->m->plan_layout = lay;
+    L->m->plan_cuda = plan.cuda;
+    L->m->plan_limits = plan.layout.limits;
+    L->m->plan_layout = plan.layout;
     return MC_OK;
 }
 

@@ -7,10 +7,11 @@
  * are stream-decompressed into, once, at load (sized from the manifest).
  * Norms and biases are copied into model->owned as float32 (rt_model's
  * invariant).  The stored plan comes back as model->plan_limits and
- * model->plan_layout: the layout is rebuilt with rt_layout_build from the
- * stored limits and must equal the stored buffers (offset and size of every
- * buffer, arena size), so a session on the artifact places its KV cache and
- * activations exactly where the compiler planned them.
+ * model->plan_layout, read and checked by rt_plan_from_json (rt_plan.h):
+ * the layout is rebuilt from the stored limits and must equal the stored
+ * buffers (offset and size of every buffer, arena size) and totals, so a
+ * session on the artifact places its KV cache and activations exactly
+ * where the compiler planned them.
  *
  * Checks: header, trailer, table and manifest checksums and the manifest
  * schema on every open (fmt_art_open); every section checksum before use

@@ -13,6 +13,7 @@
 #include "kn_block.h"
 #include "kn_ops.h"
 #include "mc_alloc.h"
+#include "rt_plan.h"
 
 typedef void (*cpu_tap_fn)(void *, uint32_t, kn_tap_point, const float *,
                            size_t, size_t);
@@ -202,21 +203,12 @@ mc_status rt_cpu_backend_create(const rt_model *model, const rt_limits *lim,
     memset(out, 0, sizeof *out);
     const fmt_model_config *c = &model->cfg;
     rt_layout built;
-    mc_status st = rt_layout_build(c, lim, &built, err);
+    /* The stored plan must be the one these limits give; its thread count
+     * sized the attention scratch, so run with at most that many. */
+    mc_status st = rt_plan_session_layout(c, lim, layout, model->path, &built,
+                                          err);
     if (st)
         return st;
-    if (layout) {
-        /* The stored plan must be the one these limits give
-         * (rt_layout_check_stored).  Its thread count sized the attention
-         * scratch: run with at most that many. */
-        if ((st = rt_layout_check_stored(c, layout, &built, model->path,
-                                         err)))
-            return st;
-        int threads = built.limits.threads;
-        built = *layout;
-        if (threads < built.limits.threads)
-            built.limits.threads = threads;
-    }
     cpu_backend *b = mc_calloc(1, sizeof *b);
     if (!b)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "session");

@@ -17,6 +17,7 @@
 
 #ifdef MC_CUDA_MODULE
 #include "rt_cuda_internal.h"
+#include "rt_plan.h"
 #endif
 
 #define RT_CU_ALIGN 256u
@@ -352,14 +353,8 @@ static mc_status resolve_layout(const rt_model *model, const rt_limits *lim,
                                 const rt_layout *layout, rt_layout *out,
                                 mc_error *err)
 {
-    const fmt_model_config *c = &model->cfg;
-    mc_status st = rt_layout_build(c, lim, out, err);
-    if (st || !layout)
-        return st;
-    if ((st = rt_layout_check_stored(c, layout, out, model->path, err)))
-        return st;
-    *out = *layout;
-    return MC_OK;
+    return rt_plan_session_layout(&model->cfg, lim, layout, model->path, out,
+                                  err);
 }
 
 static mc_status check_supported(const rt_model *m, const rt_layout *L,

@@ -133,52 +133,64 @@ static int goes_before(const rt_buffer *a, int ida, const rt_buffer *b, int idb)
     return ida < idb;
 }
 
-mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
-                          rt_layout *out, mc_error *err)
+/* Check lim and cfg; fill *L with the resolved limits (threads, chunk). */
+static mc_status resolve_limits(const fmt_model_config *cfg,
+                                const rt_limits *lim, rt_limits *L,
+                                mc_error *err)
 {
-    memset(out, 0, sizeof *out);
-    if (!cfg || !lim)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
-                       "rt_layout_build: NULL config or limits");
-    rt_limits L = *lim;
-    if (L.threads <= 0) {
+    /* Field by field into zeroed bytes: the caller's padding is not
+     * copied, so equal limits give byte-identical layouts. */
+    memset(L, 0, sizeof *L);
+    L->max_batch = lim->max_batch;
+    L->max_seq = lim->max_seq;
+    L->prefill_chunk = lim->prefill_chunk;
+    L->kv_type = lim->kv_type;
+    L->threads = lim->threads;
+    if (L->threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        L.threads = n > 0 ? (int)n : 1;
+        L->threads = n > 0 ? (int)n : 1;
     }
-    if (L.threads > 256)
-        L.threads = 256;
-    if (L.max_batch < 1)
+    if (L->threads > 256)
+        L->threads = 256;
+    if (L->max_batch < 1)
         return mc_fail(err, MC_ERR_PLAN, NULL, "max_batch", -1,
-                       "max_batch must be >= 1 (got %u)", L.max_batch);
-    if (L.max_seq < 1)
+                       "max_batch must be >= 1 (got %u)", L->max_batch);
+    if (L->max_seq < 1)
         return mc_fail(err, MC_ERR_PLAN, NULL, "max_seq", -1,
                        "max_seq must be >= 1");
-    if (L.prefill_chunk < L.max_batch)
+    if (L->prefill_chunk < L->max_batch)
         return mc_fail(err, MC_ERR_PLAN, NULL, "prefill_chunk", -1,
                        "prefill_chunk (%u) must be >= max_batch (%u): a "
                        "decode step feeds one row per sequence",
-                       L.prefill_chunk, L.max_batch);
-    if (L.kv_type != KN_KV_F32 && L.kv_type != KN_KV_F16 &&
-        L.kv_type != KN_KV_I8)
+                       L->prefill_chunk, L->max_batch);
+    /* Every sequence fits max_seq, so no step holds more rows than
+     * max_batch x max_seq: rows beyond would never be written. */
+    if ((uint64_t)L->prefill_chunk / L->max_batch >= L->max_seq)
+        L->prefill_chunk = (uint32_t)((uint64_t)L->max_batch * L->max_seq);
+    if (L->kv_type != KN_KV_F32 && L->kv_type != KN_KV_F16 &&
+        L->kv_type != KN_KV_I8)
         return mc_fail(err, MC_ERR_PLAN, NULL, "kv_type", -1,
-                       "unknown KV cache type %d", (int)L.kv_type);
+                       "unknown KV cache type %d", (int)L->kv_type);
     if (cfg->head_dim == 0 || cfg->head_dim % 2 || cfg->num_layers == 0 ||
         cfg->hidden_size == 0 || cfg->vocab_size == 0 ||
         cfg->num_kv_heads == 0 || cfg->num_heads % cfg->num_kv_heads)
         return mc_fail(err, MC_ERR_SHAPE, NULL, NULL, -1,
                        "config shape not runnable (head_dim %u, heads %u/%u)",
                        cfg->head_dim, cfg->num_heads, cfg->num_kv_heads);
-    out->limits = L;
-    out->kv_slot_bytes =
-        kn_kv_slot_bytes(L.kv_type, cfg->num_kv_heads, cfg->head_dim);
+    return MC_OK;
+}
 
-    const uint64_t C = L.prefill_chunk, B = L.max_batch;
+/* Bytes of every buffer (the shapes of rt_buf_id's comments). */
+static mc_status size_buffers(const fmt_model_config *cfg, const rt_limits *L,
+                              uint64_t kv_slot_bytes, rt_buffer *b,
+                              mc_error *err)
+{
+    const uint64_t C = L->prefill_chunk, B = L->max_batch;
     const uint64_t H = cfg->hidden_size, V = cfg->vocab_size;
     const uint64_t QD = (uint64_t)cfg->num_heads * cfg->head_dim;
     const uint64_t KD = (uint64_t)cfg->num_kv_heads * cfg->head_dim;
     const uint64_t F = cfg->intermediate_size, HALF = cfg->head_dim / 2;
-    rt_buffer *b = out->buf;
-    int ok = kv_total(cfg, &L, out->kv_slot_bytes, &b[RT_BUF_KV].bytes);
+    int ok = kv_total(cfg, L, kv_slot_bytes, &b[RT_BUF_KV].bytes);
     ok = ok && size3(HALF, 1, 4, &b[RT_BUF_ROPE].bytes);
     ok = ok && size3(HALF, B, 4, &b[RT_BUF_ROPE_SLOT].bytes);
     ok = ok && size3(C, 1, 4, &b[RT_BUF_IDS].bytes);
@@ -193,7 +205,7 @@ mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
     ok = ok && size3(C, QD, 4, &b[RT_BUF_ATT].bytes);
     ok = ok && size3(C, F, 4, &b[RT_BUF_HB].bytes);
     ok = ok && size3(C, F, 4, &b[RT_BUF_HB2].bytes);
-    ok = ok && size3(kn_attention_scratch_floats(L.threads, L.max_seq,
+    ok = ok && size3(kn_attention_scratch_floats(L->threads, L->max_seq,
                                                  cfg->head_dim),
                      1, 4, &b[RT_BUF_ATTN_SCRATCH].bytes);
     ok = ok && size3(B, H, 4, &b[RT_BUF_HX].bytes);
@@ -204,18 +216,35 @@ mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
         return mc_fail(err, MC_ERR_OVERFLOW, NULL, NULL, -1,
                        "arena sizes overflow 64 bits (max_seq %llu, "
                        "max_batch %u, prefill_chunk %u)",
-                       (unsigned long long)L.max_seq, L.max_batch,
-                       L.prefill_chunk);
+                       (unsigned long long)L->max_seq, L->max_batch,
+                       L->prefill_chunk);
+    return MC_OK;
+}
 
+/* Lifetimes: from the phase a buffer is first written in to the phase it
+ * is last read in (the table in rt_layout.h; kn_block.h says which buffer
+ * each part of a block reads and writes). */
+static void set_lifetimes(rt_buffer *b)
+{
     for (int i = RT_BUF_KV; i <= RT_BUF_ROPE_SLOT; i++)
         set_life(&b[i], RT_PH_PERSIST, RT_PH_PERSIST);
-    /* Inputs are written in INPUT and read until SAMPLE (rows list). */
+    /* Inputs are written in INPUT; positions and the rows list are read
+     * until SAMPLE (error messages name the position). */
     set_life(&b[RT_BUF_IDS], RT_PH_INPUT, RT_PH_EMBED);
     set_life(&b[RT_BUF_POS], RT_PH_INPUT, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_SEGS], RT_PH_INPUT, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_ROWS], RT_PH_INPUT, RT_PH_SAMPLE);
-    for (int i = RT_BUF_XB; i <= RT_BUF_ATTN_SCRATCH; i++)
-        set_life(&b[i], RT_PH_LAYERS, RT_PH_LAYERS);
+    /* xb, q and hb are read in every part of a block: xb as the normed
+     * input and the projections' output, hb as the int8 input of q/k/v
+     * and o, q as the int8 input of gate/up. */
+    set_life(&b[RT_BUF_XB], RT_PH_L_QKV, RT_PH_L_MLP);
+    set_life(&b[RT_BUF_Q], RT_PH_L_QKV, RT_PH_L_MLP);
+    set_life(&b[RT_BUF_HB], RT_PH_L_QKV, RT_PH_L_MLP);
+    set_life(&b[RT_BUF_K], RT_PH_L_QKV, RT_PH_L_ATTN);
+    set_life(&b[RT_BUF_V], RT_PH_L_QKV, RT_PH_L_ATTN);
+    set_life(&b[RT_BUF_ATTN_SCRATCH], RT_PH_L_ATTN, RT_PH_L_ATTN);
+    set_life(&b[RT_BUF_ATT], RT_PH_L_ATTN, RT_PH_L_O);
+    set_life(&b[RT_BUF_HB2], RT_PH_L_MLP, RT_PH_L_MLP);
     /* The head runs in groups: NORM and HEAD alternate, so hx lives over
      * both and logits from HEAD through SAMPLE; x must survive too (NORM
      * of the next group reads it). */
@@ -224,12 +253,59 @@ mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
     set_life(&b[RT_BUF_LOGITS], RT_PH_NORM, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_PROBS], RT_PH_SAMPLE, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_INDEX], RT_PH_SAMPLE, RT_PH_SAMPLE);
+}
 
-    /* Order: buffers that live for the whole session first (KV cache, RoPE
-     * tables: they take the lowest offsets), then size descending, ties by
-     * id ascending (deterministic).  Keeping the persistent ones low puts
-     * the transient step buffers at the top, so the measured high-water
-     * mark shows how much of the step space a request really used. */
+/* Bytes a buffer takes in the arena (its size rounded to the alignment). */
+static int padded(const rt_buffer *b, uint64_t *out)
+{
+    return mc_align_up_u64(b->bytes, RT_LAYOUT_ALIGN, out);
+}
+
+/* The lowest offset where cur overlaps none of the n placed buffers whose
+ * lifetime overlaps its own: 0 or the end of one of them.  sz is cur's
+ * padded size.  0 on overflow. */
+static int lowest_free_offset(const rt_buffer *b, const int *placed, int n,
+                              const rt_buffer *cur, uint64_t sz,
+                              uint64_t *out)
+{
+    uint64_t best = UINT64_MAX;
+    for (int c = -1; c < n; c++) {
+        uint64_t cand = 0, osz = 0;
+        if (c >= 0) {
+            const rt_buffer *o = &b[placed[c]];
+            if (!lifetimes_overlap(o, cur))
+                continue;
+            if (!padded(o, &osz) || !mc_add_u64(o->offset, osz, &cand))
+                return 0;
+        }
+        if (cand >= best)
+            continue;
+        int fits = 1;
+        for (int d = 0; d < n && fits; d++) {
+            const rt_buffer *o = &b[placed[d]];
+            if (!lifetimes_overlap(o, cur))
+                continue;
+            if (!padded(o, &osz))
+                return 0;
+            /* o's end fits 64 bits (checked as a candidate above) */
+            if (cand < o->offset + osz && o->offset < cand + sz)
+                fits = 0;
+        }
+        if (fits)
+            best = cand;
+    }
+    *out = best;
+    return 1;
+}
+
+/* Offsets: buffers that live for the whole session first (KV cache, RoPE
+ * tables: they take the lowest offsets), then size descending, ties by id
+ * ascending (deterministic), each at the lowest free offset.  Keeping the
+ * persistent ones low puts the transient step buffers at the top, so the
+ * measured high-water mark shows how much of the step space a request
+ * really used.  Returns the arena's end in *end. */
+static mc_status place_buffers(rt_buffer *b, uint64_t *end, mc_error *err)
+{
     int order[RT_BUF_COUNT_];
     for (int i = 0; i < RT_BUF_COUNT_; i++)
         order[i] = i;
@@ -243,89 +319,52 @@ mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
     }
     int placed[RT_BUF_COUNT_];
     int nplaced = 0;
-    uint64_t end = 0;
+    *end = 0;
     for (int oi = 0; oi < RT_BUF_COUNT_; oi++) {
         rt_buffer *cur = &b[order[oi]];
-        uint64_t sz;
-        if (!mc_align_up_u64(cur->bytes, RT_LAYOUT_ALIGN, &sz))
-            return mc_fail(err, MC_ERR_OVERFLOW, NULL, NULL, -1,
-                           "arena size overflows");
+        uint64_t sz, at, top;
+        if (!padded(cur, &sz))
+            goto overflow;
         if (sz == 0) {
             cur->offset = 0;
             continue;
         }
-        /* Lowest offset: try 0 and the end of every conflicting buffer. */
-        uint64_t best = UINT64_MAX;
-        for (int c = -1; c < nplaced; c++) {
-            uint64_t cand = 0;
-            if (c >= 0) {
-                const rt_buffer *o = &b[placed[c]];
-                if (!lifetimes_overlap(o, cur))
-                    continue;
-                uint64_t osz;
-                if (!mc_align_up_u64(o->bytes, RT_LAYOUT_ALIGN, &osz) ||
-                    !mc_add_u64(o->offset, osz, &cand))
-                    return mc_fail(err, MC_ERR_OVERFLOW, NULL, NULL, -1,
-                                   "arena size overflows");
-            }
-            if (cand >= best)
-                continue;
-            int fits = 1;
-            for (int d = 0; d < nplaced && fits; d++) {
-                const rt_buffer *o = &b[placed[d]];
-                if (!lifetimes_overlap(o, cur))
-                    continue;
-                uint64_t osz = o->bytes + RT_LAYOUT_ALIGN - 1;
-                osz &= ~(uint64_t)(RT_LAYOUT_ALIGN - 1);
-                if (cand < o->offset + osz && o->offset < cand + sz)
-                    fits = 0;
-            }
-            if (fits)
-                best = cand;
-        }
-        cur->offset = best;
-        if (!mc_add_u64(best, sz, &sz))
-            return mc_fail(err, MC_ERR_OVERFLOW, NULL, NULL, -1,
-                           "arena size overflows");
-        if (sz > end)
-            end = sz;
+        if (!lowest_free_offset(b, placed, nplaced, cur, sz, &at) ||
+            !mc_add_u64(at, sz, &top))
+            goto overflow;
+        cur->offset = at;
+        if (top > *end)
+            *end = top;
         placed[nplaced++] = order[oi];
     }
-    out->arena_bytes = end;
-    out->kv_bytes = b[RT_BUF_KV].bytes;
-    out->activation_bytes = end - out->kv_bytes;
     return MC_OK;
+overflow:
+    return mc_fail(err, MC_ERR_OVERFLOW, NULL, NULL, -1,
+                   "arena size overflows");
 }
 
-static int limits_equal(const rt_limits *a, const rt_limits *b)
+mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
+                          rt_layout *out, mc_error *err)
 {
-    return a->max_batch == b->max_batch && a->max_seq == b->max_seq &&
-           a->prefill_chunk == b->prefill_chunk && a->kv_type == b->kv_type;
-}
-
-mc_status rt_layout_check_stored(const fmt_model_config *cfg,
-                                 const rt_layout *stored,
-                                 const rt_layout *built, const char *path,
-                                 mc_error *err)
-{
-    rt_layout check;
-    rt_limits lp = stored->limits;
-    mc_status cst = rt_layout_build(cfg, &lp, &check, NULL);
-    if (cst || !limits_equal(&lp, &built->limits) ||
-        check.arena_bytes != stored->arena_bytes ||
-        memcmp(check.buf, stored->buf, sizeof check.buf) != 0)
-        return mc_fail(err, MC_ERR_PLAN, path, "layout", -1,
-                       "stored plan (batch %u, max_seq %llu, chunk %u, %llu "
-                       "arena bytes) does not match the requested limits "
-                       "(batch %u, max_seq %llu, chunk %u, needs %llu bytes) "
-                       "or this model",
-                       stored->limits.max_batch,
-                       (unsigned long long)stored->limits.max_seq,
-                       stored->limits.prefill_chunk,
-                       (unsigned long long)stored->arena_bytes,
-                       built->limits.max_batch,
-                       (unsigned long long)built->limits.max_seq,
-                       built->limits.prefill_chunk,
-                       (unsigned long long)built->arena_bytes);
+    memset(out, 0, sizeof *out);
+    if (!cfg || !lim)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
+                       "rt_layout_build: NULL config or limits");
+    rt_limits L;
+    mc_status st = resolve_limits(cfg, lim, &L, err);
+    if (st != MC_OK)
+        return st;
+    out->limits = L;
+    out->kv_slot_bytes =
+        kn_kv_slot_bytes(L.kv_type, cfg->num_kv_heads, cfg->head_dim);
+    if ((st = size_buffers(cfg, &L, out->kv_slot_bytes, out->buf, err)))
+        return st;
+    set_lifetimes(out->buf);
+    uint64_t end;
+    if ((st = place_buffers(out->buf, &end, err)))
+        return st;
+    out->arena_bytes = end;
+    out->kv_bytes = out->buf[RT_BUF_KV].bytes;
+    out->activation_bytes = end - out->kv_bytes;
     return MC_OK;
 }

@@ -12,11 +12,29 @@
  *
  *   phase  0 INPUT     ids, pos, segments, logit-row list written
  *          1 EMBED     x filled from the embedding rows
- *          2 LAYERS    the blocks: xb q k v att hb hb2 attn-scratch
- *          3 NORM      rows that need logits: x -> normed hx
- *          4 HEAD      hx -> logits (groups of max_batch rows)
- *          5 SAMPLE    logits -> probs/index scratch -> token / log-probs
+ *          2 L_QKV     a block (kn_block.h), in four parts: xb = norm(x),
+ *                      q k v = xb W (int8 input quantized into hb)
+ *          3 L_ATTN    k v stored, attention (attn-scratch) -> att
+ *          4 L_O       xb = att Wo (int8 input in hb), x += xb
+ *          5 L_MLP     xb = norm(x), hb hb2 = xb Wg, xb Wu (int8 input in
+ *                      q), hb = silu(hb) * hb2, xb = hb Wd (int8 input in
+ *                      hb2), x += xb
+ *          6 NORM      rows that need logits: x -> normed hx
+ *          7 HEAD      hx -> logits (groups of max_batch rows)
+ *          8 SAMPLE    logits -> probs/index scratch -> token / log-probs
  *   PERSIST  KV cache, RoPE inv_freq (global and per slot): all steps
+ *
+ * The block's parts repeat once per layer; no buffer lives from one
+ * layer's L_MLP into the next layer's L_QKV except x, which lives across
+ * all of them.  These are the real lifetimes of the worst step's tensors
+ * (as ggml-alloc frees a tensor after its last use): hb2 lives in L_MLP
+ * only, so it shares bytes with k, v, att and the attention scratch, which
+ * are dead by then.  Sizing every layer buffer for the whole block at once
+ * left that much of the arena unwritten at every corner.
+ *
+ * Rows: a step holds at most min(prefill_chunk, max_batch x max_seq) token
+ * rows (every sequence fits max_seq), so rt_layout_build resolves the
+ * chunk to that bound: a larger one would plan rows nothing can fill.
  *
  * Two buffers may share bytes only when their intervals are disjoint.
  * Offsets: PERSIST buffers first, then the others; each group by size
@@ -30,7 +48,7 @@
  *   0                                                        arena_bytes
  *   +--------------------------------------+--------------------------+
  *   | KV cache (PERSIST)                   | step buffers, reused     |
- *   |  layer 0: slot 0 [cap0][K,V slot] .. |  LAYERS: q k v att hb .. |
+ *   |  layer 0: slot 0 [cap0][K,V slot] .. |  blocks: q k v att hb .. |
  *   |  layer 1: slot 0 ..   slot B-1 ...   |  HEAD:   logits hx ...   |
  *   |                                      |  (same bytes, other      |
  *   |  + rope tables (PERSIST)             |   phases)  + ids, pos .. |
@@ -61,7 +79,8 @@
 typedef struct rt_limits {
     uint32_t max_batch;      /* sequences decoded together (>= 1) */
     uint64_t max_seq;        /* context per sequence, prompt + generated */
-    uint32_t prefill_chunk;  /* token rows per step (>= max_batch) */
+    uint32_t prefill_chunk;  /* token rows per step (>= max_batch; resolved
+                                to <= max_batch x max_seq) */
     kn_kvtype kv_type;       /* KV cache element type */
     int threads;             /* worker threads (0 = online CPUs) */
 } rt_limits;
@@ -70,11 +89,14 @@ typedef struct rt_limits {
 typedef enum rt_phase {
     RT_PH_INPUT = 0,
     RT_PH_EMBED = 1,
-    RT_PH_LAYERS = 2,
-    RT_PH_NORM = 3,
-    RT_PH_HEAD = 4,
-    RT_PH_SAMPLE = 5,
-    RT_PH_PERSIST = 6,       /* first = last = PERSIST: lives across steps */
+    RT_PH_L_QKV = 2,         /* a block: norm, q/k/v projections */
+    RT_PH_L_ATTN = 3,        /*          KV store, attention */
+    RT_PH_L_O = 4,           /*          output projection, residual */
+    RT_PH_L_MLP = 5,         /*          norm, gate/up, down, residual */
+    RT_PH_NORM = 6,
+    RT_PH_HEAD = 7,
+    RT_PH_SAMPLE = 8,
+    RT_PH_PERSIST = 9,       /* first = last = PERSIST: lives across steps */
 } rt_phase;
 
 /* Every buffer of the arena.  Values are pinned (artifacts store offsets
@@ -120,21 +142,15 @@ typedef struct rt_layout {
 
 /* Check limits against the config (batch >= 1, chunk >= batch, max_seq >= 1,
  * kv type known) and fill out.  Threads 0 is resolved to the online CPU
- * count here (the attention scratch depends on it).  Returns MC_ERR_PLAN
+ * count here (the attention scratch depends on it), and the chunk to at most
+ * max_batch x max_seq (out->limits holds the resolved limits).  Returns MC_ERR_PLAN
  * with a message naming the bad limit, MC_ERR_OVERFLOW when sizes do not
  * fit 64 bits. */
 mc_status rt_layout_build(const fmt_model_config *cfg, const rt_limits *lim,
                           rt_layout *out, mc_error *err);
 
-/* A stored plan (an artifact's) must be exactly what rt_layout_build gives
- * for its own limits (same code, same inputs) and be for the limits asked
- * (built: rt_layout_build of the requested limits); anything else is a
- * stale or foreign plan: MC_ERR_PLAN naming path, both sets of limits and
- * arena sizes.  MC_OK otherwise. */
-mc_status rt_layout_check_stored(const fmt_model_config *cfg,
-                                 const rt_layout *stored,
-                                 const rt_layout *built, const char *path,
-                                 mc_error *err);
+/* A stored layout is checked against requested limits by
+ * rt_plan_session_layout (rt_plan.h), the plan's one owner. */
 
 /* Ring capacity (positions) of layer's cache under lim. */
 uint64_t rt_layout_kv_cap(const fmt_model_config *cfg, const rt_limits *lim,

@@ -438,7 +438,7 @@ static void test_compile_auto_fits_target_and_mixes_formats(void **state)
         free(art);
     }
     /* a target below int4 everywhere is refused */
-    char *args = tu_fmt("%s/llama --target 300000 --reserve 0 --quant auto "
+    char *args = tu_fmt("%s/llama --target 250000 --reserve 0 --quant auto "
                         "--max-batch 1 --max-seq 64 --calib %s -o %s/x.mca",
                         MC_FIXTURE_DIR, g_ids, g_dir);
     compile_fails(args, "int4", NULL);

@@ -154,6 +154,69 @@ static void test_layout_refuses_bad_limits_naming_them(void **st)
     assert_int_equal(rt_layout_build(&c, &L, &l, &e), MC_ERR_OVERFLOW);
 }
 
+/* hb2 lives only in the block's MLP part: it shares bytes with k, v, att
+ * and the attention scratch, which are dead by then, so the block's
+ * buffers take less than their sum. */
+static void test_layout_mlp_buffer_shares_bytes_with_attention(void **st)
+{
+    (void)st;
+    fmt_model_config c = small_config();
+    c.sliding_window = 0;
+    rt_limits L = {.max_batch = 4, .max_seq = 256, .prefill_chunk = 64,
+                   .threads = 2};
+    rt_layout l;
+    assert_int_equal(rt_layout_build(&c, &L, &l, NULL), MC_OK);
+    check_layout(&l);
+    const rt_buffer *h2 = &l.buf[RT_BUF_HB2];
+    assert_int_equal(h2->first, RT_PH_L_MLP);
+    assert_int_equal(h2->last, RT_PH_L_MLP);
+    int shares = 0;
+    const rt_buf_id dead[] = {RT_BUF_K, RT_BUF_V, RT_BUF_ATT,
+                              RT_BUF_ATTN_SCRATCH};
+    for (size_t i = 0; i < 4; i++) {
+        const rt_buffer *o = &l.buf[dead[i]];
+        assert_true(o->last < RT_PH_L_MLP);
+        shares |= o->offset < h2->offset + h2->bytes &&
+                  h2->offset < o->offset + o->bytes;
+    }
+    assert_true(shares);
+    /* the transient part is the busiest phase's live bytes, no more */
+    uint64_t busiest = 0;
+    for (int ph = RT_PH_INPUT; ph <= RT_PH_SAMPLE; ph++) {
+        uint64_t live = 0;
+        for (int i = 0; i < RT_BUF_COUNT_; i++)
+            if (l.buf[i].first != RT_PH_PERSIST &&
+                l.buf[i].first <= (rt_phase)ph && (rt_phase)ph <= l.buf[i].last)
+                live += (l.buf[i].bytes + 63) & ~63ull;
+        busiest = live > busiest ? live : busiest;
+    }
+    uint64_t persist = 0;
+    for (int i = 0; i < RT_BUF_COUNT_; i++)
+        if (l.buf[i].first == RT_PH_PERSIST)
+            persist += (l.buf[i].bytes + 63) & ~63ull;
+    assert_int_equal(l.arena_bytes, persist + busiest);
+}
+
+/* A chunk larger than max_batch x max_seq rows would plan rows no step can
+ * fill: it is resolved to that bound, and the plan says so. */
+static void test_layout_chunk_never_exceeds_batch_times_context(void **st)
+{
+    (void)st;
+    fmt_model_config c = small_config();
+    rt_limits L = {.max_batch = 2, .max_seq = 16, .prefill_chunk = 256,
+                   .threads = 1};
+    rt_layout big, fit;
+    assert_int_equal(rt_layout_build(&c, &L, &big, NULL), MC_OK);
+    assert_int_equal(big.limits.prefill_chunk, 32);
+    L.prefill_chunk = 32;
+    assert_int_equal(rt_layout_build(&c, &L, &fit, NULL), MC_OK);
+    assert_memory_equal(&big, &fit, sizeof big);
+    L.prefill_chunk = 31; /* below the bound: kept */
+    assert_int_equal(rt_layout_build(&c, &L, &fit, NULL), MC_OK);
+    assert_int_equal(fit.limits.prefill_chunk, 31);
+    assert_int_equal(fit.buf[RT_BUF_X].bytes, 31ull * 64 * 4);
+}
+
 /* A real session: random requests never write past arena_bytes, and a
  * request that fills the plan reaches close to it. */
 static void test_layout_high_water_never_exceeds_arena(void **st)
@@ -260,6 +323,8 @@ int main(void)
         cmocka_unit_test(test_layout_offsets_disjoint_for_overlapping_lifetimes),
         cmocka_unit_test(test_layout_reuses_step_buffers_across_phases),
         cmocka_unit_test(test_layout_is_deterministic),
+        cmocka_unit_test(test_layout_mlp_buffer_shares_bytes_with_attention),
+        cmocka_unit_test(test_layout_chunk_never_exceeds_batch_times_context),
         cmocka_unit_test(test_layout_sliding_window_rings_are_bounded),
         cmocka_unit_test(test_layout_refuses_bad_limits_naming_them),
         cmocka_unit_test(test_layout_high_water_never_exceeds_arena),

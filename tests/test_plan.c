@@ -285,7 +285,8 @@ static void test_plan_chooses_limits_that_fit(void **state)
     assert_true(p.limits.max_batch >= 1);
     /* one more sequence would not fit (or the batch cap was reached) */
     if (p.limits.max_batch < 64)
-        assert_true(cmp_plan_total_for(&c, &r, p.weights_bytes, 0,
+        assert_true(cmp_plan_total_for(&c, &r, p.weights_bytes,
+                                       p.reserve_bytes,
                                        p.limits.max_batch + 1, 4096) >
                     r.target_bytes);
     /* only --max-seq: batch chosen; only --max-batch: context chosen */

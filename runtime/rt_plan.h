@@ -1,0 +1,82 @@
+/*
+ * rt_plan.h - the stored memory plan: the ONE definition of what an
+ * artifact's plan holds, how it is written as JSON, read back and checked.
+ *
+ * The compiler's planner (compiler/cmp_plan.h) chooses the limits and adds
+ * its own report keys (frontier, target, fits, quant...); the part a
+ * session depends on it writes with rt_plan_to_json.  The runtime reads it
+ * with rt_plan_from_json when it opens an artifact, and a session created
+ * on a stored layout takes it through rt_plan_session_layout.  Nothing else
+ * parses or re-checks a plan.
+ *
+ * The stored keys (the manifest's "plan" object; docs/artifact.md):
+ *
+ *   max_batch, max_seq, prefill_chunk, threads   integers, the resolved
+ *                        limits (rt_layout_build's out->limits)
+ *   kv_type              "f32" | "f16" | "int8" (kn_kvtype_name)
+ *   kv_slot_bytes        K+V bytes of one position of one layer
+ *   weights_bytes        data + scales + zeros of every tensor
+ *   kv_bytes, activation_bytes, arena_bytes      the layout's
+ *   reserve_bytes        the process outside weights and arena
+ *   total_bytes          weights + arena + reserve
+ *   device               "cpu" | "cuda" (optional; absent: cpu)
+ *   buffers              RT_BUF_COUNT_ x {id, name, offset, bytes, first,
+ *                        last}, in id order
+ *
+ * A stored plan is trusted only as far as it equals what this runtime
+ * computes: the layout is rebuilt from the stored limits with
+ * rt_layout_build and every buffer's offset and size, the arena and the
+ * totals must match; anything else is refused, naming the key.
+ */
+#ifndef RT_PLAN_H
+#define RT_PLAN_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "fmt_config.h"
+#include "mc_error.h"
+#include "rt_layout.h"
+
+typedef struct rt_plan {
+    rt_layout layout;          /* with its resolved limits (layout.limits) */
+    uint64_t weights_bytes;    /* every tensor's data + scales + zeros */
+    uint64_t reserve_bytes;    /* the process outside weights and arena */
+    uint64_t total_bytes;      /* weights + arena + reserve */
+    int cuda;                  /* planned for a CUDA device ("device":
+                                  "cuda"; absent in older manifests: cpu) */
+} rt_plan;
+
+/* Build the plan of cfg under lim: the layout (rt_layout_build) and the
+ * totals.  MC_ERR_OVERFLOW when the total does not fit 64 bits; the
+ * layout's errors otherwise. */
+mc_status rt_plan_make(const fmt_model_config *cfg, const rt_limits *lim,
+                       uint64_t weights_bytes, uint64_t reserve_bytes,
+                       rt_plan *out, mc_error *err);
+
+/* Set the stored keys (above) on the object o.  Returns 0, or -1 when an
+ * allocation failed (o may then hold some of the keys: drop it). */
+int rt_plan_to_json(const rt_plan *p, json_t *o);
+
+/* Read the stored plan o (borrowed) of the model cfg whose tensors hold
+ * weights_bytes, and check it (see the top).  path names the file in
+ * errors: MC_ERR_FORMAT for a missing or out-of-range key or totals that
+ * disagree, MC_ERR_PLAN for a layout this runtime lays out otherwise
+ * (recompile).  out is filled on MC_OK. */
+mc_status rt_plan_from_json(const json_t *o, const fmt_model_config *cfg,
+                            uint64_t weights_bytes, const char *path,
+                            rt_plan *out, mc_error *err);
+
+/* The layout of a session on cfg for the limits lim: rt_layout_build's, or,
+ * with a stored layout (an artifact's; may be NULL), that one, which must
+ * be exactly what rt_layout_build gives for its own limits and be for the
+ * limits asked; its thread count sized the attention scratch, so the
+ * session runs with at most that many (the fewer of the two).  MC_ERR_PLAN
+ * naming path and both sets of limits otherwise. */
+mc_status rt_plan_session_layout(const fmt_model_config *cfg,
+                                 const rt_limits *lim,
+                                 const rt_layout *stored, const char *path,
+                                 rt_layout *out, mc_error *err);
+
+#endif /* RT_PLAN_H */
