@@ -398,15 +398,28 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     json_t *man = json_object(), *tj = json_array();
     float *wbuf = NULL;
     uint8_t *sec = NULL;
-    uint64_t maxn = 0, maxsec = 0;
+    float *rows = NULL;
+    kn_pool *pool = NULL;
+    uint64_t maxn = 0, maxsec = 0, maxcols = 0;
     for (size_t i = 0; i < nt; i++) {
         uint64_t n = (uint64_t)ts[i].rows * ts[i].cols;
+        maxcols = ts[i].cols > maxcols ? ts[i].cols : maxcols;
         maxn = n > maxn ? n : maxn;
         maxsec = ts[i].section_bytes > maxsec ? ts[i].section_bytes : maxsec;
     }
     if (st != MC_OK) /* the tokenizer could not be read */
         goto done;
+    /* the fast path's threads and their row scratch (any count gives the
+     * same bytes; without a pool it runs on this thread) */
+    if (o->threads != 1)
+        pool = kn_pool_create(o->threads);
+    if (cmp_par_threads(pool) > CMP_RTN_MAX_THREADS) {
+        kn_pool_free(pool);
+        pool = NULL;
+    }
     if (!man || !tj || !(wbuf = mc_malloc_array((size_t)maxn, sizeof(float))) ||
+        !(rows = mc_malloc_array((size_t)maxcols * cmp_par_threads(pool),
+                                 sizeof(float))) ||
         !(sec = mc_malloc((size_t)maxsec))) {
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
         goto done;
@@ -453,7 +466,12 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         memset(sec, 0, (size_t)ts[i].section_bytes);
         int done = 0;
         st = calib_section(cr, &ts[i], sec, &done, err);
+        if (st == MC_OK && !done && !s->merge)
+            done = cmp_compile_rtn_section(fmt_model_find(s->base, ts[i].name,
+                                                          NULL),
+                                           &ts[i], sec, pool, rows);
         if (st == MC_OK && !done) {
+            memset(sec, 0, (size_t)ts[i].section_bytes); /* partly written */
             st = read_f32(s, &ts[i], wbuf, err);
             if (st == MC_OK)
                 st = convert(&ts[i], wbuf, sec, err);
@@ -483,6 +501,8 @@ done:
     json_decref(man);
     json_decref(tj);
     mc_free(wbuf);
+    mc_free(rows);
+    kn_pool_free(pool);
     mc_free(sec);
     mc_free(tok);
     mc_free(ts);

@@ -10,6 +10,8 @@
 #include "cmp_calib.h"
 #include "cmp_compile.h"
 #include "fmt_ids.h"
+#include "fmt_safetensors.h"
+#include "kn_ops.h"
 #include "rt_model.h"
 
 /* What a tensor name is inside a block: a linear's weight (slot
@@ -48,5 +50,17 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
                               cmp_plan_request *req, cmp_calib_stage *s,
                               mc_error *err);
 void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */
+
+/* The uncalibrated path's fast section writer (cmp_compile_rtn.c): when
+ * st (a base checkpoint tensor, NULL = none) is 2-D f32/f16/bf16 of t's
+ * shape and t is quantized or keeps st's type, fill sec (t's section,
+ * zeroed) on the pool's threads, bitwise as read_f32 + convert would, and
+ * return 1.  Returns 0, sec partly written, when it does not apply or a
+ * value is not finite: the caller then takes the plain path (which names
+ * the element).  rows: scratch of threads x t->cols floats; at most
+ * CMP_RTN_MAX_THREADS threads. */
+#define CMP_RTN_MAX_THREADS 256
+int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
+                            uint8_t *sec, kn_pool *pool, float *rows);
 
 #endif /* CMP_COMPILE_INTERNAL_H */
