@@ -419,8 +419,7 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     }
     if (!man || !tj || !(wbuf = mc_malloc_array((size_t)maxn, sizeof(float))) ||
         !(rows = mc_malloc_array((size_t)maxcols * cmp_par_threads(pool),
-                                 sizeof(float))) ||
-        !(sec = mc_malloc((size_t)maxsec))) {
+                                 sizeof(float)))) {
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
         goto done;
     }
@@ -462,7 +461,13 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
     if (st == MC_OK)
         st = fmt_art_writer_begin(w, man, err);
+    /* a second thread writes each section while the next is computed */
+    cmp_sec_pipe *pipe = NULL;
+    if (st == MC_OK)
+        st = cmp_sec_pipe_create(w, (size_t)maxsec, &pipe, err);
     for (size_t i = 0; i < nt && st == MC_OK; i++) {
+        if (!(sec = cmp_sec_pipe_buffer(pipe)))
+            break; /* a write failed: cmp_sec_pipe_finish says why */
         memset(sec, 0, (size_t)ts[i].section_bytes);
         int done = 0;
         st = calib_section(cr, &ts[i], sec, &done, err);
@@ -477,8 +482,12 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
                 st = convert(&ts[i], wbuf, sec, err);
         }
         if (st == MC_OK)
-            st = fmt_art_writer_write(w, sec, (size_t)ts[i].section_bytes, err);
+            cmp_sec_pipe_submit(pipe, (size_t)ts[i].section_bytes);
     }
+    sec = NULL; /* the pipe's */
+    mc_status wst = cmp_sec_pipe_finish(pipe, st == MC_OK ? err : NULL);
+    if (st == MC_OK)
+        st = wst;
     if (st == MC_OK && tok)
         st = fmt_art_writer_write(w, tok, toklen, err);
     if (st == MC_OK) {

@@ -9,6 +9,7 @@
 #include "cmp_auto.h"
 #include "cmp_calib.h"
 #include "cmp_compile.h"
+#include "fmt_artifact.h"
 #include "fmt_ids.h"
 #include "fmt_safetensors.h"
 #include "kn_ops.h"
@@ -62,5 +63,19 @@ void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */
 #define CMP_RTN_MAX_THREADS 256
 int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
                             uint8_t *sec, kn_pool *pool, float *rows);
+
+/* Sections written by a second thread while the next one is computed
+ * (cmp_sec_pipe.c): two buffers of cap bytes alternate.  _buffer returns
+ * the one to fill next (waiting for its last write), or NULL once a write
+ * failed; _submit queues its first n bytes for fmt_art_writer_write, in
+ * order; _finish waits for the queued writes, stops the thread, frees the
+ * pipe (NULL is a no-op) and returns the first write failure (err filled)
+ * or MC_OK.  One caller thread; w must outlive the pipe. */
+typedef struct cmp_sec_pipe cmp_sec_pipe;
+mc_status cmp_sec_pipe_create(fmt_art_writer *w, size_t cap,
+                              cmp_sec_pipe **out, mc_error *err);
+uint8_t *cmp_sec_pipe_buffer(cmp_sec_pipe *p);
+void cmp_sec_pipe_submit(cmp_sec_pipe *p, size_t n);
+mc_status cmp_sec_pipe_finish(cmp_sec_pipe *p, mc_error *err);
 
 #endif /* CMP_COMPILE_INTERNAL_H */
