@@ -312,8 +312,10 @@ int cmp_quant_rtn_rows(const void *src, int type, cmp_qbuf *b, uint32_t r0,
             float mn, mx;
             kn_rtn_range(row + c0, n, &mn, &mx);
             float ext = b->fmt == KN_W_Q4S ? extreme(row + c0, n, mn, mx) : 0.0f;
-            cmp_qbuf_set_param(b, r, g, range_param(b->fmt, mn, mx, ext));
-            cmp_qparam p = cmp_qbuf_get_param(b, r, g);
+            /* its scale is already what storage holds (f32, or f16-exact):
+             * no read-back needed, unlike cmp_quant_matrix's */
+            cmp_qparam p = range_param(b->fmt, mn, mx, ext);
+            cmp_qbuf_set_param(b, r, g, p);
             if (b->fmt == KN_W_Q8) {
                 if (p.scale == 0.0f)
                     memset(codes + c0, 0, n);

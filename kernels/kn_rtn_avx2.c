@@ -59,14 +59,14 @@ void kn_avx2_rtn_range(const float *x, size_t n, float *mn, float *mx)
         lo = _mm256_min_ps(lo, v);
         hi = _mm256_max_ps(hi, v);
     }
-    float l[8], h[8];
-    _mm256_storeu_ps(l, lo);
-    _mm256_storeu_ps(h, hi);
-    float a = 0.0f, b = 0.0f;
-    for (int k = 0; k < 8; k++) {
-        a = l[k] < a ? l[k] : a;
-        b = h[k] > b ? h[k] : b;
-    }
+    /* order does not matter for min/max of finite values (zeros are
+     * normalized below) */
+    __m128 l = _mm_min_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1));
+    l = _mm_min_ps(l, _mm_movehl_ps(l, l));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float a = _mm_cvtss_f32(_mm_min_ss(l, _mm_movehdup_ps(l)));
+    float b = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
     for (; i < n; i++) {
         a = x[i] < a ? x[i] : a;
         b = x[i] > b ? x[i] : b;
