@@ -306,7 +306,13 @@ int cmp_quant_rtn_rows(const void *src, int type, cmp_qbuf *b, uint32_t r0,
         if (!kn_rtn_to_f32(s, type, b->cols, row))
             return 0;
         uint8_t *codes = (uint8_t *)b->data + (size_t)r * rowb;
-        for (uint32_t g = 0; g < ng; g++) {
+        uint32_t g = 0;
+        if (b->fmt == KN_W_Q4) { /* whole groups in one call */
+            g = b->cols / span;
+            kn_rtn_q4_row(row, g, span, (uint16_t *)b->scales + (size_t)r * ng,
+                          b->zeros + (size_t)r * ng, codes);
+        }
+        for (; g < ng; g++) {
             uint32_t c0 = g * span;
             uint32_t n = b->cols - c0 < span ? b->cols - c0 : span;
             float mn, mx;

@@ -103,3 +103,40 @@ void kn_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
     else
         kn_ref_rtn_codes_q4(x, n, scale, zero, out);
 }
+
+void kn_ref_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
+                       uint16_t *scales, uint8_t *zeros, uint8_t *out)
+{
+    for (uint32_t k = 0; k < ng; k++) {
+        const float *v = x + (size_t)k * g;
+        float mn, mx;
+        kn_ref_rtn_range(v, g, &mn, &mx);
+        float s = (mx - mn) / 15.0f;
+        if (s > 65504.0f)
+            s = 65504.0f;
+        if (s < -65504.0f)
+            s = -65504.0f;
+        scales[k] = fmt_f32_to_f16(s);
+        s = fmt_f16_to_f32(scales[k]);
+        int zero = 0;
+        if (s > 0.0f) {
+            float z = nearbyintf(-mn / s);
+            zero = z < 0.0f ? 0 : z > 15.0f ? 15 : (int)z;
+        }
+        zeros[k] = (uint8_t)zero;
+        uint8_t *o = out + (size_t)k * g / 2;
+        if (s == 0.0f)
+            memset(o, 0, g / 2); /* zero is 0 here */
+        else
+            kn_ref_rtn_codes_q4(v, g, s, zero, o);
+    }
+}
+
+void kn_rtn_q4_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
+                   uint8_t *zeros, uint8_t *out)
+{
+    if (use_avx2())
+        kn_avx2_rtn_q4_row(x, ng, g, scales, zeros, out);
+    else
+        kn_ref_rtn_q4_row(x, ng, g, scales, zeros, out);
+}

@@ -42,6 +42,19 @@ void kn_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
 void kn_ref_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
                          uint8_t *out);
 
+/* A row of KN_W_Q4 (asymmetric int4) RTN over ng whole groups of g
+ * columns (x[ng * g]): per group, its range as kn_rtn_range, then the
+ * parameters cmp_quant.h gives Q4 (s = (mx - mn) / 15 clamped to +-65504
+ * and rounded to f16; zero = clamp(nearbyintf(-mn / s), 0, 15) when s > 0,
+ * else 0) into scales[ng] (f16 bits) and zeros[ng], and the codes as
+ * kn_rtn_codes_q4 (all `zero` when s is 0) into out[ng * g / 2].  g even.
+ * The reference restates cmp_quant's rule; test_rtn holds both to
+ * cmp_quant_matrix bit for bit. */
+void kn_rtn_q4_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
+                   uint8_t *zeros, uint8_t *out);
+void kn_ref_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
+                       uint16_t *scales, uint8_t *zeros, uint8_t *out);
+
 /* AVX2 bodies (kn_rtn_avx2.c); call only when kn_cpu_has_avx2().  Each
  * handles the whole n (its tail with the plain loop). */
 int kn_avx2_rtn_to_f32(const void *src, int type, size_t n, float *out);
@@ -49,5 +62,7 @@ void kn_avx2_rtn_range(const float *x, size_t n, float *mn, float *mx);
 void kn_avx2_rtn_codes_q8(const float *x, size_t n, float scale, int8_t *q);
 void kn_avx2_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
                           uint8_t *out);
+void kn_avx2_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
+                        uint16_t *scales, uint8_t *zeros, uint8_t *out);
 
 #endif /* KN_RTN_H */

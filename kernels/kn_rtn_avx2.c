@@ -50,7 +50,7 @@ int kn_avx2_rtn_to_f32(const void *src, int type, size_t n, float *out)
     return tail && _mm256_movemask_ps(bad) == 0;
 }
 
-void kn_avx2_rtn_range(const float *x, size_t n, float *mn, float *mx)
+static inline void range8(const float *x, size_t n, float *mn, float *mx)
 {
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     size_t i = 0;
@@ -74,6 +74,11 @@ void kn_avx2_rtn_range(const float *x, size_t n, float *mn, float *mx)
     /* min/max may keep a -0.0 where the plain loop keeps its +0 start */
     *mn = a == 0.0f ? 0.0f : a;
     *mx = b == 0.0f ? 0.0f : b;
+}
+
+void kn_avx2_rtn_range(const float *x, size_t n, float *mn, float *mx)
+{
+    range8(x, n, mn, mx);
 }
 
 /* nearbyintf(x / s) of 8 lanes. */
@@ -123,4 +128,46 @@ void kn_avx2_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
         _mm_storel_epi64((__m128i *)(out + i / 2), _mm_packus_epi16(pairs, pairs));
     }
     kn_ref_rtn_codes_q4(x + i, n - i, scale, zero, out + i / 2);
+}
+
+/* Eight groups' parameters at once: the scalar rule of kn_ref_rtn_q4_row
+ * lane by lane (the same division, F16C's round-to-nearest-even is
+ * fmt_f32_to_f16's, and unused lanes are computed from zeros and dropped). */
+void kn_avx2_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
+                        uint16_t *scales, uint8_t *zeros, uint8_t *out)
+{
+    const __m256 fifteen = _mm256_set1_ps(15.0f), zero = _mm256_setzero_ps();
+    const __m256 fmax = _mm256_set1_ps(65504.0f), fmin = _mm256_set1_ps(-65504.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (uint32_t k0 = 0; k0 < ng; k0 += 8) {
+        uint32_t m = ng - k0 < 8 ? ng - k0 : 8;
+        float mn[8] = {0}, mx[8] = {0}, sf[8];
+        uint16_t h[8];
+        int32_t z[8];
+        for (uint32_t j = 0; j < m; j++)
+            range8(x + (size_t)(k0 + j) * g, g, &mn[j], &mx[j]);
+        __m256 vmn = _mm256_loadu_ps(mn), vmx = _mm256_loadu_ps(mx);
+        __m256 s = _mm256_div_ps(_mm256_sub_ps(vmx, vmn), fifteen);
+        s = _mm256_max_ps(_mm256_min_ps(s, fmax), fmin);
+        __m128i hs = _mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        s = _mm256_cvtph_ps(hs);
+        __m256 zq = _mm256_round_ps(_mm256_div_ps(_mm256_xor_ps(vmn, sign), s),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        zq = _mm256_min_ps(_mm256_max_ps(zq, zero), fifteen);
+        /* s > 0 only; other lanes (s == 0) get zero 0 */
+        zq = _mm256_and_ps(zq, _mm256_cmp_ps(s, zero, _CMP_GT_OQ));
+        _mm_storeu_si128((__m128i *)h, hs);
+        _mm256_storeu_ps(sf, s);
+        _mm256_storeu_si256((__m256i *)z, _mm256_cvtps_epi32(zq));
+        for (uint32_t j = 0; j < m; j++) {
+            uint32_t k = k0 + j;
+            scales[k] = h[j];
+            zeros[k] = (uint8_t)z[j];
+            uint8_t *o = out + (size_t)k * g / 2;
+            if (sf[j] == 0.0f)
+                memset(o, 0, g / 2);
+            else
+                kn_avx2_rtn_codes_q4(x + (size_t)k * g, g, sf[j], z[j], o);
+        }
+    }
 }
