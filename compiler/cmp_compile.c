@@ -399,7 +399,6 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     float *wbuf = NULL;
     uint8_t *sec = NULL;
     float *rows = NULL;
-    kn_pool *pool = NULL;
     uint64_t maxn = 0, maxsec = 0, maxcols = 0;
     for (size_t i = 0; i < nt; i++) {
         uint64_t n = (uint64_t)ts[i].rows * ts[i].cols;
@@ -410,15 +409,12 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     if (st != MC_OK) /* the tokenizer could not be read */
         goto done;
     /* the fast path's threads and their row scratch (any count gives the
-     * same bytes; without a pool it runs on this thread) */
-    if (o->threads != 1)
-        pool = kn_pool_create(o->threads);
-    if (cmp_par_threads(pool) > CMP_RTN_MAX_THREADS) {
-        kn_pool_free(pool);
-        pool = NULL;
-    }
+     * same bytes) */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;
+    nthreads = nthreads > CMP_RTN_MAX_THREADS ? CMP_RTN_MAX_THREADS : nthreads;
     if (!man || !tj || !(wbuf = mc_malloc_array((size_t)maxn, sizeof(float))) ||
-        !(rows = mc_malloc_array((size_t)maxcols * cmp_par_threads(pool),
+        !(rows = mc_malloc_array((size_t)maxcols * (size_t)nthreads,
                                  sizeof(float)))) {
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
         goto done;
@@ -474,7 +470,7 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         if (st == MC_OK && !done && !s->merge)
             done = cmp_compile_rtn_section(fmt_model_find(s->base, ts[i].name,
                                                           NULL),
-                                           &ts[i], sec, pool, rows);
+                                           &ts[i], sec, nthreads, rows);
         if (st == MC_OK && !done) {
             memset(sec, 0, (size_t)ts[i].section_bytes); /* partly written */
             st = read_f32(s, &ts[i], wbuf, err);
@@ -511,7 +507,6 @@ done:
     json_decref(tj);
     mc_free(wbuf);
     mc_free(rows);
-    kn_pool_free(pool);
     mc_free(sec);
     mc_free(tok);
     mc_free(ts);

@@ -12,7 +12,6 @@
 #include "fmt_artifact.h"
 #include "fmt_ids.h"
 #include "fmt_safetensors.h"
-#include "kn_ops.h"
 #include "rt_model.h"
 
 /* What a tensor name is inside a block: a linear's weight (slot
@@ -55,14 +54,14 @@ void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */
 /* The uncalibrated path's fast section writer (cmp_compile_rtn.c): when
  * st (a base checkpoint tensor, NULL = none) is 2-D f32/f16/bf16 of t's
  * shape and t is quantized or keeps st's type, fill sec (t's section,
- * zeroed) on the pool's threads, bitwise as read_f32 + convert would, and
- * return 1.  Returns 0, sec partly written, when it does not apply or a
- * value is not finite: the caller then takes the plain path (which names
- * the element).  rows: scratch of threads x t->cols floats; at most
- * CMP_RTN_MAX_THREADS threads. */
-#define CMP_RTN_MAX_THREADS 256
+ * zeroed) on `threads` threads (the caller's among them; the bytes do not
+ * depend on the count), bitwise as read_f32 + convert would, and return 1.
+ * Returns 0, sec partly written, when it does not apply or a value is not
+ * finite: the caller then takes the plain path (which names the element).
+ * rows: scratch of min(threads, CMP_RTN_MAX_THREADS) x t->cols floats. */
+#define CMP_RTN_MAX_THREADS 64
 int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
-                            uint8_t *sec, kn_pool *pool, float *rows);
+                            uint8_t *sec, int threads, float *rows);
 
 /* Sections written by a second thread while the next one is computed
  * (cmp_sec_pipe.c): two buffers of cap bytes alternate.  _buffer returns

@@ -1,15 +1,15 @@
 /* cmp_compile_rtn.c - the uncalibrated compile's fast path: a tensor read
  * straight from the base checkpoint is widened, checked and quantized (or
- * copied) row by row on every pool thread, without a float32 copy of the
+ * copied) row by row on several threads, without a float32 copy of the
  * whole matrix.  Bitwise what cmp_compile.c's read_f32 + convert write
  * (cmp_quant_rtn_rows' contract); anything else (adapters, 1-D tensors,
  * a dtype change, a NaN or infinity whose message names the element) is
  * left to that plain path. */
 #include "cmp_compile_internal.h"
 
+#include <pthread.h>
 #include <string.h>
 
-#include "cmp_par.h"
 #include "cmp_quant.h"
 #include "kn_rtn.h"
 
@@ -23,9 +23,8 @@ typedef struct rtn_job {
     int *ok;               /* [threads]: 0 once a slot met a non-finite */
 } rtn_job;
 
-static void rtn_range(void *ctx, uint32_t r0, uint32_t r1, int slot)
+static void rtn_range(const rtn_job *j, uint32_t r0, uint32_t r1, int slot)
 {
-    const rtn_job *j = ctx;
     const cmp_tensor_plan *t = j->t;
     float *row = j->rows + (size_t)slot * t->cols;
     if (cmp_quant_is_quantized(t->fmt)) {
@@ -54,8 +53,22 @@ static int rtn_type(fmt_dtype dt, size_t *esize)
          : dt == FMT_DT_BF16 ? KN_RTN_BF16 : -1;
 }
 
+/* One thread's share: rows [r0, r1) as slot. */
+typedef struct rtn_part {
+    const rtn_job *j;
+    uint32_t r0, r1;
+    int slot;
+} rtn_part;
+
+static void *rtn_thread(void *arg)
+{
+    const rtn_part *q = arg;
+    rtn_range(q->j, q->r0, q->r1, q->slot);
+    return NULL;
+}
+
 int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
-                            uint8_t *sec, kn_pool *pool, float *rows)
+                            uint8_t *sec, int threads, float *rows)
 {
     size_t esize;
     int type = st ? rtn_type(st->dtype, &esize) : -1;
@@ -67,14 +80,31 @@ int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
                (t->fmt == KN_W_BF16 && type == KN_RTN_BF16);
     if (!same && !cmp_quant_is_quantized(t->fmt))
         return 0;
+    int nth = threads < 1 ? 1 : threads > CMP_RTN_MAX_THREADS
+                                    ? CMP_RTN_MAX_THREADS : threads;
+    if ((uint32_t)nth > t->rows)
+        nth = (int)t->rows;
     int ok[CMP_RTN_MAX_THREADS];
-    int nth = cmp_par_threads(pool);
-    if (nth > CMP_RTN_MAX_THREADS)
-        return 0;
-    for (int i = 0; i < nth; i++)
-        ok[i] = 1;
+    rtn_part part[CMP_RTN_MAX_THREADS];
+    pthread_t th[CMP_RTN_MAX_THREADS];
+    int started[CMP_RTN_MAX_THREADS];
     rtn_job j = {st->data, type, esize, t, sec, rows, ok};
-    cmp_par_rows(pool, t->rows, 1, rtn_range, &j);
+    /* Threads started per tensor rather than a spinning pool: a tensor
+     * takes milliseconds, a start tens of microseconds, and between tensors
+     * (while the writer thread works) nothing burns a core waiting. */
+    for (int i = 0; i < nth; i++) {
+        ok[i] = 1;
+        part[i] = (rtn_part){&j, (uint32_t)((uint64_t)t->rows * i / nth),
+                             (uint32_t)((uint64_t)t->rows * (i + 1) / nth), i};
+        started[i] = i > 0 &&
+                     pthread_create(&th[i], NULL, rtn_thread, &part[i]) == 0;
+    }
+    for (int i = 0; i < nth; i++)
+        if (!started[i]) /* slot 0, and any thread that could not start */
+            rtn_thread(&part[i]);
+    for (int i = 1; i < nth; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
     for (int i = 0; i < nth; i++)
         if (!ok[i])
             return 0;
