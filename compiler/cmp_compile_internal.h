@@ -12,6 +12,7 @@
 #include "fmt_artifact.h"
 #include "fmt_ids.h"
 #include "fmt_safetensors.h"
+#include "cmp_par.h"
 #include "rt_model.h"
 
 /* What a tensor name is inside a block: a linear's weight (slot
@@ -59,7 +60,7 @@ void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */
  * Returns 0, sec partly written, when it does not apply or a value is not
  * finite: the caller then takes the plain path (which names the element).
  * rows: scratch of min(threads, CMP_RTN_MAX_THREADS) x t->cols floats. */
-#define CMP_RTN_MAX_THREADS 64
+#define CMP_RTN_MAX_THREADS CMP_PAR_MAX_SPAWN
 int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
                             uint8_t *sec, int threads, float *rows);
 

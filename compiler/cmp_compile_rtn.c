@@ -7,9 +7,9 @@
  * left to that plain path. */
 #include "cmp_compile_internal.h"
 
-#include <pthread.h>
 #include <string.h>
 
+#include "cmp_par.h"
 #include "cmp_quant.h"
 #include "kn_rtn.h"
 
@@ -53,18 +53,14 @@ static int rtn_type(fmt_dtype dt, size_t *esize)
          : dt == FMT_DT_BF16 ? KN_RTN_BF16 : -1;
 }
 
-/* One thread's share: rows [r0, r1) as slot. */
-typedef struct rtn_part {
-    const rtn_job *j;
-    uint32_t r0, r1;
-    int slot;
-} rtn_part;
-
-static void *rtn_thread(void *arg)
+/* Thread tid's share of the rows (contiguous; the bytes do not depend on
+ * the split). */
+static void rtn_thread(void *ctx, int tid, int nth)
 {
-    const rtn_part *q = arg;
-    rtn_range(q->j, q->r0, q->r1, q->slot);
-    return NULL;
+    const rtn_job *j = ctx;
+    uint64_t rows = j->t->rows;
+    rtn_range(j, (uint32_t)(rows * (uint64_t)tid / (uint64_t)nth),
+              (uint32_t)(rows * (uint64_t)(tid + 1) / (uint64_t)nth), tid);
 }
 
 int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
@@ -85,26 +81,12 @@ int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
     if ((uint32_t)nth > t->rows)
         nth = (int)t->rows;
     int ok[CMP_RTN_MAX_THREADS];
-    rtn_part part[CMP_RTN_MAX_THREADS];
-    pthread_t th[CMP_RTN_MAX_THREADS];
-    int started[CMP_RTN_MAX_THREADS];
-    rtn_job j = {st->data, type, esize, t, sec, rows, ok};
-    /* Threads started per tensor rather than a spinning pool: a tensor
-     * takes milliseconds, a start tens of microseconds, and between tensors
-     * (while the writer thread works) nothing burns a core waiting. */
-    for (int i = 0; i < nth; i++) {
-        ok[i] = 1;
-        part[i] = (rtn_part){&j, (uint32_t)((uint64_t)t->rows * i / nth),
-                             (uint32_t)((uint64_t)t->rows * (i + 1) / nth), i};
-        started[i] = i > 0 &&
-                     pthread_create(&th[i], NULL, rtn_thread, &part[i]) == 0;
-    }
     for (int i = 0; i < nth; i++)
-        if (!started[i]) /* slot 0, and any thread that could not start */
-            rtn_thread(&part[i]);
-    for (int i = 1; i < nth; i++)
-        if (started[i])
-            pthread_join(th[i], NULL);
+        ok[i] = 1;
+    rtn_job j = {st->data, type, esize, t, sec, rows, ok};
+    /* threads started per tensor rather than a spinning pool: a tensor
+     * takes milliseconds, a start tens of microseconds */
+    cmp_par_spawn(nth, rtn_thread, &j);
     for (int i = 0; i < nth; i++)
         if (!ok[i])
             return 0;
