@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "cmp_merge_internal.h"
 #include "cmp_par.h"
 #include "cmp_quant.h"
 #include "kn_rtn.h"
@@ -90,5 +91,8 @@ int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
     for (int i = 0; i < nth; i++)
         if (!ok[i])
             return 0;
+    /* done with these mapped pages: they stop counting in RSS (peak ~ two
+     * sections, not the checkpoint; a later read faults them back in) */
+    cmp_merge_drop_range_(st->data, st->nbytes);
     return 1;
 }
