@@ -36,6 +36,7 @@
  *              directory/..); --quants f32,int8: only those formats;
  *              --shapes 0,1: only those models (--quick: 0).  Output: a table on stdout, then one JSON
  *              line ("bench_arena": {...}).  Temp files are removed. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,8 +201,11 @@ int main(int argc, char **argv)
         bin = bindir;
     }
     char dir[1024], model[1100];
-    if (bench_mkdtemp("bench_arena", dir, sizeof dir))
+    if (bench_mkdtemp(dir, sizeof dir, "arena") != 0) {
+        fprintf(stderr, "bench_arena: cannot make a scratch folder under "
+                "$TMPDIR or /tmp: %s\n", strerror(errno));
         return 1;
+    }
     const struct {
         const char *name;
         bench_llama_config cfg;

@@ -37,26 +37,11 @@
  * seconds, a figure that a busy machine disturbs less than wall time. */
 static int run(char *const argv[], const char *err_path, double *cpu)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        if (err_path) {
-            FILE *f = freopen(err_path, "w", stderr);
-            (void)f;
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int st;
-    struct rusage ru;
-    if (wait4(pid, &st, 0, &ru) < 0)
-        return -1;
-    if (cpu)
-        *cpu = (double)ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec +
-               (double)ru.ru_stime.tv_sec + 1e-6 * ru.ru_stime.tv_usec;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    bench_child c;
+    int rc = bench_run_child(argv, NULL, err_path, &c);
+    if (cpu && rc != -1)
+        *cpu = c.cpu;
+    return rc;
 }
 
 /* A Prometheus sample of the metrics file (0 if absent). */

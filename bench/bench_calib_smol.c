@@ -47,23 +47,12 @@ static int write_ids(const char *path, size_t nseq, size_t len, uint32_t vocab,
 static int run(char **argv, const char *out_path, double *wall, double *cpu,
                long *rss_kib)
 {
-    double t0 = bench_now();
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *o = freopen(out_path, "w", stdout);
-        (void)o;
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int status;
-    struct rusage ru;
-    if (pid < 0 || wait4(pid, &status, 0, &ru) < 0)
-        return -1;
-    *wall = bench_now() - t0;
-    *cpu = (double)ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec +
-           (double)ru.ru_stime.tv_sec + 1e-6 * ru.ru_stime.tv_usec;
-    *rss_kib = ru.ru_maxrss;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    bench_child c = {0, 0, 0};
+    int rc = bench_run_child(argv, out_path, NULL, &c);
+    *wall = c.wall;
+    *cpu = c.cpu;
+    *rss_kib = c.rss_kib;
+    return rc;
 }
 
 static double json_num(const char *path, const char *key)

@@ -326,8 +326,7 @@ static int bench(int quick, const char *keep)
     if (keep) {
         snprintf(dir, sizeof dir, "%s", keep);
     } else {
-        snprintf(dir, sizeof dir, "/tmp/mc-bench-gpu-XXXXXX");
-        if (!mkdtemp(dir)) {
+        if (bench_mkdtemp(dir, sizeof dir, "gpu") != 0) {
             perror("bench_gpu: mkdtemp");
             return 1;
         }

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cmp_merge.h"
 #include "fmt_dtype.h"
 #include "fmt_model.h"
@@ -291,10 +292,7 @@ int main(int argc, char **argv)
         mkdir(root, 0755);
         keep = 1;
     } else {
-        const char *tmpenv = getenv("TMPDIR");
-        snprintf(root, sizeof root, "%s/mc-bench-merge-XXXXXX",
-                 tmpenv && *tmpenv ? tmpenv : "/tmp");
-        if (!mkdtemp(root)) {
+        if (bench_mkdtemp(root, sizeof root, "merge") != 0) {
             perror("mkdtemp");
             return 1;
         }

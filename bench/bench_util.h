@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fmt_dtype.h"
 #include "fmt_safetensors.h"
@@ -284,17 +287,57 @@ static inline int bench_gen_llama(const char *dir, const bench_llama_config *c,
     return fmt_st_writer_finish(w, &e) ? -1 : 0;
 }
 
-/* A fresh scratch directory $TMPDIR/<tag>.XXXXXX (or under /tmp) into
- * dir (n bytes).  Returns 0, or -1 with the reason printed. */
-static inline int bench_mkdtemp(const char *tag, char *dir, size_t n)
+/* ---- child processes and scratch folders -------------------------------- */
+
+/* What bench_run_child measured of the child. */
+typedef struct bench_child {
+    double wall;   /* seconds from fork to reaping */
+    double cpu;    /* the child's user + system seconds: a busy machine
+                      disturbs it less than wall time */
+    long rss_kib;  /* its peak RSS (ru_maxrss) */
+} bench_child;
+
+/* Run argv (argv[0] a path) with stdout to out_path and stderr to
+ * err_path (each NULL: inherited).  Returns the exit code, or -1 when it
+ * could not start or did not exit; *res (may be NULL) gets the figures. */
+static inline int bench_run_child(char *const argv[], const char *out_path,
+                                  const char *err_path, bench_child *res)
+{
+    fflush(NULL);
+    double t0 = bench_now();
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if ((out_path && !freopen(out_path, "w", stdout)) ||
+            (err_path && !freopen(err_path, "w", stderr)))
+            _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    struct rusage ru;
+    if (wait4(pid, &st, 0, &ru) < 0)
+        return -1;
+    if (res) {
+        res->wall = bench_now() - t0;
+        res->cpu = (double)ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec +
+                   (double)ru.ru_stime.tv_sec + 1e-6 * ru.ru_stime.tv_usec;
+        res->rss_kib = ru.ru_maxrss;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A fresh folder $TMPDIR/mc-bench-TAG-XXXXXX (/tmp without TMPDIR) into
+ * buf[n].  Returns 0, or -1 (errno set; buf unspecified). */
+static inline int bench_mkdtemp(char *buf, size_t n, const char *tag)
 {
     const char *tmp = getenv("TMPDIR");
-    snprintf(dir, n, "%s/%s.XXXXXX", tmp ? tmp : "/tmp", tag);
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "%s: mkdtemp %s: %s\n", tag, dir, strerror(errno));
+    int k = snprintf(buf, n, "%s/mc-bench-%s-XXXXXX",
+                     tmp && *tmp ? tmp : "/tmp", tag);
+    if (k < 0 || (size_t)k >= n)
         return -1;
-    }
-    return 0;
+    return mkdtemp(buf) ? 0 : -1;
 }
 
 #endif /* BENCH_UTIL_H */

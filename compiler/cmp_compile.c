@@ -398,16 +398,24 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     json_t *man = json_object(), *tj = json_array();
     float *wbuf = NULL;
     uint8_t *sec = NULL;
-    uint64_t maxn = 0, maxsec = 0;
+    float *rows = NULL;
+    uint64_t maxn = 0, maxsec = 0, maxcols = 0;
     for (size_t i = 0; i < nt; i++) {
         uint64_t n = (uint64_t)ts[i].rows * ts[i].cols;
+        maxcols = ts[i].cols > maxcols ? ts[i].cols : maxcols;
         maxn = n > maxn ? n : maxn;
         maxsec = ts[i].section_bytes > maxsec ? ts[i].section_bytes : maxsec;
     }
     if (st != MC_OK) /* the tokenizer could not be read */
         goto done;
+    /* the fast path's threads and their row scratch (any count gives the
+     * same bytes) */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;
+    nthreads = nthreads > CMP_RTN_MAX_THREADS ? CMP_RTN_MAX_THREADS : nthreads;
     if (!man || !tj || !(wbuf = mc_malloc_array((size_t)maxn, sizeof(float))) ||
-        !(sec = mc_malloc((size_t)maxsec))) {
+        !(rows = mc_malloc_array((size_t)maxcols * (size_t)nthreads,
+                                 sizeof(float)))) {
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
         goto done;
     }
@@ -449,18 +457,33 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         st = mc_fail(err, MC_ERR_NOMEM, o->model, NULL, -1, "out of memory");
     if (st == MC_OK)
         st = fmt_art_writer_begin(w, man, err);
+    /* a second thread writes each section while the next is computed */
+    cmp_sec_pipe *pipe = NULL;
+    if (st == MC_OK)
+        st = cmp_sec_pipe_create(w, (size_t)maxsec, &pipe, err);
     for (size_t i = 0; i < nt && st == MC_OK; i++) {
+        if (!(sec = cmp_sec_pipe_buffer(pipe)))
+            break; /* a write failed: cmp_sec_pipe_finish says why */
         memset(sec, 0, (size_t)ts[i].section_bytes);
         int done = 0;
         st = calib_section(cr, &ts[i], sec, &done, err);
+        if (st == MC_OK && !done && !s->merge)
+            done = cmp_compile_rtn_section(fmt_model_find(s->base, ts[i].name,
+                                                          NULL),
+                                           &ts[i], sec, nthreads, rows);
         if (st == MC_OK && !done) {
+            memset(sec, 0, (size_t)ts[i].section_bytes); /* partly written */
             st = read_f32(s, &ts[i], wbuf, err);
             if (st == MC_OK)
                 st = convert(&ts[i], wbuf, sec, err);
         }
         if (st == MC_OK)
-            st = fmt_art_writer_write(w, sec, (size_t)ts[i].section_bytes, err);
+            cmp_sec_pipe_submit(pipe, (size_t)ts[i].section_bytes);
     }
+    sec = NULL; /* the pipe's */
+    mc_status wst = cmp_sec_pipe_finish(pipe, st == MC_OK ? err : NULL);
+    if (st == MC_OK)
+        st = wst;
     if (st == MC_OK && tok)
         st = fmt_art_writer_write(w, tok, toklen, err);
     if (st == MC_OK) {
@@ -483,6 +506,7 @@ done:
     json_decref(man);
     json_decref(tj);
     mc_free(wbuf);
+    mc_free(rows);
     mc_free(sec);
     mc_free(tok);
     mc_free(ts);

@@ -9,7 +9,10 @@
 #include "cmp_auto.h"
 #include "cmp_calib.h"
 #include "cmp_compile.h"
+#include "fmt_artifact.h"
 #include "fmt_ids.h"
+#include "fmt_safetensors.h"
+#include "cmp_par.h"
 #include "rt_model.h"
 
 /* What a tensor name is inside a block: a linear's weight (slot
@@ -48,5 +51,31 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
                               cmp_plan_request *req, cmp_calib_stage *s,
                               mc_error *err);
 void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */
+
+/* The uncalibrated path's fast section writer (cmp_compile_rtn.c): when
+ * st (a base checkpoint tensor, NULL = none) is 2-D f32/f16/bf16 of t's
+ * shape and t is quantized or keeps st's type, fill sec (t's section,
+ * zeroed) on `threads` threads (the caller's among them; the bytes do not
+ * depend on the count), bitwise as read_f32 + convert would, and return 1.
+ * Returns 0, sec partly written, when it does not apply or a value is not
+ * finite: the caller then takes the plain path (which names the element).
+ * rows: scratch of min(threads, CMP_RTN_MAX_THREADS) x t->cols floats. */
+#define CMP_RTN_MAX_THREADS CMP_PAR_MAX_SPAWN
+int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
+                            uint8_t *sec, int threads, float *rows);
+
+/* Sections written by a second thread while the next one is computed
+ * (cmp_sec_pipe.c): two buffers of cap bytes alternate.  _buffer returns
+ * the one to fill next (waiting for its last write), or NULL once a write
+ * failed; _submit queues its first n bytes for fmt_art_writer_write, in
+ * order; _finish waits for the queued writes, stops the thread, frees the
+ * pipe (NULL is a no-op) and returns the first write failure (err filled)
+ * or MC_OK.  One caller thread; w must outlive the pipe. */
+typedef struct cmp_sec_pipe cmp_sec_pipe;
+mc_status cmp_sec_pipe_create(fmt_art_writer *w, size_t cap,
+                              cmp_sec_pipe **out, mc_error *err);
+uint8_t *cmp_sec_pipe_buffer(cmp_sec_pipe *p);
+void cmp_sec_pipe_submit(cmp_sec_pipe *p, size_t n);
+mc_status cmp_sec_pipe_finish(cmp_sec_pipe *p, mc_error *err);
 
 #endif /* CMP_COMPILE_INTERNAL_H */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cmp_par.h"
 #include "fmt_json_strict.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
@@ -406,11 +407,12 @@ mc_status cmp_merge_open(const fmt_model *base, const cmp_adapter_spec *adapters
     if (!m)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     m->base = base;
-    /* Both (all) cores compute rows; kn_pool_create(0) = online CPUs. */
-    m->pool = kn_pool_create(0);
-    mc_status st = m->pool ? open_into(m, adapters, n, err)
-                           : mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
-                                     "cannot start the merge's threads");
+    /* Every online CPU computes rows, on threads started per chunk
+     * (cmp_par_spawn: nothing spins beside the writer thread). */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    m->threads = ncpu < 1 ? 1 : ncpu > CMP_PAR_MAX_SPAWN ? CMP_PAR_MAX_SPAWN
+                                                         : (int)ncpu;
+    mc_status st = open_into(m, adapters, n, err);
     if (st) {
         cmp_merge_close(m);
         return st;
@@ -424,7 +426,6 @@ void cmp_merge_close(cmp_merge *m)
     if (!m)
         return;
     cmp_merge_release_(m);
-    kn_pool_free(m->pool);
     for (size_t i = 0; i < m->n_tensors; i++)
         mc_free(m->tensors[i].ops);
     mc_free(m->tensors);

@@ -47,7 +47,7 @@
  * adapters' A/B (as double), O(8 rows) scratch per thread, and the
  * caller's output.  The writer streams rows in chunks of a few MiB and
  * drops mapped pages it has consumed, so peak RSS stays near one chunk,
- * not the model.  Rows are computed on a pool of all online CPUs; the
+ * not the model.  Rows are computed on all online CPUs; the
  * result does not depend on the number of threads or the CPU's SIMD.
  * The writer reads its shards back before committing: every changed
  * tensor must hold exactly the bytes computed for it.

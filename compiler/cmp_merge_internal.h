@@ -61,7 +61,7 @@ struct cmp_merge {
     double max_abs_delta;        /* over tensors computed so far */
     struct merge_prep *prep;     /* per-tensor prepared adapters
                                   * (cmp_merge_math.c) */
-    kn_pool *pool;               /* threads computing rows; NULL: one */
+    int threads;                 /* threads computing rows (>= 1) */
     cmp_merge_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     uint64_t progress_done, progress_total; /* output tensor bytes */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmp_par.h"
 #include "kn_lora.h"
 #include "mc_alloc.h"
 
@@ -223,7 +224,7 @@ static mc_status prepare(cmp_merge *m, const merge_tensor *t, mc_error *err)
         return mc_fail(err, MC_ERR_NOMEM, NULL, t->name, -1, "out of memory");
     m->prep = p;
     p->t = t;
-    int nth = m->pool ? kn_pool_threads(m->pool) : 1;
+    int nth = m->threads;
     p->ops = mc_calloc(t->n_ops ? t->n_ops : 1, sizeof *p->ops);
     p->slots = mc_calloc((size_t)nth, sizeof *p->slots);
     int ok = p->ops && p->slots;
@@ -347,11 +348,11 @@ mc_status cmp_merge_rows_(cmp_merge *m, const merge_tensor *t, uint64_t row0,
         p->slots[s].maxd = m->max_abs_delta;
     }
     rows_job job = {m, row0, nrows, cols, dt, out};
-    /* One block or less: not worth waking the pool. */
+    /* One block or less: not worth starting threads. */
     if (nrows <= ROW_BLOCK || p->n_slots == 1)
         rows_worker(&job, 0, 1);
     else
-        kn_pool_run(m->pool, rows_worker, &job);
+        cmp_par_spawn(p->n_slots, rows_worker, &job);
     for (int s = 0; s < p->n_slots; s++) {
         const prep_slot *sl = &p->slots[s];
         if (sl->bad) /* slots hold ascending rows: the first is the lowest */

@@ -1,5 +1,5 @@
 /* cmp_merge_queue.c - the merge's writer thread: output chunks are written
- * (and summed) on a thread of their own while the pool computes the next
+ * (and summed) on a thread of their own while the row threads compute the next
  * chunk, so computing and copying into the page cache overlap; and the
  * check sum of what is written (contract in cmp_merge_internal.h).
  *

@@ -1,6 +1,7 @@
 /* cmp_par.c - row-parallel loops (see cmp_par.h). */
 #include "cmp_par.h"
 
+#include <pthread.h>
 #include <time.h>
 
 double cmp_par_now(void)
@@ -48,4 +49,40 @@ void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
     }
     par_job j = {n, align ? align : 1, fn, ctx};
     kn_pool_run(p, par_thread, &j);
+}
+
+typedef struct spawn_part {
+    void (*fn)(void *ctx, int tid, int nth);
+    void *ctx;
+    int tid, nth;
+} spawn_part;
+
+static void *spawn_main(void *arg)
+{
+    const spawn_part *q = arg;
+    q->fn(q->ctx, q->tid, q->nth);
+    return NULL;
+}
+
+void cmp_par_spawn(int nth, void (*fn)(void *ctx, int tid, int nth),
+                   void *ctx)
+{
+    if (nth < 1)
+        nth = 1;
+    if (nth > CMP_PAR_MAX_SPAWN)
+        nth = CMP_PAR_MAX_SPAWN;
+    spawn_part part[CMP_PAR_MAX_SPAWN];
+    pthread_t th[CMP_PAR_MAX_SPAWN];
+    int started[CMP_PAR_MAX_SPAWN];
+    for (int i = 0; i < nth; i++) {
+        part[i] = (spawn_part){fn, ctx, i, nth};
+        started[i] = i > 0 &&
+                     pthread_create(&th[i], NULL, spawn_main, &part[i]) == 0;
+    }
+    for (int i = 0; i < nth; i++)
+        if (!started[i]) /* tid 0, and any thread that could not start */
+            spawn_main(&part[i]);
+    for (int i = 1; i < nth; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
 }

@@ -32,6 +32,17 @@ typedef void (*cmp_par_fn)(void *ctx, uint32_t r0, uint32_t r1, int slot);
 void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
                   void *ctx);
 
+/* fn(ctx, tid, nth) for every tid < nth (at most CMP_PAR_MAX_SPAWN): tid 0
+ * on the calling thread, the others on threads started for this call and
+ * joined before it returns (a thread that cannot start has its share run
+ * on the caller afterwards).  Nothing spins: for work that takes
+ * milliseconds per call next to a thread of its own (the merge's and the
+ * compile's writers), where a pool's idle spinning (kn_pool: ~1 ms per wait
+ * on CPUs whose pause is ~140 cycles) would take that thread's core. */
+#define CMP_PAR_MAX_SPAWN 64
+void cmp_par_spawn(int nth, void (*fn)(void *ctx, int tid, int nth),
+                   void *ctx);
+
 /* Monotonic seconds (CLOCK_MONOTONIC): the calibration's phase times
  * (cmp_calib_times) are differences of these. */
 double cmp_par_now(void);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fmt_dtype.h"
+#include "kn_rtn.h"
 
 #define F16_MAX 65504.0f
 
@@ -276,6 +277,67 @@ mc_status cmp_quant_matrix(const float *w, const float *imp, cmp_qbuf *b,
         }
     }
     return MC_OK;
+}
+
+/* The first value of x[n] of the largest magnitude (+0 for none), as
+ * cmp_quant_choose's scan finds it, from the range [mn, mx] it implies. */
+static float extreme(const float *x, size_t n, float mn, float mx)
+{
+    if (mx > -mn)
+        return mx;
+    if (-mn > mx)
+        return mn;
+    if (mx == 0.0f)
+        return 0.0f;
+    for (size_t i = 0; i < n; i++) /* a tie: the first of mn and mx wins */
+        if (fabsf(x[i]) == mx)
+            return x[i];
+    return mx;
+}
+
+int cmp_quant_rtn_rows(const void *src, int type, cmp_qbuf *b, uint32_t r0,
+                       uint32_t r1, float *row)
+{
+    size_t esize = type == KN_RTN_F32 ? 4 : 2;
+    uint32_t span = cmp_qbuf_span(b), ng = cmp_qbuf_nparams(b);
+    size_t rowb = b->fmt == KN_W_Q8 ? b->cols : kn_q4_row_bytes(b->cols);
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint8_t *s = (const uint8_t *)src + (size_t)r * b->cols * esize;
+        if (!kn_rtn_to_f32(s, type, b->cols, row))
+            return 0;
+        uint8_t *codes = (uint8_t *)b->data + (size_t)r * rowb;
+        uint32_t g = 0;
+        if (b->fmt == KN_W_Q4) { /* whole groups in one call */
+            g = b->cols / span;
+            kn_rtn_q4_row(row, g, span, (uint16_t *)b->scales + (size_t)r * ng,
+                          b->zeros + (size_t)r * ng, codes);
+        }
+        for (; g < ng; g++) {
+            uint32_t c0 = g * span;
+            uint32_t n = b->cols - c0 < span ? b->cols - c0 : span;
+            float mn, mx;
+            kn_rtn_range(row + c0, n, &mn, &mx);
+            float ext = b->fmt == KN_W_Q4S ? extreme(row + c0, n, mn, mx) : 0.0f;
+            /* its scale is already what storage holds (f32, or f16-exact):
+             * no read-back needed, unlike cmp_quant_matrix's */
+            cmp_qparam p = range_param(b->fmt, mn, mx, ext);
+            cmp_qbuf_set_param(b, r, g, p);
+            if (b->fmt == KN_W_Q8) {
+                if (p.scale == 0.0f)
+                    memset(codes + c0, 0, n);
+                else
+                    kn_rtn_codes_q8(row + c0, n, p.scale, (int8_t *)codes + c0);
+            } else if (p.scale == 0.0f) {
+                /* every code is the zero point (c0 is even: whole bytes) */
+                memset(codes + c0 / 2, p.zero | p.zero << 4, n / 2);
+                if (n & 1)
+                    codes[c0 / 2 + n / 2] = (uint8_t)p.zero;
+            } else {
+                kn_rtn_codes_q4(row + c0, n, p.scale, p.zero, codes + c0 / 2);
+            }
+        }
+    }
+    return 1;
 }
 
 void cmp_dequant_matrix(const cmp_qbuf *b, float *out)

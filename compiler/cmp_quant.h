@@ -95,6 +95,17 @@ kn_matrix cmp_qbuf_matrix(const cmp_qbuf *b);
  * MC_ERR_NONFINITE (field = "row R col C") for a NaN/Inf weight. */
 mc_status cmp_quant_matrix(const float *w, const float *imp, cmp_qbuf *b,
                            mc_error *err);
+/* Plain RTN (as cmp_quant_matrix with imp NULL) of rows [r0, r1) of a
+ * source matrix src [rows][cols] stored as type (KN_RTN_F32/F16/BF16 of
+ * kn_rtn.h), each row widened into row [cols] (the caller's scratch)
+ * first: b's bytes for those rows are bitwise cmp_quant_matrix's on the
+ * widened matrix, whatever b held before.  Rows are independent, so
+ * disjoint ranges may run on different threads.  b must pass
+ * cmp_qbuf_check.  Returns 1, or 0 at the first row holding a NaN or an
+ * infinity (nothing reported: cmp_quant_matrix names the element). */
+int cmp_quant_rtn_rows(const void *src, int type, cmp_qbuf *b, uint32_t r0,
+                       uint32_t r1, float *row);
+
 /* Dequantize b into out [rows][cols] (float32, exactly kn_ops' values). */
 void cmp_dequant_matrix(const cmp_qbuf *b, float *out);
 

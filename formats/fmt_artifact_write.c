@@ -191,7 +191,10 @@ mc_status fmt_art_writer_begin(fmt_art_writer *w, const json_t *manifest,
 static mc_status stored_out(fmt_art_writer *w, const void *p, size_t n,
                             mc_error *err)
 {
-    XXH3_64bits_update(w->hstored, p, n);
+    /* raw sections store the raw bytes: their one hash is taken in
+     * fmt_art_writer_write and copied at close */
+    if (w->secs[w->cur].codec != FMT_ART_CODEC_RAW)
+        XXH3_64bits_update(w->hstored, p, n);
     w->secs[w->cur].stored_bytes += n;
     return put(w, p, n, err);
 }
@@ -252,7 +255,9 @@ static mc_status close_section(fmt_art_writer *w, mc_error *err)
             return st;
     }
     s->raw_xxh3 = XXH3_64bits_digest(w->hraw);
-    s->stored_xxh3 = XXH3_64bits_digest(w->hstored);
+    s->stored_xxh3 = s->codec == FMT_ART_CODEC_RAW
+                         ? s->raw_xxh3
+                         : XXH3_64bits_digest(w->hstored);
     w->cur++;
     w->cur_open = 0;
     return MC_OK;

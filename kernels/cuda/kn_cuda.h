@@ -29,6 +29,10 @@ extern "C" {
 typedef struct CUstream_st *kn_cuda_stream;
 typedef struct cublasContext *kn_cublas;
 
+/* 1 once cuBLAS has been loaded: kn_cublas_lazy.c loads it at the first
+ * cuBLAS call of the process (0 before that, or when loading failed). */
+int kn_cublas_loaded(void);
+
 /* Number of usable CUDA devices in *n (0 when there is no driver or
  * device; that is MC_OK, not an error). */
 mc_status kn_cuda_device_count(int *n);

@@ -1,0 +1,142 @@
+/* kn_rtn.c - plain references and dispatch of the RTN inner loops (see
+ * kn_rtn.h). */
+#include "kn_rtn.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "fmt_dtype.h"
+#include "kn_ops.h"
+
+static int use_avx2(void)
+{
+    return kn_cpu_has_avx2() && !kn_force_scalar();
+}
+
+int kn_ref_rtn_to_f32(const void *src, int type, size_t n, float *out)
+{
+    const uint16_t *h = src;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        if (type == KN_RTN_F16)
+            v = fmt_f16_to_f32(h[i]);
+        else if (type == KN_RTN_BF16)
+            v = fmt_bf16_to_f32(h[i]);
+        else
+            memcpy(&v, (const float *)src + i, sizeof v);
+        out[i] = v;
+        finite &= isfinite(v) != 0;
+    }
+    return finite;
+}
+
+int kn_rtn_to_f32(const void *src, int type, size_t n, float *out)
+{
+    return use_avx2() ? kn_avx2_rtn_to_f32(src, type, n, out)
+                      : kn_ref_rtn_to_f32(src, type, n, out);
+}
+
+void kn_ref_rtn_range(const float *x, size_t n, float *mn, float *mx)
+{
+    float lo = 0.0f, hi = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] < lo)
+            lo = x[i];
+        if (x[i] > hi)
+            hi = x[i];
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+void kn_rtn_range(const float *x, size_t n, float *mn, float *mx)
+{
+    if (use_avx2())
+        kn_avx2_rtn_range(x, n, mn, mx);
+    else
+        kn_ref_rtn_range(x, n, mn, mx);
+}
+
+void kn_ref_rtn_codes_q8(const float *x, size_t n, float scale, int8_t *q)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] / scale);
+        if (!(v >= -127.0f))
+            v = -127.0f;
+        if (v > 127.0f)
+            v = 127.0f;
+        q[i] = (int8_t)v;
+    }
+}
+
+void kn_rtn_codes_q8(const float *x, size_t n, float scale, int8_t *q)
+{
+    if (use_avx2())
+        kn_avx2_rtn_codes_q8(x, n, scale, q);
+    else
+        kn_ref_rtn_codes_q8(x, n, scale, q);
+}
+
+void kn_ref_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
+                         uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        float q = nearbyintf(x[i] / scale) + (float)zero;
+        if (!(q >= 0.0f))
+            q = 0.0f;
+        if (q > 15.0f)
+            q = 15.0f;
+        uint8_t c = (uint8_t)q;
+        if (i & 1)
+            out[i / 2] = (uint8_t)(out[i / 2] | (c << 4));
+        else
+            out[i / 2] = c;
+    }
+}
+
+void kn_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
+                     uint8_t *out)
+{
+    if (use_avx2())
+        kn_avx2_rtn_codes_q4(x, n, scale, zero, out);
+    else
+        kn_ref_rtn_codes_q4(x, n, scale, zero, out);
+}
+
+void kn_ref_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
+                       uint16_t *scales, uint8_t *zeros, uint8_t *out)
+{
+    for (uint32_t k = 0; k < ng; k++) {
+        const float *v = x + (size_t)k * g;
+        float mn, mx;
+        kn_ref_rtn_range(v, g, &mn, &mx);
+        float s = (mx - mn) / 15.0f;
+        if (s > 65504.0f)
+            s = 65504.0f;
+        if (s < -65504.0f)
+            s = -65504.0f;
+        scales[k] = fmt_f32_to_f16(s);
+        s = fmt_f16_to_f32(scales[k]);
+        int zero = 0;
+        if (s > 0.0f) {
+            float z = nearbyintf(-mn / s);
+            zero = z < 0.0f ? 0 : z > 15.0f ? 15 : (int)z;
+        }
+        zeros[k] = (uint8_t)zero;
+        uint8_t *o = out + (size_t)k * g / 2;
+        if (s == 0.0f)
+            memset(o, 0, g / 2); /* zero is 0 here */
+        else
+            kn_ref_rtn_codes_q4(v, g, s, zero, o);
+    }
+}
+
+void kn_rtn_q4_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
+                   uint8_t *zeros, uint8_t *out)
+{
+    if (use_avx2())
+        kn_avx2_rtn_q4_row(x, ng, g, scales, zeros, out);
+    else
+        kn_ref_rtn_q4_row(x, ng, g, scales, zeros, out);
+}
