@@ -15,8 +15,8 @@
  * the cache, never on the other rows of its tile.  Blocks are aligned to
  * absolute positions (multiples of KN_FA_B), so a row sees the same blocks
  * in any tile; per block and row:
- *   s_j   = (8-lane FMA chain of q . k_j over head_dim, hsum, scalar tail)
- *           / sqrt(head_dim)              for the attended j of the block
+ *   s_j   = (q . k_j, one FMA chain over d = 0 .. head_dim-1 in the lane
+ *           of position j; K transposed per block) / sqrt(head_dim)
  *   m'    = max(m, max_j s_j);  c = expf(m - m')  (0 for the first block)
  *   p_j   = kn_exp256(s_j - m') lanes by j - block start, 0 where not attended
  *   l     = l * c + hsum(sum of the block's 4 p vectors in order)
@@ -26,6 +26,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "kn_avx2.h"
 #include "kn_internal.h"
@@ -65,34 +66,34 @@ KN_AI void kv_row_f32(const kn_kv *kv, const void *base, const float *scale,
     }
 }
 
-/* q . k over hd values: one 8-lane chain, hsum, scalar tail. */
-KN_AI float dot_row(const float *q, const float *k, uint32_t hd)
-{
-    uint32_t dmain = hd & ~7u;
-    __m256 a = _mm256_setzero_ps();
-    for (uint32_t d = 0; d < dmain; d += 8)
-        a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_load_ps(k + d), a);
-    float s = kn_hsum256(a);
-    for (uint32_t d = dmain; d < hd; d++)
-        s += q[d] * k[d];
-    return s;
-}
-
 /* One row's update for the block starting at position jb whose attended
- * positions are [a, e] (jb <= a <= e < jb + KN_FA_B).  kb, vb: the block's
- * rows [KN_FA_B][ld]; o: the output row (the running sum); m, l: the
- * row's running max and denominator. */
-static void row_block(const float *q, const float *kb, const float *vb,
+ * positions are [a, e] (jb <= a <= e < jb + KN_FA_B).  kt: the block's K
+ * transposed, [head_dim][KN_FA_B]; vb: its V rows [KN_FA_B][ld]; o: the
+ * output row (the running sum); m, l: the row's running max and
+ * denominator. */
+static void row_block(const float *q, const float *kt, const float *vb,
                       size_t ld, uint32_t hd, int64_t jb, int64_t a,
-                      int64_t e, float root, float *o, float *m, float *l)
+                      int64_t e, __m256 root, float *o, float *m, float *l)
 {
     _Alignas(32) float sc[KN_FA_B];
     int ja = (int)(a - jb), je = (int)(e - jb);
-    float bmax = -INFINITY;
-    for (int j = ja; j <= je; j++) {
-        sc[j] = dot_row(q, kb + (size_t)j * ld, hd) / root;
-        bmax = sc[j] > bmax ? sc[j] : bmax;
+    /* 32 scores at once, lane = position: a plain FMA chain over d. */
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (uint32_t d = 0; d < hd; d++) {
+        __m256 qd = _mm256_broadcast_ss(q + d);
+        const float *k = kt + (size_t)d * KN_FA_B;
+        s0 = _mm256_fmadd_ps(qd, _mm256_load_ps(k), s0);
+        s1 = _mm256_fmadd_ps(qd, _mm256_load_ps(k + 8), s1);
+        s2 = _mm256_fmadd_ps(qd, _mm256_load_ps(k + 16), s2);
+        s3 = _mm256_fmadd_ps(qd, _mm256_load_ps(k + 24), s3);
     }
+    _mm256_store_ps(sc, _mm256_div_ps(s0, root));
+    _mm256_store_ps(sc + 8, _mm256_div_ps(s1, root));
+    _mm256_store_ps(sc + 16, _mm256_div_ps(s2, root));
+    _mm256_store_ps(sc + 24, _mm256_div_ps(s3, root));
+    float bmax = -INFINITY;
+    for (int j = ja; j <= je; j++)
+        bmax = sc[j] > bmax ? sc[j] : bmax;
     float mn = bmax > *m ? bmax : *m;
     float c = *m == -INFINITY ? 0.0f : expf(*m - mn);
     __m256 vm = _mm256_set1_ps(mn), bs = _mm256_setzero_ps();
@@ -155,12 +156,16 @@ void kn_avx2_attend_tile(const kn_kv *kv, const float *q, size_t t0,
 {
     _Alignas(64) float kb[KN_FA_B * KN_FA_HD];
     _Alignas(64) float vb[KN_FA_B * KN_FA_HD];
+    /* K transposed; positions of the block that no row attends keep
+     * whatever was there (finite: zeroed once) and are masked out. */
+    _Alignas(64) float kt[KN_FA_HD * KN_FA_B];
     float m[KN_FA_M], l[KN_FA_M];
     const uint32_t hd = kv->head_dim, grp = n_heads / kv->n_kv_heads;
     const size_t ld = ((size_t)hd + 15) & ~(size_t)15; /* 64-byte rows */
     const size_t nrow = tn * grp;
     /* Divide by sqrt(head_dim), as the references do (see attend_scalar). */
-    const float root = sqrtf((float)hd);
+    const __m256 root = _mm256_set1_ps(sqrtf((float)hd));
+    memset(kt, 0, (size_t)hd * KN_FA_B * sizeof(float));
     for (size_t r = 0; r < nrow; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -174,8 +179,11 @@ void kn_avx2_attend_tile(const kn_kv *kv, const float *q, size_t t0,
         int64_t j0 = jb > jlo ? jb : jlo;
         int64_t j1 = jb + KN_FA_B - 1 < phi ? jb + KN_FA_B - 1 : phi;
         for (int64_t j = j0; j <= j1; j++) {
-            kv_row_f32(kv, kv->k, kv->k_scale, j, kvh, kb + (size_t)(j - jb) * ld);
+            float *kr = kb + (size_t)(j - jb) * ld;
+            kv_row_f32(kv, kv->k, kv->k_scale, j, kvh, kr);
             kv_row_f32(kv, kv->v, kv->v_scale, j, kvh, vb + (size_t)(j - jb) * ld);
+            for (uint32_t d = 0; d < hd; d++)
+                kt[(size_t)d * KN_FA_B + (size_t)(j - jb)] = kr[d];
         }
         for (size_t r = 0; r < nrow; r++) {
             int64_t p = plo + (int64_t)(r / grp);
@@ -185,7 +193,7 @@ void kn_avx2_attend_tile(const kn_kv *kv, const float *q, size_t t0,
             if (a > e)
                 continue;
             size_t qi = (t0 + r / grp) * n_heads + kvh * grp + r % grp;
-            row_block(q + qi * hd, kb, vb, ld, hd, jb, a, e, root,
+            row_block(q + qi * hd, kt, vb, ld, hd, jb, a, e, root,
                       out + qi * hd, &m[r], &l[r]);
         }
     }
