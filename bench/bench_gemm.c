@@ -5,7 +5,7 @@
  * the prefill call, GMAC/s of the 8-token slices, and their ratio.  The
  * integer formats include quantizing the activations (as kn_block does).
  *
- * usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu]
+ * usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]
  * --cpu: GMAC per CPU-second of the process instead of per wall second
  * (with --threads 1, a busy machine's figure close to a quiet one's).
  * The load average is printed first: figures are noisy on a busy machine. */
@@ -103,11 +103,14 @@ static double best_of(int reps, kn_pool *p, const kn_matrix *W,
 int main(int argc, char **argv)
 {
     int threads = 2, reps = 3;
+    const char *only = NULL; /* --fmt: one format */
     size_t Ts[8] = {128, 512};
     size_t nT = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) {
+            only = argv[++i];
         } else if (!strcmp(argv[i], "--cpu")) {
             g_cpu = 1;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -117,12 +120,12 @@ int main(int argc, char **argv)
             for (char *s = strtok(argv[++i], ","); s && nT < 8; s = strtok(NULL, ","))
                 Ts[nT++] = (size_t)atol(s);
         } else {
-            fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu]\n");
+            fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]\n");
             return 2;
         }
     }
     if (reps < 1 || nT == 0) {
-        fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu]\n");
+        fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]\n");
         return 2;
     }
     size_t Tmax = 0;
@@ -152,7 +155,7 @@ int main(int argc, char **argv)
     printf("%-8s %-18s %5s %10s %10s %7s\n", "format", "shape", "T",
            "GMAC/s", "8-slices", "ratio");
     for (size_t f = 0; f < 3; f++)
-        for (size_t s = 0; s < 3; s++) {
+        for (size_t s = 0; s < 3 && (!only || !strcmp(only, fnames[f])); s++) {
             bmat b = bmat_make(fmts[f], shapes[s].rows, shapes[s].cols, &st);
             for (size_t i = 0; i < nT; i++) {
                 size_t T = Ts[i];

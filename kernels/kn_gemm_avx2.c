@@ -127,6 +127,7 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 #define KN_QP_BLK 64   /* 32-column blocks unpacked at once */
 #define KN_QP_TP 64    /* tokens per panel */
 #define KN_QP_TB 3     /* register tile: tokens */
+#define KN_QP_TMAX 3   /* the widest token tile qmicro_any has */
 
 /* 4 rows x 64 blocks of unpacked weights: Q4/Q4S |w| and w as signed
  * bytes (64 bytes a block), Q8 the bytes widened to int16 (64 bytes); the
@@ -181,9 +182,9 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
 {
     const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[KN_QP_ROWS][KN_QP_TB];
-    const uint8_t *xr[KN_QP_TB];
-    const float *dr[KN_QP_TB];
+    __m256 a[KN_QP_ROWS][KN_QP_TMAX];
+    const uint8_t *xr[KN_QP_TMAX];
+    const float *dr[KN_QP_TMAX];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++) {
         xr[t] = xq + (t0 + (size_t)t) * xstride + (size_t)b0 * qb;
@@ -193,8 +194,8 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
             a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8);
     }
     for (uint32_t j = 0; j < nb; j++) {
-        __m256i xv[KN_QP_TB], xv2[KN_QP_TB];
-        __m256 vd[KN_QP_TB];
+        __m256i xv[KN_QP_TMAX], xv2[KN_QP_TMAX];
+        __m256 vd[KN_QP_TMAX];
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
             const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
