@@ -66,6 +66,32 @@ KN_AI void kv_row_f32(const kn_kv *kv, const void *base, const float *scale,
     }
 }
 
+/* dst[i][j] = src[j][i] for an 8 x 8 block (row strides ls, ld). */
+KN_AI void transpose8(const float *src, size_t ls, float *dst, size_t ld)
+{
+    __m256 r[8], t[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_load_ps(src + (size_t)i * ls);
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        _mm256_store_ps(dst + (size_t)i * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_store_ps(dst + (size_t)(i + 4) * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+
 /* One row's update for the block starting at position jb whose attended
  * positions are [a, e] (jb <= a <= e < jb + KN_FA_B).  kt: the block's K
  * transposed, [head_dim][KN_FA_B]; vb: its V rows [KN_FA_B][ld]; o: the
@@ -156,16 +182,17 @@ void kn_avx2_attend_tile(const kn_kv *kv, const float *q, size_t t0,
 {
     _Alignas(64) float kb[KN_FA_B * KN_FA_HD];
     _Alignas(64) float vb[KN_FA_B * KN_FA_HD];
-    /* K transposed; positions of the block that no row attends keep
-     * whatever was there (finite: zeroed once) and are masked out. */
+    /* K transposed (8 x 8 blocks of kb); positions of a block that no row
+     * attends keep whatever was there (finite: kb is zeroed once) and are
+     * masked out of the softmax. */
     _Alignas(64) float kt[KN_FA_HD * KN_FA_B];
     float m[KN_FA_M], l[KN_FA_M];
     const uint32_t hd = kv->head_dim, grp = n_heads / kv->n_kv_heads;
-    const size_t ld = ((size_t)hd + 15) & ~(size_t)15; /* 64-byte rows */
     const size_t nrow = tn * grp;
     /* Divide by sqrt(head_dim), as the references do (see attend_scalar). */
     const __m256 root = _mm256_set1_ps(sqrtf((float)hd));
-    memset(kt, 0, (size_t)hd * KN_FA_B * sizeof(float));
+    const size_t ld = ((size_t)hd + 15) & ~(size_t)15; /* 64-byte rows */
+    memset(kb, 0, (size_t)KN_FA_B * ld * sizeof(float));
     for (size_t r = 0; r < nrow; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -179,12 +206,12 @@ void kn_avx2_attend_tile(const kn_kv *kv, const float *q, size_t t0,
         int64_t j0 = jb > jlo ? jb : jlo;
         int64_t j1 = jb + KN_FA_B - 1 < phi ? jb + KN_FA_B - 1 : phi;
         for (int64_t j = j0; j <= j1; j++) {
-            float *kr = kb + (size_t)(j - jb) * ld;
-            kv_row_f32(kv, kv->k, kv->k_scale, j, kvh, kr);
+            kv_row_f32(kv, kv->k, kv->k_scale, j, kvh, kb + (size_t)(j - jb) * ld);
             kv_row_f32(kv, kv->v, kv->v_scale, j, kvh, vb + (size_t)(j - jb) * ld);
-            for (uint32_t d = 0; d < hd; d++)
-                kt[(size_t)d * KN_FA_B + (size_t)(j - jb)] = kr[d];
         }
+        for (size_t d0 = 0; d0 < hd; d0 += 8)
+            for (size_t g = 0; g < KN_FA_B; g += 8)
+                transpose8(kb + g * ld + d0, ld, kt + d0 * KN_FA_B + g, KN_FA_B);
         for (size_t r = 0; r < nrow; r++) {
             int64_t p = plo + (int64_t)(r / grp);
             int64_t first = kn_attn_first(p, window);

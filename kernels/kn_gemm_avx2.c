@@ -24,6 +24,9 @@
 #define KN_GEMM_TP 96  /* tokens per panel: 96 x KN_KC floats of X, 192 KiB (L2) */
 #define KN_GEMM_RB 4   /* register tile: rows */
 #define KN_GEMM_TB 3   /* register tile: tokens */
+/* Row stride of the dequantized panel: KN_KC plus a cache line, so that
+ * the panel's rows do not all fall in the same L1 sets. */
+#define KN_GEMM_LDW (KN_KC + 16)
 
 /* Y[t][i] += dot(wb[i][0..n), X[t][0..n)) for i < R, t < TT: per element
  * one 8-lane chain over the columns in order, hsum, the scalar tail -- the
@@ -45,7 +48,7 @@ KN_AI void micro(const float *wb, const float *X, size_t ldx, uint32_t n,
             x[t] = _mm256_loadu_ps(X + (size_t)t * ldx + k);
 #pragma GCC unroll 16
         for (int i = 0; i < R; i++) {
-            __m256 w = _mm256_load_ps(wb + (size_t)i * KN_KC + k);
+            __m256 w = _mm256_load_ps(wb + (size_t)i * KN_GEMM_LDW + k);
 #pragma GCC unroll 16
             for (int t = 0; t < TT; t++)
                 acc[i][t] = _mm256_fmadd_ps(w, x[t], acc[i][t]);
@@ -57,7 +60,7 @@ KN_AI void micro(const float *wb, const float *X, size_t ldx, uint32_t n,
         for (int t = 0; t < TT; t++) {
             float s = kn_hsum256(acc[i][t]);
             for (uint32_t k = nmain; k < n; k++)
-                s += wb[(size_t)i * KN_KC + k] * X[(size_t)t * ldx + k];
+                s += wb[(size_t)i * KN_GEMM_LDW + k] * X[(size_t)t * ldx + k];
             Y[(size_t)t * ldy + i] += s;
         }
 }
@@ -84,7 +87,7 @@ static void panel(const float *wb, int R, const float *X, size_t ldx,
     size_t t = t0;
     for (; t + KN_GEMM_TB <= t1; t += KN_GEMM_TB)
         for (int i = 0; i < R; i += KN_GEMM_RB) {
-            const float *w = wb + (size_t)i * KN_KC;
+            const float *w = wb + (size_t)i * KN_GEMM_LDW;
             const float *x = X + t * ldx;
             float *y = Y + t * ldy + (size_t)i;
             if (R - i >= KN_GEMM_RB)
@@ -94,7 +97,7 @@ static void panel(const float *wb, int R, const float *X, size_t ldx,
         }
     if (t < t1)
         for (int i = 0; i < R; i += KN_GEMM_RB)
-            micro_any(wb + (size_t)i * KN_KC, X + t * ldx, ldx, n,
+            micro_any(wb + (size_t)i * KN_GEMM_LDW, X + t * ldx, ldx, n,
                       Y + t * ldy + (size_t)i, ldy,
                       R - i < KN_GEMM_RB ? R - i : KN_GEMM_RB, (int)(t1 - t));
 }
@@ -102,7 +105,7 @@ static void panel(const float *wb, int R, const float *X, size_t ldx,
 void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
                   uint32_t r0, uint32_t r1)
 {
-    _Alignas(64) float wb[KN_GEMM_RP * KN_KC];
+    _Alignas(64) float wb[KN_GEMM_RP * KN_GEMM_LDW];
     const uint32_t cols = W->cols, rows = W->rows;
     /* Column blocks outermost: each element receives its KN_KC-block sums
      * in column order, as the decode kernels add them. */
@@ -114,7 +117,7 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
                 int R = r1 - r < KN_GEMM_RP ? (int)(r1 - r) : KN_GEMM_RP;
                 for (int i = 0; i < R; i++)
                     kn_avx2_dequant_block(W, r + (uint32_t)i, c0, n,
-                                          wb + (size_t)i * KN_KC);
+                                          wb + (size_t)i * KN_GEMM_LDW);
                 panel(wb, R, X + c0, cols, n, Y + r, rows, t0, t1);
             }
         }

@@ -125,7 +125,7 @@ void kn_avx2_add(float *y, const float *x, size_t n);
 /* Tiled (flash-style) attention, kn_attn_avx2.c: positions per K/V
  * block, query rows per tile at most, largest head_dim (stack buffers). */
 #define KN_FA_B 32
-#define KN_FA_M 32
+#define KN_FA_M 64
 #define KN_FA_HD 256
 /* 1 if kn_avx2_attend_tile takes this cache and head count. */
 int kn_avx2_attn_tiled_ok(const kn_kv *kv, uint32_t n_heads);
