@@ -103,19 +103,38 @@ static inline int kn_task_rows(float *Y, size_t T, uint32_t rows,
 
 /* ---- AVX2 entry points (kn_ops_avx2.c; only call when kn_cpu_has_avx2()) */
 
-/* Y rows [r0, r1) of every token; Y already holds bias or 0 there. */
+/* The column block of the float products' canonical order: an output
+ * element is summed KN_KC columns at a time (one 8-lane chain, hsum, tail),
+ * by the decode kernels and the prefill GEMM alike (kn_gemm.h). */
+#define KN_KC 512
+
+/* Y rows [r0, r1) of every token, T <= KN_GEMM_MIN_T (the decode kernels;
+ * kn_gemm_rows takes longer steps); Y already holds bias or 0 there. */
 void kn_avx2_matmul_rows(const kn_matrix *W, const float *X, size_t T,
                          float *Y, uint32_t r0, uint32_t r1);
+/* W[r][c0 .. c0+n) as float32 into out (c0 a multiple of 32, out 32-byte
+ * aligned), the same values as kn_w_at(). */
+void kn_avx2_dequant_block(const kn_matrix *W, uint32_t r, uint32_t c0,
+                           uint32_t n, float *out);
 /* 1 if kn_avx2_matmul_rows handles this matrix (format and group). */
 int kn_avx2_matmul_supported(const kn_matrix *W);
 void kn_avx2_rmsnorm_row(float *out, const float *x, const float *w,
                          size_t n, float eps);
 void kn_avx2_silu_mul(float *gate, const float *up, size_t n);
 void kn_avx2_add(float *y, const float *x, size_t n);
-/* One (token, head) of attention; sc: score row, acc: [head_dim] */
-void kn_avx2_attend_one(const kn_kv *kv, const float *q, int64_t p,
-                        uint64_t window, uint32_t kvh, float *out, float *sc,
-                        float *acc);
+/* Tiled (flash-style) attention, kn_attn_avx2.c: positions per K/V
+ * block, query rows per tile at most, largest head_dim (stack buffers). */
+#define KN_FA_B 32
+#define KN_FA_M 64
+#define KN_FA_HD 256
+/* 1 if kn_avx2_attend_tile takes this cache and head count. */
+int kn_avx2_attn_tiled_ok(const kn_kv *kv, uint32_t n_heads);
+/* Attention of tokens [t0, t0 + tn) (at positions pos0 + t) for the query
+ * heads of KV head kvh; q, out: [T][n_heads][head_dim] of the whole call.
+ * Writes only those rows of out.  (tn * group <= KN_FA_M.) */
+void kn_avx2_attend_tile(const kn_kv *kv, const float *q, size_t t0,
+                         size_t tn, uint32_t n_heads, uint32_t kvh,
+                         int64_t pos0, uint64_t window, float *out);
 void kn_avx2_softmax(float *x, size_t n);
 
 /* ---- integer dot products (kn_qdot.h) ------------------------------------ */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kn_gemm.h"
 #include "kn_internal.h"
 #include "kn_ops.h"
 
@@ -51,7 +52,9 @@ static void mm_task(void *vctx, int tid, int nth)
     uint32_t r0, r1;
     if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
         return;
-    if (c->avx2)
+    if (c->avx2 && c->T > KN_GEMM_MIN_T)
+        kn_gemm_rows(c->W, c->X, c->T, c->Y, r0, r1);
+    else if (c->avx2)
         kn_avx2_matmul_rows(c->W, c->X, c->T, c->Y, r0, r1);
     else
         mm_scalar_rows(c->W, c->X, c->T, c->Y, r0, r1);
@@ -272,21 +275,30 @@ static void att_task(void *vctx, int tid, int nth)
     const kn_att_ctx *c = vctx;
     uint32_t hd = c->kv->head_dim;
     uint32_t grp = c->n_heads / c->kv->n_kv_heads;
+    if (c->avx2) {
+        /* Tiles of (KV head, tokens), interleaved over the threads: later
+         * tokens of a causal prefill attend more positions. */
+        size_t tq = KN_FA_M / grp, ntile = (c->T + tq - 1) / tq;
+        size_t nitem = ntile * c->kv->n_kv_heads;
+        for (size_t i = (size_t)tid; i < nitem; i += (size_t)nth) {
+            size_t t0 = (i / c->kv->n_kv_heads) * tq;
+            size_t tn = c->T - t0 < tq ? c->T - t0 : tq;
+            kn_avx2_attend_tile(c->kv, c->q, t0, tn, c->n_heads,
+                                (uint32_t)(i % c->kv->n_kv_heads), c->pos0,
+                                c->window, c->out);
+        }
+        return;
+    }
     float *sc = c->scratch + (size_t)tid * c->stride;
-    float *acc = sc + c->nctx_r;
     size_t npairs = c->T * c->n_heads;
     /* Interleaved (token, head) pairs: later tokens of a causal prefill
      * attend more positions, so striding balances the threads. */
     for (size_t i = (size_t)tid; i < npairs; i += (size_t)nth) {
         size_t t = i / c->n_heads;
         uint32_t h = (uint32_t)(i % c->n_heads);
-        const float *qh = c->q + i * hd;
-        float *oh = c->out + i * hd;
         int64_t p = c->pos0 + (int64_t)t;
-        if (c->avx2)
-            kn_avx2_attend_one(c->kv, qh, p, c->window, h / grp, oh, sc, acc);
-        else
-            attend_scalar(c->kv, qh, p, c->window, h / grp, oh, sc);
+        attend_scalar(c->kv, c->q + i * hd, p, c->window, h / grp,
+                      c->out + i * hd, sc);
     }
 }
 
@@ -302,7 +314,8 @@ void kn_attention(kn_pool *p, const kn_kv *kv, const float *q, size_t T,
         nctx = window;
     kn_att_ctx c = { kv, q, T, n_heads, pos0, window, out, scratch,
                      kn_attn_thread_floats(nctx, kv->head_dim),
-                     (nctx + 15) & ~(uint64_t)15, use_avx2() };
+                     (nctx + 15) & ~(uint64_t)15,
+                     use_avx2() && kn_avx2_attn_tiled_ok(kv, n_heads) };
     /* Same rule as kn_matmul: roughly T x heads x context x head_dim x 2
      * multiply-adds. */
     if (T * n_heads < 2 ||

@@ -143,7 +143,11 @@ void kn_kv_store(kn_kv *kv, int64_t pos, const float *k, const float *v);
  * = no limit); the caller guarantees those are still in the ring.
  * Query head h uses KV head h / (n_heads / n_kv_heads).  Scores are scaled
  * by 1/sqrt(head_dim).  out: [T][n_heads][head_dim].  scratch: at least
- * kn_attention_scratch_floats(...) floats. */
+ * kn_attention_scratch_floats(...) floats (the scalar path's score rows;
+ * the AVX2 path works in tiles on its stack, kn_attn_avx2.c).  A row's
+ * result does not depend on T, pos0 of the call or the thread count: the
+ * same query at the same position over the same cache gives the same bits
+ * in a prefill and in a decode step. */
 void kn_attention(kn_pool *p, const kn_kv *kv, const float *q, size_t T,
                   uint32_t n_heads, int64_t pos0, uint64_t window,
                   float *out, float *scratch);

@@ -6,9 +6,8 @@
  *  - decode (T <= 8 tokens): memory bound.  Each weight row is streamed
  *    once, dequantized 32 columns at a time in registers and multiplied
  *    into all T tokens while it is in registers (canon_rows).
- *  - prefill (T > 8): compute bound.  A block of 4 rows x KN_KC columns is
- *    dequantized once into an L1 buffer and reused by every token; a 4 x 3
- *    register tile of dot products keeps the FMA units busy.
+ *  - prefill (T > 8): compute bound, the GEMM of kn_gemm_avx2.c, which
+ *    dequantizes through kn_avx2_dequant_block below.
  * Dequantized values equal kn_w_at()'s exactly (same float products), so
  * results differ from the references only in summation order, and both
  * paths use the SAME order for every output element (see canon_rows): a
@@ -22,32 +21,7 @@
 #include "kn_avx2.h"
 #include "kn_internal.h"
 
-#define KN_KC 512   /* prefill column block (floats); multiple of 32 */
-#define KN_RB 4     /* prefill row block */
-#define KN_TB 3     /* prefill token tile */
 #define KN_AI __attribute__((always_inline)) static inline
-
-/* e^x for float lanes (Cephes polynomial, ~1 ulp on [-87, 88]). */
-KN_AI __m256 exp256(__m256 x)
-{
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365447504f));
-    __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
-                                _mm256_set1_ps(0.5f));
-    fx = _mm256_floor_ps(fx);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
 
 /* ---- weight access --------------------------------------------------------- */
 
@@ -154,7 +128,7 @@ int kn_avx2_matmul_supported(const kn_matrix *W)
  * in a batch, so every output element must be summed in one canonical
  * order whatever T is: for each KN_KC column block, one 8-lane chain over
  * the block's columns in order, hsum256, the scalar tail, then added to Y
- * -- exactly the order of micro() below.  This decode path keeps that order
+ * -- exactly the order of kn_gemm_avx2.c's micro-kernel.  This decode path keeps that order
  * but dequantizes in registers (no L1 buffer) and hides the FMA latency
  * with R rows x T tokens independent chains instead of several chains per
  * element. */
@@ -253,10 +227,10 @@ KN_AI void canon_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
 #undef KN_C1
 }
 
-/* ---- prefill: T > 8 ---------------------------------------------------------- */
+/* ---- dequantized blocks for the prefill GEMM (kn_gemm_avx2.c) ---------------- */
 
 /* Dequantize W[r][c0 .. c0+n) (c0 a multiple of 32) into out. */
-KN_AI void deq_block(const kn_matrix *W, uint32_t r, uint32_t c0, uint32_t n,
+KN_AI void deq_block_fmt(const kn_matrix *W, uint32_t r, uint32_t c0, uint32_t n,
                      float *out, int fmt)
 {
     kn_rowp rp = row_ptrs(W, r, fmt);
@@ -277,103 +251,29 @@ KN_AI void deq_block(const kn_matrix *W, uint32_t r, uint32_t c0, uint32_t n,
         kn_dequant_span(W, r, c0 + nmain, n - nmain, out + nmain);
 }
 
-/* Y[t][i] += dot(wb[i][0..n), X[t][0..n)) for i < R, t < TT. */
-KN_AI void micro(const float *wb, const float *X, size_t ldx, uint32_t n,
-                 float *Y, size_t ldy, int R, int TT)
+void kn_avx2_dequant_block(const kn_matrix *W, uint32_t r, uint32_t c0,
+                           uint32_t n, float *out)
 {
-    __m256 acc[KN_RB][KN_TB];
-    #pragma GCC unroll 16
-    for (int i = 0; i < R; i++)
-        #pragma GCC unroll 16
-        for (int t = 0; t < TT; t++)
-            acc[i][t] = _mm256_setzero_ps();
-    uint32_t nmain = n & ~7u;
-    for (uint32_t k = 0; k < nmain; k += 8) {
-        __m256 x[KN_TB];
-        #pragma GCC unroll 16
-        for (int t = 0; t < TT; t++)
-            x[t] = _mm256_loadu_ps(X + (size_t)t * ldx + k);
-        #pragma GCC unroll 16
-        for (int i = 0; i < R; i++) {
-            __m256 w = _mm256_load_ps(wb + (size_t)i * KN_KC + k);
-            #pragma GCC unroll 16
-            for (int t = 0; t < TT; t++)
-                acc[i][t] = _mm256_fmadd_ps(w, x[t], acc[i][t]);
-        }
-    }
-    #pragma GCC unroll 16
-    for (int i = 0; i < R; i++)
-        #pragma GCC unroll 16
-        for (int t = 0; t < TT; t++) {
-            float s = kn_hsum256(acc[i][t]);
-            for (uint32_t k = nmain; k < n; k++)
-                s += wb[(size_t)i * KN_KC + k] * X[(size_t)t * ldx + k];
-            Y[(size_t)t * ldy + i] += s;
-        }
-}
-
-static void micro_any(const float *wb, const float *X, size_t ldx, uint32_t n,
-                      float *Y, size_t ldy, int R, int TT)
-{
-#define KN_MC(r, t)                                                            \
-    case (r) * 4 + (t): micro(wb, X, ldx, n, Y, ldy, r, t); break;
-    switch (R * 4 + TT) {
-        KN_MC(1, 1) KN_MC(1, 2) KN_MC(1, 3) KN_MC(2, 1) KN_MC(2, 2) KN_MC(2, 3)
-        KN_MC(3, 1) KN_MC(3, 2) KN_MC(3, 3) KN_MC(4, 1) KN_MC(4, 2)
-        default: micro(wb, X, ldx, n, Y, ldy, 4, 3); break;
-    }
-#undef KN_MC
-}
-
-KN_AI void pre_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
-                   uint32_t r0, uint32_t r1, int fmt)
-{
-    _Alignas(64) float wb[KN_RB * KN_KC];
-    uint32_t cols = W->cols, rows = W->rows;
-    for (uint32_t c0 = 0; c0 < cols; c0 += KN_KC) {
-        uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
-        for (uint32_t r = r0; r < r1; r += KN_RB) {
-            int R = r1 - r < KN_RB ? (int)(r1 - r) : KN_RB;
-            #pragma GCC unroll 16
-            for (int i = 0; i < R; i++)
-                deq_block(W, r + (uint32_t)i, c0, n, wb + (size_t)i * KN_KC, fmt);
-            size_t t = 0;
-            for (; t + KN_TB <= T; t += KN_TB) {
-                if (R == KN_RB)
-                    micro(wb, X + t * cols + c0, cols, n, Y + t * rows + r,
-                          rows, KN_RB, KN_TB);
-                else
-                    micro_any(wb, X + t * cols + c0, cols, n, Y + t * rows + r,
-                              rows, R, KN_TB);
-            }
-            if (t < T)
-                micro_any(wb, X + t * cols + c0, cols, n, Y + t * rows + r,
-                          rows, R, (int)(T - t));
-        }
+    switch (W->fmt) {
+    case KN_W_F32: deq_block_fmt(W, r, c0, n, out, KN_W_F32); break;
+    case KN_W_F16: deq_block_fmt(W, r, c0, n, out, KN_W_F16); break;
+    case KN_W_BF16: deq_block_fmt(W, r, c0, n, out, KN_W_BF16); break;
+    case KN_W_Q8: deq_block_fmt(W, r, c0, n, out, KN_W_Q8); break;
+    case KN_W_Q4: deq_block_fmt(W, r, c0, n, out, KN_W_Q4); break;
+    default: deq_block_fmt(W, r, c0, n, out, KN_W_Q4S); break;
     }
 }
 
 void kn_avx2_matmul_rows(const kn_matrix *W, const float *X, size_t T,
                          float *Y, uint32_t r0, uint32_t r1)
 {
-    if (T <= 8) {
-        switch (W->fmt) {
-        case KN_W_F32: canon_fmt(W, X, T, Y, r0, r1, KN_W_F32); break;
-        case KN_W_F16: canon_fmt(W, X, T, Y, r0, r1, KN_W_F16); break;
-        case KN_W_BF16: canon_fmt(W, X, T, Y, r0, r1, KN_W_BF16); break;
-        case KN_W_Q8: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q8); break;
-        case KN_W_Q4: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q4); break;
-        default: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q4S); break;
-        }
-        return;
-    }
     switch (W->fmt) {
-    case KN_W_F32: pre_fmt(W, X, T, Y, r0, r1, KN_W_F32); break;
-    case KN_W_F16: pre_fmt(W, X, T, Y, r0, r1, KN_W_F16); break;
-    case KN_W_BF16: pre_fmt(W, X, T, Y, r0, r1, KN_W_BF16); break;
-    case KN_W_Q8: pre_fmt(W, X, T, Y, r0, r1, KN_W_Q8); break;
-    case KN_W_Q4: pre_fmt(W, X, T, Y, r0, r1, KN_W_Q4); break;
-    default: pre_fmt(W, X, T, Y, r0, r1, KN_W_Q4S); break;
+    case KN_W_F32: canon_fmt(W, X, T, Y, r0, r1, KN_W_F32); break;
+    case KN_W_F16: canon_fmt(W, X, T, Y, r0, r1, KN_W_F16); break;
+    case KN_W_BF16: canon_fmt(W, X, T, Y, r0, r1, KN_W_BF16); break;
+    case KN_W_Q8: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q8); break;
+    case KN_W_Q4: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q4); break;
+    default: canon_fmt(W, X, T, Y, r0, r1, KN_W_Q4S); break;
     }
 }
 
@@ -407,7 +307,7 @@ void kn_avx2_silu_mul(float *gate, const float *up, size_t n)
     __m256 one = _mm256_set1_ps(1.0f);
     for (; i + 8 <= n; i += 8) {
         __m256 g = _mm256_loadu_ps(gate + i);
-        __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        __m256 e = kn_exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
         __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
     }
@@ -435,7 +335,7 @@ void kn_avx2_softmax(float *x, size_t n)
     __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        __m256 e = kn_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
         _mm256_storeu_ps(x + i, e);
         vs = _mm256_add_ps(vs, e);
     }
@@ -449,103 +349,4 @@ void kn_avx2_softmax(float *x, size_t n)
         _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; i++)
         x[i] *= (float)(1.0 / sum);
-}
-
-/* ---- attention ------------------------------------------------------------------ */
-
-/* 8 stored KV values of one row at offset d as floats (scale not applied). */
-KN_AI __m256 kv_load8(const void *row, uint32_t d, int type)
-{
-    switch (type) {
-    case KN_KV_F32: return _mm256_loadu_ps((const float *)row + d);
-    case KN_KV_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
-    default:
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-            _mm_loadl_epi64((const __m128i *)((const int8_t *)row + d))));
-    }
-}
-
-KN_AI float kv_load1(const void *row, uint32_t d, int type)
-{
-    switch (type) {
-    case KN_KV_F32: return ((const float *)row)[d];
-    case KN_KV_F16: return _cvtsh_ss(((const uint16_t *)row)[d]);
-    default: return (float)((const int8_t *)row)[d];
-    }
-}
-
-KN_AI void attend_t(const kn_kv *kv, const float *q, int64_t p, uint64_t window,
-                    uint32_t kvh, float *out, float *sc, float *acc, int type)
-{
-    uint32_t hd = kv->head_dim, dmain = hd & ~7u;
-    size_t es = type == KN_KV_F32 ? 4 : type == KN_KV_F16 ? 2 : 1;
-    size_t slot_bytes = (size_t)kv->n_kv_heads * hd * es;
-    size_t head_off = (size_t)kvh * hd * es;
-    int64_t first = kn_attn_first(p, window);
-    size_t n = (size_t)(p - first + 1);
-    /* Divide by sqrt(head_dim) as the references do: multiplying by its
-     * rounded reciprocal adds an error the size of the whole tolerance
-     * against fp32 reference implementations (stories260k). */
-    float root = sqrtf((float)hd);
-    uint64_t slot = (uint64_t)first % kv->cap;
-    float mx = -INFINITY;
-    for (size_t j = 0; j < n; j++) {
-        const void *kr = (const uint8_t *)kv->k + slot * slot_bytes + head_off;
-        __m256 a = _mm256_setzero_ps();
-        for (uint32_t d = 0; d < dmain; d += 8)
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv_load8(kr, d, type), a);
-        float s = kn_hsum256(a);
-        for (uint32_t d = dmain; d < hd; d++)
-            s += q[d] * kv_load1(kr, d, type);
-        if (type == KN_KV_I8)
-            s *= kv->k_scale[slot * kv->n_kv_heads + kvh];
-        s /= root;
-        sc[j] = s;
-        mx = s > mx ? s : mx;
-        if (++slot == kv->cap)
-            slot = 0;
-    }
-    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vm));
-        _mm256_storeu_ps(sc + j, e);
-        vs = _mm256_add_ps(vs, e);
-    }
-    float sum = kn_hsum256(vs);
-    for (; j < n; j++) {
-        sc[j] = expf(sc[j] - mx);
-        sum += sc[j];
-    }
-    float inv = 1.0f / sum;
-    for (uint32_t d = 0; d < hd; d++)
-        acc[d] = 0.0f;
-    slot = (uint64_t)first % kv->cap;
-    for (j = 0; j < n; j++) {
-        const void *vr = (const uint8_t *)kv->v + slot * slot_bytes + head_off;
-        float pj = sc[j] * inv;
-        if (type == KN_KV_I8)
-            pj *= kv->v_scale[slot * kv->n_kv_heads + kvh];
-        __m256 vp = _mm256_set1_ps(pj);
-        for (uint32_t d = 0; d < dmain; d += 8)
-            _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(vp, kv_load8(vr, d, type),
-                                                      _mm256_loadu_ps(acc + d)));
-        for (uint32_t d = dmain; d < hd; d++)
-            acc[d] += pj * kv_load1(vr, d, type);
-        if (++slot == kv->cap)
-            slot = 0;
-    }
-    memcpy(out, acc, (size_t)hd * sizeof(float));
-}
-
-void kn_avx2_attend_one(const kn_kv *kv, const float *q, int64_t p,
-                        uint64_t window, uint32_t kvh, float *out, float *sc,
-                        float *acc)
-{
-    switch (kv->type) {
-    case KN_KV_F32: attend_t(kv, q, p, window, kvh, out, sc, acc, KN_KV_F32); break;
-    case KN_KV_F16: attend_t(kv, q, p, window, kvh, out, sc, acc, KN_KV_F16); break;
-    default: attend_t(kv, q, p, window, kvh, out, sc, acc, KN_KV_I8); break;
-    }
 }

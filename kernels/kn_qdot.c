@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_gemm.h"
 #include "kn_internal.h"
 
 static atomic_int g_float_dot = -1; /* -1: not read from the environment yet */
@@ -159,7 +160,9 @@ static void mq_task(void *vctx, int tid, int nth)
     uint32_t r0, r1;
     if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
         return;
-    if (c->avx2)
+    if (c->avx2 && c->T > KN_GEMM_MIN_T)
+        kn_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
+    else if (c->avx2)
         kn_avx2_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else
         mq_scalar_rows(c, r0, r1);

@@ -1,0 +1,179 @@
+/* bench_gemm.c - prefill matrix products (kn_matmul / kn_matmul_q with T
+ * tokens) on the TinyLlama-1.1B shapes, per weight format, against the
+ * same product done 8 tokens at a time (the decode kernels: what prefill
+ * cost before it was a GEMM).  Prints, per format, shape and T: GMAC/s of
+ * the prefill call, GMAC/s of the 8-token slices, and their ratio.  The
+ * integer formats include quantizing the activations (as kn_block does).
+ *
+ * usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]
+ * --cpu: GMAC per CPU-second of the process instead of per wall second
+ * (with --threads 1, a busy machine's figure close to a quiet one's).
+ * The load average is printed first: figures are noisy on a busy machine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_util.h"
+#include "fmt_dtype.h"
+#include "kn_ops.h"
+#include "kn_qdot.h"
+
+typedef struct bmat {
+    kn_matrix m;
+    void *data, *scales;
+} bmat;
+
+static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
+{
+    bmat b;
+    memset(&b, 0, sizeof b);
+    b.m.fmt = f;
+    b.m.rows = rows;
+    b.m.cols = cols;
+    b.m.group = f == KN_W_Q4S ? 32 : 0;
+    size_t db = (size_t)kn_wformat_data_bytes(f, rows, cols);
+    size_t sb = (size_t)kn_wformat_scale_bytes(f, rows, cols, 32);
+    b.data = malloc(db);
+    b.scales = sb ? malloc(sb) : NULL;
+    if (!b.data || (sb && !b.scales)) {
+        fprintf(stderr, "bench_gemm: out of memory\n");
+        exit(1);
+    }
+    uint8_t *d = b.data;
+    if (f == KN_W_F16)
+        for (size_t i = 0; i < db / 2; i++)
+            ((uint16_t *)d)[i] = fmt_f32_to_f16(bench_rnd(st, 0.0f, 0.05f));
+    else
+        for (size_t i = 0; i < db; i++)
+            d[i] = (uint8_t)(bench_rnd(st, 128.0f, 100.0f));
+    if (f == KN_W_Q8)
+        for (uint32_t r = 0; r < rows; r++)
+            ((float *)b.scales)[r] = 0.001f;
+    else if (f == KN_W_Q4S)
+        for (size_t i = 0; i < sb / 2; i++)
+            ((uint16_t *)b.scales)[i] = fmt_f32_to_f16(0.01f);
+    b.m.data = b.data;
+    b.m.scales = b.scales;
+    return b;
+}
+
+/* CPU seconds of the whole process: on a loaded machine a thread is
+ * descheduled for long stretches, and wall time says more about the
+ * neighbours than about the kernel. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int g_cpu; /* 1: time in CPU seconds (--cpu) */
+
+/* Seconds of one product of T tokens, in slices of `slice` tokens. */
+static double run_once(kn_pool *p, const kn_matrix *W, const float *X,
+                       size_t T, float *Y, void *xq, size_t slice)
+{
+    double t0 = g_cpu ? cpu_now() : bench_now();
+    int q = W->fmt == KN_W_Q8 || W->fmt == KN_W_Q4S;
+    for (size_t t = 0; t < T; t += slice) {
+        size_t n = T - t < slice ? T - t : slice;
+        if (q) {
+            kn_qact_quantize(kn_qact_kind_of(W), X + t * W->cols, n, W->cols, xq);
+            kn_matmul_q(p, W, xq, n, Y + t * W->rows, NULL);
+        } else {
+            kn_matmul(p, W, X + t * W->cols, n, Y + t * W->rows, NULL);
+        }
+    }
+    return (g_cpu ? cpu_now() : bench_now()) - t0;
+}
+
+static double best_of(int reps, kn_pool *p, const kn_matrix *W,
+                      const float *X, size_t T, float *Y, void *xq,
+                      size_t slice)
+{
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        double s = run_once(p, W, X, T, Y, xq, slice);
+        best = s < best ? s : best;
+    }
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 2, reps = 3;
+    const char *only = NULL; /* --fmt: one format */
+    size_t Ts[8] = {128, 512};
+    size_t nT = 2;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) {
+            only = argv[++i];
+        } else if (!strcmp(argv[i], "--cpu")) {
+            g_cpu = 1;
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--T") && i + 1 < argc) {
+            nT = 0;
+            for (char *s = strtok(argv[++i], ","); s && nT < 8; s = strtok(NULL, ","))
+                Ts[nT++] = (size_t)atol(s);
+        } else {
+            fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || nT == 0) {
+        fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]\n");
+        return 2;
+    }
+    size_t Tmax = 0;
+    for (size_t i = 0; i < nT; i++)
+        Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
+    static const struct { const char *name; uint32_t rows, cols; } shapes[] = {
+        {"q/o 2048x2048", 2048, 2048},
+        {"gate/up 5632x2048", 5632, 2048},
+        {"down 2048x5632", 2048, 5632},
+    };
+    static const kn_wformat fmts[] = {KN_W_F16, KN_W_Q8, KN_W_Q4S};
+    static const char *fnames[] = {"f16", "int8", "int4g32"};
+    kn_pool *p = kn_pool_create(threads);
+    float *X = malloc(Tmax * 5632 * sizeof(float));
+    float *Y = malloc(Tmax * 5632 * sizeof(float));
+    void *xq = malloc((size_t)kn_qact_bytes(KN_QACT_I16, Tmax, 5632));
+    if (!p || !X || !Y || !xq) {
+        fprintf(stderr, "bench_gemm: out of memory\n");
+        return 1;
+    }
+    uint64_t st = 42;
+    for (size_t i = 0; i < Tmax * 5632; i++)
+        X[i] = bench_rnd(&st, 0.0f, 1.0f);
+    printf("bench_gemm: threads %d, best of %d, %s, load average %.2f\n",
+           threads, reps, g_cpu ? "per CPU-second" : "per wall second",
+           bench_loadavg());
+    printf("%-8s %-18s %5s %10s %10s %7s\n", "format", "shape", "T",
+           "GMAC/s", "8-slices", "ratio");
+    for (size_t f = 0; f < 3; f++)
+        for (size_t s = 0; s < 3 && (!only || !strcmp(only, fnames[f])); s++) {
+            bmat b = bmat_make(fmts[f], shapes[s].rows, shapes[s].cols, &st);
+            for (size_t i = 0; i < nT; i++) {
+                size_t T = Ts[i];
+                double macs = (double)T * b.m.rows * b.m.cols;
+                double g = best_of(reps, p, &b.m, X, T, Y, xq, T);
+                double g8 = best_of(reps, p, &b.m, X, T, Y, xq, 8);
+                printf("%-8s %-18s %5zu %10.2f %10.2f %7.2f\n", fnames[f],
+                       shapes[s].name, T, macs / g * 1e-9, macs / g8 * 1e-9,
+                       g8 / g);
+                fflush(stdout);
+            }
+            free(b.data);
+            free(b.scales);
+        }
+    printf("load average after: %.2f\n", bench_loadavg());
+    kn_pool_free(p);
+    free(X);
+    free(Y);
+    free(xq);
+    return 0;
+}

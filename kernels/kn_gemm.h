@@ -1,0 +1,54 @@
+/*
+ * kn_gemm.h - prefill matrix products: the T > KN_GEMM_MIN_T case of
+ * kn_matmul (float activations) and kn_matmul_q (int8/int16 activation
+ * blocks, kn_qdot.h), as cache-tiled, register-blocked GEMMs.  AVX2 only
+ * (kn_gemm_avx2.c); the dispatchers in kn_ops.c / kn_qdot.c call these
+ * when kn_cpu_has_avx2() and keep their scalar paths otherwise.
+ *
+ * THE invariant: an output element has the same bits as the decode
+ * kernels give it (T <= KN_GEMM_MIN_T), because a sequence must give the
+ * same logits alone or in a batch, and a batch step mixes one sequence's
+ * prompt rows with another's decode rows (T then depends on the mix).  So
+ * these kernels change the loop order over (rows, tokens, column blocks)
+ * for the caches, never the order in which one element is summed:
+ *  - float: for each KN_KC-column block, one 8-lane FMA chain over the
+ *    block's columns in order, kn_hsum256, the scalar tail, added to Y
+ *    (the order kn_ops_avx2.c's decode path follows);
+ *  - integer: kn_qdot.h's canonical arithmetic (per 32-column block, exact
+ *    int32 lanes, one fma with the block's scale), lane for lane.
+ * test_kernels_quant and test_qdot check it for every T and thread count.
+ *
+ * Tiling (float): X is read in panels of KN_GEMM_TP tokens (L2), the
+ * weights dequantized KN_GEMM_RP rows x KN_KC columns at a time into a
+ * stack buffer (L1) reused by every token of the panel, and the product
+ * done in 4-row x 3-token register tiles (12 accumulators).
+ * Tiling (integer): 4 weight rows are unpacked once per token panel into a
+ * stack buffer of signed bytes (|w| and w for maddubs/sign; Q8 widened to
+ * int16) with their block scales as floats, then multiplied into 3-token
+ * register tiles; the nibble unpacking is paid once per panel instead of
+ * once per token tile.
+ */
+#ifndef KN_GEMM_H
+#define KN_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kn_ops.h"
+
+/* Steps of more tokens than this go through the GEMMs. */
+#define KN_GEMM_MIN_T 8
+
+/* Rows [r0, r1) of Y [T][rows] += W X^T for T tokens, float activations
+ * X [T][cols]; Y already holds the bias or 0 there.  Precondition:
+ * kn_avx2_matmul_supported(W), T > KN_GEMM_MIN_T, AVX2 present. */
+void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
+                  uint32_t r0, uint32_t r1);
+
+/* Rows [r0, r1) of Y += W Xq^T for T quantized activation rows (xq: the
+ * integers [T][nb * 32] of kn_qact_kind_of(W), xd: the scales [T][nb]).
+ * Precondition: kn_qdot_supported(W), T > KN_GEMM_MIN_T, AVX2 present. */
+void kn_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
+                    size_t T, float *Y, uint32_t r0, uint32_t r1);
+
+#endif /* KN_GEMM_H */

@@ -1,0 +1,317 @@
+/*
+ * kn_gemm_avx2.c - the prefill GEMMs of kn_gemm.h (compiled with -mavx2
+ * -mfma -mf16c; called only when kn_cpu_has_avx2()).
+ *
+ * Both keep the decode kernels' per-element summation order (kn_gemm.h)
+ * and change only which (row, token) pairs are computed while which data
+ * is in which cache.  Register tiles are R rows x TT tokens of independent
+ * 8-lane accumulators; the always_inline helpers are instantiated per
+ * (format, R, TT) through the switches, so the compiler unrolls every tile.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kn_avx2.h"
+#include "kn_gemm.h"
+#include "kn_internal.h"
+#include "kn_qdot.h"
+
+#define KN_AI __attribute__((always_inline)) static inline
+
+/* ---- float activations --------------------------------------------------- */
+
+#define KN_GEMM_RP 8   /* rows dequantized at once: 8 x KN_KC floats, 16 KiB (L1) */
+#define KN_GEMM_TP 96  /* tokens per panel: 96 x KN_KC floats of X, 192 KiB (L2) */
+#define KN_GEMM_RB 4   /* register tile: rows */
+#define KN_GEMM_TB 3   /* register tile: tokens */
+/* Row stride of the dequantized panel: KN_KC plus a cache line, so that
+ * the panel's rows do not all fall in the same L1 sets. */
+#define KN_GEMM_LDW (KN_KC + 16)
+
+/* Y[t][i] += dot(wb[i][0..n), X[t][0..n)) for i < R, t < TT: per element
+ * one 8-lane chain over the columns in order, hsum, the scalar tail -- the
+ * decode kernels' order (kn_ops_avx2.c canon_rows). */
+KN_AI void micro(const float *wb, const float *X, size_t ldx, uint32_t n,
+                 float *Y, size_t ldy, int R, int TT)
+{
+    __m256 acc[KN_GEMM_RB][KN_GEMM_TB];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
+        for (int t = 0; t < TT; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    uint32_t nmain = n & ~7u;
+    for (uint32_t k = 0; k < nmain; k += 8) {
+        __m256 x[KN_GEMM_TB];
+#pragma GCC unroll 16
+        for (int t = 0; t < TT; t++)
+            x[t] = _mm256_loadu_ps(X + (size_t)t * ldx + k);
+#pragma GCC unroll 16
+        for (int i = 0; i < R; i++) {
+            __m256 w = _mm256_load_ps(wb + (size_t)i * KN_GEMM_LDW + k);
+#pragma GCC unroll 16
+            for (int t = 0; t < TT; t++)
+                acc[i][t] = _mm256_fmadd_ps(w, x[t], acc[i][t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
+        for (int t = 0; t < TT; t++) {
+            float s = kn_hsum256(acc[i][t]);
+            for (uint32_t k = nmain; k < n; k++)
+                s += wb[(size_t)i * KN_GEMM_LDW + k] * X[(size_t)t * ldx + k];
+            Y[(size_t)t * ldy + i] += s;
+        }
+}
+
+static void micro_any(const float *wb, const float *X, size_t ldx, uint32_t n,
+                      float *Y, size_t ldy, int R, int TT)
+{
+#define KN_MC(r, t)                                                            \
+    case (r) * 4 + (t): micro(wb, X, ldx, n, Y, ldy, r, t); break;
+    switch (R * 4 + TT) {
+        KN_MC(1, 1) KN_MC(1, 2) KN_MC(1, 3) KN_MC(2, 1) KN_MC(2, 2) KN_MC(2, 3)
+        KN_MC(3, 1) KN_MC(3, 2) KN_MC(3, 3) KN_MC(4, 1) KN_MC(4, 2)
+        default: micro(wb, X, ldx, n, Y, ldy, 4, 3); break;
+    }
+#undef KN_MC
+}
+
+/* One dequantized panel wb (R <= KN_GEMM_RP rows of n columns, row stride
+ * KN_KC) times tokens [t0, t1): 3-token tiles, each used for every 4-row
+ * tile of the panel while it is in L1. */
+static void panel(const float *wb, int R, const float *X, size_t ldx,
+                  uint32_t n, float *Y, size_t ldy, size_t t0, size_t t1)
+{
+    size_t t = t0;
+    for (; t + KN_GEMM_TB <= t1; t += KN_GEMM_TB)
+        for (int i = 0; i < R; i += KN_GEMM_RB) {
+            const float *w = wb + (size_t)i * KN_GEMM_LDW;
+            const float *x = X + t * ldx;
+            float *y = Y + t * ldy + (size_t)i;
+            if (R - i >= KN_GEMM_RB)
+                micro(w, x, ldx, n, y, ldy, KN_GEMM_RB, KN_GEMM_TB);
+            else
+                micro_any(w, x, ldx, n, y, ldy, R - i, KN_GEMM_TB);
+        }
+    if (t < t1)
+        for (int i = 0; i < R; i += KN_GEMM_RB)
+            micro_any(wb + (size_t)i * KN_GEMM_LDW, X + t * ldx, ldx, n,
+                      Y + t * ldy + (size_t)i, ldy,
+                      R - i < KN_GEMM_RB ? R - i : KN_GEMM_RB, (int)(t1 - t));
+}
+
+void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
+                  uint32_t r0, uint32_t r1)
+{
+    _Alignas(64) float wb[KN_GEMM_RP * KN_GEMM_LDW];
+    const uint32_t cols = W->cols, rows = W->rows;
+    /* Column blocks outermost: each element receives its KN_KC-block sums
+     * in column order, as the decode kernels add them. */
+    for (uint32_t c0 = 0; c0 < cols; c0 += KN_KC) {
+        uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
+        for (size_t t0 = 0; t0 < T; t0 += KN_GEMM_TP) {
+            size_t t1 = T - t0 < KN_GEMM_TP ? T : t0 + KN_GEMM_TP;
+            for (uint32_t r = r0; r < r1; r += KN_GEMM_RP) {
+                int R = r1 - r < KN_GEMM_RP ? (int)(r1 - r) : KN_GEMM_RP;
+                for (int i = 0; i < R; i++)
+                    kn_avx2_dequant_block(W, r + (uint32_t)i, c0, n,
+                                          wb + (size_t)i * KN_GEMM_LDW);
+                panel(wb, R, X + c0, cols, n, Y + r, rows, t0, t1);
+            }
+        }
+    }
+}
+
+/* ---- quantized activations ------------------------------------------------ */
+
+#define KN_QP_ROWS 4   /* weight rows unpacked at once */
+#define KN_QP_BLK 64   /* 32-column blocks unpacked at once */
+#define KN_QP_TP 64    /* tokens per panel */
+#define KN_QP_TB 3     /* register tile: tokens */
+#define KN_QP_TMAX 3   /* the widest token tile qmicro_any has */
+
+/* 4 rows x 64 blocks of unpacked weights: Q4/Q4S |w| and w as signed
+ * bytes (64 bytes a block), Q8 the bytes widened to int16 (64 bytes); the
+ * blocks' f16 scales as floats (Q4/Q4S).  16.5 KiB: stays in L1 while the
+ * token tiles go by. */
+typedef struct kn_qpanel {
+    _Alignas(64) uint8_t w[KN_QP_ROWS][KN_QP_BLK][64];
+    float s[KN_QP_ROWS][KN_QP_BLK];
+} kn_qpanel;
+
+/* Unpack rows r .. r+R-1, full blocks [b0, b0 + nb) into P. */
+KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
+                       uint32_t b0, uint32_t nb, int fmt)
+{
+    const uint32_t cols = W->cols;
+    const int gsh = fmt == KN_W_Q8 ? 0 : __builtin_ctz(W->group) - 5;
+    const uint32_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(cols, W->group);
+    const size_t rbytes = fmt == KN_W_Q8 ? cols : kn_q4_row_bytes(cols);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int i = 0; i < R; i++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rbytes;
+        for (uint32_t j = 0; j < nb; j++) {
+            uint32_t b = b0 + j;
+            __m256i *o = (__m256i *)P->w[i][j];
+            if (fmt == KN_W_Q8) {
+                __m256i w = _mm256_loadu_si256((const __m256i *)(row + (size_t)b * 32));
+                _mm256_store_si256(o, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)));
+                _mm256_store_si256(o + 1, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)));
+                continue;
+            }
+            size_t gi = (size_t)(r + (uint32_t)i) * ng + (b >> gsh);
+            int z = fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
+            __m128i raw = _mm_loadu_si128((const __m128i *)(row + (size_t)b * 16));
+            __m128i lo = _mm_and_si128(raw, m4);
+            __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+            __m256i w = _mm256_sub_epi8(
+                _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)),
+                _mm256_set1_epi8((char)z));
+            _mm256_store_si256(o, _mm256_abs_epi8(w));
+            _mm256_store_si256(o + 1, w);
+            P->s[i][j] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+        }
+    }
+}
+
+/* acc[i][t] (8 floats each, in memory between calls) += blocks [0, nb)
+ * of panel P against tokens t0 .. t0+TT-1 at blocks b0 ..: kn_qdot.h's
+ * canonical arithmetic, block after block. */
+KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
+                  size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
+                  float *acc, size_t t0, int fmt, int R, int TT)
+{
+    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 a[KN_QP_ROWS][KN_QP_TMAX];
+    const uint8_t *xr[KN_QP_TMAX];
+    const float *dr[KN_QP_TMAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        xr[t] = xq + (t0 + (size_t)t) * xstride + (size_t)b0 * qb;
+        dr[t] = xd + (t0 + (size_t)t) * nbrow + b0;
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8);
+    }
+    for (uint32_t j = 0; j < nb; j++) {
+        __m256i xv[KN_QP_TMAX], xv2[KN_QP_TMAX];
+        __m256 vd[KN_QP_TMAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
+            xv[t] = _mm256_loadu_si256(xp);
+            if (fmt == KN_W_Q8)
+                xv2[t] = _mm256_loadu_si256(xp + 1);
+            vd[t] = _mm256_broadcast_ss(dr[t] + j);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const __m256i *wp = (const __m256i *)P->w[i][j];
+            if (fmt == KN_W_Q8) {
+                __m256i wlo = _mm256_load_si256(wp), whi = _mm256_load_si256(wp + 1);
+#pragma GCC unroll 8
+                for (int t = 0; t < TT; t++) {
+                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(wlo, xv[t]),
+                                                 _mm256_madd_epi16(whi, xv2[t]));
+                    a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), vd[t], a[i][t]);
+                }
+                continue;
+            }
+            __m256i aw = _mm256_load_si256(wp), w = _mm256_load_si256(wp + 1);
+            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                __m256i p = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[t], w)), ones);
+                a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            _mm256_store_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8, a[i][t]);
+}
+
+static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, const float *xd,
+                       size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
+                       float *acc, size_t t0, int fmt, int R, int TT)
+{
+#define KN_QM(f, r, t)                                                         \
+    case (f) * 64 + (r) * 4 + (t):                                             \
+        qmicro(P, xq, xd, xstride, nbrow, b0, nb, acc, t0, f, r, t);           \
+        break;
+#define KN_QF(f)                                                               \
+    KN_QM(f, 1, 1) KN_QM(f, 1, 2) KN_QM(f, 1, 3) KN_QM(f, 2, 1)                \
+    KN_QM(f, 2, 2) KN_QM(f, 2, 3) KN_QM(f, 3, 1) KN_QM(f, 3, 2)                \
+    KN_QM(f, 3, 3) KN_QM(f, 4, 1) KN_QM(f, 4, 2) KN_QM(f, 4, 3)
+    switch (fmt * 64 + R * 4 + TT) {
+        KN_QF(KN_W_Q8) KN_QF(KN_W_Q4) KN_QF(KN_W_Q4S)
+    default: break;
+    }
+#undef KN_QF
+#undef KN_QM
+}
+
+/* Rows r .. r+R-1 x tokens [t0, t1) (t1 - t0 <= KN_QP_TP). */
+static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                  float *Y, uint32_t r, int R, size_t t0, size_t t1,
+                  kn_qpanel *P, float *acc)
+{
+    const int fmt = W->fmt;
+    const uint32_t nbrow = kn_qact_blocks(W->cols), nfull = W->cols / KN_QK;
+    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
+    const size_t xstride = (size_t)nbrow * qb;
+    const size_t tn = t1 - t0;
+    memset(acc, 0, (size_t)KN_QP_ROWS * KN_QP_TP * 8 * sizeof(float));
+    for (uint32_t b0 = 0; b0 < nfull; b0 += KN_QP_BLK) {
+        uint32_t nb = nfull - b0 < KN_QP_BLK ? nfull - b0 : KN_QP_BLK;
+        switch (fmt) {
+        case KN_W_Q8: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q8); break;
+        case KN_W_Q4: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4); break;
+        default: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4S); break;
+        }
+        for (size_t t = 0; t < tn; t += KN_QP_TB) {
+            int TT = tn - t < KN_QP_TB ? (int)(tn - t) : KN_QP_TB;
+            qmicro_any(P, xq + t0 * xstride, xd + t0 * nbrow, xstride, nbrow,
+                       b0, nb, acc, t, fmt, R, TT);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (size_t t = 0; t < tn; t++) {
+            float *ai = acc + ((size_t)i * KN_QP_TP + t) * 8;
+            __m256 a = _mm256_load_ps(ai);
+            uint32_t ri = r + (uint32_t)i;
+            if (nbrow > nfull) { /* ragged last block: the scalar lanes */
+                int32_t lane[8];
+                const uint8_t *x = xq + (t0 + t) * xstride + (size_t)nfull * qb;
+                kn_qdot_lanes(W, ri, nfull, x, lane);
+                float d = xd[(t0 + t) * nbrow + nfull];
+                a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)lane)),
+                                    _mm256_set1_ps(kn_qdot_scale(W, ri, nfull, d)), a);
+            }
+            float y = kn_hsum256(a);
+            if (fmt == KN_W_Q8)
+                y *= ((const float *)W->scales)[ri];
+            Y[(t0 + t) * W->rows + ri] += y;
+        }
+}
+
+void kn_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
+                    size_t T, float *Y, uint32_t r0, uint32_t r1)
+{
+    kn_qpanel P;
+    _Alignas(64) float acc[KN_QP_ROWS * KN_QP_TP * 8];
+    for (size_t t0 = 0; t0 < T; t0 += KN_QP_TP) {
+        size_t t1 = T - t0 < KN_QP_TP ? T : t0 + KN_QP_TP;
+        for (uint32_t r = r0; r < r1; r += KN_QP_ROWS) {
+            int R = r1 - r < KN_QP_ROWS ? (int)(r1 - r) : KN_QP_ROWS;
+            qrows(W, xq, xd, Y, r, R, t0, t1, &P, acc);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+/* test_prefill.c - the prefill kernels (kn_gemm.h, kn_attn_avx2.c) keep the
+ * runtime's promise that a sequence gives the same bits alone or in a
+ * batch, whatever the thread count: a token's output row of a long step
+ * (token panels, row panels, column chunks, ragged edges all crossed)
+ * equals the row computed alone in a 1-token step, for every weight
+ * format on the float and the integer path; a query row of a tiled
+ * attention equals the same row attended alone, for every KV type,
+ * window, ring wrap and GQA group; and both stay close to the references. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_ops.h"
+#include "kn_qdot.h"
+#include "testutil.h"
+#include "tmat.h"
+
+static tu_rng g_rng = {0x9e3779b97f4a7c15ull};
+
+static const char *wname(kn_wformat f)
+{
+    static const char *n[] = {"F32", "F16", "BF16", "Q8", "Q4", "Q4S"};
+    return (unsigned)f < 6 ? n[f] : "?";
+}
+
+/* Y [T][rows] of W and X [T][cols]: the float path, or with q the integer
+ * path (activations quantized here, as kn_block does). */
+static void product(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
+                    float *Y, const float *bias, int q, void *xq)
+{
+    if (q) {
+        kn_qact_quantize(kn_qact_kind_of(W), X, T, W->cols, xq);
+        kn_matmul_q(p, W, xq, T, Y, bias);
+    } else {
+        kn_matmul(p, W, X, T, Y, bias);
+    }
+}
+
+/* One matrix: every token of a T-token step (1, 2 and 3 threads) has the
+ * bits of the same token alone, and the step is close to the reference. */
+static void check_rows_alone(const tu_tmat *t, size_t T, int q, kn_pool *p2,
+                             kn_pool *p3)
+{
+    const kn_matrix *W = &t->m;
+    size_t rows = W->rows, cols = W->cols;
+    float *x = malloc(T * cols * sizeof(float));
+    float *bias = malloc(rows * sizeof(float));
+    float *alone = malloc(T * rows * sizeof(float));
+    float *y = malloc(T * rows * sizeof(float));
+    float *ref = malloc(T * rows * sizeof(float));
+    void *xq = malloc((size_t)kn_qact_bytes(KN_QACT_I16, T, (uint32_t)cols));
+    assert_true(x && bias && alone && y && ref && xq);
+    for (size_t i = 0; i < T * cols; i++)
+        x[i] = (float)(1 + (i / 32) % 5) * 0.4f * tu_rng_f(&g_rng);
+    for (size_t i = 0; i < rows; i++)
+        bias[i] = tu_rng_f(&g_rng);
+    for (size_t k = 0; k < T; k++)
+        product(NULL, W, x + k * cols, 1, alone + k * rows, bias, q, xq);
+    kn_pool *pools[3] = {NULL, p2, p3};
+    for (int th = 0; th < 3; th++) {
+        product(pools[th], W, x, T, y, bias, q, xq);
+        for (size_t k = 0; k < T; k++)
+            if (memcmp(y + k * rows, alone + k * rows, rows * sizeof(float)))
+                fail_msg("%s %s %zux%zu: token %zu of T=%zu differs from the "
+                         "token alone (%d threads)", wname(W->fmt),
+                         q ? "integer" : "float", rows, cols, k, T, th + 1);
+    }
+    kn_ref_matmul(W, x, T, ref, bias);
+    double e = tu_norm_err(y, ref, T * rows);
+    /* the integer path rounds activations to 8 (int4) or 16 (int8) bits */
+    double tol = !q ? 1e-5 : W->fmt == KN_W_Q8 ? 1e-4 : 2e-2;
+    if (!(e < tol))
+        fail_msg("%s %s: normalized error %g vs the reference (tol %g)",
+                 wname(W->fmt), q ? "integer" : "float", e, tol);
+    free(x), free(bias), free(alone), free(y), free(ref), free(xq);
+}
+
+static void test_gemm_rows_bit_identical_to_token_alone_all_formats(void **st)
+{
+    (void)st;
+    /* Shapes that cross every tile edge: rows not a multiple of 4 or 8,
+     * cols past one 512 block with a ragged tail (and past 64 int blocks
+     * with a ragged 32-block), T past the 64/96-token panels with a
+     * remainder of 1 or 2 tokens. */
+    static const struct { uint32_t rows, cols; size_t T; } sh[] = {
+        {13, 1100, 97}, {9, 2100, 130}, {6, 520, 10}, {4, 64, 65},
+    };
+    kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
+    assert_true(p2 && p3);
+    for (int f = 0; f < KN_W_COUNT_; f++)
+        for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+            tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, sh[s].rows,
+                                     sh[s].cols, f == KN_W_Q4 ? 64 : 32);
+            check_rows_alone(&t, sh[s].T, 0, p2, p3);
+            if (kn_qdot_supported(&t.m))
+                check_rows_alone(&t, sh[s].T, 1, p2, p3);
+            tu_tmat_free(&t);
+        }
+    kn_pool_free(p2);
+    kn_pool_free(p3);
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+typedef struct acase {
+    kn_kvtype type;
+    uint32_t nh, nkv, hd;
+    uint64_t cap, window;
+    int64_t pos0;
+    size_t T;
+} acase;
+
+static void fill_kv(kn_kv *kv, const acase *c, int64_t npos, float **kf)
+{
+    size_t w = (size_t)c->nkv * c->hd;
+    size_t es = c->type == KN_KV_F32 ? 4 : c->type == KN_KV_F16 ? 2 : 1;
+    memset(kv, 0, sizeof *kv);
+    kv->type = c->type;
+    kv->n_kv_heads = c->nkv;
+    kv->head_dim = c->hd;
+    kv->cap = c->cap;
+    kv->k = malloc(c->cap * w * es);
+    kv->v = malloc(c->cap * w * es);
+    if (c->type == KN_KV_I8) {
+        kv->k_scale = malloc(c->cap * c->nkv * 4);
+        kv->v_scale = malloc(c->cap * c->nkv * 4);
+    }
+    *kf = malloc(2 * w * sizeof(float));
+    assert_true(kv->k && kv->v && *kf);
+    for (int64_t p = 0; p < npos; p++) {
+        tu_rng_fill(&g_rng, *kf, 2 * w, 2.0f);
+        kn_kv_store(kv, p, *kf, *kf + w);
+    }
+}
+
+/* Each query row of a T-token call (1 and 2 threads) equals the row
+ * attended alone at its position; the call is close to kn_ref_attention. */
+static void run_acase(const acase *c, kn_pool *p2)
+{
+    int64_t npos = c->pos0 + (int64_t)c->T;
+    kn_kv kv;
+    float *kf;
+    fill_kv(&kv, c, npos, &kf);
+    size_t row = (size_t)c->nh * c->hd, qn = c->T * row;
+    float *q = malloc(qn * 4), *o = malloc(qn * 4), *alone = malloc(qn * 4);
+    float *ref = malloc(qn * 4);
+    float *scr = malloc(kn_attention_scratch_floats(2, (uint64_t)npos, c->hd) * 4);
+    assert_true(q && o && alone && ref && scr);
+    tu_rng_fill(&g_rng, q, qn, 1.0f);
+    for (size_t t = 0; t < c->T; t++)
+        kn_attention(NULL, &kv, q + t * row, 1, c->nh, c->pos0 + (int64_t)t,
+                     c->window, alone + t * row, scr);
+    for (int th = 0; th < 2; th++) {
+        kn_attention(th ? p2 : NULL, &kv, q, c->T, c->nh, c->pos0, c->window,
+                     o, scr);
+        for (size_t t = 0; t < c->T; t++)
+            if (memcmp(o + t * row, alone + t * row, row * sizeof(float)))
+                fail_msg("attention kv %d nh %u nkv %u hd %u pos0 %lld T %zu "
+                         "win %llu: token %zu differs from the token alone "
+                         "(%d threads)", c->type, c->nh, c->nkv, c->hd,
+                         (long long)c->pos0, c->T,
+                         (unsigned long long)c->window, t, th + 1);
+    }
+    kn_ref_attention(&kv, q, c->T, c->nh, c->pos0, c->window, ref, scr);
+    double e = tu_norm_err(o, ref, qn);
+    if (!(e < 1e-5))
+        fail_msg("attention kv %d T %zu: normalized error %g vs the reference",
+                 c->type, c->T, e);
+    free(q), free(o), free(alone), free(ref), free(scr), free(kf);
+    free(kv.k), free(kv.v), free(kv.k_scale), free(kv.v_scale);
+}
+
+static void test_attention_rows_bit_identical_alone_or_in_tiles(void **st)
+{
+    (void)st;
+    /* type, heads, kv heads, head_dim, ring slots, window, pos0, T; a
+     * windowed ring holds window + T - 1 slots (kn_block.h) */
+    const acase cs[] = {
+        {KN_KV_F32, 32, 4, 64, 300, 0, 0, 150},   /* TinyLlama heads, 8:1 */
+        {KN_KV_F16, 9, 3, 64, 110, 37, 0, 70},    /* SmolLM heads, window */
+        {KN_KV_I8, 4, 4, 16, 100, 0, 0, 45},      /* MHA, int8 cache */
+        {KN_KV_F16, 8, 2, 13, 24, 5, 20, 12},     /* odd head_dim, ring wrap */
+        {KN_KV_F32, 4, 1, 128, 96, 0, 40, 33},    /* head_dim 128, 4:1 */
+        {KN_KV_F16, 6, 2, 64, 50, 33, 90, 17},    /* ring wrapped twice */
+        {KN_KV_I8, 32, 4, 64, 40, 0, 39, 1},      /* decode */
+    };
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_acase(&cs[i], p2);
+    kn_pool_free(p2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_rows_bit_identical_to_token_alone_all_formats),
+        cmocka_unit_test(test_attention_rows_bit_identical_alone_or_in_tiles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
