@@ -84,6 +84,29 @@ static uint64_t stats_bytes(const mem_ctx *m, int p, int full)
     return b;
 }
 
+/* The statistics of the tap points in `points` (bit KN_TAP_*), host
+ * bytes or (device) device bytes. */
+static uint64_t live_stats(const mem_ctx *m, unsigned lean, unsigned points,
+                           int device)
+{
+    uint64_t b = 0;
+    for (int p = 0; p < 4; p++) {
+        int full = !((lean >> p) & 1u);
+        if ((points >> p) & 1u)
+            b += device ? stats_device(m, p, full) : stats_bytes(m, p, full);
+    }
+    return b;
+}
+
+/* The points of the stage that collects tap point p. */
+static unsigned stage_of(uint32_t stages, int p)
+{
+    for (unsigned k = 0; cmp_calib_stage_points(stages, k); k++)
+        if ((cmp_calib_stage_points(stages, k) >> p) & 1u)
+            return cmp_calib_stage_points(stages, k);
+    return 1u << p;
+}
+
 /* run_candidate's work for one linear, over every candidate method the
  * group may try (cmp_calib_group.c): ws and wc, then the largest of
  * retarget, AWQ clipping, GPTQ, the scale refit, the code descent and the
@@ -235,6 +258,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     uint64_t fwd = work(cmp_fwd_bytes(cfg, maxT, threads));
 
     int pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method);
+    uint32_t stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
     int mha = cfg->num_kv_heads == cfg->num_heads;
     static const int g_qkv[3] = {CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V};
     static const int g_o[1] = {CMP_LIN_O}, g_gu[2] = {CMP_LIN_GATE, CMP_LIN_UP};
@@ -260,14 +284,19 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
         cur.work = rotate ? blk(wide * sizeof(float)) : 0;
         cur.phase = "statistics";
         take(out, &cur);
-        /* first pass: qkv's statistics, down's and o's Hq for AWQ's
-         * pre-scaling; the pre-scaling's search */
-        cur.stats = stats_bytes(&m, 0, !(lean & 1u));
-        cur.device = stats_device(&m, 0, !(lean & 1u));
+        /* first stage's pass: its points' statistics, down's and o's Hq
+         * for AWQ's pre-scaling when they are not among them; the
+         * pre-scaling's search */
+        unsigned pts0 = cmp_calib_stage_points(stages, 0);
+        cur.stats = live_stats(&m, lean, pts0, 0);
+        cur.device = live_stats(&m, lean, pts0, 1);
         cur.work = 0;
         if (pre) {
-            cur.stats += stats_bytes(&m, 3, 0) + (mha ? stats_bytes(&m, 1, 0) : 0);
-            cur.device += stats_device(&m, 3, 0) + (mha ? stats_device(&m, 1, 0) : 0);
+            for (int p = 1; p < 4; p += 2) /* o (without GQA), down */
+                if (!((pts0 >> p) & 1u) && (p == 3 || mha)) {
+                    cur.stats += stats_bytes(&m, p, 0);
+                    cur.device += stats_device(&m, p, 0);
+                }
             uint64_t ps = 0;
             if (cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, CMP_LIN_DOWN)))
                 ps = blk(F * sizeof(float)) +
@@ -280,8 +309,10 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
         take(out, &cur);
         for (int g = 0; g < 4; g++) {
             int p = gp[g], lp = (lean >> p) & 1u;
-            cur.stats = stats_bytes(&m, p, !lp);
-            cur.device = stats_device(&m, p, !lp);
+            /* the points of g's stage not yet quantized (g's own is p) */
+            unsigned live = stage_of(stages, p) & ~((1u << p) - 1u);
+            cur.stats = live_stats(&m, lean, live, 0);
+            cur.device = live_stats(&m, lean, live, 1);
             cur.work = group_bytes(&m, (uint32_t)l, groups[g], gn[g], scale[g], lp);
             cur.result = tables + spill_list + held + layer_q;
             cur.phase = gname[g];
