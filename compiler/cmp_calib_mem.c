@@ -112,7 +112,7 @@ static unsigned stage_of(uint32_t stages, int p)
  * retarget, AWQ clipping, GPTQ, the scale refit, the code descent and the
  * error measures. */
 static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
-                                int lean)
+                                int lean, int multi)
 {
     uint32_t R = m->rows[slot], K = m->cols[slot];
     cmp_qmethod meth = m->o->method;
@@ -133,10 +133,17 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
     if (awq)
         inner = u64max(inner, work(cmp_awq_clip_work_bytes(K, f, group)));
     if (gptq) {
+        /* the group's GPTQ factor (cmp_gptq_factor) is held through the
+         * refit and the second pass, and, when the group has more than one
+         * quantized linear, through the descent and the measures too; the
+         * quantize term counts its own U, which stands for the factor's
+         * (quantize then allocates none) */
+        uint64_t fb = blk((uint64_t)K * K * sizeof(double)) + blk((uint64_t)K * 4);
+        uint64_t fm = multi ? fb : 0;
         uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128, T)),
-                            work(cmp_gptq_refit_work_bytes(K, ngroups, T)));
-        g = u64max(g, work(cmp_descend_work_bytes(K, T)));
-        g = u64max(g, measure);
+                            work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb);
+        g = u64max(g, work(cmp_descend_work_bytes(K, T)) + fm);
+        g = u64max(g, measure + fm);
         /* int4: regptq's second set of buffers and dequantized copy */
         if (f != KN_W_Q8)
             g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));
@@ -153,12 +160,15 @@ static uint64_t group_bytes(const mem_ctx *m, uint32_t l, const int *slots,
 {
     uint64_t bufs = 0, cand = 0;
     uint32_t C = m->cols[slots[0]], maxrows = 0;
+    int nq = 0;
+    for (int i = 0; i < n; i++)
+        nq += cmp_quant_is_quantized(fmt_of(m, l, slots[i]));
     for (int i = 0; i < n; i++) {
         kn_wformat f = fmt_of(m, l, slots[i]);
         if (!cmp_quant_is_quantized(f))
             continue;
         bufs += 2 * qbytes(f, m->rows[slots[i]], C, m->o->group);
-        cand = u64max(cand, candidate_bytes(m, slots[i], f, lean));
+        cand = u64max(cand, candidate_bytes(m, slots[i], f, lean, nq > 1));
         if (m->rows[slots[i]] > maxrows)
             maxrows = m->rows[slots[i]];
     }

@@ -367,6 +367,95 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
     }
 }
 
+/* GPTQ's factor of h into A [n][n] and its column order into perm [n]:
+ * diag (scratch [n]) is H's diagonal with dead inputs (H_jj == 0) at 1, as
+ * the dampening and act-order see it (the dead columns' weights are zeroed
+ * per chunk by the column loop); lambda = *damp x mean(diag), raised x10
+ * while the factorization fails (*damp: the one used).  trow, tmp:
+ * scratch [n].  The factorization's seconds go to *factor_s (optional). */
+static mc_status factor_into(const cmp_hessian *h, double *damp, int act_order,
+                             kn_pool *pool, double *A, uint32_t *perm,
+                             double *diag, double *trow, uint32_t *tmp,
+                             double *factor_s, mc_error *err)
+{
+    size_t n = h->cols;
+    double mean = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        diag[j] = hdiag(h, j);
+        if (diag[j] == 0.0)
+            diag[j] = 1.0;
+        mean += diag[j];
+    }
+    mean /= (double)n;
+    if (act_order)
+        argsort_desc(diag, perm, tmp, n);
+    else
+        for (size_t j = 0; j < n; j++)
+            perm[j] = (uint32_t)j;
+    int ok = 0;
+    double tf = cmp_par_now();
+    for (int attempt = 0; attempt < 7 && !ok; attempt++) {
+        if (cmp_gptq_hinv_factor(h, perm, *damp * mean, A, trow, pool, NULL) == MC_OK)
+            ok = 1;
+        else
+            *damp *= 10.0;
+    }
+    if (factor_s)
+        *factor_s += cmp_par_now() - tf;
+    if (!ok)
+        return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
+                       "Hessian is not positive definite even with dampening "
+                       "%g x mean diagonal", *damp / 10.0);
+    return MC_OK;
+}
+
+uint64_t cmp_gptq_factor_bytes(uint32_t cols)
+{
+    uint64_t n = cols;
+    return req(n * n * sizeof(double)) + req(n * sizeof(uint32_t));
+}
+
+mc_status cmp_gptq_factor_make(const cmp_hessian *h, double damp, int act_order,
+                               kn_pool *pool, double *factor_s,
+                               cmp_gptq_factor *f, mc_error *err)
+{
+    memset(f, 0, sizeof *f);
+    if (!h || !h->h || h->cols == 0)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
+                       "no Hessian to factorize");
+    size_t n = h->cols;
+    f->cols = h->cols;
+    f->act_order = act_order != 0;
+    f->damp = damp > 0.0 ? damp : 0.01;
+    f->U = mc_malloc_array(n * n, sizeof(double));
+    f->perm = mc_malloc_array(n, sizeof(uint32_t));
+    double *diag = mc_malloc_array(n, sizeof(double));
+    double *trow = mc_malloc_array(n, sizeof(double));
+    uint32_t *tmp = mc_malloc_array(n, sizeof(uint32_t));
+    mc_status st = MC_OK;
+    if (!f->U || !f->perm || !diag || !trow || !tmp)
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, "gptq", -1,
+                     "cannot allocate a %zu-wide GPTQ factor", n);
+    else
+        st = factor_into(h, &f->damp, f->act_order, pool, f->U, f->perm, diag,
+                         trow, tmp, factor_s, err);
+    mc_free(diag);
+    mc_free(trow);
+    mc_free(tmp);
+    if (st != MC_OK)
+        cmp_gptq_factor_free(f);
+    return st;
+}
+
+void cmp_gptq_factor_free(cmp_gptq_factor *f)
+{
+    if (!f)
+        return;
+    mc_free(f->U);
+    mc_free(f->perm);
+    memset(f, 0, sizeof *f);
+}
+
 mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                             const cmp_gptq_opts *opts, cmp_qbuf *out,
                             float *deq, double *damp_used, mc_error *err)
@@ -391,6 +480,12 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                              o.chunk_rows, T);
     size_t block = z.block, chunk = z.chunk;
 
+    /* With a factor given (opts.factor), U and the order come from it. */
+    const cmp_gptq_factor *fac = o.factor;
+    if (fac && (fac->cols != n || fac->act_order != (o.act_order != 0)))
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "gptq", -1,
+                       "the given factor is %u wide (act-order %d), not %zu (%d)",
+                       fac->cols, fac->act_order, n, o.act_order != 0);
     for (size_t i = 0; i < rows * n; i++)
         if (!isfinite(w[i])) {
             char where[64];
@@ -412,13 +507,13 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
         Et[t] = mc_malloc_array(chunk * block, sizeof(float));
         have = Wt[t] && gt[t] && Et[t];
     }
-    double *A = mc_malloc_array(n * n, sizeof(double));
+    double *A = fac ? NULL : mc_malloc_array(n * n, sizeof(double));
     double *diag = mc_malloc_array(n, sizeof(double));
     double *trow = mc_malloc_array(n, sizeof(double));
-    uint32_t *perm = mc_malloc_array(n, sizeof(uint32_t));
+    uint32_t *perm = fac ? NULL : mc_malloc_array(n, sizeof(uint32_t));
     uint32_t *tmp = mc_malloc_array(n, sizeof(uint32_t));
     float *imp = mc_malloc_array(n, sizeof(float));
-    if (!have || !A || !diag || !trow || !perm || !tmp || !imp) {
+    if (!have || (!fac && (!A || !perm)) || !diag || !trow || !tmp || !imp) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, "gptq", -1,
                      "cannot allocate GPTQ work space for %zux%zu (%.3g GiB)",
                      rows, n,
@@ -426,50 +521,22 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
                                                  o.block, T) / (1u << 30));
         goto done;
     }
-    /* diag: H's diagonal with dead inputs (H_jj == 0) at 1, as the
-     * dampening and act-order see it; the dead columns' weights are zeroed
-     * per chunk below. */
-    double mean = 0.0;
-    for (size_t j = 0; j < n; j++) {
-        diag[j] = hdiag(h, j);
-        imp[j] = (float)diag[j];
-        if (diag[j] == 0.0)
-            diag[j] = 1.0;
-        mean += diag[j];
-    }
-    mean /= (double)n;
-    if (o.act_order)
-        argsort_desc(diag, perm, tmp, n);
-    else
-        for (size_t j = 0; j < n; j++)
-            perm[j] = (uint32_t)j;
-
-    /* U in A; raise lambda while the factorization fails. */
-    double damp = o.damp;
-    int ok = 0;
-    double tf = cmp_par_now();
-    for (int attempt = 0; attempt < 7 && !ok; attempt++) {
-        if (cmp_gptq_hinv_factor(h, perm, damp * mean, A, trow, o.pool, NULL) == MC_OK)
-            ok = 1;
-        else
-            damp *= 10.0;
-    }
-    if (o.factor_s)
-        *o.factor_s += cmp_par_now() - tf;
-    if (!ok) {
-        st = mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
-                     "Hessian is not positive definite even with dampening "
-                     "%g x mean diagonal", damp / 10.0);
+    for (size_t j = 0; j < n; j++)
+        imp[j] = (float)hdiag(h, j);
+    double damp = fac ? fac->damp : o.damp;
+    if (!fac && (st = factor_into(h, &damp, o.act_order, o.pool, A, perm, diag,
+                                  trow, tmp, o.factor_s, err)) != MC_OK)
         goto done;
-    }
     if (damp_used)
         *damp_used = damp;
+    const double *U = fac ? fac->U : A;
+    const uint32_t *order = fac ? fac->perm : perm;
 
     /* Static parameters: Q8 per row, and Q4 groups under act-order, from
      * the dead-zeroed original weights in original column order. */
     if (fmt != KN_W_Q8)
         memset(out->data, 0, (size_t)kn_wformat_data_bytes(fmt, out->rows, out->cols));
-    gptq_job job = {w, h, &o, out, A, perm, imp, n, block, chunk, span, ng,
+    gptq_job job = {w, h, &o, out, U, order, imp, n, block, chunk, span, ng,
                     fmt == KN_W_Q8 || o.act_order, Wt, Et, gt};
     cmp_par_rows(o.pool, (uint32_t)rows, 1, gptq_rows, &job);
     if (deq)
