@@ -140,6 +140,14 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
         json_object_set_new(j, "tensors", json_integer((json_int_t)rep->tensors));
         json_object_set_new(j, "weights_bytes",
                             json_integer((json_int_t)rep->weights_bytes));
+        json_object_set_new(
+            j, "part_bytes",
+            json_pack("{s:I, s:I, s:I, s:I, s:s}", "embeddings",
+                      (json_int_t)rep->part_bytes[CMP_PART_EMBED], "lm_head",
+                      (json_int_t)rep->part_bytes[CMP_PART_LM_HEAD], "linears",
+                      (json_int_t)rep->part_bytes[CMP_PART_LINEARS], "other",
+                      (json_int_t)rep->part_bytes[CMP_PART_OTHER], "lm_head_format",
+                      rep->lm_head_tied ? "tied" : kn_wformat_name(rep->lm_head_fmt)));
         json_object_set_new(j, "tokenizer", json_boolean(rep->tokenizer));
         json_object_set_new(j, "adapters", json_integer((json_int_t)rep->adapters));
         json_object_set_new(j, "seconds", json_real(seconds));
@@ -168,5 +176,14 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                (unsigned long long)rep->plan.arena_bytes,
                human_size(rep->plan.total_bytes, ht, sizeof ht),
                human_size(rep->plan.target_bytes, hg, sizeof hg), seconds);
+        char he[32], hl[32], hn[32], ho[32];
+        printf("weights by part: embeddings %s, output layer %s (%s), linears "
+               "%s, norms and biases %s\n",
+               human_size(rep->part_bytes[CMP_PART_EMBED], he, sizeof he),
+               human_size(rep->part_bytes[CMP_PART_LM_HEAD], hl, sizeof hl),
+               rep->lm_head_tied ? "tied: the embeddings"
+                                 : kn_wformat_name(rep->lm_head_fmt),
+               human_size(rep->part_bytes[CMP_PART_LINEARS], hn, sizeof hn),
+               human_size(rep->part_bytes[CMP_PART_OTHER], ho, sizeof ho));
     }
 }

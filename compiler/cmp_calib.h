@@ -104,6 +104,9 @@ typedef struct cmp_calib_progress {
     double eta_s;         /* estimate of the time left */
 } cmp_calib_progress;
 
+/* Stages of a block's statistics by default (cmp_calib_opts.stages). */
+#define CMP_CALIB_STAGES_DEFAULT 4u
+
 typedef struct cmp_calib_opts {
     kn_wformat fmt;          /* format of every linear (Q8, Q4, Q4S) */
     uint32_t group;          /* Q4/Q4S group: 32, 64 or 128 */
@@ -130,6 +133,14 @@ typedef struct cmp_calib_opts {
                                 statistics go lean until it fits (see
                                 cmp_calib_plan_memory); MC_ERR_NOMEM if
                                 even all-lean does not fit */
+    uint32_t stages;         /* passes for a block's statistics: 4 = each
+                                group's from its own pair of passes over
+                                the block with the groups before it
+                                quantized (10 block passes; the order
+                                before issue 17); 2 = attention (qkv, o)
+                                then MLP (gate/up, down) (5 passes); 1 =
+                                all four from the float block (3 passes);
+                                0 -> CMP_CALIB_STAGES_DEFAULT */
     int stats_on_gpu;        /* 1: accumulate Hq, Hf and C on a CUDA GPU
                                 (cmp_gpu_stats.h); MC_ERR_UNSUPPORTED when
                                 there is none.  Same sums up to summation

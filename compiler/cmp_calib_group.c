@@ -171,9 +171,12 @@ static mc_status group_energies(const layer_ctx *c, const int *slots, int n,
 static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                                cmp_qmethod m, int act_order, const float *s,
                                const cmp_hessian *hs, const group_energy *g,
-                               cmp_qbuf *q, double *rel, double *loc,
-                               mc_error *err)
+                               cmp_gptq_factor *fac, cmp_qbuf *q, double *rel,
+                               double *loc, mc_error *err)
 {
+    int nq = 0; /* quantized linears: they share the group's GPTQ factor */
+    for (int i = 0; i < n; i++)
+        nq += cmp_quant_is_quantized(c->fmt[slots[i]]);
     int tp = LIN_TAP[slots[0]];
     const cmp_hessian *h = &c->acc.h[tp];
     const double *C = c->acc.c[tp];
@@ -210,16 +213,30 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
         if (st == MC_OK) {
             if (is_gptq(m)) {
                 /* best: the imatrix choice of group parameters too */
+                /* one factor per Hessian and order, made on first use
+                 * (fac: [scaled][act_order]) */
+                int key = (s ? 2 : 0) + (act_order ? 1 : 0);
+                cmp_gptq_factor *fk = &fac[key];
+                for (int k = 0; k < 4 && !fk->U; k++)
+                    cmp_gptq_factor_free(&fac[k]); /* one live at a time */
+                if (!fk->U)
+                    st = cmp_gptq_factor_make(hq, c->o->damp, act_order, c->o->pool,
+                                              &c->times->factor, fk, err);
                 cmp_gptq_opts go = {c->o->damp, act_order, 128,
                                     cmp_calib_is_best(c->o->method), 0, 0, c->o->pool,
-                                    &c->times->factor};
-                st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
+                                    &c->times->factor, fk};
+                if (st == MC_OK)
+                    st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
                 /* the group parameters were fixed at each group start;
                  * refitting the scales to the whole row never loses */
                 if (st == MC_OK)
                     st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, c->o->pool, err);
                 if (st == MC_OK && c->fmt[sl] != KN_W_Q8)
                     st = regptq(ws, hq, &go, &q[i], wc, R, err);
+                /* alone in its group: the factor is not needed again, and
+                 * the descent's copy of H takes its place */
+                if (nq == 1)
+                    cmp_gptq_factor_free(fk);
                 /* GPTQ never revisits a rounding: descend the codes to a
                  * local minimum, then refit the scales to them */
                 if (st == MC_OK)
@@ -349,6 +366,16 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
         }
     if (first_q < 0)
         return MC_OK; /* every linear of the group stays float */
+    /* everything `done` releases, before the first jump there */
+    cmp_qbuf best[3], cur[3];
+    double best_rel[3] = {0}, cur_rel[3] = {0}, rtn_rel[3] = {0};
+    double best_loc[3] = {0}, cur_loc[3] = {0}, rtn_loc[3] = {0};
+    memset(best, 0, sizeof best);
+    memset(cur, 0, sizeof cur);
+    cmp_hessian hs;
+    memset(&hs, 0, sizeof hs);
+    cmp_gptq_factor fac[4]; /* [AWQ-scaled][act-order] */
+    memset(fac, 0, sizeof fac);
 
     cmp_qmethod cands[8];
     int cao[8];
@@ -403,13 +430,6 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
                     : o->method;
     }
 
-    cmp_qbuf best[3], cur[3];
-    double best_rel[3] = {0}, cur_rel[3] = {0}, rtn_rel[3] = {0};
-    double best_loc[3] = {0}, cur_loc[3] = {0}, rtn_loc[3] = {0};
-    memset(best, 0, sizeof best);
-    memset(cur, 0, sizeof cur);
-    cmp_hessian hs;
-    memset(&hs, 0, sizeof hs);
     cmp_qmethod chosen = CMP_QM_RTN;
     double best_sum = INFINITY;
     group_energy energy;
@@ -438,8 +458,8 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
             cmp_awq_scale_hessian(h, s, &hs);
         }
         const float *sk = awq && allow_scale ? s : NULL;
-        if ((st = run_candidate(c, slots, n, m, cao[k], sk, sk ? &hs : NULL, &energy, cur,
-                                cur_rel, cur_loc, err)) != MC_OK)
+        if ((st = run_candidate(c, slots, n, m, cao[k], sk, sk ? &hs : NULL, &energy,
+                                fac, cur, cur_rel, cur_loc, err)) != MC_OK)
             goto done;
         double sum = 0.0;
         for (int i = 0; i < n; i++)
@@ -501,6 +521,8 @@ done:
     }
     mc_free(s);
     cmp_hessian_free(&hs);
+    for (int k = 0; k < 4; k++)
+        cmp_gptq_factor_free(&fac[k]);
     return st;
 }
 

@@ -1,7 +1,9 @@
 /*
- * cmp_calib_internal.h - pieces shared by cmp_calib.c (the layer driver)
- * and cmp_calib_group.c (quantizing one group of linears with the chosen
- * method).  Not a public API.
+ * cmp_calib_internal.h - pieces shared by the calibration's files:
+ * cmp_calib.c (the result and its views), cmp_calib_layer.c (one block),
+ * cmp_calib_run.c (the driver), cmp_calib_group.c (quantizing one group
+ * of linears with the chosen method) and cmp_calib_mem.c (the memory
+ * plan).  Not a public API.
  */
 #ifndef CMP_CALIB_INTERNAL_H
 #define CMP_CALIB_INTERNAL_H
@@ -75,5 +77,41 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
                                 int allow_scale, float *fold_vec,
                                 int fold_rows_slot, float *fold_bias,
                                 mc_error *err);
+
+/* The calibration sequences' states, both models. */
+typedef struct seqs {
+    float *states, *states_f;   /* [tokens][hidden] quantized / f.p. model */
+    const size_t *len;          /* [n] tokens of each sequence */
+    size_t n, maxT;             /* sequences; the longest */
+    float *xtmp, *xtmp_f;       /* [maxT][hidden] scratch */
+} seqs;
+
+/* Linear slot s of block weights w (the model's, borrowed). */
+const kn_matrix *cmp_calib_src_matrix(const kn_block_weights *w, int slot);
+/* The block weights of layer l of the result (views into r). */
+void cmp_calib_result_block(const cmp_calib_result *r, uint32_t l,
+                            kn_block_weights *w);
+/* A new result for model m: the tables, names and the model's norms and
+ * biases copied (the folds change them).  *out is set even on failure
+ * (free it with cmp_calib_result_free). */
+mc_status cmp_calib_result_create(const rt_model *m, cmp_calib_result **out,
+                                  mc_error *err);
+/* Move a finished quantized buffer set / layer l's buffers into the
+ * spill file (no-ops without one). */
+mc_status cmp_calib_spill_qbuf(cmp_calib_result *r, cmp_qbuf *b,
+                               const char *what, mc_error *err);
+mc_status cmp_calib_spill_layer(cmp_calib_result *r, uint32_t l, mc_error *err);
+
+/* Calibrate block c->l (c set up by the driver: o, rot, r, l, lean, pool,
+ * times): copy its weights to float32, collect the statistics, quantize
+ * its groups into c->r and move both state sets of S on to the next block
+ * boundary.  The float copies and statistics stay in c until
+ * cmp_calib_layer_free (also on failure). */
+mc_status cmp_calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
+                          const seqs *S, mc_error *err);
+void cmp_calib_layer_free(layer_ctx *c);
+/* The tap points (bit KN_TAP_*) collected in stage k of `stages` (1, 2 or
+ * 4; cmp_calib_opts.stages), 0 past the last. */
+unsigned cmp_calib_stage_points(uint32_t stages, unsigned k);
 
 #endif /* CMP_CALIB_INTERNAL_H */

@@ -84,12 +84,35 @@ static uint64_t stats_bytes(const mem_ctx *m, int p, int full)
     return b;
 }
 
+/* The statistics of the tap points in `points` (bit KN_TAP_*), host
+ * bytes or (device) device bytes. */
+static uint64_t live_stats(const mem_ctx *m, unsigned lean, unsigned points,
+                           int device)
+{
+    uint64_t b = 0;
+    for (int p = 0; p < 4; p++) {
+        int full = !((lean >> p) & 1u);
+        if ((points >> p) & 1u)
+            b += device ? stats_device(m, p, full) : stats_bytes(m, p, full);
+    }
+    return b;
+}
+
+/* The points of the stage that collects tap point p. */
+static unsigned stage_of(uint32_t stages, int p)
+{
+    for (unsigned k = 0; cmp_calib_stage_points(stages, k); k++)
+        if ((cmp_calib_stage_points(stages, k) >> p) & 1u)
+            return cmp_calib_stage_points(stages, k);
+    return 1u << p;
+}
+
 /* run_candidate's work for one linear, over every candidate method the
  * group may try (cmp_calib_group.c): ws and wc, then the largest of
  * retarget, AWQ clipping, GPTQ, the scale refit, the code descent and the
  * error measures. */
 static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
-                                int lean)
+                                int lean, int multi)
 {
     uint32_t R = m->rows[slot], K = m->cols[slot];
     cmp_qmethod meth = m->o->method;
@@ -110,10 +133,17 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
     if (awq)
         inner = u64max(inner, work(cmp_awq_clip_work_bytes(K, f, group)));
     if (gptq) {
+        /* the group's GPTQ factor (cmp_gptq_factor) is held through the
+         * refit and the second pass, and, when the group has more than one
+         * quantized linear, through the descent and the measures too; the
+         * quantize term counts its own U, which stands for the factor's
+         * (quantize then allocates none) */
+        uint64_t fb = blk((uint64_t)K * K * sizeof(double)) + blk((uint64_t)K * 4);
+        uint64_t fm = multi ? fb : 0;
         uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128, T)),
-                            work(cmp_gptq_refit_work_bytes(K, ngroups, T)));
-        g = u64max(g, work(cmp_descend_work_bytes(K, T)));
-        g = u64max(g, measure);
+                            work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb);
+        g = u64max(g, work(cmp_descend_work_bytes(K, T)) + fm);
+        g = u64max(g, measure + fm);
         /* int4: regptq's second set of buffers and dequantized copy */
         if (f != KN_W_Q8)
             g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));
@@ -130,12 +160,15 @@ static uint64_t group_bytes(const mem_ctx *m, uint32_t l, const int *slots,
 {
     uint64_t bufs = 0, cand = 0;
     uint32_t C = m->cols[slots[0]], maxrows = 0;
+    int nq = 0;
+    for (int i = 0; i < n; i++)
+        nq += cmp_quant_is_quantized(fmt_of(m, l, slots[i]));
     for (int i = 0; i < n; i++) {
         kn_wformat f = fmt_of(m, l, slots[i]);
         if (!cmp_quant_is_quantized(f))
             continue;
         bufs += 2 * qbytes(f, m->rows[slots[i]], C, m->o->group);
-        cand = u64max(cand, candidate_bytes(m, slots[i], f, lean));
+        cand = u64max(cand, candidate_bytes(m, slots[i], f, lean, nq > 1));
         if (m->rows[slots[i]] > maxrows)
             maxrows = m->rows[slots[i]];
     }
@@ -167,6 +200,83 @@ static void take(cmp_calib_mem *best, const cmp_calib_mem *cur)
     }
     best->device = device;
     best->device_phase = device_phase;
+}
+
+static const int G_QKV[3] = {CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V};
+static const int G_O[1] = {CMP_LIN_O}, G_GU[2] = {CMP_LIN_GATE, CMP_LIN_UP};
+static const int G_DOWN[1] = {CMP_LIN_DOWN};
+
+/* Block l's phases into *out (cur: the states and forward context set;
+ * result: what the result holds before the block): the copies, the first
+ * stage's pass with AWQ's pre-scaling, then each group's quantization
+ * with the statistics still live.  Returns the bytes the block leaves in
+ * the result (its quantized linears and float-kept copies). */
+static uint64_t layer_phases(const mem_ctx *m, unsigned lean, uint32_t l,
+                             int rotate, uint64_t result, cmp_calib_mem *cur,
+                             cmp_calib_mem *out)
+{
+    const cmp_calib_opts *o = m->o;
+    uint64_t H = m->width[0], qd = m->width[1], F = m->width[3];
+    int pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method);
+    uint32_t stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
+    int mha = m->cfg->num_kv_heads == m->cfg->num_heads;
+    static const int *const groups[4] = {G_QKV, G_O, G_GU, G_DOWN};
+    static const int gn[4] = {3, 1, 2, 1}, scale[4] = {1, 0, 1, 0};
+    static const char *const gname[4] = {"qkv", "o", "gate/up", "down"};
+    uint64_t layer_q = 0, block = 0, wide = 0;
+    for (int s = 0; s < CMP_LIN_COUNT; s++) {
+        block += blk((uint64_t)m->rows[s] * m->cols[s] * sizeof(float));
+        wide = m->rows[s] > wide ? m->rows[s] : wide;
+    }
+    cur->block = block;
+    cur->result = result;
+    /* the rotation's row buffer while the copies are made */
+    cur->work = rotate ? blk(wide * sizeof(float)) : 0;
+    cur->phase = "statistics";
+    take(out, cur);
+    /* first stage's pass: its points' statistics, down's and o's Hq for
+     * AWQ's pre-scaling when they are not among them; the pre-scaling's
+     * search */
+    unsigned pts0 = cmp_calib_stage_points(stages, 0);
+    cur->stats = live_stats(m, lean, pts0, 0);
+    cur->device = live_stats(m, lean, pts0, 1);
+    cur->work = 0;
+    if (pre) {
+        for (int p = 1; p < 4; p += 2) /* o (without GQA), down */
+            if (!((pts0 >> p) & 1u) && (p == 3 || mha)) {
+                cur->stats += stats_bytes(m, p, 0);
+                cur->device += stats_device(m, p, 0);
+            }
+        uint64_t ps = 0;
+        if (cmp_quant_is_quantized(fmt_of(m, l, CMP_LIN_DOWN)))
+            ps = blk(F * sizeof(float)) +
+                 work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)F));
+        if (mha && cmp_quant_is_quantized(fmt_of(m, l, CMP_LIN_O)))
+            ps = u64max(ps, blk(qd * sizeof(float)) +
+                                work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)qd)));
+        cur->work = ps;
+    }
+    take(out, cur);
+    for (int g = 0; g < 4; g++) { /* group g reads tap point g */
+        int lp = (lean >> g) & 1u;
+        /* the points of g's stage not yet quantized (g's own included) */
+        unsigned live = stage_of(stages, g) & ~((1u << g) - 1u);
+        cur->stats = live_stats(m, lean, live, 0);
+        cur->device = live_stats(m, lean, live, 1);
+        cur->work = group_bytes(m, l, groups[g], gn[g], scale[g], lp);
+        cur->result = result + layer_q;
+        cur->phase = gname[g];
+        take(out, cur);
+        for (int i = 0; i < gn[g]; i++) {
+            int sl = groups[g][i];
+            layer_q += qbytes(fmt_of(m, l, sl), m->rows[sl], m->cols[sl], o->group);
+        }
+    }
+    /* float-kept linears move their copy into the result */
+    for (int s = 0; s < CMP_LIN_COUNT; s++)
+        if (!cmp_quant_is_quantized(fmt_of(m, l, s)))
+            layer_q += blk((uint64_t)m->rows[s] * m->cols[s] * sizeof(float));
+    return layer_q;
 }
 
 mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
@@ -234,77 +344,18 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                       2 * blk(maxT * H * sizeof(float)) + blk(ncal * sizeof(size_t));
     uint64_t fwd = work(cmp_fwd_bytes(cfg, maxT, threads));
 
-    int pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method);
-    int mha = cfg->num_kv_heads == cfg->num_heads;
-    static const int g_qkv[3] = {CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V};
-    static const int g_o[1] = {CMP_LIN_O}, g_gu[2] = {CMP_LIN_GATE, CMP_LIN_UP};
-    static const int g_down[1] = {CMP_LIN_DOWN};
-    const int *groups[4] = {g_qkv, g_o, g_gu, g_down};
-    const int gn[4] = {3, 1, 2, 1}, gp[4] = {0, 1, 2, 3}, scale[4] = {1, 0, 1, 0};
-    static const char *const gname[4] = {"qkv", "o", "gate/up", "down"};
-
     uint64_t held = 0; /* finished layers kept in memory (no spill file) */
     for (uint64_t l = 0; l < NL; l++) {
         cmp_calib_mem cur;
         memset(&cur, 0, sizeof cur);
         cur.states = states;
         cur.forward = fwd;
-        uint64_t layer_q = 0, block = 0, wide = 0;
-        for (int s = 0; s < CMP_LIN_COUNT; s++) {
-            block += blk((uint64_t)rows[s] * cols[s] * sizeof(float));
-            wide = rows[s] > wide ? rows[s] : wide;
-        }
-        cur.block = block;
-        cur.result = tables + spill_list + held;
-        /* the rotation's row buffer while the copies are made */
-        cur.work = rotate ? blk(wide * sizeof(float)) : 0;
-        cur.phase = "statistics";
-        take(out, &cur);
-        /* first pass: qkv's statistics, down's and o's Hq for AWQ's
-         * pre-scaling; the pre-scaling's search */
-        cur.stats = stats_bytes(&m, 0, !(lean & 1u));
-        cur.device = stats_device(&m, 0, !(lean & 1u));
-        cur.work = 0;
-        if (pre) {
-            cur.stats += stats_bytes(&m, 3, 0) + (mha ? stats_bytes(&m, 1, 0) : 0);
-            cur.device += stats_device(&m, 3, 0) + (mha ? stats_device(&m, 1, 0) : 0);
-            uint64_t ps = 0;
-            if (cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, CMP_LIN_DOWN)))
-                ps = blk(F * sizeof(float)) +
-                     work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)F));
-            if (mha && cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, CMP_LIN_O)))
-                ps = u64max(ps, blk(qd * sizeof(float)) +
-                                    work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)qd)));
-            cur.work = ps;
-        }
-        take(out, &cur);
-        for (int g = 0; g < 4; g++) {
-            int p = gp[g], lp = (lean >> p) & 1u;
-            cur.stats = stats_bytes(&m, p, !lp);
-            cur.device = stats_device(&m, p, !lp);
-            cur.work = group_bytes(&m, (uint32_t)l, groups[g], gn[g], scale[g], lp);
-            cur.result = tables + spill_list + held + layer_q;
-            cur.phase = gname[g];
-            take(out, &cur);
-            for (int i = 0; i < gn[g]; i++) {
-                int sl = groups[g][i];
-                layer_q += qbytes(fmt_of(&m, (uint32_t)l, sl), rows[sl], cols[sl],
-                                  o->group);
-            }
-        }
+        uint64_t layer = layer_phases(&m, lean, (uint32_t)l, rotate,
+                                      tables + spill_list + held, &cur, out);
         if (o->spill_dir)
-            spill += layer_q;
+            spill += layer;
         else
-            held += layer_q;
-        /* float-kept linears move their copy into the result */
-        for (int s = 0; s < CMP_LIN_COUNT; s++)
-            if (!cmp_quant_is_quantized(fmt_of(&m, (uint32_t)l, s))) {
-                uint64_t b = blk((uint64_t)rows[s] * cols[s] * sizeof(float));
-                if (o->spill_dir)
-                    spill += b;
-                else
-                    held += b;
-            }
+            held += layer;
     }
     /* after the layers: states and forward context freed */
     cmp_calib_mem end;

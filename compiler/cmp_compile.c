@@ -493,6 +493,16 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     if (st == MC_OK) {
         rep->tensors = nt;
         rep->weights_bytes = cmp_plan_weight_bytes(ts, nt);
+        for (size_t i = 0; i < nt; i++) {
+            int part = ts[i].role == CMP_ROLE_EMBED     ? CMP_PART_EMBED
+                       : ts[i].role == CMP_ROLE_LM_HEAD ? CMP_PART_LM_HEAD
+                       : ts[i].role == CMP_ROLE_LINEAR  ? CMP_PART_LINEARS
+                                                        : CMP_PART_OTHER;
+            rep->part_bytes[part] += cmp_plan_weight_bytes(&ts[i], 1);
+            if (part == CMP_PART_LM_HEAD)
+                rep->lm_head_fmt = ts[i].fmt;
+        }
+        rep->lm_head_tied = rep->part_bytes[CMP_PART_LM_HEAD] == 0;
         rep->tokenizer = tok != NULL;
         FILE *f = fopen(o->out, "rb");
         if (f) {

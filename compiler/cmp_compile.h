@@ -86,11 +86,22 @@ typedef struct cmp_compile_opts {
     void *progress_ctx;
 } cmp_compile_opts;
 
+/* The parts of the weights the report sizes (cmp_compile_report). */
+enum { CMP_PART_EMBED, CMP_PART_LM_HEAD, CMP_PART_LINEARS, CMP_PART_OTHER,
+       CMP_PART_COUNT };
+
 typedef struct cmp_compile_report {
     cmp_plan plan;                     /* the plan written */
     fmt_model_config cfg;              /* config compiled (untied if merged) */
     size_t tensors;                    /* tensors written */
     uint64_t weights_bytes;            /* sum of their parts */
+    uint64_t part_bytes[CMP_PART_COUNT]; /* weights_bytes by part: the
+                                          embeddings, the output layer (0
+                                          when tied), the linears, the rest
+                                          (norms, biases) */
+    kn_wformat lm_head_fmt;            /* the output layer's format (when
+                                          not tied) */
+    int lm_head_tied;                  /* 1: no output layer of its own */
     uint64_t file_bytes;               /* artifact size */
     int tokenizer;                     /* 1 if tokenizer.json was embedded */
     size_t adapters;                   /* adapters merged */

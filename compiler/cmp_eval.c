@@ -168,9 +168,18 @@ void cmp_fwd_block(cmp_fwd *f, const kn_block_weights *w,
                    const kn_block_dims *d, float *x, size_t T, kn_tap_fn tap,
                    void *tap_ctx)
 {
+    cmp_fwd_block_until(f, w, d, x, T, tap, tap_ctx, 0);
+}
+
+void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
+                         const kn_block_dims *d, float *x, size_t T,
+                         kn_tap_fn tap, void *tap_ctx, int stop)
+{
     kn_block_segment seg = {&f->kv, 0, T, NULL};
+    f->s.tap_stop = stop;
     kn_block_forward(f->pool, w, d, &f->rope, x, T, f->pos, &seg, 1, &f->s,
                      tap, tap_ctx);
+    f->s.tap_stop = 0;
 }
 
 void cmp_fwd_head(cmp_fwd *f, float *x, size_t T, float *logits)

@@ -49,6 +49,12 @@ mc_status cmp_fwd_embed(cmp_fwd *f, const int32_t *tok, size_t T, float *x,
 void cmp_fwd_block(cmp_fwd *f, const kn_block_weights *w,
                    const kn_block_dims *d, float *x, size_t T, kn_tap_fn tap,
                    void *tap_ctx);
+/* The same, returning right after the tap at point stop - 1 (stop: 1 + a
+ * kn_tap_point; 0 = the whole block): x is then partly updated.  For a
+ * statistics pass that needs no later input. */
+void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
+                         const kn_block_dims *d, float *x, size_t T,
+                         kn_tap_fn tap, void *tap_ctx, int stop);
 /* logits [T][vocab] = lm_head(rmsnorm(x) * final_norm); x is overwritten. */
 void cmp_fwd_head(cmp_fwd *f, float *x, size_t T, float *logits);
 /* The whole model: logits [T][vocab] for tok[0..T) (T <= max_T). */

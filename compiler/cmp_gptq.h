@@ -109,6 +109,30 @@ void cmp_hessian_set(cmp_hessian *h, uint32_t i, uint32_t j, double v);
  * out [cols]; zeros when n == 0. */
 void cmp_hessian_diag_mean(const cmp_hessian *h, float *out);
 
+/* GPTQ's factor of one Hessian (cmp_gptq_hinv_factor with its column
+ * order and the dampening that succeeded), made once and given to every
+ * cmp_gptq_quantize on that Hessian with the same act-order (the linears
+ * of a group share their input; int4's second pass repeats the first's
+ * factor): the results are bit for bit those of quantize's own factor. */
+typedef struct cmp_gptq_factor {
+    uint32_t cols;      /* width of the Hessian */
+    int act_order;      /* 1: perm is the descending diag(H) order */
+    double damp;        /* relative dampening used (after any raising) */
+    double *U;          /* [cols][cols] as cmp_gptq_hinv_factor (owned) */
+    uint32_t *perm;     /* [cols] column order (owned) */
+} cmp_gptq_factor;
+
+/* Make *f for h (damp: relative dampening, 0 -> 0.01, raised x10 on
+ * failure as quantize does); seconds added to *factor_s (optional).
+ * MC_ERR_NOMEM, MC_ERR_INVALID_ARG, MC_ERR_NONFINITE; *f is empty on
+ * failure.  Holds cmp_gptq_factor_bytes(cols) (and transient scratch of
+ * cols * 20 bytes while it works). */
+mc_status cmp_gptq_factor_make(const cmp_hessian *h, double damp, int act_order,
+                               kn_pool *pool, double *factor_s,
+                               cmp_gptq_factor *f, mc_error *err);
+void cmp_gptq_factor_free(cmp_gptq_factor *f); /* NULL / empty: no-op */
+uint64_t cmp_gptq_factor_bytes(uint32_t cols);
+
 typedef struct cmp_gptq_opts {
     double damp;        /* relative dampening; 0 -> 0.01 */
     int act_order;      /* 1: descending diag(H) order (static groups) */
@@ -132,6 +156,9 @@ typedef struct cmp_gptq_opts {
     double *factor_s;   /* optional: seconds spent factorizing H (the
                            inverse factor, dampening retries included) are
                            added here, for the per-phase report */
+    const cmp_gptq_factor *factor; /* optional, borrowed: h's factor made
+                           with this act_order (damp then comes from it);
+                           quantize does not factorize (nor allocate U) */
 } cmp_gptq_opts;
 
 /* Bytes of the float work copy of W that cmp_gptq_quantize (and cmp_awq_search)

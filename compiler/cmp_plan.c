@@ -49,10 +49,17 @@ int cmp_plan_untie_for_rotation(fmt_model_config *cfg, cmp_wpolicy *p,
 {
     if (!cfg->tie_word_embeddings || !cmp_rotation_applies(cfg->hidden_size))
         return 0;
+    cfg->tie_word_embeddings = 0;
+    /* Quantized linears: the untied output layer takes the untied rule's
+     * int8 (role_format), not a hidden float copy of vocab x hidden (issue
+     * 17: 279 MB against RTN int8's 166 MB on SmolLM2-135M); --lm-head
+     * chooses otherwise. */
+    if (p->linear == KN_W_Q8 || p->linear == KN_W_Q4 || p->linear == KN_W_Q4S ||
+        strcmp(p->quant, "auto") == 0)
+        return 1;
     /* Rounding a float32 checkpoint's output layer to f16 moves near-tied
      * logits consistently (stories260k: top-1 93.0 % -> 91.6 % at the same
      * KLD); the embeddings' format is kept otherwise. */
-    cfg->tie_word_embeddings = 0;
     p->lm_head_float = 1;
     if (float32_source && !p->lm_head_set) {
         p->lm_head_set = 1;

@@ -72,6 +72,8 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
     kn_rmsnorm(s->xb, x, w->attn_norm, T, hidden, d->eps);
     if (tap)
         tap(tap_ctx, KN_TAP_QKV_IN, s->xb, T, hidden);
+    if (tap && s->tap_stop == 1 + KN_TAP_QKV_IN)
+        return;
     linears(pool, s, s->xb, T, hidden, s->hb, ffn, 3,
             (const kn_matrix *const[]){&w->wq, &w->wk, &w->wv},
             (float *const[]){s->q, s->k, s->v},
@@ -97,6 +99,8 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
 
     if (tap)
         tap(tap_ctx, KN_TAP_O_IN, s->att, T, q_dim);
+    if (tap && s->tap_stop == 1 + KN_TAP_O_IN)
+        return;
     linears(pool, s, s->att, T, q_dim, s->hb, ffn, 1,
             (const kn_matrix *const[]){&w->wo}, (float *const[]){s->xb},
             (const float *const[]){w->bo});
@@ -106,6 +110,8 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
     kn_rmsnorm(s->xb, x, w->mlp_norm, T, hidden, d->eps);
     if (tap)
         tap(tap_ctx, KN_TAP_GATE_UP_IN, s->xb, T, hidden);
+    if (tap && s->tap_stop == 1 + KN_TAP_GATE_UP_IN)
+        return;
     linears(pool, s, s->xb, T, hidden, s->q, q_dim, 2,
             (const kn_matrix *const[]){&w->w_gate, &w->w_up},
             (float *const[]){s->hb, s->hb2},
@@ -113,6 +119,8 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
     kn_silu_mul(s->hb, s->hb2, T * ffn);
     if (tap)
         tap(tap_ctx, KN_TAP_DOWN_IN, s->hb, T, ffn);
+    if (tap && s->tap_stop == 1 + KN_TAP_DOWN_IN)
+        return;
     linears(pool, s, s->hb, T, ffn, s->hb2, ffn, 1,
             (const kn_matrix *const[]){&w->w_down}, (float *const[]){s->xb},
             (const float *const[]){w->b_down});

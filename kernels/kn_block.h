@@ -99,6 +99,11 @@ typedef struct kn_block_scratch {
                                    activations (kn_qdot.h), the runtime's
                                    choice; 0: float activations (exact
                                    work: calibration, eval) */
+    int tap_stop;               /* 1 + a kn_tap_point: with a tap, return
+                                   right after calling it there (x is then
+                                   partly updated: a calibration pass that
+                                   needs no later input); 0: the whole
+                                   block */
 } kn_block_scratch;
 
 /* Where the tap is called: the input of each group of linears that share

@@ -1,9 +1,13 @@
 /* kn_gram.c - blocked Gram sums (see kn_gram.h): packing, the threads, the
  * scalar tile and the double references. */
 #include "kn_gram.h"
+#include "kn_stats_bytes.h"
 
 #include <math.h>
 #include <string.h>
+
+_Static_assert(KN_GRAM_KC == KN_STATS_CHUNK,
+               "the GPU statistics chunk is the CPU's (kn_stats_bytes.h)");
 
 /* Work (multiply-adds) below which a chunk stays on the calling thread:
  * about 50 us of one core.  Waking the pool costs microseconds on an idle

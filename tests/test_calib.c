@@ -128,6 +128,59 @@ static void test_calib_threads_do_not_change_the_result(void **state)
     tu_fixture_close(m, path, tok, off);
 }
 
+/* The statistics stages (cmp_calib_opts.stages): 4 (the default, each
+ * group from the block with the groups before it quantized) gives the
+ * result of stages 0; 2 and 1 (fewer passes: attention then MLP; all from
+ * the float block) still calibrate (every linear within 2x of the
+ * default's summed error, the held-out KLD within 2x), with and without
+ * the rotation (best's AWQ pre-scaling of down rescales the statistics
+ * collected with the fold when down is in the first stage). */
+static void test_calib_stages_trade_passes_for_order(void **state)
+{
+    (void)state;
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
+    static const uint32_t stages[4] = {0, 4, 2, 1};
+    for (int rot = 0; rot < 2; rot++) {
+        double sum[4], kld[4];
+        cmp_calib_result *r0 = NULL;
+        for (int k = 0; k < 4; k++) {
+            cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
+            o.rotate = rot;
+            o.stages = stages[k];
+            cmp_calib_result *r = NULL;
+            assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r, NULL), MC_OK);
+            sum[k] = 0.0;
+            for (size_t i = 0; i < (size_t)r->layers * CMP_LIN_COUNT; i++)
+                sum[k] += r->t[i].err;
+            kld[k] = r->heldout.kld_mean;
+            if (k == 0) {
+                r0 = r;
+                continue;
+            }
+            if (k == 1) /* 4 stages is the default, bit for bit */
+                for (size_t i = 0; i < (size_t)r->layers * CMP_LIN_COUNT; i++) {
+                    const cmp_calib_tensor *a = &r0->t[i], *b = &r->t[i];
+                    assert_true(a->err == b->err);
+                    assert_memory_equal(a->q.data, b->q.data,
+                                        kn_wformat_data_bytes(a->fmt, a->q.rows, a->q.cols));
+                }
+            cmp_calib_result_free(r);
+        }
+        cmp_calib_result_free(r0);
+        print_message("rotate %d: summed error / KLD by stages 4 %.4f / %.4f, "
+                      "2 %.4f / %.4f, 1 %.4f / %.4f\n", rot, sum[1], kld[1],
+                      sum[2], kld[2], sum[3], kld[3]);
+        for (int k = 2; k < 4; k++) {
+            assert_true(sum[k] < 2.0 * sum[1]);
+            assert_true(kld[k] < 2.0 * kld[1] + 1e-6);
+        }
+    }
+    tu_fixture_close(m, path, tok, off);
+}
+
 /* Every linear kept float through the per-tensor formats: the result
  * reproduces the reference exactly (KLD 0); with the rotation
  * (cmp_rotate.h) too, to float32 rounding: the rotated model computes the
@@ -203,8 +256,12 @@ static void test_calib_rejects_bad_options(void **state)
     o.heldout = 2;
     assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
     assert_null(r);
-    tok[3] = 100000;
     o.heldout = 0;
+    o.stages = 3; /* statistics stages are 1, 2 or 4 */
+    assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
+    assert_string_equal(e.field, "stages");
+    o.stages = 0;
+    tok[3] = 100000;
     assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
     assert_string_equal(e.field, "position 3");
     tu_fixture_close(m, path, tok, off);
@@ -385,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_calib_fixture_qwen2_bias_int8),
         cmocka_unit_test(test_calib_all_float_is_identity),
         cmocka_unit_test(test_calib_threads_do_not_change_the_result),
+        cmocka_unit_test(test_calib_stages_trade_passes_for_order),
         cmocka_unit_test(test_calib_rotation_keeps_function),
         cmocka_unit_test(test_calib_rejects_bad_options),
         cmocka_unit_test(test_auto_precision_fits_target),

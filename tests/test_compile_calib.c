@@ -216,23 +216,24 @@ static const char *tensor_format(const json_t *man, const char *name)
 }
 
 /* With --calib the model is rotated (cmp_rotate.h): the manifest says so,
- * a tied model (qwen2) gets an untied float lm_head and the artifact still
+ * a tied model (qwen2) gets an untied lm_head, int8 like the linears (the
+ * report's weights by part say so and add up), and the artifact still
  * computes the model; --no-rotate keeps it tied; --lm-head picks the
- * output layer's format and is refused where the output layer is the
- * embedding. */
+ * output layer's format (f32: the float one) and is refused where the
+ * output layer is the embedding. */
 static void test_compile_calib_rotation_unties_and_records(void **state)
 {
     (void)state;
     char *model = tu_fmt("%s/qwen2", MC_FIXTURE_DIR);
     char *rot = tu_fmt("%s/qwen2-rot.mca", g_dir);
     char *plain = tu_fmt("%s/qwen2-norot.mca", g_dir);
-    char *lm8 = tu_fmt("%s/qwen2-lm8.mca", g_dir);
+    char *lm8 = tu_fmt("%s/qwen2-lm32.mca", g_dir);
     char *a1 = tu_fmt("%s --target 64MiB --quant int8 --calib %s -o %s", model,
                       g_ids, rot);
     char *a2 = tu_fmt("%s --target 64MiB --quant int8 --calib %s --no-rotate "
                       "-o %s", model, g_ids, plain);
     char *a3 = tu_fmt("%s --target 64MiB --quant int8 --calib %s --lm-head "
-                      "int8 -o %s", model, g_ids, lm8);
+                      "f32 -o %s", model, g_ids, lm8);
     compile_ok(a1);
     compile_ok(a2);
     compile_ok(a3);
@@ -244,14 +245,14 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     assert_true(json_is_false(json_object_get(json_object_get(m1, "config"),
                                               "tie_word_embeddings")));
     assert_non_null(tensor_format(m1, "lm_head.weight"));
-    /* a float32 checkpoint keeps a float32 output layer */
-    assert_string_equal(tensor_format(m1, "lm_head.weight"), "f32");
+    /* quantized linears: the untied output layer in int8, not float */
+    assert_string_equal(tensor_format(m1, "lm_head.weight"), "q8");
     assert_true(json_is_null(json_object_get(json_object_get(m2, "calibration"),
                                              "rotation")));
     assert_true(json_is_true(json_object_get(json_object_get(m2, "config"),
                                              "tie_word_embeddings")));
     assert_null(tensor_format(m2, "lm_head.weight"));
-    assert_string_equal(tensor_format(m3, "lm_head.weight"), "q8");
+    assert_string_equal(tensor_format(m3, "lm_head.weight"), "f32");
     /* both compute the model: small KLD against the float fixture */
     double k1 = eval_kld(rot, model, g_ids), k2 = eval_kld(plain, model, g_ids);
     print_message("qwen2 int8 KLD: rotated %.3g, not rotated %.3g\n", k1, k2);
@@ -276,6 +277,20 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
         assert_non_null(j);
         json_t *p = k ? json_object_get(j, "plan") : j;
         totals[k] = json_integer_value(json_object_get(p, "total_bytes"));
+        if (k) { /* the weights by part add up; the output layer is int8 */
+            json_t *pb = json_object_get(j, "part_bytes");
+            json_int_t sum = 0;
+            static const char *const parts[4] = {"embeddings", "lm_head",
+                                                 "linears", "other"};
+            for (int i = 0; i < 4; i++) {
+                json_int_t b = json_integer_value(json_object_get(pb, parts[i]));
+                assert_true(b > 0);
+                sum += b;
+            }
+            assert_int_equal(sum, json_integer_value(json_object_get(j, "weights_bytes")));
+            assert_string_equal(json_string_value(json_object_get(pb, "lm_head_format")),
+                                "q8");
+        }
         json_decref(j);
         free(out);
         free(c);

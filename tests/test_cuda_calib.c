@@ -1,7 +1,10 @@
 /* test_cuda_calib.c - calibration statistics on the GPU (cmp_gpu_stats.h,
  * kernels/cuda/stats.cu) against the CPU path: the sums Hq, Hf and C agree
- * to 1e-12 relative, and a whole calibration with --calib-device cuda
- * matches the CPU one (summed error to 1e-6 relative, same quality).
+ * to 1e-5 of the largest value (both are float products over 128-token
+ * chunks added in double, in different orders: each element carries one
+ * chunk-long float dot product's error), and a whole calibration with
+ * --calib-device cuda matches the CPU one (summed error to 1e-3 relative,
+ * held-out KLD to 2 %).
  * Without a device (or CUDA) the GPU path is refused with a message and
  * the comparisons skip, saying so. */
 #include <stdarg.h>
@@ -107,7 +110,7 @@ static void test_cuda_calib_sums_match_cpu(void **state)
             worst = fmax(worst, fabs(c[(size_t)i * cols + j] - gc[(size_t)i * cols + j]));
         }
     printf("# CPU vs GPU sums: max |diff| %.3g of max |value| %.3g\n", worst, scale);
-    assert_true(worst <= 1e-12 * scale);
+    assert_true(worst <= 1e-5 * scale);
     cmp_gpu_stats_free(gs);
     cmp_hessian_free(&hq);
     cmp_hessian_free(&hf);
@@ -153,7 +156,7 @@ static void test_cuda_calib_matches_cpu_calibration(void **state)
     double eg = calibrate(m, tok, off, 12, 1, &rg);
     printf("# summed error CPU %.9f GPU %.9f; held-out KLD %.6f / %.6f\n", ec, eg,
            rc.kld_mean, rg.kld_mean);
-    assert_true(fabs(ec - eg) <= 1e-6 * ec);
+    assert_true(fabs(ec - eg) <= 1e-3 * ec);
     assert_true(fabs(rc.kld_mean - rg.kld_mean) <= 0.02 * rc.kld_mean + 1e-9);
     tu_fixture_close(m, path, tok, off);
 }

@@ -1074,6 +1074,51 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
     free(X);
 }
 
+/* A factor made once and given to quantize (the linears of a group share
+ * it) gives exactly quantize's own result, with and without act-order, at
+ * int8 and int4; a factor of another width or order is refused. */
+static void test_gptq_shared_factor_gives_identical_codes(void **state)
+{
+    (void)state;
+    uint32_t rows = 24, cols = 96;
+    size_t T = 256;
+    float *X = correlated_inputs(T, cols);
+    float *w = rand_w(rows, cols);
+    cmp_hessian h;
+    hessian_of(&h, X, T, cols);
+    static const kn_wformat fmts[2] = {KN_W_Q8, KN_W_Q4};
+    for (int fi = 0; fi < 2; fi++)
+        for (int ao = 0; ao < 2; ao++) {
+            qm a, b;
+            qm_init(&a, fmts[fi], rows, cols, 32);
+            qm_init(&b, fmts[fi], rows, cols, 32);
+            cmp_gptq_opts o = {0.01, ao, 128, 1};
+            double da = 0.0, db = 0.0;
+            assert_int_equal(cmp_gptq_quantize(w, &h, &o, &a.b, NULL, &da, NULL), MC_OK);
+            cmp_gptq_factor f;
+            assert_int_equal(cmp_gptq_factor_make(&h, 0.01, ao, NULL, NULL, &f, NULL),
+                             MC_OK);
+            o.factor = &f;
+            assert_int_equal(cmp_gptq_quantize(w, &h, &o, &b.b, NULL, &db, NULL), MC_OK);
+            assert_true(da == db);
+            assert_memory_equal(a.b.data, b.b.data,
+                                kn_wformat_data_bytes(fmts[fi], rows, cols));
+            assert_memory_equal(a.b.scales, b.b.scales,
+                                kn_wformat_scale_bytes(fmts[fi], rows, cols, a.b.group));
+            o.act_order = !ao; /* a factor of the other order */
+            mc_error e;
+            assert_int_equal(cmp_gptq_quantize(w, &h, &o, &b.b, NULL, NULL, &e),
+                             MC_ERR_INVALID_ARG);
+            cmp_gptq_factor_free(&f);
+            cmp_gptq_factor_free(&f); /* twice: a no-op */
+            qm_free(&a);
+            qm_free(&b);
+        }
+    cmp_hessian_free(&h);
+    free(X);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1093,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_gptq_row_chunks_give_identical_results),
         cmocka_unit_test(test_gptq_keep_params_reproduces_codes),
         cmocka_unit_test(test_gptq_work_bytes_match_measured_peak),
+        cmocka_unit_test(test_gptq_shared_factor_gives_identical_codes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,6 +58,11 @@ typedef cublasStatus_t (*dsyrk_fn)(cublasHandle_t, cublasFillMode_t,
                                    cublasOperation_t, int, int,
                                    const double *, const double *, int,
                                    const double *, double *, int);
+typedef cublasStatus_t (*sgemm_fn)(cublasHandle_t, cublasOperation_t,
+                                   cublasOperation_t, int, int, int,
+                                   const float *, const float *, int,
+                                   const float *, int, const float *,
+                                   float *, int);
 typedef cublasStatus_t (*gemm_ex_fn)(cublasHandle_t, cublasOperation_t,
                                      cublasOperation_t, int, int, int,
                                      const void *, const void *,
@@ -79,6 +84,7 @@ static struct {
     dgemm_fn dgemm;
     dsyrk_fn dsyrk;
     gemm_ex_fn gemm_ex;
+    sgemm_fn sgemm;
     char why[512];             /* why loading failed ("" when it worked) */
 } g_blas;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -106,7 +112,7 @@ static void load(void)
                  "cuBLAS could not be loaded: %s", e ? e : KN_CUBLAS_SONAME);
         return;
     }
-    void *p[10];
+    void *p[11];
     int ok = find(lib, "cublasCreate_v2", &p[0]) &&
              find(lib, "cublasDestroy_v2", &p[1]) &&
              find(lib, "cublasSetStream_v2", &p[2]) &&
@@ -116,7 +122,8 @@ static void load(void)
              find(lib, "cublasSaxpy_v2", &p[6]) &&
              find(lib, "cublasDgemm_v2", &p[7]) &&
              find(lib, "cublasDsyrk_v2", &p[8]) &&
-             find(lib, "cublasGemmEx", &p[9]);
+             find(lib, "cublasGemmEx", &p[9]) &&
+             find(lib, "cublasSgemm_v2", &p[10]);
     if (!ok) {
         dlclose(lib);
         return;
@@ -134,6 +141,7 @@ static void load(void)
     memcpy(&g_blas.dgemm, &p[7], sizeof p[7]);
     memcpy(&g_blas.dsyrk, &p[8], sizeof p[8]);
     memcpy(&g_blas.gemm_ex, &p[9], sizeof p[9]);
+    memcpy(&g_blas.sgemm, &p[10], sizeof p[10]);
 }
 
 /* 1 when cuBLAS is loaded (loading it now on the first call). */
@@ -207,6 +215,20 @@ cublasStatus_t CUBLASWINAPI cublasDgemm_v2(cublasHandle_t handle,
                                            int ldc)
 {
     return ready() ? g_blas.dgemm(handle, transa, transb, m, n, k, alpha, A,
+                                  lda, B, ldb, beta, C, ldc)
+                   : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t CUBLASWINAPI cublasSgemm_v2(cublasHandle_t handle,
+                                           cublasOperation_t transa,
+                                           cublasOperation_t transb, int m,
+                                           int n, int k, const float *alpha,
+                                           const float *A, int lda,
+                                           const float *B, int ldb,
+                                           const float *beta, float *C,
+                                           int ldc)
+{
+    return ready() ? g_blas.sgemm(handle, transa, transb, m, n, k, alpha, A,
                                   lda, B, ldb, beta, C, ldc)
                    : CUBLAS_STATUS_NOT_INITIALIZED;
 }

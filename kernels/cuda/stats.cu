@@ -1,7 +1,11 @@
 /* stats.cu - calibration statistics on the GPU (kn_cuda.h): X^T X and the
- * cross term in double with cuBLAS.  Row-major [i][j] of a cols x cols sum
- * is column-major element (j, i): Hq row-major upper is cuBLAS's LOWER
- * triangle of Xq_c Xq_c^T (Xq_c: the row-major [T][cols] X read as a
+ * cross term as FLOAT cuBLAS products over chunks of KN_STATS_CHUNK tokens,
+ * each chunk's float sums added to double sums (the CPU design of
+ * kernels/kn_gram.h): a consumer card computes doubles at 1/32-1/64 of its
+ * float rate, and the error stays that of one chunk-long float dot
+ * product however many tokens are summed.  Row-major [i][j] of a cols x
+ * cols sum is column-major element (j, i): Hq row-major upper is cuBLAS's
+ * LOWER triangle of Xq_c Xq_c^T (Xq_c: the row-major [T][cols] X read as a
  * column-major cols x T matrix), and C = Xf^T Xq row-major is Xq_c Xf_c^T
  * column-major. */
 #include <cublas_v2.h>
@@ -15,9 +19,10 @@ struct kn_cuda_stats {
     size_t max_T;
     int full;
     cublasHandle_t blas;
-    double *hq, *hf, *c;     /* [cols][cols] */
-    double *xq, *xf;         /* [max_T][cols] double copies */
-    float *stage;            /* [max_T][cols] the upload */
+    double *hq, *hf, *c;     /* [cols][cols] double sums */
+    float *part;             /* one chunk's float product, a panel of
+                                KN_STATS_PANEL columns (kn_stats_bytes.h) */
+    float *xq, *xf;          /* [max_T][cols] the uploaded chunks (float) */
     size_t tf;               /* tokens in xf (from the last add_f) */
 };
 
@@ -32,11 +37,22 @@ extern "C" uint64_t kn_cuda_stats_device_bytes(uint32_t cols, size_t max_T,
     return kn_stats_device_bytes(cols, max_T, full);
 }
 
-__global__ void kn_f32_to_f64_kernel(const float *x, double *out, size_t n)
+/* One panel's float product into the double sum: part is the column-major
+ * rows x ncols block (ld rows) at (row0, col0) of the n x n column-major
+ * sum; lower 1 adds only its elements on or below the diagonal (row >=
+ * col: the triangle that is kept). */
+__global__ void kn_stats_accumulate_kernel(double *sum, const float *part,
+                                           uint32_t n, uint32_t row0,
+                                           uint32_t col0, uint32_t rows,
+                                           uint32_t ncols, int lower)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = (double)x[i];
+    size_t total = (size_t)rows * ncols;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        size_t row = row0 + e % rows, col = col0 + e / rows;
+        if (!lower || row >= col)
+            sum[col * n + row] += (double)part[e];
+    }
 }
 
 static unsigned stats_grid(size_t n)
@@ -52,17 +68,17 @@ extern "C" void kn_cuda_stats_free(kn_cuda_stats *s)
     cudaFree(s->hq);
     cudaFree(s->hf);
     cudaFree(s->c);
+    cudaFree(s->part);
     cudaFree(s->xq);
     cudaFree(s->xf);
-    cudaFree(s->stage);
     if (s->blas)
         cublasDestroy(s->blas);
     free(s);
 }
 
-static mc_status zeroed(double **p, uint64_t bytes)
+static mc_status zeroed(void **p, uint64_t bytes)
 {
-    if (cudaMalloc((void **)p, (size_t)bytes) != cudaSuccess) {
+    if (cudaMalloc(p, (size_t)bytes) != cudaSuccess) {
         *p = NULL;
         (void)cudaGetLastError();
         return MC_ERR_CUDA;
@@ -82,26 +98,23 @@ extern "C" mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T,
     s->cols = cols;
     s->max_T = max_T;
     s->full = full;
-    uint64_t x = (uint64_t)max_T * cols;
+    uint64_t x = (uint64_t)max_T * cols * sizeof(float);
+    uint64_t part = kn_stats_part_bytes(cols);
     mc_status st = cublasCreate(&s->blas) == CUBLAS_STATUS_SUCCESS ? MC_OK : MC_ERR_CUDA;
     if (st != MC_OK)
         s->blas = NULL;
     if (st == MC_OK)
-        st = zeroed(&s->hq, sq_bytes(cols));
+        st = zeroed((void **)&s->hq, sq_bytes(cols));
     if (st == MC_OK)
-        st = zeroed(&s->xq, x * sizeof(double));
+        st = zeroed((void **)&s->part, part);
+    if (st == MC_OK)
+        st = zeroed((void **)&s->xq, x);
     if (st == MC_OK && full)
-        st = zeroed(&s->hf, sq_bytes(cols));
+        st = zeroed((void **)&s->hf, sq_bytes(cols));
     if (st == MC_OK && full)
-        st = zeroed(&s->c, sq_bytes(cols));
+        st = zeroed((void **)&s->c, sq_bytes(cols));
     if (st == MC_OK && full)
-        st = zeroed(&s->xf, x * sizeof(double));
-    if (st == MC_OK &&
-        cudaMalloc((void **)&s->stage, (size_t)(x * sizeof(float))) != cudaSuccess) {
-        s->stage = NULL;
-        (void)cudaGetLastError();
-        st = MC_ERR_CUDA;
-    }
+        st = zeroed((void **)&s->xf, x);
     if (st != MC_OK) {
         kn_cuda_stats_free(s);
         return st;
@@ -110,25 +123,67 @@ extern "C" mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T,
     return MC_OK;
 }
 
-/* Upload T rows of host x into dst (double, on the device). */
-static mc_status upload(kn_cuda_stats *s, const float *x, size_t T, double *dst)
+static mc_status upload(kn_cuda_stats *s, const float *x, size_t T, float *dst)
 {
-    size_t n = T * s->cols;
-    if (cudaMemcpy(s->stage, x, n * sizeof(float), cudaMemcpyHostToDevice) !=
-        cudaSuccess)
-        return MC_ERR_CUDA;
-    kn_f32_to_f64_kernel<<<stats_grid(n), 256>>>(s->stage, dst, n);
+    return cudaMemcpy(dst, x, T * s->cols * sizeof(float),
+                      cudaMemcpyHostToDevice) == cudaSuccess ? MC_OK : MC_ERR_CUDA;
+}
+
+/* Add the panel in part (rows x ncols at (row0, col0)) to sum. */
+static mc_status fold(kn_cuda_stats *s, double *sum, uint32_t row0, uint32_t col0,
+                      uint32_t rows, uint32_t ncols, int lower)
+{
+    kn_stats_accumulate_kernel<<<stats_grid((size_t)rows * ncols), 256>>>(
+        sum, s->part, s->cols, row0, col0, rows, ncols, lower);
     return kn_cuda_launched();
 }
 
-/* H += X^T X for X (device double, T rows) into H's row-major upper. */
-static mc_status syrk(kn_cuda_stats *s, const double *X, size_t T, double *H)
+/* H += X^T X for X (device float, T rows), chunk by chunk and in panels of
+ * KN_STATS_PANEL columns: panel [c0, c1) is the float product of rows c0..
+ * (the lower trapezoid, column-major, i.e. the row-major upper triangle
+ * and what lies beside it) with its own columns. */
+static mc_status syrk(kn_cuda_stats *s, const float *X, size_t T, double *H)
 {
-    const double one = 1.0;
-    int n = (int)s->cols, k = (int)T;
-    return cublasDsyrk(s->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, n, k, &one,
-                       X, n, &one, H, n) == CUBLAS_STATUS_SUCCESS
-               ? MC_OK : MC_ERR_CUDA;
+    const float one = 1.0f, zero = 0.0f;
+    uint32_t n = s->cols;
+    for (size_t t0 = 0; t0 < T; t0 += KN_STATS_CHUNK) {
+        int k = (int)(T - t0 < KN_STATS_CHUNK ? T - t0 : KN_STATS_CHUNK);
+        const float *Xc = X + t0 * n;
+        for (uint32_t c0 = 0; c0 < n; c0 += KN_STATS_PANEL) {
+            uint32_t nc = n - c0 < KN_STATS_PANEL ? n - c0 : KN_STATS_PANEL;
+            uint32_t rows = n - c0;
+            if (cublasSgemm(s->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)rows, (int)nc, k,
+                            &one, Xc + c0, (int)n, Xc + c0, (int)n, &zero, s->part,
+                            (int)rows) != CUBLAS_STATUS_SUCCESS)
+                return MC_ERR_CUDA;
+            mc_status st = fold(s, H, c0, c0, rows, nc, 1);
+            if (st != MC_OK)
+                return st;
+        }
+    }
+    return MC_OK;
+}
+
+/* C += Xf^T Xq (row-major; column-major Xq_c Xf_c^T), chunk by chunk, in
+ * panels of KN_STATS_PANEL column-major columns. */
+static mc_status cross(kn_cuda_stats *s, size_t T)
+{
+    const float one = 1.0f, zero = 0.0f;
+    uint32_t n = s->cols;
+    for (size_t t0 = 0; t0 < T; t0 += KN_STATS_CHUNK) {
+        int k = (int)(T - t0 < KN_STATS_CHUNK ? T - t0 : KN_STATS_CHUNK);
+        for (uint32_t c0 = 0; c0 < n; c0 += KN_STATS_PANEL) {
+            uint32_t nc = n - c0 < KN_STATS_PANEL ? n - c0 : KN_STATS_PANEL;
+            if (cublasSgemm(s->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)n, (int)nc, k,
+                            &one, s->xq + t0 * n, (int)n, s->xf + t0 * n + c0,
+                            (int)n, &zero, s->part, (int)n) != CUBLAS_STATUS_SUCCESS)
+                return MC_ERR_CUDA;
+            mc_status st = fold(s, s->c, 0, c0, n, nc, 0);
+            if (st != MC_OK)
+                return st;
+        }
+    }
+    return MC_OK;
 }
 
 extern "C" mc_status kn_cuda_stats_add_f(kn_cuda_stats *s, const float *xf,
@@ -155,13 +210,8 @@ extern "C" mc_status kn_cuda_stats_add_q(kn_cuda_stats *s, const float *xq,
     mc_status st = upload(s, xq, T, s->xq);
     if (st == MC_OK)
         st = syrk(s, s->xq, T, s->hq);
-    if (st == MC_OK && s->full) {
-        const double one = 1.0;
-        int n = (int)s->cols, k = (int)T;
-        if (cublasDgemm(s->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &one, s->xq, n,
-                        s->xf, n, &one, s->c, n) != CUBLAS_STATUS_SUCCESS)
-            st = MC_ERR_CUDA;
-    }
+    if (st == MC_OK && s->full)
+        st = cross(s, T);
     return st;
 }
 

@@ -1,0 +1,389 @@
+/* cmp_gptq_fit.c - least-squares fits around GPTQ: the retarget to the
+ * full-precision outputs and the refit of the group scales (see
+ * cmp_gptq.h). */
+#include "cmp_gptq.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmp_gptq_internal.h"
+#include "cmp_lanes.h"
+#include "cmp_par.h"
+#include "kn_gram.h"
+#include "mc_alloc.h"
+
+uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols, int threads)
+{
+    uint64_t n = cols, T = threads > 1 ? threads : 1;
+    return req(n * n * sizeof(double)) +
+           req(T * 2 * n * CMP_RETARGET_ROWS * sizeof(double));
+}
+
+typedef struct retarget_job {
+    const double *A; /* L in the lower triangle, L^T mirrored above */
+    const double *c;
+    const float *w;
+    float *out;
+    double *z;       /* [threads][2 * cols * CMP_RETARGET_ROWS] */
+    size_t n;
+} retarget_job;
+
+/* Rows [r0, r1), B at a time, interleaved (x[j * B + r]): each pass over C
+ * and L serves all of them, and their sums are independent chains.  Every
+ * row's own operations, and their order, are those of the row alone; the
+ * unused lanes of a short last block solve for zeros. */
+static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    enum { B = CMP_RETARGET_ROWS };
+    const retarget_job *jb = ctx;
+    size_t n = jb->n;
+    const double *A = jb->A, *c = jb->c;
+    double *b = jb->z + (size_t)slot * 2 * n * B, *y = b + n * B;
+    for (uint32_t rb = r0; rb < r1; rb += B) {
+        uint32_t nr = r1 - rb < B ? r1 - rb : B;
+        const float *wb = jb->w + (size_t)rb * n;
+        /* b = C^T w_r; a zero w_ri adds nothing (as in the one-row sum) */
+        for (size_t j = 0; j < n * B; j++)
+            b[j] = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            const double *ci = c + i * n;
+            double wi[B];
+            int live = 0;
+            for (uint32_t r = 0; r < B; r++) {
+                wi[r] = r < nr ? wb[(size_t)r * n + i] : 0.0;
+                live += wi[r] != 0.0;
+            }
+            if (live == B) {
+                cmp_lanes_axpy(b, wi, ci, n);
+            } else if (live) {
+                for (uint32_t r = 0; r < B; r++)
+                    if (wi[r] != 0.0)
+                        for (size_t j = 0; j < n; j++)
+                            b[j * B + r] += wi[r] * ci[j];
+            }
+        }
+        /* Solve L L^T x = b. */
+        for (size_t i = 0; i < n; i++) {
+            double t[B];
+            for (uint32_t r = 0; r < B; r++)
+                t[r] = b[i * B + r];
+            const double *li = A + i * n;
+            cmp_lanes_dot(t, -1.0, li, y, B, 1, 0, i);
+            for (uint32_t r = 0; r < B; r++)
+                y[i * B + r] = t[r] / li[i];
+        }
+        for (size_t i = n; i-- > 0;) {
+            double t[B];
+            for (uint32_t r = 0; r < B; r++)
+                t[r] = y[i * B + r];
+            const double *ui = A + i * n;
+            cmp_lanes_dot(t, -1.0, ui, b, B, 1, i + 1, n);
+            for (uint32_t r = 0; r < B; r++)
+                b[i * B + r] = t[r] / ui[i];
+        }
+        for (uint32_t r = 0; r < nr; r++)
+            for (size_t j = 0; j < n; j++)
+                jb->out[(size_t)(rb + r) * n + j] = (float)b[j * B + r];
+    }
+}
+
+mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
+                            const float *w, uint32_t rows, double damp,
+                            float *out, kn_pool *pool, mc_error *err)
+{
+    enum { B = CMP_RETARGET_ROWS };
+    _Static_assert(CMP_RETARGET_ROWS == CMP_LANES, "one row per lane");
+    size_t n = hq->cols;
+    int T = cmp_par_threads(pool);
+    double *A = mc_malloc_array(n * n, sizeof(double));
+    double *z = mc_malloc_array((size_t)T * 2 * n * B, sizeof(double));
+    if (!A || !z) {
+        mc_free(A);
+        mc_free(z);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, "retarget", -1,
+                       "cannot allocate %zu x %zu doubles", n, n);
+    }
+    double mean = 0.0;
+    for (size_t j = 0; j < n; j++)
+        mean += hdiag(hq, j);
+    mean /= (double)n;
+    if (!(mean > 0.0))
+        mean = 1.0;
+    if (damp <= 0.0)
+        damp = 0.01;
+    int ok = 0;
+    for (int attempt = 0; attempt < 7 && !ok; attempt++) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j <= i; j++)
+                A[i * n + j] = hsym(hq, i, j) + (i == j ? damp * mean : 0.0);
+        if (cmp_gptq_cholesky_lower(A, n, pool) == 0)
+            ok = 1;
+        else
+            damp *= 10.0;
+    }
+    if (!ok) {
+        mc_free(A);
+        mc_free(z);
+        return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
+                       "input Hessian is not positive definite");
+    }
+    /* L^T into the upper triangle, so that the back substitution reads
+     * rows (the same values in the same order as walking L's columns). */
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            A[i * n + k] = A[k * n + i];
+    retarget_job j = {A, c, w, out, z, n};
+    cmp_par_rows(pool, rows, B, retarget_rows, &j);
+    mc_free(A);
+    mc_free(z);
+    return MC_OK;
+}
+
+/* Solve the symmetric positive (semi)definite system M x = b in place
+ * (x in b) by Cholesky with a tiny ridge; 0 on success, -1 if it is not
+ * positive definite even so. */
+static int spd_solve(double *M, double *b, uint32_t n)
+{
+    double tr = 0.0;
+    for (uint32_t i = 0; i < n; i++)
+        tr += M[(size_t)i * n + i];
+    double ridge = 1e-10 * (tr > 0.0 ? tr / n : 1.0);
+    for (uint32_t i = 0; i < n; i++)
+        M[(size_t)i * n + i] += ridge;
+    for (uint32_t j = 0; j < n; j++) {
+        double d = M[(size_t)j * n + j];
+        for (uint32_t k = 0; k < j; k++)
+            d -= M[(size_t)j * n + k] * M[(size_t)j * n + k];
+        if (!(d > 0.0))
+            return -1;
+        d = sqrt(d);
+        M[(size_t)j * n + j] = d;
+        for (uint32_t i = j + 1; i < n; i++) {
+            double s = M[(size_t)i * n + j];
+            for (uint32_t k = 0; k < j; k++)
+                s -= M[(size_t)i * n + k] * M[(size_t)j * n + k];
+            M[(size_t)i * n + j] = s / d;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) { /* L y = b */
+        double s = b[i];
+        for (uint32_t k = 0; k < i; k++)
+            s -= M[(size_t)i * n + k] * b[k];
+        b[i] = s / M[(size_t)i * n + i];
+    }
+    for (uint32_t i = n; i-- > 0;) { /* L^T x = y */
+        double s = b[i];
+        for (uint32_t k = i + 1; k < n; k++)
+            s -= M[(size_t)k * n + i] * b[k];
+        b[i] = s / M[(size_t)i * n + i];
+    }
+    return 0;
+}
+
+/* -2 s^T rhs + s^T M s: the row's output error up to the constant
+ * w^T H w, for scales s [n] (M [n][n] full). */
+static double scale_objective(const double *M, const double *rhs,
+                              const double *s, uint32_t n)
+{
+    double e = 0.0;
+    for (uint32_t g = 0; g < n; g++) {
+        double t = 0.0;
+        for (uint32_t k = 0; k < n; k++)
+            t += M[(size_t)g * n + k] * s[k];
+        e += s[g] * (t - 2.0 * rhs[g]);
+    }
+    return e;
+}
+
+/* One thread's refit work space (cmp_gptq_refit_work_bytes per set). */
+typedef struct refit_ws {
+    double *hw, *a, *wd, *M, *Mc, *rhs, *s, *s0;
+    cmp_qparam *p0;
+} refit_ws;
+
+uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups, int threads)
+{
+    uint64_t K = cols, G = groups, B = CMP_LANES, T = threads > 1 ? threads : 1;
+    return T * (3 * req(K * B * sizeof(double)) +    /* hw, a, wd */
+                req(G * G * B * sizeof(double)) +    /* M, one per lane */
+                req(G * G * sizeof(double)) +        /* Mc */
+                3 * req(G * sizeof(double)) +        /* rhs, s, s0 */
+                req(G * B * sizeof(cmp_qparam))) +   /* p0 */
+           T * sizeof(refit_ws);                     /* the sets' table */
+}
+
+/* The refit's sums for one block of nr <= CMP_LANES rows starting at r0,
+ * each row on its own lane (lanes past nr see zero codes and weights):
+ * M_gk = a_g^T H a_k into M + lane * G * G and hw = H w interleaved
+ * (hw[j * CMP_LANES + lane]), in one pass over the stored upper triangle,
+ * row by row (contiguous): each off-diagonal H_ij counts for (i, j) and
+ * (j, i).  a, wd: the codes at unit scale and the weights, interleaved.
+ * Every lane's sums are formed in the order of its row alone. */
+static void refit_sums(const cmp_hessian *h, uint32_t span, uint32_t G,
+                       const double *a, const double *wd, double *M,
+                       double *hw)
+{
+    enum { B = CMP_LANES };
+    uint32_t K = h->cols;
+    memset(M, 0, (size_t)G * G * B * sizeof(double));
+    memset(hw, 0, (size_t)K * B * sizeof(double));
+    for (uint32_t i = 0; i < K; i++) {
+        const double *Ui = hrow(h, i);
+        uint32_t gi = i / span;
+        const double *ai = a + (size_t)i * B, *wi = wd + (size_t)i * B;
+        double hwi[B];
+        for (uint32_t r = 0; r < B; r++) {
+            hwi[r] = Ui[i] * wi[r];
+            M[(size_t)r * G * G + (size_t)gi * G + gi] += Ui[i] * ai[r] * ai[r];
+        }
+        for (uint32_t j0 = i + 1; j0 < K;) {
+            uint32_t gj = j0 / span;
+            uint32_t j1 = (gj + 1) * span < K ? (gj + 1) * span : K;
+            double sa[B] = {0};
+            cmp_lanes_dot(sa, 1.0, Ui, a, B, 1, j0, j1);
+            cmp_lanes_dot(hwi, 1.0, Ui, wd, B, 1, j0, j1);
+            cmp_lanes_axpy(hw + (size_t)j0 * B, wi, Ui + j0, j1 - j0);
+            for (uint32_t r = 0; r < B; r++) {
+                double *Mr = M + (size_t)r * G * G;
+                Mr[(size_t)gi * G + gj] += ai[r] * sa[r];
+                Mr[(size_t)gj * G + gi] += ai[r] * sa[r];
+            }
+            j0 = j1;
+        }
+        for (uint32_t r = 0; r < B; r++)
+            hw[(size_t)i * B + r] += hwi[r];
+    }
+}
+
+mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
+                                 mc_error *err)
+{
+    mc_status st = cmp_qbuf_check(q, err);
+    if (st != MC_OK)
+        return st;
+    if (h->cols != q->cols)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "hessian", -1,
+                       "Hessian width %u, matrix width %u", h->cols, q->cols);
+    return MC_OK;
+}
+
+typedef struct refit_job {
+    const float *w;
+    const cmp_hessian *h;
+    cmp_qbuf *q;
+    refit_ws *ws; /* [threads] */
+} refit_job;
+
+/* Refit rows [r0, r1), CMP_LANES at a time. */
+static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    enum { B = CMP_LANES };
+    const refit_job *j = ctx;
+    const refit_ws *x = &j->ws[slot];
+    cmp_qbuf *q = j->q;
+    const float *w = j->w;
+    uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
+    for (uint32_t rb = r0; rb < r1; rb += B) {
+        uint32_t nr = r1 - rb < B ? r1 - rb : B;
+        /* a: the codes at unit scale (group g holds columns g*span ..) */
+        for (uint32_t r = 0; r < B; r++)
+            for (uint32_t g = 0; g < G; g++) {
+                cmp_qparam pg = {0.0f, 0};
+                if (r < nr)
+                    pg = cmp_qbuf_get_param(q, rb + r, g);
+                x->p0[(size_t)r * G + g] = pg;
+                uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
+                for (uint32_t c = g * span; c < c1; c++) {
+                    size_t at = (size_t)c * B + r;
+                    x->a[at] = r < nr ? (double)(cmp_qbuf_get_code(q, rb + r, c) - pg.zero) : 0.0;
+                    x->wd[at] = r < nr ? (double)w[(size_t)(rb + r) * K + c] : 0.0;
+                }
+            }
+        refit_sums(j->h, span, G, x->a, x->wd, x->M, x->hw);
+        for (uint32_t r = 0; r < nr; r++) {
+            const double *Mr = x->M + (size_t)r * G * G;
+            const cmp_qparam *pr = x->p0 + (size_t)r * G;
+            for (uint32_t g = 0; g < G; g++) {
+                x->s0[g] = pr[g].scale;
+                uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
+                double t = 0.0;
+                for (uint32_t c = g * span; c < c1; c++)
+                    t += x->a[(size_t)c * B + r] * x->hw[(size_t)c * B + r];
+                x->rhs[g] = t;
+            }
+            memcpy(x->Mc, Mr, (size_t)G * G * sizeof(double));
+            memcpy(x->s, x->rhs, G * sizeof(double));
+            if (spd_solve(x->Mc, x->s, G) != 0)
+                continue; /* codes without the rank to refit: keep */
+            /* store (rounding to the stored precision), compare, keep the
+             * better of the two */
+            int ok = 1;
+            for (uint32_t g = 0; g < G && ok; g++)
+                ok = isfinite(x->s[g]) && (q->fmt == KN_W_Q4S || x->s[g] >= 0.0);
+            if (!ok)
+                continue;
+            for (uint32_t g = 0; g < G; g++) {
+                cmp_qparam pp = {(float)x->s[g], pr[g].zero};
+                cmp_qbuf_set_param(q, rb + r, g, pp);
+                x->s[g] = cmp_qbuf_get_param(q, rb + r, g).scale;
+            }
+            if (scale_objective(Mr, x->rhs, x->s, G) >=
+                scale_objective(Mr, x->rhs, x->s0, G))
+                for (uint32_t g = 0; g < G; g++)
+                    cmp_qbuf_set_param(q, rb + r, g, pr[g]);
+        }
+    }
+}
+
+mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
+                                cmp_qbuf *q, float *deq, kn_pool *pool,
+                                mc_error *err)
+{
+    enum { B = CMP_LANES };
+    mc_status st = cmp_hessian_check_qbuf(h, q, err);
+    if (st != MC_OK)
+        return st;
+    uint32_t K = q->cols, G = cmp_qbuf_nparams(q);
+    int T = cmp_par_threads(pool);
+    refit_ws *ws = mc_calloc((size_t)T, sizeof *ws);
+    if (!ws)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
+    int ok = 1;
+    for (int t = 0; t < T; t++) {
+        refit_ws *x = &ws[t];
+        x->hw = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->a = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->wd = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->M = mc_malloc_array((size_t)G * G * B, sizeof(double));
+        x->Mc = mc_malloc_array((size_t)G * G, sizeof(double));
+        x->rhs = mc_malloc_array(G, sizeof(double));
+        x->s = mc_malloc_array(G, sizeof(double));
+        x->s0 = mc_malloc_array(G, sizeof(double));
+        x->p0 = mc_malloc_array((size_t)G * B, sizeof(cmp_qparam));
+        ok &= x->hw && x->a && x->wd && x->M && x->Mc && x->rhs && x->s &&
+              x->s0 && x->p0;
+    }
+    if (!ok) {
+        st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
+    } else {
+        refit_job j = {w, h, q, ws};
+        cmp_par_rows(pool, q->rows, B, refit_rows, &j);
+        if (deq)
+            cmp_dequant_matrix(q, deq);
+    }
+    for (int t = 0; t < T; t++) {
+        refit_ws *x = &ws[t];
+        mc_free(x->hw);
+        mc_free(x->a);
+        mc_free(x->wd);
+        mc_free(x->M);
+        mc_free(x->Mc);
+        mc_free(x->rhs);
+        mc_free(x->s);
+        mc_free(x->s0);
+        mc_free(x->p0);
+    }
+    mc_free(ws);
+    return st;
+}

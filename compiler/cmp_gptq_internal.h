@@ -1,0 +1,52 @@
+/*
+ * cmp_gptq_internal.h - helpers shared by the files of the GPTQ module
+ * (cmp_hessian.c: the statistics and output errors; cmp_gptq.c: the
+ * factor and the column loop; cmp_gptq_fit.c: the retarget and the scale
+ * refit).  Not a public API: cmp_gptq.h is the module's contract.
+ */
+#ifndef CMP_GPTQ_INTERNAL_H
+#define CMP_GPTQ_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cmp_gptq.h"
+#include "kn_ops.h"
+
+/* Work (multiply-adds) below which a step (a chunk of statistics, a
+ * column of a Cholesky factor, a row of an inverse) stays on the calling
+ * thread: waking the pool costs microseconds. */
+#define PAR_MIN_WORK ((size_t)1 << 16)
+
+/* Packed row i as an array indexed by the column: hrow(h, i)[j] is element
+ * (i, j) for j >= i.  Stays inside the allocation: the offset, row_offset
+ * - i, is >= 0 for every i < cols. */
+static inline double *hrow(const cmp_hessian *h, size_t i)
+{
+    return h->h + cmp_hessian_row_offset(h->cols, (uint32_t)i) - i;
+}
+
+static inline double hdiag(const cmp_hessian *h, size_t i)
+{
+    return h->h[cmp_hessian_row_offset(h->cols, (uint32_t)i)];
+}
+
+/* Element (i, j) of the symmetric sum, either order. */
+static inline double hsym(const cmp_hessian *h, size_t i, size_t j)
+{
+    return i <= j ? hrow(h, i)[j] : hrow(h, j)[i];
+}
+
+/* Bytes mc_malloc takes for a request: 0 counts as 1. */
+static inline uint64_t req(uint64_t bytes)
+{
+    return bytes ? bytes : 1;
+}
+
+/* In-place lower Cholesky of the n x n symmetric a (lower triangle read
+ * and written; upper left alone), a column's rows split over p's threads
+ * (each element computed as on one thread).  0 on success, -1 if not
+ * positive definite. */
+int cmp_gptq_cholesky_lower(double *a, size_t n, kn_pool *p);
+
+#endif /* CMP_GPTQ_INTERNAL_H */
