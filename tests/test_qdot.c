@@ -139,7 +139,7 @@ static void run_bits_suite(int scalar)
     static const uint32_t shapes[][2] = {
         {5, 172}, {37, 300}, {64, 64}, {9, 33}, {3, 1}, {130, 256}, {17, 96},
     };
-    static const size_t Ts[] = {1, 2, 3, 4, 5, 8, 9, 17};
+    static const size_t Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
     static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
     kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
     assert_true(p2 && p3);
