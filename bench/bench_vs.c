@@ -19,9 +19,9 @@
  *                back to back: what one parallel op pays to start and
  *                join its workers (a decode step runs ~7 per layer)
  *
- * usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--decode-only|--tg1-only]
- *   --decode-only: tg1 and tg8 alone (pp128/pp512 print as 0), for
- *   profiling decode with perf; --tg1-only: tg1 alone.
+ * usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]
+ *   --only: just those figures (the others print as 0), e.g. to profile
+ *   decode with perf; tg = tg1 and tg8.
  * Progress and errors on stderr; exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,25 +94,27 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int threads = 2;
     uint32_t ntg = 32;
-    int decode_only = 0, tg1_only = 0;
+    int want_pp = 1, want_tg1 = 1, want_tg8 = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ntg") && i + 1 < argc)
             ntg = (uint32_t)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--decode-only"))
-            decode_only = 1;
-        else if (!strcmp(argv[i], "--tg1-only"))
-            decode_only = tg1_only = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            const char *o = argv[++i];
+            want_pp = !strcmp(o, "pp");
+            want_tg1 = !strcmp(o, "tg1") || !strcmp(o, "tg");
+            want_tg8 = !strcmp(o, "tg8") || !strcmp(o, "tg");
+        }
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--decode-only|--tg1-only]\n");
+            fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]\n");
             return 2;
         }
     }
     if (!path || ntg == 0) {
-        fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--decode-only|--tg1-only]\n");
+        fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]\n");
         return 2;
     }
     mc_error e;
@@ -144,15 +146,15 @@ int main(int argc, char **argv)
     if (rt_session_create(m, &L1, NULL, &s, &e))
         die("session", &e);
     gen_rate(s, vocab, 1, 16, 2, 0, NULL); /* warm-up, as llama-bench does */
-    double pp128 = decode_only ? 0.0 : gen_rate(s, vocab, 1, 128, 1, 0, NULL);
-    double pp512 = decode_only ? 0.0 : gen_rate(s, vocab, 1, 512, 1, 0, NULL);
+    double pp128 = !want_pp ? 0.0 : gen_rate(s, vocab, 1, 128, 1, 0, NULL);
+    double pp512 = !want_pp ? 0.0 : gen_rate(s, vocab, 1, 512, 1, 0, NULL);
     double tg1_cpu = 0.0, tg8_cpu = 0.0;
-    double tg1 = gen_rate(s, vocab, 1, 1, ntg, 1, &tg1_cpu);
+    double tg1 = want_tg1 ? gen_rate(s, vocab, 1, 1, ntg, 1, &tg1_cpu) : 0.0;
     rt_session_free(s);
     double tg8 = 0.0;
     rt_limits L8 = {.max_batch = 8, .max_seq = 128 + ntg, .prefill_chunk = 512,
                     .kv_type = KN_KV_F16, .threads = threads};
-    if (!tg1_only) {
+    if (want_tg8) {
         if (rt_session_create(m, &L8, NULL, &s, &e))
             die("session", &e);
         /* the call's CPU time includes the prompts': subtract a call
