@@ -13,10 +13,12 @@
  * last block of a row goes through the scalar lane helper, so the result
  * is bit-identical to kn_ref_matmul_q.
  *
- * A tile is R <= 4 weight rows x TT <= 3 tokens: each weight block is
- * loaded and unpacked once for TT tokens, each activation block once for R
- * rows.  Decode (T = 1) streams 4 rows at once; the 4 x 3 tiles of a
- * longer step re-read the 4 rows from L1 while the tokens go by.
+ * Decode (T <= 8, full blocks): dec1_rows4 streams 4 rows for one token,
+ * decn_row one row for all T tokens, both with named accumulators and a
+ * software prefetch (see "decode" below).  Longer steps (prefill) use
+ * tiles of R <= 4 weight rows x TT <= 3 tokens: each weight block is
+ * loaded and unpacked once for TT tokens, each activation block once for
+ * R rows, the 4 rows re-read from L1 while the tokens go by.
  */
 #include <immintrin.h>
 #include <string.h>
