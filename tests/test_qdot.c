@@ -201,6 +201,26 @@ static void test_qdot_extreme_codes_exact(void **state)
     assert_memory_equal(y, r, sizeof y);
 }
 
+/* The kernels find a block's group by a shift: a group that is a multiple
+ * of 32 but not a power of two (96, 160) must go to the float path, not
+ * get the scales of the wrong group. */
+static void test_qdot_refuses_groups_that_are_not_powers_of_two(void **state)
+{
+    (void)state;
+    static const uint32_t ok[] = {32, 64, 128, 256, 4096};
+    static const uint32_t no[] = {16, 48, 96, 160, 192, 4064};
+    for (int f = KN_W_Q4; f <= KN_W_Q4S; f++) {
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, ok[i]};
+            assert_int_equal(kn_qdot_supported(&m), 1);
+        }
+        for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, no[i]};
+            assert_int_equal(kn_qdot_supported(&m), 0);
+        }
+    }
+}
+
 /* Within a few 1/254 of the float path: the activation rounding only. */
 static void test_qdot_close_to_float_matmul(void **state)
 {
@@ -367,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_extreme_codes_exact),
+        cmocka_unit_test(test_qdot_refuses_groups_that_are_not_powers_of_two),
         cmocka_unit_test(test_qdot_close_to_float_matmul),
         cmocka_unit_test(test_qdot_rows_bit_identical_for_every_T),
         cmocka_unit_test(test_stories_int4_integer_path_kld_under_tenth_of_quant),
