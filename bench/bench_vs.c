@@ -9,13 +9,19 @@
  *                new tokens (llama-bench -n from an empty context)
  *   tg8          decode tok/s of 8 sequences of 128-token prompts, --ntg
  *                new tokens each (llama-batched-bench -npp 128 -npl 8)
+ *   tg1_cpu_ms, tg8_cpu_ms  process CPU ms per decoded token of tg1 / tg8
+ *                (all threads, spinning included; tg8's prompts taken out
+ *                by a second call that decodes 1 token; with --threads 1
+ *                the cost of a token, little disturbed by a busy machine)
  *   read_gbs     multi-threaded read bandwidth measured now (the bound)
  *   weight_bytes matrix bytes a decode step reads
  *   wake_us      kn_pool_run of an empty job on every thread, mean of 20000
  *                back to back: what one parallel op pays to start and
  *                join its workers (a decode step runs ~7 per layer)
  *
- * usage: bench_vs ARTIFACT [--threads N] [--ntg N]
+ * usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]
+ *   --only: just those figures (the others print as 0), e.g. to profile
+ *   decode with perf; tg = tg1 and tg8.
  * Progress and errors on stderr; exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +45,19 @@ static void noop(void *ctx, int tid, int nth)
     (void)ctx, (void)tid, (void)nth;
 }
 
-/* tok/s of prefill (which = 0) or decode (1) of one generate call. */
+/* Process CPU seconds, all threads: on a busy machine the wall clock
+ * counts time the scheduler gave to others, CPU time far less so. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* tok/s of prefill (which = 0) or decode (1) of one generate call; *cpu_ms
+ * (if not NULL): CPU milliseconds of the whole call per generated token. */
 static double gen_rate(rt_session *s, uint32_t vocab, uint32_t batch,
-                       size_t plen, uint32_t ndec, int which)
+                       size_t plen, uint32_t ndec, int which, double *cpu_ms)
 {
     int32_t *ids = malloc(batch * plen * sizeof *ids);
     int32_t *outs = malloc(batch * (size_t)ndec * sizeof *outs);
@@ -58,8 +74,11 @@ static double gen_rate(rt_session *s, uint32_t vocab, uint32_t batch,
     rt_gen_params gp = {.max_new_tokens = ndec};
     mc_error e;
     rt_session_reset_stats(s);
+    double c0 = cpu_now();
     if (rt_session_generate(s, pr, batch, &gp, res, &e))
         die("generate", &e);
+    if (cpu_ms)
+        *cpu_ms = (cpu_now() - c0) * 1e3 / ((double)batch * ndec);
     rt_session_stats st;
     rt_session_stats_get(s, &st);
     free(ids);
@@ -75,20 +94,27 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int threads = 2;
     uint32_t ntg = 32;
+    int want_pp = 1, want_tg1 = 1, want_tg8 = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ntg") && i + 1 < argc)
             ntg = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            const char *o = argv[++i];
+            want_pp = !strcmp(o, "pp");
+            want_tg1 = !strcmp(o, "tg1") || !strcmp(o, "tg");
+            want_tg8 = !strcmp(o, "tg8") || !strcmp(o, "tg");
+        }
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N]\n");
+            fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]\n");
             return 2;
         }
     }
     if (!path || ntg == 0) {
-        fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N]\n");
+        fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]\n");
         return 2;
     }
     mc_error e;
@@ -119,21 +145,30 @@ int main(int argc, char **argv)
     rt_session *s;
     if (rt_session_create(m, &L1, NULL, &s, &e))
         die("session", &e);
-    gen_rate(s, vocab, 1, 16, 2, 0); /* warm-up, as llama-bench does */
-    double pp128 = gen_rate(s, vocab, 1, 128, 1, 0);
-    double pp512 = gen_rate(s, vocab, 1, 512, 1, 0);
-    double tg1 = gen_rate(s, vocab, 1, 1, ntg, 1);
+    gen_rate(s, vocab, 1, 16, 2, 0, NULL); /* warm-up, as llama-bench does */
+    double pp128 = !want_pp ? 0.0 : gen_rate(s, vocab, 1, 128, 1, 0, NULL);
+    double pp512 = !want_pp ? 0.0 : gen_rate(s, vocab, 1, 512, 1, 0, NULL);
+    double tg1_cpu = 0.0, tg8_cpu = 0.0;
+    double tg1 = want_tg1 ? gen_rate(s, vocab, 1, 1, ntg, 1, &tg1_cpu) : 0.0;
     rt_session_free(s);
+    double tg8 = 0.0;
     rt_limits L8 = {.max_batch = 8, .max_seq = 128 + ntg, .prefill_chunk = 512,
                     .kv_type = KN_KV_F16, .threads = threads};
-    if (rt_session_create(m, &L8, NULL, &s, &e))
-        die("session", &e);
-    double tg8 = gen_rate(s, vocab, 8, 128, ntg, 1);
-    rt_session_free(s);
+    if (want_tg8) {
+        if (rt_session_create(m, &L8, NULL, &s, &e))
+            die("session", &e);
+        /* the call's CPU time includes the prompts': subtract a call
+         * that decodes one token only */
+        double c1 = 0.0;
+        gen_rate(s, vocab, 8, 128, 1, 1, &c1);
+        tg8 = gen_rate(s, vocab, 8, 128, ntg, 1, &tg8_cpu);
+        tg8_cpu = ntg > 1 ? (tg8_cpu * ntg - c1) / (ntg - 1) : tg8_cpu;
+        rt_session_free(s);
+    }
     printf("{\"load_s\": %.4f, \"pp128\": %.3f, \"pp512\": %.3f, \"tg1\": %.3f, "
-           "\"tg8\": %.3f, \"read_gbs\": %.3f, \"wake_us\": %.3f, "
+           "\"tg8\": %.3f, \"tg1_cpu_ms\": %.3f, \"tg8_cpu_ms\": %.3f, \"read_gbs\": %.3f, \"wake_us\": %.3f, "
            "\"weight_bytes\": %llu}\n",
-           load, pp128, pp512, tg1, tg8, bw, wake_us,
+           load, pp128, pp512, tg1, tg8, tg1_cpu, tg8_cpu, bw, wake_us,
            (unsigned long long)m->weight_bytes);
     rt_model_free(m);
     return 0;

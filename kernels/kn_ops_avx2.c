@@ -21,6 +21,7 @@
 #include "kn_avx2.h"
 #include "kn_internal.h"
 
+#define KN_PF_ROWS 8 /* decode: prefetch distance in rows (canon_rows) */
 #define KN_AI __attribute__((always_inline)) static inline
 
 /* ---- weight access --------------------------------------------------------- */
@@ -137,6 +138,14 @@ KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
 {
     uint32_t cols = W->cols, rows = W->rows;
     int gshift = W->group ? __builtin_ctz(W->group) : 0;
+    /* Prefetch the same columns KN_PF_ROWS rows on (the rows the next row
+     * blocks read; rows are contiguous): one line per 32 columns and row,
+     * two for f32.  Short rows otherwise leave the hardware prefetcher
+     * too little of each stream to get ahead. */
+    size_t ebits = fmt == KN_W_F32 ? 32 : fmt == KN_W_Q8 ? 8
+                 : (fmt == KN_W_F16 || fmt == KN_W_BF16) ? 16 : 4;
+    size_t pf = KN_PF_ROWS * (fmt == KN_W_Q4 || fmt == KN_W_Q4S
+                                  ? kn_q4_row_bytes(cols) : (size_t)cols * ebits / 8);
     kn_rowp rp[4];
     __m256 qs[4];
     #pragma GCC unroll 16
@@ -154,6 +163,13 @@ KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
             for (int t = 0; t < T; t++)
                 acc[i][t] = _mm256_setzero_ps();
         for (uint32_t k = 0; k < n32; k += 32) {
+            #pragma GCC unroll 16
+            for (int i = 0; i < R; i++) {
+                const uint8_t *a = rp[i].data + (size_t)(c0 + k) * ebits / 8 + pf;
+                _mm_prefetch((const char *)a, _MM_HINT_T0);
+                if (fmt == KN_W_F32)
+                    _mm_prefetch((const char *)a + 64, _MM_HINT_T0);
+            }
             #pragma GCC unroll 16
             for (int i = 0; i < R; i++) {
                 __m256 w[4];

@@ -34,7 +34,9 @@ int kn_qdot_supported(const kn_matrix *W)
     switch (W->fmt) {
     case KN_W_Q8: return 1;
     case KN_W_Q4: case KN_W_Q4S:
-        return W->group >= KN_QK && W->group % KN_QK == 0;
+        /* a power of two: the AVX2 kernels find a block's group by a
+         * shift (a group of 96 passed here once and got wrong scales) */
+        return W->group >= KN_QK && (W->group & (W->group - 1)) == 0;
     default: return 0;
     }
 }

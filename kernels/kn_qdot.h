@@ -73,7 +73,8 @@ static inline uint64_t kn_qact_bytes(kn_qact_kind k, uint64_t T, uint32_t cols)
 }
 
 /* 1 if W can be multiplied by kn_matmul_q: Q8, or Q4/Q4S whose group is a
- * multiple of 32 (the activation block must not straddle two groups). */
+ * power of two >= 32 (the activation block must not straddle two groups,
+ * and the kernels find a block's group by a shift). */
 int kn_qdot_supported(const kn_matrix *W);
 
 /* 1 when the integer path is switched off for the whole process: by

@@ -201,6 +201,11 @@ def print_table(rep):
                   f"{r['weight_bytes_llama'] / 1e6:9.1f}   read bw "
                   f"{bw / 1e9:.2f} GB/s (this run); our pool wake-up "
                   f"{med([x['wake_us'] for x in o]):.2f} us")
+            if all("tg1_cpu_ms" in x for x in o):
+                print(f"  {'':<18} {'our CPU ms/token':<16} b1 "
+                      f"{med([x['tg1_cpu_ms'] for x in o]):.2f}, b8 "
+                      f"{med([x['tg8_cpu_ms'] for x in o]):.2f} (all threads, "
+                      f"spinning included)")
     print("\nratio: ours/llama.cpp (load: llama.cpp/ours), higher is better for "
           "us; bound: the read bandwidth of this run / bytes a step reads; "
           "before: BASE_BIN's runtime on the same artifacts")

@@ -139,7 +139,7 @@ static void run_bits_suite(int scalar)
     static const uint32_t shapes[][2] = {
         {5, 172}, {37, 300}, {64, 64}, {9, 33}, {3, 1}, {130, 256}, {17, 96},
     };
-    static const size_t Ts[] = {1, 2, 3, 4, 5, 8, 9, 17};
+    static const size_t Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
     static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
     kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
     assert_true(p2 && p3);
@@ -199,6 +199,26 @@ static void test_qdot_extreme_codes_exact(void **state)
     assert_float_equal(y[0], 64.0f * 127.0f, 1e-2);
     assert_float_equal(y[1], 0.0f, 0);
     assert_memory_equal(y, r, sizeof y);
+}
+
+/* The kernels find a block's group by a shift: a group that is a multiple
+ * of 32 but not a power of two (96, 160) must go to the float path, not
+ * get the scales of the wrong group. */
+static void test_qdot_refuses_groups_that_are_not_powers_of_two(void **state)
+{
+    (void)state;
+    static const uint32_t ok[] = {32, 64, 128, 256, 4096};
+    static const uint32_t no[] = {16, 48, 96, 160, 192, 4064};
+    for (int f = KN_W_Q4; f <= KN_W_Q4S; f++) {
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, ok[i]};
+            assert_int_equal(kn_qdot_supported(&m), 1);
+        }
+        for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, no[i]};
+            assert_int_equal(kn_qdot_supported(&m), 0);
+        }
+    }
 }
 
 /* Within a few 1/254 of the float path: the activation rounding only. */
@@ -367,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_extreme_codes_exact),
+        cmocka_unit_test(test_qdot_refuses_groups_that_are_not_powers_of_two),
         cmocka_unit_test(test_qdot_close_to_float_matmul),
         cmocka_unit_test(test_qdot_rows_bit_identical_for_every_T),
         cmocka_unit_test(test_stories_int4_integer_path_kld_under_tenth_of_quant),
