@@ -1,6 +1,6 @@
 /*
  * cmp_awq.h - AWQ: activation-aware per-input-channel scaling with a
- * clipping search (Lin et al. 2023, as ../shared/REFERENCE.md describes).
+ * clipping search (Lin et al. 2023; docs/quantization.md, "Methods").
  *
  * For a group of linears sharing one input X (q/k/v after the input norm;
  * gate/up after the post-attention norm; down after up; o after v):

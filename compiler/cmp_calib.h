@@ -2,7 +2,7 @@
  * cmp_calib.h - layer-by-layer calibration and quantization of a model's
  * linear layers (RTN, AWQ, GPTQ, or the best of them per layer).
  *
- * Order (../shared/REFERENCE.md, GPTQ): the hidden states of every
+ * Order (GPTQ; docs/quantization.md, "Calibration"): the hidden states of every
  * calibration token at the current block boundary are kept ([tokens]
  * [hidden] floats, the only model-sized activation buffer).  For block L:
  *   1. copy block L's matrices to float32 (the only full-precision weights

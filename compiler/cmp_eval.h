@@ -1,7 +1,7 @@
 /*
  * cmp_eval.h - quantization quality: a reference model and a quantized one
- * over the same tokens (../shared/REFERENCE.md, "Measuring quantization
- * quality").
+ * over the same tokens: KLD, top-1 agreement, perplexities
+ * (docs/quantization.md, "Quality report").
  *
  * Two parts:
  *  - cmp_fwd: a sequence forward pass over an rt_model built from the

@@ -1,6 +1,6 @@
 /*
  * cmp_gptq.h - GPTQ: quantization with second-order error compensation
- * (Frantar et al. 2022), as ../shared/REFERENCE.md describes it.
+ * (Frantar et al. 2022; docs/quantization.md, "Methods").
  *
  * For one linear layer W [rows][cols] and the Hessian of its inputs
  * H = (2/n) sum_t x_t x_t^T [cols][cols] (accumulated in double by

@@ -38,7 +38,7 @@
 #include "mc_error.h"
 #include "rt_layout.h"
 
-#define CMP_CUDA_CONTEXT_BYTES (1024ull << 20)  /* REFERENCE.md: 0.3-0.7 GiB,
+#define CMP_CUDA_CONTEXT_BYTES (1024ull << 20)  /* docs/plan.md: 0.3-0.7 GiB,
                                                   rounded up for safety */
 #define CMP_CUBLAS_WORKSPACE_BYTES (32ull << 20) /* Hopper */
 /* The CPU runtime process outside its weights and arena, calibrated on
