@@ -188,11 +188,9 @@ int main(int argc, char **argv)
     char th[16];
     snprintf(th, sizeof th, "%d",
              threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-    const char *tmp = getenv("TMPDIR");
     char dir[1024], model[1100], job[1100], out_c[1100], out_w[1100];
-    snprintf(dir, sizeof dir, "%s/bench_batch.XXXXXX", tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("bench_batch: mkdtemp");
+    if (bench_mkdtemp(dir, sizeof dir, "batch") != 0) {
+        perror("bench_batch: a scratch folder under $TMPDIR or /tmp");
         return 1;
     }
     snprintf(model, sizeof model, "%s/model", dir);
