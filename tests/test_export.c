@@ -5,8 +5,8 @@
  * pack_to_int32 layout of compressed-tensors, unpacked here) and compared
  * value by value with our own dequantization of the artifact.  Also: the
  * float32 fallback and --strict's refusal by tensor name, the sliding
- * window refusal, the tokenizer metadata from a real tokenizer.json, usage
- * errors, refusing to overwrite the input, and memory about one tensor. */
+ * window refusal, usage errors, refusing to overwrite the input, and
+ * memory about one tensor.  The GGUF tokenizer metadata is test_export_tok.c's. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -605,90 +605,6 @@ static void test_export_usage_errors_and_overwrite(void **state)
     free(dir);
 }
 
-/* The Mistral tokenizer.json as llama.cpp's SPM vocabulary. */
-static void test_export_tokenizer_metadata_from_tokenizer_json(void **state)
-{
-    (void)state;
-    char *tp = tu_fmt("%s/tokenizers/mistral-7b-instruct-v0.1/tokenizer.json",
-                      MC_SHARED_DIR);
-    size_t len;
-    char *text = tu_read_file(tp, &len);
-    free(tp);
-    TU_SKIP_IF(!text, "the Mistral tokenizer is not in ../shared");
-    fmt_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.vocab_size = 32000;
-    cfg.bos_token_id = 1;
-    cfg.eos_token_ids[0] = 2;
-    cfg.n_eos = 1;
-    char *dir = tu_mkdtemp("ext");
-    char *p = tu_fmt("%s/t.gguf", dir);
-    fmt_gguf_writer *w;
-    mc_error err;
-    char desc[64], note[512];
-    assert_int_equal(fmt_gguf_writer_create(p, &w, &err), MC_OK);
-    assert_int_equal(cmp_export_gguf_tokenizer(w, text, len, &cfg, "t", desc,
-                                               sizeof desc, note, sizeof note,
-                                               &err), MC_OK);
-    assert_string_equal(desc, "llama (SPM), 32000 tokens");
-    assert_int_equal(fmt_gguf_begin_data(w, &err), MC_OK);
-    assert_int_equal(fmt_gguf_finish(w, &err), MC_OK);
-    tg_file f;
-    assert_int_equal(tg_open(p, &f), 0);
-    size_t n;
-    const char *m = tg_kv_str(&f, "tokenizer.ggml.model", &n);
-    assert_memory_equal(m, "llama", n);
-    const tg_kv *tok = tg_kv_find(&f, "tokenizer.ggml.tokens");
-    const tg_kv *ty = tg_kv_find(&f, "tokenizer.ggml.token_type");
-    const tg_kv *sc = tg_kv_find(&f, "tokenizer.ggml.scores");
-    assert_int_equal(tok->n, 32000);
-    assert_int_equal(ty->n, 32000);
-    assert_int_equal(sc->n, 32000);
-    /* walk the strings to ids 0..3 and 13 (<0x0A>) */
-    const uint8_t *q = tok->val;
-    char got[5][16];
-    for (int i = 0; i <= 13; i++) {
-        uint64_t l;
-        memcpy(&l, q, 8);
-        if (i < 4 || i == 13)
-            snprintf(got[i < 4 ? i : 4], 16, "%.*s", (int)l, q + 8);
-        q += 8 + l;
-    }
-    assert_string_equal(got[0], "<unk>");
-    assert_string_equal(got[1], "<s>");
-    assert_string_equal(got[2], "</s>");
-    assert_string_equal(got[4], "<0x0A>");
-    int32_t types[14];
-    memcpy(types, ty->val, sizeof types);
-    assert_int_equal(types[0], 2);  /* UNKNOWN */
-    assert_int_equal(types[1], 3);  /* CONTROL */
-    assert_int_equal(types[13], 6); /* BYTE */
-    assert_int_equal(types[3], 6);  /* <0x00> */
-    /* the first merge ("▁ t") makes the best-scored token */
-    float s28;
-    memcpy(&s28, sc->val + 4 * 261, 4); /* id of "▁t" */
-    assert_true(s28 == -1.0f);
-    assert_int_equal(tg_kv_u32(&f, "tokenizer.ggml.bos_token_id"), 1);
-    assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_bos_token")->val[0],
-                     1);
-    assert_int_equal(tg_kv_find(&f, "tokenizer.ggml.add_eos_token")->val[0],
-                     0);
-    tg_close(&f);
-    /* a vocabulary smaller than the tokenizer's ids is refused */
-    cfg.vocab_size = 1000;
-    assert_int_equal(fmt_gguf_writer_create(p, &w, &err), MC_OK);
-    assert_int_equal(cmp_export_gguf_tokenizer(w, text, len, &cfg, "t", desc,
-                                               sizeof desc, note, sizeof note,
-                                               &err),
-                     MC_ERR_SHAPE);
-    assert_non_null(strstr(err.message, "outside the model's vocabulary"));
-    fmt_gguf_abort(w);
-    free(text);
-    tu_rmtree(dir);
-    free(p);
-    free(dir);
-}
-
 /* A Llama of 12.6 MiB (hidden 256, FFN 704, 4 layers, vocab 512, f32)
  * whose largest tensor is 704 KiB, written into dir. */
 static void write_wide_model(const char *dir)
@@ -796,7 +712,6 @@ int main(void)
         cmocka_unit_test(test_export_compressed_tensors_layout_and_values),
         cmocka_unit_test(test_export_refuses_sliding_window_by_name),
         cmocka_unit_test(test_export_usage_errors_and_overwrite),
-        cmocka_unit_test(test_export_tokenizer_metadata_from_tokenizer_json),
         cmocka_unit_test(test_export_memory_is_about_one_tensor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
