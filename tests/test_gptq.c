@@ -1,8 +1,9 @@
 /* test_gptq.c - GPTQ: Hessian accumulation (packed), error compensation
  * beating RTN on correlated inputs (a wrong update fails), act-order, dead
  * columns, ragged groups, the no-correlation case reducing to RTN, the
- * in-place inverse factor against a plain reference, row chunks, and the
- * work-space byte counts against measured allocation. */
+ * in-place inverse factor against a plain reference, row chunks, kept
+ * parameters and a shared factor.  The code descent, thread-count
+ * independence and the work-space byte counts are test_gptq_work.c's. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -13,89 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmp_descend.h"
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
+#include "gptq_fixture.h"
 #include "kn_gram.h"
 #include "kn_ops.h"
-#include "mc_alloc.h"
 #include "testutil.h"
-
-static uint64_t rs = 0xfeed1234;
-static float urand(void)
-{
-    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rs >> 40) & 0xFFFFFF) / 16777216.0f;
-}
-static float nrand(void)
-{
-    float u = urand() + 1e-7f, v = urand();
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
-typedef struct qm {
-    cmp_qbuf b;
-    void *data, *scales;
-    uint8_t *zeros;
-} qm;
-static void qm_init(qm *m, kn_wformat f, uint32_t rows, uint32_t cols,
-                    uint32_t group)
-{
-    memset(m, 0, sizeof *m);
-    m->data = calloc(1, kn_wformat_data_bytes(f, rows, cols));
-    m->scales = calloc(1, kn_wformat_scale_bytes(f, rows, cols, group));
-    size_t zb = kn_wformat_zero_bytes(f, rows, cols, group);
-    m->zeros = zb ? calloc(1, zb) : NULL;
-    m->b = (cmp_qbuf){f, rows, cols, f == KN_W_Q8 ? 0 : group, m->data,
-                      m->scales, m->zeros};
-}
-static void qm_free(qm *m)
-{
-    free(m->data);
-    free(m->scales);
-    free(m->zeros);
-}
-
-/* Correlated inputs: x = z M with a random mixing M plus per-channel
- * scales, so H has strong off-diagonal structure (like real activations). */
-static float *correlated_inputs(size_t T, uint32_t cols)
-{
-    float *M = malloc((size_t)cols * cols * sizeof(float));
-    for (size_t i = 0; i < (size_t)cols * cols; i++)
-        M[i] = nrand() / sqrtf((float)cols);
-    for (uint32_t i = 0; i < cols; i++)
-        M[i * cols + i] += 1.0f;
-    float *X = malloc(T * cols * sizeof(float));
-    float *z = malloc(cols * sizeof(float));
-    for (size_t t = 0; t < T; t++) {
-        for (uint32_t i = 0; i < cols; i++)
-            z[i] = nrand();
-        for (uint32_t j = 0; j < cols; j++) {
-            double s = 0.0;
-            for (uint32_t i = 0; i < cols; i++)
-                s += z[i] * M[i * cols + j];
-            X[t * cols + j] = (float)s * (1.0f + 3.0f * (float)(j % 7 == 0));
-        }
-    }
-    free(M);
-    free(z);
-    return X;
-}
-
-static float *rand_w(uint32_t rows, uint32_t cols)
-{
-    float *w = malloc((size_t)rows * cols * sizeof(float));
-    for (size_t i = 0; i < (size_t)rows * cols; i++)
-        w[i] = nrand() * 0.05f;
-    return w;
-}
-
-/* h = the Hessian sum of X [T][cols] (a new accumulator). */
-static void hessian_of(cmp_hessian *h, const float *X, size_t T, uint32_t cols)
-{
-    assert_int_equal(cmp_hessian_init(h, cols, NULL), MC_OK);
-    cmp_hessian_add(h, X, T);
-}
 
 /* ||X W^T - X Q^T||^2 computed directly (not through H). */
 static double direct_output_error(const float *X, size_t T, const float *w,
@@ -117,7 +41,7 @@ static void test_hessian_accumulates_x_transpose_x(void **state)
     (void)state;
     uint32_t cols = 37;
     size_t T = 150; /* not a multiple of the 64-token chunk */
-    float *X = correlated_inputs(T, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
     cmp_hessian h;
     assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
     cmp_hessian_add(&h, X, 100);
@@ -136,7 +60,7 @@ static void test_hessian_accumulates_x_transpose_x(void **state)
             assert_true(cmp_hessian_get(&h, j, i) == cmp_hessian_get(&h, i, j));
         }
     /* Output error through H equals the direct one. */
-    float *w = rand_w(5, cols), *q = rand_w(5, cols);
+    float *w = tu_gq_rand_w(5, cols), *q = tu_gq_rand_w(5, cols);
     double a = cmp_hessian_output_error(&h, w, q, 5);
     double b = direct_output_error(X, T, w, q, 5, cols);
     assert_float_equal(a, b, 1e-6 * b);
@@ -161,13 +85,13 @@ static void test_output_error_rows_are_independent_of_blocking(void **state)
     (void)state;
     uint32_t cols = 45;
     size_t T = 90;
-    float *X = correlated_inputs(T, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
     for (size_t t = 0; t < T; t++)
         X[t * cols + 7] = 0.0f; /* a dead input */
     cmp_hessian h;
-    hessian_of(&h, X, T, cols);
+    tu_gq_hessian_of(&h, X, T, cols);
     uint32_t maxrows = 2 * CMP_OERR_ROWS + 3;
-    float *w = rand_w(maxrows, cols), *q = rand_w(maxrows, cols);
+    float *w = tu_gq_rand_w(maxrows, cols), *q = tu_gq_rand_w(maxrows, cols);
     for (uint32_t r = 0; r < maxrows; r++)
         q[(size_t)r * cols + 3] = w[(size_t)r * cols + 3]; /* zero difference */
     memcpy(q + 5 * cols, w + 5 * cols, cols * sizeof(float)); /* exact row */
@@ -196,21 +120,21 @@ static void test_retarget_solves_normal_equations_blockwise(void **state)
     (void)state;
     uint32_t cols = 29;
     size_t T = 120;
-    float *xf = correlated_inputs(T, cols);
+    float *xf = tu_gq_correlated_inputs(T, cols);
     float *xq = malloc(T * cols * sizeof(float));
     for (size_t i = 0; i < T * cols; i++)
-        xq[i] = xf[i] + 0.1f * nrand();
+        xq[i] = xf[i] + 0.1f * tu_gq_nrand();
     for (size_t t = 0; t < T; t++)
         xf[t * cols + 4] = xq[t * cols + 4] = 0.0f; /* dead input */
     cmp_hessian hq;
-    hessian_of(&hq, xq, T, cols);
+    tu_gq_hessian_of(&hq, xq, T, cols);
     double *C = calloc((size_t)cols * cols, sizeof(double));
     for (size_t t = 0; t < T; t++)
         for (uint32_t i = 0; i < cols; i++)
             for (uint32_t j = 0; j < cols; j++)
                 C[i * cols + j] += (double)xf[t * cols + i] * xq[t * cols + j];
     uint32_t maxrows = 2 * CMP_RETARGET_ROWS + 3;
-    float *w = rand_w(maxrows, cols);
+    float *w = tu_gq_rand_w(maxrows, cols);
     w[2 * cols + 9] = 0.0f;
     float *all = malloc((size_t)maxrows * cols * sizeof(float));
     float *one = malloc(cols * sizeof(float));
@@ -283,13 +207,13 @@ static void check_beats_rtn(kn_wformat f, uint32_t g, int act_order,
 {
     uint32_t rows = 48;
     size_t T = 512;
-    float *X = correlated_inputs(T, cols);
-    float *w = rand_w(rows, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
+    float *w = tu_gq_rand_w(rows, cols);
     cmp_hessian h;
-    hessian_of(&h, X, T, cols);
-    qm a, b;
-    qm_init(&a, f, rows, cols, g);
-    qm_init(&b, f, rows, cols, g);
+    tu_gq_hessian_of(&h, X, T, cols);
+    tu_gq_qm a, b;
+    tu_gq_qm_init(&a, f, rows, cols, g);
+    tu_gq_qm_init(&b, f, rows, cols, g);
     assert_int_equal(cmp_quant_matrix(w, NULL, &a.b, NULL), MC_OK);
     cmp_gptq_opts o = {0.01, act_order, 128, 0};
     float *dg = malloc((size_t)rows * cols * sizeof(float));
@@ -326,8 +250,8 @@ static void check_beats_rtn(kn_wformat f, uint32_t g, int act_order,
     free(row);
     free(dg);
     free(dr);
-    qm_free(&a);
-    qm_free(&b);
+    tu_gq_qm_free(&a);
+    tu_gq_qm_free(&b);
     cmp_hessian_free(&h);
     free(X);
     free(w);
@@ -361,17 +285,17 @@ static void test_gptq_dead_columns_become_zero(void **state)
     (void)state;
     uint32_t rows = 8, cols = 64;
     size_t T = 256;
-    float *X = correlated_inputs(T, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
     for (size_t t = 0; t < T; t++) {
         X[t * cols + 5] = 0.0f;
         X[t * cols + 40] = 0.0f;
     }
-    float *w = rand_w(rows, cols);
+    float *w = tu_gq_rand_w(rows, cols);
     cmp_hessian h;
-    hessian_of(&h, X, T, cols);
+    tu_gq_hessian_of(&h, X, T, cols);
     for (int ao = 0; ao < 2; ao++) {
-        qm b;
-        qm_init(&b, KN_W_Q4, rows, cols, 32);
+        tu_gq_qm b;
+        tu_gq_qm_init(&b, KN_W_Q4, rows, cols, 32);
         float *d = malloc((size_t)rows * cols * sizeof(float));
         cmp_gptq_opts o = {0.01, ao, 128, 0};
         assert_int_equal(cmp_gptq_quantize(w, &h, &o, &b.b, d, NULL, NULL), MC_OK);
@@ -382,19 +306,19 @@ static void test_gptq_dead_columns_become_zero(void **state)
                 assert_true(isfinite(d[r * cols + c]));
         }
         free(d);
-        qm_free(&b);
+        tu_gq_qm_free(&b);
     }
     /* No tokens at all: every column dead, all zero, still MC_OK. */
     cmp_hessian e;
     assert_int_equal(cmp_hessian_init(&e, cols, NULL), MC_OK);
-    qm b;
-    qm_init(&b, KN_W_Q8, rows, cols, 0);
+    tu_gq_qm b;
+    tu_gq_qm_init(&b, KN_W_Q8, rows, cols, 0);
     float *d = malloc((size_t)rows * cols * sizeof(float));
     assert_int_equal(cmp_gptq_quantize(w, &e, NULL, &b.b, d, NULL, NULL), MC_OK);
     for (size_t i = 0; i < (size_t)rows * cols; i++)
         assert_true(d[i] == 0.0f);
     free(d);
-    qm_free(&b);
+    tu_gq_qm_free(&b);
     cmp_hessian_free(&e);
     cmp_hessian_free(&h);
     free(X);
@@ -408,21 +332,21 @@ static void test_gptq_with_diagonal_hessian_equals_rtn(void **state)
 {
     (void)state;
     uint32_t rows = 6, cols = 40;
-    float *w = rand_w(rows, cols);
+    float *w = tu_gq_rand_w(rows, cols);
     cmp_hessian h;
     assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
     for (uint32_t j = 0; j < cols; j++)
         cmp_hessian_set(&h, j, j, 1.0 + j);
     h.n = 1;
-    qm a, b;
-    qm_init(&a, KN_W_Q8, rows, cols, 0);
-    qm_init(&b, KN_W_Q8, rows, cols, 0);
+    tu_gq_qm a, b;
+    tu_gq_qm_init(&a, KN_W_Q8, rows, cols, 0);
+    tu_gq_qm_init(&b, KN_W_Q8, rows, cols, 0);
     assert_int_equal(cmp_quant_matrix(w, NULL, &a.b, NULL), MC_OK);
     assert_int_equal(cmp_gptq_quantize(w, &h, NULL, &b.b, NULL, NULL, NULL), MC_OK);
     assert_memory_equal(a.data, b.data, (size_t)rows * cols);
     assert_memory_equal(a.scales, b.scales, rows * sizeof(float));
-    qm_free(&a);
-    qm_free(&b);
+    tu_gq_qm_free(&a);
+    tu_gq_qm_free(&b);
     cmp_hessian_free(&h);
     free(w);
 }
@@ -433,18 +357,18 @@ static void test_gptq_rejects_indefinite_hessian(void **state)
 {
     (void)state;
     uint32_t rows = 2, cols = 8;
-    float *w = rand_w(rows, cols);
+    float *w = tu_gq_rand_w(rows, cols);
     cmp_hessian h;
     assert_int_equal(cmp_hessian_init(&h, cols, NULL), MC_OK);
     for (uint32_t j = 0; j < cols; j++)
         cmp_hessian_set(&h, j, j, j == 3 ? -1e9 : 1.0);
-    qm b;
-    qm_init(&b, KN_W_Q8, rows, cols, 0);
+    tu_gq_qm b;
+    tu_gq_qm_init(&b, KN_W_Q8, rows, cols, 0);
     mc_error e;
     assert_int_equal(cmp_gptq_quantize(w, &h, NULL, &b.b, NULL, NULL, &e),
                      MC_ERR_NONFINITE);
     assert_string_equal(e.field, "hessian");
-    qm_free(&b);
+    tu_gq_qm_free(&b);
     cmp_hessian_free(&h);
     free(w);
 }
@@ -527,19 +451,19 @@ static double max_abs(const double *x, size_t n)
 static void check_factor(uint32_t cols, int permute, int dead)
 {
     size_t T = 2 * cols + 20;
-    float *X = correlated_inputs(T, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
     if (dead)
         for (size_t t = 0; t < T; t++)
             X[t * cols + 7] = 0.0f; /* a dead input: H_77 == 0 */
     cmp_hessian h;
-    hessian_of(&h, X, T, cols);
+    tu_gq_hessian_of(&h, X, T, cols);
     uint32_t *perm = NULL;
     if (permute) { /* a random permutation, as act-order would give */
         perm = malloc(cols * sizeof(uint32_t));
         for (uint32_t i = 0; i < cols; i++)
             perm[i] = i;
         for (uint32_t i = cols - 1; i > 0; i--) {
-            uint32_t j = (uint32_t)(urand() * (float)(i + 1)) % (i + 1);
+            uint32_t j = (uint32_t)(tu_gq_urand() * (float)(i + 1)) % (i + 1);
             uint32_t t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
@@ -600,12 +524,12 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
     (void)state;
     uint32_t rows = 23, cols = 100;
     size_t T = 300;
-    float *X = correlated_inputs(T, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
     for (size_t t = 0; t < T; t++)
         X[t * cols + 11] = 0.0f; /* dead column zeroed per chunk too */
-    float *w = rand_w(rows, cols);
+    float *w = tu_gq_rand_w(rows, cols);
     cmp_hessian h;
-    hessian_of(&h, X, T, cols);
+    tu_gq_hessian_of(&h, X, T, cols);
     struct {
         kn_wformat f;
         uint32_t g, block;
@@ -615,14 +539,14 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
     uint32_t chunks[2] = {5, 1};
     size_t nel = (size_t)rows * cols;
     for (int c = 0; c < 4; c++) {
-        qm a;
-        qm_init(&a, cs[c].f, rows, cols, cs[c].g);
+        tu_gq_qm a;
+        tu_gq_qm_init(&a, cs[c].f, rows, cols, cs[c].g);
         float *da = malloc(nel * sizeof(float));
         cmp_gptq_opts o = {0.01, cs[c].act, cs[c].block, cs[c].search, 0};
         assert_int_equal(cmp_gptq_quantize(w, &h, &o, &a.b, da, NULL, NULL), MC_OK);
         for (int k = 0; k < 2; k++) {
-            qm b;
-            qm_init(&b, cs[c].f, rows, cols, cs[c].g);
+            tu_gq_qm b;
+            tu_gq_qm_init(&b, cs[c].f, rows, cols, cs[c].g);
             float *db = malloc(nel * sizeof(float));
             o.chunk_rows = chunks[k];
             assert_int_equal(cmp_gptq_quantize(w, &h, &o, &b.b, db, NULL, NULL), MC_OK);
@@ -634,10 +558,10 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
                                     kn_wformat_zero_bytes(cs[c].f, rows, cols, cs[c].g));
             assert_memory_equal(da, db, nel * sizeof(float));
             free(db);
-            qm_free(&b);
+            tu_gq_qm_free(&b);
         }
         free(da);
-        qm_free(&a);
+        tu_gq_qm_free(&a);
     }
     cmp_hessian_free(&h);
     free(w);
@@ -652,10 +576,10 @@ static void test_gptq_keep_params_reproduces_codes(void **state)
     (void)state;
     uint32_t rows = 9, cols = 100;
     size_t T = 300;
-    float *X = correlated_inputs(T, cols);
-    float *w = rand_w(rows, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
+    float *w = tu_gq_rand_w(rows, cols);
     cmp_hessian h;
-    hessian_of(&h, X, T, cols);
+    tu_gq_hessian_of(&h, X, T, cols);
     struct {
         kn_wformat f;
         uint32_t g;
@@ -666,9 +590,9 @@ static void test_gptq_keep_params_reproduces_codes(void **state)
         uint64_t db = kn_wformat_data_bytes(cs[c].f, rows, cols);
         uint64_t sb = kn_wformat_scale_bytes(cs[c].f, rows, cols, cs[c].g);
         uint64_t zb = kn_wformat_zero_bytes(cs[c].f, rows, cols, cs[c].g);
-        qm a, b;
-        qm_init(&a, cs[c].f, rows, cols, cs[c].g);
-        qm_init(&b, cs[c].f, rows, cols, cs[c].g);
+        tu_gq_qm a, b;
+        tu_gq_qm_init(&a, cs[c].f, rows, cols, cs[c].g);
+        tu_gq_qm_init(&b, cs[c].f, rows, cols, cs[c].g);
         cmp_gptq_opts o = {0.01, cs[c].act, 128, cs[c].search, 0, 0};
         assert_int_equal(cmp_gptq_quantize(w, &h, &o, &a.b, NULL, NULL, NULL), MC_OK);
         memcpy(b.scales, a.scales, sb);
@@ -681,396 +605,11 @@ static void test_gptq_keep_params_reproduces_codes(void **state)
         assert_memory_equal(a.scales, b.scales, sb);
         if (zb)
             assert_memory_equal(a.zeros, b.zeros, zb);
-        qm_free(&a);
-        qm_free(&b);
+        tu_gq_qm_free(&a);
+        tu_gq_qm_free(&b);
     }
     cmp_hessian_free(&h);
     free(w);
-    free(X);
-}
-
-/* ---- code descent --------------------------------------------------- */
-
-/* From RTN codes, the descent lowers the output error, keeps every group
- * parameter, leaves deq equal to the dequantized codes, never moves a dead
- * input's code, and stops at a local minimum: no single code step inside
- * the format's range lowers any row's error. */
-static void check_descent(kn_wformat f)
-{
-    uint32_t rows = 11, cols = 40; /* ragged last group at 32 */
-    size_t T = 160;
-    float *X = correlated_inputs(T, cols);
-    for (size_t t = 0; t < T; t++)
-        X[t * cols + 6] = 0.0f; /* dead input */
-    cmp_hessian h;
-    hessian_of(&h, X, T, cols);
-    float *w = rand_w(rows, cols);
-    qm m;
-    qm_init(&m, f, rows, cols, 32);
-    assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
-    float *deq = malloc((size_t)rows * cols * sizeof(float));
-    float *chk = malloc((size_t)rows * cols * sizeof(float));
-    cmp_dequant_matrix(&m.b, deq);
-    int dead0[11];
-    for (uint32_t r = 0; r < rows; r++)
-        dead0[r] = cmp_qbuf_get_code(&m.b, r, 6);
-    size_t sb = kn_wformat_scale_bytes(f, rows, cols, 32);
-    size_t zb = kn_wformat_zero_bytes(f, rows, cols, 32);
-    void *sc0 = malloc(sb), *z0 = malloc(zb ? zb : 1);
-    memcpy(sc0, m.scales, sb);
-    if (zb)
-        memcpy(z0, m.zeros, zb);
-    double e0 = cmp_hessian_output_error(&h, w, deq, rows);
-    uint64_t moves = 0;
-    assert_int_equal(cmp_descend_codes(w, &h, &m.b, deq, 64, &moves, NULL, NULL), MC_OK);
-    double e1 = cmp_hessian_output_error(&h, w, deq, rows);
-    print_message("descent fmt %d: %.6g -> %.6g in %llu moves\n", (int)f, e0, e1,
-                  (unsigned long long)moves);
-    assert_true(moves > 0);
-    assert_true(e1 < 0.97 * e0);
-    assert_memory_equal(sc0, m.scales, sb);
-    if (zb)
-        assert_memory_equal(z0, m.zeros, zb);
-    cmp_dequant_matrix(&m.b, chk);
-    assert_memory_equal(chk, deq, (size_t)rows * cols * sizeof(float));
-    int lo = f == KN_W_Q8 ? -127 : 0, hi = f == KN_W_Q8 ? 127 : 15;
-    for (uint32_t r = 0; r < rows; r++) {
-        assert_int_equal(cmp_qbuf_get_code(&m.b, r, 6), dead0[r]);
-        float *wr = w + (size_t)r * cols, *dr = deq + (size_t)r * cols;
-        double er = cmp_hessian_output_error(&h, wr, dr, 1);
-        for (uint32_t c = 0; c < cols; c++) {
-            cmp_qparam p = cmp_qbuf_get_param(&m.b, r, c / cmp_qbuf_span(&m.b));
-            int code = cmp_qbuf_get_code(&m.b, r, c);
-            for (int step = -1; step <= 1; step += 2) {
-                if (code + step < lo || code + step > hi)
-                    continue;
-                float keep = dr[c];
-                dr[c] = cmp_quant_value(f, p, code + step);
-                double e = cmp_hessian_output_error(&h, wr, dr, 1);
-                dr[c] = keep;
-                assert_true(e >= er * (1.0 - 1e-9));
-            }
-        }
-    }
-    free(sc0);
-    free(z0);
-    free(chk);
-    free(deq);
-    qm_free(&m);
-    free(w);
-    cmp_hessian_free(&h);
-    free(X);
-}
-
-static void test_descent_reaches_a_local_minimum(void **state)
-{
-    (void)state;
-    check_descent(KN_W_Q4);
-    check_descent(KN_W_Q4S);
-    check_descent(KN_W_Q8);
-}
-
-/* ---- threads ---------------------------------------------------------- */
-
-/* Buffers of one quantized matrix compared byte for byte. */
-static void assert_qm_equal(const qm *a, const qm *b, kn_wformat f, uint32_t rows,
-                            uint32_t cols)
-{
-    assert_memory_equal(a->data, b->data, kn_wformat_data_bytes(f, rows, cols));
-    assert_memory_equal(a->scales, b->scales, kn_wformat_scale_bytes(f, rows, cols, 32));
-    size_t zb = kn_wformat_zero_bytes(f, rows, cols, 32);
-    if (zb)
-        assert_memory_equal(a->zeros, b->zeros, zb);
-}
-
-/* Every row-parallel step gives on a pool of three threads (an uneven
- * split of 37 rows) exactly what it gives on the calling thread alone:
- * GPTQ (with and without act-order), the refit, the descent, the
- * retarget and the output error. */
-static void test_threads_give_identical_results(void **state)
-{
-    (void)state;
-    kn_pool *pool = kn_pool_create(3);
-    assert_non_null(pool);
-    uint32_t rows = 37, cols = 72;
-    size_t T = 200;
-    float *X = correlated_inputs(T, cols);
-    cmp_hessian h;
-    hessian_of(&h, X, T, cols);
-    float *w = rand_w(rows, cols);
-    size_t nel = (size_t)rows * cols;
-    float *d1 = malloc(nel * sizeof(float)), *d3 = malloc(nel * sizeof(float));
-    kn_wformat fs[2] = {KN_W_Q4, KN_W_Q8};
-    for (int fi = 0; fi < 2; fi++)
-        for (int ao = 0; ao <= 1; ao++) {
-            kn_wformat f = fs[fi];
-            qm a, b;
-            qm_init(&a, f, rows, cols, 32);
-            qm_init(&b, f, rows, cols, 32);
-            cmp_gptq_opts o1 = {0.01, ao, 128, 1, 0, 0, NULL};
-            cmp_gptq_opts o3 = o1;
-            o3.pool = pool;
-            o1.chunk_rows = o3.chunk_rows = 0;
-            assert_int_equal(cmp_gptq_quantize(w, &h, &o1, &a.b, d1, NULL, NULL), MC_OK);
-            assert_int_equal(cmp_gptq_quantize(w, &h, &o3, &b.b, d3, NULL, NULL), MC_OK);
-            assert_qm_equal(&a, &b, f, rows, cols);
-            assert_int_equal(cmp_gptq_refit_scales(w, &h, &a.b, d1, NULL, NULL), MC_OK);
-            assert_int_equal(cmp_gptq_refit_scales(w, &h, &b.b, d3, pool, NULL), MC_OK);
-            assert_qm_equal(&a, &b, f, rows, cols);
-            uint64_t m1 = 0, m3 = 0;
-            assert_int_equal(cmp_descend_codes(w, &h, &a.b, d1, 0, &m1, NULL, NULL), MC_OK);
-            assert_int_equal(cmp_descend_codes(w, &h, &b.b, d3, 0, &m3, pool, NULL), MC_OK);
-            assert_qm_equal(&a, &b, f, rows, cols);
-            assert_memory_equal(d1, d3, nel * sizeof(float));
-            assert_true(m1 == m3);
-            double e1 = cmp_hessian_output_error(&h, w, d1, rows);
-            assert_true(cmp_hessian_output_error_par(pool, &h, w, d3, rows) == e1);
-            assert_true(cmp_hessian_output_error_par(NULL, &h, w, d3, rows) == e1);
-            qm_free(&a);
-            qm_free(&b);
-        }
-    double *C = calloc((size_t)cols * cols, sizeof(double));
-    for (uint32_t i = 0; i < cols; i++)
-        for (uint32_t k = 0; k < cols; k++)
-            C[i * cols + k] = 0.9 * cmp_hessian_get(&h, i, k);
-    assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d1, NULL, NULL), MC_OK);
-    assert_int_equal(cmp_gptq_retarget(&h, C, w, rows, 0.01, d3, pool, NULL), MC_OK);
-    assert_memory_equal(d1, d3, nel * sizeof(float));
-    /* the statistics: H on three threads, and C against the per-token
-     * rank-1 update it replaces (150 tokens: two full chunks and a part;
-     * some x_f exactly zero) */
-    {
-        cmp_hessian h3;
-        assert_int_equal(cmp_hessian_init(&h3, cols, NULL), MC_OK);
-        cmp_hessian_add_par(pool, &h3, X, 120);
-        cmp_hessian_add_par(pool, &h3, X + 120 * cols, T - 120);
-        cmp_hessian h1;
-        assert_int_equal(cmp_hessian_init(&h1, cols, NULL), MC_OK);
-        cmp_hessian_add(&h1, X, 120);
-        cmp_hessian_add(&h1, X + 120 * cols, T - 120);
-        assert_memory_equal(h1.h, h3.h, cmp_hessian_row_offset(cols, cols) * sizeof(double));
-        assert_true(h1.n == h3.n);
-        size_t nt = 150;
-        float *xf = X, *xq = X + 40 * cols;
-        for (size_t t = 0; t < nt; t += 7)
-            xf[t * cols + (t % cols)] = 0.0f;
-        double *c1 = calloc((size_t)cols * cols, sizeof(double));
-        double *c3 = calloc((size_t)cols * cols, sizeof(double));
-        /* against the per-token rank-1 update in double: float products
-         * within a chunk (kn_gram.h) */
-        double cmax = 0.0;
-        for (size_t t = 0; t < nt; t++)
-            for (uint32_t i = 0; i < cols; i++) {
-                double fi = xf[t * cols + i];
-                for (uint32_t k = 0; k < cols; k++)
-                    c1[(size_t)i * cols + k] += fi * xq[t * cols + k];
-            }
-        for (size_t e = 0; e < (size_t)cols * cols; e++)
-            cmax = fmax(cmax, fabs(c1[e]));
-        cmp_cross_add(pool, c3, xf, xq, nt, cols, h3.xt);
-        for (size_t e = 0; e < (size_t)cols * cols; e++)
-            assert_true(fabs(c3[e] - c1[e]) <= 1e-6 * cmax);
-        /* the same sums, bit for bit, without the pool */
-        memcpy(c1, c3, (size_t)cols * cols * sizeof(double));
-        memset(c3, 0, (size_t)cols * cols * sizeof(double));
-        cmp_cross_add(NULL, c3, xf, xq, nt, cols, h3.xt);
-        assert_memory_equal(c1, c3, (size_t)cols * cols * sizeof(double));
-        free(c1);
-        free(c3);
-        cmp_hessian_free(&h1);
-        cmp_hessian_free(&h3);
-    }
-    /* the factorization's columns and the inverse's rows go parallel only
-     * from about 400 wide: compare there, with an act-order permutation */
-    {
-        uint32_t wide = 600;
-        float *Xw = correlated_inputs(700, wide);
-        cmp_hessian hw;
-        hessian_of(&hw, Xw, 700, wide);
-        uint32_t *perm = malloc(wide * sizeof(uint32_t));
-        for (uint32_t i = 0; i < wide; i++)
-            perm[i] = (i * 7u) % wide; /* 7 and 600 are coprime */
-        double *u1 = malloc((size_t)wide * wide * sizeof(double));
-        double *u3 = malloc((size_t)wide * wide * sizeof(double));
-        double *row = malloc(wide * sizeof(double));
-        assert_int_equal(cmp_gptq_hinv_factor(&hw, perm, 1.0, u1, row, NULL, NULL), MC_OK);
-        assert_int_equal(cmp_gptq_hinv_factor(&hw, perm, 1.0, u3, row, pool, NULL), MC_OK);
-        assert_memory_equal(u1, u3, (size_t)wide * wide * sizeof(double));
-        free(u1);
-        free(u3);
-        free(row);
-        free(perm);
-        cmp_hessian_free(&hw);
-        free(Xw);
-    }
-    free(C);
-    free(d1);
-    free(d3);
-    free(w);
-    cmp_hessian_free(&h);
-    free(X);
-    kn_pool_free(pool);
-}
-
-/* ---- work-space byte counts against measured allocation ------------- */
-
-typedef struct peak_probe {
-    int64_t live0;
-} peak_probe;
-
-static void probe_start(peak_probe *p)
-{
-    mc_alloc_track(1);
-    p->live0 = mc_alloc_live_bytes();
-    mc_alloc_reset_peak();
-}
-
-/* The measured peak (usable sizes) must cover the formula and exceed it by
- * no more than malloc's rounding: under 32 bytes per heap block, under a
- * page per block large enough to be mmapped (>= 128 KiB); nothing may
- * stay allocated. */
-static void probe_check(peak_probe *p, const char *what, uint64_t formula,
-                        int nblocks, int nbig)
-{
-    int64_t peak = mc_alloc_peak_bytes() - p->live0;
-    int64_t left = mc_alloc_live_bytes() - p->live0;
-    mc_alloc_track(0);
-    print_message("%s: formula %llu, measured %lld\n", what,
-                  (unsigned long long)formula, (long long)peak);
-    assert_int_equal(left, 0);
-    assert_true(peak >= (int64_t)formula);
-    assert_true(peak <= (int64_t)formula + 32 * nblocks + 4096 * nbig);
-}
-
-static void test_gptq_work_bytes_match_measured_peak(void **state)
-{
-    (void)state;
-    peak_probe p;
-    /* the accumulator */
-    cmp_hessian h;
-    probe_start(&p);
-    assert_int_equal(cmp_hessian_init(&h, 100, NULL), MC_OK);
-    int64_t held = mc_alloc_live_bytes() - p.live0;
-    mc_alloc_track(0);
-    assert_true(held >= (int64_t)cmp_hessian_bytes(100));
-    assert_true(held <= (int64_t)cmp_hessian_bytes(100) + 2 * 32);
-    size_t T = 260;
-    float *X = correlated_inputs(T, 100);
-    cmp_hessian_add(&h, X, T);
-
-    kn_pool *pool3 = tu_pool_warm(3);
-    /* GPTQ: every block below the mmap threshold (cols 100), then one
-     * matrix above it (cols 200) */
-    struct {
-        kn_wformat f;
-        uint32_t g, rows, cols, block;
-        int act, nbig;
-    } cs[3] = {{KN_W_Q4, 32, 40, 100, 0, 0, 0}, {KN_W_Q8, 0, 7, 100, 256, 1, 0},
-               {KN_W_Q4S, 64, 12, 200, 128, 1, 1}};
-    for (int c = 0; c < 3; c++) {
-        cmp_hessian hc;
-        float *Xc = cs[c].cols == 100 ? NULL : correlated_inputs(2 * cs[c].cols, cs[c].cols);
-        if (Xc) {
-            assert_int_equal(cmp_hessian_init(&hc, cs[c].cols, NULL), MC_OK);
-            cmp_hessian_add(&hc, Xc, 2 * (size_t)cs[c].cols);
-        }
-        const cmp_hessian *hh = Xc ? &hc : &h;
-        float *w = rand_w(cs[c].rows, cs[c].cols);
-        qm q;
-        qm_init(&q, cs[c].f, cs[c].rows, cs[c].cols, cs[c].g);
-        cmp_gptq_opts o = {0.01, cs[c].act, cs[c].block, 0, 0};
-        probe_start(&p);
-        assert_int_equal(cmp_gptq_quantize(w, hh, &o, &q.b, NULL, NULL, NULL), MC_OK);
-        probe_check(&p, "gptq", cmp_gptq_work_bytes(cs[c].rows, cs[c].cols, cs[c].block, 1),
-                    9, cs[c].nbig);
-        uint32_t groups = cmp_qbuf_nparams(&q.b);
-        probe_start(&p);
-        assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, NULL, NULL), MC_OK);
-        probe_check(&p, "refit", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 1), 8, 0);
-        /* three threads: each its own work copies */
-        o.pool = pool3;
-        probe_start(&p);
-        assert_int_equal(cmp_gptq_quantize(w, hh, &o, &q.b, NULL, NULL, NULL), MC_OK);
-        probe_check(&p, "gptq x3", cmp_gptq_work_bytes(cs[c].rows, cs[c].cols, cs[c].block, 3),
-                    18, cs[c].nbig);
-        probe_start(&p);
-        assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, pool3, NULL), MC_OK);
-        probe_check(&p, "refit x3", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 3), 28, 0);
-        qm_free(&q);
-        free(w);
-        if (Xc) {
-            cmp_hessian_free(&hc);
-            free(Xc);
-        }
-    }
-
-    /* retarget: C = sum x x^T (full), w */
-    double *C = calloc(100 * 100, sizeof(double));
-    for (uint32_t i = 0; i < 100; i++)
-        for (uint32_t j = 0; j < 100; j++)
-            C[i * 100 + j] = cmp_hessian_get(&h, i, j);
-    float *w = rand_w(5, 100), *out = malloc(5 * 100 * sizeof(float));
-    probe_start(&p);
-    assert_int_equal(cmp_gptq_retarget(&h, C, w, 5, 0.01, out, NULL, NULL), MC_OK);
-    probe_check(&p, "retarget", cmp_gptq_retarget_work_bytes(100, 1), 2, 0);
-    probe_start(&p);
-    assert_int_equal(cmp_gptq_retarget(&h, C, w, 5, 0.01, out, pool3, NULL), MC_OK);
-    probe_check(&p, "retarget x3", cmp_gptq_retarget_work_bytes(100, 3), 2, 0);
-    probe_start(&p);
-    (void)cmp_hessian_output_error_par(pool3, &h, w, NULL, 5);
-    probe_check(&p, "output error x3", cmp_hessian_output_error_par_work_bytes(100, 5, 3), 2, 0);
-    assert_true(cmp_hessian_output_error_par_work_bytes(100, 5, 3) ==
-                5 * 8 + 3 * CMP_OERR_ROWS * 100 * 8);
-    assert_true(cmp_hessian_output_error_par_work_bytes(100, 5, 1) ==
-                cmp_hessian_output_error_work_bytes(100));
-
-    /* output error: the stack up to 512 columns, the heap above */
-    probe_start(&p);
-    (void)cmp_hessian_output_error(&h, w, NULL, 5);
-    probe_check(&p, "output error 100", cmp_hessian_output_error_work_bytes(100), 0, 0);
-    assert_true(cmp_hessian_output_error_work_bytes(100) == 0);
-    cmp_hessian wide;
-    assert_int_equal(cmp_hessian_init(&wide, 600, NULL), MC_OK);
-    float *ww = rand_w(2, 600);
-    probe_start(&p);
-    (void)cmp_hessian_output_error(&wide, ww, NULL, 2);
-    probe_check(&p, "output error 600", cmp_hessian_output_error_work_bytes(600), 1, 0);
-    assert_true(cmp_hessian_output_error_work_bytes(600) == 600 * CMP_OERR_ROWS * 8);
-
-    /* descent: the full H and eight rows' d and g */
-    {
-        float *q = rand_w(5, 100), *qd = malloc(5 * 100 * sizeof(float));
-        qm m;
-        qm_init(&m, KN_W_Q4, 5, 100, 32);
-        assert_int_equal(cmp_quant_matrix(q, NULL, &m.b, NULL), MC_OK);
-        cmp_dequant_matrix(&m.b, qd);
-        probe_start(&p);
-        assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, NULL, NULL), MC_OK);
-        probe_check(&p, "descent", cmp_descend_work_bytes(100, 1), 3, 0);
-        probe_start(&p);
-        assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, pool3, NULL), MC_OK);
-        probe_check(&p, "descent x3", cmp_descend_work_bytes(100, 3), 4, 0);
-        assert_true(cmp_descend_work_bytes(100, 1) == 100 * 100 * 8 + 2 * CMP_LANES * 100 * 8);
-        qm_free(&m);
-        free(q);
-        free(qd);
-    }
-
-    /* the formulas themselves, at a 70B model's widest input */
-    uint64_t n = 28672, c = CMP_GPTQ_CHUNK_BYTES / (n * 4);
-    assert_true(cmp_gptq_work_bytes(8192, 28672, 0, 1) ==
-                n * n * 8 + c * n * 4 + c * 128 * 4 + n * 32);
-    assert_true(cmp_gptq_work_bytes(8192, 28672, 128, 1) == cmp_gptq_work_bytes(8192, 28672, 0, 1));
-    assert_true(cmp_gptq_retarget_work_bytes(28672, 1) ==
-                n * n * 8 + n * CMP_RETARGET_ROWS * 16);
-
-    cmp_hessian_free(&wide);
-    kn_pool_free(pool3);
-    free(ww);
-    free(w);
-    free(out);
-    free(C);
-    cmp_hessian_free(&h);
     free(X);
 }
 
@@ -1082,16 +621,16 @@ static void test_gptq_shared_factor_gives_identical_codes(void **state)
     (void)state;
     uint32_t rows = 24, cols = 96;
     size_t T = 256;
-    float *X = correlated_inputs(T, cols);
-    float *w = rand_w(rows, cols);
+    float *X = tu_gq_correlated_inputs(T, cols);
+    float *w = tu_gq_rand_w(rows, cols);
     cmp_hessian h;
-    hessian_of(&h, X, T, cols);
+    tu_gq_hessian_of(&h, X, T, cols);
     static const kn_wformat fmts[2] = {KN_W_Q8, KN_W_Q4};
     for (int fi = 0; fi < 2; fi++)
         for (int ao = 0; ao < 2; ao++) {
-            qm a, b;
-            qm_init(&a, fmts[fi], rows, cols, 32);
-            qm_init(&b, fmts[fi], rows, cols, 32);
+            tu_gq_qm a, b;
+            tu_gq_qm_init(&a, fmts[fi], rows, cols, 32);
+            tu_gq_qm_init(&b, fmts[fi], rows, cols, 32);
             cmp_gptq_opts o = {0.01, ao, 128, 1};
             double da = 0.0, db = 0.0;
             assert_int_equal(cmp_gptq_quantize(w, &h, &o, &a.b, NULL, &da, NULL), MC_OK);
@@ -1111,8 +650,8 @@ static void test_gptq_shared_factor_gives_identical_codes(void **state)
                              MC_ERR_INVALID_ARG);
             cmp_gptq_factor_free(&f);
             cmp_gptq_factor_free(&f); /* twice: a no-op */
-            qm_free(&a);
-            qm_free(&b);
+            tu_gq_qm_free(&a);
+            tu_gq_qm_free(&b);
         }
     cmp_hessian_free(&h);
     free(X);
@@ -1126,8 +665,6 @@ int main(void)
         cmocka_unit_test(test_hessian_packed_row_offsets),
         cmocka_unit_test(test_output_error_rows_are_independent_of_blocking),
         cmocka_unit_test(test_retarget_solves_normal_equations_blockwise),
-        cmocka_unit_test(test_descent_reaches_a_local_minimum),
-        cmocka_unit_test(test_threads_give_identical_results),
         cmocka_unit_test(test_gptq_beats_rtn_int8_per_channel),
         cmocka_unit_test(test_gptq_beats_rtn_int4_ragged_groups),
         cmocka_unit_test(test_gptq_act_order_with_static_groups_beats_rtn),
@@ -1137,7 +674,6 @@ int main(void)
         cmocka_unit_test(test_gptq_inverse_factor_matches_reference),
         cmocka_unit_test(test_gptq_row_chunks_give_identical_results),
         cmocka_unit_test(test_gptq_keep_params_reproduces_codes),
-        cmocka_unit_test(test_gptq_work_bytes_match_measured_peak),
         cmocka_unit_test(test_gptq_shared_factor_gives_identical_codes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
