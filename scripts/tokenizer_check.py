@@ -14,7 +14,7 @@ Exit status 1 if any.
 each form (<form>.json) and the answers of `tokenizers` (<form>.golden.json:
 ids without and with special tokens, decodes with and without
 skip_special_tokens; null where an answer repeats the one beside it), which
-tests/test_tokenizer.c replays in CI.  Training is not bit-reproducible
+tests/test_tokenizer_forms.c replays in CI.  Training is not bit-reproducible
 (tie order in the BPE trainer), so --write rewrites forms and answers
 together.
 """

@@ -1,8 +1,10 @@
 /*
  * test_tokenizer.c - rt_tokenizer on small generated tokenizer.json files
- * (answers worked out by hand from their merges) and on the real Mistral
- * tokenizer in ../shared (answers checked against a plain Python BPE over
- * its vocab and merges; skipped when the file is absent).
+ * (helpers/tok_gen.c; answers worked out by hand from their merges): the
+ * SentencePiece and byte-level pipelines, the Split regexes, the API
+ * contract, malformed files, allocation failures and the sibling
+ * tokenizer_config.json.  The real Mistral tokenizer is
+ * test_tokenizer_mistral.c's.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,290 +12,22 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mc_alloc.h"
 #include "rt_tok_regex.h" /* the Split machinery, tested directly */
 #include "rt_tokenizer.h"
 #include "testutil.h"
-
-/* ---- generated tokenizers ---------------------------------------------- */
-
-#define MS "\xE2\x96\x81" /* U+2581, the SentencePiece space */
-
-/* Pieces after <unk> <s> </s> and the 256 <0xNN> tokens: ids 259.. */
-static const char *const SPM_PIECES[] = {
-    MS, "a", "b", "c", "h", "e", "l", "o", MS "h", "ll", MS "he", MS "hell",
-    MS "hello", "\xC3\xA9", "ab", MS "a", MS MS};
-enum {
-    S_SP = 259, S_A, S_B, S_C, S_H, S_E, S_L, S_O, S_SPH, S_LL, S_SPHE,
-    S_SPHELL, S_SPHELLO, S_EACUTE, S_AB, S_SPA, S_SPSP
-};
-static const char *const SPM_MERGES[][2] = {
-    {MS, MS}, {MS, "h"}, {"l", "l"}, {MS "h", "e"}, {MS "he", "ll"},
-    {MS "hell", "o"}, {"a", "b"}, {MS, "a"}};
-
-typedef struct spm_opts {
-    int legacy;          /* normalizer Prepend+Replace, no pre-tokenizer */
-    int pair_merges;     /* [["a","b"]] instead of ["a b"] */
-    const char *scheme;  /* Metaspace prepend_scheme */
-    int split;           /* Metaspace split */
-    int byte_fallback;
-    int fuse_unk;
-} spm_opts;
-
-static json_t *merges_json(const char *const (*m)[2], size_t n, int pairs)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        if (pairs) {
-            json_array_append_new(arr, json_pack("[ss]", m[i][0], m[i][1]));
-        } else {
-            char *s = tu_fmt("%s %s", m[i][0], m[i][1]);
-            json_array_append_new(arr, json_string(s));
-            free(s);
-        }
-    }
-    return arr;
-}
-
-static json_t *added_json(const char *content, int id, int special)
-{
-    return json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", id, "content",
-                     content, "single_word", 0, "lstrip", 0, "rstrip", 0,
-                     "normalized", 0, "special", special);
-}
-
-static char *spm_json(const spm_opts *o)
-{
-    json_t *vocab = json_object();
-    json_object_set_new(vocab, "<unk>", json_integer(0));
-    json_object_set_new(vocab, "<s>", json_integer(1));
-    json_object_set_new(vocab, "</s>", json_integer(2));
-    for (int b = 0; b < 256; b++) {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        json_object_set_new(vocab, name, json_integer(3 + b));
-    }
-    for (size_t i = 0; i < sizeof SPM_PIECES / sizeof *SPM_PIECES; i++)
-        json_object_set_new(vocab, SPM_PIECES[i], json_integer(259 + (int)i));
-    json_t *model = json_pack(
-        "{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:o}", "type", "BPE", "dropout",
-        "unk_token", "<unk>", "continuing_subword_prefix", "end_of_word_suffix",
-        "fuse_unk", o->fuse_unk, "byte_fallback", o->byte_fallback,
-        "ignore_merges", 0, "vocab", vocab, "merges",
-        merges_json(SPM_MERGES, sizeof SPM_MERGES / sizeof *SPM_MERGES,
-                    o->pair_merges));
-    json_t *added = json_pack("[o,o,o]", added_json("<unk>", 0, 1),
-                              added_json("<s>", 1, 1), added_json("</s>", 2, 1));
-    json_t *norm, *pre;
-    if (o->legacy) {
-        norm = json_pack("{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]}", "type",
-                         "Sequence", "normalizers", "type", "Prepend",
-                         "prepend", MS, "type", "Replace", "pattern", "String",
-                         " ", "content", MS);
-        pre = json_null();
-    } else {
-        norm = json_null();
-        pre = json_pack("{s:s,s:s,s:s,s:b}", "type", "Metaspace",
-                        "replacement", MS, "prepend_scheme",
-                        o->scheme ? o->scheme : "first", "split", o->split);
-    }
-    json_t *dec = json_pack(
-        "{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]}", "type",
-        "Sequence", "decoders", "type", "Replace", "pattern", "String", MS,
-        "content", " ", "type", "ByteFallback", "type", "Fuse", "type",
-        "Strip", "content", " ", "start", 1, "stop", 0);
-    json_t *post = json_pack(
-        "{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],s:{s:{s:s,s:[i],s:[s]}}}",
-        "type", "TemplateProcessing", "single", "SpecialToken", "id", "<s>",
-        "type_id", 0, "Sequence", "id", "A", "type_id", 0, "special_tokens",
-        "<s>", "id", "<s>", "ids", 1, "tokens", "<s>");
-    json_t *root = json_pack("{s:s,s:n,s:n,s:o,s:o,s:o,s:o,s:o,s:o}",
-                             "version", "1.0", "truncation", "padding",
-                             "added_tokens", added, "normalizer", norm,
-                             "pre_tokenizer", pre, "post_processor", post,
-                             "decoder", dec, "model", model);
-    assert_non_null(root);
-    char *s = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    return s;
-}
-
-/* GPT-2's byte -> char map (written independently of the library). */
-static void byte_char(int b, char out[4])
-{
-    int n = 0, cp;
-    int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) ||
-               (b >= 174 && b <= 255);
-    if (keep) {
-        cp = b;
-    } else {
-        cp = 256;
-        for (int x = 0; x < b; x++)
-            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) ||
-                  (x >= 174 && x <= 255)))
-                cp++;
-    }
-    if (cp < 0x80) {
-        out[n++] = (char)cp;
-    } else {
-        out[n++] = (char)(0xC0 | (cp >> 6));
-        out[n++] = (char)(0x80 | (cp & 0x3F));
-    }
-    out[n] = '\0';
-}
-
-static const char *const BL_PIECES[] = {"\xC4\xA0t", "he", "\xC4\xA0the",
-                                        "is", "\xC4\xA0is", "this"};
-enum { B_GT = 256, B_HE, B_GTHE, B_IS, B_GIS, B_THIS, B_EOT };
-static const char *const BL_MERGES[][2] = {
-    {"\xC4\xA0", "t"}, {"h", "e"}, {"\xC4\xA0t", "he"}, {"i", "s"},
-    {"\xC4\xA0", "is"}};
-
-/* split: 0 ByteLevel(use_regex) alone; 1 Split(Llama-3 regex)+ByteLevel */
-static char *bl_json(int split, int pair_merges, int ignore_merges)
-{
-    json_t *vocab = json_object();
-    for (int b = 0; b < 256; b++) {
-        char c[4];
-        byte_char(b, c);
-        json_object_set_new(vocab, c, json_integer(b));
-    }
-    for (size_t i = 0; i < sizeof BL_PIECES / sizeof *BL_PIECES; i++)
-        json_object_set_new(vocab, BL_PIECES[i], json_integer(256 + (int)i));
-    json_t *model = json_pack(
-        "{s:s,s:n,s:n,s:b,s:b,s:o,s:o}", "type", "BPE", "dropout",
-        "unk_token", "byte_fallback", 0, "ignore_merges", ignore_merges,
-        "vocab", vocab, "merges",
-        merges_json(BL_MERGES, sizeof BL_MERGES / sizeof *BL_MERGES,
-                    pair_merges));
-    json_t *pre;
-    if (split)
-        pre = json_pack(
-            "{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]}", "type",
-            "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
-            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-            "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-            "\\s+(?!\\S)|\\s+",
-            "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
-            "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0);
-    else
-        pre = json_pack("{s:s,s:b,s:b,s:b}", "type", "ByteLevel",
-                        "add_prefix_space", 0, "trim_offsets", 1, "use_regex",
-                        1);
-    json_t *root = json_pack(
-        "{s:[o],s:n,s:o,s:{s:s},s:{s:s,s:b,s:b},s:o}", "added_tokens",
-        added_json("<|endoftext|>", B_EOT, 1), "normalizer", "pre_tokenizer",
-        pre, "post_processor", "type", "ByteLevel", "decoder", "type",
-        "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1, "model", model);
-    assert_non_null(root);
-    char *s = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    return s;
-}
-
-static rt_tokenizer *load_text(const char *json)
-{
-    rt_tokenizer *t = NULL;
-    mc_error e;
-    mc_status r = rt_tokenizer_load_memory(json, strlen(json), "gen.json", &t,
-                                           &e);
-    if (r) {
-        char buf[1600];
-        print_error("load: %s\n", mc_error_format(&e, buf, sizeof buf));
-    }
-    assert_int_equal(r, MC_OK);
-    return t;
-}
-
-static rt_tokenizer *load_spm(spm_opts o)
-{
-    char *s = spm_json(&o);
-    rt_tokenizer *t = load_text(s);
-    free(s);
-    return t;
-}
-
-static rt_tokenizer *load_bl(int split, int pairs, int ignore)
-{
-    char *s = bl_json(split, pairs, ignore);
-    rt_tokenizer *t = load_text(s);
-    free(s);
-    return t;
-}
-
-static void expect_ids(const rt_tokenizer *t, const char *text, int special,
-                       const int32_t *want, size_t n_want)
-{
-    int32_t ids[512];
-    size_t n = 0;
-    mc_error e;
-    assert_int_equal(rt_tokenizer_encode(t, text, strlen(text), special, ids,
-                                         512, &n, &e), MC_OK);
-    int same = n == n_want &&
-               (n == 0 || memcmp(ids, want, n * sizeof *ids) == 0);
-    if (!same) {
-        print_error("encode(\"%s\"): got", text);
-        for (size_t i = 0; i < n; i++)
-            print_error(" %d", ids[i]);
-        print_error(", want");
-        for (size_t i = 0; i < n_want; i++)
-            print_error(" %d", want[i]);
-        print_error("\n");
-    }
-    assert_true(same);
-}
-#define EXPECT(t, text, special, ...)                                          \
-    do {                                                                       \
-        const int32_t want_[] = {__VA_ARGS__};                                 \
-        expect_ids(t, text, special, want_, sizeof want_ / sizeof *want_);     \
-    } while (0)
-
-/* decode(encode(text)) == want (text itself when want is NULL).  skip:
- * encode with add_special and decode with skip_special; else neither. */
-static void expect_round_trip_skip(const rt_tokenizer *t, const char *text,
-                                   size_t len, const char *want,
-                                   size_t want_len, int skip)
-{
-    size_t cap = 4 * len + 16, n = 0, out_len = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    char *out = malloc(4 * len + 64);
-    assert_int_equal(rt_tokenizer_encode(t, text, len, skip, ids, cap, &n,
-                                         NULL), MC_OK);
-    assert_int_equal(rt_tokenizer_decode(t, ids, n, skip, out, 4 * len + 64,
-                                         &out_len), MC_OK);
-    if (!want) {
-        want = text;
-        want_len = len;
-    }
-    if (out_len != want_len || memcmp(out, want, want_len) != 0)
-        print_error("round trip of \"%.*s\" gave \"%.*s\"\n", (int)len, text,
-                    (int)out_len, out);
-    assert_int_equal(out_len, want_len);
-    assert_memory_equal(out, want, want_len);
-    free(ids);
-    free(out);
-}
-static void expect_round_trip(const rt_tokenizer *t, const char *text,
-                              size_t len, const char *want, size_t want_len)
-{
-    expect_round_trip_skip(t, text, len, want, want_len, 1);
-}
-#define ROUND_TRIP(t, s) expect_round_trip(t, s, strlen(s), NULL, 0)
-#define ROUND_TRIP_SPECIAL(t, s)                                               \
-    expect_round_trip_skip(t, s, strlen(s), NULL, 0, 0)
+#include "tok_gen.h"
 
 /* ---- SentencePiece-style ----------------------------------------------- */
 
 static void test_spm_metaspace_known_answers(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1});
     EXPECT(t, "hello", 0, S_SPHELLO);
     EXPECT(t, "hello", 1, 1, S_SPHELLO);
     EXPECT(t, "hell", 0, S_SPHELL);
@@ -301,7 +35,7 @@ static void test_spm_metaspace_known_answers(void **state)
     EXPECT(t, "ab a", 0, S_SP, S_AB, S_SPA);
     /* "▁ ▁" has rank 0: split=false lets it win */
     EXPECT(t, "a  a", 0, S_SPA, S_SPSP, S_A);
-    expect_ids(t, "", 0, NULL, 0);
+    tu_tok_expect_ids(t, "", 0, NULL, 0);
     size_t n = 99;
     assert_int_equal(rt_tokenizer_encode(t, "", 0, 0, NULL, 0, &n, NULL),
                      MC_OK);
@@ -327,7 +61,7 @@ static void test_spm_metaspace_known_answers(void **state)
 static void test_spm_legacy_normalizer_known_answers(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.legacy = 1, .pair_merges = 1,
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.legacy = 1, .pair_merges = 1,
                                           .byte_fallback = 1});
     EXPECT(t, "hello", 1, 1, S_SPHELLO);
     EXPECT(t, "ab a", 0, S_SP, S_AB, S_SPA);
@@ -345,9 +79,9 @@ static void test_spm_merge_encodings_agree(void **state)
     const char *texts[] = {"hello", "ab a", "a  a", "hell o", "h\xC3\xA9!",
                            "  hello  ", "abcabc"};
     for (int legacy = 0; legacy < 2; legacy++) {
-        rt_tokenizer *a = load_spm((spm_opts){.legacy = legacy,
+        rt_tokenizer *a = tu_tok_load_spm((tu_spm_opts){.legacy = legacy,
                                               .byte_fallback = 1});
-        rt_tokenizer *b = load_spm((spm_opts){.legacy = legacy,
+        rt_tokenizer *b = tu_tok_load_spm((tu_spm_opts){.legacy = legacy,
                                               .pair_merges = 1,
                                               .byte_fallback = 1});
         for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
@@ -368,7 +102,7 @@ static void test_spm_merge_encodings_agree(void **state)
 static void test_spm_byte_fallback_and_decode(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1});
     /* é is a piece, '!' is not: <0x21> = 3 + 0x21 */
     EXPECT(t, "h\xC3\xA9!", 0, S_SPH, S_EACUTE, 3 + 0x21);
     /* U+1F600 F0 9F 98 80 */
@@ -389,14 +123,14 @@ static void test_spm_byte_fallback_and_decode(void **state)
     ROUND_TRIP(t, "hello world, \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80!");
     ROUND_TRIP(t, "tab\tnew\nline \x01\x7F");
     /* invalid UTF-8 survives through byte fallback */
-    expect_round_trip(t, "a\xFF\xC3(b", 6, NULL, 0);
+    tu_tok_expect_round_trip(t, "a\xFF\xC3(b", 6, NULL, 0);
     rt_tokenizer_free(t);
 }
 
 static void test_spm_special_tokens_split(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1});
     /* prepend_scheme "first": only the segment at offset 0 gets "▁" */
     EXPECT(t, "hello</s>hello", 1, 1, S_SPHELLO, 2, S_H, S_E, S_LL, S_O);
     EXPECT(t, "<s>hello", 0, 1, S_H, S_E, S_LL, S_O);
@@ -405,10 +139,10 @@ static void test_spm_special_tokens_split(void **state)
     ROUND_TRIP_SPECIAL(t, "hello</s>hello");
     rt_tokenizer_free(t);
 
-    t = load_spm((spm_opts){.byte_fallback = 1, .scheme = "always"});
+    t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1, .scheme = "always"});
     EXPECT(t, "hello</s>hello", 0, S_SPHELLO, 2, S_SPHELLO);
     rt_tokenizer_free(t);
-    t = load_spm((spm_opts){.byte_fallback = 1, .scheme = "never"});
+    t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1, .scheme = "never"});
     EXPECT(t, "hello", 0, S_H, S_E, S_LL, S_O);
     rt_tokenizer_free(t);
 }
@@ -416,7 +150,7 @@ static void test_spm_special_tokens_split(void **state)
 static void test_spm_metaspace_split_true_cuts_words(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1, .split = 1});
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1, .split = 1});
     /* pieces "▁a", "▁", "▁a": "▁ ▁" can no longer merge */
     EXPECT(t, "a  a", 0, S_SPA, S_SP, S_SPA);
     EXPECT(t, "hello hell", 0, S_SPHELLO, S_SPHELL);
@@ -426,11 +160,11 @@ static void test_spm_metaspace_split_true_cuts_words(void **state)
 static void test_spm_unknown_chars_use_unk(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.fuse_unk = 1});
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.fuse_unk = 1});
     EXPECT(t, "h!!", 0, S_SPH, 0);
     EXPECT(t, "!h!", 0, S_SP, 0, S_H, 0);
     rt_tokenizer_free(t);
-    t = load_spm((spm_opts){.fuse_unk = 0});
+    t = tu_tok_load_spm((tu_spm_opts){.fuse_unk = 0});
     EXPECT(t, "h!!", 0, S_SPH, 0, 0);
     rt_tokenizer_free(t);
 }
@@ -441,7 +175,7 @@ static void test_bytelevel_known_answers(void **state)
 {
     (void)state;
     for (int split = 0; split < 2; split++) {
-        rt_tokenizer *t = load_bl(split, split, 0);
+        rt_tokenizer *t = tu_tok_load_bl(split, split, 0);
         EXPECT(t, "the is", 0, 't', B_HE, B_GIS);
         EXPECT(t, " the", 1, B_GTHE);
         EXPECT(t, "this", 0, 't', 'h', B_IS);
@@ -457,7 +191,7 @@ static void test_bytelevel_known_answers(void **state)
 static void test_bytelevel_ignore_merges_takes_whole_words(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_bl(1, 0, 1);
+    rt_tokenizer *t = tu_tok_load_bl(1, 0, 1);
     EXPECT(t, "this", 0, B_THIS);
     /* "Ġthis" is no token: ordinary merges */
     EXPECT(t, " this", 0, B_GT, 'h', B_IS);
@@ -468,15 +202,15 @@ static void test_bytelevel_round_trips(void **state)
 {
     (void)state;
     for (int split = 0; split < 2; split++) {
-        rt_tokenizer *t = load_bl(split, 0, 0);
+        rt_tokenizer *t = tu_tok_load_bl(split, 0, 0);
         ROUND_TRIP(t, "The quick brown fox, isn't it?  42 + 7\n\n\tend ");
         ROUND_TRIP(t, "na\xC3\xAFve caf\xC3\xA9 \xCE\xB1\xCE\xB2\xCE\xB3");
         ROUND_TRIP(t, "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE "
                       "\xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\xA0\x9C\x8E");
         ROUND_TRIP_SPECIAL(t, "the<|endoftext|>the");
-        expect_round_trip(t, "\x00\xFF\xC3(\x80", 5, NULL, 0);
+        tu_tok_expect_round_trip(t, "\x00\xFF\xC3(\x80", 5, NULL, 0);
         /* skip_special drops the special token */
-        expect_round_trip(t, "a<|endoftext|>b", 15, "ab", 2);
+        tu_tok_expect_round_trip(t, "a<|endoftext|>b", 15, "ab", 2);
         rt_tokenizer_free(t);
     }
 }
@@ -591,7 +325,7 @@ static void test_regex_refuses_what_it_cannot_translate(void **state)
 static void test_encode_reports_needed_size(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1});
     int32_t ids[2];
     size_t n = 0;
     mc_error e;
@@ -610,7 +344,7 @@ static void test_encode_reports_needed_size(void **state)
 static void test_decode_checks_ids_and_size(void **state)
 {
     (void)state;
-    rt_tokenizer *t = load_spm((spm_opts){.byte_fallback = 1});
+    rt_tokenizer *t = tu_tok_load_spm((tu_spm_opts){.byte_fallback = 1});
     const int32_t ok[] = {S_SPHELLO, S_SPA};
     char buf[8];
     size_t len = 0;
@@ -771,7 +505,7 @@ static void test_tokenizer_load_reports_missing_file(void **state)
 static void test_tokenizer_survives_allocation_failures(void **state)
 {
     (void)state;
-    char *json = spm_json(&(spm_opts){.byte_fallback = 1});
+    char *json = tu_tok_spm_json(&(tu_spm_opts){.byte_fallback = 1});
     const char *text = "hello</s>ab a h\xF0\x9F\x98\x80";
     int loaded = 0;
     for (long k = 0; !loaded && k < 100000; k++) {
@@ -822,7 +556,7 @@ static void test_tokenizer_reads_sibling_config(void **state)
     char *dir = tu_mkdtemp("tok");
     char *path = tu_fmt("%s/tokenizer.json", dir);
     char *cfg = tu_fmt("%s/tokenizer_config.json", dir);
-    char *json = bl_json(0, 0, 0);
+    char *json = tu_tok_bl_json(0, 0, 0);
     assert_int_equal(tu_write_file(path, json, strlen(json)), 0);
     const char *c1 = "{\"bos_token\":{\"content\":\"<|endoftext|>\"},"
                      "\"eos_token\":\"\xC4\xA0the\",\"model_max_length\":"
@@ -847,188 +581,6 @@ static void test_tokenizer_reads_sibling_config(void **state)
     free(dir);
 }
 
-/* ---- the real Mistral tokenizer ---------------------------------------- */
-
-static rt_tokenizer *g_mistral;
-static char g_mistral_path[4096];
-
-static int mistral_setup(void **state)
-{
-    (void)state;
-    snprintf(g_mistral_path, sizeof g_mistral_path,
-             "%s/tokenizers/mistral-7b-instruct-v0.1/tokenizer.json",
-             MC_SHARED_DIR);
-    if (!tu_exists(g_mistral_path))
-        return 0;
-    mc_error e;
-    if (rt_tokenizer_load(g_mistral_path, &g_mistral, &e) != MC_OK) {
-        char buf[1600];
-        printf("mistral load failed: %s\n", mc_error_format(&e, buf, sizeof buf));
-        g_mistral = NULL;
-        return -1;
-    }
-    return 0;
-}
-
-static int mistral_teardown(void **state)
-{
-    (void)state;
-    rt_tokenizer_free(g_mistral);
-    g_mistral = NULL;
-    return 0;
-}
-
-#define NEED_MISTRAL()                                                         \
-    TU_SKIP_IF(!g_mistral, "mistral-7b-instruct-v0.1/tokenizer.json absent "  \
-                           "in ../shared/tokenizers")
-
-static void test_mistral_known_answers(void **state)
-{
-    (void)state;
-    NEED_MISTRAL();
-    rt_tokenizer *t = g_mistral;
-    assert_int_equal(rt_tokenizer_vocab_size(t), 32000);
-    assert_int_equal(rt_tokenizer_bos(t), 1);
-    assert_int_equal(rt_tokenizer_eos(t), 2);
-    assert_int_equal(rt_tokenizer_token_to_id(t, MS "Hello", 8), 22557);
-    assert_int_equal(rt_tokenizer_token_to_id(t, "<0x0A>", 6), 13);
-    /* checked against a plain Python BPE over the file's vocab and merges */
-    EXPECT(t, "Hello world", 1, 1, 22557, 1526);
-    EXPECT(t, "Hello world", 0, 22557, 1526);
-    EXPECT(t, "The quick brown fox jumps over the lazy dog.", 1, 1, 415, 2936,
-           9060, 285, 1142, 461, 10575, 754, 272, 17898, 3914, 28723);
-    EXPECT(t, "Once upon a time, there was a little girl named Lily.", 1, 1,
-           5713, 3714, 264, 727, 28725, 736, 403, 264, 1628, 2746, 5160, 25492,
-           28723);
-    EXPECT(t, "Tom's cat, 42 times", 1, 1, 4660, 28742, 28713, 5255, 28725,
-           28705, 28781, 28750, 2421);
-    EXPECT(t, "  leading spaces", 1, 1, 28705, 5374, 10599);
-    EXPECT(t, "tab\tand\nnewline", 1, 1, 7683, 12, 391, 13, 1095, 1081);
-    EXPECT(t, "a</s>b", 1, 1, 264, 2, 28726);
-}
-
-static void test_mistral_rare_chars_fall_back_to_bytes(void **state)
-{
-    (void)state;
-    NEED_MISTRAL();
-    rt_tokenizer *t = g_mistral;
-    /* U+2070E (F0 A0 9C 8E) is not a piece: <0xF0><0xA0><0x9C><0x8E> */
-    EXPECT(t, "\xF0\xA0\x9C\x8E", 1, 1, 28705, 243, 163, 159, 145);
-    /* 😀 is a piece of its own */
-    EXPECT(t, "\xF0\x9F\x98\x80", 1, 1, 28705, 30575);
-    /* 寿 (E5 AF BF) falls back, 司 is a piece */
-    EXPECT(t, "I like \xE5\xAF\xBF\xE5\x8F\xB8 and \xE2\x98\x83.", 1, 1, 315,
-           737, 28705, 232, 178, 194, 29989, 304, 28705, 31666, 28723);
-}
-
-static void test_mistral_round_trips(void **state)
-{
-    (void)state;
-    NEED_MISTRAL();
-    const char *texts[] = {
-        "Hello world",
-        "The quick brown fox jumps over the lazy dog.",
-        "naïve café, Ærøskøbing, Straße",
-        "日本語の文章です。中文句子。한국어 문장.",
-        "emoji 😀👍🏽 and rare 𠜎𠜱 chars",
-        "code:\n\tif (x) {\n\t\treturn y;\n\t}\n",
-        "multiple   spaces   and trailing  ",
-    };
-    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
-        ROUND_TRIP(g_mistral, texts[i]);
-    /* the decoder strips the one leading space the encoder added */
-    expect_round_trip(g_mistral, " x", 2, "x", 1);
-}
-
-/* The same vocabulary in the older saved form (normalizer Prepend+Replace,
- * no pre-tokenizer, pair merges) encodes plain text the same way. */
-static void test_mistral_legacy_form_matches(void **state)
-{
-    (void)state;
-    NEED_MISTRAL();
-    json_error_t je;
-    json_t *root = json_load_file(g_mistral_path, 0, &je);
-    assert_non_null(root);
-    json_object_set_new(root, "pre_tokenizer", json_null());
-    json_object_set_new(root, "normalizer",
-                        json_pack("{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]}",
-                                  "type", "Sequence", "normalizers", "type",
-                                  "Prepend", "prepend", MS, "type", "Replace",
-                                  "pattern", "String", " ", "content", MS));
-    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
-    for (size_t i = 0; i < json_array_size(merges); i++) {
-        const char *m = json_string_value(json_array_get(merges, i));
-        const char *sp = strchr(m, ' ');
-        char *a = tu_fmt("%.*s", (int)(sp - m), m);
-        json_array_set_new(merges, i, json_pack("[ss]", a, sp + 1));
-        free(a);
-    }
-    char *text = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    rt_tokenizer *legacy = load_text(text);
-    free(text);
-    const char *texts[] = {"Hello world", "Once upon a time, there was a girl.",
-                           "日本語 😀 𠜎", "a  b\tc\nd"};
-    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
-        int32_t x[256], y[256];
-        size_t nx, ny;
-        assert_int_equal(rt_tokenizer_encode(g_mistral, texts[i],
-                                             strlen(texts[i]), 1, x, 256, &nx,
-                                             NULL), MC_OK);
-        assert_int_equal(rt_tokenizer_encode(legacy, texts[i], strlen(texts[i]),
-                                             1, y, 256, &ny, NULL), MC_OK);
-        assert_int_equal(nx, ny);
-        assert_memory_equal(x, y, nx * sizeof *x);
-    }
-    /* where they differ: the legacy form prepends even before a space */
-    EXPECT(legacy, " Hello", 0, 28705, 22557);
-    EXPECT(g_mistral, " Hello", 0, 22557);
-    rt_tokenizer_free(legacy);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void test_mistral_encodes_two_megabytes(void **state)
-{
-    (void)state;
-    NEED_MISTRAL();
-    double t0 = now_s();
-    rt_tokenizer *t = NULL;
-    assert_int_equal(rt_tokenizer_load(g_mistral_path, &t, NULL), MC_OK);
-    double load_s = now_s() - t0;
-    const char *base = "Once upon a time, there was a little girl named Lily. "
-                       "She liked 123 apples and 日本語 😀!\n";
-    size_t bl = strlen(base), len = (size_t)2 << 20;
-    char *text = malloc(len);
-    for (size_t i = 0; i < len; i++)
-        text[i] = base[i % bl];
-    len -= len % bl; /* whole sentences */
-    size_t cap = len, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    t0 = now_s();
-    assert_int_equal(rt_tokenizer_encode(t, text, len, 0, ids, cap, &n, NULL),
-                     MC_OK);
-    double enc_s = now_s() - t0;
-    double mbps = (double)len / enc_s / 1e6;
-    printf("[  INFO    ] mistral: load %.3f s, encode %zu bytes -> %zu ids "
-           "in %.3f s (%.1f MB/s)\n", load_s, len, n, enc_s, mbps);
-    /* per-sentence ids repeat: the split into chunks changed nothing */
-    size_t per = 0;
-    assert_int_equal(rt_tokenizer_encode(t, base, bl, 0, NULL, 0, &per, NULL),
-                     MC_ERR_INVALID_ARG);
-    /* No time limit here: speed is bench_tokenizer's business (a timed
-     * test fails on a loaded CI machine, not on a slow tokenizer). */
-    assert_true(n > 0 && n <= len);
-    free(ids);
-    free(text);
-    rt_tokenizer_free(t);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1051,11 +603,6 @@ int main(void)
         cmocka_unit_test(test_tokenizer_load_reports_missing_file),
         cmocka_unit_test(test_tokenizer_survives_allocation_failures),
         cmocka_unit_test(test_tokenizer_reads_sibling_config),
-        cmocka_unit_test(test_mistral_known_answers),
-        cmocka_unit_test(test_mistral_rare_chars_fall_back_to_bytes),
-        cmocka_unit_test(test_mistral_round_trips),
-        cmocka_unit_test(test_mistral_legacy_form_matches),
-        cmocka_unit_test(test_mistral_encodes_two_megabytes),
     };
-    return cmocka_run_group_tests(tests, mistral_setup, mistral_teardown);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
