@@ -62,8 +62,8 @@ typedef struct rt_step_tables {
     kn_block_segment *segs;    /* [B] one per sequence in the step; .kv is
                                   the backend's (set per layer) */
     int32_t *rows;             /* [chunk][2] (row, slot) needing logits */
-    float *probs;              /* [vocab] sampler scratch */
-    int32_t *index;            /* [vocab] sampler scratch */
+    int32_t *index;            /* [vocab] sampler scratch (the
+                                  probabilities go in the logits row) */
     kn_rope *slot_rope;        /* [B] per-slot RoPE (dynamic NTK only):
                                   inv_freq points at [head_dim/2] floats */
 } rt_step_tables;
@@ -88,9 +88,10 @@ typedef struct rt_backend_i {
     /* Final norm + lm_head of rows[r0 .. r0+g) (g <= max_batch).  Sets
      * *logits to host [g][vocab] floats, or, when want_tokens and the
      * backend has a device argmax, *logits = NULL and *tokens to [g]
-     * greedy ids.  Both valid until the next call. */
+     * greedy ids.  Both valid until the next call; the scheduler may
+     * overwrite a logits row once it has used it (sampling in place). */
     mc_status (*head)(void *ctx, const rt_step *st, size_t r0, size_t g,
-                      int want_tokens, const float **logits,
+                      int want_tokens, float **logits,
                       const int32_t **tokens, mc_error *err);
     /* Optional (NULL: nothing to wait for): the step's work is done. */
     mc_status (*finish)(void *ctx, mc_error *err);

@@ -91,7 +91,6 @@ static void set_views(cpu_backend *b)
     b->tab.pos = buf_at(b, RT_BUF_POS);
     b->tab.segs = buf_at(b, RT_BUF_SEGS);
     b->tab.rows = buf_at(b, RT_BUF_ROWS);
-    b->tab.probs = buf_at(b, RT_BUF_PROBS);
     b->tab.index = buf_at(b, RT_BUF_INDEX);
     b->x = buf_at(b, RT_BUF_X);
     b->hx = buf_at(b, RT_BUF_HX);
@@ -161,7 +160,7 @@ static mc_status cpu_block_forward(void *ctx, const rt_step *st, uint32_t l,
 }
 
 static mc_status cpu_head(void *ctx, const rt_step *st, size_t r0, size_t g,
-                          int want_tokens, const float **logits,
+                          int want_tokens, float **logits,
                           const int32_t **tokens, mc_error *err)
 {
     (void)st;

@@ -403,7 +403,6 @@ void rt_cu_free(void *ctx)
     mc_free(s->tab.pos);
     mc_free(s->tab.rows);
     mc_free(s->tab.segs);
-    mc_free(s->tab.probs);
     mc_free(s->tab.index);
     mc_free(s->tab.slot_rope);
     mc_free(s->x_host);
@@ -427,7 +426,6 @@ static mc_status alloc_host(rt_cu_backend *s, mc_error *err)
     t->pos = mc_calloc(C, sizeof *t->pos);
     t->rows = mc_calloc(2 * C, sizeof *t->rows);
     t->segs = mc_calloc(B, sizeof *t->segs);
-    t->probs = mc_calloc(c->vocab_size, sizeof(float));
     t->index = mc_calloc(c->vocab_size, sizeof(int32_t));
     t->slot_rope = mc_calloc(B, sizeof *t->slot_rope);
     s->x_host = mc_calloc(C * c->hidden_size, sizeof(float));
@@ -436,7 +434,7 @@ static mc_status alloc_host(rt_cu_backend *s, mc_error *err)
     s->rope_host = mc_calloc(half + 1, sizeof(float));
     s->slot_inv = mc_calloc(B * half + 1, sizeof(float));
     if (!s->layers || !s->kv || !t->ids || !t->pos || !t->rows || !t->segs ||
-        !t->probs || !t->index || !t->slot_rope || !s->x_host ||
+        !t->index || !t->slot_rope || !s->x_host ||
         !s->logits_host || !s->tok_host || !s->rope_host || !s->slot_inv)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                        "GPU session host tables");

@@ -45,7 +45,7 @@ typedef struct rt_cu_backend {
 
     /* host tables (mc_malloc'ed at create) */
     rt_step_tables tab;        /* lent to the scheduler: ids pos segs rows
-                                  probs index slot_rope (rt_backend.h) */
+                                  index slot_rope (rt_backend.h) */
     float *x_host;             /* [chunk][hidden] embedding rows */
     float *logits_host;        /* [max_batch][vocab] */
     int32_t *tok_host;         /* [max_batch] device argmax results */

@@ -143,7 +143,7 @@ static mc_status cu_block_forward(void *ctx, const rt_step *sp, uint32_t l,
  * logits (or, for an all-greedy group, the argmax tokens) come back to
  * the host. */
 static mc_status cu_head(void *ctx, const rt_step *sp, size_t r0, size_t g,
-                         int want_tokens, const float **logits,
+                         int want_tokens, float **logits,
                          const int32_t **tokens, mc_error *err)
 {
     (void)sp;

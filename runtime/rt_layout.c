@@ -210,7 +210,6 @@ static mc_status size_buffers(const fmt_model_config *cfg, const rt_limits *L,
                      1, 4, &b[RT_BUF_ATTN_SCRATCH].bytes);
     ok = ok && size3(B, H, 4, &b[RT_BUF_HX].bytes);
     ok = ok && size3(B, V, 4, &b[RT_BUF_LOGITS].bytes);
-    ok = ok && size3(V, 1, 4, &b[RT_BUF_PROBS].bytes);
     ok = ok && size3(V, 1, 4, &b[RT_BUF_INDEX].bytes);
     if (!ok)
         return mc_fail(err, MC_ERR_OVERFLOW, NULL, NULL, -1,
@@ -251,7 +250,6 @@ static void set_lifetimes(rt_buffer *b)
     set_life(&b[RT_BUF_X], RT_PH_EMBED, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_HX], RT_PH_NORM, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_LOGITS], RT_PH_NORM, RT_PH_SAMPLE);
-    set_life(&b[RT_BUF_PROBS], RT_PH_SAMPLE, RT_PH_SAMPLE);
     set_life(&b[RT_BUF_INDEX], RT_PH_SAMPLE, RT_PH_SAMPLE);
 }
 

@@ -21,7 +21,8 @@
  *                      hb2), x += xb
  *          6 NORM      rows that need logits: x -> normed hx
  *          7 HEAD      hx -> logits (groups of max_batch rows)
- *          8 SAMPLE    logits -> probs/index scratch -> token / log-probs
+ *          8 SAMPLE    logits -> token / log-probs (sampling turns a row
+ *                      into probabilities in place, index scratch)
  *   PERSIST  KV cache, RoPE inv_freq (global and per slot): all steps
  *
  * The block's parts repeat once per layer; no buffer lives from one
@@ -120,7 +121,10 @@ typedef enum rt_buf_id {
     RT_BUF_ATTN_SCRATCH = 15,/* float kn_attention_scratch_floats(threads, max_seq) */
     RT_BUF_HX = 16,          /* float [max_batch][hidden] normed rows for the head */
     RT_BUF_LOGITS = 17,      /* float [max_batch][vocab] */
-    RT_BUF_PROBS = 18,       /* float [vocab] sampler */
+    RT_BUF_PROBS = 18,       /* unused, 0 bytes: the sampler's probabilities
+                                overwrite the logits row (rt_sample.h); a
+                                separate row was planned but never written
+                                by scoring.  The id stays pinned. */
     RT_BUF_INDEX = 19,       /* int32 [vocab] sampler */
     RT_BUF_COUNT_
 } rt_buf_id;

@@ -1,6 +1,7 @@
 /* rt_sample.c - greedy / temperature / top-k / top-p sampling with a
  * per-sequence RNG (see rt_sample.h).  No allocation and no qsort (glibc's
- * may allocate): a heap does both the top-k selection and the sort. */
+ * may allocate): a heap does both the top-k selection and the sort; the
+ * probabilities overwrite the logits row, so the only scratch is idx. */
 #include "rt_sample.h"
 
 #include <math.h>
@@ -85,8 +86,8 @@ static void heap_sort_best_first(int32_t *h, size_t n, const float *p)
     }
 }
 
-int32_t rt_sample(const rt_sampler *sp, const float *logits, uint32_t vocab,
-                  rt_rng *rng, float *probs, int32_t *idx)
+int32_t rt_sample(const rt_sampler *sp, float *logits, uint32_t vocab,
+                  rt_rng *rng, int32_t *idx)
 {
     if (sp->temperature <= 0.0f || vocab == 1) {
         uint32_t best = 0;
@@ -99,14 +100,24 @@ int32_t rt_sample(const rt_sampler *sp, const float *logits, uint32_t vocab,
     for (uint32_t i = 1; i < vocab; i++)
         if (logits[i] > mx)
             mx = logits[i];
+    const int use_k = sp->top_k > 0 && sp->top_k < vocab;
+    const int use_p = sp->top_p > 0.0f && sp->top_p < 1.0f;
+    /* The row becomes the unnormalized probabilities, in place: nothing
+     * reads a logit again.  For top-p alone the maxima's indices go to
+     * idx[0..n_max): top-p keeps them whatever the cutoff, and their
+     * probability (exp 0 = 1) no longer tells them from a near-maximum
+     * that rounded to 1. */
+    float *probs = logits;
+    const int mark_max = use_p && !use_k;
     const double inv_t = 1.0 / (double)sp->temperature;
     double total = 0.0;
+    size_t n_max = 0;
     for (uint32_t i = 0; i < vocab; i++) {
+        if (mark_max && logits[i] == mx)
+            idx[n_max++] = (int32_t)i;
         probs[i] = (float)exp(((double)logits[i] - mx) * inv_t);
         total += probs[i];
     }
-    const int use_k = sp->top_k > 0 && sp->top_k < vocab;
-    const int use_p = sp->top_p > 0.0f && sp->top_p < 1.0f;
     const double u = rt_rng_uniform(rng);
     if (!use_k && !use_p) {
         /* Whole vocabulary in index order. */
@@ -134,11 +145,17 @@ int32_t rt_sample(const rt_sampler *sp, const float *logits, uint32_t vocab,
         }
     } else {
         /* A token with p < (1 - top_p) / (vocab - 1) of the mass can never
-         * be inside the nucleus (llama2.c's argument): skip sorting it. */
+         * be inside the nucleus (llama2.c's argument): skip sorting it.
+         * The maxima (p = 1) are always kept: a cutoff <= 1 keeps them;
+         * above 1 (a tiny top_p), or NaN, nothing passes it, and they are
+         * exactly idx[0..n_max). */
         double cutoff = (1.0 - sp->top_p) / (double)(vocab - 1) * total;
-        for (uint32_t i = 0; i < vocab; i++)
-            if ((double)probs[i] >= cutoff || logits[i] == mx)
-                idx[n++] = (int32_t)i;
+        if (!(cutoff <= 1.0))
+            n = n_max;
+        else
+            for (uint32_t i = 0; i < vocab; i++)
+                if ((double)probs[i] >= cutoff)
+                    idx[n++] = (int32_t)i;
     }
     heap_sort_best_first(idx, n, probs);
     /* top-p is relative to what top-k kept (or to the whole vocabulary). */

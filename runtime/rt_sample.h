@@ -12,8 +12,10 @@
  *
  * Each sequence has its own RNG seeded from (seed, sequence index): a
  * sequence samples the same tokens alone or in any batch, provided its
- * logits are the same.  No allocation: the caller passes the vocab-sized
- * scratch (the session arena's RT_BUF_PROBS / RT_BUF_INDEX).
+ * logits are the same.  No allocation: the probabilities overwrite the
+ * logits row (the scheduler has used the row for everything else by then),
+ * and the caller passes one vocab-sized index scratch (the session arena's
+ * RT_BUF_INDEX), so a plan holds 4 x vocab bytes for sampling, not 8.
  */
 #ifndef RT_SAMPLE_H
 #define RT_SAMPLE_H
@@ -37,10 +39,12 @@ typedef struct rt_sampler {
     float top_p;               /* >= 1 (or <= 0): no limit */
 } rt_sampler;
 
-/* Next token from logits[vocab].  probs: float[vocab] and idx:
- * int32[vocab] scratch (may be NULL for greedy).  Returns the token id. */
-int32_t rt_sample(const rt_sampler *sp, const float *logits, uint32_t vocab,
-                  rt_rng *rng, float *probs, int32_t *idx);
+/* Next token from logits[vocab].  Greedy leaves the row as it is; any
+ * other sampler overwrites it with the unnormalized probabilities (the
+ * token is the same as with a separate copy).  idx: int32[vocab] scratch
+ * (may be NULL for greedy).  Returns the token id. */
+int32_t rt_sample(const rt_sampler *sp, float *logits, uint32_t vocab,
+                  rt_rng *rng, int32_t *idx);
 
 /* 1 if tok is one of stop[0..n). */
 int rt_is_stop(int32_t tok, const int32_t *stop, size_t n);

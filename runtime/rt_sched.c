@@ -225,7 +225,7 @@ static int row_needs_logits(const rt_session *s, size_t i, size_t p)
 
 /* Use the logits lg of (slot i, position p); lg NULL: a backend's device
  * argmax gave the greedy token tok (generate slots only). */
-static void consume_row(rt_session *s, size_t i, size_t p, const float *lg,
+static void consume_row(rt_session *s, size_t i, size_t p, float *lg,
                         int32_t tok)
 {
     const uint32_t V = s->m->cfg.vocab_size;
@@ -248,11 +248,12 @@ static void consume_row(rt_session *s, size_t i, size_t p, const float *lg,
     }
     const rt_gen_params *gp = sl->gp;
     rt_gen_result *res = sl->gres;
-    int32_t t = lg ? rt_sample(&gp->sampler, lg, V, &q->rng, s->be.tab.probs,
-                               s->be.tab.index)
-                   : tok;
+    /* The watcher sees the logits before sampling overwrites them with
+     * probabilities (rt_sample.h: the row is the sampler's scratch). */
     if (gp->on_logits && lg)
         gp->on_logits(gp->on_logits_ctx, i, q->nb, lg, V);
+    int32_t t = lg ? rt_sample(&gp->sampler, lg, V, &q->rng, s->be.tab.index)
+                   : tok;
     if (rt_is_stop(t, gp->stop, gp->n_stop)) {
         res->stop = RT_STOP_TOKEN;
         res->stop_token = t;
@@ -388,7 +389,7 @@ static mc_status run_backend(rt_session *s, mc_error *err)
     /* Head: only the rows that need logits, max_batch at a time. */
     for (size_t r0 = 0; st == MC_OK && r0 < sp->nrows; r0 += B) {
         size_t g = sp->nrows - r0 < B ? sp->nrows - r0 : B;
-        const float *lg = NULL;
+        float *lg = NULL;
         const int32_t *tok = NULL;
         if ((st = bi->head(ctx, sp, r0, g, group_is_greedy(s, r0, g), &lg,
                            &tok, err)))

@@ -51,7 +51,7 @@ static mc_status w_block(void *ctx, const rt_step *st, uint32_t l,
 }
 
 static mc_status w_head(void *ctx, const rt_step *st, size_t r0, size_t g,
-                        int want_tokens, const float **logits,
+                        int want_tokens, float **logits,
                         const int32_t **tokens, mc_error *err)
 {
     wrap *w = ctx;
