@@ -101,19 +101,17 @@ static void print_human(const char *path, const fmt_art *a)
            geti(c, "num_hidden_layers"), geti(c, "hidden_size"),
            geti(c, "num_attention_heads"), geti(c, "num_key_value_heads"),
            geti(c, "vocab_size"), geti(c, "max_position_embeddings"));
-    uint64_t by[6] = {0};
-    static const char *const fn[] = {"f32", "f16", "bf16", "q8", "q4", "q4s"};
+    uint64_t by[FMT_ART_NFORMATS] = {0};
     for (size_t i = 0; i < fmt_art_tensor_count(a); i++) {
         const fmt_art_tensor *t = fmt_art_tensor_at(a, i);
-        for (int k = 0; k < 6; k++)
-            if (strcmp(t->format, fn[k]) == 0)
-                by[k] += t->data.bytes + t->scales.bytes + t->zeros.bytes;
+        by[t->fmt] += t->data.bytes + t->scales.bytes + t->zeros.bytes;
     }
     printf("tensors: %zu (quant %s);", fmt_art_tensor_count(a),
            gets(p, "quant"));
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < FMT_ART_NFORMATS; k++)
         if (by[k])
-            printf(" %s %llu bytes", fn[k], (unsigned long long)by[k]);
+            printf(" %s %llu bytes", fmt_art_wformat_name((fmt_art_wformat)k),
+                   (unsigned long long)by[k]);
     printf("\n");
     printf("plan: batch %lld x context %lld, prefill chunk %lld, threads "
            "%lld, KV %s, device %s\n", geti(p, "max_batch"),

@@ -147,12 +147,6 @@ int cmp_xsrc_has(const cmp_xsrc *s, const char *name)
                   : fmt_model_find(s->model, name, NULL) != NULL;
 }
 
-static const struct {
-    const char *name;
-    kn_wformat fmt;
-} art_formats[] = {{"f32", KN_W_F32}, {"f16", KN_W_F16}, {"bf16", KN_W_BF16},
-                   {"q8", KN_W_Q8},   {"q4", KN_W_Q4},   {"q4s", KN_W_Q4S}};
-
 mc_status cmp_xsrc_info(const cmp_xsrc *s, size_t i, cmp_xtensor *t,
                         mc_error *err)
 {
@@ -160,15 +154,12 @@ mc_status cmp_xsrc_info(const cmp_xsrc *s, size_t i, cmp_xtensor *t,
     if (s->art) {
         const fmt_art_tensor *a = fmt_art_tensor_at(s->art, i);
         t->name = a->name;
-        t->fmt = KN_W_COUNT_;
-        for (size_t k = 0; k < sizeof art_formats / sizeof *art_formats; k++)
-            if (strcmp(a->format, art_formats[k].name) == 0)
-                t->fmt = art_formats[k].fmt;
-        if (t->fmt == KN_W_COUNT_ || a->rows > UINT32_MAX ||
-            a->cols > UINT32_MAX)
+        t->fmt = (kn_wformat)a->fmt; /* the same numbers (kn_names.c) */
+        if (a->rows > UINT32_MAX || a->cols > UINT32_MAX)
             return mc_fail(err, MC_ERR_UNSUPPORTED, s->path, a->name, -1,
-                           "format '%s' %llux%llu is not exportable",
-                           a->format, (unsigned long long)a->rows,
+                           "%s %llux%llu is not exportable (rows and "
+                           "columns must fit 32 bits)", a->format,
+                           (unsigned long long)a->rows,
                            (unsigned long long)a->cols);
         t->ndim = a->ndim;
         t->rows = (uint32_t)a->rows;

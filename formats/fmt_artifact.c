@@ -237,7 +237,25 @@ static const char *find_duplicate(const char **names, size_t n, int *nomem)
     return dup;
 }
 
-static const char *const formats[] = {"f32", "f16", "bf16", "q8", "q4", "q4s"};
+static const char *const g_wformat[FMT_ART_NFORMATS] = {
+    [FMT_ART_F32] = "f32", [FMT_ART_F16] = "f16", [FMT_ART_BF16] = "bf16",
+    [FMT_ART_Q8] = "q8",   [FMT_ART_Q4] = "q4",   [FMT_ART_Q4S] = "q4s",
+};
+
+const char *fmt_art_wformat_name(fmt_art_wformat f)
+{
+    return (unsigned)f < FMT_ART_NFORMATS ? g_wformat[f] : "?";
+}
+
+int fmt_art_wformat_parse(const char *s, fmt_art_wformat *out)
+{
+    for (int i = 0; s && i < FMT_ART_NFORMATS; i++)
+        if (strcmp(s, g_wformat[i]) == 0) {
+            *out = (fmt_art_wformat)i;
+            return 0;
+        }
+    return -1;
+}
 
 #define SCHEMA(field, ...)                                                     \
     mc_fail(err, MC_ERR_FORMAT, a->name, field, FMT_ART_HEADER_BYTES,          \
@@ -320,13 +338,10 @@ static mc_status check_tensors_schema(fmt_art *a, mc_error *err)
             return SCHEMA("tensors", "tensor %zu needs name, format, shape, "
                           "group, section, data, scales, zeros", i);
         t->name = json_string_value(nm);
-        t->format = NULL;
-        for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
-            if (strcmp(json_string_value(fm), formats[k]) == 0)
-                t->format = formats[k];
-        if (!t->format)
+        if (fmt_art_wformat_parse(json_string_value(fm), &t->fmt) != 0)
             return SCHEMA(t->name, "tensor '%s': unknown format '%s'", t->name,
                           json_string_value(fm));
+        t->format = fmt_art_wformat_name(t->fmt);
         size_t nd = json_array_size(sh);
         uint64_t d0 = 0, d1 = 0;
         if (nd < 1 || nd > 2 ||

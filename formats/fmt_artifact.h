@@ -110,10 +110,30 @@ typedef struct fmt_art_part {
     uint64_t off, bytes;
 } fmt_art_part;
 
+/* The weight formats a tensor may be stored in, as the manifest's
+ * "format" strings name them: the one table of these names (the runtime,
+ * `mcompile inspect` and export read it; kernels/kn_names.c maps
+ * kn_wformat onto it, whose values these are, asserted there). */
+typedef enum fmt_art_wformat {
+    FMT_ART_F32 = 0,         /* "f32" */
+    FMT_ART_F16 = 1,         /* "f16" */
+    FMT_ART_BF16 = 2,        /* "bf16" */
+    FMT_ART_Q8 = 3,          /* "q8" */
+    FMT_ART_Q4 = 4,          /* "q4" */
+    FMT_ART_Q4S = 5,         /* "q4s" */
+    FMT_ART_NFORMATS
+} fmt_art_wformat;
+
+/* The name of format f (a static string), or "?" when out of range. */
+const char *fmt_art_wformat_name(fmt_art_wformat f);
+/* 0 and *out for a known name; -1 for an unknown one (or NULL). */
+int fmt_art_wformat_parse(const char *s, fmt_art_wformat *out);
+
 /* One tensor of the manifest. */
 typedef struct fmt_art_tensor {
     const char *name;        /* borrowed from the manifest */
-    const char *format;      /* "f32", "f16", "bf16", "q8", "q4", "q4s" */
+    const char *format;      /* fmt_art_wformat_name(fmt), static */
+    fmt_art_wformat fmt;     /* the format the name says */
     int ndim;                /* 1 or 2 */
     uint64_t rows, cols;     /* 1-D: rows = 1, cols = n */
     uint32_t group;          /* q4/q4s group size, else 0 */

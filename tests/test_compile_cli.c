@@ -140,6 +140,8 @@ static void test_stories_artifact_reproduces_reference_greedy(void **state)
     cmd = tu_fmt("%s/mcompile inspect %s --verify", MC_BIN_DIR, art);
     assert_int_equal(tu_run(cmd, &out, &err), 0);
     assert_non_null(strstr(out, "verify: all 47 sections OK"));
+    /* bytes per format, named by the artifact's format table */
+    assert_non_null(strstr(out, "(quant f32); f32 "));
     free(cmd);
     free(out);
     free(err);

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "cmp_plan.h"
+#include "fmt_artifact.h"
 #include "kn_quant.h"
 #include "mc_alloc.h"
 #include "rt_plan.h"
@@ -164,7 +165,15 @@ static void test_plan_store_one_name_table_per_enum(void **st)
         assert_int_equal(kn_wformat_parse(kn_wformat_name((kn_wformat)f),
                                           &back), 0);
         assert_int_equal(back, f);
+        /* the artifact's table itself (formats/ owns the names) */
+        assert_ptr_equal(kn_wformat_name((kn_wformat)f),
+                         fmt_art_wformat_name((fmt_art_wformat)f));
     }
+    assert_string_equal(kn_wformat_name(KN_W_Q4S), "q4s");
+    fmt_art_wformat af;
+    assert_int_equal(fmt_art_wformat_parse("q8", &af), 0);
+    assert_int_equal(af, FMT_ART_Q8);
+    assert_int_equal(fmt_art_wformat_parse("int4", &af), -1);
     kn_wformat wf;
     assert_int_equal(kn_wformat_parse("int8", &wf), -1);
     assert_int_equal(kn_wformat_parse(NULL, &wf), -1);
