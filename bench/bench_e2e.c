@@ -488,11 +488,11 @@ static int peak_child(const char *path, int threads)
     mc_error e;
     if (rt_model_open_artifact(path, &m, &e))
         die_err("open artifact", &e);
-    rt_limits L = m->plan_limits;
+    rt_limits L = m->plan.layout.limits;
     if (threads)
         L.threads = threads;
     rt_session *s;
-    if (rt_session_create(m, &L, &m->plan_layout, &s, &e))
+    if (rt_session_create(m, &L, &m->plan.layout, &s, &e))
         die_err("session", &e);
     uint32_t ndec = 8;
     size_t plen = L.max_seq - ndec;

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fmt_artifact.h"
 #include "fmt_mapguard.h"
 #include "kn_quant.h"
 #include "mc_alloc.h"
@@ -134,19 +133,11 @@ static uint64_t weights_all_bytes(const rt_model *m)
     return n;
 }
 
-static uint64_t plan_u64(const json_t *plan, const char *key)
-{
-    const json_t *v = json_object_get(plan, key);
-    return json_is_integer(v) && json_integer_value(v) > 0
-               ? (uint64_t)json_integer_value(v)
-               : 0;
-}
-
-/* planned_bytes and its parts.  The artifact's totals (with the device
- * reserve, which only the manifest knows) come from a second, cheap open
- * of the file: header, manifest and table checks; no section is read.
- * A manifest without them falls back to what the model holds. */
-static void plan_figures(mcrt *h, const char *path, int changed)
+/* planned_bytes and its parts.  An artifact's totals (with the device
+ * reserve, which only the plan knows) are the loaded model's plan, read
+ * and checked once by rt_plan_from_json; a model without one plans
+ * weights + arena. */
+static void plan_figures(mcrt *h, int changed)
 {
     const rt_model *m = h->model;
     const uint64_t arena = rt_session_layout(h->sess)->arena_bytes;
@@ -155,18 +146,12 @@ static void plan_figures(mcrt *h, const char *path, int changed)
     h->plan_source = MCRT_PLAN_RUNTIME;
     if (m->has_plan) {
         h->plan_source = changed ? MCRT_PLAN_OVERRIDDEN : MCRT_PLAN_STORED;
-        fmt_art *a = NULL;
-        if (fmt_art_open(path, &a, NULL) == MC_OK) {
-            const json_t *p = json_object_get(fmt_art_manifest(a), "plan");
-            total = plan_u64(p, "total_bytes");
-            reserve = plan_u64(p, "reserve_bytes");
-            if (plan_u64(p, "weights_bytes"))
-                weights = plan_u64(p, "weights_bytes");
-            fmt_art_close(a);
-        }
+        total = m->plan.total_bytes;
+        reserve = m->plan.reserve_bytes;
+        weights = m->plan.weights_bytes;
     }
     h->reserve_bytes = reserve;
-    if (h->plan_source != MCRT_PLAN_STORED || total < arena)
+    if (h->plan_source != MCRT_PLAN_STORED)
         total = weights + arena + reserve;
     h->planned_bytes = total;
 }
@@ -222,7 +207,7 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
     const rt_model *m = h->model;
     rt_limits L;
     if (m->has_plan)
-        L = m->plan_limits;
+        L = m->plan.layout.limits;
     else
         rt_limits_default(&m->cfg, &L);
     if (!m->has_plan) {
@@ -266,7 +251,7 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
     }
     if (o.threads > 0)
         L.threads = o.threads;
-    const rt_layout *plan = m->has_plan && !changed ? &m->plan_layout : NULL;
+    const rt_layout *plan = m->has_plan && !changed ? &m->plan.layout : NULL;
     if (o.device < MCRT_DEVICE_DEFAULT || o.device > MCRT_DEVICE_CUDA) {
         mcrt_close(h);
         return set_msg(NULL, MC_ERR_INVALID_ARG,
@@ -274,7 +259,7 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
                        "or 2 (cuda)");
     }
     int cuda = o.device == MCRT_DEVICE_CUDA ||
-               (o.device == MCRT_DEVICE_DEFAULT && m->plan_cuda);
+               (o.device == MCRT_DEVICE_DEFAULT && m->plan.cuda);
     h->device = cuda ? MCRT_DEVICE_CUDA : MCRT_DEVICE_CPU;
     if ((st = rt_session_create_on(m, &L, plan,
                                    cuda ? RT_DEVICE_CUDA : RT_DEVICE_CPU,
@@ -297,7 +282,7 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
         mcrt_close(h);
         return set_msg(NULL, MC_ERR_NOMEM, "mcrt_open: out of memory");
     }
-    plan_figures(h, path, plan == NULL);
+    plan_figures(h, plan == NULL);
     *out = h;
     return 0;
 }

@@ -153,9 +153,7 @@ static mc_status load_plan(loader *L, mc_error *err)
     if (st != MC_OK)
         return st;
     L->m->has_plan = 1;
-    L->m->plan_cuda = plan.cuda;
-    L->m->plan_limits = plan.layout.limits;
-    L->m->plan_layout = plan.layout;
+    L->m->plan = plan;
     return MC_OK;
 }
 

@@ -6,9 +6,8 @@
  * section (raw sections) or into ONE owned buffer that all zstd sections
  * are stream-decompressed into, once, at load (sized from the manifest).
  * Norms and biases are copied into model->owned as float32 (rt_model's
- * invariant).  The stored plan comes back as model->plan_limits and
- * model->plan_layout, read and checked by rt_plan_from_json (rt_plan.h):
- * the layout is rebuilt from the stored limits and must equal the stored
+ * invariant).  The stored plan comes back as model->plan, read and
+ * checked by rt_plan_from_json (rt_plan.h): the layout is rebuilt from the stored limits and must equal the stored
  * buffers (offset and size of every buffer, arena size) and totals, so a
  * session on the artifact places its KV cache and activations exactly
  * where the compiler planned them.

@@ -27,6 +27,7 @@
 #include "kn_ops.h"
 #include "mc_error.h"
 #include "rt_layout.h"
+#include "rt_plan.h"
 
 typedef struct rt_layer {
     kn_block_weights w;        /* views; norms/biases point into owned */
@@ -47,12 +48,12 @@ typedef struct rt_model {
     void (*owner_free)(void *owner); /* releases owner; NULL = nothing */
     uint64_t weight_bytes;     /* bytes of all matrices read per token
                                   (embed row excluded, lm_head included) */
-    int has_plan;              /* 1: plan_limits/plan_layout came with the
-                                  model (artifact); sessions default to it */
-    int plan_cuda;             /* has_plan and the plan's "device" is
-                                  "cuda": run it on the CUDA backend */
-    rt_limits plan_limits;     /* valid when has_plan */
-    rt_layout plan_layout;     /* valid when has_plan */
+    int has_plan;              /* 1: plan came with the model (artifact);
+                                  sessions default to its layout */
+    rt_plan plan;              /* valid when has_plan, checked by
+                                  rt_plan_from_json: the layout with its
+                                  limits, weights, reserve and total bytes,
+                                  and plan.cuda (run on the CUDA backend) */
     char path[1024];           /* what was opened, for messages */
 } rt_model;
 

@@ -298,9 +298,9 @@ static void compile_pair(const char *model, const char *quant)
     assert_int_equal(rt_model_open_artifact(p1, &m1, &err), MC_OK);
     assert_int_equal(rt_model_open_artifact(p2, &m2, &err), MC_OK);
     assert_true(m1->has_plan && m2->has_plan);
-    assert_int_equal(m1->plan_layout.arena_bytes, rep.plan.arena_bytes);
-    assert_int_equal(m1->plan_limits.max_batch, 2);
-    assert_int_equal(m1->plan_limits.max_seq, 64);
+    assert_int_equal(m1->plan.layout.arena_bytes, rep.plan.arena_bytes);
+    assert_int_equal(m1->plan.layout.limits.max_batch, 2);
+    assert_int_equal(m1->plan.layout.limits.max_seq, 64);
     const kn_matrix *e1 = &m1->embed, *e2 = &m2->embed;
     assert_int_equal(e1->fmt, e2->fmt);
     assert_memory_equal(e1->data, e2->data,
@@ -383,7 +383,7 @@ static void test_artifact_stories_f32_reproduces_reference_greedy(void **s)
     rt_model *m = NULL;
     assert_int_equal(rt_model_open_artifact(art, &m, &err), MC_OK);
     rt_session *sess = NULL;
-    assert_int_equal(rt_session_create(m, &m->plan_limits, &m->plan_layout,
+    assert_int_equal(rt_session_create(m, &m->plan.layout.limits, &m->plan.layout,
                                        &sess, &err), MC_OK);
     int32_t bos = 1, out[256];
     rt_prompt pr = {&bos, 1};

@@ -217,7 +217,7 @@ static void test_cuda_stories_artifact_reproduces_reference_greedy_ids(
     assert_int_equal(rt_model_open_artifact(art, &m, &e), MC_OK);
     assert_true(m->has_plan);
     /* the artifact's own plan, matvec path (f32 exact) */
-    rt_session *s = gpu_session(m, &m->plan_limits, &m->plan_layout, 0);
+    rt_session *s = gpu_session(m, &m->plan.layout.limits, &m->plan.layout, 0);
     tu_logit_capture cap = {.rows = calloc(NLOG * VOCAB, sizeof(float)),
                             .max_rows = NLOG, .vocab = VOCAB};
     int32_t out[256];

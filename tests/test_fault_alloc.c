@@ -587,7 +587,7 @@ static mc_status op_session(void *ctx, const char *outdir, mc_error *err)
     rt_session *s = NULL;
     mc_status st = rt_model_open_artifact(sc->artifact, &m, err);
     if (st == MC_OK)
-        st = rt_session_create(m, &m->plan_limits, &m->plan_layout, &s, err);
+        st = rt_session_create(m, &m->plan.layout.limits, &m->plan.layout, &s, err);
     if (st == MC_OK) {
         int32_t prompt[4] = {1, 17, 42, 99};
         int32_t ids[4];

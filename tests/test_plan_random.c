@@ -119,7 +119,7 @@ static void one_case(uint64_t *seed, const char *dir, stats *S)
     assert_int_equal(rt_model_open_artifact(out, &m, &err), MC_OK);
     assert_true(m->has_plan);
     rt_session *s = NULL;
-    if (rt_session_create(m, &m->plan_limits, &m->plan_layout, &s, &err)) {
+    if (rt_session_create(m, &m->plan.layout.limits, &m->plan.layout, &s, &err)) {
         char b[1600];
         fail_msg("session on the plan: %s", mc_error_format(&err, b, sizeof b));
     }
