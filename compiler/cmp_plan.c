@@ -251,7 +251,7 @@ static void limits_for(const cmp_plan_request *req, uint32_t batch,
 }
 
 uint64_t cmp_plan_cpu_reserve(const fmt_model_config *cfg, size_t n_tensors,
-                              uint64_t tokenizer_bytes)
+                              uint32_t threads, uint64_t tokenizer_bytes)
 {
     /* float32 copies of the norms and biases (rt_artifact.c's loader) */
     const uint64_t H = cfg->hidden_size, F = cfg->intermediate_size;
@@ -263,6 +263,7 @@ uint64_t cmp_plan_cpu_reserve(const fmt_model_config *cfg, size_t n_tensors,
         !mc_mul_u64(t, 4, &t) || !mc_add_u64(r, t, &r) ||
         !mc_mul_u64(n_tensors, CMP_CPU_TENSOR_BYTES, &t) ||
         !mc_add_u64(r, t, &r) ||
+        !mc_add_u64(r, (uint64_t)threads * CMP_CPU_THREAD_BYTES, &r) ||
         !mc_mul_u64(tokenizer_bytes, CMP_CPU_TOKENIZER_PER_BYTE_X2, &t) ||
         !mc_add_u64(r, t / 2, &r))
         return UINT64_MAX;
@@ -365,7 +366,10 @@ mc_status cmp_plan_build(const fmt_model_config *cfg,
         out->reserve_bytes = CMP_CUDA_CONTEXT_BYTES + CMP_CUBLAS_WORKSPACE_BYTES;
         out->reserve_source = "cuda default (context + cuBLAS workspace)";
     } else {
-        out->reserve_bytes = cmp_plan_cpu_reserve(cfg, nt, req->tokenizer_bytes);
+        rt_limits lim;
+        limits_for(req, 1, 1, &lim); /* the thread count the plan stores */
+        out->reserve_bytes = cmp_plan_cpu_reserve(
+            cfg, nt, (uint32_t)lim.threads, req->tokenizer_bytes);
         out->reserve_source = "cpu (calibrated: code, stacks, manifest, "
                               "norms, tokenizer)";
         if (out->reserve_bytes == UINT64_MAX)

@@ -44,21 +44,27 @@
 /* The CPU runtime process outside its weights and arena, calibrated on
  * mrun's measured peak RSS minus weights minus arena at the plan's corner
  * (docs/plan.md "Reserve" has the measurements; bench_arena repeats them):
- *   base     program image, libc, jansson, zstd, stacks: 3.5-3.8 MiB on
- *            the smallest models, whatever the thread count, varying
- *            +-0.2 MiB from run to run and with the request mode; the
- *            figure is the top of that range plus 128 KiB, so that peak
- *            RSS stays within the plan (3.81 MiB)
+ *   base     program image, libc, jansson, zstd, the main stack: the
+ *            largest measured (stories260k, 47 tensors, 2 threads: 3.43
+ *            MiB after the tensor and thread terms), varying +-0.15 MiB
+ *            from run to run and with the request mode, plus a margin of
+ *            128 KiB, so that peak RSS stays within the plan (3.52 MiB)
+ *   threads  per worker thread the plan allows (its stack and TLS pages):
+ *            20 KiB (stories260k at 1, 2, 8 and 16 threads)
  *   tensors  per tensor of the artifact: its manifest entries (parsed
- *            JSON) and views, 5.5 KiB (SmolLM-135M shape vs stories260k)
+ *            JSON, held once since rt_api.c stopped reopening the file)
+ *            and views, 3 KiB (fixtures of 30-67 tensors, stories260k,
+ *            SmolLM-135M's 272)
  *   floats   the norm and bias vectors the loader copies to float32
  *            (exact: 4 bytes each)
- *   tokenizer  the embedded tokenizer.json's tables: 7.5 x its size
- *            (TinyLlama shape with the Mistral tokenizer, 1.8 MB: 12.6 MiB)
+ *   tokenizer  the embedded tokenizer.json's tables: 8 x its size
+ *            (TinyLlama shape with the Mistral tokenizer, 1.8 MB: 12.96
+ *            MiB measured beyond the other terms, 13.7 MiB reserved)
  * cmp_plan_cpu_reserve adds them up. */
-#define CMP_CPU_BASE_BYTES (3904ull << 10)
-#define CMP_CPU_TENSOR_BYTES 5632ull
-#define CMP_CPU_TOKENIZER_PER_BYTE_X2 15ull  /* 7.5 x, in halves */
+#define CMP_CPU_BASE_BYTES (3600ull << 10)
+#define CMP_CPU_THREAD_BYTES (20ull << 10)
+#define CMP_CPU_TENSOR_BYTES 3072ull
+#define CMP_CPU_TOKENIZER_PER_BYTE_X2 16ull  /* 8 x, in halves */
 #define CMP_PLAN_DEFAULT_CHUNK 256u   /* capped at max_batch x max_seq */
 #define CMP_PLAN_DEFAULT_THREADS 4   /* fixed so artifacts do not depend on
                                         the compiling machine's CPU count */
@@ -187,10 +193,11 @@ mc_status cmp_plan_build(const fmt_model_config *cfg,
                          mc_error *err);
 
 /* The CPU process reserve (CMP_CPU_* above) of cfg compiled into
- * n_tensors tensors with a tokenizer.json of tokenizer_bytes (0: none);
+ * n_tensors tensors with a tokenizer.json of tokenizer_bytes (0: none),
+ * run on at most threads workers (the plan's resolved thread count);
  * UINT64_MAX on overflow. */
 uint64_t cmp_plan_cpu_reserve(const fmt_model_config *cfg, size_t n_tensors,
-                              uint64_t tokenizer_bytes);
+                              uint32_t threads, uint64_t tokenizer_bytes);
 
 /* Size of the tokenizer.json in dir (the file an artifact compiled from
  * dir embeds): 0 when there is none or it is not a regular file. */

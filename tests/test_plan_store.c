@@ -194,20 +194,23 @@ static void test_plan_store_one_name_table_per_enum(void **st)
 }
 
 /* The reserve grows with what the process holds: tensors' manifest
- * entries, float norms, the tokenizer's tables. */
+ * entries, worker threads, float norms, the tokenizer's tables. */
 static void test_plan_store_cpu_reserve_counts_its_parts(void **st)
 {
     (void)st;
     fmt_model_config c = small_config();
-    uint64_t base = cmp_plan_cpu_reserve(&c, 0, 0);
+    uint64_t base = cmp_plan_cpu_reserve(&c, 0, 0, 0);
     assert_int_equal(base, CMP_CPU_BASE_BYTES + 4ull * (2 * 64 * 5 + 64));
-    assert_int_equal(cmp_plan_cpu_reserve(&c, 10, 0),
+    assert_int_equal(cmp_plan_cpu_reserve(&c, 10, 0, 0),
                      base + 10 * CMP_CPU_TENSOR_BYTES);
-    assert_int_equal(cmp_plan_cpu_reserve(&c, 0, 1000), base + 7500);
+    assert_int_equal(cmp_plan_cpu_reserve(&c, 0, 16, 0),
+                     base + 16 * CMP_CPU_THREAD_BYTES);
+    assert_int_equal(cmp_plan_cpu_reserve(&c, 0, 0, 1000), base + 8000);
     c.qkv_bias = 1;
-    assert_int_equal(cmp_plan_cpu_reserve(&c, 0, 0),
+    assert_int_equal(cmp_plan_cpu_reserve(&c, 0, 0, 0),
                      base + 4ull * 5 * (64 + 2 * 32));
-    assert_int_equal(cmp_plan_cpu_reserve(&c, 0, UINT64_MAX / 2), UINT64_MAX);
+    assert_int_equal(cmp_plan_cpu_reserve(&c, 0, 0, UINT64_MAX / 2),
+                     UINT64_MAX);
     /* the plan uses it on the CPU; --reserve and CUDA do not */
     cmp_plan_request r;
     cmp_plan_request_default(&r);
@@ -215,6 +218,7 @@ static void test_plan_store_cpu_reserve_counts_its_parts(void **st)
     r.max_batch = 1;
     r.max_seq = 64;
     r.tokenizer_bytes = 2000;
+    r.threads = 3;
     cmp_plan p;
     c.qkv_bias = 0;
     assert_int_equal(cmp_plan_build(&c, &r, &p, NULL), MC_OK);
@@ -222,7 +226,7 @@ static void test_plan_store_cpu_reserve_counts_its_parts(void **st)
     size_t nt;
     assert_int_equal(cmp_plan_tensors(&c, &r.policy, &t, &nt, NULL), MC_OK);
     mc_free(t);
-    assert_int_equal(p.reserve_bytes, cmp_plan_cpu_reserve(&c, nt, 2000));
+    assert_int_equal(p.reserve_bytes, cmp_plan_cpu_reserve(&c, nt, 3, 2000));
     assert_int_equal(p.total_bytes,
                      p.weights_bytes + p.arena_bytes + p.reserve_bytes);
 }
