@@ -12,11 +12,11 @@
  *                1 new token
  *   decode       B 8, S 128, chunk 8 (a decode-sized plan): 8 prompts of
  *                1 token, 127 new tokens sampled at temperature 1 with
- *                top-k vocab - 1, the sampler's worst case (its probs and
- *                index scratch of vocab entries each are what the plan
- *                holds for sampling)
- *   (decode greedy  the same greedily: no sampler scratch is written, so
- *                2 x vocab x 4 bytes stay unwritten; printed for the
+ *                top-k vocab - 1, the sampler's worst case (its index
+ *                scratch of vocab entries is what the plan holds for
+ *                sampling; the probabilities overwrite the logits row)
+ *   (decode greedy  the same greedily: the index scratch is not written,
+ *                so vocab x 4 bytes stay unwritten; printed for the
  *                record, left out of the means and minima)
  *   score all    B 4, S 128, chunk 64: --score-continuation of 64 tokens
  *                after 64 (logits of every continuation row)
