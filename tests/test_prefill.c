@@ -107,6 +107,32 @@ static void test_gemm_rows_bit_identical_to_token_alone_all_formats(void **st)
     kn_pool_free(p3);
 }
 
+/* Decode steps of 2-8 tokens (the float path visits column blocks in the
+ * outer loop and tokens in groups of 3): every row equals the token alone,
+ * for every format, rows not a multiple of 4, a ragged last column block. */
+static void test_decode_rows_bit_identical_to_token_alone_all_formats(void **st)
+{
+    (void)st;
+    static const struct { uint32_t rows, cols; } sh[] = {
+        {13, 1100}, {8, 2048}, {6, 520}, {3, 96},
+    };
+    kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
+    assert_true(p2 && p3);
+    for (int f = 0; f < KN_W_COUNT_; f++)
+        for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+            tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, sh[s].rows,
+                                     sh[s].cols, f == KN_W_Q4 ? 64 : 32);
+            for (size_t T = 2; T <= 8; T++) {
+                check_rows_alone(&t, T, 0, p2, p3);
+                if (kn_qdot_supported(&t.m))
+                    check_rows_alone(&t, T, 1, p2, p3);
+            }
+            tu_tmat_free(&t);
+        }
+    kn_pool_free(p2);
+    kn_pool_free(p3);
+}
+
 /* ---- attention ------------------------------------------------------------ */
 
 typedef struct acase {
@@ -202,6 +228,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_rows_bit_identical_to_token_alone_all_formats),
+        cmocka_unit_test(test_decode_rows_bit_identical_to_token_alone_all_formats),
         cmocka_unit_test(test_attention_rows_bit_identical_alone_or_in_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
