@@ -162,6 +162,20 @@ KN_AI void canon_blk(const kn_matrix *W, const float *X, float *Y, uint32_t r,
                 if (fmt == KN_W_F32)
                     _mm_prefetch((const char *)a + 64, _MM_HINT_T0);
             }
+        if (T == 1 && (fmt == KN_W_Q4 || fmt == KN_W_Q4S)) {
+            /* one token of int4: a row's 32 weights at once, so the
+             * group's zero and scale are read once, not per 8 columns */
+            #pragma GCC unroll 16
+            for (int i = 0; i < R; i++) {
+                __m256 w[4];
+                deq32(&rp[i], c0 + k, gshift, fmt, w);
+                #pragma GCC unroll 16
+                for (int kk = 0; kk < 4; kk++)
+                    acc[i][0] = _mm256_fmadd_ps(
+                        w[kk], _mm256_loadu_ps(Xt + c0 + k + 8 * kk), acc[i][0]);
+            }
+            continue;
+        }
         /* 8 columns at a time: R weights, then each token's input loaded
          * once for the R rows (R = 3, T = 4: 12 chains + 3 + 1 registers) */
         #pragma GCC unroll 16
