@@ -4,7 +4,10 @@
  * get a second line, "int": the runtime's integer path (kn_qdot.h), the
  * activation quantization included in the time.
  *
- * usage: bench_kernels [threads] [--quick]   (threads 0 = all CPUs) */
+ * usage: bench_kernels [threads] [--quick | --compute]   (threads 0 = all
+ * CPUs; --compute: only the cache-resident decode figures, the kernels'
+ * instruction cost without the memory system, which is what a busy
+ * machine disturbs least) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +36,10 @@ typedef struct bmat {
     double bytes; /* all parts */
 } bmat;
 
-static int bmat_make(bmat *b, kn_wformat f, uint32_t rows, uint32_t cols)
+static int bmat_make(bmat *b, kn_wformat f, uint32_t rows, uint32_t cols,
+                     uint32_t g)
 {
     memset(b, 0, sizeof *b);
-    uint32_t g = 128;
     size_t db = (size_t)kn_wformat_data_bytes(f, rows, cols);
     size_t sb = (size_t)kn_wformat_scale_bytes(f, rows, cols, g);
     size_t zb = (size_t)kn_wformat_zero_bytes(f, rows, cols, g);
@@ -98,6 +101,8 @@ int main(int argc, char **argv)
 {
     int nth = argc > 1 ? atoi(argv[1]) : 0;
     int quick = argc > 2 && strcmp(argv[2], "--quick") == 0;
+    int compute = argc > 2 && strcmp(argv[2], "--compute") == 0;
+    quick |= compute;
     kn_pool *p = kn_pool_create(nth);
     if (!p) {
         fprintf(stderr, "bench_kernels: cannot create thread pool\n");
@@ -124,9 +129,9 @@ int main(int argc, char **argv)
     void *xq = malloc((size_t)kn_qact_bytes(KN_QACT_I16, T, dim));
     if (!xq)
         return 1;
-    for (int f = 0; f < KN_W_COUNT_; f++) {
+    for (int f = 0; f < KN_W_COUNT_ && !compute; f++) {
         bmat b;
-        if (bmat_make(&b, (kn_wformat)f, dim, dim) != 0)
+        if (bmat_make(&b, (kn_wformat)f, dim, dim, 128) != 0)
             return 1;
         for (int integer = 0; integer <= kn_qdot_supported(&b.m); integer++) {
             double best, bestc;
@@ -145,13 +150,13 @@ int main(int argc, char **argv)
     double target = quick ? 64.0 * (1 << 20) : 768.0 * (1 << 20);
     printf("\ndecode matvec   T=1, cols %u, ~%.0f MiB of weights (GB/s of "
            "weight bytes; ratio to read bandwidth)\n", cols, target / (1 << 20));
-    for (int f = 0; f < KN_W_COUNT_; f++) {
+    for (int f = 0; f < KN_W_COUNT_ && !compute; f++) {
         double rb = (double)kn_wformat_data_bytes((kn_wformat)f, 1, cols) +
                     (double)kn_wformat_scale_bytes((kn_wformat)f, 1, cols, 128) +
                     (double)kn_wformat_zero_bytes((kn_wformat)f, 1, cols, 128);
         uint32_t rows = (uint32_t)(target / rb);
         bmat b;
-        if (bmat_make(&b, (kn_wformat)f, rows, cols) != 0)
+        if (bmat_make(&b, (kn_wformat)f, rows, cols, 128) != 0)
             return 1;
         float *y = malloc((size_t)rows * sizeof(float));
         if (!y)
@@ -166,6 +171,29 @@ int main(int argc, char **argv)
                    (double)rows * cols / best / 1e9, b.bytes / bestc / 1e9);
         }
         free(y);
+        bmat_free(&b);
+    }
+
+    /* Decode compute: 1M weights (512 KiB of int4: L2; 2 MiB of f16: L3)
+     * with int4 group 32 as the runtime's int4 g32 artifacts, so memory
+     * is not the limit and the figure is what the kernel's instructions
+     * allow; T = 1 and 8 (batch-8 decode reads each weight once for 8). */
+    printf("\ndecode compute  cache-resident, 256x4096, int4 group 32 "
+           "(Gweights/s per CPU-second; T=8 counts each weight once)\n");
+    for (int f = 0; f < KN_W_COUNT_; f++) {
+        bmat b;
+        if (bmat_make(&b, (kn_wformat)f, 256, cols, 32) != 0)
+            return 1;
+        for (int integer = 0; integer <= kn_qdot_supported(&b.m); integer++) {
+            printf("  %-4s%-4s", g_names[f], integer ? " int" : "");
+            for (size_t t = 1; t <= 8; t += 7) {
+                double best, bestc;
+                time_mm(p, &b.m, X, t, Y, integer, xq, quick ? 50 : 200,
+                        &best, &bestc);
+                printf("  T=%zu %6.2f", t, 256.0 * cols / bestc / 1e9);
+            }
+            printf("\n");
+        }
         bmat_free(&b);
     }
     free(X);

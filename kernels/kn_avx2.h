@@ -16,6 +16,18 @@ __attribute__((always_inline)) static inline float kn_hsum256(__m256 v)
     return _mm_cvtss_f32(_mm_add_ss(lo, sh));
 }
 
+/* The 32 int4 codes (0..15) of one 16-byte block (element 2i in the low
+ * nibble of byte i, kn_quant.h) as unsigned bytes in the nibble order of
+ * kn_qdot.h: the low nibbles (even columns) in the low half, the high
+ * nibbles (odd columns) in the high half.  One broadcast load, one
+ * variable shift, one and: no shuffle. */
+__attribute__((always_inline)) static inline __m256i kn_avx2_q4_codes(const void *blk)
+{
+    __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)blk));
+    return _mm256_and_si256(_mm256_srlv_epi32(raw, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                            _mm256_set1_epi8(0x0f));
+}
+
 /* e^x for float lanes (Cephes polynomial, ~1 ulp on [-87, 88]). */
 __attribute__((always_inline)) static inline __m256 kn_exp256(__m256 x)
 {

@@ -149,7 +149,6 @@ KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
     const int gsh = fmt == KN_W_Q8 ? 0 : __builtin_ctz(W->group) - 5;
     const uint32_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(cols, W->group);
     const size_t rbytes = fmt == KN_W_Q8 ? cols : kn_q4_row_bytes(cols);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
     for (int i = 0; i < R; i++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rbytes;
         for (uint32_t j = 0; j < nb; j++) {
@@ -163,12 +162,8 @@ KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
             }
             size_t gi = (size_t)(r + (uint32_t)i) * ng + (b >> gsh);
             int z = fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
-            __m128i raw = _mm_loadu_si128((const __m128i *)(row + (size_t)b * 16));
-            __m128i lo = _mm_and_si128(raw, m4);
-            __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
-            __m256i w = _mm256_sub_epi8(
-                _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)),
-                _mm256_set1_epi8((char)z));
+            __m256i w = _mm256_sub_epi8(kn_avx2_q4_codes(row + (size_t)b * 16),
+                                        _mm256_set1_epi8((char)z));
             _mm256_store_si256(o, _mm256_abs_epi8(w));
             _mm256_store_si256(o + 1, w);
             P->s[i][j] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);

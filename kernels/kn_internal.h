@@ -153,6 +153,18 @@ static inline int kn_w_int(const kn_matrix *W, uint32_t r, uint32_t c)
     return q - z;
 }
 
+/* Nibble order of an int8 activation block (kn_qdot.h): column i of the
+ * block sits at position kn_qact_i8_pos(i); position o holds column
+ * kn_qact_i8_col(o). */
+static inline uint32_t kn_qact_i8_pos(uint32_t i)
+{
+    return (i & 1) ? 16 + i / 2 : i / 2;
+}
+static inline uint32_t kn_qact_i8_col(uint32_t o)
+{
+    return o < 16 ? 2 * o : 2 * (o - 16) + 1;
+}
+
 /* The 8 lane sums of block b of row r against the block's 32 activations
  * (xq: int8 for Q4/Q4S, int16 for Q8; the lanes of kn_qdot.h; columns
  * past cols count 0).  Scalar: the reference, and the AVX2 path's ragged
@@ -163,9 +175,10 @@ static inline void kn_qdot_lanes(const kn_matrix *W, uint32_t r, uint32_t b,
     for (int l = 0; l < 8; l++) {
         int32_t s = 0;
         for (int k = 0; k < 4; k++) {
+            /* o: the position in the block's activations; c its column */
             uint32_t o = W->fmt == KN_W_Q8 ? (uint32_t)(2 * l + (k & 1) + 16 * (k >> 1))
                                            : (uint32_t)(4 * l + k);
-            uint32_t c = 32 * b + o;
+            uint32_t c = 32 * b + (W->fmt == KN_W_Q8 ? o : kn_qact_i8_col(o));
             if (c >= W->cols)
                 continue;
             int x = W->fmt == KN_W_Q8 ? ((const int16_t *)xq)[o]

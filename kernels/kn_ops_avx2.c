@@ -3,9 +3,11 @@
  * kn_ops.c calls them only when kn_cpu_has_avx2()).
  *
  * Matmul has two shapes of work:
- *  - decode (T <= 8 tokens): memory bound.  Each weight row is streamed
- *    once, dequantized 32 columns at a time in registers and multiplied
- *    into all T tokens while it is in registers (canon_rows).
+ *  - decode (T <= 8 tokens): memory bound at T = 1.  Each weight row is
+ *    streamed once, dequantized 8 columns at a time in registers and
+ *    multiplied into the tokens while it is in registers; 2-8 tokens run
+ *    column block by column block so that the inputs stay in L1
+ *    (canon_fmt).
  *  - prefill (T > 8): compute bound, the GEMM of kn_gemm_avx2.c, which
  *    dequantizes through kn_avx2_dequant_block below.
  * Dequantized values equal kn_w_at()'s exactly (same float products), so
@@ -58,59 +60,42 @@ KN_AI kn_rowp row_ptrs(const kn_matrix *W, uint32_t r, int fmt)
     return rp;
 }
 
-/* Weights c .. c+31 of a row (c a multiple of 32, c + 32 <= cols) into w[4].
- * Q8 gives the raw integers (the caller applies the row scale). */
-KN_AI void deq32(const kn_rowp *rp, uint32_t c, int gshift, int fmt, __m256 w[4])
+/* Weights c + 8 kk .. c + 8 kk + 7 of a row (c a multiple of 32,
+ * c + 32 <= cols, kk < 4).  Q8 gives the raw integers (the caller applies
+ * the row scale); Q4/Q4S: 4 bytes broadcast to 8 lanes, shifted 0..28. */
+KN_AI __m256 deq8(const kn_rowp *rp, uint32_t c, int kk, int gshift, int fmt)
 {
     switch (fmt) {
-    case KN_W_F32: {
-        const float *p = (const float *)rp->data + c;
-        #pragma GCC unroll 16
-        for (int k = 0; k < 4; k++)
-            w[k] = _mm256_loadu_ps(p + 8 * k);
-        break;
-    }
-    case KN_W_F16: {
-        const __m128i *p = (const __m128i *)((const uint16_t *)rp->data + c);
-        #pragma GCC unroll 16
-        for (int k = 0; k < 4; k++)
-            w[k] = _mm256_cvtph_ps(_mm_loadu_si128(p + k));
-        break;
-    }
-    case KN_W_BF16: {
-        const __m128i *p = (const __m128i *)((const uint16_t *)rp->data + c);
-        #pragma GCC unroll 16
-        for (int k = 0; k < 4; k++)
-            w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(
-                _mm256_cvtepu16_epi32(_mm_loadu_si128(p + k)), 16));
-        break;
-    }
-    case KN_W_Q8: {
-        const int8_t *p = (const int8_t *)rp->data + c;
-        #pragma GCC unroll 16
-        for (int k = 0; k < 4; k++)
-            w[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                _mm_loadl_epi64((const __m128i *)(p + 8 * k))));
-        break;
-    }
-    default: { /* Q4, Q4S: 4 bytes broadcast to 8 lanes, shifted 0..28 */
+    case KN_W_F32: return _mm256_loadu_ps((const float *)rp->data + c + 8 * kk);
+    case KN_W_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128(
+            (const __m128i *)((const uint16_t *)rp->data + c + 8 * kk)));
+    case KN_W_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+            (const __m128i *)((const uint16_t *)rp->data + c + 8 * kk))), 16));
+    case KN_W_Q8:
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64((const __m128i *)((const int8_t *)rp->data + c + 8 * kk))));
+    default: { /* Q4, Q4S */
         uint32_t g = c >> gshift;
         int z = fmt == KN_W_Q4 ? rp->zeros[g] : KN_Q4_ZERO_SYM;
-        __m256 s = _mm256_set1_ps(_cvtsh_ss(rp->scales[g]));
-        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        const __m256i m4 = _mm256_set1_epi32(0xf);
-        __m256i zv = _mm256_set1_epi32(z);
-        const uint8_t *b = rp->data + c / 2;
-#pragma GCC unroll 16
-        for (int k = 0; k < 4; k++) {
-            int32_t u;
-            memcpy(&u, b + 4 * k, 4);
-            __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(u), sh), m4);
-            w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, zv)), s);
-        }
-        break;
+        int32_t u;
+        memcpy(&u, rp->data + c / 2 + 4 * kk, 4);
+        __m256i q = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(u), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+            _mm256_set1_epi32(0xf));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(z))),
+                             _mm256_set1_ps(_cvtsh_ss(rp->scales[g])));
     }
     }
+}
+
+/* Weights c .. c+31 of a row into w[4] (deq8 four times). */
+KN_AI void deq32(const kn_rowp *rp, uint32_t c, int gshift, int fmt, __m256 w[4])
+{
+    #pragma GCC unroll 16
+    for (int kk = 0; kk < 4; kk++)
+        w[kk] = deq8(rp, c, kk, gshift, fmt);
 }
 
 int kn_avx2_matmul_supported(const kn_matrix *W)
@@ -132,9 +117,14 @@ int kn_avx2_matmul_supported(const kn_matrix *W)
  * -- exactly the order of kn_gemm_avx2.c's micro-kernel.  This decode path keeps that order
  * but dequantizes in registers (no L1 buffer) and hides the FMA latency
  * with R rows x T tokens independent chains instead of several chains per
- * element. */
-KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
-                      uint32_t r, int fmt, int R, int T)
+ * element.  Since Y takes the blocks' sums in column order whichever loop
+ * runs outside, the order of (row tile, column block, token group) visits
+ * is free: canon_fmt picks it for the cache (see there). */
+
+/* Column block [c0, c0 + KN_KC) of rows r .. r+R-1 for tokens t0 .. t0+T-1:
+ * Y[t][row] += the block's sum.  pf: prefetch the rows KN_PF_ROWS on. */
+KN_AI void canon_blk(const kn_matrix *W, const float *X, float *Y, uint32_t r,
+                     uint32_t c0, size_t t0, int fmt, int R, int T, int pf_on)
 {
     uint32_t cols = W->cols, rows = W->rows;
     int gshift = W->group ? __builtin_ctz(W->group) : 0;
@@ -153,16 +143,18 @@ KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
         rp[i] = row_ptrs(W, r + (uint32_t)i, fmt);
         qs[i] = _mm256_set1_ps(rp[i].qscale);
     }
-    for (uint32_t c0 = 0; c0 < cols; c0 += KN_KC) {
-        uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
-        uint32_t n32 = n & ~31u, n8 = n & ~7u;
-        __m256 acc[4][8];
+    const float *Xt = X + t0 * cols;
+    float *Yt = Y + t0 * rows;
+    uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
+    uint32_t n32 = n & ~31u, n8 = n & ~7u;
+    __m256 acc[4][8];
+    #pragma GCC unroll 16
+    for (int i = 0; i < R; i++)
         #pragma GCC unroll 16
-        for (int i = 0; i < R; i++)
-            #pragma GCC unroll 16
-            for (int t = 0; t < T; t++)
-                acc[i][t] = _mm256_setzero_ps();
-        for (uint32_t k = 0; k < n32; k += 32) {
+        for (int t = 0; t < T; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    for (uint32_t k = 0; k < n32; k += 32) {
+        if (pf_on)
             #pragma GCC unroll 16
             for (int i = 0; i < R; i++) {
                 const uint8_t *a = rp[i].data + (size_t)(c0 + k) * ebits / 8 + pf;
@@ -170,73 +162,117 @@ KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
                 if (fmt == KN_W_F32)
                     _mm_prefetch((const char *)a + 64, _MM_HINT_T0);
             }
+        if (T == 1 && (fmt == KN_W_Q4 || fmt == KN_W_Q4S)) {
+            /* one token of int4: a row's 32 weights at once, so the
+             * group's zero and scale are read once, not per 8 columns */
             #pragma GCC unroll 16
             for (int i = 0; i < R; i++) {
                 __m256 w[4];
                 deq32(&rp[i], c0 + k, gshift, fmt, w);
                 #pragma GCC unroll 16
-                for (int kk = 0; kk < 4; kk++) {
-                    if (fmt == KN_W_Q8)
-                        w[kk] = _mm256_mul_ps(qs[i], w[kk]);
-                    #pragma GCC unroll 16
-                    for (int t = 0; t < T; t++)
-                        acc[i][t] = _mm256_fmadd_ps(
-                            w[kk],
-                            _mm256_loadu_ps(X + (size_t)t * cols + c0 + k + 8 * kk),
-                            acc[i][t]);
-                }
+                for (int kk = 0; kk < 4; kk++)
+                    acc[i][0] = _mm256_fmadd_ps(
+                        w[kk], _mm256_loadu_ps(Xt + c0 + k + 8 * kk), acc[i][0]);
             }
+            continue;
         }
-        float tw[4][32];
-        if (n > n32) {
-            #pragma GCC unroll 16
-            for (int i = 0; i < R; i++)
-                kn_dequant_span(W, r + (uint32_t)i, c0 + n32, n - n32, tw[i]);
-            for (uint32_t k = n32; k < n8; k += 8)
-                #pragma GCC unroll 16
-                for (int i = 0; i < R; i++)
-                    #pragma GCC unroll 16
-                    for (int t = 0; t < T; t++)
-                        acc[i][t] = _mm256_fmadd_ps(
-                            _mm256_loadu_ps(tw[i] + (k - n32)),
-                            _mm256_loadu_ps(X + (size_t)t * cols + c0 + k),
-                            acc[i][t]);
-        }
+        /* 8 columns at a time: R weights, then each token's input loaded
+         * once for the R rows (R = 3, T = 4: 12 chains + 3 + 1 registers) */
         #pragma GCC unroll 16
-        for (int i = 0; i < R; i++)
+        for (int kk = 0; kk < 4; kk++) {
+            __m256 w[4];
+            #pragma GCC unroll 16
+            for (int i = 0; i < R; i++) {
+                w[i] = deq8(&rp[i], c0 + k, kk, gshift, fmt);
+                if (fmt == KN_W_Q8)
+                    w[i] = _mm256_mul_ps(qs[i], w[i]);
+            }
             #pragma GCC unroll 16
             for (int t = 0; t < T; t++) {
-                float s = kn_hsum256(acc[i][t]);
-                for (uint32_t k = n8; k < n; k++)
-                    s += tw[i][k - n32] * X[(size_t)t * cols + c0 + k];
-                Y[(size_t)t * rows + r + (uint32_t)i] += s;
+                __m256 x = _mm256_loadu_ps(Xt + (size_t)t * cols + c0 + k + 8 * kk);
+                #pragma GCC unroll 16
+                for (int i = 0; i < R; i++)
+                    acc[i][t] = _mm256_fmadd_ps(w[i], x, acc[i][t]);
             }
+        }
+    }
+    float tw[4][32];
+    if (n > n32) {
+        #pragma GCC unroll 16
+        for (int i = 0; i < R; i++)
+            kn_dequant_span(W, r + (uint32_t)i, c0 + n32, n - n32, tw[i]);
+        for (uint32_t k = n32; k < n8; k += 8)
+            #pragma GCC unroll 16
+            for (int i = 0; i < R; i++)
+                #pragma GCC unroll 16
+                for (int t = 0; t < T; t++)
+                    acc[i][t] = _mm256_fmadd_ps(
+                        _mm256_loadu_ps(tw[i] + (k - n32)),
+                        _mm256_loadu_ps(Xt + (size_t)t * cols + c0 + k),
+                        acc[i][t]);
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < R; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; t++) {
+            float s = kn_hsum256(acc[i][t]);
+            for (uint32_t k = n8; k < n; k++)
+                s += tw[i][k - n32] * Xt[(size_t)t * cols + c0 + k];
+            Yt[(size_t)t * rows + r + (uint32_t)i] += s;
+        }
+}
+
+/* Rows r .. r+R-1, tokens [t0, t0 + T), every column block in order. */
+KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
+                      uint32_t r, size_t t0, int fmt, int R, int T)
+{
+    for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
+        canon_blk(W, X, Y, r, c0, t0, fmt, R, T, 1);
+}
+
+/* 3 rows from r, tokens [0, T) of one column block, in token groups of 4
+ * (12 chains: with 3 weights and an input, the 16 registers). */
+KN_AI void canon_tile3(const kn_matrix *W, const float *X, size_t T, float *Y,
+                       uint32_t r, uint32_t c0, int fmt)
+{
+    size_t t = 0;
+    for (; t + 4 <= T; t += 4)
+        canon_blk(W, X, Y, r, c0, t, fmt, 3, 4, t == 0);
+    switch (T - t) {
+    case 3: canon_blk(W, X, Y, r, c0, t, fmt, 3, 3, t == 0); break;
+    case 2: canon_blk(W, X, Y, r, c0, t, fmt, 3, 2, t == 0); break;
+    case 1: canon_blk(W, X, Y, r, c0, t, fmt, 3, 1, t == 0); break;
+    default: break;
     }
 }
 
-/* Rows [r0, r1) for T <= 8 tokens: R x T <= 12 chains (R <= 4). */
+/* Rows [r0, r1) for T <= 8 tokens.  One token: row tiles of 4, each over
+ * the whole row (the input, a few KiB, stays in L1).  2-8 tokens: the
+ * input is T x cols floats (180 KiB at 8 x 5632), more than L1, so the
+ * column block is the outer loop: its T x 512 inputs (16 KiB at T = 8)
+ * stay in L1 while all the rows' weights stream past once, and each
+ * 3-row tile's dequantized weights are reused by every token group from
+ * L1 too.  Each weight byte still comes from memory once per step. */
 KN_AI void canon_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
                      uint32_t r0, uint32_t r1, int fmt)
 {
-    int t = (int)T;
-    int R = t <= 3 ? 4 : t == 4 ? 3 : t <= 6 ? 2 : 1;
-    uint32_t r = r0;
-#define KN_CR(rr, tt)                                                          \
-    case (rr) * 16 + (tt):                                                     \
-        for (; r + (rr) <= r1; r += (rr))                                      \
-            canon_rows(W, X, Y, r, fmt, rr, tt);                               \
-        break;
-    switch (R * 16 + t) {
-        KN_CR(4, 1) KN_CR(4, 2) KN_CR(4, 3) KN_CR(3, 4) KN_CR(2, 5)
-        KN_CR(2, 6) KN_CR(1, 7) default: KN_CR(1, 8)
+    uint32_t r4;
+    if (T == 1) {
+        r4 = r0 + (r1 - r0) / 4 * 4;
+        for (uint32_t r = r0; r < r4; r += 4)
+            canon_rows(W, X, Y, r, 0, fmt, 4, 1);
+    } else {
+        r4 = r0 + (r1 - r0) / 3 * 3;
+        for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
+            for (uint32_t r = r0; r < r4; r += 3)
+                canon_tile3(W, X, T, Y, r, c0, fmt);
     }
-#undef KN_CR
 #define KN_C1(tt)                                                              \
     case tt:                                                                   \
-        for (; r < r1; r++)                                                    \
-            canon_rows(W, X, Y, r, fmt, 1, tt);                                \
+        for (uint32_t r = r4; r < r1; r++)                                     \
+            canon_rows(W, X, Y, r, 0, fmt, 1, tt);                             \
         break;
-    switch (t) {
+    switch (T) {
         KN_C1(1) KN_C1(2) KN_C1(3) KN_C1(4) KN_C1(5) KN_C1(6) KN_C1(7)
         default: KN_C1(8)
     }

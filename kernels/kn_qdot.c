@@ -57,8 +57,8 @@ void kn_qact_block(const float *x, uint32_t n, int i16, void *q, float *d)
         int qi = v >= -qmax && v <= qmax ? (int)v : -(int)qmax - 1;
         if (i16)
             ((int16_t *)q)[i] = (int16_t)qi;
-        else
-            ((int8_t *)q)[i] = (int8_t)qi;
+        else /* nibble order (kn_qdot.h): even columns, then odd ones */
+            ((int8_t *)q)[kn_qact_i8_pos(i)] = (int8_t)qi;
     }
     *d = db;
 }

@@ -9,7 +9,11 @@
  * kind the weights need (kn_qact_kind_of):
  *   KN_QACT_I8  (Q4, Q4S weights) d = max|x| / 127,   q int8 in +-127
  *   KN_QACT_I16 (Q8 weights)      d = max|x| / 32767, q int16 in +-32767
- * (d = 0 for an all-zero block).  int8 x int8 would be as fast for Q8, but
+ * (d = 0 for an all-zero block).  An I8 block is stored in nibble order:
+ * position i < 16 holds column 2i, position 16 + i column 2i + 1, the
+ * order in which the int4 codes come out of their bytes (kn_quant.h: 2i
+ * in the low nibble of byte i) with an and and a shift, no shuffle.
+ * int8 x int8 would be as fast for Q8, but
  * on stories260k it moves the logits by 0.6x what int8 per-row weights
  * do (KLD 0.017 vs 0.028); int16 activations make that negligible.
  * Buffer layout for T rows:  q[T][nb * 32] (int8 or int16), then
@@ -23,8 +27,9 @@
  *   for each block b, lane l < 8:
  *     i    = sum over the lane's 4 columns of w[c] * q[c]  (exact int32;
  *            |i| < 2^24, so (float)i is exact too); the lane's columns
- *            (offsets in the block): I8 4l .. 4l+3 (maddubs + madd),
- *            I16 2l, 2l+1, 16+2l, 17+2l (two madd_epi16)
+ *            (offsets in the block): I8 the columns at positions
+ *            4l .. 4l+3 (maddubs + madd), I16 2l, 2l+1, 16+2l, 17+2l
+ *            (two madd_epi16)
  *     s_b  = d[b] (Q8)  or  f16 scale[r][32b / group] * d[b] (Q4, Q4S)
  *     acc[l] = fma((float)i, s_b, acc[l])
  *   y = ((acc0 + acc4) + (acc1 + acc5)) + ((acc2 + acc6) + (acc3 + acc7))

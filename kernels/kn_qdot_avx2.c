@@ -39,6 +39,8 @@ void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
     float qmax = i16 ? 32767.0f : 127.0f;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i nib = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (uint32_t b = 0; b < nfull; b++) {
         const float *xb = x + (size_t)b * KN_QK;
         uint8_t *qo = (uint8_t *)q + (size_t)b * qb;
@@ -64,7 +66,10 @@ void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
             _mm256_storeu_si256((__m256i *)qo, _mm256_permute4x64_epi64(a, 0xd8));
             _mm256_storeu_si256((__m256i *)qo + 1, _mm256_permute4x64_epi64(c, 0xd8));
         } else {
+            /* column order, then the nibble order: each half's even
+             * columns before its odd ones, then the halves' evens first */
             __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, c), perm);
+            p = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(p, nib), 0xd8);
             _mm256_storeu_si256((__m256i *)qo, p);
         }
         d[b] = db;
@@ -75,15 +80,11 @@ void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
 }
 
 /* The 32 int4 codes of block b of a row minus the zero, as signed bytes
- * in column order (16 bytes; element 2i in the low nibble of byte i). */
+ * in the activations' nibble order (kn_avx2_q4_codes). */
 KN_AI __m256i load_w4(const uint8_t *row, uint32_t b, int z)
 {
-    __m128i raw = _mm_loadu_si128((const __m128i *)(row + (size_t)b * 16));
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m128i lo = _mm_and_si128(raw, m4);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
-    __m256i w = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-    return _mm256_sub_epi8(w, _mm256_set1_epi8((char)z));
+    return _mm256_sub_epi8(kn_avx2_q4_codes(row + (size_t)b * 16),
+                           _mm256_set1_epi8((char)z));
 }
 
 /* Y[t][r + i] += W[r + i] . Xq[t] for i < R, t0 <= t < t0 + TT. */
@@ -224,6 +225,95 @@ KN_AI void pf_row(const uint8_t *p)
     _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
+/* Blocks per batch of dec1_q4_rows4's block parameters. */
+#define KN_D1_BLK 8
+
+/* The parameters of blocks [b0, b0 + n) (n <= 8) of one Q4/Q4S row as the
+ * inner loop wants them: s[k] = f16 scale * xd[b0 + k], kn_qdot.h's s_b
+ * (the same float product), and z[k] = the zero as a float (Q4). */
+KN_AI void d1_params(const uint16_t *sr, const uint8_t *zr, const float *xd,
+                     uint32_t b0, uint32_t n, int gsh, float *s, float *z)
+{
+    if (n == KN_D1_BLK && gsh == 0) { /* group 32: one vector each */
+        __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + b0)));
+        _mm256_store_ps(s, _mm256_mul_ps(sv, _mm256_loadu_ps(xd + b0)));
+        if (zr)
+            _mm256_store_ps(z, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                   _mm_loadl_epi64((const __m128i *)(zr + b0)))));
+        return;
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t g = (b0 + k) >> gsh;
+        s[k] = _cvtsh_ss(sr[g]) * xd[b0 + k];
+        if (zr)
+            z[k] = (float)zr[g];
+    }
+}
+
+/* acc + s * (A - z * S) for one block (blk: its 16 bytes), as below. */
+KN_AI __m256 d1_row(__m256 acc, const uint8_t *blk, __m256i xv, __m256 S,
+                    const float *z, const float *s)
+{
+    __m256i p = _mm256_maddubs_epi16(kn_avx2_q4_codes(blk), xv);
+    __m256 a = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_fnmadd_ps(_mm256_broadcast_ss(z), S, a),
+                           _mm256_broadcast_ss(s), acc);
+}
+
+/* Q4/Q4S, one token, rows r .. r+3 (cols % 32 == 0): the batch-1 decode
+ * kernel, where int4 is bound by instructions, not bytes.  Per block and
+ * row it does what kn_qdot.h's lane sums need and no more:
+ *   c = the 32 codes, unsigned, in nibble order (kn_avx2_q4_codes: no
+ *       shuffle); A = madd(maddubs(c, x), 1): the lanes of q . x;
+ *   S = the lanes of sum x (once per block for the 4 rows), so
+ *   lane = fnmadd(zero, S, A) = A - zero * S: every term is an integer
+ *       below 2^24, so this float equals (float) of the canonical integer
+ *       lane sum(q - zero) * x exactly (no abs, sign or byte broadcast);
+ *   acc = fma(lane, s_b, acc) with s_b from d1_params.
+ * Bit-identical to the other kernels (test_qdot checks it). */
+KN_AI void dec1_q4_rows4(const kn_matrix *W, const uint8_t *x, const float *xd,
+                         float *Y, uint32_t r, int asym)
+{
+    const uint32_t nb = W->cols / KN_QK;
+    const size_t rb = kn_q4_row_bytes(W->cols), pf = KN_PF_ROWS * rb;
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
+    const uint8_t *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;
+    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
+    const uint8_t *z0 = asym ? W->zeros + (size_t)r * ng : NULL;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    _Alignas(32) float sb[4][KN_D1_BLK], zb[4][KN_D1_BLK];
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < KN_D1_BLK; k++)
+            zb[i][k] = (float)KN_Q4_ZERO_SYM; /* Q4S keeps these */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (uint32_t b0 = 0; b0 < nb; b0 += KN_D1_BLK) {
+        const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
+        for (uint32_t i = 0; i < 4; i++)
+            d1_params(s0 + i * ng, z0 ? z0 + i * ng : NULL, xd, b0, n, gsh,
+                      sb[i], zb[i]);
+        for (uint32_t k = 0; k < n; k++) {
+            const uint32_t b = b0 + k;
+            const size_t o = (size_t)b * 16;
+            if ((b & 3) == 0)
+                pf_row(w0 + o + pf), pf_row(w1 + o + pf), pf_row(w2 + o + pf),
+                    pf_row(w3 + o + pf);
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(x + (size_t)b * 32));
+            __m256 S = _mm256_cvtepi32_ps(
+                _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16));
+            a0 = d1_row(a0, w0 + o, xv, S, &zb[0][k], &sb[0][k]);
+            a1 = d1_row(a1, w1 + o, xv, S, &zb[1][k], &sb[1][k]);
+            a2 = d1_row(a2, w2 + o, xv, S, &zb[2][k], &sb[2][k]);
+            a3 = d1_row(a3, w3 + o, xv, S, &zb[3][k], &sb[3][k]);
+        }
+    }
+    Y[r] += kn_hsum256(a0);
+    Y[r + 1] += kn_hsum256(a1);
+    Y[r + 2] += kn_hsum256(a2);
+    Y[r + 3] += kn_hsum256(a3);
+}
+
 /* One token, rows r .. r+3: Y[r + i] += W[r + i] . x (cols % 32 == 0). */
 KN_AI void dec1_rows4(const kn_matrix *W, const uint8_t *x, const float *xd,
                       float *Y, uint32_t r, int fmt)
@@ -257,36 +347,7 @@ KN_AI void dec1_rows4(const kn_matrix *W, const uint8_t *x, const float *xd,
         Y[r + 3] += kn_hsum256(a3) * qs[3];
         return;
     }
-    const int gsh = __builtin_ctz(W->group) - 5;
-    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
-    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
-    const uint16_t *s1 = s0 + ng, *s2 = s1 + ng, *s3 = s2 + ng;
-    const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)r * ng : NULL;
-    const uint8_t *z1 = z0 ? z0 + ng : NULL, *z2 = z0 ? z1 + ng : NULL;
-    const uint8_t *z3 = z0 ? z2 + ng : NULL;
-    for (uint32_t b = 0; b < nb; b++) {
-        if ((b & lmask) == 0) {
-            size_t o = (size_t)b * bs + pf;
-            pf_row(w0 + o), pf_row(w1 + o), pf_row(w2 + o), pf_row(w3 + o);
-        }
-        __m256i xv = _mm256_loadu_si256((const __m256i *)(x + (size_t)b * 32));
-        __m256 d = _mm256_broadcast_ss(xd + b);
-        uint32_t g = b >> gsh;
-        __m256i c0 = q4_codes(w0, z0, b, gsh, fmt), c1 = q4_codes(w1, z1, b, gsh, fmt);
-        __m256i c2 = q4_codes(w2, z2, b, gsh, fmt), c3 = q4_codes(w3, z3, b, gsh, fmt);
-        a0 = _mm256_fmadd_ps(q4_lanes(c0, _mm256_abs_epi8(c0), xv),
-                             _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(s0[g])), d), a0);
-        a1 = _mm256_fmadd_ps(q4_lanes(c1, _mm256_abs_epi8(c1), xv),
-                             _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(s1[g])), d), a1);
-        a2 = _mm256_fmadd_ps(q4_lanes(c2, _mm256_abs_epi8(c2), xv),
-                             _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(s2[g])), d), a2);
-        a3 = _mm256_fmadd_ps(q4_lanes(c3, _mm256_abs_epi8(c3), xv),
-                             _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(s3[g])), d), a3);
-    }
-    Y[r] += kn_hsum256(a0);
-    Y[r + 1] += kn_hsum256(a1);
-    Y[r + 2] += kn_hsum256(a2);
-    Y[r + 3] += kn_hsum256(a3);
+    dec1_q4_rows4(W, x, xd, Y, r, fmt == KN_W_Q4);
 }
 
 /* TT <= 8 tokens (a constant after inlining), one row: the row's blocks

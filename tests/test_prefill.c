@@ -82,6 +82,21 @@ static void check_rows_alone(const tu_tmat *t, size_t T, int q, kn_pool *p2,
     free(x), free(bias), free(alone), free(y), free(ref), free(xq);
 }
 
+/* check_rows_alone for a random rows x cols matrix of every format, on
+ * the float path and, where the format has one, the integer path. */
+static void check_rows_alone_all_formats(uint32_t rows, uint32_t cols,
+                                         size_t T, kn_pool *p2, kn_pool *p3)
+{
+    for (int f = 0; f < KN_W_COUNT_; f++) {
+        tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, rows, cols,
+                                 f == KN_W_Q4 ? 64 : 32);
+        check_rows_alone(&t, T, 0, p2, p3);
+        if (kn_qdot_supported(&t.m))
+            check_rows_alone(&t, T, 1, p2, p3);
+        tu_tmat_free(&t);
+    }
+}
+
 static void test_gemm_rows_bit_identical_to_token_alone_all_formats(void **st)
 {
     (void)st;
@@ -94,15 +109,26 @@ static void test_gemm_rows_bit_identical_to_token_alone_all_formats(void **st)
     };
     kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
     assert_true(p2 && p3);
-    for (int f = 0; f < KN_W_COUNT_; f++)
-        for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
-            tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, sh[s].rows,
-                                     sh[s].cols, f == KN_W_Q4 ? 64 : 32);
-            check_rows_alone(&t, sh[s].T, 0, p2, p3);
-            if (kn_qdot_supported(&t.m))
-                check_rows_alone(&t, sh[s].T, 1, p2, p3);
-            tu_tmat_free(&t);
-        }
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+        check_rows_alone_all_formats(sh[s].rows, sh[s].cols, sh[s].T, p2, p3);
+    kn_pool_free(p2);
+    kn_pool_free(p3);
+}
+
+/* Decode steps of 2-8 tokens (the float path visits column blocks in the
+ * outer loop and tokens in groups of 3): every row equals the token alone,
+ * for every format, rows not a multiple of 4, a ragged last column block. */
+static void test_decode_rows_bit_identical_to_token_alone_all_formats(void **st)
+{
+    (void)st;
+    static const struct { uint32_t rows, cols; } sh[] = {
+        {13, 1100}, {8, 2048}, {6, 520}, {3, 96},
+    };
+    kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
+    assert_true(p2 && p3);
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+        for (size_t T = 2; T <= 8; T++)
+            check_rows_alone_all_formats(sh[s].rows, sh[s].cols, T, p2, p3);
     kn_pool_free(p2);
     kn_pool_free(p3);
 }
@@ -202,6 +228,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_rows_bit_identical_to_token_alone_all_formats),
+        cmocka_unit_test(test_decode_rows_bit_identical_to_token_alone_all_formats),
         cmocka_unit_test(test_attention_rows_bit_identical_alone_or_in_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

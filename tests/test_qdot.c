@@ -80,13 +80,14 @@ static void test_qact_known_values(void **state)
     kn_ref_qact_quantize(KN_QACT_I8, x, 1, 33, buf);
     const float *d = (const float *)(buf + 64);
     assert_true(d[0] == 2.54f / 127.0f);
+    /* nibble order: column 2i at position i, column 2i + 1 at 16 + i */
     assert_int_equal(buf[0], 127);
-    assert_int_equal(buf[1], -127);
-    assert_int_equal(buf[2], 0);    /* 0.5 -> 0 (even) */
-    assert_int_equal(buf[3], 2);    /* 1.5 -> 2 (even) */
-    assert_int_equal(buf[4], -2);   /* -2.5 -> -2 (even) */
-    assert_int_equal(buf[5], 50);
-    assert_int_equal(buf[6], 0);
+    assert_int_equal(buf[16], -127);
+    assert_int_equal(buf[1], 0);    /* 0.5 -> 0 (even) */
+    assert_int_equal(buf[17], 2);   /* 1.5 -> 2 (even) */
+    assert_int_equal(buf[2], -2);   /* -2.5 -> -2 (even) */
+    assert_int_equal(buf[18], 50);
+    assert_int_equal(buf[3], 0);
     assert_int_equal(buf[32], -127);
     for (int i = 33; i < 64; i++) /* the padding of the ragged block */
         assert_int_equal(buf[i], 0);
@@ -138,6 +139,8 @@ static void run_bits_suite(int scalar)
 {
     static const uint32_t shapes[][2] = {
         {5, 172}, {37, 300}, {64, 64}, {9, 33}, {3, 1}, {130, 256}, {17, 96},
+        {6, 576}, {9, 2048}, /* several 8-block batches of the int4
+                                batch-1 kernel's parameters, and a tail */
     };
     static const size_t Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
     static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
@@ -199,6 +202,40 @@ static void test_qdot_extreme_codes_exact(void **state)
     assert_float_equal(y[0], 64.0f * 127.0f, 1e-2);
     assert_float_equal(y[1], 0.0f, 0);
     assert_memory_equal(y, r, sizeof y);
+}
+
+/* Int4 extremes: codes 15 against zero 0 and codes 0 against zero 15,
+ * every activation at +127 or at -128 (the code a non-finite input
+ * gets), over 16 blocks of group 32: the batch-1 kernel's A - zero * S
+ * must stay exact where |lane| is largest (4 * 15 * 128). */
+static void test_qdot_int4_extreme_codes_exact(void **state)
+{
+    (void)state;
+    enum { ROWS = 8, COLS = 512, NG = COLS / 32 };
+    uint8_t q[ROWS * COLS / 2], z[ROWS * NG];
+    uint16_t sc[ROWS * NG];
+    for (int r = 0; r < ROWS; r++) {
+        memset(q + r * COLS / 2, r & 1 ? 0x00 : 0xff, COLS / 2);
+        memset(z + r * NG, r & 1 ? 15 : 0, NG);
+        for (int g = 0; g < NG; g++)
+            sc[r * NG + g] = 0x3c00; /* 1.0 */
+    }
+    kn_matrix m = {KN_W_Q4, ROWS, COLS, q, sc, z, 32};
+    int8_t xq[COLS + NG * 4];
+    float *d = (float *)(xq + COLS);
+    for (int sign = 0; sign < 2; sign++) {
+        memset(xq, sign ? 0x80 : 0x7f, COLS); /* -128 or +127 everywhere */
+        for (int b = 0; b < NG; b++)
+            d[b] = 1.0f;
+        float y[ROWS], r[ROWS];
+        kn_matmul_q(NULL, &m, xq, 1, y, NULL);
+        kn_ref_matmul_q(&m, xq, 1, r, NULL);
+        float want = 15.0f * (sign ? -128.0f : 127.0f) * COLS;
+        for (int i = 0; i < ROWS; i++) {
+            assert_memory_equal(&y[i], &r[i], sizeof y[i]);
+            assert_true(y[i] == (i & 1 ? -want : want));
+        }
+    }
 }
 
 /* The kernels find a block's group by a shift: a group that is a multiple
@@ -387,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_extreme_codes_exact),
+        cmocka_unit_test(test_qdot_int4_extreme_codes_exact),
         cmocka_unit_test(test_qdot_refuses_groups_that_are_not_powers_of_two),
         cmocka_unit_test(test_qdot_close_to_float_matmul),
         cmocka_unit_test(test_qdot_rows_bit_identical_for_every_T),
