@@ -144,6 +144,16 @@ void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
     }
 }
 
+void cmp_hessian_output_error_terms(const cmp_hessian *h, const float *w,
+                                    const float *q, uint32_t rows, double *d,
+                                    double *terms)
+{
+    for (uint32_t r0 = 0; r0 < rows; r0 += CMP_OERR_ROWS) {
+        uint32_t nr = rows - r0 < CMP_OERR_ROWS ? rows - r0 : CMP_OERR_ROWS;
+        oerr_block(h, w, q, r0, nr, d, terms + r0);
+    }
+}
+
 /* Widths up to this keep the difference rows on the stack (32 KiB). */
 #define OERR_STACK (4096 / CMP_OERR_ROWS)
 
@@ -179,11 +189,11 @@ typedef struct oerr_job {
 static void oerr_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
     const oerr_job *j = ctx;
-    double *d = j->d + (size_t)slot * CMP_OERR_ROWS * j->h->cols;
-    for (uint32_t r = r0; r < r1; r += CMP_OERR_ROWS) {
-        uint32_t nr = r1 - r < CMP_OERR_ROWS ? r1 - r : CMP_OERR_ROWS;
-        oerr_block(j->h, j->w, j->q, r, nr, d, j->terms + r);
-    }
+    size_t at = (size_t)r0 * j->h->cols;
+    cmp_hessian_output_error_terms(j->h, j->w + at, j->q ? j->q + at : NULL,
+                                   r1 - r0,
+                                   j->d + (size_t)slot * CMP_OERR_ROWS * j->h->cols,
+                                   j->terms + r0);
 }
 
 uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
