@@ -3,9 +3,10 @@
  * x 576, gate/up: 3072 x 576, down: 576 x 1536; o is not scaled under
  * GQA), on random weights and a Hessian of random tokens with salient
  * channels.  Each is timed three ways: the full 20-point grid on one
- * thread (the search before issue 17), the full grid on the pool (must
- * give the same bits: checked, exit 1 if not), and the coarse walk on the
- * pool (the default since).  Prints wall and CPU seconds per search and
+ * thread with the scalar output error (the search before this change),
+ * the full grid on the pool with the AVX2 output error where the CPU has
+ * it (must give the same bits: checked, exit 1 if not), and the coarse
+ * walk on the pool (the default since).  Prints wall and CPU seconds per search and
  * per layer, the ratios to the baseline, and the load average.
  * usage: bench_calib_awq [--threads N] [--tokens T]   (defaults: every
  * CPU, 2048 tokens; the search's cost does not depend on the tokens) */
@@ -97,17 +98,21 @@ int main(int argc, char **argv)
         timed t[3];
         for (int k = 0; k < 3; k++)
             t[k].s = malloc(C * sizeof(float));
-        if (run(&h, xa, l, G[g].n, NULL, 0, &t[0]) ||
+        kn_set_force_scalar(1); /* the output error before its AVX2 path */
+        int bad = run(&h, xa, l, G[g].n, NULL, 0, &t[0]);
+        kn_set_force_scalar(0);
+        if (bad ||
             run(&h, xa, l, G[g].n, pool, 0, &t[1]) ||
             run(&h, xa, l, G[g].n, pool, 1, &t[2]))
             return 1;
         int same = t[0].e == t[1].e && t[0].alpha == t[1].alpha &&
                    memcmp(t[0].s, t[1].s, C * sizeof(float)) == 0;
         rc |= !same;
-        printf("  %-8s %4u cols: full 1 thread %6.2f s wall %6.2f s cpu | "
-               "full pool %6.2f s wall (same bits: %s) | coarse pool %6.2f s "
+        printf("  %-8s %4u cols: full 1 thread scalar %6.2f s wall %6.2f s cpu | "
+               "full pool %6.2f s wall %6.2f s cpu (same bits: %s) | coarse pool %6.2f s "
                "wall %6.2f s cpu, alpha %.2f vs %.2f, error x %.5f\n",
-               G[g].name, C, t[0].wall, t[0].cpu, t[1].wall, same ? "yes" : "NO",
+               G[g].name, C, t[0].wall, t[0].cpu, t[1].wall, t[1].cpu,
+               same ? "yes" : "NO",
                t[2].wall, t[2].cpu, t[2].alpha, t[0].alpha, t[2].e / t[0].e);
         for (int k = 0; k < 3; k++) {
             sum[k][0] += t[k].wall;
@@ -123,10 +128,11 @@ int main(int argc, char **argv)
     double load[3] = {-1, -1, -1};
     if (getloadavg(load, 3) < 0)
         load[0] = -1;
-    printf("  per layer: full 1 thread %.2f s wall %.2f s cpu; full pool %.2f s "
-           "wall (x %.2f); coarse pool %.2f s wall %.2f s cpu (x %.2f wall, "
+    printf("  per layer: full 1 thread scalar %.2f s wall %.2f s cpu; full pool %.2f s "
+           "wall %.2f s cpu (x %.2f wall); coarse pool %.2f s wall %.2f s cpu (x %.2f wall, "
            "x %.2f cpu) | load %.2f %.2f %.2f\n",
-           sum[0][0], sum[0][1], sum[1][0], sum[0][0] / sum[1][0], sum[2][0],
+           sum[0][0], sum[0][1], sum[1][0], sum[1][1], sum[0][0] / sum[1][0],
+           sum[2][0],
            sum[2][1], sum[0][0] / sum[2][0], sum[0][1] / sum[2][1], load[0],
            load[1], load[2]);
     kn_pool_free(pool);

@@ -3,7 +3,8 @@
  * full grid picks the first smallest of the errors measured point by point;
  * the coarse walk picks the smallest of the points it visits (the full
  * grid's pick where the error is unimodal); its work space with threads
- * matches the formula the memory plan uses. */
+ * matches the formula the memory plan uses; the output error's AVX2 path
+ * gives the scalar path's bits. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -239,12 +240,61 @@ static void test_awq_search_work_bytes_count_every_thread(void **state)
     rm(&s);
 }
 
+/* The output error's AVX2 path (four rows of H at once, kn_lanes.h) gives
+ * the bits of the scalar chains: widths with and without a tail of rows
+ * of H, blocks of 8 and short ones, rows whose difference is zero (their
+ * lanes are skipped) and runs of zero columns (whole rows of H skipped). */
+static void test_output_error_avx2_same_bits_as_scalar(void **state)
+{
+    (void)state;
+    if (!kn_cpu_has_avx2()) {
+        print_message("skipped: this CPU has no AVX2 (the scalar path is "
+                      "the only one)\n");
+        return;
+    }
+    uint32_t widths[4] = {4, 30, 97, 256};
+    for (int k = 0; k < 4; k++) {
+        uint32_t C = widths[k], R = 21;
+        size_t T = 64;
+        float *X = malloc(T * C * sizeof(float));
+        float *w = malloc((size_t)R * C * sizeof(float));
+        float *q = malloc((size_t)R * C * sizeof(float));
+        for (size_t i = 0; i < T * C; i++)
+            X[i] = nrand();
+        for (size_t i = 0; i < (size_t)R * C; i++) {
+            w[i] = nrand();
+            uint32_t r = (uint32_t)(i / C), c = (uint32_t)(i % C);
+            /* row 5 exact; columns 8..15 exact in every row */
+            q[i] = r == 5 || (c >= 8 && c < 16) ? w[i] : w[i] + 0.01f * nrand();
+        }
+        cmp_hessian h;
+        assert_int_equal(cmp_hessian_init(&h, C, NULL), MC_OK);
+        cmp_hessian_add(&h, X, T);
+        double e[2], e0[2];
+        for (int sc = 0; sc < 2; sc++) {
+            kn_set_force_scalar(sc);
+            e[sc] = cmp_hessian_output_error(&h, w, q, R);
+            e0[sc] = cmp_hessian_output_error(&h, w, NULL, R);
+        }
+        kn_set_force_scalar(0);
+        print_message("width %u: %.17g %.17g\n", C, e[0], e[1]);
+        assert_true(e[0] > 0.0);
+        assert_memory_equal(&e[0], &e[1], sizeof e[0]);
+        assert_memory_equal(&e0[0], &e0[1], sizeof e0[0]);
+        cmp_hessian_free(&h);
+        free(X);
+        free(w);
+        free(q);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_awq_search_same_bits_on_any_pool),
         cmocka_unit_test(test_awq_search_picks_the_first_smallest_point),
         cmocka_unit_test(test_awq_search_work_bytes_count_every_thread),
+        cmocka_unit_test(test_output_error_avx2_same_bits_as_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
