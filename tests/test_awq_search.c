@@ -22,16 +22,10 @@
 #include "mc_alloc.h"
 #include "testutil.h"
 
-static uint64_t rs = 0x5eed17;
-static float urand(void)
+static tu_rng g_rng = {0x5eed17};
+static float rnd(void) /* uniform in [-1, 1) */
 {
-    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rs >> 40) & 0xFFFFFF) / 16777216.0f;
-}
-static float nrand(void)
-{
-    float u = urand() + 1e-7f, v = urand();
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+    return tu_rng_f(&g_rng);
 }
 
 /* Two linears (45 and 13 rows: neither a whole number of the search's
@@ -52,7 +46,7 @@ static void mk(setup *s)
     size_t T = 160;
     float *X = malloc(T * s->cols * sizeof(float));
     for (size_t i = 0; i < T * s->cols; i++)
-        X[i] = nrand() * ((i % s->cols) % 11 == 0 ? 20.0f : 1.0f);
+        X[i] = rnd() * ((i % s->cols) % 11 == 0 ? 20.0f : 1.0f);
     for (uint32_t j = 0; j < s->cols; j++) {
         double a = 0.0;
         for (size_t t = 0; t < T; t++)
@@ -62,7 +56,7 @@ static void mk(setup *s)
     for (int i = 0; i < 2; i++) {
         s->w[i] = malloc((size_t)s->rows[i] * s->cols * sizeof(float));
         for (size_t k = 0; k < (size_t)s->rows[i] * s->cols; k++)
-            s->w[i][k] = 0.05f * nrand();
+            s->w[i][k] = 0.05f * rnd();
     }
     assert_int_equal(cmp_hessian_init(&s->h, s->cols, NULL), MC_OK);
     cmp_hessian_add(&s->h, X, T);
@@ -260,12 +254,12 @@ static void test_output_error_avx2_same_bits_as_scalar(void **state)
         float *w = malloc((size_t)R * C * sizeof(float));
         float *q = malloc((size_t)R * C * sizeof(float));
         for (size_t i = 0; i < T * C; i++)
-            X[i] = nrand();
+            X[i] = rnd();
         for (size_t i = 0; i < (size_t)R * C; i++) {
-            w[i] = nrand();
+            w[i] = rnd();
             uint32_t r = (uint32_t)(i / C), c = (uint32_t)(i % C);
             /* row 5 exact; columns 8..15 exact in every row */
-            q[i] = r == 5 || (c >= 8 && c < 16) ? w[i] : w[i] + 0.01f * nrand();
+            q[i] = r == 5 || (c >= 8 && c < 16) ? w[i] : w[i] + 0.01f * rnd();
         }
         cmp_hessian h;
         assert_int_equal(cmp_hessian_init(&h, C, NULL), MC_OK);

@@ -24,17 +24,16 @@ static int setup(void **state)
     (void)state;
     g_dir = tu_mkdtemp("awqgrid");
     g_ids = tu_fmt("%s/ids.txt", g_dir);
+    int32_t *tok = NULL;
+    size_t *off = NULL;
+    tu_random_seqs(256, 10, 24, &tok, &off);
     char text[4096];
     size_t n = 0;
-    uint32_t x = 777;
-    for (int s = 0; s < 10; s++) {
-        for (int i = 0; i < 24; i++) {
-            x = x * 1103515245u + 12345u;
-            n += (size_t)snprintf(text + n, sizeof text - n, "%s%u",
-                                  i ? " " : "", (x >> 16) % 256u);
-        }
-        text[n++] = '\n';
-    }
+    for (size_t i = 0; i < 10 * 24; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%d%s", tok[i],
+                              (i + 1) % 24 ? " " : "\n");
+    free(tok);
+    free(off);
     assert_int_equal(tu_write_file(g_ids, text, n), 0);
     return 0;
 }
