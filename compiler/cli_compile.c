@@ -23,6 +23,7 @@ typedef struct compile_cli {
     uint64_t heldout;      /* --heldout N; UINT64_MAX: not given */
     int calib_device;      /* -1 not given, 0 cpu, 1 cuda */
     int lm_head;           /* -1 not given, else a kn_wformat */
+    int awq_grid;          /* -1 not given, 0 coarse, 1 full */
     int method_set;        /* --method given */
     int no_rotate, json, quiet, verbose;
 } compile_cli;
@@ -72,6 +73,8 @@ static int on_method(void *base, const mc_opt *row, const char *flag,
 
 static const mc_opt_choice device_choices[] = {
     {"cpu", 0, 0}, {"cuda", 1, 0}, {NULL, 0, 0}};
+static const mc_opt_choice awq_grid_choices[] = {
+    {"coarse", 0, 0}, {"full", 1, 0}, {NULL, 0, 0}};
 static const mc_opt_choice lm_head_choices[] = {
     {"f32", KN_W_F32, 0}, {"f16", KN_W_F16, 0}, {"bf16", KN_W_BF16, 0},
     {"int8", KN_W_Q8, 0}, {NULL, 0, 0}};
@@ -116,6 +119,12 @@ static const mc_opt compile_opts[] = {
              "and awq+gptaq or act-order only where a cheap proxy\n"
              "says they can win; best-all tries every method on\n"
              "every group; without --calib, plain round-to-nearest)"},
+    {.kind = MC_OPT_CHOICE, .flags = "--awq-grid", .value = "coarse|full",
+     .off = F(awq_grid), .choices = awq_grid_choices,
+     .help = "AWQ's alpha search (awq and best methods): coarse\n"
+             "(default) tries 11 of the 20 alphas 0..0.95, every\n"
+             "third then the neighbours of the best; full tries\n"
+             "all 20 (the same pick where the error is unimodal)"},
     {.kind = MC_OPT_CHOICE, .flags = "--lm-head", .value = "F",
      .off = F(lm_head), .choices = lm_head_choices,
      .help = "output layer f32 | f16 | bf16 | int8 when it is not\n"
@@ -182,6 +191,9 @@ static int check_args(compile_cli *c)
     if ((o->calib_memory || c->calib_device >= 0) && !o->calib)
         return cmp_cli_usage(cmd, "--calib-memory and --calib-device need "
                              "--calib FILE");
+    if (c->awq_grid >= 0 && !o->calib)
+        return cmp_cli_usage(cmd, "--awq-grid needs --calib FILE");
+    o->awq_full_grid = c->awq_grid == 1;
     if (c->heldout != UINT64_MAX && !o->calib)
         return cmp_cli_usage(cmd, "--heldout needs --calib FILE");
     if (c->heldout != UINT64_MAX)
@@ -227,6 +239,7 @@ int cmp_cli_compile(int argc, char **argv)
     c.heldout = UINT64_MAX;
     c.calib_device = -1;
     c.lm_head = -1;
+    c.awq_grid = -1;
     char *out_owned = NULL;
     int rc = cmp_cli_parse(&cmp_cli_compile_cmd, argc, argv, &c);
     if (rc < 0)

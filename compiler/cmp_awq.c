@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cmp_par.h"
 #include "mc_alloc.h"
 
 void cmp_awq_scale_cols(float *w, uint32_t rows, uint32_t cols,
@@ -44,14 +45,24 @@ void cmp_awq_scale_hessian(const cmp_hessian *h, const float *s,
     hs->n = h->n;
 }
 
-/* Rows of one linear processed per pass of the search: the float copy of
- * W is then at most CMP_GPTQ_CHUNK_BYTES (or maxrows rows, if fewer). */
-static size_t search_chunk(uint32_t maxrows, uint32_t cols)
+/* Rows of one linear one thread processes per pass of the search: its
+ * share of the rows (cmp_par_rows: whole blocks of CMP_OERR_ROWS), and at
+ * most CMP_GPTQ_CHUNK_BYTES / threads of floats (at least one row), so the
+ * float copies of all threads together stay within CMP_GPTQ_CHUNK_BYTES. */
+static size_t search_chunk(uint32_t maxrows, uint32_t cols, int threads)
 {
-    size_t c = cols ? CMP_GPTQ_CHUNK_BYTES / ((uint64_t)cols * sizeof(float)) : maxrows;
+    uint64_t T = threads > 1 ? (uint64_t)threads : 1;
+    uint64_t share = maxrows;
+    if (T > 1) {
+        uint64_t blocks = ((uint64_t)maxrows + CMP_OERR_ROWS - 1) / CMP_OERR_ROWS;
+        share = (blocks + T - 1) / T * CMP_OERR_ROWS;
+        share = share < maxrows ? share : maxrows;
+    }
+    uint64_t c = cols ? CMP_GPTQ_CHUNK_BYTES / ((uint64_t)cols * sizeof(float) * T)
+                      : share;
     if (c == 0)
         c = 1;
-    return c < maxrows ? c : maxrows;
+    return (size_t)(c < share ? c : share);
 }
 
 /* Bytes mc_malloc takes for a request: 0 counts as 1. */
@@ -60,84 +71,154 @@ static uint64_t req(uint64_t bytes)
     return bytes ? bytes : 1;
 }
 
-uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols)
+uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads)
 {
-    uint64_t n = cols;
-    return req(n * sizeof(float)) +                                   /* s */
-           req((uint64_t)search_chunk(maxrows, cols) * n * sizeof(float)) + /* ws */
-           req(n * CMP_OERR_ROWS * sizeof(double));                   /* d */
+    uint64_t n = cols, T = threads > 1 ? (uint64_t)threads : 1;
+    return req(n * sizeof(float)) +                                 /* s */
+           req((uint64_t)maxrows * sizeof(double)) +                /* terms */
+           req(T * search_chunk(maxrows, cols, threads) * n * sizeof(float)) +
+           req(T * n * CMP_OERR_ROWS * sizeof(double));            /* d */
+}
+
+/* One alpha's output error of one linear, rows split over the threads. */
+typedef struct awq_job {
+    const cmp_hessian *h;
+    const float *w;  /* the linear [rows][cols] */
+    const float *s;  /* the alpha's scales [cols] */
+    kn_wformat fmt;
+    uint32_t group;
+    size_t chunk;    /* rows per pass of one thread (search_chunk) */
+    float *ws;       /* [threads][chunk * cols]: W s, Q(W s), Q(W s) / s */
+    double *d;       /* [threads][CMP_OERR_ROWS * cols] difference rows */
+    double *terms;   /* [rows] each row's error */
+} awq_job;
+
+static void awq_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    const awq_job *j = ctx;
+    uint32_t cols = j->h->cols;
+    float *ws = j->ws + (size_t)slot * j->chunk * cols;
+    double *d = j->d + (size_t)slot * CMP_OERR_ROWS * cols;
+    for (uint32_t a = r0; a < r1; a += (uint32_t)j->chunk) {
+        uint32_t R = r1 - a < j->chunk ? r1 - a : (uint32_t)j->chunk;
+        const float *wr = j->w + (size_t)a * cols;
+        memcpy(ws, wr, (size_t)R * cols * sizeof(float));
+        cmp_awq_scale_cols(ws, R, cols, j->s);
+        cmp_quant_fake(j->fmt, j->group, ws, NULL, R, cols, ws);
+        for (uint32_t r = 0; r < R; r++)
+            for (uint32_t c = 0; c < cols; c++)
+                ws[(size_t)r * cols + c] /= j->s[c];
+        cmp_hessian_output_error_terms(j->h, wr, ws, R, d, j->terms + a);
+    }
+}
+
+/* The scales of grid point k (alpha = k * CMP_AWQ_ALPHA_STEP) into s. */
+static void alpha_scales(const float *xabs, uint32_t cols, int k, float *s)
+{
+    double alpha = CMP_AWQ_ALPHA_STEP * k;
+    float mx = 0.0f, mn = INFINITY;
+    for (uint32_t j = 0; j < cols; j++) {
+        float v = k == 0 ? 1.0f : powf(xabs[j], (float)alpha);
+        if (!(v >= 1e-4f))
+            v = 1e-4f;
+        s[j] = v;
+        mx = fmaxf(mx, v);
+        mn = fminf(mn, v);
+    }
+    float norm = sqrtf(mx * mn);
+    for (uint32_t j = 0; j < cols; j++)
+        s[j] /= norm;
+}
+
+/* The summed output error of the n linears under scales j->s: each
+ * linear's row terms added in row order, then the linears in order (the
+ * sums one thread forms alone). */
+static double alpha_error(awq_job *j, kn_pool *pool, const cmp_awq_linear *lin,
+                          size_t n)
+{
+    double e = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        j->w = lin[i].w;
+        cmp_par_rows(pool, lin[i].rows, CMP_OERR_ROWS, awq_rows, j);
+        double ei = 0.0;
+        for (uint32_t r = 0; r < lin[i].rows; r++)
+            ei += j->terms[r];
+        e += ei;
+    }
+    return e;
 }
 
 mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
                          const cmp_awq_linear *lin, size_t n, kn_wformat fmt,
-                         uint32_t group, float *s_out, double *alpha_out,
-                         double *err_out, double *err0_out, mc_error *err)
+                         uint32_t group, const cmp_awq_search_opts *so,
+                         float *s_out, double *alpha_out, double *err_out,
+                         double *err0_out, mc_error *err)
 {
     uint32_t cols = h->cols;
     uint32_t maxrows = 0;
     for (size_t i = 0; i < n; i++)
         if (lin[i].rows > maxrows)
             maxrows = lin[i].rows;
-    /* Each linear is scaled, quantized and measured a chunk of rows at a
-     * time (rows are independent; the error sums in the same order). */
-    size_t chunk = search_chunk(maxrows, cols);
+    kn_pool *pool = so ? so->pool : NULL;
+    int T = cmp_par_threads(pool);
+    awq_job j = {h, NULL, NULL, fmt, group, search_chunk(maxrows, cols, T),
+                 NULL, NULL, NULL};
     float *s = mc_malloc_array(cols, sizeof(float));
-    float *ws = mc_malloc_array(chunk * cols, sizeof(float));
-    double *d = mc_malloc_array((size_t)cols * CMP_OERR_ROWS, sizeof(double));
-    if (!s || !ws || !d) {
+    j.terms = mc_malloc_array(maxrows ? maxrows : 1, sizeof(double));
+    j.ws = mc_malloc_array((size_t)T * j.chunk * cols, sizeof(float));
+    j.d = mc_malloc_array((size_t)T * cols * CMP_OERR_ROWS, sizeof(double));
+    if (!s || !j.terms || !j.ws || !j.d) {
         mc_free(s);
-        mc_free(ws);
-        mc_free(d);
+        mc_free(j.terms);
+        mc_free(j.ws);
+        mc_free(j.d);
         return mc_fail(err, MC_ERR_NOMEM, NULL, "awq", -1,
                        "cannot allocate AWQ work space");
     }
-    double best = INFINITY, best_alpha = 0.0;
-    for (int k = 0; k < 20; k++) {
-        double alpha = 0.05 * k;
-        float mx = 0.0f, mn = INFINITY;
-        for (uint32_t j = 0; j < cols; j++) {
-            float v = k == 0 ? 1.0f : powf(xabs[j], (float)alpha);
-            if (!(v >= 1e-4f))
-                v = 1e-4f;
-            s[j] = v;
-            mx = fmaxf(mx, v);
-            mn = fminf(mn, v);
-        }
-        float norm = sqrtf(mx * mn);
-        for (uint32_t j = 0; j < cols; j++)
-            s[j] /= norm;
-        double e = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            double ei = 0.0;
-            for (uint32_t r0 = 0; r0 < lin[i].rows; r0 += (uint32_t)chunk) {
-                uint32_t R = lin[i].rows - r0 < chunk ? lin[i].rows - r0
-                                                      : (uint32_t)chunk;
-                const float *wr = lin[i].w + (size_t)r0 * cols;
-                memcpy(ws, wr, (size_t)R * cols * sizeof(float));
-                cmp_awq_scale_cols(ws, R, cols, s);
-                cmp_quant_fake(fmt, group, ws, NULL, R, cols, ws);
-                for (uint32_t r = 0; r < R; r++)
-                    for (uint32_t c = 0; c < cols; c++)
-                        ws[(size_t)r * cols + c] /= s[c];
-                cmp_hessian_output_error_add(h, wr, ws, R, d, &ei);
-            }
-            e += ei;
-        }
-        if (k == 0 && err0_out)
-            *err0_out = e;
-        if (e < best) {
-            best = e;
-            best_alpha = alpha;
-            memcpy(s_out, s, cols * sizeof(float));
-        }
+    j.s = s;
+    enum { K = CMP_AWQ_ALPHAS };
+    double e[K];
+    int done[K] = {0};
+    int coarse = so && so->coarse;
+    /* Coarse: every CMP_AWQ_COARSE_STEP-th grid point, then the points
+     * within two steps of the best of them; where the error is unimodal
+     * in alpha (the usual case) the pick equals the full grid's. */
+    for (int k = 0; k < K; k += coarse ? CMP_AWQ_COARSE_STEP : 1) {
+        alpha_scales(xabs, cols, k, s);
+        e[k] = alpha_error(&j, pool, lin, n);
+        done[k] = 1;
     }
+    if (coarse) {
+        int kb = 0;
+        for (int k = 1; k < K; k++)
+            if (done[k] && e[k] < e[kb])
+                kb = k;
+        for (int k = kb - 2; k <= kb + 2; k++)
+            if (k >= 0 && k < K && !done[k]) {
+                alpha_scales(xabs, cols, k, s);
+                e[k] = alpha_error(&j, pool, lin, n);
+                done[k] = 1;
+            }
+    }
+    /* The first strict minimum in alpha order, as one sweep finds it. */
+    double best = INFINITY;
+    int kbest = 0;
+    for (int k = 0; k < K; k++)
+        if (done[k] && e[k] < best) {
+            best = e[k];
+            kbest = k;
+        }
+    alpha_scales(xabs, cols, kbest, s_out);
+    if (err0_out)
+        *err0_out = e[0];
     if (alpha_out)
-        *alpha_out = best_alpha;
+        *alpha_out = CMP_AWQ_ALPHA_STEP * kbest;
     if (err_out)
         *err_out = best;
     mc_free(s);
-    mc_free(ws);
-    mc_free(d);
+    mc_free(j.terms);
+    mc_free(j.ws);
+    mc_free(j.d);
     return MC_OK;
 }
 

@@ -38,6 +38,7 @@
 
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
+#include "kn_ops.h"
 #include "mc_error.h"
 
 /* One linear of a group: w [rows][cols] float32 (borrowed). */
@@ -46,22 +47,47 @@ typedef struct cmp_awq_linear {
     uint32_t rows;
 } cmp_awq_linear;
 
+/* The alpha grid: alpha = k * CMP_AWQ_ALPHA_STEP for k < CMP_AWQ_ALPHAS
+ * (0, 0.05, ..., 0.95); the coarse walk tries every CMP_AWQ_COARSE_STEP-th
+ * point (k = 0, 3, ..., 18), then the points within two steps of the best
+ * of those: 11 errors instead of 20, the same pick wherever the error is
+ * unimodal along the grid. */
+#define CMP_AWQ_ALPHA_STEP 0.05
+#define CMP_AWQ_ALPHAS 20
+#define CMP_AWQ_COARSE_STEP 3
+
+/* How cmp_awq_search runs (NULL: one thread, the full grid). */
+typedef struct cmp_awq_search_opts {
+    kn_pool *pool; /* threads over each linear's rows (cmp_par_rows), or
+                      NULL; the result does not depend on it, bit for bit:
+                      every row's error is formed as alone and the rows are
+                      added in order */
+    int coarse;    /* 1: the coarse walk of the grid (above) */
+} cmp_awq_search_opts;
+
 /* Search the AWQ scales of a group of n linears over input width h->cols.
  * xabs: mean |x_j| [cols].  fmt/group: the target format.  s_out [cols]
  * receives the best scales (all 1 if alpha 0 wins); *alpha_out and
  * *err_out (both optional) the chosen alpha and its output error (summed
  * over the linears), *err0_out (optional) the error at alpha 0 (RTN).
- * Allocates work space (MC_ERR_NOMEM; cmp_awq_search_work_bytes). */
+ * Cost: rows * cols^2 per linear and grid point tried, split over the
+ * pool's threads.  Allocates work space (MC_ERR_NOMEM;
+ * cmp_awq_search_work_bytes). */
 mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
                          const cmp_awq_linear *lin, size_t n, kn_wformat fmt,
-                         uint32_t group, float *s_out, double *alpha_out,
-                         double *err_out, double *err0_out, mc_error *err);
-/* Peak bytes cmp_awq_search allocates for linears of at most maxrows rows
- * over cols inputs: the scales (cols floats), a float copy of c rows of one
- * linear at a time (c = min(maxrows, max(1, CMP_GPTQ_CHUNK_BYTES /
- * (cols * 4)))) and the error's difference row (cols doubles):
- *   cols * 4 + c * cols * 4 + cols * 8, each allocation at least 1 byte. */
-uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols);
+                         uint32_t group, const cmp_awq_search_opts *so,
+                         float *s_out, double *alpha_out, double *err_out,
+                         double *err0_out, mc_error *err);
+/* Peak bytes cmp_awq_search allocates with `threads` threads (the pool's;
+ * 1 for none) for linears of at most maxrows rows over cols inputs: the
+ * scales (cols floats), the row errors (maxrows doubles), and per thread a
+ * float copy of c rows (c = min(its share of the rows, whole blocks of
+ * CMP_OERR_ROWS, maxrows with one thread; max(1, CMP_GPTQ_CHUNK_BYTES /
+ * (threads * cols * 4)))) and the error's difference rows (CMP_OERR_ROWS *
+ * cols doubles):
+ *   cols * 4 + maxrows * 8 + threads * (c * cols * 4 + cols * 64),
+ * each of the four allocations at least 1 byte. */
+uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads);
 
 /* Clipping search on a weight already in the scaled space, in place:
  * w [rows][cols] is clamped per row and group (per row for Q8) to the best

@@ -148,7 +148,13 @@ typedef struct cmp_calib_opts {
     unsigned force_lean;     /* tap points (bit KN_TAP_*) collected lean
                                 whatever the budget: for a caller that
                                 reads only err_local (auto precision) */
-    kn_pool *pool;           /* threads for the forward passes, or NULL */
+    int awq_coarse;          /* 1: AWQ's alpha search walks its grid
+                                coarse to fine (cmp_awq.h): 11 of the 20
+                                points, the same pick where the error is
+                                unimodal in alpha */
+    kn_pool *pool;           /* threads for the forward passes and the
+                                row-parallel work (the result does not
+                                depend on their number), or NULL */
     void (*progress)(void *ctx, const cmp_calib_progress *p);
     void *progress_ctx;
 } cmp_calib_opts;

@@ -329,6 +329,13 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
                           (json_int_t)cs->heldout, "tokens",
                           (json_int_t)r->calib_tokens, "group",
                           (json_int_t)req->policy.group);
+    /* Only the coarse walk is named: a full-grid artifact keeps the
+     * manifest, and so the bytes, of the compilers before it existed. */
+    if (c && !o->awq_full_grid &&
+        json_object_set_new(c, "awq_grid", json_string("coarse"))) {
+        json_decref(c);
+        return NULL;
+    }
     if (c && json_object_set_new(
                  c, "rotation",
                  r->rotated ? json_pack("{s:s, s:I, s:I, s:o}", "kind",

@@ -21,7 +21,8 @@
  * (cmp_wpolicy.linear_fmt), so plan and artifact agree byte for byte.
  * The manifest then also records, per linear, "method", "err", "err_rtn"
  * and "alpha", and a "calibration" object (method, id file checksum,
- * sequences, the held-out summary).  Memory on this path: what
+ * sequences, the held-out summary; "awq_grid": "coarse" unless the full
+ * grid was asked, which writes what compilers before the option wrote).  Memory on this path: what
  * cmp_calib_memory counts (the quantized result goes block by block into a
  * spill file beside the output and comes back mapped, so it is not held),
  * planned to fit calib_memory, plus a float32 copy of every tensor an
@@ -58,6 +59,10 @@ typedef struct cmp_compile_opts {
      * one when adapters are given) instead of plain RTN. */
     const char *calib;                 /* token-id file (fmt_ids.h) or NULL */
     cmp_qmethod method;                /* with calib (the CLI's default: best) */
+    int awq_full_grid;                 /* with calib: 1 = AWQ's alpha search
+                                          tries all 20 grid points (the walk
+                                          before issue 17); 0 = the coarse
+                                          walk (cmp_awq.h: 11 points) */
     long heldout;                      /* with calib: last sequences kept out
                                           of calibration for the quality
                                           summary: 0 a tenth (at least one

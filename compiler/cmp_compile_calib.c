@@ -288,6 +288,7 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     co.fmt = req->policy.linear;
     co.group = req->policy.group;
     co.method = o->method;
+    co.awq_coarse = !o->awq_full_grid;
     co.tensor_fmt = req->policy.linear_fmt;
     co.heldout = s->heldout;
     /* the held-out summary sees the output layer the artifact stores: the

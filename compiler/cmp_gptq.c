@@ -133,7 +133,7 @@ static void invert_lower(double *a, double *t, size_t n, kn_pool *p)
         double *li = a + i * n;
         inv_job v = {a, t, n, i};
         if (cmp_par_threads(p) > 1 && i * i / 2 >= PAR_MIN_WORK)
-            kn_pool_run(p, inv_thread, &v);
+            cmp_par_spawn(cmp_par_threads(p), inv_thread, &v);
         else
             inv_cols(&v, 0, i);
         double inv = 1.0 / li[i];

@@ -264,6 +264,13 @@ uint64_t cmp_hessian_output_error_work_bytes(uint32_t cols);
 void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
                                   const float *q, uint32_t rows, double *d,
                                   double *total);
+/* Each row's term alone: terms[r] (r < rows) is what
+ * cmp_hessian_output_error_add adds for row r, whatever rows are computed
+ * with it, so a caller that adds them in row order gets its total bit for
+ * bit.  d: scratch [CMP_OERR_ROWS * cols] doubles. */
+void cmp_hessian_output_error_terms(const cmp_hessian *h, const float *w,
+                                    const float *q, uint32_t rows, double *d,
+                                    double *terms);
 
 /* cmp_hessian_output_error with the rows split over the pool's threads
  * (cmp_par.h); the same value, bit for bit, for any pool (each row's term

@@ -10,6 +10,8 @@
 #include "cmp_lanes.h"
 #include "cmp_par.h"
 #include "kn_gram.h"
+#include "kn_lanes.h"
+#include "kn_ops.h"
 #include "mc_alloc.h"
 
 uint64_t cmp_hessian_bytes(uint32_t cols)
@@ -103,7 +105,8 @@ static void oerr_block(const cmp_hessian *h, const float *w, const float *q,
                        uint32_t r0, uint32_t nr, double *d, double *s)
 {
     enum { B = CMP_OERR_ROWS };
-    _Static_assert(CMP_OERR_ROWS == CMP_LANES, "one row per lane");
+    _Static_assert(CMP_OERR_ROWS == CMP_LANES && CMP_LANES == KN_QUAD_LANES,
+                   "one row per lane");
     size_t n = h->cols;
     for (size_t j = 0; j < n; j++)
         for (uint32_t r = 0; r < B; r++) {
@@ -111,7 +114,25 @@ static void oerr_block(const cmp_hessian *h, const float *w, const float *q,
             d[j * B + r] = r < nr ? (double)w[at] - (q ? q[at] : 0.0f) : 0.0;
         }
     double acc_s[B] = {0};
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    if (kn_cpu_has_avx2() && !kn_force_scalar())
+        for (; i + 4 <= n; i += 4) {
+            /* four rows of H at once, each lane as below (kn_lanes.h) */
+            int live = 0;
+            for (uint32_t r = 0; r < 4 * B; r++)
+                live |= d[i * B + r] != 0.0;
+            if (!live)
+                continue;
+            const double *rows[4] = {hrow(h, i), hrow(h, i + 1),
+                                     hrow(h, i + 2), hrow(h, i + 3)};
+            double acc[4 * B];
+            kn_avx2_quad4(rows, d, i, n, acc);
+            for (uint32_t g = 0; g < 4; g++)
+                for (uint32_t r = 0; r < B; r++)
+                    if (d[(i + g) * B + r] != 0.0)
+                        acc_s[r] += d[(i + g) * B + r] * acc[g * B + r];
+        }
+    for (; i < n; i++) {
         const double *di = d + i * B;
         int live = 0;
         for (uint32_t r = 0; r < B; r++)
@@ -141,6 +162,16 @@ void cmp_hessian_output_error_add(const cmp_hessian *h, const float *w,
         oerr_block(h, w, q, r0, nr, d, s);
         for (uint32_t r = 0; r < nr; r++)
             *total += s[r];
+    }
+}
+
+void cmp_hessian_output_error_terms(const cmp_hessian *h, const float *w,
+                                    const float *q, uint32_t rows, double *d,
+                                    double *terms)
+{
+    for (uint32_t r0 = 0; r0 < rows; r0 += CMP_OERR_ROWS) {
+        uint32_t nr = rows - r0 < CMP_OERR_ROWS ? rows - r0 : CMP_OERR_ROWS;
+        oerr_block(h, w, q, r0, nr, d, terms + r0);
     }
 }
 
@@ -179,11 +210,11 @@ typedef struct oerr_job {
 static void oerr_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
     const oerr_job *j = ctx;
-    double *d = j->d + (size_t)slot * CMP_OERR_ROWS * j->h->cols;
-    for (uint32_t r = r0; r < r1; r += CMP_OERR_ROWS) {
-        uint32_t nr = r1 - r < CMP_OERR_ROWS ? r1 - r : CMP_OERR_ROWS;
-        oerr_block(j->h, j->w, j->q, r, nr, d, j->terms + r);
-    }
+    size_t at = (size_t)r0 * j->h->cols;
+    cmp_hessian_output_error_terms(j->h, j->w + at, j->q ? j->q + at : NULL,
+                                   r1 - r0,
+                                   j->d + (size_t)slot * CMP_OERR_ROWS * j->h->cols,
+                                   j->terms + r0);
 }
 
 uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,

@@ -48,7 +48,13 @@ void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
         return;
     }
     par_job j = {n, align ? align : 1, fn, ctx};
-    kn_pool_run(p, par_thread, &j);
+    /* Threads started for the call, not the pool's: its workers spin
+     * about 1 ms after every job and its caller spins until the last
+     * part is done, and the factorizations run thousands of these
+     * regions (a column or a row each): a profile of the SmolLM-shape
+     * calibration on the loaded 2-core machine had 23 % of the CPU in
+     * kn_pool's waits. */
+    cmp_par_spawn(cmp_par_threads(p), par_thread, &j);
 }
 
 typedef struct spawn_part {

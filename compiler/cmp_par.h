@@ -4,7 +4,10 @@
  * GPTQ, the scale refit, the code descent, the retarget solve and the
  * output-error measures treat the rows of a weight matrix independently
  * once their shared inputs (H, its factor) are ready.  cmp_par_rows hands
- * each pool thread one contiguous range of rows.  Every row's result is
+ * each of as many threads as the pool has one contiguous range of rows;
+ * the threads are started for the call (cmp_par_spawn), not the pool's
+ * own, whose idle spinning cost more than the work of the many small
+ * regions a factorization runs.  Every row's result is
  * computed exactly as it would be alone, and sums over rows are added in
  * row order afterwards by the caller, so results do not depend on the
  * number of threads: an artifact is the same on 2 cores and on 64.
@@ -26,8 +29,10 @@ int cmp_par_threads(const kn_pool *p);
 /* fn(ctx, r0, r1, slot) over contiguous ranges covering [0, n): slot t <
  * cmp_par_threads(p) gets rows [t * n / T, (t + 1) * n / T) rounded to
  * multiples of align (>= 1; the last range ends at n), possibly empty.
- * p NULL or one thread: fn(ctx, 0, n, 0) on the calling thread.  fn must
- * not use the pool itself. */
+ * p NULL or one thread: fn(ctx, 0, n, 0) on the calling thread; else slot
+ * 0 on the calling thread and the others on threads started and joined
+ * by the call (cmp_par_spawn; p only gives the count).  fn must not use
+ * the pool itself. */
 typedef void (*cmp_par_fn)(void *ctx, uint32_t r0, uint32_t r1, int slot);
 void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
                   void *ctx);

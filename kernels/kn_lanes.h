@@ -1,0 +1,32 @@
+/*
+ * kn_lanes.h - the calibration's symmetric quadratic forms with AVX2, four
+ * rows of a packed matrix at a time (compiler/cmp_hessian.c's output
+ * errors, tr(D H D^T) for eight rows of D at once).
+ *
+ * Why: one row i of H against eight interleaved difference rows is eight
+ * chains of dependent additions (k ascending), bound by the add latency.
+ * Rows i .. i+3 are independent chains too: interleaving them keeps the
+ * adders busy and reads each difference column once for four rows of H.
+ * Every lane performs exactly the operations, in exactly the order, of
+ * the scalar code in cmp_hessian.c (cmp_lanes.h's rule: acc = h_ii * d_i,
+ * then acc += (2 * h_ik) * d_k for k ascending, multiply and add rounded
+ * separately, never fused), so the results are the same bits; test
+ * test_awq_search compares them.  Call only when kn_cpu_has_avx2().
+ */
+#ifndef KN_LANES_H
+#define KN_LANES_H
+
+#include <stddef.h>
+
+/* Lanes of one difference column: d[k * KN_QUAD_LANES + r]. */
+#define KN_QUAD_LANES 8
+
+/* For g < 4 and lanes r < 8, with i = i0 + g and row[g] the packed row i
+ * of H indexed by column (row[g][k] = H[i][k] for k >= i):
+ *   acc[g * 8 + r] = row[g][i] * d[i * 8 + r], then for k = i + 1 .. n - 1
+ *   acc[g * 8 + r] += (2.0 * row[g][k]) * d[k * 8 + r].
+ * Requires i0 + 4 <= n. */
+void kn_avx2_quad4(const double *const row[4], const double *d, size_t i0,
+                   size_t n, double acc[4 * KN_QUAD_LANES]);
+
+#endif /* KN_LANES_H */

@@ -1,0 +1,59 @@
+/* kn_lanes_avx2.c - four rows of a packed symmetric matrix against eight
+ * interleaved difference rows (kn_lanes.h).  Multiplies and adds stay
+ * separate instructions (the fp-contract pragma: GCC may otherwise fuse
+ * them), so each lane rounds as the scalar chain does. */
+#pragma GCC optimize("fp-contract=off")
+#include <immintrin.h>
+
+#include "kn_lanes.h"
+
+void kn_avx2_quad4(const double *const row[4], const double *d, size_t i0,
+                   size_t n, double acc[4 * KN_QUAD_LANES])
+{
+    const __m256d two = _mm256_set1_pd(2.0);
+    __m256d a[4][2];
+    for (int g = 0; g < 4; g++) {
+        size_t i = i0 + (size_t)g;
+        __m256d h = _mm256_set1_pd(row[g][i]);
+        a[g][0] = _mm256_mul_pd(h, _mm256_loadu_pd(d + i * KN_QUAD_LANES));
+        a[g][1] = _mm256_mul_pd(h, _mm256_loadu_pd(d + i * KN_QUAD_LANES + 4));
+    }
+    /* the staggered start: row i0 + g alone up to column i0 + 3 */
+    for (size_t k = i0 + 1; k < i0 + 4; k++) {
+        __m256d x0 = _mm256_loadu_pd(d + k * KN_QUAD_LANES);
+        __m256d x1 = _mm256_loadu_pd(d + k * KN_QUAD_LANES + 4);
+        for (size_t g = 0; i0 + g < k; g++) {
+            __m256d c = _mm256_mul_pd(two, _mm256_set1_pd(row[g][k]));
+            a[g][0] = _mm256_add_pd(a[g][0], _mm256_mul_pd(c, x0));
+            a[g][1] = _mm256_add_pd(a[g][1], _mm256_mul_pd(c, x1));
+        }
+    }
+    /* named registers for the shared part (an array may stay in memory) */
+    __m256d a00 = a[0][0], a01 = a[0][1], a10 = a[1][0], a11 = a[1][1],
+            a20 = a[2][0], a21 = a[2][1], a30 = a[3][0], a31 = a[3][1];
+    const double *r0 = row[0], *r1 = row[1], *r2 = row[2], *r3 = row[3];
+    for (size_t k = i0 + 4; k < n; k++) {
+        __m256d x0 = _mm256_loadu_pd(d + k * KN_QUAD_LANES);
+        __m256d x1 = _mm256_loadu_pd(d + k * KN_QUAD_LANES + 4);
+        __m256d c0 = _mm256_mul_pd(two, _mm256_set1_pd(r0[k]));
+        __m256d c1 = _mm256_mul_pd(two, _mm256_set1_pd(r1[k]));
+        __m256d c2 = _mm256_mul_pd(two, _mm256_set1_pd(r2[k]));
+        __m256d c3 = _mm256_mul_pd(two, _mm256_set1_pd(r3[k]));
+        a00 = _mm256_add_pd(a00, _mm256_mul_pd(c0, x0));
+        a01 = _mm256_add_pd(a01, _mm256_mul_pd(c0, x1));
+        a10 = _mm256_add_pd(a10, _mm256_mul_pd(c1, x0));
+        a11 = _mm256_add_pd(a11, _mm256_mul_pd(c1, x1));
+        a20 = _mm256_add_pd(a20, _mm256_mul_pd(c2, x0));
+        a21 = _mm256_add_pd(a21, _mm256_mul_pd(c2, x1));
+        a30 = _mm256_add_pd(a30, _mm256_mul_pd(c3, x0));
+        a31 = _mm256_add_pd(a31, _mm256_mul_pd(c3, x1));
+    }
+    _mm256_storeu_pd(acc + 0, a00);
+    _mm256_storeu_pd(acc + 4, a01);
+    _mm256_storeu_pd(acc + 8, a10);
+    _mm256_storeu_pd(acc + 12, a11);
+    _mm256_storeu_pd(acc + 16, a20);
+    _mm256_storeu_pd(acc + 20, a21);
+    _mm256_storeu_pd(acc + 24, a30);
+    _mm256_storeu_pd(acc + 28, a31);
+}

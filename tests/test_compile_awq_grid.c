@@ -1,0 +1,124 @@
+/* test_compile_awq_grid.c - `mcompile ... --calib FILE --awq-grid
+ * coarse|full` (issue 17): the option needs --calib and names its values
+ * when refused; the manifest's calibration object says "awq_grid":
+ * "coarse" for the default walk and nothing for the full grid, whose
+ * artifact is the one compilers before the option wrote; both verify. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static char *g_dir;
+static char *g_ids; /* 10 sequences of 24 ids < 256 */
+
+static int setup(void **state)
+{
+    (void)state;
+    g_dir = tu_mkdtemp("awqgrid");
+    g_ids = tu_fmt("%s/ids.txt", g_dir);
+    int32_t *tok = NULL;
+    size_t *off = NULL;
+    tu_random_seqs(256, 10, 24, &tok, &off);
+    char text[4096];
+    size_t n = 0;
+    for (size_t i = 0; i < 10 * 24; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%d%s", tok[i],
+                              (i + 1) % 24 ? " " : "\n");
+    free(tok);
+    free(off);
+    assert_int_equal(tu_write_file(g_ids, text, n), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_rmtree(g_dir);
+    free(g_dir);
+    free(g_ids);
+    return 0;
+}
+
+static void test_awq_grid_needs_calib_and_names_its_values(void **state)
+{
+    (void)state;
+    char *out = NULL, *err = NULL;
+    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                "%s/llama --target 64MiB --quant int8 "
+                                "--awq-grid full -o %s/x.mca",
+                                MC_FIXTURE_DIR, g_dir), 2);
+    assert_non_null(strstr(err, "--awq-grid needs --calib"));
+    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                "%s/llama --target 64MiB --quant int8 --calib "
+                                "%s --awq-grid fine -o %s/x.mca",
+                                MC_FIXTURE_DIR, g_ids, g_dir), 2);
+    assert_non_null(strstr(err, "coarse"));
+    assert_non_null(strstr(err, "full"));
+    assert_non_null(strstr(err, "fine"));
+    free(out);
+    free(err);
+}
+
+/* The manifest's calibration object of ART (verified). */
+static json_t *calibration(const char *art)
+{
+    char *out = NULL, *err = NULL;
+    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                "inspect %s --verify --json", art), 0);
+    free(err);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    assert_true(json_is_true(json_object_get(j, "verified")));
+    json_t *c = json_object_get(json_object_get(j, "manifest"), "calibration");
+    assert_non_null(c);
+    json_incref(c);
+    json_decref(j);
+    free(out);
+    return c;
+}
+
+static void test_awq_grid_recorded_only_for_the_coarse_walk(void **state)
+{
+    (void)state;
+    const char *grid[3] = {"", "--awq-grid coarse", "--awq-grid full"};
+    for (int k = 0; k < 3; k++) {
+        char *art = tu_fmt("%s/g%d.mca", g_dir, k);
+        char *out = NULL, *err = NULL;
+        int rc = tu_run_bin(&out, &err, "mcompile",
+                            "%s/llama --target 64MiB --quant int4 --group 32 "
+                            "--calib %s --method awq %s -q -o %s",
+                            MC_FIXTURE_DIR, g_ids, grid[k], art);
+        if (rc != 0)
+            print_message("%s\n", err ? err : "");
+        assert_int_equal(rc, 0);
+        json_t *c = calibration(art);
+        json_t *g = json_object_get(c, "awq_grid");
+        if (k < 2)
+            assert_string_equal(json_string_value(g), "coarse");
+        else
+            assert_null(g);
+        assert_string_equal(json_string_value(json_object_get(c, "method")),
+                            "awq");
+        json_decref(c);
+        free(out);
+        free(err);
+        free(art);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_awq_grid_needs_calib_and_names_its_values),
+        cmocka_unit_test(test_awq_grid_recorded_only_for_the_coarse_walk),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
