@@ -163,6 +163,20 @@ int mcrt_score_labels(mcrt *h, const int32_t *const *prompts,
                       const size_t *lens, size_t n, const int32_t *labels,
                       size_t n_labels, float *out, int truncate);
 
+/* Labels of one or more tokens (label j: labels[j][0 .. label_lens[j]),
+ * at least one token each): out[i * n_labels + j] = the sum of the
+ * log-probabilities of label j's tokens after prompt i, each given the
+ * prompt and the label's tokens before it (teacher-forced); it equals
+ * (float) of mcrt_score_continuations' sum for prompt i and label j, bit
+ * for bit.  The prompt runs once per request; each label's tokens but the
+ * last are fed after it.  prompt + the longest label must fit in max_seq
+ * (status 10), or truncate (1 left, 2 right) makes room. */
+int mcrt_score_label_seqs(mcrt *h, const int32_t *const *prompts,
+                          const size_t *lens, size_t n,
+                          const int32_t *const *labels,
+                          const size_t *label_lens, size_t n_labels,
+                          float *out, int truncate);
+
 /* Log-probability of each continuation token given the prompt and the
  * continuation before it: per_token[i] has cont_lens[i] entries (may be
  * NULL), sum[i] (may be NULL) gets their sum. */

@@ -47,6 +47,7 @@ typedef struct entry {
     rt_gen_params gp;
     rt_gen_result gres;
     rt_score_item item;
+    rt_labels labels;          /* views of req's labels */
     float *lab_lp, *cont_lp;   /* [n_labels], [n_cont] */
 } entry;
 
@@ -317,9 +318,10 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
             .prompt = {r->ids, r->n_ids}, .cont = r->cont,
             .n_cont = r->n_cont, .cont_logprobs = e->cont_lp,
             .label_logprobs = r->n_labels ? e->lab_lp : NULL};
-        return rt_session_admit_score(j->s, slot, &e->item, r->labels,
-                                      r->n_labels, (rt_truncate)o->truncate,
-                                      err);
+        e->labels = (rt_labels){(const int32_t *const *)r->label_seq,
+                                r->label_len, NULL, r->n_labels};
+        return rt_session_admit_score_labels(j->s, slot, &e->item, &e->labels,
+                                             (rt_truncate)o->truncate, err);
     }
     size_t ns = r->n_stop + o->n_stop + (size_t)j->info.n_eos;
     /* At most max_seq - 1 tokens can be generated (admission refuses
@@ -356,9 +358,8 @@ static void finish_entry(job *j, entry *e)
     rt_jsonl_result res = {0};
     char *text = NULL;
     if (r->score) {
-        size_t S = (size_t)j->info.max_seq;
-        res.prompt_tokens = r->n_ids + r->n_cont > S ? S - r->n_cont
-                                                     : r->n_ids;
+        size_t S = (size_t)j->info.max_seq, x = rt_jsonl_score_extra(r);
+        res.prompt_tokens = r->n_ids + x > S ? S - x : r->n_ids;
         res.label_logprobs = e->lab_lp;
         res.cont_logprobs = e->cont_lp;
     } else {

@@ -128,9 +128,10 @@ static char *decode(const rt_tokenizer *tok, const int32_t *ids, size_t n,
 static int open_model(const mrun_cli *c, mcrt **h)
 {
     uint64_t longest = 0;
-    size_t extra = c->score_labels ? 0
-                   : c->score_cont ? c->n_cont
-                                   : c->gp.max_new_tokens;
+    size_t extra = c->score_cont ? c->n_cont : c->gp.max_new_tokens;
+    if (c->score_labels) /* room for the longest label after the prompt */
+        for (size_t j = extra = 0; j < c->labels.n; j++)
+            extra = c->labels.len[j] > extra ? c->labels.len[j] : extra;
     for (size_t i = 0; i < c->in.n; i++)
         if (c->in.len[i] + extra > longest)
             longest = c->in.len[i] + extra;
@@ -179,10 +180,12 @@ static int run_score(const mrun_cli *c, mcrt *h)
     float **per_ptr = NULL;
     double *sum = NULL;
     if (c->score_labels) {
-        lab = mrun_xrealloc(NULL, n * c->n_labels * sizeof *lab);
-        rc = mcrt_score_labels(h, (const int32_t *const *)c->in.ids, c->in.len,
-                               n, c->labels, c->n_labels, lab,
-                               c->gp.truncate);
+        lab = mrun_xrealloc(NULL, n * c->labels.n * sizeof *lab);
+        rc = mcrt_score_label_seqs(h, (const int32_t *const *)c->in.ids,
+                                   c->in.len, n,
+                                   (const int32_t *const *)c->labels.ids,
+                                   c->labels.len, c->labels.n, lab,
+                                   c->gp.truncate);
     } else {
         per = mrun_xrealloc(NULL, n * c->n_cont * sizeof *per);
         per_ptr = mrun_xrealloc(NULL, n * sizeof *per_ptr);

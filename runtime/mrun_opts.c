@@ -112,26 +112,52 @@ static int on_prompt(void *base, const mc_opt *r, const char *flag,
     return 0;
 }
 
-/* --stop, --score-labels, --score-continuation: a later one replaces. */
+static void seqs_free(mrun_seqs *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->ids[i]);
+    free(s->ids);
+    free(s->len);
+    memset(s, 0, sizeof *s);
+}
+
+/* --stop, --score-continuation: a later one replaces. */
 static int on_ids(void *base, const mc_opt *r, const char *flag,
                   const char *v, char *why, size_t n)
 {
     mrun_cli *c = base;
-    int32_t **dst = r->off == offsetof(mrun_cli, stop)     ? &c->stop
-                    : r->off == offsetof(mrun_cli, labels) ? &c->labels
-                                                           : &c->cont;
-    size_t *cnt = dst == &c->stop     ? &c->n_stop
-                  : dst == &c->labels ? &c->n_labels
-                                      : &c->n_cont;
+    int32_t **dst = r->off == offsetof(mrun_cli, stop) ? &c->stop : &c->cont;
+    size_t *cnt = dst == &c->stop ? &c->n_stop : &c->n_cont;
     free(*dst);
     *dst = NULL;
     *cnt = 0;
     if (parse_id_list(flag, v, dst == &c->stop, dst, cnt, why, n))
         return -1;
-    if (dst == &c->labels)
-        c->score_labels = 1;
-    else if (dst == &c->cont)
+    if (dst == &c->cont)
         c->score_cont = 1;
+    return 0;
+}
+
+/* --score-labels replaces every label with one-token labels; --score-label
+ * appends one label of one or more tokens. */
+static int on_labels(void *base, const mc_opt *r, const char *flag,
+                     const char *v, char *why, size_t n)
+{
+    (void)r;
+    mrun_cli *c = base;
+    int32_t *ids;
+    size_t k;
+    if (parse_id_list(flag, v, 0, &ids, &k, why, n))
+        return -1;
+    if (!strcmp(flag, "--score-labels")) {
+        seqs_free(&c->labels);
+        for (size_t i = 0; i < k; i++)
+            mrun_seqs_add(&c->labels, ids + i, 1);
+    } else {
+        mrun_seqs_add(&c->labels, ids, k);
+    }
+    free(ids);
+    c->score_labels = 1;
     return 0;
 }
 
@@ -206,8 +232,12 @@ static const mc_opt mrun_opts[] = {
 
     {.kind = MC_OPT_SECTION, .help = "Scoring (no generation):"},
     {.kind = MC_OPT_CALL, .flags = "--score-labels", .value = "\"ids\"",
-     .off = F(labels), .call = on_ids,
+     .off = F(labels), .call = on_labels,
      .help = "log-prob of each label token after each prompt"},
+    {.kind = MC_OPT_CALL, .flags = "--score-label", .value = "\"ids\"",
+     .off = F(labels), .call = on_labels,
+     .help = "one label of one or more tokens (repeatable,\nadds to "
+     "--score-labels): the sum of its\ntokens' log-probs after each prompt"},
     {.kind = MC_OPT_CALL, .flags = "--score-continuation", .value = "\"ids\"",
      .off = F(cont), .call = on_ids, .help = "log-prob of each continuation "
      "token and\ntheir sum, after each prompt"},
@@ -420,10 +450,10 @@ void mrun_cli_free(mrun_cli *c)
         free(c->in.ids[i]);
     free(c->in.ids);
     free(c->in.len);
+    seqs_free(&c->labels);
     free(c->texts);
     mc_free(c->prompts_text); /* fmt_file_read: mc_alloc */
     free(c->stop);
-    free(c->labels);
     free(c->cont);
     memset(c, 0, sizeof *c);
 }

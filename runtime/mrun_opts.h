@@ -38,8 +38,8 @@ typedef struct mrun_cli {
     mcrt_gen_params gp;
     int32_t *stop;             /* --stop ids (owned), n_stop of them */
     size_t n_stop;
-    int32_t *labels;           /* --score-labels ids (owned) */
-    size_t n_labels;
+    mrun_seqs labels;          /* --score-labels (one token each) and
+                                  --score-label (one label each) */
     int32_t *cont;             /* --score-continuation ids (owned) */
     size_t n_cont;
     int score_labels, score_cont;

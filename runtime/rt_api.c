@@ -437,8 +437,8 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
 }
 
 static int score_waves(mcrt *h, const int32_t *const *prompts,
-                       const size_t *lens, size_t n, const int32_t *labels,
-                       size_t n_labels, float *label_out,
+                       const size_t *lens, size_t n, const rt_labels *labels,
+                       float *label_out,
                        const int32_t *const *conts, const size_t *cont_lens,
                        float *const *per_token, double *sum, int truncate)
 {
@@ -471,12 +471,12 @@ static int score_waves(mcrt *h, const int32_t *const *prompts,
                                         : h->cont_scratch + i * S;
             }
             if (label_out)
-                it->label_logprobs = label_out + (w0 + i) * n_labels;
+                it->label_logprobs = label_out + (w0 + i) * labels->n;
         }
         mc_error e;
         mc_error_clear(&e);
-        mc_status st = rt_session_score(h->sess, h->items, k, labels,
-                                        n_labels, (rt_truncate)truncate, &e);
+        mc_status st = rt_session_score_labels(h->sess, h->items, k, labels,
+                                               (rt_truncate)truncate, &e);
         if (st == MC_OK)
             st = fmt_mapguard_check(&e);
         if (st)
@@ -496,8 +496,20 @@ int mcrt_score_labels(mcrt *h, const int32_t *const *prompts,
                       const size_t *lens, size_t n, const int32_t *labels,
                       size_t n_labels, float *out, int truncate)
 {
-    return score_waves(h, prompts, lens, n, labels, n_labels, out, NULL, NULL,
-                       NULL, NULL, truncate);
+    rt_labels l = {NULL, NULL, labels, n_labels};
+    return score_waves(h, prompts, lens, n, &l, out, NULL, NULL, NULL, NULL,
+                       truncate);
+}
+
+int mcrt_score_label_seqs(mcrt *h, const int32_t *const *prompts,
+                          const size_t *lens, size_t n,
+                          const int32_t *const *labels,
+                          const size_t *label_lens, size_t n_labels,
+                          float *out, int truncate)
+{
+    rt_labels l = {labels, label_lens, NULL, n_labels};
+    return score_waves(h, prompts, lens, n, &l, out, NULL, NULL, NULL, NULL,
+                       truncate);
 }
 
 int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
@@ -506,7 +518,7 @@ int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
                              const size_t *cont_lens, float *const *per_token,
                              double *sum, int truncate)
 {
-    return score_waves(h, prompts, lens, n, NULL, 0, NULL, conts, cont_lens,
+    return score_waves(h, prompts, lens, n, NULL, NULL, conts, cont_lens,
                        per_token, sum, truncate);
 }
 

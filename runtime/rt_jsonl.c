@@ -166,12 +166,26 @@ void rt_jsonl_req_free(rt_jsonl_req *r)
     free(r->id);
     free(r->ids);
     free(r->stop);
-    free(r->labels);
-    for (size_t i = 0; r->label_json && i < r->n_labels; i++)
-        free(r->label_json[i]);
+    for (size_t i = 0; i < r->n_labels; i++) {
+        if (r->label_seq)
+            free(r->label_seq[i]);
+        if (r->label_json)
+            free(r->label_json[i]);
+    }
+    free(r->label_seq);
+    free(r->label_len);
     free(r->label_json);
     free(r->cont);
     memset(r, 0, sizeof *r);
+}
+
+size_t rt_jsonl_score_extra(const rt_jsonl_req *r)
+{
+    size_t m = r->n_cont;
+    for (size_t i = 0; i < r->n_labels; i++)
+        if (r->label_len[i] > m)
+            m = r->label_len[i];
+    return m;
 }
 
 static mc_status bad(mc_error *err, uint64_t line, const char *key,
@@ -257,44 +271,49 @@ static mc_status get_labels(const json_t *v, const rt_tokenizer *tok,
 {
     if (!json_is_array(v) || json_array_size(v) == 0)
         return bad(err, r->line, "labels",
-                   "expected a non-empty array of token ids or texts");
+                   "expected a non-empty array of token ids, texts or "
+                   "arrays of token ids");
     size_t k = json_array_size(v);
-    r->labels = calloc(k, sizeof *r->labels);
+    r->label_seq = calloc(k, sizeof *r->label_seq);
+    r->label_len = calloc(k, sizeof *r->label_len);
     r->label_json = calloc(k, sizeof *r->label_json);
-    if (!r->labels || !r->label_json)
+    if (!r->label_seq || !r->label_len || !r->label_json)
         return mc_fail(err, MC_ERR_NOMEM, NULL, "labels", -1, "line %llu",
                        (unsigned long long)r->line);
     for (size_t i = 0; i < k; i++) {
         const json_t *e = json_array_get(v, i);
-        r->n_labels = i + 1; /* label_json[i] freed from here on */
+        r->n_labels = i + 1; /* label i freed from here on */
+        mc_status st = MC_OK;
         if (json_is_integer(e) && json_integer_value(e) >= 0 &&
             json_integer_value(e) <= INT32_MAX) {
-            r->labels[i] = (int32_t)json_integer_value(e);
+            if (!(r->label_seq[i] = malloc(sizeof *r->label_seq[i])))
+                return mc_fail(err, MC_ERR_NOMEM, NULL, "labels", -1,
+                               "line %llu", (unsigned long long)r->line);
+            r->label_seq[i][0] = (int32_t)json_integer_value(e);
+            r->label_len[i] = 1;
         } else if (json_is_string(e)) {
-            int32_t *ids = NULL;
-            size_t n = 0;
-            mc_status st = encode(tok, json_string_value(e),
-                                  json_string_length(e), 0, r->line,
-                                  "labels", &ids, &n, err);
-            if (st)
-                return st;
-            if (n != 1) {
-                free(ids);
-                return mc_fail(err, MC_ERR_FORMAT, NULL, "labels", -1,
-                               "line %llu: \"labels\"[%zu] encodes to %zu "
-                               "tokens; a label must be one token (give "
-                               "its id, or score the text as a "
-                               "\"continuation\")",
-                               (unsigned long long)r->line, i, n);
-            }
-            r->labels[i] = ids[0];
-            free(ids);
+            st = encode(tok, json_string_value(e), json_string_length(e), 0,
+                        r->line, "labels", &r->label_seq[i], &r->label_len[i],
+                        err);
+        } else if (json_is_array(e)) {
+            st = id_array(e, r->line, "labels", &r->label_seq[i],
+                          &r->label_len[i], err);
         } else {
             return mc_fail(err, MC_ERR_FORMAT, NULL, "labels", -1,
-                           "line %llu: \"labels\"[%zu]: expected a token id "
-                           "or the text of one token",
+                           "line %llu: \"labels\"[%zu]: expected a token id, "
+                           "a text or an array of token ids",
                            (unsigned long long)r->line, i);
         }
+        if (st)
+            return st;
+        if (r->label_len[i] == 0)
+            return mc_fail(err, MC_ERR_FORMAT, NULL, "labels", -1,
+                           "line %llu: \"labels\"[%zu] is %s: a label needs "
+                           "at least one token",
+                           (unsigned long long)r->line, i,
+                           json_is_string(e) ? "a text that encodes to no "
+                                               "tokens"
+                                             : "an empty array");
         r->label_json[i] = json_dumps(e, JSON_ENCODE_ANY | JSON_COMPACT);
         if (!r->label_json[i])
             return mc_fail(err, MC_ERR_NOMEM, NULL, "labels", -1,
@@ -464,7 +483,7 @@ mc_status rt_jsonl_format_result(const rt_jsonl_req *r,
             sb_str(&b, r->label_json[i]);
             sb_str(&b, ",\"logprob\":");
             sb_float(&b, res->label_logprobs[i], 9);
-            sb_str(&b, "}");
+            sb_printf(&b, ",\"tokens\":%zu}", r->label_len[i]);
             if (res->label_logprobs[i] > res->label_logprobs[best])
                 best = i;
         }

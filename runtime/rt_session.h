@@ -102,9 +102,26 @@ typedef struct rt_gen_result {
     size_t prompt_used;        /* out: prompt tokens fed (after truncation) */
 } rt_gen_result;
 
+/* Labels to score after a prompt (all borrowed): label j is the tokens
+ * seq[j][0 .. len[j]), or, when seq is NULL, the one token ids[j].  A
+ * label's score is the sum of the log-probabilities of its tokens, each
+ * given the prompt and the label's tokens before it (teacher-forced, as
+ * lm-evaluation-harness scores a choice); it equals the continuation sum
+ * of the same tokens scored alone, float((double)lp0 + lp1 + ...), bit for
+ * bit.  A label of m >= 2 tokens feeds its first m - 1 tokens after the
+ * prompt in the request's own slot, one label after the other, over the
+ * same prompt KV (the prompt runs once).  Each label needs prompt + m <=
+ * max_seq (truncation makes room for the longest label). */
+typedef struct rt_labels {
+    const int32_t *const *seq; /* [n] label tokens, or NULL (see ids) */
+    const size_t *len;         /* [n] tokens of each seq[j] */
+    const int32_t *ids;        /* [n] one-token labels when seq is NULL */
+    size_t n;
+} rt_labels;
+
 /* Scoring item: log-probabilities of cont[] after prompt (each token given
  * the prompt and the continuation before it), and/or of each of the call's
- * labels as the token right after the prompt. */
+ * labels (rt_labels) after the prompt. */
 typedef struct rt_score_item {
     rt_prompt prompt;
     const int32_t *cont;       /* may be NULL when n_cont == 0 */
@@ -158,12 +175,17 @@ mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
                               size_t n, const rt_gen_params *p,
                               rt_gen_result *res, mc_error *err);
 
-/* Score n items (n <= max_batch) without generating.  labels (n_labels of
- * them, borrowed) are shared by all items.  truncate applies to prompts
- * whose prompt + continuation exceed max_seq. */
+/* Score n items (n <= max_batch) without generating.  labels (n_labels
+ * single tokens, borrowed) are shared by all items.  truncate applies to
+ * prompts whose prompt + the longer of the continuation and the longest
+ * label exceed max_seq. */
 mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
                            const int32_t *labels, size_t n_labels,
                            rt_truncate truncate, mc_error *err);
+/* The same with labels of any length (rt_labels; labels == NULL: none). */
+mc_status rt_session_score_labels(rt_session *s, rt_score_item *items,
+                                  size_t n, const rt_labels *labels,
+                                  rt_truncate truncate, mc_error *err);
 
 /* Logits at every position of n prompts: out[i] is [prompts[i].n][vocab]
  * (caller buffers).  For evaluation (perplexity, KL divergence) and tests. */
@@ -186,6 +208,11 @@ mc_status rt_session_admit_score(rt_session *s, uint32_t slot,
                                  rt_score_item *item, const int32_t *labels,
                                  size_t n_labels, rt_truncate truncate,
                                  mc_error *err);
+/* The same with labels of any length (rt_labels; labels == NULL: none). */
+mc_status rt_session_admit_score_labels(rt_session *s, uint32_t slot,
+                                        rt_score_item *item,
+                                        const rt_labels *labels,
+                                        rt_truncate truncate, mc_error *err);
 
 /* Run one step over the busy slots (decode rows first, then up to
  * prefill_chunk prompt rows).  The slots whose requests finished are freed

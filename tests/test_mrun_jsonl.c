@@ -338,7 +338,7 @@ static void write_long_job(const char *path, size_t n)
         for (size_t i = 0; i < len; i++)
             fprintf(f, "%s%u", i ? "," : "", tu_rng_u32(&g) % 256);
         if (k % 4 == 3)
-            fprintf(f, "], \"labels\": [3, 9]}\n");
+            fprintf(f, "], \"labels\": [3, [9, 40, 7]]}\n");
         else
             fprintf(f, "], \"max_new_tokens\": %u%s}\n",
                     1 + tu_rng_u32(&g) % 30,
