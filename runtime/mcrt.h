@@ -74,12 +74,20 @@ typedef struct mcrt_gen_params {
     size_t n_stop;
     int use_model_eos;         /* 1: the config's eos ids stop too */
     int truncate;              /* 0 refuse, 1 drop left, 2 drop right */
+    /* Optional (NULL: none): called after each generated token is stored,
+     * with the sequence's index (in the mcrt_generate call, or the
+     * seq_index of mcrt_submit_generate) and its tokens so far
+     * ids[0..n); nonzero ends the sequence (stop_reason 3, the token
+     * kept), e.g. on a stop string.  It runs inside the model's step:
+     * it must be quick and must not call back into h. */
+    int (*on_token)(void *ctx, uint64_t seq, const int32_t *ids, size_t n);
+    void *on_token_ctx;
 } mcrt_gen_params;
 
 typedef struct mcrt_result {
     int32_t *ids;              /* caller buffer of max_new_tokens ids */
     size_t n_ids;              /* out */
-    int stop_reason;           /* out: 1 length, 2 stop token */
+    int stop_reason;           /* out: 1 length, 2 stop token, 3 on_token */
     size_t prompt_used;        /* out: prompt tokens used after truncation */
 } mcrt_result;
 

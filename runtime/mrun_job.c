@@ -14,6 +14,7 @@
 #include "fmt_input.h"
 #include "rt_api_internal.h"
 #include "rt_metrics.h"
+#include "rt_stopstr.h"
 
 /* Lines held at once: in flight (<= max_batch) plus finished lines waiting
  * for an earlier one, plus failed lines read meanwhile. */
@@ -49,6 +50,13 @@ typedef struct entry {
     rt_score_item item;
     rt_labels labels;          /* views of req's labels */
     float *lab_lp, *cont_lp;   /* [n_labels], [n_cont] */
+    /* stop strings: the line's then the job's (views), the matcher and
+     * its window (sized at admission) */
+    const char **sstr;
+    size_t *slen;
+    size_t n_sstr;
+    char *swin;
+    rt_stop_match sm;
 } entry;
 
 typedef struct job {
@@ -56,6 +64,7 @@ typedef struct job {
     mcrt *h;
     rt_session *s;
     const rt_tokenizer *tok;
+    rt_stop_pieces *pieces;    /* token texts for stop strings, or NULL */
     mcrt_info info;
     FILE *in;
     int out_fd;
@@ -94,6 +103,9 @@ static void entry_free(entry *e)
     free(e->stops);
     free(e->lab_lp);
     free(e->cont_lp);
+    free(e->sstr);
+    free(e->slen);
+    free(e->swin);
     free(e);
 }
 
@@ -303,6 +315,47 @@ static void fail_entry(job *j, entry *e, int status, const char *msg)
         fprintf(stderr, "mrun: %s\n", text);
 }
 
+/* Inside the step (no allocation): feed the token to the matcher. */
+static int on_token(void *ctx, size_t seq, const int32_t *ids, size_t n)
+{
+    (void)seq;
+    entry *e = ctx;
+    return rt_stop_match_push(&e->sm, ids[n - 1]);
+}
+
+/* The stop strings of a line (its own, then the job's) and a matcher
+ * whose window is allocated now, not per token. */
+static mc_status stop_strings(job *j, entry *e, mc_error *err)
+{
+    const rt_jsonl_req *r = &e->req;
+    const mrun_job_opts *o = j->o;
+    size_t n = r->n_stop_str + o->n_stop_str;
+    if (n == 0)
+        return MC_OK;
+    mc_status st;
+    if (!j->pieces && (st = rt_stop_pieces_build(j->tok, &j->pieces, err)))
+        return st;
+    e->sstr = malloc(n * sizeof *e->sstr);
+    e->slen = malloc(n * sizeof *e->slen);
+    if (!e->sstr || !e->slen)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
+    for (size_t i = 0; i < r->n_stop_str; i++) {
+        e->sstr[e->n_sstr] = r->stop_str[i];
+        e->slen[e->n_sstr++] = r->stop_str_len[i];
+    }
+    for (size_t i = 0; i < o->n_stop_str; i++) {
+        e->sstr[e->n_sstr] = o->stop_str[i];
+        e->slen[e->n_sstr++] = o->stop_str_len[i];
+    }
+    e->swin = malloc(rt_stop_match_bytes(j->pieces, e->slen, n));
+    if (!e->swin)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
+    rt_stop_match_init(&e->sm, j->pieces, e->sstr, e->slen, n, e->swin);
+    e->gp.on_token = on_token;
+    e->gp.on_token_ctx = e;
+    return MC_OK;
+}
+
 /* Buffers and parameters of a parsed line, then admission into slot. */
 static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
 {
@@ -347,6 +400,9 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
         .seed = r->seed, .seq_index0 = r->seq_index, .stop = e->stops,
         .n_stop = ns, .truncate = (rt_truncate)o->truncate};
     e->gres = (rt_gen_result){.ids = e->gen};
+    mc_status st = stop_strings(j, e, err);
+    if (st)
+        return st;
     rt_prompt p = {r->ids, r->n_ids};
     return rt_session_admit_generate(j->s, slot, &p, &e->gp, &e->gres, err);
 }
@@ -367,6 +423,7 @@ static void finish_entry(job *j, entry *e)
         res.gen_ids = e->gen;
         res.n_gen = e->gres.n;
         res.stop_token = e->gres.stop == RT_STOP_TOKEN;
+        res.stop_string = e->gres.stop == RT_STOP_STRING;
         size_t need = 0;
         if (j->tok) {
             rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1, NULL, 0, &need);
@@ -377,6 +434,11 @@ static void finish_entry(job *j, entry *e)
                 text = NULL;
             }
         }
+        /* Cut before the stop string, as vLLM and OpenAI do. */
+        if (text && res.stop_string)
+            res.text_len = rt_stop_find(text, res.text_len,
+                                        (const char *const *)e->sstr,
+                                        e->slen, e->n_sstr);
         res.text = text;
     }
     if (rt_jsonl_format_result(r, &res, &e->out, &e->out_len) != MC_OK)
@@ -610,6 +672,7 @@ static void job_free(job *j)
     for (size_t i = 0; i < j->n_skip; i++)
         free(j->skip[i]);
     free(j->skip);
+    rt_stop_pieces_free(j->pieces);
     if (j->in && j->in != stdin)
         fclose(j->in);
     if (j->out_is_file)
@@ -713,6 +776,12 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
     /* Slot 0 on top of the stack: the first line takes slot 0. */
     for (uint32_t b = 0; b < B; b++)
         j.free_slots[j.n_free++] = B - 1 - b;
+    if (o->n_stop_str && !tok) {
+        fprintf(stderr, "mrun: --stop-string needs a tokenizer (none is "
+                "embedded in the artifact or beside the model)\n");
+        job_free(&j);
+        return 1;
+    }
     int rc = open_files(&j);
     if (rc) {
         job_free(&j);

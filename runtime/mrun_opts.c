@@ -12,6 +12,7 @@
 #include "fmt_ids.h"
 #include "mc_alloc.h"
 #include "mc_parse.h"
+#include "rt_stopstr.h"
 
 void *mrun_xrealloc(void *p, size_t n)
 {
@@ -101,6 +102,30 @@ static int on_tokens(void *base, const mc_opt *r, const char *flag,
         return -1;
     mrun_seqs_add(&c->in, ids, k);
     free(ids);
+    return 0;
+}
+
+/* --stop-string: one more stop string (repeatable). */
+static int on_stop_string(void *base, const mc_opt *r, const char *flag,
+                          const char *v, char *why, size_t n)
+{
+    (void)r;
+    mrun_cli *c = base;
+    size_t len = strlen(v);
+    if (len == 0 || len > RT_STOP_STRING_MAX) {
+        snprintf(why, n, "%s: a stop string has 1..%d bytes", flag,
+                 RT_STOP_STRING_MAX);
+        return -1;
+    }
+    if (c->n_stop_str == c->cap_stop_str) {
+        c->cap_stop_str = c->cap_stop_str ? 2 * c->cap_stop_str : 4;
+        c->stop_str = mrun_xrealloc(c->stop_str, c->cap_stop_str *
+                                                     sizeof *c->stop_str);
+        c->stop_str_len = mrun_xrealloc(
+            c->stop_str_len, c->cap_stop_str * sizeof *c->stop_str_len);
+    }
+    c->stop_str[c->n_stop_str] = v;
+    c->stop_str_len[c->n_stop_str++] = len;
     return 0;
 }
 
@@ -227,6 +252,10 @@ static const mc_opt mrun_opts[] = {
      .help = "RNG seed (default 0); sequence i uses (S, i)"},
     {.kind = MC_OPT_CALL, .flags = "--stop", .value = "\"ids\"",
      .off = F(stop), .call = on_ids, .help = "extra stop token ids"},
+    {.kind = MC_OPT_CALL, .flags = "--stop-string", .value = "TEXT",
+     .call = on_stop_string, .help = "stop once the generated text holds "
+     "TEXT\n(repeatable; needs the tokenizer); the\ntext is cut before it, "
+     "the ids keep the\ntoken that completed it (\"stop_string\")"},
     {.kind = MC_OPT_CLEAR, .flags = "--ignore-eos", .off = F(gp.use_model_eos),
      .help = "do not stop at the model's EOS ids"},
 
@@ -397,6 +426,9 @@ static int check_job_args(mrun_cli *c)
         .add_special = c->add_special};
     j->stop = c->stop;
     j->n_stop = c->n_stop;
+    j->stop_str = c->stop_str;
+    j->stop_str_len = c->stop_str_len;
+    j->n_stop_str = c->n_stop_str;
     j->use_model_eos = c->gp.use_model_eos;
     j->truncate = c->gp.truncate;
     j->quiet = c->quiet;
@@ -455,5 +487,7 @@ void mrun_cli_free(mrun_cli *c)
     mc_free(c->prompts_text); /* fmt_file_read: mc_alloc */
     free(c->stop);
     free(c->cont);
+    free(c->stop_str);
+    free(c->stop_str_len);
     memset(c, 0, sizeof *c);
 }

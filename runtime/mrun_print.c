@@ -195,7 +195,8 @@ void mrun_print_sequence(const mrun_cli *c, size_t i, const mcrt_result *res,
             printf("null");
         printf(", \"prompt_tokens\": %zu, \"stop_reason\": \"%s\"}",
                res->prompt_used,
-               res->stop_reason == 2   ? "stop_token"
+               res->stop_reason == 3   ? "stop_string"
+               : res->stop_reason == 2 ? "stop_token"
                : res->stop_reason == 1 ? "length"
                                        : "none");
         return;

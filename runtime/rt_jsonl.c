@@ -2,6 +2,7 @@
  * rt_jsonl.h).  Input goes through jansson; output is written by hand so
  * that its bytes are fixed (key order, float format, UTF-8 repair). */
 #include "rt_jsonl.h"
+#include "rt_stopstr.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -166,6 +167,10 @@ void rt_jsonl_req_free(rt_jsonl_req *r)
     free(r->id);
     free(r->ids);
     free(r->stop);
+    for (size_t i = 0; r->stop_str && i < r->n_stop_str; i++)
+        free(r->stop_str[i]);
+    free(r->stop_str);
+    free(r->stop_str_len);
     for (size_t i = 0; i < r->n_labels; i++) {
         if (r->label_seq)
             free(r->label_seq[i]);
@@ -322,6 +327,44 @@ static mc_status get_labels(const json_t *v, const rt_tokenizer *tok,
     return MC_OK;
 }
 
+/* "stop": token ids and stop strings, in two lists. */
+static mc_status get_stop(const json_t *v, rt_jsonl_req *r, mc_error *err)
+{
+    if (!json_is_array(v))
+        return bad(err, r->line, "stop",
+                   "expected an array of token ids and texts");
+    size_t k = json_array_size(v);
+    r->stop = malloc((k ? k : 1) * sizeof *r->stop);
+    r->stop_str = calloc(k ? k : 1, sizeof *r->stop_str);
+    r->stop_str_len = calloc(k ? k : 1, sizeof *r->stop_str_len);
+    if (!r->stop || !r->stop_str || !r->stop_str_len)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, "stop", -1, "line %llu",
+                       (unsigned long long)r->line);
+    for (size_t i = 0; i < k; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (json_is_integer(e) && json_integer_value(e) >= 0 &&
+            json_integer_value(e) <= INT32_MAX) {
+            r->stop[r->n_stop++] = (int32_t)json_integer_value(e);
+            continue;
+        }
+        size_t n = json_is_string(e) ? json_string_length(e) : 0;
+        if (n == 0 || n > RT_STOP_STRING_MAX)
+            return mc_fail(err, MC_ERR_FORMAT, NULL, "stop", -1,
+                           "line %llu: \"stop\"[%zu]: expected a token id "
+                           "(an integer 0..%d) or a text of 1..%d bytes",
+                           (unsigned long long)r->line, i, INT32_MAX,
+                           RT_STOP_STRING_MAX);
+        char *s = malloc(n);
+        if (!s)
+            return mc_fail(err, MC_ERR_NOMEM, NULL, "stop", -1, "line %llu",
+                           (unsigned long long)r->line);
+        memcpy(s, json_string_value(e), n);
+        r->stop_str[r->n_stop_str] = s;
+        r->stop_str_len[r->n_stop_str++] = n;
+    }
+    return MC_OK;
+}
+
 /* The optional numeric keys. */
 static mc_status get_options(const json_t *o, rt_jsonl_req *r, mc_error *err)
 {
@@ -359,7 +402,7 @@ static mc_status get_options(const json_t *o, rt_jsonl_req *r, mc_error *err)
         r->seq_index = 0;
     }
     if ((v = json_object_get(o, "stop")))
-        return id_array(v, r->line, "stop", &r->stop, &r->n_stop, err);
+        return get_stop(v, r, err);
     return MC_OK;
 }
 
@@ -466,7 +509,10 @@ mc_status rt_jsonl_format_result(const rt_jsonl_req *r,
     if (!r->score) {
         sb_printf(&b, ",\"generated_tokens\":%zu,\"stop_reason\":\"%s\","
                       "\"ids\":[",
-                  res->n_gen, res->stop_token ? "stop_token" : "length");
+                  res->n_gen,
+                  res->stop_string  ? "stop_string"
+                  : res->stop_token ? "stop_token"
+                                    : "length");
         for (size_t i = 0; i < res->n_gen; i++)
             sb_printf(&b, i ? ",%d" : "%d", (int)res->gen_ids[i]);
         sb_str(&b, "],\"text\":");

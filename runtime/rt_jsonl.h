@@ -15,7 +15,9 @@
  *   "top_k"          integer >= 0 (0 off)    default: the job's
  *   "top_p"          number in (0, 1]        default: the job's
  *   "seed"           integer >= 0            default: see below
- *   "stop"           [token id, ...]         extra stop tokens
+ *   "stop"           [token id | text, ...]  extra stop tokens and stop
+ *                                            strings (1..RT_STOP_STRING_MAX
+ *                                            bytes; rt_stopstr.h)
  *   "labels"         [token id | text | [token id, ...], ...] } scoring
  *   "continuation"   text | [token id, ...]                   } instead of
  *                                                               generation
@@ -32,7 +34,9 @@
  * U+FFFD; the same request always gives the same bytes:
  *
  *   {"id":ID,"line":N,"prompt_tokens":P,"generated_tokens":G,
- *    "stop_reason":"length"|"stop_token","ids":[...],"text":"..."|null}
+ *    "stop_reason":"length"|"stop_token"|"stop_string","ids":[...],
+ *    "text":"..."|null}     (stop_string: ids end with the token that
+ *                            completed the match, text is cut before it)
  *   {"id":ID,"line":N,"prompt_tokens":P,
  *    "labels":[{"label":L,"logprob":x,"tokens":m},...],"label":L_best,
  *    "continuation_logprobs":[...],"continuation_sum":x}   (parts present
@@ -73,8 +77,11 @@ typedef struct rt_jsonl_req {
     uint32_t top_k;
     uint64_t seed;             /* RNG stream (seed, seq_index) */
     uint64_t seq_index;
-    int32_t *stop;             /* [n_stop] from the line */
+    int32_t *stop;             /* [n_stop] stop token ids from the line */
     size_t n_stop;
+    char **stop_str;           /* [n_stop_str] stop strings (owned) */
+    size_t *stop_str_len;      /* [n_stop_str] their bytes, >= 1 */
+    size_t n_stop_str;
     int score;                 /* labels and/or continuation: scoring */
     int32_t **label_seq;       /* [n_labels] each label's tokens (owned) */
     size_t *label_len;         /* [n_labels] their counts, >= 1 */
@@ -112,6 +119,7 @@ typedef struct rt_jsonl_result {
     const int32_t *gen_ids;    /* generate: [n_gen] */
     size_t n_gen;
     int stop_token;            /* generate: 1 a stop token ended it */
+    int stop_string;           /* generate: 1 a stop string ended it */
     const char *text;          /* generate: decoded text, or NULL */
     size_t text_len;
     const float *label_logprobs; /* score: [req->n_labels] label sums */

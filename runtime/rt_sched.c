@@ -277,6 +277,11 @@ static void consume_row(rt_session *s, size_t i, size_t p, const float *lg,
     }
     res->ids[q->nb++] = t;
     res->n = q->nb;
+    if (gp->on_token && gp->on_token(gp->on_token_ctx, i, res->ids, q->nb)) {
+        res->stop = RT_STOP_STRING;
+        q->done = 1;
+        return;
+    }
     if (q->nb >= gp->max_new_tokens) {
         res->stop = RT_STOP_LENGTH;
         q->done = 1;

@@ -71,6 +71,7 @@ typedef enum rt_stop_reason {
     RT_STOP_NONE = 0,          /* not run */
     RT_STOP_LENGTH = 1,        /* max_new_tokens reached */
     RT_STOP_TOKEN = 2,         /* a stop token was sampled */
+    RT_STOP_STRING = 3,        /* on_token ended it (a stop string) */
 } rt_stop_reason;
 
 /* One prompt (ids borrowed for the duration of the call). */
@@ -92,6 +93,13 @@ typedef struct rt_gen_params {
     void (*on_logits)(void *ctx, size_t seq, size_t step,
                       const float *logits, uint32_t vocab);
     void *on_logits_ctx;
+    /* Optional: called after each generated token is stored (seq = index
+     * in this call, or the slot of an admitted request; ids[0..n) the
+     * tokens so far); nonzero ends the sequence with RT_STOP_STRING, the
+     * token kept.  Runs inside the step: it must not allocate (stop
+     * strings: rt_stopstr.h). */
+    int (*on_token)(void *ctx, size_t seq, const int32_t *ids, size_t n);
+    void *on_token_ctx;
 } rt_gen_params;
 
 typedef struct rt_gen_result {

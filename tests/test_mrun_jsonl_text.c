@@ -3,7 +3,11 @@
  * labels of several tokens (ids, id arrays, texts) score exactly the
  * continuation sums of the same tokens run as separate requests, beside
  * generation lines that share the steps; a label of no tokens is an error
- * line and the job goes on; mrun --score-label gives the same scores. */
+ * line and the job goes on; mrun --score-label gives the same scores.
+ * Stop strings: a match across token boundaries stops the line at the
+ * token that completed it, the text cut before it ("stop_string"); a stop
+ * string that is only in the prompt does not stop; mrun --stop-string
+ * gives the same result; without a tokenizer they are refused. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -220,11 +224,173 @@ static void test_jsonl_multi_token_labels_equal_continuations_alone(
     free(cout);
 }
 
+/* ---- stop strings ------------------------------------------------------ */
+
+/* The one output line of a one-line job (text in, JSON out). */
+static json_t *one_line_job(const char *line, const char *extra)
+{
+    char *in = tu_fmt("%s/one.jsonl", g_dir), *out = tu_fmt("%s/one.out",
+                                                            g_dir);
+    assert_int_equal(tu_write_file(in, line, strlen(line)), 0);
+    unlink(out);
+    mrun("%s --input %s --output %s %s --ignore-eos -q %s", g_model, in, out,
+         PLAN, extra);
+    size_t n;
+    json_t **v = read_lines(out, &n);
+    assert_int_equal(n, 1);
+    json_t *o = v[0];
+    free(v);
+    free(in);
+    free(out);
+    return o;
+}
+
+static void test_jsonl_stop_string_across_tokens_cuts_text(void **st)
+{
+    (void)st;
+    /* The reference: 30 tokens, no stop string. */
+    json_t *ref = one_line_job("{\"prompt\": \"ab cd\", \"max_new_tokens\": "
+                               "30}\n", "");
+    const char *text = json_string_value(json_object_get(ref, "text"));
+    const json_t *ids = json_object_get(ref, "ids");
+    assert_non_null(text);
+    assert_int_equal(json_array_size(ids), 30);
+    /* A stop string over the boundary of tokens t and t + 1 (2 bytes of
+     * each; every token of this model's text has >= 1 byte), at its first
+     * occurrence in the text. */
+    char *prefix = NULL, stop[16] = "";
+    size_t t, cut = 0, plen = 0;
+    for (t = 1; t + 1 < 30; t++) {
+        /* The text of tokens 0..t: this tokenizer's tokens are "Z%03d"
+         * (30..255) or one letter (4..29), joined as they are. */
+        free(prefix);
+        prefix = calloc(1, 256);
+        plen = 0;
+        for (size_t k = 0; k <= t; k++) {
+            int id = (int)json_integer_value(json_array_get(ids, k));
+            plen += (size_t)(id >= 30 ? snprintf(prefix + plen, 256 - plen,
+                                                 "Z%03d", id)
+                             : id >= 4 ? snprintf(prefix + plen,
+                                                  256 - plen, "%c",
+                                                  'a' + id - 4)
+                                       : 0);
+        }
+        assert_memory_equal(prefix, text, plen); /* the decode agrees */
+        int next = (int)json_integer_value(json_array_get(ids, t + 1));
+        if (plen < 2 || next < 30)
+            continue;
+        snprintf(stop, sizeof stop, "%c%cZ%d", prefix[plen - 2],
+                 prefix[plen - 1], (next / 100) % 10); /* "Z" + 1st digit */
+        const char *at = strstr(text, stop);
+        if (at && (size_t)(at - text) == plen - 2) {
+            cut = plen - 2;
+            break;
+        }
+    }
+    free(prefix);
+    assert_true(t + 1 < 30); /* found one */
+    char *line = tu_fmt("{\"prompt\": \"ab cd\", \"max_new_tokens\": 30, "
+                        "\"stop\": [\"%s\"]}\n", stop);
+    json_t *o = one_line_job(line, "");
+    free(line);
+    assert_string_equal(json_string_value(json_object_get(o, "stop_reason")),
+                        "stop_string");
+    /* ids: up to the token that completed the match, t + 1 */
+    const json_t *got = json_object_get(o, "ids");
+    assert_int_equal(json_array_size(got), t + 2);
+    assert_int_equal(json_integer_value(json_object_get(o,
+                                                        "generated_tokens")),
+                     t + 2);
+    for (size_t k = 0; k < t + 2; k++)
+        assert_true(json_equal(json_array_get(got, k),
+                               json_array_get(ids, k)));
+    const char *gt = json_string_value(json_object_get(o, "text"));
+    assert_int_equal(strlen(gt), cut);
+    assert_memory_equal(gt, text, cut);
+    /* The same through --stop-string, for the job and for a prompt. */
+    char *flag = tu_fmt("--stop-string '%s'", stop);
+    json_t *o2 = one_line_job("{\"prompt\": \"ab cd\", \"max_new_tokens\": "
+                              "30}\n", flag);
+    assert_true(json_equal(o, o2));
+    assert_int_equal(mrun("%s --prompt 'ab cd' --max-new-tokens 30 "
+                          "--ignore-eos %s %s --json -q", g_model, PLAN,
+                          flag), 0);
+    json_t *cli = json_loads(g_out, 0, NULL);
+    assert_non_null(cli);
+    const json_t *s0 = json_array_get(json_object_get(cli, "sequences"), 0);
+    assert_true(json_equal(json_object_get(s0, "ids"), got));
+    assert_string_equal(json_string_value(json_object_get(s0, "text")), gt);
+    assert_string_equal(json_string_value(json_object_get(s0,
+                                                          "stop_reason")),
+                        "stop_string");
+    json_decref(cli);
+    free(flag);
+    json_decref(o2);
+    json_decref(o);
+    json_decref(ref);
+}
+
+static void test_jsonl_stop_string_in_the_prompt_does_not_stop(void **st)
+{
+    (void)st;
+    /* "ab cd" is in the prompt only (the generated text of this model is
+     * "Z%03d" pieces and letters; checked on the reference). */
+    json_t *ref = one_line_job("{\"prompt\": \"ab cd ab cd\", "
+                               "\"max_new_tokens\": 20}\n", "");
+    assert_null(strstr(json_string_value(json_object_get(ref, "text")),
+                       "b c"));
+    json_t *o = one_line_job("{\"prompt\": \"ab cd ab cd\", "
+                             "\"max_new_tokens\": 20, \"stop\": [\"b c\", "
+                             "\"d a\", \"ab cd\"]}\n", "");
+    assert_string_equal(json_string_value(json_object_get(o, "stop_reason")),
+                        "length");
+    assert_true(json_equal(json_object_get(o, "ids"),
+                           json_object_get(ref, "ids")));
+    assert_true(json_equal(json_object_get(o, "text"),
+                           json_object_get(ref, "text")));
+    json_decref(o);
+    json_decref(ref);
+}
+
+static void test_stop_strings_need_a_tokenizer(void **st)
+{
+    (void)st;
+    char *bare = tu_fmt("%s/llama", MC_FIXTURE_DIR); /* no tokenizer.json */
+    char *in = tu_fmt("%s/bare.jsonl", g_dir), *out = tu_fmt("%s/bare.out",
+                                                             g_dir);
+    const char *job = "{\"ids\": [1, 2], \"stop\": [7, \"x\"]}\n"
+                      "{\"ids\": [1, 2], \"max_new_tokens\": 3}\n";
+    assert_int_equal(tu_write_file(in, job, strlen(job)), 0);
+    assert_int_equal(mrun("%s --input %s --output %s %s", bare, in, out,
+                          PLAN), 1);
+    size_t n;
+    json_t **o = read_lines(out, &n);
+    assert_int_equal(n, 2);
+    assert_non_null(strstr(json_string_value(json_object_get(o[0], "error")),
+                           "stop strings need a tokenizer"));
+    assert_null(json_object_get(o[1], "error"));
+    free_lines(o, n);
+    unlink(out);
+    assert_int_equal(mrun("%s --input %s --output %s %s --stop-string x",
+                          bare, in, out, PLAN), 1);
+    assert_non_null(strstr(g_err, "--stop-string needs a tokenizer"));
+    assert_int_equal(mrun("%s --tokens '1 2' --stop-string x %s", bare,
+                          PLAN), 1);
+    assert_non_null(strstr(g_err, "stop strings need a tokenizer"));
+    assert_int_equal(mrun("%s --tokens '1 2' --stop-string ''", bare), 2);
+    free(bare);
+    free(in);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             test_jsonl_multi_token_labels_equal_continuations_alone),
+        cmocka_unit_test(test_jsonl_stop_string_across_tokens_cuts_text),
+        cmocka_unit_test(test_jsonl_stop_string_in_the_prompt_does_not_stop),
+        cmocka_unit_test(test_stop_strings_need_a_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
