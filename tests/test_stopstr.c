@@ -44,25 +44,26 @@ static int teardown(void **st)
     return 0;
 }
 
-/* The text ids[0..n) decode to (specials skipped), in buf[cap]. */
-static size_t decode(const int32_t *ids, size_t n, char *buf, size_t cap)
+/* The text ids[0..n) decode to with tok (specials skipped), in buf[cap]. */
+static size_t decode_with(const rt_tokenizer *tok, const int32_t *ids,
+                          size_t n, char *buf, size_t cap)
 {
     size_t len = 0;
-    assert_int_equal(rt_tokenizer_decode(g_tok, ids, n, 1, buf, cap, &len),
+    assert_int_equal(rt_tokenizer_decode(tok, ids, n, 1, buf, cap, &len),
                      MC_OK);
     return len;
 }
 
-/* Push ids[0..n) into a matcher of the one stop string s; returns the
- * index of the token that reported a match, or n. */
-static size_t first_hit(const int32_t *ids, size_t n, const char *s,
-                        size_t slen)
+/* Push ids[0..n) into a matcher (over pieces p) of the one stop string s;
+ * returns the index of the token that reported a match, or n. */
+static size_t first_hit_with(const rt_stop_pieces *p, const int32_t *ids,
+                             size_t n, const char *s, size_t slen)
 {
     const char *strs[1] = {s};
     size_t lens[1] = {slen};
-    char *win = malloc(rt_stop_match_bytes(g_pieces, lens, 1));
+    char *win = malloc(rt_stop_match_bytes(p, lens, 1));
     rt_stop_match m;
-    rt_stop_match_init(&m, g_pieces, strs, lens, 1, win);
+    rt_stop_match_init(&m, p, strs, lens, 1, win);
     size_t k = 0;
     while (k < n && !rt_stop_match_push(&m, ids[k]))
         k++;
@@ -70,30 +71,32 @@ static size_t first_hit(const int32_t *ids, size_t n, const char *s,
     return k;
 }
 
-static void test_stop_match_agrees_with_the_whole_decode(void **st)
+static size_t first_hit(const int32_t *ids, size_t n, const char *s,
+                        size_t slen)
 {
-    (void)st;
-    tu_rng g = {0x570Bull};
-    char full[1024], pre[1024];
+    return first_hit_with(g_pieces, ids, n, s, slen);
+}
+
+/* For random sequences ids[0..n) from pick(): a stop string cut from the
+ * whole decode is reported at the first token whose prefix decode holds
+ * it.  Returns how many sequences were checked. */
+static size_t check_agreement(const rt_tokenizer *tok,
+                              const rt_stop_pieces *p, tu_rng *g,
+                              int32_t (*pick)(tu_rng *g), int rounds)
+{
+    char full[4096], pre[4096];
     size_t found = 0;
-    for (int round = 0; round < 300; round++) {
+    for (int round = 0; round < rounds; round++) {
         int32_t ids[40];
-        size_t n = 2 + tu_rng_u32(&g) % 38;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t r = tu_rng_u32(&g) % 10;
-            ids[i] = r < 5   ? (int32_t)(TU_SPM_A + tu_rng_u32(&g) % 4)
-                     : r < 7 ? TU_SPM_SPACE
-                     : r < 9 ? (int32_t)(3 + 0xC3) /* "é" = C3 A9 */
-                             : (int32_t)(1 + tu_rng_u32(&g) % 2); /* <s> */
-            if (ids[i] == 3 + 0xC3 && i + 1 < n)
-                ids[++i] = 3 + 0xA9;
-        }
-        size_t len = decode(ids, n, full, sizeof full);
+        size_t n = 2 + tu_rng_u32(g) % 38;
+        for (size_t i = 0; i < n; i++)
+            ids[i] = pick(g);
+        size_t len = decode_with(tok, ids, n, full, sizeof full);
         if (len < 2)
             continue;
         /* A stop string: a piece of the text, 1..6 bytes, anywhere. */
-        size_t at = tu_rng_u32(&g) % len;
-        size_t sl = 1 + tu_rng_u32(&g) % 6;
+        size_t at = tu_rng_u32(g) % len;
+        size_t sl = 1 + tu_rng_u32(g) % 6;
         if (sl > len - at)
             sl = len - at;
         char s[8];
@@ -101,21 +104,78 @@ static void test_stop_match_agrees_with_the_whole_decode(void **st)
         /* The first k whose decode(ids[0..k]) holds s. */
         size_t want = n;
         for (size_t k = 1; k <= n && want == n; k++) {
-            size_t pl = decode(ids, k, pre, sizeof pre);
-            for (size_t p = 0; p + sl <= pl; p++)
-                if (!memcmp(pre + p, s, sl)) {
+            size_t pl = decode_with(tok, ids, k, pre, sizeof pre);
+            for (size_t q = 0; q + sl <= pl; q++)
+                if (!memcmp(pre + q, s, sl)) {
                     want = k - 1;
                     break;
                 }
         }
         assert_true(want < n); /* it is in the whole text */
-        size_t got = first_hit(ids, n, s, sl);
+        size_t got = first_hit_with(p, ids, n, s, sl);
         if (got != want)
             fail_msg("round %d: stop \"%.*s\" hit at token %zu, the decode "
                      "at %zu", round, (int)sl, s, got, want);
         found++;
     }
-    assert_true(found > 200);
+    return found;
+}
+
+/* Letters, spaces, "é" as two byte tokens (C3 A9), <s> and </s>. */
+static int32_t pick_fixture(tu_rng *g)
+{
+    static int pending; /* the A9 after a C3 */
+    if (pending) {
+        pending = 0;
+        return 3 + 0xA9;
+    }
+    uint32_t r = tu_rng_u32(g) % 10;
+    if (r == 7 || r == 8)
+        pending = 1;
+    return r < 5   ? (int32_t)(TU_SPM_A + tu_rng_u32(g) % 4)
+           : r < 7 ? TU_SPM_SPACE
+           : r < 9 ? (int32_t)(3 + 0xC3)
+                   : (int32_t)(1 + tu_rng_u32(g) % 2);
+}
+
+/* Any token of the Mistral vocabulary, often a byte token (<0x00>.. are
+ * ids 3..258) or a special one. */
+static int32_t pick_mistral(tu_rng *g)
+{
+    uint32_t r = tu_rng_u32(g) % 8;
+    return r == 0   ? (int32_t)(3 + tu_rng_u32(g) % 256)
+           : r == 1 ? (int32_t)(tu_rng_u32(g) % 3)
+                    : (int32_t)(tu_rng_u32(g) % 32000);
+}
+
+static void test_stop_match_agrees_with_the_whole_decode(void **st)
+{
+    (void)st;
+    tu_rng g = {0x570Bull};
+    assert_true(check_agreement(g_tok, g_pieces, &g, pick_fixture, 300) >
+                200);
+}
+
+/* The same on the real Mistral tokenizer (SentencePiece BPE, byte
+ * fallback, a Sequence decoder): skipped without ../shared. */
+static void test_stop_match_agrees_with_the_mistral_decode(void **st)
+{
+    (void)st;
+    char *path = tu_fmt("%s/tokenizers/mistral-7b-instruct-v0.1/"
+                        "tokenizer.json", MC_SHARED_DIR);
+    if (!tu_exists(path)) {
+        free(path);
+        TU_SKIP_IF(1, "../shared/tokenizers/mistral-7b-instruct-v0.1 absent");
+    }
+    rt_tokenizer *tok = NULL;
+    assert_int_equal(rt_tokenizer_load(path, &tok, NULL), MC_OK);
+    free(path);
+    rt_stop_pieces *p = NULL;
+    assert_int_equal(rt_stop_pieces_build(tok, &p, NULL), MC_OK);
+    tu_rng g = {0x3157ull};
+    assert_true(check_agreement(tok, p, &g, pick_mistral, 300) > 200);
+    rt_stop_pieces_free(p);
+    rt_tokenizer_free(tok);
 }
 
 static void test_stop_match_spans_tokens_and_drops_the_first_space(
@@ -222,6 +282,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stop_match_agrees_with_the_whole_decode),
+        cmocka_unit_test(test_stop_match_agrees_with_the_mistral_decode),
         cmocka_unit_test(
             test_stop_match_spans_tokens_and_drops_the_first_space),
         cmocka_unit_test(test_stop_find_gives_the_earliest_match),
