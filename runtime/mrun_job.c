@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fmt_input.h"
+#include "mrun_resume.h"
 #include "rt_api_internal.h"
 #include "rt_metrics.h"
 #include "rt_stopstr.h"
@@ -76,12 +77,9 @@ typedef struct job {
     uint32_t *free_slots;      /* [max_batch] stack */
     size_t n_free;
     uint32_t *done_slots;      /* [max_batch] */
-    /* --resume: ids already in the output, sorted */
-    char **skip;
-    size_t n_skip;
+    mrun_resume prev;          /* --resume: the lines already written */
     /* counters */
     uint64_t line_no, total_lines, written, skipped;
-    uint64_t failed_before;    /* error lines already in a resumed output */
     uint64_t served;           /* lines finished with a result */
     int metrics_failed;        /* --metrics could not be written (once) */
     uint64_t refused[RT_REFUSE_COUNT_];
@@ -123,113 +121,7 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int skipped_id(const job *j, const char *id)
-{
-    return j->n_skip &&
-           bsearch(&id, j->skip, j->n_skip, sizeof *j->skip, cmp_str);
-}
-
-/* ---- --resume ------------------------------------------------------------- */
-
-/* Collect the ids of the output's complete lines and cut a partial last
- * line off.  Returns 0, or an exit code after a message. */
-static int resume_load(job *j)
-{
-    const char *path = j->o->output;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT)
-            return 0; /* nothing to resume: a fresh run */
-        fprintf(stderr, "mrun: --resume: cannot read %s: %s\n", path,
-                strerror(errno));
-        return 1;
-    }
-    char *line = NULL;
-    size_t lcap = 0, cap = 0;
-    ssize_t n;
-    off_t good = 0;
-    uint64_t k = 0;
-    int rc = 0;
-    while ((n = getline(&line, &lcap, f)) > 0) {
-        if (line[n - 1] != '\n')
-            break; /* a partial last line: cut off below */
-        k++;
-        char *id = NULL;
-        int failed = 0;
-        mc_error e;
-        mc_error_clear(&e);
-        if (rt_jsonl_output_id(line, (size_t)n - 1, &id, &failed, &e) !=
-            MC_OK) {
-            fprintf(stderr,
-                    "mrun: --resume: %s line %llu: %s; not resuming into "
-                    "a file mrun did not write\n",
-                    path, (unsigned long long)k, e.message);
-            rc = 1;
-            break;
-        }
-        if (j->n_skip == cap) {
-            cap = cap ? 2 * cap : 1024;
-            char **p = realloc(j->skip, cap * sizeof *p);
-            if (!p) {
-                free(id);
-                fprintf(stderr, "mrun: out of memory\n");
-                rc = 1;
-                break;
-            }
-            j->skip = p;
-        }
-        j->skip[j->n_skip++] = id;
-        j->failed_before += (uint64_t)failed;
-        good += n;
-    }
-    free(line);
-    fclose(f);
-    if (rc)
-        return rc;
-    struct stat st;
-    if (stat(path, &st) == 0 && st.st_size > good) {
-        if (truncate(path, good) != 0) {
-            fprintf(stderr, "mrun: --resume: cannot cut the partial last "
-                    "line of %s: %s\n", path, strerror(errno));
-            return 1;
-        }
-        if (!j->o->quiet)
-            fprintf(stderr, "mrun: --resume: dropped a partial last line "
-                    "(%lld bytes) of %s\n",
-                    (long long)(st.st_size - good), path);
-    }
-    if (j->n_skip) /* an empty output: skip is NULL, and qsort(NULL) is UB */
-        qsort(j->skip, j->n_skip, sizeof *j->skip, cmp_str);
-    if (!j->o->quiet)
-        fprintf(stderr, "mrun: --resume: %zu lines already in %s\n",
-                j->n_skip, path);
-    return 0;
-}
-
 /* ---- files ---------------------------------------------------------------- */
-
-static uint64_t count_lines(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char buf[1 << 16];
-    size_t r;
-    uint64_t n = 0;
-    int last = '\n';
-    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
-        for (size_t i = 0; i < r; i++)
-            n += buf[i] == '\n';
-        last = buf[r - 1];
-    }
-    fclose(f);
-    return n + (last != '\n');
-}
 
 /* Open input and output.  Returns 0 or an exit code after a message. */
 static int open_files(job *j)
@@ -272,7 +164,7 @@ static int open_files(job *j)
                 o->output, (long long)st.st_size);
         return 2;
     }
-    int rc = o->resume ? resume_load(j) : 0;
+    int rc = o->resume ? mrun_resume_load(o->output, o->quiet, &j->prev) : 0;
     if (rc)
         return rc;
     /* Appending, not a temp file + rename: a crash must leave every line
@@ -500,7 +392,7 @@ static int take_line(job *j, char **buf, size_t *bcap)
         char num[32];
         snprintf(num, sizeof num, "%llu", (unsigned long long)j->line_no);
         if (st != MC_ERR_NOMEM &&
-            skipped_id(j, e->req.id ? e->req.id : num)) {
+            mrun_resume_has(&j->prev, e->req.id ? e->req.id : num)) {
             entry_free(e);
             j->skipped++;
             continue;
@@ -669,9 +561,7 @@ static void job_free(job *j)
     free(j->slot_entry);
     free(j->free_slots);
     free(j->done_slots);
-    for (size_t i = 0; i < j->n_skip; i++)
-        free(j->skip[i]);
-    free(j->skip);
+    mrun_resume_free(&j->prev);
     rt_stop_pieces_free(j->pieces);
     if (j->in && j->in != stdin)
         fclose(j->in);
@@ -693,7 +583,7 @@ static int summary(job *j)
      * syncs cost per second, not per line, so they are said apart. */
     double el = j->t_end - j->t0;
     uint64_t run = j->written;
-    if (!o->quiet || failed || j->failed_before)
+    if (!o->quiet || failed || j->prev.failed)
         fprintf(stderr,
                 "mrun: %llu lines written (%llu failed: plan %llu, input "
                 "%llu, other %llu), %llu skipped (--resume; %llu of them "
@@ -706,7 +596,7 @@ static int summary(job *j)
                 (unsigned long long)j->refused[RT_REFUSE_INPUT],
                 (unsigned long long)j->refused[RT_REFUSE_OTHER],
                 (unsigned long long)j->skipped,
-                (unsigned long long)j->failed_before,
+                (unsigned long long)j->prev.failed,
                 (unsigned long long)m.prefill_tokens,
                 m.prefill_seconds > 0 ? m.prefill_tokens / m.prefill_seconds
                                       : 0.0,
@@ -746,7 +636,7 @@ static int summary(job *j)
                 (int)g_stop_signal);
     /* The status is the whole file's: lines that failed in an earlier run
      * of a resumed job count too. */
-    return j->io_failed || j->metrics_failed || failed || j->failed_before ||
+    return j->io_failed || j->metrics_failed || failed || j->prev.failed ||
                    g_stop_signal
                ? 1
                : 0;
@@ -789,7 +679,7 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
     }
     j.progress = !o->quiet && isatty(STDERR_FILENO);
     if (j.progress && strcmp(o->input, "-"))
-        j.total_lines = count_lines(o->input);
+        j.total_lines = mrun_count_lines(o->input);
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
