@@ -24,10 +24,11 @@
  * beside the rows of sequences already decoding.  Prompt rows go to the
  * oldest admitted request first.  The arena and the plan do not change: a
  * slot is one of the plan's max_batch KV regions of max_seq positions, and
- * a request is admitted only when prompt + max_new_tokens (or prompt +
- * continuation) fits in it.  Sequence results do not depend on what shares
- * the steps (as above), and a request's RNG is seeded from its own
- * (seed, seq_index0), so a request gives the same tokens in any batch.
+ * a request is admitted only when prompt + max_new_tokens (or prompt + the
+ * longer of its continuation and its longest label) fits in it.  Sequence
+ * results do not depend on what shares the steps (as above), and a
+ * request's RNG is seeded from its own (seed, seq_index0), so a request
+ * gives the same tokens in any batch.
  *
  * Requests beyond the plan are refused with MC_ERR_PLAN and a message that
  * states the limits (n > max_batch: use the waves of mcrt.h; prompt +
