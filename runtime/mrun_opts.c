@@ -91,17 +91,20 @@ static int parse_id_list(const char *opt, const char *v, int allow_empty,
 
 /* ---- handlers of the rows a field cannot say -------------------------- */
 
-static int on_tokens(void *base, const mc_opt *r, const char *flag,
-                     const char *v, char *why, size_t n)
+/* --tokens (one more prompt), --score-label (one more label): an id list
+ * appended to the mrun_seqs at the row's offset. */
+static int on_seq(void *base, const mc_opt *r, const char *flag,
+                  const char *v, char *why, size_t n)
 {
-    (void)r;
     mrun_cli *c = base;
     int32_t *ids;
     size_t k;
     if (parse_id_list(flag, v, 0, &ids, &k, why, n))
         return -1;
-    mrun_seqs_add(&c->in, ids, k);
+    mrun_seqs_add((mrun_seqs *)((char *)base + r->off), ids, k);
     free(ids);
+    if (r->off == offsetof(mrun_cli, labels))
+        c->score_labels = 1;
     return 0;
 }
 
@@ -163,8 +166,8 @@ static int on_ids(void *base, const mc_opt *r, const char *flag,
     return 0;
 }
 
-/* --score-labels replaces every label with one-token labels; --score-label
- * appends one label of one or more tokens. */
+/* --score-labels replaces every label with one-token labels
+ * (--score-label appends one label of one or more tokens: on_seq). */
 static int on_labels(void *base, const mc_opt *r, const char *flag,
                      const char *v, char *why, size_t n)
 {
@@ -174,13 +177,9 @@ static int on_labels(void *base, const mc_opt *r, const char *flag,
     size_t k;
     if (parse_id_list(flag, v, 0, &ids, &k, why, n))
         return -1;
-    if (!strcmp(flag, "--score-labels")) {
-        seqs_free(&c->labels);
-        for (size_t i = 0; i < k; i++)
-            mrun_seqs_add(&c->labels, ids + i, 1);
-    } else {
-        mrun_seqs_add(&c->labels, ids, k);
-    }
+    seqs_free(&c->labels);
+    for (size_t i = 0; i < k; i++)
+        mrun_seqs_add(&c->labels, ids + i, 1);
     free(ids);
     c->score_labels = 1;
     return 0;
@@ -203,7 +202,8 @@ static const mc_opt mrun_opts[] = {
     {.kind = MC_OPT_SECTION, .help = "Input (one of; token ids are decimal, "
      "separated by spaces or tabs):"},
     {.kind = MC_OPT_CALL, .flags = "--tokens", .value = "\"1 2 3\"",
-     .call = on_tokens, .help = "one prompt of token ids (repeatable)"},
+     .off = F(in), .call = on_seq,
+     .help = "one prompt of token ids (repeatable)"},
     {.kind = MC_OPT_STR, .flags = "--tokens-file", .value = "FILE",
      .off = F(tokens_file), .help = "one prompt of ids per line; blank lines "
      "and\nlines starting with '#' are skipped"},
@@ -264,7 +264,7 @@ static const mc_opt mrun_opts[] = {
      .off = F(labels), .call = on_labels,
      .help = "log-prob of each label token after each prompt"},
     {.kind = MC_OPT_CALL, .flags = "--score-label", .value = "\"ids\"",
-     .off = F(labels), .call = on_labels,
+     .off = F(labels), .call = on_seq,
      .help = "one label of one or more tokens (repeatable,\nadds to "
      "--score-labels): the sum of its\ntokens' log-probs after each prompt"},
     {.kind = MC_OPT_CALL, .flags = "--score-continuation", .value = "\"ids\"",
@@ -478,10 +478,7 @@ int mrun_cli_parse(int argc, char **argv, mrun_cli *c)
 
 void mrun_cli_free(mrun_cli *c)
 {
-    for (size_t i = 0; i < c->in.n; i++)
-        free(c->in.ids[i]);
-    free(c->in.ids);
-    free(c->in.len);
+    seqs_free(&c->in);
     seqs_free(&c->labels);
     free(c->texts);
     mc_free(c->prompts_text); /* fmt_file_read: mc_alloc */

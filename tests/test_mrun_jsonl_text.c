@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "json_lines.h"
 #include "testutil.h"
 #include "tok_fixture.h"
 
@@ -64,32 +65,6 @@ static int teardown(void **st)
     free(g_out);
     free(g_err);
     return 0;
-}
-
-/* The output lines of a job, parsed (*n of them). */
-static json_t **read_lines(const char *path, size_t *n)
-{
-    size_t len;
-    char *text = tu_read_file(path, &len);
-    assert_non_null(text);
-    json_t **v = calloc(len + 1, sizeof *v);
-    *n = 0;
-    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
-         l = strtok_r(NULL, "\n", &save)) {
-        json_error_t je;
-        v[*n] = json_loads(l, 0, &je);
-        assert_non_null(v[*n]);
-        (*n)++;
-    }
-    free(text);
-    return v;
-}
-
-static void free_lines(json_t **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        json_decref(v[i]);
-    free(v);
 }
 
 static double num(const json_t *o, const char *key)
@@ -156,8 +131,8 @@ static void test_jsonl_multi_token_labels_equal_continuations_alone(
     assert_int_equal(mrun("%s --input %s --output %s %s -q", g_model, cin,
                           cout, PLAN), 0);
     size_t n, nc;
-    json_t **o = read_lines(out, &n);
-    json_t **c = read_lines(cout, &nc);
+    json_t **o = tu_json_lines(out, &n);
+    json_t **c = tu_json_lines(cout, &nc);
     assert_int_equal(n, N + 2);
     size_t ci = 0, scored = 0;
     for (size_t k = 0; k < N; k++) {
@@ -216,8 +191,8 @@ static void test_jsonl_multi_token_labels_equal_continuations_alone(
             fail_msg("label %zu: mrun --score-label %.9g, job %.9g", j, a, b);
     }
     json_decref(cli);
-    free_lines(o, n);
-    free_lines(c, nc);
+    tu_json_lines_free(o, n);
+    tu_json_lines_free(c, nc);
     free(in);
     free(out);
     free(cin);
@@ -236,7 +211,7 @@ static json_t *one_line_job(const char *line, const char *extra)
     mrun("%s --input %s --output %s %s --ignore-eos -q %s", g_model, in, out,
          PLAN, extra);
     size_t n;
-    json_t **v = read_lines(out, &n);
+    json_t **v = tu_json_lines(out, &n);
     assert_int_equal(n, 1);
     json_t *o = v[0];
     free(v);
@@ -364,12 +339,12 @@ static void test_stop_strings_need_a_tokenizer(void **st)
     assert_int_equal(mrun("%s --input %s --output %s %s", bare, in, out,
                           PLAN), 1);
     size_t n;
-    json_t **o = read_lines(out, &n);
+    json_t **o = tu_json_lines(out, &n);
     assert_int_equal(n, 2);
     assert_non_null(strstr(json_string_value(json_object_get(o[0], "error")),
                            "stop strings need a tokenizer"));
     assert_null(json_object_get(o[1], "error"));
-    free_lines(o, n);
+    tu_json_lines_free(o, n);
     unlink(out);
     assert_int_equal(mrun("%s --input %s --output %s %s --stop-string x",
                           bare, in, out, PLAN), 1);
