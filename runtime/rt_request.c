@@ -92,7 +92,7 @@ size_t rt_labels_len(const rt_labels *l, size_t j)
     return l->seq ? l->len[j] : 1;
 }
 
-/* Every label: offsets in order, at least one token, ids in the vocabulary.
+/* Every label: at least one token, every id in the vocabulary.
  * *longest gets the longest label's token count (0 without labels). */
 static mc_status check_labels(uint32_t vocab, const rt_labels *l,
                               size_t *longest, mc_error *err)
