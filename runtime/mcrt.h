@@ -74,12 +74,20 @@ typedef struct mcrt_gen_params {
     size_t n_stop;
     int use_model_eos;         /* 1: the config's eos ids stop too */
     int truncate;              /* 0 refuse, 1 drop left, 2 drop right */
+    /* Optional (NULL: none): called after each generated token is stored,
+     * with the sequence's index (in the mcrt_generate call, or the
+     * seq_index of mcrt_submit_generate) and its tokens so far
+     * ids[0..n); nonzero ends the sequence (stop_reason 3, the token
+     * kept), e.g. on a stop string.  It runs inside the model's step:
+     * it must be quick and must not call back into h. */
+    int (*on_token)(void *ctx, uint64_t seq, const int32_t *ids, size_t n);
+    void *on_token_ctx;
 } mcrt_gen_params;
 
 typedef struct mcrt_result {
     int32_t *ids;              /* caller buffer of max_new_tokens ids */
     size_t n_ids;              /* out */
-    int stop_reason;           /* out: 1 length, 2 stop token */
+    int stop_reason;           /* out: 1 length, 2 stop token, 3 on_token */
     size_t prompt_used;        /* out: prompt tokens used after truncation */
 } mcrt_result;
 
@@ -162,6 +170,20 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
 int mcrt_score_labels(mcrt *h, const int32_t *const *prompts,
                       const size_t *lens, size_t n, const int32_t *labels,
                       size_t n_labels, float *out, int truncate);
+
+/* Labels of one or more tokens (label j: labels[j][0 .. label_lens[j]),
+ * at least one token each): out[i * n_labels + j] = the sum of the
+ * log-probabilities of label j's tokens after prompt i, each given the
+ * prompt and the label's tokens before it (teacher-forced); it equals
+ * (float) of mcrt_score_continuations' sum for prompt i and label j, bit
+ * for bit.  The prompt runs once per request; each label's tokens but the
+ * last are fed after it.  prompt + the longest label must fit in max_seq
+ * (status 10), or truncate (1 left, 2 right) makes room. */
+int mcrt_score_label_seqs(mcrt *h, const int32_t *const *prompts,
+                          const size_t *lens, size_t n,
+                          const int32_t *const *labels,
+                          const size_t *label_lens, size_t n_labels,
+                          float *out, int truncate);
 
 /* Log-probability of each continuation token given the prompt and the
  * continuation before it: per_token[i] has cont_lens[i] entries (may be

@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include "fmt_input.h"
+#include "mrun_resume.h"
 #include "rt_api_internal.h"
 #include "rt_metrics.h"
+#include "rt_stopstr.h"
 
 /* Lines held at once: in flight (<= max_batch) plus finished lines waiting
  * for an earlier one, plus failed lines read meanwhile. */
@@ -47,7 +49,15 @@ typedef struct entry {
     rt_gen_params gp;
     rt_gen_result gres;
     rt_score_item item;
+    rt_labels labels;          /* views of req's labels */
     float *lab_lp, *cont_lp;   /* [n_labels], [n_cont] */
+    /* stop strings: the line's then the job's (views), the matcher and
+     * its window (sized at admission) */
+    const char **sstr;
+    size_t *slen;
+    size_t n_sstr;
+    char *swin;
+    rt_stop_match sm;
 } entry;
 
 typedef struct job {
@@ -55,6 +65,7 @@ typedef struct job {
     mcrt *h;
     rt_session *s;
     const rt_tokenizer *tok;
+    rt_stop_pieces *pieces;    /* token texts for stop strings, or NULL */
     mcrt_info info;
     FILE *in;
     int out_fd;
@@ -66,12 +77,9 @@ typedef struct job {
     uint32_t *free_slots;      /* [max_batch] stack */
     size_t n_free;
     uint32_t *done_slots;      /* [max_batch] */
-    /* --resume: ids already in the output, sorted */
-    char **skip;
-    size_t n_skip;
+    mrun_resume prev;          /* --resume: the lines already written */
     /* counters */
     uint64_t line_no, total_lines, written, skipped;
-    uint64_t failed_before;    /* error lines already in a resumed output */
     uint64_t served;           /* lines finished with a result */
     int metrics_failed;        /* --metrics could not be written (once) */
     uint64_t refused[RT_REFUSE_COUNT_];
@@ -93,6 +101,9 @@ static void entry_free(entry *e)
     free(e->stops);
     free(e->lab_lp);
     free(e->cont_lp);
+    free(e->sstr);
+    free(e->slen);
+    free(e->swin);
     free(e);
 }
 
@@ -110,113 +121,7 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int skipped_id(const job *j, const char *id)
-{
-    return j->n_skip &&
-           bsearch(&id, j->skip, j->n_skip, sizeof *j->skip, cmp_str);
-}
-
-/* ---- --resume ------------------------------------------------------------- */
-
-/* Collect the ids of the output's complete lines and cut a partial last
- * line off.  Returns 0, or an exit code after a message. */
-static int resume_load(job *j)
-{
-    const char *path = j->o->output;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT)
-            return 0; /* nothing to resume: a fresh run */
-        fprintf(stderr, "mrun: --resume: cannot read %s: %s\n", path,
-                strerror(errno));
-        return 1;
-    }
-    char *line = NULL;
-    size_t lcap = 0, cap = 0;
-    ssize_t n;
-    off_t good = 0;
-    uint64_t k = 0;
-    int rc = 0;
-    while ((n = getline(&line, &lcap, f)) > 0) {
-        if (line[n - 1] != '\n')
-            break; /* a partial last line: cut off below */
-        k++;
-        char *id = NULL;
-        int failed = 0;
-        mc_error e;
-        mc_error_clear(&e);
-        if (rt_jsonl_output_id(line, (size_t)n - 1, &id, &failed, &e) !=
-            MC_OK) {
-            fprintf(stderr,
-                    "mrun: --resume: %s line %llu: %s; not resuming into "
-                    "a file mrun did not write\n",
-                    path, (unsigned long long)k, e.message);
-            rc = 1;
-            break;
-        }
-        if (j->n_skip == cap) {
-            cap = cap ? 2 * cap : 1024;
-            char **p = realloc(j->skip, cap * sizeof *p);
-            if (!p) {
-                free(id);
-                fprintf(stderr, "mrun: out of memory\n");
-                rc = 1;
-                break;
-            }
-            j->skip = p;
-        }
-        j->skip[j->n_skip++] = id;
-        j->failed_before += (uint64_t)failed;
-        good += n;
-    }
-    free(line);
-    fclose(f);
-    if (rc)
-        return rc;
-    struct stat st;
-    if (stat(path, &st) == 0 && st.st_size > good) {
-        if (truncate(path, good) != 0) {
-            fprintf(stderr, "mrun: --resume: cannot cut the partial last "
-                    "line of %s: %s\n", path, strerror(errno));
-            return 1;
-        }
-        if (!j->o->quiet)
-            fprintf(stderr, "mrun: --resume: dropped a partial last line "
-                    "(%lld bytes) of %s\n",
-                    (long long)(st.st_size - good), path);
-    }
-    if (j->n_skip) /* an empty output: skip is NULL, and qsort(NULL) is UB */
-        qsort(j->skip, j->n_skip, sizeof *j->skip, cmp_str);
-    if (!j->o->quiet)
-        fprintf(stderr, "mrun: --resume: %zu lines already in %s\n",
-                j->n_skip, path);
-    return 0;
-}
-
 /* ---- files ---------------------------------------------------------------- */
-
-static uint64_t count_lines(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char buf[1 << 16];
-    size_t r;
-    uint64_t n = 0;
-    int last = '\n';
-    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
-        for (size_t i = 0; i < r; i++)
-            n += buf[i] == '\n';
-        last = buf[r - 1];
-    }
-    fclose(f);
-    return n + (last != '\n');
-}
 
 /* Open input and output.  Returns 0 or an exit code after a message. */
 static int open_files(job *j)
@@ -259,7 +164,7 @@ static int open_files(job *j)
                 o->output, (long long)st.st_size);
         return 2;
     }
-    int rc = o->resume ? resume_load(j) : 0;
+    int rc = o->resume ? mrun_resume_load(o->output, o->quiet, &j->prev) : 0;
     if (rc)
         return rc;
     /* Appending, not a temp file + rename: a crash must leave every line
@@ -302,6 +207,47 @@ static void fail_entry(job *j, entry *e, int status, const char *msg)
         fprintf(stderr, "mrun: %s\n", text);
 }
 
+/* Inside the step (no allocation): feed the token to the matcher. */
+static int on_token(void *ctx, size_t seq, const int32_t *ids, size_t n)
+{
+    (void)seq;
+    entry *e = ctx;
+    return rt_stop_match_push(&e->sm, ids[n - 1]);
+}
+
+/* The stop strings of a line (its own, then the job's) and a matcher
+ * whose window is allocated now, not per token. */
+static mc_status stop_strings(job *j, entry *e, mc_error *err)
+{
+    const rt_jsonl_req *r = &e->req;
+    const mrun_job_opts *o = j->o;
+    size_t n = r->n_stop_str + o->n_stop_str;
+    if (n == 0)
+        return MC_OK;
+    mc_status st;
+    if (!j->pieces && (st = rt_stop_pieces_build(j->tok, &j->pieces, err)))
+        return st;
+    e->sstr = malloc(n * sizeof *e->sstr);
+    e->slen = malloc(n * sizeof *e->slen);
+    if (!e->sstr || !e->slen)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
+    for (size_t i = 0; i < r->n_stop_str; i++) {
+        e->sstr[e->n_sstr] = r->stop_str[i];
+        e->slen[e->n_sstr++] = r->stop_str_len[i];
+    }
+    for (size_t i = 0; i < o->n_stop_str; i++) {
+        e->sstr[e->n_sstr] = o->stop_str[i];
+        e->slen[e->n_sstr++] = o->stop_str_len[i];
+    }
+    e->swin = malloc(rt_stop_match_bytes(j->pieces, e->slen, n));
+    if (!e->swin)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
+    rt_stop_match_init(&e->sm, j->pieces, e->sstr, e->slen, n, e->swin);
+    e->gp.on_token = on_token;
+    e->gp.on_token_ctx = e;
+    return MC_OK;
+}
+
 /* Buffers and parameters of a parsed line, then admission into slot. */
 static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
 {
@@ -317,9 +263,10 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
             .prompt = {r->ids, r->n_ids}, .cont = r->cont,
             .n_cont = r->n_cont, .cont_logprobs = e->cont_lp,
             .label_logprobs = r->n_labels ? e->lab_lp : NULL};
-        return rt_session_admit_score(j->s, slot, &e->item, r->labels,
-                                      r->n_labels, (rt_truncate)o->truncate,
-                                      err);
+        e->labels = (rt_labels){(const int32_t *const *)r->label_seq,
+                                r->label_len, NULL, r->n_labels};
+        return rt_session_admit_score_labels(j->s, slot, &e->item, &e->labels,
+                                             (rt_truncate)o->truncate, err);
     }
     size_t ns = r->n_stop + o->n_stop + (size_t)j->info.n_eos;
     /* At most max_seq - 1 tokens can be generated (admission refuses
@@ -345,6 +292,9 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
         .seed = r->seed, .seq_index0 = r->seq_index, .stop = e->stops,
         .n_stop = ns, .truncate = (rt_truncate)o->truncate};
     e->gres = (rt_gen_result){.ids = e->gen};
+    mc_status st = stop_strings(j, e, err);
+    if (st)
+        return st;
     rt_prompt p = {r->ids, r->n_ids};
     return rt_session_admit_generate(j->s, slot, &p, &e->gp, &e->gres, err);
 }
@@ -356,9 +306,8 @@ static void finish_entry(job *j, entry *e)
     rt_jsonl_result res = {0};
     char *text = NULL;
     if (r->score) {
-        size_t S = (size_t)j->info.max_seq;
-        res.prompt_tokens = r->n_ids + r->n_cont > S ? S - r->n_cont
-                                                     : r->n_ids;
+        size_t S = (size_t)j->info.max_seq, x = rt_jsonl_score_extra(r);
+        res.prompt_tokens = r->n_ids + x > S ? S - x : r->n_ids;
         res.label_logprobs = e->lab_lp;
         res.cont_logprobs = e->cont_lp;
     } else {
@@ -366,6 +315,7 @@ static void finish_entry(job *j, entry *e)
         res.gen_ids = e->gen;
         res.n_gen = e->gres.n;
         res.stop_token = e->gres.stop == RT_STOP_TOKEN;
+        res.stop_string = e->gres.stop == RT_STOP_STRING;
         size_t need = 0;
         if (j->tok) {
             rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1, NULL, 0, &need);
@@ -376,6 +326,11 @@ static void finish_entry(job *j, entry *e)
                 text = NULL;
             }
         }
+        /* Cut before the stop string, as vLLM and OpenAI do. */
+        if (text && res.stop_string)
+            res.text_len = rt_stop_find(text, res.text_len,
+                                        (const char *const *)e->sstr,
+                                        e->slen, e->n_sstr);
         res.text = text;
     }
     if (rt_jsonl_format_result(r, &res, &e->out, &e->out_len) != MC_OK)
@@ -437,7 +392,7 @@ static int take_line(job *j, char **buf, size_t *bcap)
         char num[32];
         snprintf(num, sizeof num, "%llu", (unsigned long long)j->line_no);
         if (st != MC_ERR_NOMEM &&
-            skipped_id(j, e->req.id ? e->req.id : num)) {
+            mrun_resume_has(&j->prev, e->req.id ? e->req.id : num)) {
             entry_free(e);
             j->skipped++;
             continue;
@@ -606,9 +561,8 @@ static void job_free(job *j)
     free(j->slot_entry);
     free(j->free_slots);
     free(j->done_slots);
-    for (size_t i = 0; i < j->n_skip; i++)
-        free(j->skip[i]);
-    free(j->skip);
+    mrun_resume_free(&j->prev);
+    rt_stop_pieces_free(j->pieces);
     if (j->in && j->in != stdin)
         fclose(j->in);
     if (j->out_is_file)
@@ -629,7 +583,7 @@ static int summary(job *j)
      * syncs cost per second, not per line, so they are said apart. */
     double el = j->t_end - j->t0;
     uint64_t run = j->written;
-    if (!o->quiet || failed || j->failed_before)
+    if (!o->quiet || failed || j->prev.failed)
         fprintf(stderr,
                 "mrun: %llu lines written (%llu failed: plan %llu, input "
                 "%llu, other %llu), %llu skipped (--resume; %llu of them "
@@ -642,7 +596,7 @@ static int summary(job *j)
                 (unsigned long long)j->refused[RT_REFUSE_INPUT],
                 (unsigned long long)j->refused[RT_REFUSE_OTHER],
                 (unsigned long long)j->skipped,
-                (unsigned long long)j->failed_before,
+                (unsigned long long)j->prev.failed,
                 (unsigned long long)m.prefill_tokens,
                 m.prefill_seconds > 0 ? m.prefill_tokens / m.prefill_seconds
                                       : 0.0,
@@ -682,7 +636,7 @@ static int summary(job *j)
                 (int)g_stop_signal);
     /* The status is the whole file's: lines that failed in an earlier run
      * of a resumed job count too. */
-    return j->io_failed || j->metrics_failed || failed || j->failed_before ||
+    return j->io_failed || j->metrics_failed || failed || j->prev.failed ||
                    g_stop_signal
                ? 1
                : 0;
@@ -712,6 +666,12 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
     /* Slot 0 on top of the stack: the first line takes slot 0. */
     for (uint32_t b = 0; b < B; b++)
         j.free_slots[j.n_free++] = B - 1 - b;
+    if (o->n_stop_str && !tok) {
+        fprintf(stderr, "mrun: --stop-string needs a tokenizer (none is "
+                "embedded in the artifact or beside the model)\n");
+        job_free(&j);
+        return 1;
+    }
     int rc = open_files(&j);
     if (rc) {
         job_free(&j);
@@ -719,7 +679,7 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
     }
     j.progress = !o->quiet && isatty(STDERR_FILENO);
     if (j.progress && strcmp(o->input, "-"))
-        j.total_lines = count_lines(o->input);
+        j.total_lines = mrun_count_lines(o->input);
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

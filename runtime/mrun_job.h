@@ -21,6 +21,10 @@
  *     and are written, exit 1 ("rerun with --resume"); a second signal
  *     kills at once (the output still ends in complete lines or one
  *     partial line, which --resume drops);
+ *   - stop strings (a line's "stop" texts and the job's --stop-string)
+ *     are matched token by token inside the step (rt_stopstr.h) with a
+ *     window allocated when the line is admitted; the token tables are
+ *     built once, at the first line that has stop strings;
  *   - a progress line on stderr only when it is a terminal; --metrics
  *     rewritten atomically every metrics_period seconds and at the end
  *     (a metrics file that cannot be written is reported once; the job
@@ -48,6 +52,9 @@ typedef struct mrun_job_opts {
     rt_jsonl_defaults defaults;
     const int32_t *stop;       /* job-wide extra stop tokens (borrowed) */
     size_t n_stop;
+    const char *const *stop_str; /* job-wide stop strings (borrowed) */
+    const size_t *stop_str_len;  /* their bytes, >= 1 */
+    size_t n_stop_str;
     int use_model_eos;
     int truncate;              /* 0 refuse, 1 left, 2 right */
     int quiet, verbose;

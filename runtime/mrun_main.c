@@ -16,6 +16,7 @@
 #include "mrun_job.h"
 #include "mrun_opts.h"
 #include "mrun_print.h"
+#include "rt_stopstr.h"
 #include "rt_tokenizer.h"
 
 /* Why no tokenizer was loaded (the loader's own message), for the error a
@@ -128,9 +129,10 @@ static char *decode(const rt_tokenizer *tok, const int32_t *ids, size_t n,
 static int open_model(const mrun_cli *c, mcrt **h)
 {
     uint64_t longest = 0;
-    size_t extra = c->score_labels ? 0
-                   : c->score_cont ? c->n_cont
-                                   : c->gp.max_new_tokens;
+    size_t extra = c->score_cont ? c->n_cont : c->gp.max_new_tokens;
+    if (c->score_labels) /* room for the longest label after the prompt */
+        for (size_t j = extra = 0; j < c->labels.n; j++)
+            extra = c->labels.len[j] > extra ? c->labels.len[j] : extra;
     for (size_t i = 0; i < c->in.n; i++)
         if (c->in.len[i] + extra > longest)
             longest = c->in.len[i] + extra;
@@ -143,10 +145,52 @@ static int open_model(const mrun_cli *c, mcrt **h)
     return rc;
 }
 
+/* --stop-string: one matcher per prompt, windows allocated here, fed
+ * inside the model's steps (mcrt_gen_params.on_token). */
+typedef struct stop_ctx {
+    rt_stop_pieces *pieces;
+    rt_stop_match *m;          /* [n] */
+    char *win;                 /* [n][bytes] */
+} stop_ctx;
+
+static int on_token(void *ctx, uint64_t seq, const int32_t *ids, size_t n)
+{
+    return rt_stop_match_push(&((stop_ctx *)ctx)->m[seq], ids[n - 1]);
+}
+
+/* Set up sc for n prompts; returns 0, or 1 after a message. */
+static int stop_setup(const mrun_cli *c, const rt_tokenizer *tok, size_t n,
+                      stop_ctx *sc, mcrt_gen_params *gp)
+{
+    memset(sc, 0, sizeof *sc);
+    if (c->n_stop_str == 0)
+        return 0;
+    mc_error e;
+    mc_error_clear(&e);
+    if (rt_stop_pieces_build(tok, &sc->pieces, &e) != MC_OK) {
+        fprintf(stderr, "mrun: --stop-string: %s\n", e.message);
+        return 1;
+    }
+    size_t w = rt_stop_match_bytes(sc->pieces, c->stop_str_len,
+                                   c->n_stop_str);
+    sc->m = mrun_xrealloc(NULL, n * sizeof *sc->m);
+    sc->win = mrun_xrealloc(NULL, n * w);
+    for (size_t i = 0; i < n; i++)
+        rt_stop_match_init(&sc->m[i], sc->pieces, c->stop_str,
+                           c->stop_str_len, c->n_stop_str, sc->win + i * w);
+    gp->on_token = on_token;
+    gp->on_token_ctx = sc;
+    return 0;
+}
+
 /* Generation; results on stdout (for --json, the object's first key). */
 static int run_generate(const mrun_cli *c, mcrt *h, const rt_tokenizer *tok)
 {
     size_t n = c->in.n, M = c->gp.max_new_tokens;
+    mcrt_gen_params gp = c->gp;
+    stop_ctx sc;
+    if (stop_setup(c, tok, n, &sc, &gp))
+        return 1;
     mcrt_result *res = mrun_xrealloc(NULL, n * sizeof *res);
     int32_t *buf = mrun_xrealloc(NULL, (n * M > 0 ? n * M : 1) * sizeof *buf);
     for (size_t i = 0; i < n; i++) {
@@ -154,12 +198,15 @@ static int run_generate(const mrun_cli *c, mcrt *h, const rt_tokenizer *tok)
         res[i].ids = buf + i * M;
     }
     int rc = mcrt_generate(h, (const int32_t *const *)c->in.ids, c->in.len, n,
-                           &c->gp, res);
+                           &gp, res);
     if (c->json && !rc)
         printf("\"sequences\": [");
     for (size_t i = 0; !rc && i < n; i++) {
         size_t tl = 0;
         char *text = decode(tok, res[i].ids, res[i].n_ids, &tl);
+        if (text && res[i].stop_reason == 3) /* cut before the stop string */
+            tl = rt_stop_find(text, tl, c->stop_str, c->stop_str_len,
+                              c->n_stop_str);
         mrun_print_sequence(c, i, &res[i], text, tl);
         free(text);
     }
@@ -167,6 +214,9 @@ static int run_generate(const mrun_cli *c, mcrt *h, const rt_tokenizer *tok)
         printf("], ");
     free(res);
     free(buf);
+    free(sc.m);
+    free(sc.win);
+    rt_stop_pieces_free(sc.pieces);
     return rc;
 }
 
@@ -179,10 +229,12 @@ static int run_score(const mrun_cli *c, mcrt *h)
     float **per_ptr = NULL;
     double *sum = NULL;
     if (c->score_labels) {
-        lab = mrun_xrealloc(NULL, n * c->n_labels * sizeof *lab);
-        rc = mcrt_score_labels(h, (const int32_t *const *)c->in.ids, c->in.len,
-                               n, c->labels, c->n_labels, lab,
-                               c->gp.truncate);
+        lab = mrun_xrealloc(NULL, n * c->labels.n * sizeof *lab);
+        rc = mcrt_score_label_seqs(h, (const int32_t *const *)c->in.ids,
+                                   c->in.len, n,
+                                   (const int32_t *const *)c->labels.ids,
+                                   c->labels.len, c->labels.n, lab,
+                                   c->gp.truncate);
     } else {
         per = mrun_xrealloc(NULL, n * c->n_cont * sizeof *per);
         per_ptr = mrun_xrealloc(NULL, n * sizeof *per_ptr);

@@ -12,6 +12,7 @@
 #include "fmt_ids.h"
 #include "mc_alloc.h"
 #include "mc_parse.h"
+#include "rt_stopstr.h"
 
 void *mrun_xrealloc(void *p, size_t n)
 {
@@ -90,17 +91,44 @@ static int parse_id_list(const char *opt, const char *v, int allow_empty,
 
 /* ---- handlers of the rows a field cannot say -------------------------- */
 
-static int on_tokens(void *base, const mc_opt *r, const char *flag,
-                     const char *v, char *why, size_t n)
+/* --tokens (one more prompt), --score-label (one more label): an id list
+ * appended to the mrun_seqs at the row's offset. */
+static int on_seq(void *base, const mc_opt *r, const char *flag,
+                  const char *v, char *why, size_t n)
 {
-    (void)r;
     mrun_cli *c = base;
     int32_t *ids;
     size_t k;
     if (parse_id_list(flag, v, 0, &ids, &k, why, n))
         return -1;
-    mrun_seqs_add(&c->in, ids, k);
+    mrun_seqs_add((mrun_seqs *)((char *)base + r->off), ids, k);
     free(ids);
+    if (r->off == offsetof(mrun_cli, labels))
+        c->score_labels = 1;
+    return 0;
+}
+
+/* --stop-string: one more stop string (repeatable). */
+static int on_stop_string(void *base, const mc_opt *r, const char *flag,
+                          const char *v, char *why, size_t n)
+{
+    (void)r;
+    mrun_cli *c = base;
+    size_t len = strlen(v);
+    if (len == 0 || len > RT_STOP_STRING_MAX) {
+        snprintf(why, n, "%s: a stop string has 1..%d bytes", flag,
+                 RT_STOP_STRING_MAX);
+        return -1;
+    }
+    if (c->n_stop_str == c->cap_stop_str) {
+        c->cap_stop_str = c->cap_stop_str ? 2 * c->cap_stop_str : 4;
+        c->stop_str = mrun_xrealloc(c->stop_str, c->cap_stop_str *
+                                                     sizeof *c->stop_str);
+        c->stop_str_len = mrun_xrealloc(
+            c->stop_str_len, c->cap_stop_str * sizeof *c->stop_str_len);
+    }
+    c->stop_str[c->n_stop_str] = v;
+    c->stop_str_len[c->n_stop_str++] = len;
     return 0;
 }
 
@@ -112,26 +140,48 @@ static int on_prompt(void *base, const mc_opt *r, const char *flag,
     return 0;
 }
 
-/* --stop, --score-labels, --score-continuation: a later one replaces. */
+static void seqs_free(mrun_seqs *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->ids[i]);
+    free(s->ids);
+    free(s->len);
+    memset(s, 0, sizeof *s);
+}
+
+/* --stop, --score-continuation: a later one replaces. */
 static int on_ids(void *base, const mc_opt *r, const char *flag,
                   const char *v, char *why, size_t n)
 {
     mrun_cli *c = base;
-    int32_t **dst = r->off == offsetof(mrun_cli, stop)     ? &c->stop
-                    : r->off == offsetof(mrun_cli, labels) ? &c->labels
-                                                           : &c->cont;
-    size_t *cnt = dst == &c->stop     ? &c->n_stop
-                  : dst == &c->labels ? &c->n_labels
-                                      : &c->n_cont;
+    int32_t **dst = r->off == offsetof(mrun_cli, stop) ? &c->stop : &c->cont;
+    size_t *cnt = dst == &c->stop ? &c->n_stop : &c->n_cont;
     free(*dst);
     *dst = NULL;
     *cnt = 0;
     if (parse_id_list(flag, v, dst == &c->stop, dst, cnt, why, n))
         return -1;
-    if (dst == &c->labels)
-        c->score_labels = 1;
-    else if (dst == &c->cont)
+    if (dst == &c->cont)
         c->score_cont = 1;
+    return 0;
+}
+
+/* --score-labels replaces every label with one-token labels
+ * (--score-label appends one label of one or more tokens: on_seq). */
+static int on_labels(void *base, const mc_opt *r, const char *flag,
+                     const char *v, char *why, size_t n)
+{
+    (void)r;
+    mrun_cli *c = base;
+    int32_t *ids;
+    size_t k;
+    if (parse_id_list(flag, v, 0, &ids, &k, why, n))
+        return -1;
+    seqs_free(&c->labels);
+    for (size_t i = 0; i < k; i++)
+        mrun_seqs_add(&c->labels, ids + i, 1);
+    free(ids);
+    c->score_labels = 1;
     return 0;
 }
 
@@ -152,7 +202,8 @@ static const mc_opt mrun_opts[] = {
     {.kind = MC_OPT_SECTION, .help = "Input (one of; token ids are decimal, "
      "separated by spaces or tabs):"},
     {.kind = MC_OPT_CALL, .flags = "--tokens", .value = "\"1 2 3\"",
-     .call = on_tokens, .help = "one prompt of token ids (repeatable)"},
+     .off = F(in), .call = on_seq,
+     .help = "one prompt of token ids (repeatable)"},
     {.kind = MC_OPT_STR, .flags = "--tokens-file", .value = "FILE",
      .off = F(tokens_file), .help = "one prompt of ids per line; blank lines "
      "and\nlines starting with '#' are skipped"},
@@ -201,13 +252,21 @@ static const mc_opt mrun_opts[] = {
      .help = "RNG seed (default 0); sequence i uses (S, i)"},
     {.kind = MC_OPT_CALL, .flags = "--stop", .value = "\"ids\"",
      .off = F(stop), .call = on_ids, .help = "extra stop token ids"},
+    {.kind = MC_OPT_CALL, .flags = "--stop-string", .value = "TEXT",
+     .call = on_stop_string, .help = "stop once the generated text holds "
+     "TEXT\n(repeatable; needs the tokenizer); the\ntext is cut before it, "
+     "the ids keep the\ntoken that completed it (\"stop_string\")"},
     {.kind = MC_OPT_CLEAR, .flags = "--ignore-eos", .off = F(gp.use_model_eos),
      .help = "do not stop at the model's EOS ids"},
 
     {.kind = MC_OPT_SECTION, .help = "Scoring (no generation):"},
     {.kind = MC_OPT_CALL, .flags = "--score-labels", .value = "\"ids\"",
-     .off = F(labels), .call = on_ids,
+     .off = F(labels), .call = on_labels,
      .help = "log-prob of each label token after each prompt"},
+    {.kind = MC_OPT_CALL, .flags = "--score-label", .value = "\"ids\"",
+     .off = F(labels), .call = on_seq,
+     .help = "one label of one or more tokens (repeatable,\nadds to "
+     "--score-labels): the sum of its\ntokens' log-probs after each prompt"},
     {.kind = MC_OPT_CALL, .flags = "--score-continuation", .value = "\"ids\"",
      .off = F(cont), .call = on_ids, .help = "log-prob of each continuation "
      "token and\ntheir sum, after each prompt"},
@@ -367,6 +426,9 @@ static int check_job_args(mrun_cli *c)
         .add_special = c->add_special};
     j->stop = c->stop;
     j->n_stop = c->n_stop;
+    j->stop_str = c->stop_str;
+    j->stop_str_len = c->stop_str_len;
+    j->n_stop_str = c->n_stop_str;
     j->use_model_eos = c->gp.use_model_eos;
     j->truncate = c->gp.truncate;
     j->quiet = c->quiet;
@@ -416,14 +478,13 @@ int mrun_cli_parse(int argc, char **argv, mrun_cli *c)
 
 void mrun_cli_free(mrun_cli *c)
 {
-    for (size_t i = 0; i < c->in.n; i++)
-        free(c->in.ids[i]);
-    free(c->in.ids);
-    free(c->in.len);
+    seqs_free(&c->in);
+    seqs_free(&c->labels);
     free(c->texts);
     mc_free(c->prompts_text); /* fmt_file_read: mc_alloc */
     free(c->stop);
-    free(c->labels);
     free(c->cont);
+    free(c->stop_str);
+    free(c->stop_str_len);
     memset(c, 0, sizeof *c);
 }

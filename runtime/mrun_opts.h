@@ -38,8 +38,11 @@ typedef struct mrun_cli {
     mcrt_gen_params gp;
     int32_t *stop;             /* --stop ids (owned), n_stop of them */
     size_t n_stop;
-    int32_t *labels;           /* --score-labels ids (owned) */
-    size_t n_labels;
+    const char **stop_str;     /* --stop-string values (the array owned) */
+    size_t *stop_str_len;      /* their bytes */
+    size_t n_stop_str, cap_stop_str;
+    mrun_seqs labels;          /* --score-labels (one token each) and
+                                  --score-label (one label each) */
     int32_t *cont;             /* --score-continuation ids (owned) */
     size_t n_cont;
     int score_labels, score_cont;

@@ -148,10 +148,17 @@ void mrun_print_scores(const mrun_cli *c, size_t n, const float *lab,
         if (c->json) {
             printf("%s{", i ? ", " : "");
             if (lab) {
+                const mrun_seqs *L = &c->labels;
                 printf("\"labels\": [");
-                for (size_t j = 0; j < c->n_labels; j++)
-                    printf("%s{\"id\": %d, \"logprob\": %.7g}", j ? ", " : "",
-                           (int)c->labels[j], lab[i * c->n_labels + j]);
+                for (size_t j = 0; j < L->n; j++) {
+                    printf("%s{\"%s\": ", j ? ", " : "",
+                           L->len[j] == 1 ? "id" : "ids");
+                    for (size_t t = 0; t < L->len[j]; t++)
+                        printf("%s%d", t ? ", " : L->len[j] == 1 ? "" : "[",
+                               (int)L->ids[j][t]);
+                    printf("%s, \"logprob\": %.7g}", L->len[j] == 1 ? "" : "]",
+                           lab[i * L->n + j]);
+                }
                 printf("]}");
             } else {
                 printf("\"logprobs\": [");
@@ -160,8 +167,8 @@ void mrun_print_scores(const mrun_cli *c, size_t n, const float *lab,
                 printf("], \"sum\": %.9g}", sum[i]);
             }
         } else if (lab) {
-            for (size_t j = 0; j < c->n_labels; j++)
-                printf("%s%.7g", j ? " " : "", lab[i * c->n_labels + j]);
+            for (size_t j = 0; j < c->labels.n; j++)
+                printf("%s%.7g", j ? " " : "", lab[i * c->labels.n + j]);
             putchar('\n');
         } else {
             printf("%.9g\t", sum[i]);
@@ -188,7 +195,8 @@ void mrun_print_sequence(const mrun_cli *c, size_t i, const mcrt_result *res,
             printf("null");
         printf(", \"prompt_tokens\": %zu, \"stop_reason\": \"%s\"}",
                res->prompt_used,
-               res->stop_reason == 2   ? "stop_token"
+               res->stop_reason == 3   ? "stop_string"
+               : res->stop_reason == 2 ? "stop_token"
                : res->stop_reason == 1 ? "length"
                                        : "none");
         return;

@@ -18,6 +18,13 @@
 
 #define MCRT_MAX_STOP 64
 
+/* A slot's mcrt_gen_params.on_token and the sequence index it reports. */
+typedef struct slot_hook {
+    int (*fn)(void *ctx, uint64_t seq, const int32_t *ids, size_t n);
+    void *ctx;
+    uint64_t seq;
+} slot_hook;
+
 struct mcrt {
     rt_model *model;
     rt_session *sess;
@@ -31,6 +38,7 @@ struct mcrt {
     rt_gen_params *slot_gp;    /* [max_batch] */
     int32_t *slot_stop;        /* [max_batch][MCRT_MAX_STOP] */
     mcrt_result **slot_res;    /* [max_batch] the caller's result */
+    slot_hook *hook;           /* [max_batch] the caller's on_token */
     /* memory figures, fixed at open (see mcrt_info) */
     uint64_t planned_bytes, reserve_bytes, weights_all_bytes;
     int plan_source;           /* MCRT_PLAN_* */
@@ -93,6 +101,7 @@ void mcrt_close(mcrt *h)
     mc_free(h->slot_gp);
     mc_free(h->slot_stop);
     mc_free(h->slot_res);
+    mc_free(h->hook);
     mc_free(h);
 }
 
@@ -277,8 +286,9 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
     h->slot_gp = mc_calloc(B, sizeof *h->slot_gp);
     h->slot_stop = mc_calloc(B * MCRT_MAX_STOP, sizeof *h->slot_stop);
     h->slot_res = mc_calloc(B, sizeof *h->slot_res);
+    h->hook = mc_calloc(B, sizeof *h->hook);
     if (!h->prompts || !h->gres || !h->items || !h->cont_scratch ||
-        !h->slot_gp || !h->slot_stop || !h->slot_res) {
+        !h->slot_gp || !h->slot_stop || !h->slot_res || !h->hook) {
         mcrt_close(h);
         return set_msg(NULL, MC_ERR_NOMEM, "mcrt_open: out of memory");
     }
@@ -352,6 +362,14 @@ static int busy_refusal(mcrt *h)
 /* The session's parameters for p, its stop ids (the caller's, then the
  * model's EOS ids when asked) written to stop[MCRT_MAX_STOP].  0 or the
  * status of a refusal (message set). */
+/* The session's on_token (seq: the slot) to the caller's (seq: the
+ * request's index). */
+static int hook_of_slot(void *ctx, size_t slot, const int32_t *ids, size_t n)
+{
+    const slot_hook *k = &((mcrt *)ctx)->hook[slot];
+    return k->fn(k->ctx, k->seq, ids, n);
+}
+
 static int gen_params_of(mcrt *h, const mcrt_gen_params *p, int32_t *stop,
                          rt_gen_params *gp)
 {
@@ -380,6 +398,10 @@ static int gen_params_of(mcrt *h, const mcrt_gen_params *p, int32_t *stop,
     gp->stop = stop;
     gp->n_stop = n_stop;
     gp->truncate = (rt_truncate)p->truncate;
+    if (p->on_token) {
+        gp->on_token = hook_of_slot;
+        gp->on_token_ctx = h;
+    }
     return 0;
 }
 
@@ -402,6 +424,7 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
             h->prompts[i].n = lens[w0 + i];
             memset(&h->gres[i], 0, sizeof h->gres[i]);
             h->gres[i].ids = results[w0 + i].ids;
+            h->hook[i] = (slot_hook){p->on_token, p->on_token_ctx, w0 + i};
         }
         gp.seq_index0 = w0;
         mc_error e;
@@ -422,8 +445,8 @@ int mcrt_generate(mcrt *h, const int32_t *const *prompts, const size_t *lens,
 }
 
 static int score_waves(mcrt *h, const int32_t *const *prompts,
-                       const size_t *lens, size_t n, const int32_t *labels,
-                       size_t n_labels, float *label_out,
+                       const size_t *lens, size_t n, const rt_labels *labels,
+                       float *label_out,
                        const int32_t *const *conts, const size_t *cont_lens,
                        float *const *per_token, double *sum, int truncate)
 {
@@ -456,12 +479,12 @@ static int score_waves(mcrt *h, const int32_t *const *prompts,
                                         : h->cont_scratch + i * S;
             }
             if (label_out)
-                it->label_logprobs = label_out + (w0 + i) * n_labels;
+                it->label_logprobs = label_out + (w0 + i) * labels->n;
         }
         mc_error e;
         mc_error_clear(&e);
-        mc_status st = rt_session_score(h->sess, h->items, k, labels,
-                                        n_labels, (rt_truncate)truncate, &e);
+        mc_status st = rt_session_score_labels(h->sess, h->items, k, labels,
+                                               (rt_truncate)truncate, &e);
         if (st == MC_OK)
             st = fmt_mapguard_check(&e);
         if (st)
@@ -481,8 +504,20 @@ int mcrt_score_labels(mcrt *h, const int32_t *const *prompts,
                       const size_t *lens, size_t n, const int32_t *labels,
                       size_t n_labels, float *out, int truncate)
 {
-    return score_waves(h, prompts, lens, n, labels, n_labels, out, NULL, NULL,
-                       NULL, NULL, truncate);
+    rt_labels l = {NULL, NULL, labels, n_labels};
+    return score_waves(h, prompts, lens, n, &l, out, NULL, NULL, NULL, NULL,
+                       truncate);
+}
+
+int mcrt_score_label_seqs(mcrt *h, const int32_t *const *prompts,
+                          const size_t *lens, size_t n,
+                          const int32_t *const *labels,
+                          const size_t *label_lens, size_t n_labels,
+                          float *out, int truncate)
+{
+    rt_labels l = {labels, label_lens, NULL, n_labels};
+    return score_waves(h, prompts, lens, n, &l, out, NULL, NULL, NULL, NULL,
+                       truncate);
 }
 
 int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
@@ -491,7 +526,7 @@ int mcrt_score_continuations(mcrt *h, const int32_t *const *prompts,
                              const size_t *cont_lens, float *const *per_token,
                              double *sum, int truncate)
 {
-    return score_waves(h, prompts, lens, n, NULL, 0, NULL, conts, cont_lens,
+    return score_waves(h, prompts, lens, n, NULL, NULL, conts, cont_lens,
                        per_token, sum, truncate);
 }
 
@@ -547,6 +582,7 @@ int mcrt_submit_generate(mcrt *h, const int32_t *prompt, size_t len,
     if (rc)
         return refuse(h, 1, rc);
     gp->seq_index0 = seq_index;
+    h->hook[slot] = (slot_hook){p->on_token, p->on_token_ctx, seq_index};
     rt_prompt pr = {.ids = prompt, .n = len};
     memset(&h->gres[slot], 0, sizeof h->gres[slot]);
     h->gres[slot].ids = result->ids;

@@ -2,6 +2,7 @@
  * rt_jsonl.h).  Input goes through jansson; output is written by hand so
  * that its bytes are fixed (key order, float format, UTF-8 repair). */
 #include "rt_jsonl.h"
+#include "rt_stopstr.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -166,12 +167,30 @@ void rt_jsonl_req_free(rt_jsonl_req *r)
     free(r->id);
     free(r->ids);
     free(r->stop);
-    free(r->labels);
-    for (size_t i = 0; r->label_json && i < r->n_labels; i++)
-        free(r->label_json[i]);
+    for (size_t i = 0; r->stop_str && i < r->n_stop_str; i++)
+        free(r->stop_str[i]);
+    free(r->stop_str);
+    free(r->stop_str_len);
+    for (size_t i = 0; i < r->n_labels; i++) {
+        if (r->label_seq)
+            free(r->label_seq[i]);
+        if (r->label_json)
+            free(r->label_json[i]);
+    }
+    free(r->label_seq);
+    free(r->label_len);
     free(r->label_json);
     free(r->cont);
     memset(r, 0, sizeof *r);
+}
+
+size_t rt_jsonl_score_extra(const rt_jsonl_req *r)
+{
+    size_t m = r->n_cont;
+    for (size_t i = 0; i < r->n_labels; i++)
+        if (r->label_len[i] > m)
+            m = r->label_len[i];
+    return m;
 }
 
 static mc_status bad(mc_error *err, uint64_t line, const char *key,
@@ -257,48 +276,91 @@ static mc_status get_labels(const json_t *v, const rt_tokenizer *tok,
 {
     if (!json_is_array(v) || json_array_size(v) == 0)
         return bad(err, r->line, "labels",
-                   "expected a non-empty array of token ids or texts");
+                   "expected a non-empty array of token ids, texts or "
+                   "arrays of token ids");
     size_t k = json_array_size(v);
-    r->labels = calloc(k, sizeof *r->labels);
+    r->label_seq = calloc(k, sizeof *r->label_seq);
+    r->label_len = calloc(k, sizeof *r->label_len);
     r->label_json = calloc(k, sizeof *r->label_json);
-    if (!r->labels || !r->label_json)
+    if (!r->label_seq || !r->label_len || !r->label_json)
         return mc_fail(err, MC_ERR_NOMEM, NULL, "labels", -1, "line %llu",
                        (unsigned long long)r->line);
     for (size_t i = 0; i < k; i++) {
         const json_t *e = json_array_get(v, i);
-        r->n_labels = i + 1; /* label_json[i] freed from here on */
+        r->n_labels = i + 1; /* label i freed from here on */
+        mc_status st = MC_OK;
         if (json_is_integer(e) && json_integer_value(e) >= 0 &&
             json_integer_value(e) <= INT32_MAX) {
-            r->labels[i] = (int32_t)json_integer_value(e);
+            if (!(r->label_seq[i] = malloc(sizeof *r->label_seq[i])))
+                return mc_fail(err, MC_ERR_NOMEM, NULL, "labels", -1,
+                               "line %llu", (unsigned long long)r->line);
+            r->label_seq[i][0] = (int32_t)json_integer_value(e);
+            r->label_len[i] = 1;
         } else if (json_is_string(e)) {
-            int32_t *ids = NULL;
-            size_t n = 0;
-            mc_status st = encode(tok, json_string_value(e),
-                                  json_string_length(e), 0, r->line,
-                                  "labels", &ids, &n, err);
-            if (st)
-                return st;
-            if (n != 1) {
-                free(ids);
-                return mc_fail(err, MC_ERR_FORMAT, NULL, "labels", -1,
-                               "line %llu: \"labels\"[%zu] encodes to %zu "
-                               "tokens; a label must be one token (give "
-                               "its id, or score the text as a "
-                               "\"continuation\")",
-                               (unsigned long long)r->line, i, n);
-            }
-            r->labels[i] = ids[0];
-            free(ids);
+            st = encode(tok, json_string_value(e), json_string_length(e), 0,
+                        r->line, "labels", &r->label_seq[i], &r->label_len[i],
+                        err);
+        } else if (json_is_array(e)) {
+            st = id_array(e, r->line, "labels", &r->label_seq[i],
+                          &r->label_len[i], err);
         } else {
             return mc_fail(err, MC_ERR_FORMAT, NULL, "labels", -1,
-                           "line %llu: \"labels\"[%zu]: expected a token id "
-                           "or the text of one token",
+                           "line %llu: \"labels\"[%zu]: expected a token id, "
+                           "a text or an array of token ids",
                            (unsigned long long)r->line, i);
         }
+        if (st)
+            return st;
+        if (r->label_len[i] == 0)
+            return mc_fail(err, MC_ERR_FORMAT, NULL, "labels", -1,
+                           "line %llu: \"labels\"[%zu] is %s: a label needs "
+                           "at least one token",
+                           (unsigned long long)r->line, i,
+                           json_is_string(e) ? "a text that encodes to no "
+                                               "tokens"
+                                             : "an empty array");
         r->label_json[i] = json_dumps(e, JSON_ENCODE_ANY | JSON_COMPACT);
         if (!r->label_json[i])
             return mc_fail(err, MC_ERR_NOMEM, NULL, "labels", -1,
                            "line %llu", (unsigned long long)r->line);
+    }
+    return MC_OK;
+}
+
+/* "stop": token ids and stop strings, in two lists. */
+static mc_status get_stop(const json_t *v, rt_jsonl_req *r, mc_error *err)
+{
+    if (!json_is_array(v))
+        return bad(err, r->line, "stop",
+                   "expected an array of token ids and texts");
+    size_t k = json_array_size(v);
+    r->stop = malloc((k ? k : 1) * sizeof *r->stop);
+    r->stop_str = calloc(k ? k : 1, sizeof *r->stop_str);
+    r->stop_str_len = calloc(k ? k : 1, sizeof *r->stop_str_len);
+    if (!r->stop || !r->stop_str || !r->stop_str_len)
+        return mc_fail(err, MC_ERR_NOMEM, NULL, "stop", -1, "line %llu",
+                       (unsigned long long)r->line);
+    for (size_t i = 0; i < k; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (json_is_integer(e) && json_integer_value(e) >= 0 &&
+            json_integer_value(e) <= INT32_MAX) {
+            r->stop[r->n_stop++] = (int32_t)json_integer_value(e);
+            continue;
+        }
+        size_t n = json_is_string(e) ? json_string_length(e) : 0;
+        if (n == 0 || n > RT_STOP_STRING_MAX)
+            return mc_fail(err, MC_ERR_FORMAT, NULL, "stop", -1,
+                           "line %llu: \"stop\"[%zu]: expected a token id "
+                           "(an integer 0..%d) or a text of 1..%d bytes",
+                           (unsigned long long)r->line, i, INT32_MAX,
+                           RT_STOP_STRING_MAX);
+        char *s = malloc(n);
+        if (!s)
+            return mc_fail(err, MC_ERR_NOMEM, NULL, "stop", -1, "line %llu",
+                           (unsigned long long)r->line);
+        memcpy(s, json_string_value(e), n);
+        r->stop_str[r->n_stop_str] = s;
+        r->stop_str_len[r->n_stop_str++] = n;
     }
     return MC_OK;
 }
@@ -340,7 +402,7 @@ static mc_status get_options(const json_t *o, rt_jsonl_req *r, mc_error *err)
         r->seq_index = 0;
     }
     if ((v = json_object_get(o, "stop")))
-        return id_array(v, r->line, "stop", &r->stop, &r->n_stop, err);
+        return get_stop(v, r, err);
     return MC_OK;
 }
 
@@ -447,7 +509,10 @@ mc_status rt_jsonl_format_result(const rt_jsonl_req *r,
     if (!r->score) {
         sb_printf(&b, ",\"generated_tokens\":%zu,\"stop_reason\":\"%s\","
                       "\"ids\":[",
-                  res->n_gen, res->stop_token ? "stop_token" : "length");
+                  res->n_gen,
+                  res->stop_string  ? "stop_string"
+                  : res->stop_token ? "stop_token"
+                                    : "length");
         for (size_t i = 0; i < res->n_gen; i++)
             sb_printf(&b, i ? ",%d" : "%d", (int)res->gen_ids[i]);
         sb_str(&b, "],\"text\":");
@@ -464,7 +529,7 @@ mc_status rt_jsonl_format_result(const rt_jsonl_req *r,
             sb_str(&b, r->label_json[i]);
             sb_str(&b, ",\"logprob\":");
             sb_float(&b, res->label_logprobs[i], 9);
-            sb_str(&b, "}");
+            sb_printf(&b, ",\"tokens\":%zu}", r->label_len[i]);
             if (res->label_logprobs[i] > res->label_logprobs[best])
                 best = i;
         }

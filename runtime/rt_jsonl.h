@@ -15,10 +15,15 @@
  *   "top_k"          integer >= 0 (0 off)    default: the job's
  *   "top_p"          number in (0, 1]        default: the job's
  *   "seed"           integer >= 0            default: see below
- *   "stop"           [token id, ...]         extra stop tokens
- *   "labels"         [token id | text of one token, ...]   } scoring
- *   "continuation"   text | [token id, ...]                } instead of
- *                                                            generation
+ *   "stop"           [token id | text, ...]  extra stop tokens and stop
+ *                                            strings (1..RT_STOP_STRING_MAX
+ *                                            bytes; rt_stopstr.h)
+ *   "labels"         [token id | text | [token id, ...], ...] } scoring
+ *   "continuation"   text | [token id, ...]                   } instead of
+ *                                                               generation
+ * A label is one token id, a text (encoded without BOS) or an id array, of
+ * one or more tokens (none: the line is an error); its score is the sum of
+ * its tokens' log-probabilities after the prompt (rt_session.h rt_labels).
  * Sampling RNG of a request: (seed, 0) when the line gives "seed", else
  * (the job's seed, line number - 1).  Either way it depends only on the
  * line, never on what else runs in the batch, so a resumed job samples the
@@ -29,9 +34,11 @@
  * U+FFFD; the same request always gives the same bytes:
  *
  *   {"id":ID,"line":N,"prompt_tokens":P,"generated_tokens":G,
- *    "stop_reason":"length"|"stop_token","ids":[...],"text":"..."|null}
+ *    "stop_reason":"length"|"stop_token"|"stop_string","ids":[...],
+ *    "text":"..."|null}     (stop_string: ids end with the token that
+ *                            completed the match, text is cut before it)
  *   {"id":ID,"line":N,"prompt_tokens":P,
- *    "labels":[{"label":L,"logprob":x},...],"label":L_best,
+ *    "labels":[{"label":L,"logprob":x,"tokens":m},...],"label":L_best,
  *    "continuation_logprobs":[...],"continuation_sum":x}   (parts present
  *                                                  as the request asked)
  *   {"id":ID,"line":N,"error":"...","max_batch":B,"max_seq":S}
@@ -70,10 +77,14 @@ typedef struct rt_jsonl_req {
     uint32_t top_k;
     uint64_t seed;             /* RNG stream (seed, seq_index) */
     uint64_t seq_index;
-    int32_t *stop;             /* [n_stop] from the line */
+    int32_t *stop;             /* [n_stop] stop token ids from the line */
     size_t n_stop;
+    char **stop_str;           /* [n_stop_str] stop strings (owned) */
+    size_t *stop_str_len;      /* [n_stop_str] their bytes, >= 1 */
+    size_t n_stop_str;
     int score;                 /* labels and/or continuation: scoring */
-    int32_t *labels;           /* [n_labels] */
+    int32_t **label_seq;       /* [n_labels] each label's tokens (owned) */
+    size_t *label_len;         /* [n_labels] their counts, >= 1 */
     size_t n_labels;
     char **label_json;         /* [n_labels] each label as given, JSON text */
     int32_t *cont;             /* [n_cont] */
@@ -95,6 +106,10 @@ mc_status rt_jsonl_parse(const char *line, size_t len, uint64_t line_no,
                          const rt_jsonl_defaults *d, const rt_tokenizer *tok,
                          rt_jsonl_req *out, mc_error *err);
 
+/* Tokens a scoring request needs after its prompt: the longer of its
+ * continuation and its longest label. */
+size_t rt_jsonl_score_extra(const rt_jsonl_req *r);
+
 /* Free the contents of r (not r itself); NULL is a no-op. */
 void rt_jsonl_req_free(rt_jsonl_req *r);
 
@@ -104,9 +119,10 @@ typedef struct rt_jsonl_result {
     const int32_t *gen_ids;    /* generate: [n_gen] */
     size_t n_gen;
     int stop_token;            /* generate: 1 a stop token ended it */
+    int stop_string;           /* generate: 1 a stop string ended it */
     const char *text;          /* generate: decoded text, or NULL */
     size_t text_len;
-    const float *label_logprobs; /* score: [req->n_labels] */
+    const float *label_logprobs; /* score: [req->n_labels] label sums */
     const float *cont_logprobs;  /* score: [req->n_cont] */
 } rt_jsonl_result;
 

@@ -82,21 +82,57 @@ mc_status rt_request_setup_generate(const rt_limits *L, uint32_t vocab,
     return MC_OK;
 }
 
+const int32_t *rt_labels_tokens(const rt_labels *l, size_t j)
+{
+    return l->seq ? l->seq[j] : l->ids + j;
+}
+
+size_t rt_labels_len(const rt_labels *l, size_t j)
+{
+    return l->seq ? l->len[j] : 1;
+}
+
+/* Every label: at least one token, every id in the vocabulary.
+ * *longest gets the longest label's token count (0 without labels). */
+static mc_status check_labels(uint32_t vocab, const rt_labels *l,
+                              size_t *longest, mc_error *err)
+{
+    *longest = 0;
+    for (size_t j = 0; l && j < l->n; j++) {
+        size_t m = rt_labels_len(l, j);
+        const int32_t *t = rt_labels_tokens(l, j);
+        if (m == 0 || !t)
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "labels", -1,
+                           "label %zu has no tokens (a label needs at least "
+                           "one)", j);
+        mc_status st = rt_request_check_ids(vocab, t, m, 0, "labels", err);
+        if (st)
+            return st;
+        if (m > *longest)
+            *longest = m;
+    }
+    return MC_OK;
+}
+
 mc_status rt_request_setup_score(const rt_limits *L, uint32_t vocab,
                                  rt_seq *seq, rt_score_item *items, size_t n,
-                                 const int32_t *labels, size_t n_labels,
+                                 const rt_labels *labels,
                                  rt_truncate truncate, mc_error *err)
 {
+    size_t longest = 0;
+    const size_t n_labels = labels ? labels->n : 0;
     mc_status st = rt_request_check_batch(L, n, err);
-    if (st || (st = rt_request_check_ids(vocab, labels, n_labels, 0, "labels",
-                                         err)))
+    if (st || (st = check_labels(vocab, labels, &longest, err)))
         return st;
     for (size_t i = 0; i < n; i++) {
         rt_seq *q = &seq[i];
         rt_score_item *it = &items[i];
         memset(q, 0, sizeof *q);
-        if ((st = rt_request_fit_prompt(L, &it->prompt, it->n_cont, truncate,
-                                        i, q, err)) ||
+        /* Room for the longer of the continuation and the longest label:
+         * each is fed after the same prompt. */
+        size_t extra = it->n_cont > longest ? it->n_cont : longest;
+        if ((st = rt_request_fit_prompt(L, &it->prompt, extra, truncate, i,
+                                        q, err)) ||
             (st = rt_request_check_ids(vocab, q->a, q->na, i, "prompt", err)) ||
             (st = rt_request_check_ids(vocab, it->cont, it->n_cont, i,
                                        "continuation", err)))
@@ -106,7 +142,7 @@ mc_status rt_request_setup_score(const rt_limits *L, uint32_t vocab,
             return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "score", -1,
                            "sequence %zu: missing output buffer", i);
         /* Feed the continuation except its last token (nothing scores
-         * what follows it). */
+         * what follows it); multi-token labels come after it (rt_sched.c). */
         q->b = it->cont;
         q->nb = it->n_cont ? it->n_cont - 1 : 0;
     }

@@ -51,7 +51,9 @@ mc_status rt_request_fit_prompt(const rt_limits *L, const rt_prompt *p,
  * room for p->max_new_tokens, res[i] reset (ids must be given when tokens
  * are asked), RNGs seeded.  Score: labels checked, each continuation fed
  * but its last token (nothing scores what follows it), output buffers
- * required.  Logits: prompts fitted untruncated, out[i] required.  Errors
+ * required; labels (may be NULL) checked, none empty, and the prompt
+ * fitted with room for the longer of the continuation and the longest
+ * label.  Logits: prompts fitted untruncated, out[i] required.  Errors
  * leave the session state to be overwritten by the next call. */
 mc_status rt_request_setup_generate(const rt_limits *L, uint32_t vocab,
                                     rt_seq *seq, const rt_prompt *prompts,
@@ -59,8 +61,12 @@ mc_status rt_request_setup_generate(const rt_limits *L, uint32_t vocab,
                                     rt_gen_result *res, mc_error *err);
 mc_status rt_request_setup_score(const rt_limits *L, uint32_t vocab,
                                  rt_seq *seq, rt_score_item *items, size_t n,
-                                 const int32_t *labels, size_t n_labels,
+                                 const rt_labels *labels,
                                  rt_truncate truncate, mc_error *err);
+
+/* Label j of l: its tokens (borrowed) and their count. */
+const int32_t *rt_labels_tokens(const rt_labels *l, size_t j);
+size_t rt_labels_len(const rt_labels *l, size_t j);
 mc_status rt_request_setup_logits(const rt_limits *L, uint32_t vocab,
                                   rt_seq *seq, const rt_prompt *prompts,
                                   size_t n, float *const *out, mc_error *err);

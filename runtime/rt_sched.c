@@ -33,8 +33,12 @@ typedef struct rt_slot {
     const rt_gen_params *gp;   /* generate */
     rt_gen_result *gres;       /* generate: this slot's result */
     rt_score_item *item;       /* score */
-    const int32_t *labels;     /* score: n_labels label ids */
-    size_t n_labels;
+    rt_labels labels;          /* score: the labels (views) */
+    /* Score: 0 while the prompt (and continuation) run; k >= 1 while the
+     * tokens of label k - 1 (of >= 2 tokens) are fed after the prompt,
+     * over the same prompt KV.  acc: that label's log-prob so far. */
+    size_t label_phase;
+    double acc;
     float *logits_out;         /* logits: [n][vocab] */
 } rt_slot;
 
@@ -214,7 +218,9 @@ static int row_needs_logits(const rt_session *s, size_t i, size_t p)
         return p + 1 == q->na + q->nb && q->nb < sl->gp->max_new_tokens;
     case MODE_SCORE: {
         const rt_score_item *it = sl->item;
-        if (p + 1 == q->na && sl->n_labels > 0)
+        if (sl->label_phase > 0) /* every label row scores the next token */
+            return 1;
+        if (p + 1 == q->na && sl->labels.n > 0)
             return 1;
         return p + 1 >= q->na && p + 1 < q->na + it->n_cont;
     }
@@ -237,9 +243,19 @@ static void consume_row(rt_session *s, size_t i, size_t p, float *lg,
     }
     if (sl->mode == MODE_SCORE) {
         rt_score_item *it = sl->item;
+        const rt_labels *L = &sl->labels;
+        if (sl->label_phase > 0) {
+            /* Row p predicts token p + 1 - na of the label (>= 1): summed
+             * in double in token order, as a continuation sum is. */
+            size_t k = sl->label_phase - 1;
+            sl->acc += rt_logprob(lg, V, L->seq[k][p + 1 - q->na]);
+            it->label_logprobs[k] = (float)sl->acc;
+            return;
+        }
         if (p + 1 == q->na)
-            for (size_t j = 0; j < sl->n_labels; j++)
-                it->label_logprobs[j] = rt_logprob(lg, V, sl->labels[j]);
+            for (size_t j = 0; j < L->n; j++)
+                it->label_logprobs[j] = rt_logprob(
+                    lg, V, L->seq ? L->seq[j][0] : L->ids[j]);
         if (p + 1 >= q->na && p + 1 < q->na + it->n_cont) {
             size_t c = p + 1 - q->na;
             it->cont_logprobs[c] = rt_logprob(lg, V, it->cont[c]);
@@ -262,6 +278,11 @@ static void consume_row(rt_session *s, size_t i, size_t p, float *lg,
     }
     res->ids[q->nb++] = t;
     res->n = q->nb;
+    if (gp->on_token && gp->on_token(gp->on_token_ctx, i, res->ids, q->nb)) {
+        res->stop = RT_STOP_STRING;
+        q->done = 1;
+        return;
+    }
     if (q->nb >= gp->max_new_tokens) {
         res->stop = RT_STOP_LENGTH;
         q->done = 1;
@@ -412,6 +433,30 @@ static mc_status run_backend(rt_session *s, mc_error *err)
     return st;
 }
 
+/* A score slot whose rows have all run: start its next label of >= 2
+ * tokens (fed from the prompt's end, overwriting the KV positions the
+ * previous one used).  Returns 1 if one started, 0 if the slot is done. */
+static int next_label(rt_session *s, size_t i)
+{
+    rt_slot *sl = &s->slot[i];
+    rt_seq *q = &s->seq[i];
+    const rt_labels *L = &sl->labels;
+    if (sl->mode != MODE_SCORE || !L->seq)
+        return 0;
+    for (size_t k = sl->label_phase; k < L->n; k++) {
+        size_t m = L->len[k];
+        if (m < 2)
+            continue;
+        sl->label_phase = k + 1;
+        sl->acc = (double)sl->item->label_logprobs[k]; /* the first token */
+        q->b = L->seq[k];
+        q->nb = m - 1;
+        q->fed = q->na;
+        return 1;
+    }
+    return 0;
+}
+
 /* Run one step over the busy slots.  Slots that finish are released and
  * appended to done[] (room for max_batch; may be NULL).  A logits row that
  * is not finite fails the step with MC_ERR_NONFINITE and releases every
@@ -441,7 +486,8 @@ static mc_status step_once(rt_session *s, uint32_t *done, size_t *n_done,
         rt_seq *q = &s->seq[i];
         if (!q->done && q->fed == q->na + q->nb &&
             (s->slot[i].mode != MODE_GENERATE ||
-             q->nb >= s->slot[i].gp->max_new_tokens))
+             q->nb >= s->slot[i].gp->max_new_tokens) &&
+            (T == 0 || !next_label(s, i)))
             q->done = 1;
         if (q->done || T == 0) {
             if (done)
@@ -517,23 +563,36 @@ mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
     return run_calls(s, err);
 }
 
-mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
-                           const int32_t *labels, size_t n_labels,
-                           rt_truncate truncate, mc_error *err)
+/* The labels as a slot holds them (none: n = 0). */
+static rt_labels label_view(const rt_labels *l)
+{
+    rt_labels v = {NULL, NULL, NULL, 0};
+    return l ? *l : v;
+}
+
+mc_status rt_session_score_labels(rt_session *s, rt_score_item *items,
+                                  size_t n, const rt_labels *labels,
+                                  rt_truncate truncate, mc_error *err)
 {
     mc_status st = check_idle(s, err);
     if (st || (st = rt_request_setup_score(&s->be.layout.limits,
                                            s->m->cfg.vocab_size, s->seq, items,
-                                           n, labels, n_labels, truncate,
-                                           err)))
+                                           n, labels, truncate, err)))
         return st;
     claim_first(s, n, MODE_SCORE);
     for (size_t i = 0; i < n; i++) {
         s->slot[i].item = &items[i];
-        s->slot[i].labels = labels;
-        s->slot[i].n_labels = n_labels;
+        s->slot[i].labels = label_view(labels);
     }
     return run_calls(s, err);
+}
+
+mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
+                           const int32_t *labels, size_t n_labels,
+                           rt_truncate truncate, mc_error *err)
+{
+    rt_labels l = {NULL, NULL, labels, n_labels};
+    return rt_session_score_labels(s, items, n, &l, truncate, err);
 }
 
 mc_status rt_session_logits(rt_session *s, const rt_prompt *prompts,
@@ -592,24 +651,32 @@ mc_status rt_session_admit_generate(rt_session *s, uint32_t slot,
     return MC_OK;
 }
 
-mc_status rt_session_admit_score(rt_session *s, uint32_t slot,
-                                 rt_score_item *item, const int32_t *labels,
-                                 size_t n_labels, rt_truncate truncate,
-                                 mc_error *err)
+mc_status rt_session_admit_score_labels(rt_session *s, uint32_t slot,
+                                        rt_score_item *item,
+                                        const rt_labels *labels,
+                                        rt_truncate truncate, mc_error *err)
 {
     mc_status st = check_free_slot(s, slot, err);
     if (st || (st = rt_request_setup_score(&s->be.layout.limits,
                                            s->m->cfg.vocab_size,
                                            &s->seq[slot], item, 1, labels,
-                                           n_labels, truncate, err)))
+                                           truncate, err)))
         return st;
     memset(&s->slot[slot], 0, sizeof s->slot[slot]);
     s->slot[slot].mode = MODE_SCORE;
     s->slot[slot].item = item;
-    s->slot[slot].labels = labels;
-    s->slot[slot].n_labels = n_labels;
+    s->slot[slot].labels = label_view(labels);
     admit(s, slot);
     return MC_OK;
+}
+
+mc_status rt_session_admit_score(rt_session *s, uint32_t slot,
+                                 rt_score_item *item, const int32_t *labels,
+                                 size_t n_labels, rt_truncate truncate,
+                                 mc_error *err)
+{
+    rt_labels l = {NULL, NULL, labels, n_labels};
+    return rt_session_admit_score_labels(s, slot, item, &l, truncate, err);
 }
 
 mc_status rt_session_step(rt_session *s, uint32_t *done, size_t *n_done,

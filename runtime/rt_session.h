@@ -24,10 +24,11 @@
  * beside the rows of sequences already decoding.  Prompt rows go to the
  * oldest admitted request first.  The arena and the plan do not change: a
  * slot is one of the plan's max_batch KV regions of max_seq positions, and
- * a request is admitted only when prompt + max_new_tokens (or prompt +
- * continuation) fits in it.  Sequence results do not depend on what shares
- * the steps (as above), and a request's RNG is seeded from its own
- * (seed, seq_index0), so a request gives the same tokens in any batch.
+ * a request is admitted only when prompt + max_new_tokens (or prompt + the
+ * longer of its continuation and its longest label) fits in it.  Sequence
+ * results do not depend on what shares the steps (as above), and a
+ * request's RNG is seeded from its own (seed, seq_index0), so a request
+ * gives the same tokens in any batch.
  *
  * Requests beyond the plan are refused with MC_ERR_PLAN and a message that
  * states the limits (n > max_batch: use the waves of mcrt.h; prompt +
@@ -71,6 +72,7 @@ typedef enum rt_stop_reason {
     RT_STOP_NONE = 0,          /* not run */
     RT_STOP_LENGTH = 1,        /* max_new_tokens reached */
     RT_STOP_TOKEN = 2,         /* a stop token was sampled */
+    RT_STOP_STRING = 3,        /* on_token ended it (a stop string) */
 } rt_stop_reason;
 
 /* One prompt (ids borrowed for the duration of the call). */
@@ -92,6 +94,13 @@ typedef struct rt_gen_params {
     void (*on_logits)(void *ctx, size_t seq, size_t step,
                       const float *logits, uint32_t vocab);
     void *on_logits_ctx;
+    /* Optional: called after each generated token is stored (seq = index
+     * in this call, or the slot of an admitted request; ids[0..n) the
+     * tokens so far); nonzero ends the sequence with RT_STOP_STRING, the
+     * token kept.  Runs inside the step: it must not allocate (stop
+     * strings: rt_stopstr.h). */
+    int (*on_token)(void *ctx, size_t seq, const int32_t *ids, size_t n);
+    void *on_token_ctx;
 } rt_gen_params;
 
 typedef struct rt_gen_result {
@@ -102,9 +111,26 @@ typedef struct rt_gen_result {
     size_t prompt_used;        /* out: prompt tokens fed (after truncation) */
 } rt_gen_result;
 
+/* Labels to score after a prompt (all borrowed): label j is the tokens
+ * seq[j][0 .. len[j]), or, when seq is NULL, the one token ids[j].  A
+ * label's score is the sum of the log-probabilities of its tokens, each
+ * given the prompt and the label's tokens before it (teacher-forced, as
+ * lm-evaluation-harness scores a choice); it equals the continuation sum
+ * of the same tokens scored alone, float((double)lp0 + lp1 + ...), bit for
+ * bit.  A label of m >= 2 tokens feeds its first m - 1 tokens after the
+ * prompt in the request's own slot, one label after the other, over the
+ * same prompt KV (the prompt runs once).  Each label needs prompt + m <=
+ * max_seq (truncation makes room for the longest label). */
+typedef struct rt_labels {
+    const int32_t *const *seq; /* [n] label tokens, or NULL (see ids) */
+    const size_t *len;         /* [n] tokens of each seq[j] */
+    const int32_t *ids;        /* [n] one-token labels when seq is NULL */
+    size_t n;
+} rt_labels;
+
 /* Scoring item: log-probabilities of cont[] after prompt (each token given
  * the prompt and the continuation before it), and/or of each of the call's
- * labels as the token right after the prompt. */
+ * labels (rt_labels) after the prompt. */
 typedef struct rt_score_item {
     rt_prompt prompt;
     const int32_t *cont;       /* may be NULL when n_cont == 0 */
@@ -158,12 +184,17 @@ mc_status rt_session_generate(rt_session *s, const rt_prompt *prompts,
                               size_t n, const rt_gen_params *p,
                               rt_gen_result *res, mc_error *err);
 
-/* Score n items (n <= max_batch) without generating.  labels (n_labels of
- * them, borrowed) are shared by all items.  truncate applies to prompts
- * whose prompt + continuation exceed max_seq. */
+/* Score n items (n <= max_batch) without generating.  labels (n_labels
+ * single tokens, borrowed) are shared by all items.  truncate applies to
+ * prompts whose prompt + the longer of the continuation and the longest
+ * label exceed max_seq. */
 mc_status rt_session_score(rt_session *s, rt_score_item *items, size_t n,
                            const int32_t *labels, size_t n_labels,
                            rt_truncate truncate, mc_error *err);
+/* The same with labels of any length (rt_labels; labels == NULL: none). */
+mc_status rt_session_score_labels(rt_session *s, rt_score_item *items,
+                                  size_t n, const rt_labels *labels,
+                                  rt_truncate truncate, mc_error *err);
 
 /* Logits at every position of n prompts: out[i] is [prompts[i].n][vocab]
  * (caller buffers).  For evaluation (perplexity, KL divergence) and tests. */
@@ -186,6 +217,11 @@ mc_status rt_session_admit_score(rt_session *s, uint32_t slot,
                                  rt_score_item *item, const int32_t *labels,
                                  size_t n_labels, rt_truncate truncate,
                                  mc_error *err);
+/* The same with labels of any length (rt_labels; labels == NULL: none). */
+mc_status rt_session_admit_score_labels(rt_session *s, uint32_t slot,
+                                        rt_score_item *item,
+                                        const rt_labels *labels,
+                                        rt_truncate truncate, mc_error *err);
 
 /* Run one step over the busy slots (decode rows first, then up to
  * prefill_chunk prompt rows).  The slots whose requests finished are freed

@@ -137,18 +137,43 @@ static void test_jsonl_text_through_the_tokenizer(void **st)
     assert_true(r.n_ids >= 5);
     assert_int_equal(r.n_cont, 3); /* no BOS in a continuation */
     rt_jsonl_req_free(&r);
+    /* A label of several tokens: "a" is "\u2581a", two tokens. */
     assert_int_equal(parse("{\"ids\": [1], \"labels\": [\"a\"]}", 4, t, &r,
                            &e),
-                     MC_ERR_FORMAT);
-    assert_non_null(strstr(e.message, "encodes to 2 tokens"));
+                     MC_OK);
+    assert_int_equal(r.n_labels, 1);
+    assert_int_equal(r.label_len[0], 2);
+    assert_int_equal(r.label_seq[0][0], TU_SPM_SPACE);
+    assert_int_equal(r.label_seq[0][1], TU_SPM_A);
+    assert_int_equal(rt_jsonl_score_extra(&r), 2);
     rt_jsonl_req_free(&r);
-    assert_int_equal(parse("{\"ids\": [1], \"labels\": [\"\\u2581\", 7]}", 4,
-                           t, &r, &e),
+    /* A text that encodes to no tokens is the line's error, named. */
+    assert_int_equal(parse("{\"ids\": [1], \"labels\": [7, \"\"]}", 4, t,
+                           &r, &e),
+                     MC_ERR_FORMAT);
+    assert_non_null(strstr(e.message, "line 4: \"labels\"[1] is a text that "
+                                      "encodes to no tokens"));
+    rt_jsonl_req_free(&r);
+    assert_int_equal(parse("{\"ids\": [1], \"labels\": [\"\\u2581\", 7, "
+                           "[5, 6, 7]]}", 4, t, &r, &e),
                      MC_OK); /* "\u2581" is one token; echoed as given */
-    assert_int_equal(r.n_labels, 2);
-    assert_int_equal(r.labels[1], 7);
+    assert_int_equal(r.n_labels, 3);
+    assert_int_equal(r.label_len[0], 1);
+    assert_int_equal(r.label_seq[1][0], 7);
+    assert_int_equal(r.label_len[2], 3);
+    assert_int_equal(r.label_seq[2][2], 7);
     assert_string_equal(r.label_json[0], "\"\xe2\x96\x81\"");
     assert_string_equal(r.label_json[1], "7");
+    assert_string_equal(r.label_json[2], "[5,6,7]");
+    rt_jsonl_req_free(&r);
+    assert_int_equal(parse("{\"ids\": [1], \"labels\": [[]]}", 5, t, &r, &e),
+                     MC_ERR_FORMAT);
+    assert_non_null(strstr(e.message, "line 5: \"labels\"[0] is an empty "
+                                      "array"));
+    rt_jsonl_req_free(&r);
+    assert_int_equal(parse("{\"ids\": [1], \"labels\": [[3, -1]]}", 6, t, &r,
+                           &e),
+                     MC_ERR_FORMAT);
     rt_jsonl_req_free(&r);
     rt_tokenizer_free(t);
 }
@@ -188,7 +213,7 @@ static void test_jsonl_output_bytes_are_fixed(void **st)
                            "\"continuation\": [2, 3]}", 8, NULL, &r, &e),
                      MC_ERR_FORMAT); /* a text label needs the tokenizer */
     rt_jsonl_req_free(&r);
-    assert_int_equal(parse("{\"ids\": [1], \"labels\": [4, 9], "
+    assert_int_equal(parse("{\"ids\": [1], \"labels\": [4, [9, 10]], "
                            "\"continuation\": [2, 3]}", 8, NULL, &r, &e),
                      MC_OK);
     const float lab[2] = {-2.5f, -0.125f}, cont[2] = {-1.0f, -0.1f};
@@ -197,8 +222,9 @@ static void test_jsonl_output_bytes_are_fixed(void **st)
     assert_int_equal(rt_jsonl_format_result(&r, &sr, &out, &len), MC_OK);
     assert_string_equal(out,
                         "{\"id\":8,\"line\":8,\"prompt_tokens\":1,\"labels\":"
-                        "[{\"label\":4,\"logprob\":-2.5},{\"label\":9,"
-                        "\"logprob\":-0.125}],\"label\":9,"
+                        "[{\"label\":4,\"logprob\":-2.5,\"tokens\":1},"
+                        "{\"label\":[9,10],\"logprob\":-0.125,\"tokens\":2}],"
+                        "\"label\":[9,10],"
                         "\"continuation_logprobs\":[-1,-0.100000001],"
                         "\"continuation_sum\":-1.1000000014901161}\n");
     free(out);

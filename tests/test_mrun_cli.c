@@ -22,6 +22,7 @@
 #include "ref_forward.h"
 #include "rt_cuda.h"
 #include "testutil.h"
+#include "tok_fixture.h"
 
 static char *g_out, *g_err;
 
@@ -222,52 +223,6 @@ static void test_mrun_scores_labels_and_continuations(void **st)
     free(m);
 }
 
-/* A tiny SentencePiece-style tokenizer whose ids fit the fixtures'
- * vocabulary of 256: specials 0-2, "▁" 3, "a".."z" 4-29, "Z030"..
- * "Z255" for the rest, no merges. */
-static void write_tiny_tokenizer(const char *path)
-{
-    char vocab[8192];
-    size_t k = (size_t)snprintf(vocab, sizeof vocab,
-                                "\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, "
-                                "\"\xe2\x96\x81\": 3");
-    for (int c = 0; c < 26; c++)
-        k += (size_t)snprintf(vocab + k, sizeof vocab - k, ", \"%c\": %d",
-                              'a' + c, 4 + c);
-    for (int id = 30; id < 256; id++) /* every id decodes */
-        k += (size_t)snprintf(vocab + k, sizeof vocab - k, ", \"Z%03d\": %d",
-                              id, id);
-    char *json = tu_fmt(
-        "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, "
-        "\"added_tokens\": ["
-        "{\"id\": 0, \"content\": \"<unk>\", \"single_word\": false, "
-        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-        "\"special\": true}, "
-        "{\"id\": 1, \"content\": \"<s>\", \"single_word\": false, "
-        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-        "\"special\": true}, "
-        "{\"id\": 2, \"content\": \"</s>\", \"single_word\": false, "
-        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-        "\"special\": true}], "
-        "\"normalizer\": null, "
-        "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": "
-        "\"\xe2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
-        "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
-        "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
-        "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
-        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], "
-        "\"tokens\": [\"<s>\"]}}}, "
-        "\"decoder\": {\"type\": \"Metaspace\", \"replacement\": "
-        "\"\xe2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
-        "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": "
-        "\"<unk>\", \"continuing_subword_prefix\": null, "
-        "\"end_of_word_suffix\": null, \"fuse_unk\": true, "
-        "\"byte_fallback\": false, \"ignore_merges\": false, "
-        "\"vocab\": {%s}, \"merges\": []}}", vocab);
-    assert_int_equal(tu_write_file(path, json, strlen(json)), 0);
-    free(json);
-}
-
 static void test_mrun_text_prompt_uses_tokenizer_beside_model(void **st)
 {
     (void)st;
@@ -283,7 +238,7 @@ static void test_mrun_text_prompt_uses_tokenizer_beside_model(void **st)
     free(a);
     free(b);
     char *tok = tu_fmt("%s/tokenizer.json", dir);
-    write_tiny_tokenizer(tok);
+    tu_tiny_tokenizer_write(tok);
     assert_int_equal(mrun("%s --prompt 'ab ba' --max-new-tokens 4 -q "
                           "--ignore-eos", dir), 0);
     char *text_out = strdup(g_out);
@@ -591,7 +546,7 @@ static void test_mrun_prompt_uses_tokenizer_embedded_in_artifact(void **st)
         free(b);
     }
     char *tok = tu_fmt("%s/tokenizer.json", src);
-    write_tiny_tokenizer(tok);
+    tu_tiny_tokenizer_write(tok);
     /* the artifact lies in another directory: no tokenizer.json beside it */
     char *art = tu_fmt("%s/x.mca", dir);
     assert_int_equal(compile(src, art, NULL, NULL), 0);

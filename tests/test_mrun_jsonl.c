@@ -26,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "json_lines.h"
 #include "testutil.h"
 
 static char *g_out, *g_err;
@@ -135,32 +136,6 @@ static size_t write_mixed(const char *path, line *L, size_t cap)
     return n;
 }
 
-/* The output lines of a job, parsed. */
-static json_t **read_lines(const char *path, size_t *n)
-{
-    size_t len;
-    char *text = tu_read_file(path, &len);
-    assert_non_null(text);
-    json_t **v = calloc(len + 1, sizeof *v);
-    *n = 0;
-    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
-         l = strtok_r(NULL, "\n", &save)) {
-        json_error_t je;
-        v[*n] = json_loads(l, 0, &je);
-        assert_non_null(v[*n]);
-        (*n)++;
-    }
-    free(text);
-    return v;
-}
-
-static void free_lines(json_t **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        json_decref(v[i]);
-    free(v);
-}
-
 static void assert_close(double a, double b)
 {
     if (fabs(a - b) > 2e-6 * fabs(b) + 1e-6)
@@ -264,7 +239,7 @@ static void run_mixed(const char *trunc)
     int rc = mrun("%s --input %s --output %s %s %s", g_model, in, out, PLAN,
                   trunc);
     size_t n;
-    json_t **o = read_lines(out, &n);
+    json_t **o = tu_json_lines(out, &n);
     size_t k = 0, bad = 0, over = 0;
     for (size_t i = 0; i < nl; i++) {
         if (!strcmp(L[i].kind, "blank"))
@@ -294,7 +269,7 @@ static void run_mixed(const char *trunc)
     assert_true(*trunc ? over == 0 : over > 0);
     /* Some line failed: exit 1, and stderr says how many and why. */
     assert_int_equal(rc, 1);
-    free_lines(o, n);
+    tu_json_lines_free(o, n);
     tu_rmtree(dir);
     free(in);
     free(out);
@@ -338,7 +313,7 @@ static void write_long_job(const char *path, size_t n)
         for (size_t i = 0; i < len; i++)
             fprintf(f, "%s%u", i ? "," : "", tu_rng_u32(&g) % 256);
         if (k % 4 == 3)
-            fprintf(f, "], \"labels\": [3, 9]}\n");
+            fprintf(f, "], \"labels\": [3, [9, 40, 7]]}\n");
         else
             fprintf(f, "], \"max_new_tokens\": %u%s}\n",
                     1 + tu_rng_u32(&g) % 30,

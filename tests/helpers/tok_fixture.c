@@ -7,7 +7,10 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "testutil.h"
 #include "tok_fixture.h"
 
 #define MS "\xE2\x96\x81" /* U+2581, the SentencePiece space */
@@ -73,3 +76,49 @@ char *tu_spm_tokenizer_json(int with_bos)
     return s;
 }
 
+/* ---- a tokenizer for the fixture models --------------------------------
+ * A tiny SentencePiece-style tokenizer whose ids fit the fixtures'
+ * vocabulary of 256: specials 0-2, "▁" 3, "a".."z" 4-29, "Z030"..
+ * "Z255" for the rest, no merges. */
+void tu_tiny_tokenizer_write(const char *path)
+{
+    char vocab[8192];
+    size_t k = (size_t)snprintf(vocab, sizeof vocab,
+                                "\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, "
+                                "\"\xe2\x96\x81\": 3");
+    for (int c = 0; c < 26; c++)
+        k += (size_t)snprintf(vocab + k, sizeof vocab - k, ", \"%c\": %d",
+                              'a' + c, 4 + c);
+    for (int id = 30; id < 256; id++) /* every id decodes */
+        k += (size_t)snprintf(vocab + k, sizeof vocab - k, ", \"Z%03d\": %d",
+                              id, id);
+    char *json = tu_fmt(
+        "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, "
+        "\"added_tokens\": ["
+        "{\"id\": 0, \"content\": \"<unk>\", \"single_word\": false, "
+        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+        "\"special\": true}, "
+        "{\"id\": 1, \"content\": \"<s>\", \"single_word\": false, "
+        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+        "\"special\": true}, "
+        "{\"id\": 2, \"content\": \"</s>\", \"single_word\": false, "
+        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+        "\"special\": true}], "
+        "\"normalizer\": null, "
+        "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": "
+        "\"\xe2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
+        "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+        "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
+        "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], "
+        "\"tokens\": [\"<s>\"]}}}, "
+        "\"decoder\": {\"type\": \"Metaspace\", \"replacement\": "
+        "\"\xe2\x96\x81\", \"prepend_scheme\": \"first\", \"split\": false}, "
+        "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": "
+        "\"<unk>\", \"continuing_subword_prefix\": null, "
+        "\"end_of_word_suffix\": null, \"fuse_unk\": true, "
+        "\"byte_fallback\": false, \"ignore_merges\": false, "
+        "\"vocab\": {%s}, \"merges\": []}}", vocab);
+    assert_int_equal(tu_write_file(path, json, strlen(json)), 0);
+    free(json);
+}

@@ -12,4 +12,10 @@ enum { TU_SPM_SPACE = 259, TU_SPM_A = 260, TU_SPM_VOCAB = 286 };
  * (<s> and a TemplateProcessing post-processor) when with_bos is 1. */
 char *tu_spm_tokenizer_json(int with_bos);
 
+/* Write to path a tokenizer.json whose ids fit the fixture models'
+ * vocabulary of 256: <unk> 0, <s> 1 (BOS, added to text), </s> 2,
+ * "\u2581" 3, "a".."z" 4..29, "Z030".."Z255" 30..255, no merges (a word of
+ * n letters is n + 1 ids).  Fails the test when it cannot. */
+void tu_tiny_tokenizer_write(const char *path);
+
 #endif /* TOK_FIXTURE_H */
