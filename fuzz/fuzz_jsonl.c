@@ -43,17 +43,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       k ? g_tok : NULL, &r, &e);
         if (st != MC_OK) {
             if ((st != MC_ERR_FORMAT && st != MC_ERR_NOMEM) || r.ids ||
-                r.labels || r.cont || r.stop)
+                r.label_seq || r.label_len || r.label_json || r.cont || r.stop ||
+                r.stop_str || r.stop_str_len)
                 abort();
             rt_jsonl_req_free(&r);
             continue;
         }
         if (!r.id || (r.n_ids && !r.ids) || (r.n_cont && !r.cont) ||
-            (r.n_labels && (!r.labels || !r.label_json)) ||
+            (r.n_labels && (!r.label_seq || !r.label_len || !r.label_json)) ||
             r.score != (r.n_labels || r.n_cont))
             abort();
         for (size_t i = 0; i < r.n_ids; i++)
             if (r.ids[i] < 0)
+                abort();
+        /* a label has at least one token, every token an id >= 0 */
+        for (size_t i = 0; i < r.n_labels; i++) {
+            if (!r.label_seq[i] || r.label_len[i] < 1 || !r.label_json[i])
+                abort();
+            for (size_t j = 0; j < r.label_len[i]; j++)
+                if (r.label_seq[i][j] < 0)
+                    abort();
+        }
+        for (size_t i = 0; i < r.n_stop_str; i++)
+            if (!r.stop_str || !r.stop_str[i] || r.stop_str_len[i] < 1)
                 abort();
         float *lp = calloc(r.n_labels + r.n_cont + 1, sizeof *lp);
         int32_t gen[2] = {1, 2};
