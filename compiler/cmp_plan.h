@@ -61,7 +61,8 @@
  *   tokenizer  the embedded tokenizer.json's tables: 8 x its size
  *            (TinyLlama shape with the Mistral tokenizer, 1.8 MB: 12.96
  *            MiB measured beyond the other terms, 13.7 MiB reserved)
- * cmp_plan_cpu_reserve adds them up. */
+ * cmp_plan_cpu_reserve adds them up; the plan adds the artifact's page
+ * tails on top (cmp_plan_map_tail_bytes, exact: no calibration). */
 #define CMP_CPU_BASE_BYTES (3768ull << 10)
 #define CMP_CPU_THREAD_BYTES (20ull << 10)
 #define CMP_CPU_TENSOR_BYTES 3072ull
@@ -130,6 +131,13 @@ mc_status cmp_plan_tensors(const fmt_model_config *cfg, const cmp_wpolicy *p,
                            cmp_tensor_plan **out, size_t *n, mc_error *err);
 /* Sum of data + scale + zero bytes over the list. */
 uint64_t cmp_plan_weight_bytes(const cmp_tensor_plan *t, size_t n);
+
+/* The bytes a mapped artifact makes resident beyond the weights: every
+ * section starts on an FMT_ART_ALIGN (page) boundary, so reading a
+ * section brings in its whole last page.  Sum over the tensors of
+ * section_bytes rounded up to FMT_ART_ALIGN, less section_bytes.  Exact
+ * for 4 KiB pages (a larger page size maps more). */
+uint64_t cmp_plan_map_tail_bytes(const cmp_tensor_plan *t, size_t n);
 /* Number of parameters the config implies (matrix elements + norms + biases). */
 uint64_t cmp_plan_param_count(const fmt_model_config *cfg);
 
