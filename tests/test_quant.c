@@ -14,6 +14,7 @@
 #include "cmp_quant.h"
 #include "fmt_dtype.h"
 #include "kn_ops.h"
+#include "gptq_fixture.h"
 #include "testutil.h"
 
 static uint64_t rs = 0x1234567;
@@ -26,30 +27,6 @@ static float nrand(void)
 {
     float u = urand() + 1e-7f, v = urand();
     return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
-typedef struct qm {
-    cmp_qbuf b;
-    void *data, *scales;
-    uint8_t *zeros;
-} qm;
-
-static void qm_init(qm *m, kn_wformat f, uint32_t rows, uint32_t cols,
-                    uint32_t group)
-{
-    memset(m, 0, sizeof *m);
-    m->data = calloc(1, kn_wformat_data_bytes(f, rows, cols));
-    m->scales = calloc(1, kn_wformat_scale_bytes(f, rows, cols, group));
-    size_t zb = kn_wformat_zero_bytes(f, rows, cols, group);
-    m->zeros = zb ? calloc(1, zb) : NULL;
-    m->b = (cmp_qbuf){f, rows, cols, f == KN_W_Q8 ? 0 : group, m->data,
-                      m->scales, m->zeros};
-}
-static void qm_free(qm *m)
-{
-    free(m->data);
-    free(m->scales);
-    free(m->zeros);
 }
 
 static float *rand_matrix(uint32_t rows, uint32_t cols, float std)
@@ -67,8 +44,8 @@ static void test_q8_round_trip_error_bounded_by_half_step(void **state)
     uint32_t rows = 7, cols = 172;
     float *w = rand_matrix(rows, cols, 0.05f);
     w[3] = 1.0f; /* an outlier in row 0 */
-    qm m;
-    qm_init(&m, KN_W_Q8, rows, cols, 0);
+    tu_gq_qm m;
+    tu_gq_qm_init(&m, KN_W_Q8, rows, cols, 0);
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
     float *d = malloc((size_t)rows * cols * sizeof(float));
     cmp_dequant_matrix(&m.b, d);
@@ -85,7 +62,7 @@ static void test_q8_round_trip_error_bounded_by_half_step(void **state)
         }
     }
     assert_int_equal(((int8_t *)m.data)[3], 127);
-    qm_free(&m);
+    tu_gq_qm_free(&m);
     free(w);
     free(d);
 }
@@ -101,8 +78,8 @@ static void check_q4_ragged(kn_wformat f, uint32_t cols, uint32_t g)
     for (uint32_t r = 0; r < rows; r++)
         for (uint32_t c = (cols / g) * g; c < cols; c++)
             w[r * cols + c] *= 20.0f;
-    qm m;
-    qm_init(&m, f, rows, cols, g);
+    tu_gq_qm m;
+    tu_gq_qm_init(&m, f, rows, cols, g);
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
     float *d = malloc((size_t)rows * cols * sizeof(float));
     cmp_dequant_matrix(&m.b, d);
@@ -133,7 +110,7 @@ static void check_q4_ragged(kn_wformat f, uint32_t cols, uint32_t g)
         assert_memory_equal(row, d + (size_t)r * cols, cols * sizeof(float));
     }
     free(row);
-    qm_free(&m);
+    tu_gq_qm_free(&m);
     free(w);
     free(d);
 }
@@ -159,15 +136,15 @@ static void test_q4_exact_values_round_trip_exactly(void **state)
     float w[96];
     for (uint32_t c = 0; c < cols; c++)
         w[c] = (float)((int)(c % 16) - 5) * 0.125f;
-    qm m;
-    qm_init(&m, KN_W_Q4, 1, cols, g);
+    tu_gq_qm m;
+    tu_gq_qm_init(&m, KN_W_Q4, 1, cols, g);
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
     float d[96];
     cmp_dequant_matrix(&m.b, d);
     assert_memory_equal(w, d, sizeof w);
     assert_int_equal(m.zeros[0], 5);
     assert_int_equal(fmt_f32_to_f16(0.125f), ((uint16_t *)m.scales)[0]);
-    qm_free(&m);
+    tu_gq_qm_free(&m);
 }
 
 /* Q4S uses code 0 (-8 steps) for the extreme value like llama.cpp Q4_0. */
@@ -178,14 +155,14 @@ static void test_q4s_extreme_maps_to_code_zero(void **state)
     for (int c = 0; c < 32; c++)
         w[c] = 0.01f * (float)(c - 16);
     w[7] = 0.8f; /* positive extreme: negative scale */
-    qm m;
-    qm_init(&m, KN_W_Q4S, 1, 32, 32);
+    tu_gq_qm m;
+    tu_gq_qm_init(&m, KN_W_Q4S, 1, 32, 32);
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
     assert_int_equal(cmp_qbuf_get_code(&m.b, 0, 7), 0);
     float d[32];
     cmp_dequant_matrix(&m.b, d);
     assert_float_equal(d[7], 0.8f, 1e-3);
-    qm_free(&m);
+    tu_gq_qm_free(&m);
 }
 
 /* A group of zeros quantizes to exact zeros (scale 0, no division). */
@@ -197,14 +174,14 @@ static void test_zero_group_stays_zero(void **state)
         w[c] = 0.5f;
     kn_wformat fs[3] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
     for (int i = 0; i < 3; i++) {
-        qm m;
-        qm_init(&m, fs[i], 1, 64, 32);
+        tu_gq_qm m;
+        tu_gq_qm_init(&m, fs[i], 1, 64, 32);
         assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
         float d[64];
         cmp_dequant_matrix(&m.b, d);
         for (int c = 0; c < 32; c++)
             assert_true(d[c] == 0.0f);
-        qm_free(&m);
+        tu_gq_qm_free(&m);
     }
 }
 
@@ -222,17 +199,17 @@ static void test_importance_search_reduces_weighted_error(void **state)
         imp[c] = (c % 13 == 0) ? 50.0f : 0.2f + urand();
     kn_wformat fs[3] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
     for (int i = 0; i < 3; i++) {
-        qm a, b;
-        qm_init(&a, fs[i], rows, cols, 32);
-        qm_init(&b, fs[i], rows, cols, 32);
+        tu_gq_qm a, b;
+        tu_gq_qm_init(&a, fs[i], rows, cols, 32);
+        tu_gq_qm_init(&b, fs[i], rows, cols, 32);
         assert_int_equal(cmp_quant_matrix(w, NULL, &a.b, NULL), MC_OK);
         assert_int_equal(cmp_quant_matrix(w, imp, &b.b, NULL), MC_OK);
         double ea = cmp_quant_weighted_error(w, imp, &a.b);
         double eb = cmp_quant_weighted_error(w, imp, &b.b);
         assert_true(eb <= ea);
         assert_true(eb < 0.9 * ea);
-        qm_free(&a);
-        qm_free(&b);
+        tu_gq_qm_free(&a);
+        tu_gq_qm_free(&b);
     }
     free(w);
 }
@@ -246,14 +223,14 @@ static void test_rtn_error_matches_uniform_rounding(void **state)
     float *w = malloc((size_t)rows * cols * sizeof(float));
     for (size_t i = 0; i < (size_t)rows * cols; i++)
         w[i] = urand() * 2.0f - 1.0f;
-    qm m;
-    qm_init(&m, KN_W_Q8, rows, cols, 0);
+    tu_gq_qm m;
+    tu_gq_qm_init(&m, KN_W_Q8, rows, cols, 0);
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
     double e = cmp_quant_weighted_error(w, NULL, &m.b) / ((double)rows * cols);
     double step = 1.0 / 127.0;
     assert_true(e < step * step / 12.0 * 1.3);
     assert_true(e > step * step / 12.0 * 0.7);
-    qm_free(&m);
+    tu_gq_qm_free(&m);
     free(w);
 }
 
@@ -263,19 +240,19 @@ static void test_quant_rejects_bad_input(void **state)
     float w[64];
     for (int i = 0; i < 64; i++)
         w[i] = 0.1f;
-    qm m;
-    qm_init(&m, KN_W_Q4, 1, 64, 48);
+    tu_gq_qm m;
+    tu_gq_qm_init(&m, KN_W_Q4, 1, 64, 48);
     mc_error e;
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, &e), MC_ERR_INVALID_ARG);
     assert_string_equal(e.field, "group");
-    qm_free(&m);
-    qm_init(&m, KN_W_Q4, 1, 64, 32);
+    tu_gq_qm_free(&m);
+    tu_gq_qm_init(&m, KN_W_Q4, 1, 64, 32);
     w[33] = NAN;
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, &e), MC_ERR_NONFINITE);
     assert_string_equal(e.field, "row 0 col 33");
     m.b.zeros = NULL;
     assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, &e), MC_ERR_INVALID_ARG);
-    qm_free(&m);
+    tu_gq_qm_free(&m);
 }
 
 /* kn_matmul on the quantized matrix equals the float matmul of the
@@ -288,8 +265,8 @@ static void test_kernel_matmul_matches_dequantized_reference(void **state)
     float *x = rand_matrix(T, cols, 1.0f);
     kn_wformat fs[3] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
     for (int i = 0; i < 3; i++) {
-        qm m;
-        qm_init(&m, fs[i], rows, cols, 64);
+        tu_gq_qm m;
+        tu_gq_qm_init(&m, fs[i], rows, cols, 64);
         assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
         float *d = malloc((size_t)rows * cols * sizeof(float));
         cmp_dequant_matrix(&m.b, d);
@@ -301,7 +278,7 @@ static void test_kernel_matmul_matches_dequantized_reference(void **state)
         for (uint32_t k = 0; k < T * rows; k++)
             assert_float_equal(y1[k], y2[k], 1e-4 * (1.0 + fabsf(y2[k])));
         free(d);
-        qm_free(&m);
+        tu_gq_qm_free(&m);
     }
     free(w);
     free(x);
