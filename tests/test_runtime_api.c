@@ -27,14 +27,8 @@ static mcrt *open_fixture(const char *name, uint32_t batch)
     o.prefill_chunk = 16;
     o.threads = 2;
     /* the harness's backend (tu_backend) */
-    o.device = tu_backend() == RT_DEVICE_CUDA ? MCRT_DEVICE_CUDA
-                                              : MCRT_DEVICE_CPU;
-    mcrt *h = NULL;
-    int rc = mcrt_open(dir, &o, &h);
+    mcrt *h = tu_mcrt_open(dir, &o);
     free(dir);
-    TU_SKIP_IF(rc == MC_ERR_UNSUPPORTED && o.device == MCRT_DEVICE_CUDA,
-               mcrt_last_error(NULL));
-    assert_int_equal(rc, 0);
     return h;
 }
 

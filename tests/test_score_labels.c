@@ -28,14 +28,9 @@ static mcrt *open_fixture(void)
     o.max_seq = MAX_SEQ;
     o.prefill_chunk = 8; /* prompts and label rows split across steps */
     o.threads = 2;
-    o.device = tu_backend() == RT_DEVICE_CUDA ? MCRT_DEVICE_CUDA
-                                              : MCRT_DEVICE_CPU;
-    mcrt *h = NULL;
-    int rc = mcrt_open(dir, &o, &h);
+    /* the harness's backend (tu_backend) */
+    mcrt *h = tu_mcrt_open(dir, &o);
     free(dir);
-    TU_SKIP_IF(rc == MC_ERR_UNSUPPORTED && o.device == MCRT_DEVICE_CUDA,
-               mcrt_last_error(NULL));
-    assert_int_equal(rc, 0);
     return h;
 }
 

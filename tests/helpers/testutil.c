@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include "kn_ops.h"
+#include "mcrt.h"
 #include "rt_model.h"
 
 #include <dirent.h>
@@ -282,4 +283,16 @@ mc_status tu_session_create(const rt_model *m, const rt_limits *lim,
         skip();
     }
     return st;
+}
+
+mcrt *tu_mcrt_open(const char *dir, mcrt_options *o)
+{
+    o->device = tu_backend() == RT_DEVICE_CUDA ? MCRT_DEVICE_CUDA
+                                               : MCRT_DEVICE_CPU;
+    mcrt *h = NULL;
+    int rc = mcrt_open(dir, o, &h);
+    TU_SKIP_IF(rc == MC_ERR_UNSUPPORTED && o->device == MCRT_DEVICE_CUDA,
+               mcrt_last_error(NULL));
+    assert_int_equal(rc, 0);
+    return h;
 }

@@ -109,6 +109,12 @@ rt_device tu_backend(void);
 mc_status tu_session_create(const rt_model *m, const rt_limits *lim,
                             const rt_layout *layout, rt_session **out,
                             mc_error *err);
+/* mcrt_open(dir) with o->device set to tu_backend(): on cuda, a missing
+ * device skips the current test (printing why); any other failure fails
+ * it.  Returns the open handle. */
+struct mcrt;
+struct mcrt_options;
+struct mcrt *tu_mcrt_open(const char *dir, struct mcrt_options *o);
 /* Skip the current test on a backend that is not the CPU (for what only
  * the CPU backend has: the calibration tap, the arena canary). */
 #define TU_SKIP_UNLESS_CPU(what)                                               \
