@@ -175,7 +175,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--bin") && i + 1 < argc)
             bin = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            threads = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 2;
+            threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--quants") && i + 1 < argc)

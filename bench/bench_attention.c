@@ -63,7 +63,7 @@ int main(int argc, char **argv)
 {
     int reps = 3;
     if (argc == 3 && !strcmp(argv[1], "--reps"))
-        reps = atoi(argv[2]);
+        reps = (int)bench_arg_u64("--reps", argv[2], 1, 1000000);
     else if (argc != 1)
         reps = 0;
     if (reps < 1) {

@@ -579,9 +579,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--json"))
             ; /* the output is always JSON; accepted for symmetry */
         else if (!strcmp(a, "--runs") && v)
-            runs = atoi(argv[++i]);
+            runs = (int)bench_arg_u64("--runs", argv[++i], 1, 1000);
         else if (!strcmp(a, "--threads") && v)
-            threads = atoi(argv[++i]);
+            threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         else if (!strcmp(a, "--bin") && v)
             bin = argv[++i];
         else if (!strcmp(a, "--peak") && v)

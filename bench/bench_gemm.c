@@ -108,13 +108,13 @@ int main(int argc, char **argv)
     size_t nT = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            threads = atoi(argv[++i]);
+            threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         } else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) {
             only = argv[++i];
         } else if (!strcmp(argv[i], "--cpu")) {
             g_cpu = 1;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            reps = atoi(argv[++i]);
+            reps = (int)bench_arg_u64("--reps", argv[++i], 1, 1000000);
         } else if (!strcmp(argv[i], "--T") && i + 1 < argc) {
             nT = 0;
             for (char *s = strtok(argv[++i], ","); s && nT < 8; s = strtok(NULL, ","))

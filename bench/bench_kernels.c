@@ -99,7 +99,7 @@ static void time_mm(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
 
 int main(int argc, char **argv)
 {
-    int nth = argc > 1 ? atoi(argv[1]) : 0;
+    int nth = argc > 1 ? (int)bench_arg_u64("threads", argv[1], 0, 64) : 0;
     int quick = argc > 2 && strcmp(argv[2], "--quick") == 0;
     int compute = argc > 2 && strcmp(argv[2], "--compute") == 0;
     quick |= compute;

@@ -256,9 +256,9 @@ int main(int argc, char **argv)
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
-            layers = (unsigned)atoi(argv[++i]);
+            layers = (unsigned)bench_arg_u64("--layers", argv[++i], 1, 1024);
         else if (strcmp(argv[i], "--rank") == 0 && i + 1 < argc)
-            rank = (unsigned)atoi(argv[++i]);
+            rank = (unsigned)bench_arg_u64("--rank", argv[++i], 1, 65536);
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
             dir = argv[++i];
         else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {

@@ -56,9 +56,9 @@ int main(int argc, char **argv)
     size_t lens[8] = {128, 512, 2048}, nl = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            threads = atoi(argv[++i]);
+            threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            reps = atoi(argv[++i]);
+            reps = (int)bench_arg_u64("--reps", argv[++i], 1, 1000000);
         } else if (!strcmp(argv[i], "--lens") && i + 1 < argc) {
             nl = 0;
             for (char *t = strtok(argv[++i], ","); t && nl < 8; t = strtok(NULL, ","))

@@ -90,7 +90,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--json"))
             json = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            threads = atoi(argv[++i]);
+            threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         else {
             fprintf(stderr, "usage: bench_runtime [--quick] [--threads N] "
                             "[--json]\n");

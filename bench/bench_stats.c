@@ -97,7 +97,7 @@ int main(int argc, char **argv)
     size_t nseq = 16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            threads = atoi(argv[++i]);
+            threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         else if (!strcmp(argv[i], "--quick"))
             nseq = 4;
         else {

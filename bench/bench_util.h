@@ -16,8 +16,24 @@
 #include <unistd.h>
 
 #include "fmt_dtype.h"
+#include "mc_parse.h"
 #include "fmt_safetensors.h"
 #include "kn_ops.h"
+
+/* A benchmark's integer option, parsed as strictly as the two programs'
+ * own (formats/mc_parse.h): a bad or out-of-range value is a usage error
+ * (exit 2) instead of atoi's silent 0. */
+static inline uint64_t bench_arg_u64(const char *flag, const char *s,
+                                     uint64_t lo, uint64_t hi)
+{
+    uint64_t v = 0;
+    char why[256];
+    if (mc_parse_u64(flag, s, lo, hi, &v, why, sizeof why) != 0) {
+        fprintf(stderr, "%s\n", why);
+        exit(2);
+    }
+    return v;
+}
 
 static inline double bench_now(void)
 {

@@ -97,9 +97,9 @@ int main(int argc, char **argv)
     int want_pp = 1, want_tg1 = 1, want_tg8 = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            threads = atoi(argv[++i]);
+            threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         else if (!strcmp(argv[i], "--ntg") && i + 1 < argc)
-            ntg = (uint32_t)atoi(argv[++i]);
+            ntg = (uint32_t)bench_arg_u64("--ntg", argv[++i], 1, 1u << 20);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *o = argv[++i];
             want_pp = !strcmp(o, "pp");

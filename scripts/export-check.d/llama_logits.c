@@ -10,6 +10,8 @@
  *        BOS as the file's add_bos_token says and special tokens in the
  *        text recognised, as llama-server does with a prompt and as
  *        Hugging Face tokenizers' encode does) */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +70,22 @@ static int tokenize(const char *path, const char *texts)
     return 0;
 }
 
+/* One number of the command line: decimal digits only, in [0, hi]; the
+ * script builds these arguments, so a bad one is its bug: exit 2.  (This
+ * program links llama.cpp only, not formats/mc_parse.) */
+static int arg_int(const char *what, const char *s, long hi)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v > hi) {
+        fprintf(stderr, "llama_logits: %s: expected a number in [0, %ld], "
+                "got '%s'\n", what, hi, s);
+        exit(2);
+    }
+    return (int)v;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--tokenize") == 0) {
@@ -79,9 +97,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: llama_logits MODEL.gguf IDS NGEN OUT.f32\n");
         return 2;
     }
-    int ids[4096], n = 0, ngen = atoi(argv[3]);
-    for (char *p = strtok(argv[2], " "); p && n < 4096; p = strtok(NULL, " "))
-        ids[n++] = atoi(p);
+    int ids[4096], n = 0, ngen = arg_int("NGEN", argv[3], 4096);
+    for (char *p = strtok(argv[2], " "); p; p = strtok(NULL, " ")) {
+        if (n == 4096) {
+            fprintf(stderr, "llama_logits: IDS: expected at most 4096 ids\n");
+            return 2;
+        }
+        ids[n++] = arg_int("IDS", p, INT32_MAX);
+    }
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();

@@ -4,11 +4,26 @@
  * ids with EOS ignored.
  *
  * usage: mcrt_logits MODEL "id id ..." NGEN LOGITS.f32 */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mc_parse.h"
 #include "mcrt.h"
+
+/* One number of the command line, strictly (formats/mc_parse.h); the
+ * script builds these arguments, so a bad one is its bug: exit 2. */
+static uint64_t arg_u64(const char *what, const char *s, uint64_t hi)
+{
+    uint64_t v = 0;
+    char why[256];
+    if (mc_parse_u64(what, s, 0, hi, &v, why, sizeof why) != 0) {
+        fprintf(stderr, "mcrt_logits: %s\n", why);
+        exit(2);
+    }
+    return v;
+}
 
 int main(int argc, char **argv)
 {
@@ -18,9 +33,14 @@ int main(int argc, char **argv)
     }
     int32_t ids[4096];
     size_t n = 0;
-    uint32_t ngen = (uint32_t)atoi(argv[3]);
-    for (char *p = strtok(argv[2], " "); p && n < 4096; p = strtok(NULL, " "))
-        ids[n++] = atoi(p);
+    uint32_t ngen = (uint32_t)arg_u64("NGEN", argv[3], 4096);
+    for (char *p = strtok(argv[2], " "); p; p = strtok(NULL, " ")) {
+        if (n == 4096) {
+            fprintf(stderr, "mcrt_logits: IDS: expected at most 4096 ids\n");
+            return 2;
+        }
+        ids[n++] = (int32_t)arg_u64("IDS", p, INT32_MAX);
+    }
     mcrt_options o = {0};
     o.want_batch = 1;
     o.want_seq = n + ngen + 16;
