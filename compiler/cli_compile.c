@@ -127,10 +127,11 @@ static const mc_opt compile_opts[] = {
              "all 20 (the same pick where the error is unimodal)"},
     {.kind = MC_OPT_CHOICE, .flags = "--lm-head", .value = "F",
      .off = F(lm_head), .choices = lm_head_choices,
-     .help = "output layer f32 | f16 | bf16 | int8 when it is not\n"
-             "the embedding (default: int8 for an untied model with\n"
-             "int8/int4 linears; one untied by the rotation: f32\n"
-             "from an f32 checkpoint, else the embedding's format)"},
+     .help = "output layer f32 | f16 | bf16 | int8 (default: int8\n"
+             "with int8/int4 linears; one untied by the rotation:\n"
+             "f32 from an f32 checkpoint, else the embedding's\n"
+             "format); tied, the output layer is the embedding:\n"
+             "its format (f16 keeps a float embedding)"},
     {.kind = MC_OPT_SET, .flags = "--no-rotate", .off = F(no_rotate),
      .help = "with --calib, do not rotate the model first (the\n"
              "default rotates the residual stream and value heads\n"

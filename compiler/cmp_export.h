@@ -75,6 +75,9 @@ typedef struct cmp_export_report {
     size_t fallback;          /* quantized in the input, written float32 */
     char fallback_first[128]; /* first such tensor's name */
     char fallback_why[160];   /* and why the format cannot hold it */
+    int dense_embed;          /* compressed-tensors: an int8 embedding
+                                 written dequantized in float32 (its form
+                                 there, not a fallback) */
     uint64_t bytes;           /* bytes written (all files) */
     uint64_t largest_tensor;  /* bytes of the largest input tensor */
     uint64_t q4_1_blocks;     /* GGUF: Q4_1 blocks written */

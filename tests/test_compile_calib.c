@@ -218,9 +218,10 @@ static const char *tensor_format(const json_t *man, const char *name)
 /* With --calib the model is rotated (cmp_rotate.h): the manifest says so,
  * a tied model (qwen2) gets an untied lm_head, int8 like the linears (the
  * report's weights by part say so and add up), and the artifact still
- * computes the model; --no-rotate keeps it tied; --lm-head picks the
- * output layer's format (f32: the float one) and is refused where the
- * output layer is the embedding. */
+ * computes the model; --no-rotate keeps it tied, with the embedding (its
+ * output layer) in int8; --lm-head picks the output layer's format (f32:
+ * the float one), and where the output layer is the embedding, the
+ * embedding's (f16 keeps the checkpoint's float). */
 static void test_compile_calib_rotation_unties_and_records(void **state)
 {
     (void)state;
@@ -252,6 +253,8 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     assert_true(json_is_true(json_object_get(json_object_get(m2, "config"),
                                              "tie_word_embeddings")));
     assert_null(tensor_format(m2, "lm_head.weight"));
+    assert_string_equal(tensor_format(m2, "model.embed_tokens.weight"), "q8");
+    assert_string_equal(tensor_format(m1, "model.embed_tokens.weight"), "f16");
     assert_string_equal(tensor_format(m3, "lm_head.weight"), "f32");
     /* both compute the model: small KLD against the float fixture */
     double k1 = eval_kld(rot, model, g_ids), k2 = eval_kld(plain, model, g_ids);
@@ -297,11 +300,19 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     }
     assert_true(totals[0] > 0);
     assert_int_equal(totals[0], totals[1]);
-    /* --lm-head on a tied model that stays tied */
-    char *args = tu_fmt("%s --target 64MiB --quant int8 --lm-head f32 "
-                        "-o %s/never.mca", model, g_dir);
-    compile_fails(args, "--lm-head", NULL);
+    /* --lm-head on a tied model that stays tied: the embedding's format */
+    char *keep = tu_fmt("%s/qwen2-f16embed.mca", g_dir);
+    char *args = tu_fmt("%s --target 64MiB --quant int8 --lm-head f16 -o %s",
+                        model, keep);
+    compile_ok(args);
+    json_t *m4 = inspect_manifest(keep);
+    assert_null(tensor_format(m4, "lm_head.weight"));
+    assert_string_equal(tensor_format(m4, "model.embed_tokens.weight"), "f16");
+    json_decref(m4);
+    mrun_ok(keep);
+    mrun_ok(plain);
     free(args);
+    free(keep);
     json_decref(m1);
     json_decref(m2);
     json_decref(m3);

@@ -499,6 +499,98 @@ static void test_export_compressed_tensors_layout_and_values(void **state)
     free(dir);
 }
 
+/* A tied model's int8 embedding (its output layer; cmp_plan.h): GGUF gets
+ * a Q8_0 token_embd holding the artifact's int8 codes exactly, each
+ * block's scale the row's rounded to f16, and no output.weight (llama.cpp
+ * reuses token_embd); compressed-tensors gets it dequantized in float32,
+ * which --strict accepts and --json reports.  --lm-head f16 keeps it F16. */
+static void test_export_tied_int8_embedding(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("exe");
+    char *mca = tu_fmt("%s/m.mca", dir), *gg = tu_fmt("%s/m.gguf", dir);
+    char *ct = tu_fmt("%s/ct", dir);
+    compile(FX "/qwen2", mca, "int8", KN_W_COUNT_, 32, 0);
+    char *args = tu_fmt("'%s' --format gguf -o '%s' -q "
+                        "--ignore-sliding-window", mca, gg);
+    assert_int_equal(run_export(args, NULL, NULL), 0);
+    free(args);
+    check_gguf_values(mca, gg, FMT_GGUF_T_Q8_0, 0);
+    cmp_xsrc *s;
+    mc_error err;
+    assert_int_equal(cmp_xsrc_open(mca, &s, &err), MC_OK);
+    cmp_xtensor t;
+    assert_int_equal(cmp_xsrc_load(s, 0, &t, &err), MC_OK);
+    assert_string_equal(t.name, "model.embed_tokens.weight");
+    assert_int_equal(t.fmt, KN_W_Q8);
+    tg_file f;
+    assert_int_equal(tg_open(gg, &f), 0);
+    const tg_tensor *e = tg_tensor_find(&f, "token_embd.weight");
+    assert_non_null(e);
+    assert_int_equal(e->type, FMT_GGUF_T_Q8_0);
+    assert_null(tg_tensor_find(&f, "output.weight"));
+    for (uint32_t r = 0; r < t.rows; r++) {
+        float sc;
+        memcpy(&sc, t.scales + 4 * (uint64_t)r, 4);
+        for (uint32_t b = 0; b < t.cols / 32; b++) {
+            const uint8_t *blk = e->data + ((uint64_t)r * (t.cols / 32) + b) *
+                                               FMT_GGUF_Q8_0_BYTES;
+            assert_int_equal(blk[0] | blk[1] << 8, fmt_f32_to_f16(sc));
+            assert_memory_equal(blk + 2, t.data + (uint64_t)r * t.cols + 32 * b,
+                                32);
+        }
+    }
+    tg_close(&f);
+    cmp_xsrc_close(s);
+    /* compressed-tensors: float32, exact, not a fallback */
+    args = tu_fmt("'%s' --format compressed-tensors --strict --json -o '%s'",
+                  mca, ct);
+    char *out = NULL;
+    assert_int_equal(run_export(args, &out, NULL), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    assert_true(json_is_true(json_object_get(j, "dense_embed")));
+    assert_int_equal(json_integer_value(json_object_get(j, "fallback")), 0);
+    json_decref(j);
+    free(out);
+    free(args);
+    check_ct_values(mca, ct);
+    char *sp = tu_fmt("%s/model.safetensors", ct);
+    fmt_st_file *st;
+    assert_int_equal(fmt_st_open(sp, &st, &err), MC_OK);
+    assert_int_equal(fmt_st_find(st, "model.embed_tokens.weight")->dtype,
+                     FMT_DT_F32);
+    assert_null(fmt_st_find(st, "lm_head.weight"));
+    fmt_st_close(st);
+    free(sp);
+    /* --lm-head f16: the float embedding, as before */
+    cmp_compile_opts o;
+    memset(&o, 0, sizeof o);
+    cmp_plan_request_default(&o.req);
+    assert_int_equal(cmp_wpolicy_parse("int8", 0, &o.req.policy, NULL), MC_OK);
+    o.req.policy.lm_head_set = 1;
+    o.req.policy.lm_head_fmt = KN_W_F16;
+    o.req.target_bytes = 1ull << 30;
+    o.req.max_batch = 1;
+    o.req.max_seq = 64;
+    o.model = FX "/qwen2";
+    o.out = mca;
+    assert_int_equal(cmp_compile(&o, NULL, &err), MC_OK);
+    args = tu_fmt("'%s' --format gguf -o '%s' -q --ignore-sliding-window",
+                  mca, gg);
+    assert_int_equal(run_export(args, NULL, NULL), 0);
+    free(args);
+    assert_int_equal(tg_open(gg, &f), 0);
+    assert_int_equal(tg_tensor_find(&f, "token_embd.weight")->type,
+                     FMT_GGUF_T_F16);
+    tg_close(&f);
+    tu_rmtree(dir);
+    free(ct);
+    free(mca);
+    free(gg);
+    free(dir);
+}
+
 static void test_export_refuses_sliding_window_by_name(void **state)
 {
     (void)state;
@@ -710,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_export_gguf_holds_the_artifacts_values),
         cmocka_unit_test(test_export_ragged_rows_fall_back_or_are_refused),
         cmocka_unit_test(test_export_compressed_tensors_layout_and_values),
+        cmocka_unit_test(test_export_tied_int8_embedding),
         cmocka_unit_test(test_export_refuses_sliding_window_by_name),
         cmocka_unit_test(test_export_usage_errors_and_overwrite),
         cmocka_unit_test(test_export_memory_is_about_one_tensor),
