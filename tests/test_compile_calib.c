@@ -308,6 +308,31 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     json_t *m4 = inspect_manifest(keep);
     assert_null(tensor_format(m4, "lm_head.weight"));
     assert_string_equal(tensor_format(m4, "model.embed_tokens.weight"), "f16");
+    /* `mcompile plan` takes --lm-head too (before or after --quant) and
+     * plans what compile stores: the f16 embedding 256 x 64 x 2 bytes
+     * against int8's 256 x 64 + 4 x 256 */
+    json_int_t w2 = json_integer_value(json_object_get(
+                   json_object_get(m2, "plan"), "weights_bytes")),
+               w4 = json_integer_value(json_object_get(
+                   json_object_get(m4, "plan"), "weights_bytes"));
+    assert_int_equal(w4 - w2, 256 * 64 * 2 - (256 * 64 + 4 * 256));
+    static const char *const orders[3] = {"--quant int8 --lm-head f16",
+                                          "--lm-head f16 --quant int8",
+                                          "--quant int8"};
+    for (int k = 0; k < 3; k++) {
+        char *out = NULL;
+        char *c = tu_fmt("%s/mcompile plan %s --target 64MiB %s --json",
+                         MC_BIN_DIR, model, orders[k]);
+        assert_int_equal(tu_run(c, &out, NULL), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        assert_int_equal(json_integer_value(json_object_get(j,
+                                                            "weights_bytes")),
+                         k < 2 ? w4 : w2);
+        json_decref(j);
+        free(out);
+        free(c);
+    }
     json_decref(m4);
     mrun_ok(keep);
     mrun_ok(plain);
