@@ -108,9 +108,7 @@ static mc_status convert(const cmp_tensor_plan *t, const float *w, uint8_t *sec,
         fmt_from_f32(FMT_DT_BF16, w, sec, n);
         return MC_OK;
     default: {
-        cmp_qbuf b = {t->fmt, t->rows, t->cols, t->group, sec + t->data_off,
-                      sec + t->scale_off,
-                      t->zero_bytes ? sec + t->zero_off : NULL};
+        cmp_qbuf b = cmp_compile_qbuf(t, sec);
         st = cmp_quant_matrix(w, NULL, &b, err);
         if (st != MC_OK && err) {
             /* the quantizer names the element ("row R col C"); the user

@@ -21,6 +21,7 @@
 
 #include "cmp_compile.h"
 #include "cmp_export.h"
+#include "cmp_quant.h"
 #include "fmt_dtype.h"
 #include "fmt_gguf.h"
 #include "fmt_safetensors.h"
@@ -157,9 +158,14 @@ static int check_gguf_values(const char *mca, const char *gguf,
             cmp_xtensor_row_f32(&t, hf_row(r, hd, qk && permute), a);
             assert_int_equal(tg_row_f32(g, r, b), 0);
             uint32_t src = hf_row(r, hd, qk && permute);
+            float rs = 0; /* Q8: the row's scale */
+            if (t.fmt == KN_W_Q8)
+                memcpy(&rs, t.scales + 4 * (uint64_t)src, 4);
             for (uint32_t k = 0; k < t.cols; k++) {
-                /* Q8_0: the row scale rounded to f16, 2^-11 relative */
-                double tol = g->type == FMT_GGUF_T_Q8_0 && t.fmt == KN_W_Q8
+                /* Q8_0: the row scale rounded to f16, 2^-11 relative;
+                 * exact when the scale is an f16 value (tied embedding) */
+                double tol = g->type == FMT_GGUF_T_Q8_0 && t.fmt == KN_W_Q8 &&
+                                     !cmp_quant_f16_exact(rs)
                                  ? fabs(a[k]) / 2048 + 1e-9 : 0;
                 if (g->type != FMT_GGUF_T_Q4_1 && fabs(b[k] - a[k]) > tol)
                     fail_msg("%s row %u col %u: gguf %g, artifact %g (%s)",
@@ -500,10 +506,13 @@ static void test_export_compressed_tensors_layout_and_values(void **state)
 }
 
 /* A tied model's int8 embedding (its output layer; cmp_plan.h): GGUF gets
- * a Q8_0 token_embd holding the artifact's int8 codes exactly, each
- * block's scale the row's rounded to f16, and no output.weight (llama.cpp
- * reuses token_embd); compressed-tensors gets it dequantized in float32,
- * which --strict accepts and --json reports.  --lm-head f16 keeps it F16. */
+ * a Q8_0 token_embd bit-exact to the artifact (its int8 codes, each
+ * block's d the row's scale itself: the compiler chose it an f16 value),
+ * which the report says, and no output.weight (llama.cpp reuses
+ * token_embd); the int8 linears' Q8_0 are reported not exact (their f32
+ * scales rounded); compressed-tensors gets the embedding dequantized in
+ * float32, which --strict accepts and --json reports.  --lm-head f16
+ * keeps it F16. */
 static void test_export_tied_int8_embedding(void **state)
 {
     (void)state;
@@ -511,9 +520,22 @@ static void test_export_tied_int8_embedding(void **state)
     char *mca = tu_fmt("%s/m.mca", dir), *gg = tu_fmt("%s/m.gguf", dir);
     char *ct = tu_fmt("%s/ct", dir);
     compile(FX "/qwen2", mca, "int8", KN_W_COUNT_, 32, 0);
-    char *args = tu_fmt("'%s' --format gguf -o '%s' -q "
+    char *args = tu_fmt("'%s' --format gguf -o '%s' --json "
                         "--ignore-sliding-window", mca, gg);
-    assert_int_equal(run_export(args, NULL, NULL), 0);
+    char *out = NULL;
+    assert_int_equal(run_export(args, &out, NULL), 0);
+    json_t *j = json_loads(out, 0, NULL), *q8 = json_object_get(j, "q8_0");
+    assert_non_null(q8);
+    assert_int_equal(json_integer_value(json_object_get(q8, "tensors")),
+                     1 + 7 * 3);
+    assert_int_equal(json_integer_value(json_object_get(q8, "exact")), 1);
+    assert_string_equal(json_string_value(json_object_get(q8, "exact_names")),
+                        "token_embd.weight");
+    assert_string_equal(
+        json_string_value(json_object_get(q8, "inexact_first")),
+        "blk.0.attn_q.weight");
+    json_decref(j);
+    free(out);
     free(args);
     check_gguf_values(mca, gg, FMT_GGUF_T_Q8_0, 0);
     cmp_xsrc *s;
@@ -535,7 +557,8 @@ static void test_export_tied_int8_embedding(void **state)
         for (uint32_t b = 0; b < t.cols / 32; b++) {
             const uint8_t *blk = e->data + ((uint64_t)r * (t.cols / 32) + b) *
                                                FMT_GGUF_Q8_0_BYTES;
-            assert_int_equal(blk[0] | blk[1] << 8, fmt_f32_to_f16(sc));
+            assert_true(fmt_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) ==
+                        sc);
             assert_memory_equal(blk + 2, t.data + (uint64_t)r * t.cols + 32 * b,
                                 32);
         }
@@ -545,9 +568,9 @@ static void test_export_tied_int8_embedding(void **state)
     /* compressed-tensors: float32, exact, not a fallback */
     args = tu_fmt("'%s' --format compressed-tensors --strict --json -o '%s'",
                   mca, ct);
-    char *out = NULL;
+    out = NULL;
     assert_int_equal(run_export(args, &out, NULL), 0);
-    json_t *j = json_loads(out, 0, NULL);
+    j = json_loads(out, 0, NULL);
     assert_non_null(j);
     assert_true(json_is_true(json_object_get(j, "dense_embed")));
     assert_int_equal(json_integer_value(json_object_get(j, "fallback")), 0);
@@ -698,18 +721,21 @@ static void test_export_usage_errors_and_overwrite(void **state)
 }
 
 /* A Llama of 12.6 MiB (hidden 256, FFN 704, 4 layers, vocab 512, f32)
- * whose largest tensor is 704 KiB, written into dir. */
-static void write_wide_model(const char *dir)
+ * whose largest tensor is 704 KiB, written into dir; tied: no lm_head,
+ * and the embedding's row 0 times row0 (when not 0). */
+static void write_wide_model(const char *dir, int tied, float row0)
 {
     char *cp = tu_fmt("%s/config.json", dir);
-    const char *cfg =
+    char *cfg = tu_fmt(
         "{\"model_type\": \"llama\", \"hidden_size\": 256, "
         "\"intermediate_size\": 704, \"num_hidden_layers\": 4, "
         "\"num_attention_heads\": 4, \"num_key_value_heads\": 4, "
         "\"vocab_size\": 512, \"max_position_embeddings\": 128, "
         "\"rms_norm_eps\": 1e-5, \"hidden_act\": \"silu\", "
-        "\"torch_dtype\": \"float32\", \"tie_word_embeddings\": false}";
+        "\"torch_dtype\": \"float32\", \"tie_word_embeddings\": %s}",
+        tied ? "true" : "false");
     assert_int_equal(tu_write_file(cp, cfg, strlen(cfg)), 0);
+    free(cfg);
     char *mp = tu_fmt("%s/model.safetensors", dir);
     fmt_st_writer *w;
     mc_error err;
@@ -743,21 +769,53 @@ static void write_wide_model(const char *dir)
     }
     assert_int_equal(fmt_st_writer_add(w, "model.norm.weight", FMT_DT_F32, 1,
                                        n1, &err), MC_OK);
-    assert_int_equal(fmt_st_writer_add(w, "lm_head.weight", FMT_DT_F32, 2, sh,
-                                       &err), MC_OK);
+    if (!tied)
+        assert_int_equal(fmt_st_writer_add(w, "lm_head.weight", FMT_DT_F32,
+                                           2, sh, &err), MC_OK);
     assert_int_equal(fmt_st_writer_begin_data(w, &err), MC_OK);
     static tu_rng g = {0x5eed};
     float buf[4096];
-    uint64_t total = (512 * 256 * 2 + 256) +
+    uint64_t total = (512 * 256 * (tied ? 1 : 2) + 256) +
                      4 * (256 * 2 + 4 * 256 * 256 + 3 * 704 * 256);
     for (uint64_t done = 0; done < total; done += 4096) {
         size_t k = total - done < 4096 ? (size_t)(total - done) : 4096;
         tu_rng_fill(&g, buf, k, 0.1f);
+        for (size_t i = 0; done == 0 && row0 != 0 && i < 256; i++)
+            buf[i] *= row0;
         assert_int_equal(fmt_st_writer_write(w, buf, k * 4, &err), MC_OK);
     }
     assert_int_equal(fmt_st_writer_finish(w, &err), MC_OK);
     free(cp);
     free(mp);
+}
+
+/* A tied embedding row whose int8 scale is beyond f16's 65504 keeps its
+ * f32 scale in the artifact (cmp_quant.h CMP_Q8_F16); GGUF's Q8_0 cannot
+ * hold it, and the export refuses, naming the tensor and row, leaving
+ * nothing behind. */
+static void test_export_refuses_q8_scale_beyond_f16(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("exq");
+    char *md = tu_fmt("%s/model", dir), *mca = tu_fmt("%s/m.mca", dir);
+    char *gg = tu_fmt("%s/m.gguf", dir);
+    assert_int_equal(mkdir(md, 0755), 0);
+    write_wide_model(md, 1, 1e9f);
+    compile(md, mca, "int8", KN_W_COUNT_, 32, 0);
+    char *args = tu_fmt("'%s' --format gguf -o '%s'", mca, gg);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(run_export(args, &out, &err), 1);
+    assert_non_null(strstr(err, "model.embed_tokens.weight"));
+    assert_non_null(strstr(err, "row 0's int8 scale"));
+    assert_false(tu_exists(gg));
+    free(args);
+    free(out);
+    free(err);
+    tu_rmtree(dir);
+    free(md);
+    free(mca);
+    free(gg);
+    free(dir);
 }
 
 /* The export holds about one tensor: on a model 18x its largest tensor,
@@ -770,7 +828,7 @@ static void test_export_memory_is_about_one_tensor(void **state)
     char *g = tu_fmt("%s/m.gguf", dir), *ct = tu_fmt("%s/ct", dir);
     char *md = tu_fmt("%s/model", dir);
     assert_int_equal(mkdir(md, 0755), 0);
-    write_wide_model(md);
+    write_wide_model(md, 0, 0);
     for (int k = 0; k < 2; k++) {
         cmp_export_opts o = {k ? CMP_EXPORT_CT : CMP_EXPORT_GGUF, 0, 0};
         cmp_export_report rep;
@@ -803,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_export_ragged_rows_fall_back_or_are_refused),
         cmocka_unit_test(test_export_compressed_tensors_layout_and_values),
         cmocka_unit_test(test_export_tied_int8_embedding),
+        cmocka_unit_test(test_export_refuses_q8_scale_beyond_f16),
         cmocka_unit_test(test_export_refuses_sliding_window_by_name),
         cmocka_unit_test(test_export_usage_errors_and_overwrite),
         cmocka_unit_test(test_export_memory_is_about_one_tensor),
