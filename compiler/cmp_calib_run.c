@@ -255,7 +255,7 @@ static mc_status lm_head_q8(const rt_model *m, cmp_calib_result *r, mc_error *er
     /* unrotated, it is a tied model's embedding: f16-exact row scales, as
      * the writer quantizes it (cmp_compile_qbuf) */
     if (!r->rotated && m->cfg.tie_word_embeddings)
-        r->lm_head.q8scale = CMP_Q8_F16;
+        r->lm_head.q8scale = CMP_Q8_EMBED;
     mc_status st = cmp_quant_matrix(w, NULL, &r->lm_head, err);
     if (!r->rotated)
         mc_free(w);

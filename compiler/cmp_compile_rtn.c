@@ -50,7 +50,7 @@ cmp_qbuf cmp_compile_qbuf(const cmp_tensor_plan *t, uint8_t *sec)
     cmp_qbuf b = {t->fmt, t->rows, t->cols, t->group, sec + t->data_off,
                   sec + t->scale_off, t->zero_bytes ? sec + t->zero_off : NULL,
                   t->role == CMP_ROLE_EMBED && t->fmt == KN_W_Q8
-                      ? CMP_Q8_F16
+                      ? CMP_Q8_EMBED
                       : CMP_Q8_PLAIN};
     return b;
 }

@@ -53,7 +53,7 @@ int cmp_quant_f16_exact(float s)
 float cmp_quant_q8_scale(cmp_q8scale mode, float a)
 {
     float s = a / 127.0f;
-    if (mode != CMP_Q8_F16 || s == 0.0f)
+    if (mode == CMP_Q8_PLAIN || s == 0.0f)
         return s;
     uint16_t h = fmt_f32_to_f16(s); /* nearest; s > 0, so h + 1 is above */
     if (fmt_f16_to_f32(h) < s)
@@ -68,7 +68,7 @@ static float store_scale(kn_wformat fmt, cmp_q8scale mode, float s)
 {
     if (fmt == KN_W_Q8) {
         float h = fmt_f16_to_f32(fmt_f32_to_f16(s));
-        return mode == CMP_Q8_F16 && isfinite(h) ? h : s;
+        return mode != CMP_Q8_PLAIN && isfinite(h) ? h : s;
     }
     if (s > F16_MAX)
         s = F16_MAX;
@@ -179,7 +179,8 @@ static cmp_qparam choose(kn_wformat fmt, cmp_q8scale mode, const float *x,
             ext = v;
     }
     cmp_qparam best = range_param(fmt, mode, mn, mx, ext);
-    if (!imp || best.scale == 0.0f)
+    int mse = fmt == KN_W_Q8 && mode == CMP_Q8_F16_MSE; /* imp NULL: 1 */
+    if ((!imp && !mse) || best.scale == 0.0f)
         return best;
     double best_e = param_error(fmt, best, x, imp, n);
     /* Grid of shrunk ranges: int8 has fine steps, int4 coarse ones. */
@@ -347,7 +348,9 @@ int cmp_quant_rtn_rows(const void *src, int type, cmp_qbuf *b, uint32_t r0,
             float ext = b->fmt == KN_W_Q4S ? extreme(row + c0, n, mn, mx) : 0.0f;
             /* its scale is already what storage holds (f32, or f16-exact):
              * no read-back needed, unlike cmp_quant_matrix's */
-            cmp_qparam p = range_param(b->fmt, b->q8scale, mn, mx, ext);
+            cmp_qparam p = b->q8scale == CMP_Q8_F16_MSE
+                               ? choose(b->fmt, b->q8scale, row + c0, NULL, n)
+                               : range_param(b->fmt, b->q8scale, mn, mx, ext);
             cmp_qbuf_set_param(b, r, g, p);
             if (b->fmt == KN_W_Q8) {
                 if (p.scale == 0.0f)

@@ -259,7 +259,8 @@ static void test_quant_rejects_bad_input(void **state)
  * at or above max|w| / 127, the codes are RTN under it (none clamped); a
  * zero row keeps 0, a tiny one an f16 subnormal (error under 2^-25 more),
  * a row whose scale is over 65504 keeps the plain f32 scale.  The plain
- * mode (linears) is unchanged on the same rows. */
+ * mode (linears) is unchanged on the same rows.  CMP_Q8_F16_MSE: f16
+ * scales too, no more squared error per row than CMP_Q8_F16. */
 static void test_q8_f16_scales(void **state)
 {
     (void)state;
@@ -271,12 +272,25 @@ static void test_q8_f16_scales(void **state)
         w[4 * cols + c] *= 2e8f;                      /* over f16 */
     }
     w[3 * cols + 7] = 63.5f; /* max|w| / 127 = 0.5, an f16 value itself */
-    for (int mode = 0; mode < 2; mode++) {
+    double up_err[6] = {0};
+    for (int mode = 0; mode < 3; mode++) {
         tu_gq_qm m;
         tu_gq_qm_init(&m, KN_W_Q8, rows, cols, 0);
-        m.b.q8scale = mode ? CMP_Q8_F16 : CMP_Q8_PLAIN;
+        m.b.q8scale = (cmp_q8scale)mode;
         assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
-        for (uint32_t r = 0; r < rows; r++) {
+        for (uint32_t r = 0; r < rows && mode == 2; r++) {
+            float s = ((float *)m.scales)[r];
+            double e = 0;
+            for (uint32_t c = 0; c < cols; c++) {
+                float x = w[r * cols + c];
+                float v = s * (float)((int8_t *)m.data)[r * cols + c];
+                e += ((double)x - v) * ((double)x - v); /* as the search */
+            }
+            assert_true(e <= up_err[r]);
+            assert_true(r == 4 ? !cmp_quant_f16_exact(s)
+                               : cmp_quant_f16_exact(s));
+        }
+        for (uint32_t r = 0; r < rows && mode < 2; r++) {
             float a = 0.0f;
             for (uint32_t c = 0; c < cols; c++)
                 a = fmaxf(a, fabsf(w[r * cols + c]));
@@ -303,6 +317,9 @@ static void test_q8_f16_scales(void **state)
                 assert_true(q >= -127 && q <= 127);
                 assert_true(fabsf(x - s * (float)q) <=
                             s / 2 * (1 + 1e-6f) + (mode ? 0x1p-25f : 0));
+                if (mode)
+                    up_err[r] += ((double)x - (double)(s * (float)q)) *
+                                 ((double)x - (double)(s * (float)q));
             }
         }
         tu_gq_qm_free(&m);

@@ -130,13 +130,14 @@ static void check_rows_match(kn_wformat fmt, cmp_q8scale mode, uint32_t group,
 static void test_rtn_rows_match_cmp_quant_matrix(void **state)
 {
     (void)state;
-    /* the fourth: Q8 with f16-exact scales (a tied embedding's) */
-    const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S, KN_W_Q8};
+    /* the last two: Q8 with f16-exact scales (a tied embedding's),
+     * rounded up and least squared error */
+    const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S, KN_W_Q8, KN_W_Q8};
     const uint32_t groups[] = {32, 64, 128};
     const uint32_t widths[] = {32, 33, 200, 257, 576};
     for (int scalar = 0; scalar < 2; scalar++) {
         kn_set_force_scalar(scalar);
-        for (size_t f = 0; f < 4; f++)
+        for (size_t f = 0; f < 5; f++)
             for (size_t g = 0; g < 3; g++)
                 for (size_t c = 0; c < 5 * 4; c++) {
                     /* steps giving normal, f16-subnormal and clamped
@@ -168,7 +169,9 @@ static void test_rtn_rows_match_cmp_quant_matrix(void **state)
                             src = h;
                         }
                         check_rows_match(fmts[f],
-                                         f == 3 ? CMP_Q8_F16 : CMP_Q8_PLAIN,
+                                         f == 3   ? CMP_Q8_F16
+                                         : f == 4 ? CMP_Q8_F16_MSE
+                                                  : CMP_Q8_PLAIN,
                                          fmts[f] == KN_W_Q8 ? 0 : groups[g],
                                          type, src, rows, cols);
                     }
