@@ -22,7 +22,6 @@ typedef struct compile_cli {
     cmp_cli_loras lora;
     uint64_t heldout;      /* --heldout N; UINT64_MAX: not given */
     int calib_device;      /* -1 not given, 0 cpu, 1 cuda */
-    int lm_head;           /* -1 not given, else a kn_wformat */
     int awq_grid;          /* -1 not given, 0 coarse, 1 full */
     int method_set;        /* --method given */
     int no_rotate, json, quiet, verbose;
@@ -36,8 +35,11 @@ static int on_quant(void *base, const mc_opt *row, const char *flag,
     compile_cli *c = base;
     if (strcmp(v, "auto") == 0) {
         mc_error e;
+        cmp_wpolicy keep = c->o.req.policy; /* an earlier --lm-head */
         cmp_wpolicy_parse("int4", c->o.req.policy.group, &c->o.req.policy,
                           &e);
+        c->o.req.policy.lm_head_set = keep.lm_head_set;
+        c->o.req.policy.lm_head_fmt = keep.lm_head_fmt;
         c->o.quant_auto = 1;
         return 0;
     }
@@ -75,9 +77,6 @@ static const mc_opt_choice device_choices[] = {
     {"cpu", 0, 0}, {"cuda", 1, 0}, {NULL, 0, 0}};
 static const mc_opt_choice awq_grid_choices[] = {
     {"coarse", 0, 0}, {"full", 1, 0}, {NULL, 0, 0}};
-static const mc_opt_choice lm_head_choices[] = {
-    {"f32", KN_W_F32, 0}, {"f16", KN_W_F16, 0}, {"bf16", KN_W_BF16, 0},
-    {"int8", KN_W_Q8, 0}, {NULL, 0, 0}};
 
 #define F(field) offsetof(compile_cli, field)
 
@@ -125,17 +124,11 @@ static const mc_opt compile_opts[] = {
              "(default) tries 11 of the 20 alphas 0..0.95, every\n"
              "third then the neighbours of the best; full tries\n"
              "all 20 (the same pick where the error is unimodal)"},
-    {.kind = MC_OPT_CHOICE, .flags = "--lm-head", .value = "F",
-     .off = F(lm_head), .choices = lm_head_choices,
-     .help = "output layer f32 | f16 | bf16 | int8 when it is not\n"
-             "the embedding (default: int8 for an untied model with\n"
-             "int8/int4 linears; one untied by the rotation: f32\n"
-             "from an f32 checkpoint, else the embedding's format)"},
     {.kind = MC_OPT_SET, .flags = "--no-rotate", .off = F(no_rotate),
      .help = "with --calib, do not rotate the model first (the\n"
              "default rotates the residual stream and value heads\n"
              "by Hadamard matrices: same function, less error;\n"
-             "a tied model then stores a float lm_head too)"},
+             "a tied model then stores its own lm_head too)"},
     {.kind = MC_OPT_SET, .flags = "--compress", .off = F(o.compress),
      .help = "zstd every section (level 3; --zstd-level N)"},
     {.kind = MC_OPT_INT, .flags = "--zstd-level", .value = "N",
@@ -200,10 +193,6 @@ static int check_args(compile_cli *c)
         o->heldout = c->heldout ? (long)c->heldout : -1; /* 0: none */
     o->calib_gpu = c->calib_device == 1;
     o->rotate = o->calib && !c->no_rotate;
-    /* after --quant, which resets the policy */
-    o->req.policy.lm_head_set = c->lm_head >= 0;
-    o->req.policy.lm_head_fmt = c->lm_head >= 0 ? (kn_wformat)c->lm_head
-                                                : KN_W_F16;
     if (o->calib && !c->method_set)
         o->method = CMP_QM_BEST;
     o->adapters = c->lora.spec;
@@ -238,7 +227,6 @@ int cmp_cli_compile(int argc, char **argv)
     cmp_plan_request_default(&c.o.req);
     c.heldout = UINT64_MAX;
     c.calib_device = -1;
-    c.lm_head = -1;
     c.awq_grid = -1;
     char *out_owned = NULL;
     int rc = cmp_cli_parse(&cmp_cli_compile_cmd, argc, argv, &c);

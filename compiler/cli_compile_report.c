@@ -177,12 +177,12 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                human_size(rep->plan.total_bytes, ht, sizeof ht),
                human_size(rep->plan.target_bytes, hg, sizeof hg), seconds);
         char he[32], hl[32], hn[32], ho[32];
-        printf("weights by part: embeddings %s, output layer %s (%s), linears "
-               "%s, norms and biases %s\n",
+        printf("weights by part: embeddings %s, output layer %s (%s%s), "
+               "linears %s, norms and biases %s\n",
                human_size(rep->part_bytes[CMP_PART_EMBED], he, sizeof he),
                human_size(rep->part_bytes[CMP_PART_LM_HEAD], hl, sizeof hl),
-               rep->lm_head_tied ? "tied: the embeddings"
-                                 : kn_wformat_name(rep->lm_head_fmt),
+               rep->lm_head_tied ? "tied: the embeddings, " : "",
+               kn_wformat_name(rep->lm_head_fmt),
                human_size(rep->part_bytes[CMP_PART_LINEARS], hn, sizeof hn),
                human_size(rep->part_bytes[CMP_PART_OTHER], ho, sizeof ho));
     }

@@ -143,7 +143,7 @@ int cmp_cli_export(int argc, char **argv)
     if (json) {
         json_t *j = json_pack(
             "{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, "
-            "s:I, s:f, s:s}",
+            "s:I, s:f, s:s, s:b, s:{s:I, s:I, s:s, s:s, s:I, s:f}}",
             "input", in, "output", out, "format", fmt, "status", (int)st,
             "error", st == MC_OK ? "" : err.message, "tensors",
             (json_int_t)rep.tensors, "quantized", (json_int_t)rep.quantized,
@@ -151,7 +151,12 @@ int cmp_cli_export(int argc, char **argv)
             (json_int_t)rep.bytes, "tokenizer", rep.tokenizer, "arch",
             rep.arch, "q4_1_blocks", (json_int_t)rep.q4_1_blocks,
             "q4_1_inexact", (json_int_t)rep.q4_1_inexact, "q4_1_max_err",
-            rep.q4_1_max_err, "tokenizer_note", rep.tokenizer_note);
+            rep.q4_1_max_err, "tokenizer_note", rep.tokenizer_note,
+            "dense_embed", rep.dense_embed, "q8_0", "tensors",
+            (json_int_t)rep.q8_tensors, "exact", (json_int_t)rep.q8_exact,
+            "exact_names", rep.q8_exact_names, "inexact_first",
+            rep.q8_inexact_first, "rows_inexact",
+            (json_int_t)rep.q8_rows_inexact, "max_scale_err", rep.q8_max_err);
         char *t = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         if (t)
             printf("%s\n", t);
@@ -166,6 +171,20 @@ int cmp_cli_export(int argc, char **argv)
                    "dequantized values); first: %s: %s\n", rep.fallback,
                    rep.fallback == 1 ? "" : "s", rep.fallback_first,
                    rep.fallback_why);
+        if (rep.dense_embed)
+            printf("  the int8 embeddings (the tied output layer) written "
+                   "dequantized in float32: the engines look them up "
+                   "dense\n");
+        if (rep.q8_exact)
+            printf("  Q8_0 from int8, bit-exact (each row's scale an f16 "
+                   "value): %s\n", rep.q8_exact_names);
+        if (rep.q8_tensors > rep.q8_exact)
+            printf("  Q8_0 from int8, not exact: %zu tensor%s (first: %s), "
+                   "%llu rows whose f32 scale the f16 block scale rounds "
+                   "by up to %.2g of it\n", rep.q8_tensors - rep.q8_exact,
+                   rep.q8_tensors - rep.q8_exact == 1 ? "" : "s",
+                   rep.q8_inexact_first,
+                   (unsigned long long)rep.q8_rows_inexact, rep.q8_max_err);
         if (rep.q4_1_inexact)
             printf("  Q4_1: %llu of %llu blocks differ from ours by up to "
                    "%.2g of their scale (the f16 offset); --gguf-int4 q5_0 "

@@ -137,12 +137,34 @@ int cmp_cli_on_quant(void *base, const mc_opt *row, const char *flag,
     cmp_plan_request *r = (cmp_plan_request *)((char *)base + row->off);
     mc_error e;
     mc_error_clear(&e);
+    cmp_wpolicy keep = r->policy; /* an earlier --lm-head survives */
     if (cmp_wpolicy_parse(v, r->policy.group, &r->policy, &e) != MC_OK) {
         snprintf(why, n, "%s: expected f32, f16, bf16, int8 or int4, got "
                  "'%s'", flag, v);
         return -1;
     }
+    r->policy.lm_head_set = keep.lm_head_set;
+    r->policy.lm_head_fmt = keep.lm_head_fmt;
     return 0;
+}
+
+static int on_lm_head(void *base, const mc_opt *row, const char *flag,
+                      const char *v, char *why, size_t n)
+{
+    cmp_plan_request *r = (cmp_plan_request *)((char *)base + row->off);
+    static const struct {
+        const char *name;
+        kn_wformat f;
+    } c[] = {{"f32", KN_W_F32}, {"f16", KN_W_F16}, {"bf16", KN_W_BF16},
+             {"int8", KN_W_Q8}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        if (strcmp(v, c[i].name) == 0) {
+            r->policy.lm_head_set = 1; /* also kept by a later --quant */
+            r->policy.lm_head_fmt = c[i].f;
+            return 0;
+        }
+    snprintf(why, n, "%s: expected f32, f16, bf16 or int8, got '%s'", flag, v);
+    return -1;
 }
 
 static int on_group(void *base, const mc_opt *row, const char *flag,
@@ -207,6 +229,13 @@ const mc_opt cmp_cli_plan_opts[] = {
     {.kind = MC_OPT_INT, .flags = "--threads", .value = "N",
      .off = R(threads), .ulo = 1, .uhi = 256,
      .help = "threads the plan is sized for (default 4)"},
+    {.kind = MC_OPT_CALL, .flags = "--lm-head", .value = "F",
+     .call = on_lm_head,
+     .help = "output layer f32 | f16 | bf16 | int8 (default: int8\n"
+             "with int8/int4 linears; one untied by the rotation:\n"
+             "f32 from an f32 checkpoint, else the embedding's\n"
+             "format); tied, the output layer is the embedding:\n"
+             "its format (f16 keeps a float embedding)"},
     {.kind = MC_OPT_CALL, .flags = "--kv", .value = "f16|int8|f32",
      .call = on_kv, .help = "KV cache type (default f16)"},
     {.kind = MC_OPT_CALL, .flags = "--device", .value = "cpu|cuda",

@@ -37,7 +37,7 @@ static const mc_opt plan_opts[] = {
     {.kind = MC_OPT_SET, .flags = "--calibrated",
      .off = offsetof(plan_cli, calibrated),
      .help = "plan what `mcompile --calib` compiles: its rotation\n"
-             "gives a tied model its own float output layer"},
+             "gives a tied model its own output layer"},
     {.kind = MC_OPT_SET, .flags = "--json", .off = offsetof(plan_cli, json),
      .help = "one JSON object on stdout"},
     {.kind = MC_OPT_SET, .flags = "-q, -v",

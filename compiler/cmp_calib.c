@@ -278,6 +278,8 @@ mc_status cmp_calib_view(const rt_model *base, const cmp_calib_result *r,
     }
     if (r->lm_head.data)
         view->lm_head = cmp_qbuf_matrix(&r->lm_head);
+    if (r->lm_head.data && view->cfg.tie_word_embeddings)
+        view->embed = view->lm_head; /* the artifact's one int8 matrix */
     view->owner = NULL;
     view->owner_free = NULL;
     view->owned = NULL;

@@ -252,6 +252,10 @@ static mc_status lm_head_q8(const rt_model *m, cmp_calib_result *r, mc_error *er
     if (!r->rotated)
         for (uint32_t i = 0; i < lm->rows; i++)
             kn_matrix_row(lm, i, w + (size_t)i * lm->cols);
+    /* unrotated, it is a tied model's embedding: f16-exact row scales, as
+     * the writer quantizes it (cmp_compile_qbuf) */
+    if (!r->rotated && m->cfg.tie_word_embeddings)
+        r->lm_head.q8scale = CMP_Q8_EMBED;
     mc_status st = cmp_quant_matrix(w, NULL, &r->lm_head, err);
     if (!r->rotated)
         mc_free(w);

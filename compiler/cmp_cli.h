@@ -42,8 +42,8 @@ int cmp_cli_usage(const mc_opt_cmd *cmd, const char *fmt, ...)
 
 /* The plan's options, shared by plan and compile (include them with an
  * MC_OPT_TABLE row whose off is that of a cmp_plan_request): --target
- * --group --max-batch --max-seq --prefill-chunk --threads --kv --device
- * --reserve.  --quant is each command's own row (compile adds auto), with
+ * --group --max-batch --max-seq --prefill-chunk --threads --lm-head --kv
+ * --device --reserve.  --quant is each command's own row (compile adds auto), with
  * cmp_cli_on_quant for the plain formats. */
 extern const mc_opt cmp_cli_plan_opts[];
 

@@ -108,9 +108,7 @@ static mc_status convert(const cmp_tensor_plan *t, const float *w, uint8_t *sec,
         fmt_from_f32(FMT_DT_BF16, w, sec, n);
         return MC_OK;
     default: {
-        cmp_qbuf b = {t->fmt, t->rows, t->cols, t->group, sec + t->data_off,
-                      sec + t->scale_off,
-                      t->zero_bytes ? sec + t->zero_off : NULL};
+        cmp_qbuf b = cmp_compile_qbuf(t, sec);
         st = cmp_quant_matrix(w, NULL, &b, err);
         if (st != MC_OK && err) {
             /* the quantizer names the element ("row R col C"); the user
@@ -506,7 +504,9 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
                        : ts[i].role == CMP_ROLE_LINEAR  ? CMP_PART_LINEARS
                                                         : CMP_PART_OTHER;
             rep->part_bytes[part] += cmp_plan_weight_bytes(&ts[i], 1);
-            if (part == CMP_PART_LM_HEAD)
+            /* tied: the embedding's format is the output layer's */
+            if (part == CMP_PART_LM_HEAD ||
+                (part == CMP_PART_EMBED && cfg->tie_word_embeddings))
                 rep->lm_head_fmt = ts[i].fmt;
         }
         rep->lm_head_tied = rep->part_bytes[CMP_PART_LM_HEAD] == 0;
@@ -557,11 +557,6 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
     if (st == MC_OK && calib)
         st = cmp_calib_stage_run(o, &cfg, s.merge, &req, &cs, err);
     rep->calib_seconds = calib ? cmp_par_now() - t0 : 0.0;
-    if (st == MC_OK && req.policy.lm_head_set && cfg.tie_word_embeddings)
-        st = mc_fail(err, MC_ERR_INVALID_ARG, o->model, "--lm-head", -1,
-                     "the output layer is the embedding matrix (tied "
-                     "embeddings): --lm-head needs an untied model, or "
-                     "--calib (whose rotation unties it)");
     if (st == MC_OK) {
         rep->cfg = cfg;
         /* the tokenizer emit embeds is part of the runtime's reserve */

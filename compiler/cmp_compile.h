@@ -104,8 +104,8 @@ typedef struct cmp_compile_report {
                                           embeddings, the output layer (0
                                           when tied), the linears, the rest
                                           (norms, biases) */
-    kn_wformat lm_head_fmt;            /* the output layer's format (when
-                                          not tied) */
+    kn_wformat lm_head_fmt;            /* the output layer's format (the
+                                          embeddings' when tied) */
     int lm_head_tied;                  /* 1: no output layer of its own */
     uint64_t file_bytes;               /* artifact size */
     int tokenizer;                     /* 1 if tokenizer.json was embedded */

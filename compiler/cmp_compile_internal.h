@@ -64,6 +64,13 @@ void cmp_calib_stage_free(cmp_calib_stage *s); /* zeroed is fine */
 int cmp_compile_rtn_section(const fmt_st_tensor *st, const cmp_tensor_plan *t,
                             uint8_t *sec, int threads, float *rows);
 
+/* The quantized tensor t's buffers inside its section sec, as the
+ * quantizer writes them: a Q8 embedding (only a tied model's, the output
+ * layer, has one: cmp_plan.h) takes f16-exact row scales (CMP_Q8_F16), so
+ * that GGUF's Q8_0 token_embd holds it bit for bit; the linears and an
+ * untied lm_head keep the plain f32 scale. */
+cmp_qbuf cmp_compile_qbuf(const cmp_tensor_plan *t, uint8_t *sec);
+
 /* Sections written by a second thread while the next one is computed
  * (cmp_sec_pipe.c): two buffers of cap bytes alternate.  _buffer returns
  * the one to fill next (waiting for its last write), or NULL once a write

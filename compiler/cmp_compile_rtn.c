@@ -29,9 +29,7 @@ static void rtn_range(const rtn_job *j, uint32_t r0, uint32_t r1, int slot)
     const cmp_tensor_plan *t = j->t;
     float *row = j->rows + (size_t)slot * t->cols;
     if (cmp_quant_is_quantized(t->fmt)) {
-        cmp_qbuf b = {t->fmt, t->rows, t->cols, t->group, j->sec + t->data_off,
-                      j->sec + t->scale_off,
-                      t->zero_bytes ? j->sec + t->zero_off : NULL};
+        cmp_qbuf b = cmp_compile_qbuf(t, j->sec);
         j->ok[slot] = cmp_quant_rtn_rows(j->src, j->type, &b, r0, r1, row);
         return;
     }
@@ -45,6 +43,16 @@ static void rtn_range(const rtn_job *j, uint32_t r0, uint32_t r1, int slot)
         }
         memcpy(j->sec + (size_t)r * rowb, s, rowb);
     }
+}
+
+cmp_qbuf cmp_compile_qbuf(const cmp_tensor_plan *t, uint8_t *sec)
+{
+    cmp_qbuf b = {t->fmt, t->rows, t->cols, t->group, sec + t->data_off,
+                  sec + t->scale_off, t->zero_bytes ? sec + t->zero_off : NULL,
+                  t->role == CMP_ROLE_EMBED && t->fmt == KN_W_Q8
+                      ? CMP_Q8_EMBED
+                      : CMP_Q8_PLAIN};
+    return b;
 }
 
 static int rtn_type(fmt_dtype dt, size_t *esize)

@@ -5,7 +5,10 @@
  *   GGUF (llama.cpp): general/llama|qwen2 metadata, the tokenizer from the
  *   embedded tokenizer.json, tensors under llama.cpp's names.  f32/f16/bf16
  *   stay as they are; our int8 (per-row f32 scale) becomes Q8_0 (the row's
- *   scale rounded to f16 in every block, codes unchanged); int4 groups
+ *   scale rounded to f16 in every block, codes unchanged: bit-exact when
+ *   every scale is an f16 value, as a tied embedding's are; the report
+ *   says which Q8_0 tensors are exact, and refuses, by name, a row whose
+ *   scale is beyond f16's range); int4 groups
  *   (any of g32/64/128: each 32-block repeats its group's parameters)
  *   become Q4_0 (symmetric, exact); asymmetric groups become what
  *   opts.gguf_int4 says: Q5_0 (the default: exact, x = d (c - 16) with
@@ -75,11 +78,23 @@ typedef struct cmp_export_report {
     size_t fallback;          /* quantized in the input, written float32 */
     char fallback_first[128]; /* first such tensor's name */
     char fallback_why[160];   /* and why the format cannot hold it */
+    int dense_embed;          /* compressed-tensors: an int8 embedding
+                                 written dequantized in float32 (its form
+                                 there, not a fallback) */
     uint64_t bytes;           /* bytes written (all files) */
     uint64_t largest_tensor;  /* bytes of the largest input tensor */
     uint64_t q4_1_blocks;     /* GGUF: Q4_1 blocks written */
     uint64_t q4_1_inexact;    /* of those, not equal to ours */
     double q4_1_max_err;      /* largest |Q4_1 - ours| / the block's scale */
+    size_t q8_tensors;        /* GGUF: Q8_0 tensors from our int8 */
+    size_t q8_exact;          /* of those, bit-exact: every row's scale
+                                 an f16 value (a tied embedding's are:
+                                 cmp_quant.h CMP_Q8_F16) */
+    char q8_exact_names[192]; /* their GGUF names, ", "-separated ("..."
+                                 ends a longer list) */
+    char q8_inexact_first[128]; /* the first that is not exact ("" none) */
+    uint64_t q8_rows_inexact; /* rows whose scale the f16 rounded */
+    double q8_max_err;        /* largest |f16(scale) - scale| / scale */
     char tokenizer[64];       /* "llama (SPM) from tokenizer.json", "none" */
     char tokenizer_note[512]; /* GGUF: what llama.cpp's tokenizer will not
                                  reproduce of the tokenizer.json ("" none) */

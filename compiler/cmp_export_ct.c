@@ -18,7 +18,9 @@
  * "ignore": an int4 linear whose row is not a whole number of groups
  * (compressed-tensors' grouped shapes and vLLM's kernels need it), and a
  * quantized lm_head (the engines load it dense).  --strict refuses
- * instead.  Float linears keep their dtype and go in "ignore" too. */
+ * instead.  Float linears keep their dtype and go in "ignore" too.  A
+ * tied model's int8 embedding is written dequantized in float32 too, as
+ * the embedding's one form (no module to list, and --strict allows it). */
 #include "cmp_export.h"
 
 #include <jansson.h>
@@ -87,6 +89,14 @@ static mc_status classify(ctx *c, size_t i, const cmp_xtensor *t,
     if (!is_quant(t->fmt)) {
         if ((lin || lm) && json_array_append_new(c->ignore, json_string(mod)))
             return nomem(c, t->name, err);
+        return MC_OK;
+    }
+    if (strcmp(t->name, "model.embed_tokens.weight") == 0) {
+        /* a tied model's int8 embedding (its output layer): the engines
+         * look embeddings up dense, so float32 is its form here, not a
+         * fallback; the values are the runtime's lookup's, q * scale */
+        c->kind[i] = -2;
+        c->rep->dense_embed = 1;
         return MC_OK;
     }
     const char *why = NULL;

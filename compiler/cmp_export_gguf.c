@@ -183,10 +183,16 @@ static mc_status convert_row(const cmp_xtensor *t, uint32_t r,
         float s;
         memcpy(&s, t->scales + 4 * (uint64_t)r, 4);
         uint16_t d = fmt_f32_to_f16(s);
-        if (!isfinite(fmt_f16_to_f32(d)))
+        float h = fmt_f16_to_f32(d);
+        if (!isfinite(h))
             return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
                            "row %u's int8 scale %g does not fit an f16 "
                            "Q8_0 block scale", r, (double)s);
+        if (h != s) { /* every value of the row moves by this ratio */
+            rep->q8_rows_inexact++;
+            rep->q8_max_err = fmax(rep->q8_max_err,
+                                   fabs((double)h - s) / fabs((double)s));
+        }
         const uint8_t *q = t->data + (uint64_t)r * n;
         for (uint32_t b = 0; b < n / FMT_GGUF_QK; b++) {
             uint8_t *blk = out + (size_t)b * FMT_GGUF_Q8_0_BYTES;
@@ -224,6 +230,28 @@ static mc_status convert_row(const cmp_xtensor *t, uint32_t r,
             qs[j] = (uint8_t)(q4_at(q, c0 + j) | q4_at(q, c0 + j + 16) << 4);
     }
     return MC_OK;
+}
+
+/* After a Q8_0 tensor from int8 (name, its GGUF name): exact when none
+ * of its rows' scales was rounded (q8_rows_inexact still `before`). */
+static void q8_note(cmp_export_report *rep, const char *name,
+                    uint64_t before)
+{
+    rep->q8_tensors++;
+    if (rep->q8_rows_inexact > before) {
+        if (!rep->q8_inexact_first[0])
+            snprintf(rep->q8_inexact_first, sizeof rep->q8_inexact_first,
+                     "%s", name);
+        return;
+    }
+    rep->q8_exact++;
+    char *l = rep->q8_exact_names;
+    size_t cap = sizeof rep->q8_exact_names, n = strlen(l);
+    if (n + 3 >= cap || strcmp(l + n - (n >= 3 ? 3 : n), "...") == 0)
+        return;
+    if (snprintf(l + n, cap - n, "%s%s", n ? ", " : "", name) >=
+        (int)(cap - n))
+        snprintf(l + cap - 4, 4, "...");
 }
 
 /* llama3 RoPE as convert_hf_to_gguf.py writes it: one factor per
@@ -488,9 +516,12 @@ mc_status cmp_export_gguf(cmp_xsrc *s, const char *out,
             for (uint32_t g = 0; g < t.cols; g++)
                 o32[g] = tmp[src_row(g, c->head_dim, qks[i], permute)];
         }
+        uint64_t inexact = rep->q8_rows_inexact;
         for (uint32_t g = 0; t.ndim == 2 && g < t.rows && st == MC_OK; g++)
             st = convert_row(&t, src_row(g, c->head_dim, qks[i], permute),
                              types[i], obuf + g * rb, tmp, rep, err);
+        if (st == MC_OK && types[i] == FMT_GGUF_T_Q8_0 && t.fmt == KN_W_Q8)
+            q8_note(rep, names[i], inexact);
         if (st == MC_OK)
             st = fmt_gguf_write(w, obuf, (size_t)(rb * t.rows), err);
         if (st != MC_OK)

@@ -75,18 +75,30 @@ static kn_wformat role_format(const cmp_wpolicy *p, cmp_role role, int tied)
     kn_wformat embed = p->linear == KN_W_F32    ? KN_W_F32
                        : p->linear == KN_W_BF16 ? KN_W_BF16
                                                 : KN_W_F16;
+    int qlin = p->linear == KN_W_Q8 || p->linear == KN_W_Q4;
     switch (role) {
     case CMP_ROLE_LINEAR: return p->linear;
-    case CMP_ROLE_EMBED: return embed;
+    case CMP_ROLE_EMBED:
+        /* Tied, the embedding is the output layer, read whole at every
+         * decode step: int8 per row with quantized linears (SmolLM-135M
+         * int8: 57 of 163 MB a step in f16); --lm-head chooses otherwise. */
+        if (tied && p->lm_head_set)
+            return p->lm_head_fmt;
+        return tied && qlin ? KN_W_Q8 : embed;
     case CMP_ROLE_LM_HEAD:
         if (!tied && p->lm_head_set)
             return p->lm_head_fmt;
         if (tied || p->lm_head_float)
             return embed;
-        return (p->linear == KN_W_Q8 || p->linear == KN_W_Q4) ? KN_W_Q8
-                                                               : embed;
+        return qlin ? KN_W_Q8 : embed;
     default: return KN_W_F32;
     }
+}
+
+kn_wformat cmp_plan_role_format(const cmp_wpolicy *p, cmp_role role,
+                                int tied)
+{
+    return role_format(p, role, tied);
 }
 
 typedef struct tlist {

@@ -19,7 +19,9 @@
  * bytes are the compiled weight bytes:
  *   linear weights (q k v o gate up down)  the requested format, or
  *                      policy.linear_fmt[layer][slot] when given (auto)
- *   embed_tokens       f32 for --quant f32, bf16 for bf16, else f16
+ *   embed_tokens       f32 for --quant f32, bf16 for bf16, else f16;
+ *                      tied (it is the output layer too): q8 for
+ *                      int8/int4, or the --lm-head format
  *   lm_head (untied)   q8 for int8/int4, else as embed_tokens
  *   norms and biases   f32 (small; the runtime reads them as float)
  *
@@ -86,7 +88,9 @@ typedef struct cmp_wpolicy {
                                 quantized (set when the compiler unties a
                                 tied model itself, for the rotation) */
     int lm_head_set;         /* 1: lm_head_fmt overrides the rule for an
-                                untied lm_head (--lm-head) */
+                                untied lm_head, or for a tied model's
+                                embedding, which is its output layer
+                                (--lm-head) */
     kn_wformat lm_head_fmt;  /* F32, F16, BF16 or Q8 */
 } cmp_wpolicy;
 
@@ -110,6 +114,12 @@ typedef enum cmp_role {
     CMP_ROLE_NORM = 3,
     CMP_ROLE_BIAS = 4,
 } cmp_role;
+
+/* The format policy p gives a tensor of role (EMBED, LINEAR without
+ * --quant auto's table, LM_HEAD) of a model tied or not: what
+ * cmp_plan_tensors lists. */
+kn_wformat cmp_plan_role_format(const cmp_wpolicy *p, cmp_role role,
+                                int tied);
 
 /* One tensor of the compiled model and where its parts sit in its artifact
  * section (each part 64-byte aligned). */

@@ -45,11 +45,31 @@ uint32_t cmp_qbuf_nparams(const cmp_qbuf *b)
     return b->fmt == KN_W_Q8 ? 1 : kn_q4_ngroups(b->cols, b->group);
 }
 
-/* Round a scale to what the format stores. */
-static float store_scale(kn_wformat fmt, float s)
+int cmp_quant_f16_exact(float s)
 {
-    if (fmt == KN_W_Q8)
+    return fmt_f16_to_f32(fmt_f32_to_f16(s)) == s;
+}
+
+float cmp_quant_q8_scale(cmp_q8scale mode, float a)
+{
+    float s = a / 127.0f;
+    if (mode == CMP_Q8_PLAIN || s == 0.0f)
         return s;
+    uint16_t h = fmt_f32_to_f16(s); /* nearest; s > 0, so h + 1 is above */
+    if (fmt_f16_to_f32(h) < s)
+        h++;
+    float up = fmt_f16_to_f32(h);
+    return isfinite(up) ? up : s; /* above 65504: f32, named at export */
+}
+
+/* Round a scale to what the format stores (a Q8 scale of mode F16: to the
+ * nearest f16, unless outside its range). */
+static float store_scale(kn_wformat fmt, cmp_q8scale mode, float s)
+{
+    if (fmt == KN_W_Q8) {
+        float h = fmt_f16_to_f32(fmt_f32_to_f16(s));
+        return mode != CMP_Q8_PLAIN && isfinite(h) ? h : s;
+    }
     if (s > F16_MAX)
         s = F16_MAX;
     if (s < -F16_MAX)
@@ -98,20 +118,20 @@ static double param_error(kn_wformat fmt, cmp_qparam p, const float *x,
 
 /* Plain parameters for values whose (possibly shrunk) range is [mn, mx]
  * (mn <= 0 <= mx) and whose largest-magnitude signed value is ext. */
-static cmp_qparam range_param(kn_wformat fmt, float mn, float mx, float ext)
+static cmp_qparam range_param(kn_wformat fmt, cmp_q8scale mode, float mn,
+                              float mx, float ext)
 {
     cmp_qparam p = {0.0f, fmt == KN_W_Q4S ? KN_Q4_ZERO_SYM : 0};
     switch (fmt) {
     case KN_W_Q8: {
-        float a = fmaxf(-mn, mx);
-        p.scale = a / 127.0f;
+        p.scale = cmp_quant_q8_scale(mode, fmaxf(-mn, mx));
         break;
     }
     case KN_W_Q4S:
-        p.scale = store_scale(fmt, ext / -8.0f);
+        p.scale = store_scale(fmt, mode, ext / -8.0f);
         break;
     case KN_W_Q4: {
-        float s = store_scale(fmt, (mx - mn) / 15.0f);
+        float s = store_scale(fmt, mode, (mx - mn) / 15.0f);
         p.scale = s;
         if (s > 0.0f) {
             float z = nearbyintf(-mn / s);
@@ -127,8 +147,8 @@ static cmp_qparam range_param(kn_wformat fmt, float mn, float mx, float ext)
 
 /* Weighted least-squares scale for fixed codes (zero kept): minimizes
  * sum imp (x - s (q - z))^2.  Returns p unchanged when degenerate. */
-static cmp_qparam refit_scale(kn_wformat fmt, cmp_qparam p, const float *x,
-                              const float *imp, size_t n)
+static cmp_qparam refit_scale(kn_wformat fmt, cmp_q8scale mode, cmp_qparam p,
+                              const float *x, const float *imp, size_t n)
 {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -140,12 +160,13 @@ static cmp_qparam refit_scale(kn_wformat fmt, cmp_qparam p, const float *x,
     if (den <= 0.0 || !isfinite(num / den))
         return p;
     cmp_qparam r = p;
-    r.scale = store_scale(fmt, (float)(num / den));
+    r.scale = store_scale(fmt, mode, (float)(num / den));
     return r;
 }
 
-cmp_qparam cmp_quant_choose(kn_wformat fmt, const float *x, const float *imp,
-                            size_t n)
+/* cmp_quant_choose with a Q8 scale mode. */
+static cmp_qparam choose(kn_wformat fmt, cmp_q8scale mode, const float *x,
+                         const float *imp, size_t n)
 {
     float mn = 0.0f, mx = 0.0f, ext = 0.0f;
     for (size_t i = 0; i < n; i++) {
@@ -157,8 +178,9 @@ cmp_qparam cmp_quant_choose(kn_wformat fmt, const float *x, const float *imp,
         if (fabsf(v) > fabsf(ext))
             ext = v;
     }
-    cmp_qparam best = range_param(fmt, mn, mx, ext);
-    if (!imp || best.scale == 0.0f)
+    cmp_qparam best = range_param(fmt, mode, mn, mx, ext);
+    int mse = fmt == KN_W_Q8 && mode == CMP_Q8_F16_MSE; /* imp NULL: 1 */
+    if ((!imp && !mse) || best.scale == 0.0f)
         return best;
     double best_e = param_error(fmt, best, x, imp, n);
     /* Grid of shrunk ranges: int8 has fine steps, int4 coarse ones. */
@@ -166,7 +188,7 @@ cmp_qparam cmp_quant_choose(kn_wformat fmt, const float *x, const float *imp,
     float step = fmt == KN_W_Q8 ? 0.01f : 0.03f;
     for (int k = 1; k <= steps; k++) {
         float f = 1.0f - step * (float)k;
-        cmp_qparam p = range_param(fmt, mn * f, mx * f, ext * f);
+        cmp_qparam p = range_param(fmt, mode, mn * f, mx * f, ext * f);
         double e = param_error(fmt, p, x, imp, n);
         if (e < best_e) {
             best_e = e;
@@ -174,7 +196,7 @@ cmp_qparam cmp_quant_choose(kn_wformat fmt, const float *x, const float *imp,
         }
     }
     for (int it = 0; it < 2; it++) {
-        cmp_qparam p = refit_scale(fmt, best, x, imp, n);
+        cmp_qparam p = refit_scale(fmt, mode, best, x, imp, n);
         double e = param_error(fmt, p, x, imp, n);
         if (!(e < best_e))
             break;
@@ -182,6 +204,12 @@ cmp_qparam cmp_quant_choose(kn_wformat fmt, const float *x, const float *imp,
         best = p;
     }
     return best;
+}
+
+cmp_qparam cmp_quant_choose(kn_wformat fmt, const float *x, const float *imp,
+                            size_t n)
+{
+    return choose(fmt, CMP_Q8_PLAIN, x, imp, n);
 }
 
 void cmp_qbuf_set_param(cmp_qbuf *b, uint32_t r, uint32_t g, cmp_qparam p)
@@ -267,7 +295,7 @@ mc_status cmp_quant_matrix(const float *w, const float *imp, cmp_qbuf *b,
         for (uint32_t g = 0; g < ng; g++) {
             uint32_t c0 = g * span;
             uint32_t n = b->cols - c0 < span ? b->cols - c0 : span;
-            cmp_qparam p = cmp_quant_choose(b->fmt, row + c0, imp ? imp + c0 : NULL, n);
+            cmp_qparam p = choose(b->fmt, b->q8scale, row + c0, imp ? imp + c0 : NULL, n);
             cmp_qbuf_set_param(b, r, g, p);
             /* Re-read the stored parameters so codes match storage exactly
              * (f16 scale round trip is already done in choose). */
@@ -320,7 +348,9 @@ int cmp_quant_rtn_rows(const void *src, int type, cmp_qbuf *b, uint32_t r0,
             float ext = b->fmt == KN_W_Q4S ? extreme(row + c0, n, mn, mx) : 0.0f;
             /* its scale is already what storage holds (f32, or f16-exact):
              * no read-back needed, unlike cmp_quant_matrix's */
-            cmp_qparam p = range_param(b->fmt, mn, mx, ext);
+            cmp_qparam p = b->q8scale == CMP_Q8_F16_MSE
+                               ? choose(b->fmt, b->q8scale, row + c0, NULL, n)
+                               : range_param(b->fmt, b->q8scale, mn, mx, ext);
             cmp_qbuf_set_param(b, r, g, p);
             if (b->fmt == KN_W_Q8) {
                 if (p.scale == 0.0f)

@@ -12,7 +12,8 @@
  *             w = scale * (q - zero), q in [0, 15]
  *   KN_W_Q4S  as Q4 with zero fixed at 8 (symmetric)
  *
- * Plain RTN (importance == NULL): Q8 scale = max|w| / 127; Q4 takes the
+ * Plain RTN (importance == NULL): Q8 scale = max|w| / 127 (rounded up to
+ * an f16 value for b->q8scale CMP_Q8_F16); Q4 takes the
  * group's range widened to include 0 (so zero is a valid code), scale =
  * (max - min) / 15, zero = round(-min / scale); Q4S follows llama.cpp's
  * Q4_0: scale = (the value of largest magnitude) / -8, so that extreme
@@ -47,6 +48,30 @@ typedef struct cmp_qparam {
     int zero;     /* Q4: 0..15; Q4S: 8; Q8: 0 */
 } cmp_qparam;
 
+/* How a Q8 row's f32 scale is chosen (Q4/Q4S scales are f16 anyway). */
+typedef enum cmp_q8scale {
+    CMP_Q8_PLAIN = 0, /* max|w| / 127 as float32 computes it */
+    CMP_Q8_F16 = 1,   /* max|w| / 127 rounded UP to the next f16 value, so
+                         that an f16 holds it exactly and no code passes
+                         127 (a tied embedding: GGUF's Q8_0 block scale is
+                         an f16, so its export is then bit-exact).  A zero
+                         row keeps 0; a tiny one an f16 subnormal (its
+                         error grows by at most 2^-25, absolute); a scale
+                         above f16's 65504 keeps the plain f32 value (the
+                         export says that row is not exact). */
+    CMP_Q8_F16_MSE = 2, /* f16 values too: of the scales the row's range
+                           shrunk by 0..20 % gives (each rounded up as
+                           CMP_Q8_F16), then a least-squares refit (to the
+                           nearest f16), the one of least squared error */
+} cmp_q8scale;
+
+/* The mode of a tied model's Q8 embedding (the compiler's writer and the
+ * calibration's held-out view agree through it).  F16_MSE lowers each
+ * row's squared error but not the model's: stories260k int8 RTN KLD
+ * 0.0476 against F16's 0.0472, int4 g32 2.2222 against 2.2240
+ * (docs/quantization.md). */
+#define CMP_Q8_EMBED CMP_Q8_F16
+
 /* A quantized matrix being written: the caller's buffers in the kn_quant.h
  * layout (borrowed).  zeros is NULL unless fmt is KN_W_Q4. */
 typedef struct cmp_qbuf {
@@ -57,7 +82,15 @@ typedef struct cmp_qbuf {
     void *data;         /* kn_wformat_data_bytes(fmt, rows, cols) */
     void *scales;       /* kn_wformat_scale_bytes(...) */
     uint8_t *zeros;     /* kn_wformat_zero_bytes(...), Q4 only */
+    cmp_q8scale q8scale; /* Q8 only; 0 (plain) in a {..} initializer that
+                            stops at zeros */
 } cmp_qbuf;
+
+/* The Q8 scale mode chooses for a row of largest magnitude a (>= 0). */
+float cmp_quant_q8_scale(cmp_q8scale mode, float a);
+/* 1 if s is a Q8 scale an f16 holds exactly (the test GGUF's Q8_0 export
+ * makes of each row). */
+int cmp_quant_f16_exact(float s);
 
 /* 1 if fmt is a quantized format this module writes (Q8, Q4, Q4S). */
 int cmp_quant_is_quantized(kn_wformat fmt);

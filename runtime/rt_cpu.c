@@ -1,6 +1,7 @@
 /* rt_cpu.c - the CPU backend of rt_backend.h: one posix_memalign'ed arena
  * laid out by rt_layout (KV cache, step tables, activations), the thread
- * pool, kn_block_forward per layer and the head on kn_matmul.
+ * pool, kn_block_forward per layer and the head on kn_matmul (kn_matmul_q
+ * for an int8/int4 output layer).
  *
  * The step tables the scheduler writes live in the arena (RT_BUF_IDS ...),
  * so a CPU session holds nothing per token outside the plan.  Operations
@@ -12,6 +13,7 @@
 
 #include "kn_block.h"
 #include "kn_ops.h"
+#include "kn_qdot.h"
 #include "mc_alloc.h"
 #include "rt_plan.h"
 
@@ -169,11 +171,30 @@ static mc_status cpu_head(void *ctx, const rt_step *st, size_t r0, size_t g,
     cpu_backend *b = ctx;
     const rt_model *m = b->m;
     const size_t H = m->cfg.hidden_size;
+    /* An int8/int4 output layer multiplies int8-quantized rows, as the
+     * linears do (kn_qdot.h): the normed rows go to the logits buffer
+     * first, which the product overwrites after, and are quantized into
+     * hx, so the arena needs nothing more; rows the buffers cannot hold
+     * that way (vocab < hidden) keep the float path.  Which path runs
+     * depends on the model alone, never on g. */
+    const kn_matrix *W = &m->lm_head;
+    kn_qact_kind k = kn_qact_kind_of(W);
+    int q = b->scratch.int_dot && !kn_float_dot() && kn_qdot_supported(W) &&
+            (uint64_t)b->layout.limits.max_batch * H * sizeof(float) <=
+                b->layout.buf[RT_BUF_LOGITS].bytes &&
+            kn_qact_bytes(k, b->layout.limits.max_batch, (uint32_t)H) <=
+                b->layout.buf[RT_BUF_HX].bytes;
+    float *normed = q ? b->logits : b->hx;
     for (size_t j = 0; j < g; j++)
-        kn_rmsnorm(b->hx + j * H,
+        kn_rmsnorm(normed + j * H,
                    b->x + (size_t)b->tab.rows[2 * (r0 + j)] * H,
                    m->final_norm, 1, H, (float)m->cfg.rms_norm_eps);
-    kn_matmul(b->pool, &m->lm_head, b->hx, g, b->logits, NULL);
+    if (q) {
+        kn_qact_quantize(k, normed, g, (uint32_t)H, b->hx);
+        kn_matmul_q(b->pool, W, b->hx, g, b->logits, NULL);
+    } else {
+        kn_matmul(b->pool, W, b->hx, g, b->logits, NULL);
+    }
     *logits = b->logits;
     *tokens = NULL;
     return MC_OK;

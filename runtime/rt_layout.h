@@ -20,7 +20,9 @@
  *                      q), hb = silu(hb) * hb2, xb = hb Wd (int8 input in
  *                      hb2), x += xb
  *          6 NORM      rows that need logits: x -> normed hx
- *          7 HEAD      hx -> logits (groups of max_batch rows)
+ *          7 HEAD      hx -> logits (groups of max_batch rows; an
+ *                      int8/int4 output layer: normed rows staged in
+ *                      logits, quantized into hx, then -> logits)
  *          8 SAMPLE    logits -> token / log-probs (sampling turns a row
  *                      into probabilities in place, index scratch)
  *   PERSIST  KV cache, RoPE inv_freq (global and per slot): all steps

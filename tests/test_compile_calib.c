@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,9 +219,10 @@ static const char *tensor_format(const json_t *man, const char *name)
 /* With --calib the model is rotated (cmp_rotate.h): the manifest says so,
  * a tied model (qwen2) gets an untied lm_head, int8 like the linears (the
  * report's weights by part say so and add up), and the artifact still
- * computes the model; --no-rotate keeps it tied; --lm-head picks the
- * output layer's format (f32: the float one) and is refused where the
- * output layer is the embedding. */
+ * computes the model; --no-rotate keeps it tied, with the embedding (its
+ * output layer) in int8; --lm-head picks the output layer's format (f32:
+ * the float one), and where the output layer is the embedding, the
+ * embedding's (f16 keeps the checkpoint's float). */
 static void test_compile_calib_rotation_unties_and_records(void **state)
 {
     (void)state;
@@ -252,6 +254,30 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     assert_true(json_is_true(json_object_get(json_object_get(m2, "config"),
                                              "tie_word_embeddings")));
     assert_null(tensor_format(m2, "lm_head.weight"));
+    assert_string_equal(tensor_format(m2, "model.embed_tokens.weight"), "q8");
+    assert_string_equal(tensor_format(m1, "model.embed_tokens.weight"), "f16");
+    /* the held-out summary of the tied model measures the artifact, int8
+     * embedding included: `mcompile eval` on the held-out sequence (the
+     * last of 10) gives the same KLD */
+    {
+        size_t len = 0;
+        char *text = tu_read_file(g_ids, &len);
+        assert_non_null(text);
+        const char *last = text + len - 1;
+        while (last > text && last[-1] != '\n')
+            last--;
+        char *held = tu_fmt("%s/heldout.txt", g_dir);
+        assert_int_equal(tu_write_file(held, last,
+                                       (size_t)(text + len - last)), 0);
+        double want = json_number_value(json_object_get(json_object_get(
+            json_object_get(m2, "calibration"), "heldout"), "kld_mean"));
+        double got = eval_kld(plain, model, held);
+        print_message("qwen2 int8 --no-rotate held-out KLD %.6g, eval of "
+                      "the artifact %.6g\n", want, got);
+        assert_true(want > 0 && fabs(got - want) <= 1e-5 * want);
+        free(held);
+        free(text);
+    }
     assert_string_equal(tensor_format(m3, "lm_head.weight"), "f32");
     /* both compute the model: small KLD against the float fixture */
     double k1 = eval_kld(rot, model, g_ids), k2 = eval_kld(plain, model, g_ids);
@@ -297,11 +323,44 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     }
     assert_true(totals[0] > 0);
     assert_int_equal(totals[0], totals[1]);
-    /* --lm-head on a tied model that stays tied */
-    char *args = tu_fmt("%s --target 64MiB --quant int8 --lm-head f32 "
-                        "-o %s/never.mca", model, g_dir);
-    compile_fails(args, "--lm-head", NULL);
+    /* --lm-head on a tied model that stays tied: the embedding's format */
+    char *keep = tu_fmt("%s/qwen2-f16embed.mca", g_dir);
+    char *args = tu_fmt("%s --target 64MiB --quant int8 --lm-head f16 -o %s",
+                        model, keep);
+    compile_ok(args);
+    json_t *m4 = inspect_manifest(keep);
+    assert_null(tensor_format(m4, "lm_head.weight"));
+    assert_string_equal(tensor_format(m4, "model.embed_tokens.weight"), "f16");
+    /* `mcompile plan` takes --lm-head too (before or after --quant) and
+     * plans what compile stores: the f16 embedding 256 x 64 x 2 bytes
+     * against int8's 256 x 64 + 4 x 256 */
+    json_int_t w2 = json_integer_value(json_object_get(
+                   json_object_get(m2, "plan"), "weights_bytes")),
+               w4 = json_integer_value(json_object_get(
+                   json_object_get(m4, "plan"), "weights_bytes"));
+    assert_int_equal(w4 - w2, 256 * 64 * 2 - (256 * 64 + 4 * 256));
+    static const char *const orders[3] = {"--quant int8 --lm-head f16",
+                                          "--lm-head f16 --quant int8",
+                                          "--quant int8"};
+    for (int k = 0; k < 3; k++) {
+        char *out = NULL;
+        char *c = tu_fmt("%s/mcompile plan %s --target 64MiB %s --json",
+                         MC_BIN_DIR, model, orders[k]);
+        assert_int_equal(tu_run(c, &out, NULL), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        assert_int_equal(json_integer_value(json_object_get(j,
+                                                            "weights_bytes")),
+                         k < 2 ? w4 : w2);
+        json_decref(j);
+        free(out);
+        free(c);
+    }
+    json_decref(m4);
+    mrun_ok(keep);
+    mrun_ok(plain);
     free(args);
+    free(keep);
     json_decref(m1);
     json_decref(m2);
     json_decref(m3);

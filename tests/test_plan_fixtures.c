@@ -23,9 +23,10 @@
 static const char *const QUANTS[] = {"f32", "f16", "bf16", "int8", "int4"};
 
 /* Bytes of one checkpoint tensor under the documented policy, from its name
- * and safetensors shape only. */
+ * and safetensors shape only (and whether the model is tied: its
+ * embedding is then the output layer, int8 per row with int8/int4). */
 static uint64_t policy_bytes(const fmt_st_tensor *t, const char *quant,
-                             uint32_t g)
+                             uint32_t g, int tied)
 {
     int q8 = !strcmp(quant, "int8"), q4 = !strcmp(quant, "int4");
     uint64_t n = t->nelem;
@@ -35,6 +36,8 @@ static uint64_t policy_bytes(const fmt_st_tensor *t, const char *quant,
     int embed = strstr(t->name, "embed_tokens") != NULL;
     int head = strstr(t->name, "lm_head") != NULL;
     uint64_t fbytes = !strcmp(quant, "f32") ? 4 : 2;
+    if (embed && tied && (q8 || q4))
+        return n + 4 * rows;
     if (embed || (head && !q8 && !q4))
         return fbytes * n;
     if (head || q8)
@@ -83,7 +86,8 @@ static void check_fixture(const char *name, size_t *checked)
             assert_int_equal(t->ndim, tp[i].ndim);
             assert_int_equal(t->shape[0], tp[i].ndim == 2 ? tp[i].rows
                                                           : tp[i].cols);
-            expect += policy_bytes(t, QUANTS[qi], g);
+            expect += policy_bytes(t, QUANTS[qi], g,
+                                   cfg.tie_word_embeddings);
         }
         assert_int_equal(cmp_plan_weight_bytes(tp, nt), expect);
         mc_free(tp);

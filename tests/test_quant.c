@@ -255,6 +255,78 @@ static void test_quant_rejects_bad_input(void **state)
     tu_gq_qm_free(&m);
 }
 
+/* CMP_Q8_F16 (a tied embedding): each row's scale is the least f16 value
+ * at or above max|w| / 127, the codes are RTN under it (none clamped); a
+ * zero row keeps 0, a tiny one an f16 subnormal (error under 2^-25 more),
+ * a row whose scale is over 65504 keeps the plain f32 scale.  The plain
+ * mode (linears) is unchanged on the same rows.  CMP_Q8_F16_MSE: f16
+ * scales too, no more squared error per row than CMP_Q8_F16. */
+static void test_q8_f16_scales(void **state)
+{
+    (void)state;
+    uint32_t rows = 6, cols = 96;
+    float *w = rand_matrix(rows, cols, 0.05f);
+    memset(w + cols, 0, cols * sizeof(float));        /* zero row */
+    for (uint32_t c = 0; c < cols; c++) {
+        w[2 * cols + c] *= 1e-6f;                     /* subnormal scale */
+        w[4 * cols + c] *= 2e8f;                      /* over f16 */
+    }
+    w[3 * cols + 7] = 63.5f; /* max|w| / 127 = 0.5, an f16 value itself */
+    double up_err[6] = {0};
+    for (int mode = 0; mode < 3; mode++) {
+        tu_gq_qm m;
+        tu_gq_qm_init(&m, KN_W_Q8, rows, cols, 0);
+        m.b.q8scale = (cmp_q8scale)mode;
+        assert_int_equal(cmp_quant_matrix(w, NULL, &m.b, NULL), MC_OK);
+        for (uint32_t r = 0; r < rows && mode == 2; r++) {
+            float s = ((float *)m.scales)[r];
+            double e = 0;
+            for (uint32_t c = 0; c < cols; c++) {
+                float x = w[r * cols + c];
+                float v = s * (float)((int8_t *)m.data)[r * cols + c];
+                e += ((double)x - v) * ((double)x - v); /* as the search */
+            }
+            assert_true(e <= up_err[r]);
+            assert_true(r == 4 ? !cmp_quant_f16_exact(s)
+                               : cmp_quant_f16_exact(s));
+        }
+        for (uint32_t r = 0; r < rows && mode < 2; r++) {
+            float a = 0.0f;
+            for (uint32_t c = 0; c < cols; c++)
+                a = fmaxf(a, fabsf(w[r * cols + c]));
+            float s = ((float *)m.scales)[r], plain = a / 127.0f;
+            if (!mode || r == 4) {
+                assert_true(s == plain);
+                assert_true(mode || r != 3 || s == 0.5f);
+                if (r == 4)
+                    assert_false(cmp_quant_f16_exact(s));
+            } else {
+                uint16_t h = fmt_f32_to_f16(s);
+                assert_true(cmp_quant_f16_exact(s));
+                assert_true(s >= plain);
+                /* the least such f16: the one below is under a / 127 */
+                assert_true(h == 0 || fmt_f16_to_f32((uint16_t)(h - 1)) < plain);
+                assert_true(r != 1 || s == 0.0f);
+                assert_true(r != 2 || (s > 0.0f && s < 6.1e-5f));
+                assert_true(r != 3 || s == 0.5f);
+            }
+            for (uint32_t c = 0; c < cols; c++) {
+                int q = ((int8_t *)m.data)[r * cols + c];
+                float x = w[r * cols + c];
+                assert_int_equal(q, s == 0.0f ? 0 : (int)nearbyintf(x / s));
+                assert_true(q >= -127 && q <= 127);
+                assert_true(fabsf(x - s * (float)q) <=
+                            s / 2 * (1 + 1e-6f) + (mode ? 0x1p-25f : 0));
+                if (mode)
+                    up_err[r] += ((double)x - (double)(s * (float)q)) *
+                                 ((double)x - (double)(s * (float)q));
+            }
+        }
+        tu_gq_qm_free(&m);
+    }
+    free(w);
+}
+
 /* kn_matmul on the quantized matrix equals the float matmul of the
  * dequantized weights (the runtime computes what we measured). */
 static void test_kernel_matmul_matches_dequantized_reference(void **state)
@@ -288,6 +360,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_round_trip_error_bounded_by_half_step),
+        cmocka_unit_test(test_q8_f16_scales),
         cmocka_unit_test(test_q4_ragged_groups_round_trip),
         cmocka_unit_test(test_q4_exact_values_round_trip_exactly),
         cmocka_unit_test(test_q4s_extreme_maps_to_code_zero),

@@ -94,8 +94,9 @@ static void test_rtn_avx2_matches_reference_bitwise(void **state)
 
 /* cmp_quant_rtn_rows over src (type) vs cmp_quant_matrix on the widened
  * values; both with fresh buffers. */
-static void check_rows_match(kn_wformat fmt, uint32_t group, int type,
-                             const void *src, uint32_t rows, uint32_t cols)
+static void check_rows_match(kn_wformat fmt, cmp_q8scale mode, uint32_t group,
+                             int type, const void *src, uint32_t rows,
+                             uint32_t cols)
 {
     uint64_t db = kn_wformat_data_bytes(fmt, rows, cols);
     uint64_t sb = kn_wformat_scale_bytes(fmt, rows, cols, group);
@@ -109,8 +110,10 @@ static void check_rows_match(kn_wformat fmt, uint32_t group, int type,
     memset(s2, 0xA5, sb);
     memset(z2, 0xA5, zb + 1);
     assert_int_equal(kn_ref_rtn_to_f32(src, type, (size_t)rows * cols, w), 1);
-    cmp_qbuf b1 = {fmt, rows, cols, group, d1, s1, fmt == KN_W_Q4 ? z1 : NULL};
-    cmp_qbuf b2 = {fmt, rows, cols, group, d2, s2, fmt == KN_W_Q4 ? z2 : NULL};
+    cmp_qbuf b1 = {fmt, rows, cols, group, d1, s1, fmt == KN_W_Q4 ? z1 : NULL,
+                   mode};
+    cmp_qbuf b2 = {fmt, rows, cols, group, d2, s2, fmt == KN_W_Q4 ? z2 : NULL,
+                   mode};
     assert_int_equal(cmp_quant_matrix(w, NULL, &b1, NULL), MC_OK);
     /* two ranges, as two threads would do them */
     assert_int_equal(cmp_quant_rtn_rows(src, type, &b2, 0, rows / 2, row), 1);
@@ -127,17 +130,20 @@ static void check_rows_match(kn_wformat fmt, uint32_t group, int type,
 static void test_rtn_rows_match_cmp_quant_matrix(void **state)
 {
     (void)state;
-    const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    /* the last two: Q8 with f16-exact scales (a tied embedding's),
+     * rounded up and least squared error */
+    const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S, KN_W_Q8, KN_W_Q8};
     const uint32_t groups[] = {32, 64, 128};
     const uint32_t widths[] = {32, 33, 200, 257, 576};
     for (int scalar = 0; scalar < 2; scalar++) {
         kn_set_force_scalar(scalar);
-        for (size_t f = 0; f < 3; f++)
+        for (size_t f = 0; f < 5; f++)
             for (size_t g = 0; g < 3; g++)
-                for (size_t c = 0; c < 5 * 3; c++) {
+                for (size_t c = 0; c < 5 * 4; c++) {
                     /* steps giving normal, f16-subnormal and clamped
-                     * (over 65504) int4 scales */
-                    const float steps[] = {0.003f, 1e-7f, 1e4f};
+                     * (over 65504) int4 scales; the last, Q8 scales over
+                     * 65504 (a CMP_Q8_F16 row then keeps f32) */
+                    const float steps[] = {0.003f, 1e-7f, 1e4f, 1e6f};
                     float step = steps[c / 5];
                     uint32_t rows = 7, cols = widths[c % 5];
                     size_t n = (size_t)rows * cols;
@@ -162,7 +168,11 @@ static void test_rtn_rows_match_cmp_quant_matrix(void **state)
                                          x, h, n);
                             src = h;
                         }
-                        check_rows_match(fmts[f], fmts[f] == KN_W_Q8 ? 0 : groups[g],
+                        check_rows_match(fmts[f],
+                                         f == 3   ? CMP_Q8_F16
+                                         : f == 4 ? CMP_Q8_F16_MSE
+                                                  : CMP_Q8_PLAIN,
+                                         fmts[f] == KN_W_Q8 ? 0 : groups[g],
                                          type, src, rows, cols);
                     }
                     free(x);

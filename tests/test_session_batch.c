@@ -3,16 +3,20 @@
  * seeded sampling) and scoring (labels, continuations) of mixed lengths,
  * admitted as slots free up, gives bit-identical results to the same
  * requests run one by one; no step allocates; requests beyond the plan and
- * busy slots are refused. */
+ * busy slots are refused.  The same for a tied int8 artifact, whose output
+ * layer is its int8 embedding on the integer path, on 1 or 2 threads. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmp_compile.h"
+#include "kn_qdot.h"
 #include "mc_alloc.h"
 #include "rt_model.h"
 #include "rt_session.h"
@@ -176,6 +180,69 @@ static void test_continuous_mix_equals_one_by_one(void **st)
     }
 }
 
+/* A tied int8 artifact: the embedding (int8 per row) is looked up per token
+ * and is the output layer, multiplied on the integer path (rt_cpu.c's
+ * head).  Requests run one by one, mixed in continuous batches, and on
+ * one thread instead of two give the same bits; the log-probabilities stay
+ * within the integer path's rounding of the float path's. */
+static void test_int8_tied_head_same_bits_batched_and_any_threads(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("sbq8");
+    char *art = tu_fmt("%s/q.mca", dir);
+    cmp_compile_opts o;
+    memset(&o, 0, sizeof o);
+    cmp_plan_request_default(&o.req);
+    assert_int_equal(cmp_wpolicy_parse("int8", 0, &o.req.policy, NULL), MC_OK);
+    o.req.target_bytes = 1ull << 30;
+    o.req.max_batch = 3;
+    o.req.max_seq = 64;
+    o.model = MC_FIXTURE_DIR "/qwen2";
+    o.out = art;
+    mc_error e;
+    assert_int_equal(cmp_compile(&o, NULL, &e), MC_OK);
+    rt_model *m;
+    assert_int_equal(rt_model_open(art, &m, &e), MC_OK);
+    assert_int_equal(m->embed.fmt, KN_W_Q8);
+    assert_ptr_equal(m->lm_head.data, m->embed.data);
+    static req one[NREQ], cont[NREQ], th1[NREQ], fl[NREQ];
+    req *sets[4] = {one, cont, th1, fl};
+    for (int v = 0; v < 4; v++) {
+        tu_rng g = {0xA5A5u};
+        for (size_t k = 0; k < NREQ; k++)
+            make_req(&sets[v][k], k, &g);
+    }
+    rt_session *s[2];
+    for (int t = 0; t < 2; t++) {
+        rt_limits L = {.max_batch = 3, .max_seq = 64, .prefill_chunk = 16,
+                       .threads = 2 - t};
+        assert_int_equal(tu_session_create(m, &L, NULL, &s[t], &e), MC_OK);
+    }
+    run_one_by_one(s[0], one, NREQ);
+    run_continuous(s[0], cont, NREQ, 3);
+    run_one_by_one(s[1], th1, NREQ);
+    assert_same(one, cont, NREQ);
+    assert_same(one, th1, NREQ);
+    kn_set_float_dot(1);
+    run_one_by_one(s[0], fl, NREQ);
+    kn_set_float_dot(0);
+    double worst = 0;
+    for (size_t k = 0; k < NREQ; k++)
+        for (size_t i = 0; one[k].score && i < NLAB; i++) {
+            double d = fabs((double)one[k].lab_lp[i] - fl[k].lab_lp[i]);
+            worst = d > worst ? d : worst;
+        }
+    print_message("int8 tied head: largest label log-prob change against "
+                  "the float path %.3g\n", worst);
+    assert_true(worst > 0 && worst < 1e-2);
+    for (int t = 0; t < 2; t++)
+        rt_session_free(s[t]);
+    rt_model_free(m);
+    tu_rmtree(dir);
+    free(art);
+    free(dir);
+}
+
 static void test_admit_refuses_beyond_plan_and_busy_slots(void **st)
 {
     (void)st;
@@ -220,6 +287,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_continuous_mix_equals_one_by_one),
+        cmocka_unit_test(test_int8_tied_head_same_bits_batched_and_any_threads),
         cmocka_unit_test(test_admit_refuses_beyond_plan_and_busy_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
