@@ -64,6 +64,7 @@
 #include <stdint.h>
 
 #include "cmp_eval.h"
+#include "cmp_par.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
 #include "mc_error.h"
@@ -224,18 +225,19 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
                                 size_t nseq, const cmp_calib_opts *o,
                                 cmp_calib_mem *out, mc_error *err);
 
-/* Where the calibration's wall time went, in seconds (the phases do not
- * overlap; their sum is the run's time up to bookkeeping). */
+/* Where the calibration's time went, in wall and CPU seconds (cmp_clock,
+ * cmp_par.h; the phases do not overlap; their sum is the run's time up to
+ * bookkeeping). */
 typedef struct cmp_calib_times {
-    double forward;  /* block forward passes: collecting each group's
-                        inputs, moving both state sets on */
-    double stats;    /* the statistics sums inside those passes (Hq, Hf,
-                        C, sum |x|) */
-    double factor;   /* factorizations: GPTQ's inverse factor, the
-                        retarget's solve (Cholesky and substitutions) */
-    double search;   /* the rest of quantizing: candidates, AWQ search,
-                        refits, descent, error measures */
-    double ends;     /* embeddings, output layer, held-out evaluation */
+    cmp_clock forward; /* block forward passes: collecting each group's
+                          inputs, moving both state sets on */
+    cmp_clock stats;   /* the statistics sums inside those passes (Hq, Hf,
+                          C, sum |x|) */
+    cmp_clock factor;  /* factorizations: GPTQ's inverse factor, the
+                          retarget's solve (Cholesky and substitutions) */
+    cmp_clock search;  /* the rest of quantizing: candidates, AWQ search,
+                          refits, descent, error measures */
+    cmp_clock ends;    /* embeddings, output layer, held-out evaluation */
 } cmp_calib_times;
 
 typedef struct cmp_calib_result {

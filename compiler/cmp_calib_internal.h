@@ -39,7 +39,8 @@ typedef struct tap_acc {
     mc_status gpu_st;       /* the first failure of a device add */
     kn_pool *pool;          /* threads for the sums (the taps run between
                                the forward's kernels, outside pool jobs) */
-    double seconds;         /* time spent in the taps (the sums) */
+    cmp_clock *stats;       /* time spent in the taps (the sums) is
+                               added here */
 } tap_acc;
 
 /* One layer being calibrated. */

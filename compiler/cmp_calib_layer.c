@@ -34,9 +34,9 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
     tap_acc *a = ctx;
     if (!(a->mask & (1u << where)))
         return;
-    double t0 = cmp_par_now();
+    cmp_clock t0 = cmp_par_clock();
     tap_sums(a, where, x, T, width);
-    a->seconds += cmp_par_now() - t0;
+    cmp_par_clock_add(a->stats, t0);
 }
 
 static void tap_sums(tap_acc *a, kn_tap_point where, const float *x,
@@ -174,7 +174,8 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         if ((mask >> p) & 1u)
             stop_q = 1 + p;
     }
-    double t0 = cmp_par_now(), s0 = c->acc.seconds;
+    c->acc.stats = &c->times->stats;
+    cmp_clock t0 = cmp_par_clock(), s0 = c->times->stats;
     size_t at = 0;
     for (size_t i = 0; i < S->n; i++) {
         size_t T = S->len[i];
@@ -193,8 +194,7 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
                             stop_q);
         at += T;
     }
-    c->times->stats += c->acc.seconds - s0;
-    c->times->forward += cmp_par_now() - t0 - (c->acc.seconds - s0);
+    cmp_par_clock_add_outer(&c->times->forward, t0, &c->times->stats, s0);
     if (c->acc.gpu_st != MC_OK)
         return mc_fail(err, c->acc.gpu_st, NULL, "--calib-device", -1,
                        "accumulating statistics on the GPU failed");
@@ -240,7 +240,7 @@ static void rescale_stats(layer_ctx *c, int p, const float *s)
 static mc_status prescale(layer_ctx *c, int slot, int producer,
                           float *producer_bias, int keep, mc_error *err)
 {
-    double t0 = cmp_par_now();
+    cmp_clock t0 = cmp_par_clock();
     int tp = LIN_TAP[slot];
     uint32_t K = c->cols[slot];
     if (!cmp_quant_is_quantized(c->fmt[slot]))
@@ -264,7 +264,7 @@ static mc_status prescale(layer_ctx *c, int slot, int producer,
         c->r->t[(size_t)c->l * CMP_LIN_COUNT + slot].alpha = alpha;
     }
     mc_free(s);
-    c->times->search += cmp_par_now() - t0;
+    cmp_par_clock_add(&c->times->search, t0);
     return st;
 }
 
@@ -429,7 +429,7 @@ mc_status cmp_calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
      * copies with the folds, the same function in the rotated basis),
      * unless the last statistics pass moved them already or no layer
      * reads them (every point lean). */
-    double t0 = cmp_par_now();
+    cmp_clock t0 = cmp_par_clock();
     size_t at = 0;
     if (!moved_f && (c->lean & 0xFu) != 0xFu) {
         kn_block_weights fw;
@@ -454,7 +454,7 @@ mc_status cmp_calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         cmp_fwd_block(f, &qw, &L->dims, S->states + at * H, S->len[i], NULL, NULL);
         at += S->len[i];
     }
-    c->times->forward += cmp_par_now() - t0;
+    cmp_par_clock_add(&c->times->forward, t0);
     return MC_OK;
 }
 

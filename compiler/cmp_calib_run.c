@@ -331,10 +331,10 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     /* The states and the forward context are done with: free them before
      * the ends and the held-out evaluation allocate theirs. */
     run_bufs_free(&rb);
-    double t_ends = now_s();
+    cmp_clock t_ends = cmp_par_clock();
     if ((st = ends_run(m, tok, off, ncal, o, &rot, r, err)) != MC_OK)
         goto fail;
-    r->times.ends = now_s() - t_ends;
+    cmp_par_clock_add(&r->times.ends, t_ends);
     cmp_rotation_free(&rot);
     *out = r;
     return MC_OK;
