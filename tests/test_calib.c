@@ -111,29 +111,20 @@ static void assert_same_result(const cmp_calib_result *a0,
     assert_true(a0->heldout.kld_mean == b0->heldout.kld_mean);
 }
 
-/* A whole calibration (best, rotated, int4) on a pool of three threads
- * gives the same quantized tensors and errors, bit for bit, as on the
- * calling thread alone: an artifact does not depend on the machine's
- * core count. */
-static void test_calib_threads_do_not_change_the_result(void **state)
+/* Two whole calibrations (best, rotated, int4 g32, one sequence held out)
+ * of the 6 x 40-token fixture m: run k on pool[k] with force_lean
+ * lean[k]; the results into r (freed by the caller). */
+static void calib_pair(const rt_model *m, const int32_t *tok, const size_t *off,
+                       kn_pool *const pool[2], const unsigned lean[2],
+                       cmp_calib_result *r[2])
 {
-    (void)state;
-    char *path;
-    int32_t *tok;
-    size_t *off;
-    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
-    kn_pool *pool = tu_pool_warm(3);
-    cmp_calib_result *r[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
         cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
-        o.pool = k ? pool : NULL;
+        o.pool = pool[k];
+        o.force_lean = lean[k];
         assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[k], NULL), MC_OK);
     }
     assert_same_result(r[0], r[1]);
-    cmp_calib_result_free(r[0]);
-    cmp_calib_result_free(r[1]);
-    kn_pool_free(pool);
-    tu_fixture_close(m, path, tok, off);
 }
 
 /* The store of down's inputs (CMP_CALIB_LEAN_DOWN_STORE): the final move
@@ -141,22 +132,12 @@ static void test_calib_threads_do_not_change_the_result(void **state)
  * of the whole block run again, bit for bit (on a pool: the same
  * kernels); the plan counts the store (tokens x FFN floats) and gives it
  * up first under a budget; with 2 stages there is nothing to store. */
-static void test_calib_down_store_keeps_the_result(void **state)
+static void check_down_store(const rt_model *m, const int32_t *tok,
+                             const size_t *off, kn_pool *pool)
 {
-    (void)state;
-    char *path;
-    int32_t *tok;
-    size_t *off;
-    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
-    kn_pool *pool = tu_pool_warm(3);
     cmp_calib_result *r[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
-        o.pool = pool;
-        o.force_lean = k ? CMP_CALIB_LEAN_DOWN_STORE : 0;
-        assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[k], NULL), MC_OK);
-    }
-    assert_same_result(r[0], r[1]);
+    calib_pair(m, tok, off, (kn_pool *const[2]){pool, pool},
+               (const unsigned[2]){0, CMP_CALIB_LEAN_DOWN_STORE}, r);
     assert_int_equal(r[0]->mem.lean, 0);
     assert_int_equal(r[1]->mem.lean, CMP_CALIB_LEAN_DOWN_STORE);
     uint64_t store = 5 * 40 * (uint64_t)m->cfg.intermediate_size * sizeof(float);
@@ -181,6 +162,27 @@ static void test_calib_down_store_keeps_the_result(void **state)
     assert_true(two[0].states == two[1].states);
     cmp_calib_result_free(r[0]);
     cmp_calib_result_free(r[1]);
+}
+
+/* A whole calibration (best, rotated, int4) on a pool of three threads
+ * gives the same quantized tensors and errors, bit for bit, as on the
+ * calling thread alone: an artifact does not depend on the machine's
+ * core count.  And the store of down's inputs (check_down_store) does
+ * not change it either. */
+static void test_calib_threads_do_not_change_the_result(void **state)
+{
+    (void)state;
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
+    kn_pool *pool = tu_pool_warm(3);
+    cmp_calib_result *r[2] = {NULL, NULL};
+    calib_pair(m, tok, off, (kn_pool *const[2]){NULL, pool},
+               (const unsigned[2]){0, 0}, r);
+    cmp_calib_result_free(r[0]);
+    cmp_calib_result_free(r[1]);
+    check_down_store(m, tok, off, pool);
     kn_pool_free(pool);
     tu_fixture_close(m, path, tok, off);
 }
@@ -499,7 +501,6 @@ int main(void)
         cmocka_unit_test(test_calib_fixture_qwen2_bias_int8),
         cmocka_unit_test(test_calib_all_float_is_identity),
         cmocka_unit_test(test_calib_threads_do_not_change_the_result),
-        cmocka_unit_test(test_calib_down_store_keeps_the_result),
         cmocka_unit_test(test_calib_stages_trade_passes_for_order),
         cmocka_unit_test(test_calib_rotation_keeps_function),
         cmocka_unit_test(test_calib_rejects_bad_options),
