@@ -15,7 +15,9 @@
  *                (default 512); the eval set is 8 other sequences of L
  *   --layers K   layers of the generated model (default 30)
  *   ARGS         more mcompile options (--method, --group 128, -v ...)
- * Prints one line of figures per run and the load average. */
+ * Prints the figures of the run, the load average, and the calibration's
+ * phases in wall and CPU seconds (mcompile's calibration.phase_seconds and
+ * phase_cpu_seconds). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +57,10 @@ static int run(char **argv, const char *out_path, double *wall, double *cpu,
     return rc;
 }
 
-static double json_num(const char *path, const char *key)
+/* The number after "key": in path, after "section": when section is not
+ * NULL (the JSON is mcompile's, keys inside an object are unique). */
+static double json_num_in(const char *path, const char *section,
+                          const char *key)
 {
     char *s = NULL;
     size_t n = 0;
@@ -67,9 +72,21 @@ static double json_num(const char *path, const char *key)
     fclose(f);
     buf[n] = 0;
     char pat[64];
+    const char *from = buf;
+    if (section) {
+        snprintf(pat, sizeof pat, "\"%s\":", section);
+        from = strstr(buf, pat);
+        if (!from)
+            return -1;
+    }
     snprintf(pat, sizeof pat, "\"%s\":", key);
-    s = strstr(buf, pat);
+    s = strstr(from, pat);
     return s ? atof(s + strlen(pat)) : -1;
+}
+
+static double json_num(const char *path, const char *key)
+{
+    return json_num_in(path, NULL, key);
 }
 
 int main(int argc, char **argv)
@@ -186,5 +203,12 @@ int main(int argc, char **argv)
            wall, cpu, rss / 1024.0, json_num(out, "file_bytes") / 1e6,
            json_num(ev, "kld_mean"), json_num(ev, "top1"), load[0], load[1],
            load[2]);
+    static const char *const ph[5] = {"forward", "statistics", "factorization",
+                                      "search", "ends"};
+    printf("  phases wall / CPU s:");
+    for (int p = 0; p < 5; p++)
+        printf(" %s %.1f / %.1f", ph[p], json_num_in(out, "phase_seconds", ph[p]),
+               json_num_in(out, "phase_cpu_seconds", ph[p]));
+    printf("\n");
     return 0;
 }

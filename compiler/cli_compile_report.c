@@ -78,9 +78,12 @@ static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
                 snprintf(lean + strlen(lean), sizeof lean - strlen(lean),
                          "%s%s", lean[0] ? ", " : "", tap[p]);
         fprintf(out, "calibration memory: planned peak %.1f MiB (at %s), "
-                "spilled %.1f MiB to disk; lean statistics: %s\n",
+                "spilled %.1f MiB to disk; lean statistics: %s%s\n",
                 mm->peak / 1048576.0, mm->phase ? mm->phase : "-",
-                mm->spill / 1048576.0, lean[0] ? lean : "none");
+                mm->spill / 1048576.0, lean[0] ? lean : "none",
+                (mm->lean & CMP_CALIB_LEAN_DOWN_STORE)
+                    ? "; down_proj's inputs not stored (whole-block final moves)"
+                    : "");
         if (mm->device)
             fprintf(out, "calibration device memory: statistics %.1f MiB (at %s)\n",
                     mm->device / 1048576.0, mm->device_phase ? mm->device_phase : "-");
@@ -98,8 +101,13 @@ static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
         const cmp_calib_times *t = &r->times;
         fprintf(out, "calibration time: %.1f s: forward %.1f s, statistics "
                 "%.1f s, factorization %.1f s, search %.1f s, ends %.1f s; "
-                "write %.1f s\n", rep->calib_seconds, t->forward, t->stats,
-                t->factor, t->search, t->ends, rep->write_seconds);
+                "write %.1f s\n", rep->calib_seconds, t->forward.wall,
+                t->stats.wall, t->factor.wall, t->search.wall, t->ends.wall,
+                rep->write_seconds);
+        fprintf(out, "calibration CPU time (all threads): forward %.1f s, "
+                "statistics %.1f s, factorization %.1f s, search %.1f s, "
+                "ends %.1f s\n", t->forward.cpu, t->stats.cpu, t->factor.cpu,
+                t->search.cpu, t->ends.cpu);
     }
 }
 
@@ -126,11 +134,19 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                 json_object_set_new(
                     c, "phase_seconds",
                     json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "total",
-                              rep->calib_seconds, "forward", r->times.forward,
-                              "statistics", r->times.stats, "factorization",
-                              r->times.factor, "search", r->times.search,
-                              "ends", r->times.ends, "write",
+                              rep->calib_seconds, "forward", r->times.forward.wall,
+                              "statistics", r->times.stats.wall, "factorization",
+                              r->times.factor.wall, "search", r->times.search.wall,
+                              "ends", r->times.ends.wall, "write",
                               rep->write_seconds));
+            if (c)
+                json_object_set_new(
+                    c, "phase_cpu_seconds",
+                    json_pack("{s:f, s:f, s:f, s:f, s:f}", "forward",
+                              r->times.forward.cpu, "statistics",
+                              r->times.stats.cpu, "factorization",
+                              r->times.factor.cpu, "search", r->times.search.cpu,
+                              "ends", r->times.ends.cpu));
             json_object_set_new(j, "calibration", c);
         }
         json_object_set_new(j, "ok", json_boolean(s == MC_OK));

@@ -64,6 +64,7 @@
 #include <stdint.h>
 
 #include "cmp_eval.h"
+#include "cmp_par.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
 #include "mc_error.h"
@@ -107,6 +108,18 @@ typedef struct cmp_calib_progress {
 /* Stages of a block's statistics by default (cmp_calib_opts.stages). */
 #define CMP_CALIB_STAGES_DEFAULT 4u
 
+/* A bit of cmp_calib_opts.force_lean and cmp_calib_mem.lean beside the
+ * tap points: no store of down's inputs.  With 4 stages, down's
+ * quantized statistics pass runs the block as its final move will, up to
+ * down's input; by default that input (tokens x FFN floats, for the
+ * whole calibration set) and the residual are kept, so the final move is
+ * down's product alone (the same bits: the same kernels on the same
+ * values) instead of the whole block: 3.54 M -> 0.88 M multiply-adds per
+ * token at SmolLM2-135M's widths, 17 % of the forward passes.  Set, or
+ * when a budget does not fit it (the first thing the plan gives up), the
+ * final move runs the whole block. */
+#define CMP_CALIB_LEAN_DOWN_STORE (1u << 4)
+
 typedef struct cmp_calib_opts {
     kn_wformat fmt;          /* format of every linear (Q8, Q4, Q4S) */
     uint32_t group;          /* Q4/Q4S group: 32, 64 or 128 */
@@ -147,7 +160,9 @@ typedef struct cmp_calib_opts {
                                 order; everything else stays on the CPU */
     unsigned force_lean;     /* tap points (bit KN_TAP_*) collected lean
                                 whatever the budget: for a caller that
-                                reads only err_local (auto precision) */
+                                reads only err_local (auto precision);
+                                CMP_CALIB_LEAN_DOWN_STORE: no store of
+                                down's inputs */
     int awq_coarse;          /* 1: AWQ's alpha search walks its grid
                                 coarse to fine (cmp_awq.h): 11 of the 20
                                 points, the same pick where the error is
@@ -198,7 +213,9 @@ typedef struct cmp_calib_mem {
     uint64_t peak;     /* the largest phase total */
     const char *phase; /* where the peak is: "statistics", "qkv", "o",
                           "gate/up", "down", "ends", "held-out" */
-    unsigned lean;     /* tap points (bit KN_TAP_*) with lean statistics */
+    unsigned lean;     /* tap points (bit KN_TAP_*) with lean statistics,
+                          and CMP_CALIB_LEAN_DOWN_STORE when down's inputs
+                          are not stored */
     uint64_t spill;    /* bytes the spill file will hold (0 without one) */
     uint64_t device;   /* with stats_on_gpu: the most device memory the
                           statistics hold at once (kn_stats_bytes.h; the
@@ -217,25 +234,27 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                            unsigned lean, cmp_calib_mem *out, mc_error *err);
 
 /* The plan cmp_calib_run follows: lean = o->force_lean when o->mem_budget
- * is 0 or the estimate fits; else more tap points go lean, widest input
+ * is 0 or the estimate fits; else the store of down's inputs goes
+ * (CMP_CALIB_LEAN_DOWN_STORE), then more tap points go lean, widest input
  * first (down, then o, qkv, gate/up), until it fits.  MC_ERR_NOMEM with the breakdown when
  * nothing fits the budget. */
 mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
                                 size_t nseq, const cmp_calib_opts *o,
                                 cmp_calib_mem *out, mc_error *err);
 
-/* Where the calibration's wall time went, in seconds (the phases do not
- * overlap; their sum is the run's time up to bookkeeping). */
+/* Where the calibration's time went, in wall and CPU seconds (cmp_clock,
+ * cmp_par.h; the phases do not overlap; their sum is the run's time up to
+ * bookkeeping). */
 typedef struct cmp_calib_times {
-    double forward;  /* block forward passes: collecting each group's
-                        inputs, moving both state sets on */
-    double stats;    /* the statistics sums inside those passes (Hq, Hf,
-                        C, sum |x|) */
-    double factor;   /* factorizations: GPTQ's inverse factor, the
-                        retarget's solve (Cholesky and substitutions) */
-    double search;   /* the rest of quantizing: candidates, AWQ search,
-                        refits, descent, error measures */
-    double ends;     /* embeddings, output layer, held-out evaluation */
+    cmp_clock forward; /* block forward passes: collecting each group's
+                          inputs, moving both state sets on */
+    cmp_clock stats;   /* the statistics sums inside those passes (Hq, Hf,
+                          C, sum |x|) */
+    cmp_clock factor;  /* factorizations: GPTQ's inverse factor, the
+                          retarget's solve (Cholesky and substitutions) */
+    cmp_clock search;  /* the rest of quantizing: candidates, AWQ search,
+                          refits, descent, error measures */
+    cmp_clock ends;    /* embeddings, output layer, held-out evaluation */
 } cmp_calib_times;
 
 typedef struct cmp_calib_result {

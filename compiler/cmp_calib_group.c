@@ -198,9 +198,9 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                            -1, "quantization work space");
         }
         if (is_retarget(m)) {
-            double t0 = cmp_par_now();
+            cmp_clock t0 = cmp_par_clock();
             st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, c->o->pool, err);
-            c->times->factor += cmp_par_now() - t0;
+            cmp_par_clock_add(&c->times->factor, t0);
         } else
             memcpy(ws, c->w[sl], nel * sizeof(float));
         if (st == MC_OK) {
@@ -339,10 +339,10 @@ mc_status cmp_calib_quant_group(layer_ctx *c, const int *slots, int n,
                              int allow_scale, float *fold_vec, int fold_rows_slot,
                              float *fold_bias, mc_error *err)
 {
-    double t0 = cmp_par_now(), f0 = c->times->factor;
+    cmp_clock t0 = cmp_par_clock(), f0 = c->times->factor;
     mc_status st = quant_group(c, slots, n, allow_scale, fold_vec,
                                fold_rows_slot, fold_bias, err);
-    c->times->search += cmp_par_now() - t0 - (c->times->factor - f0);
+    cmp_par_clock_add_outer(&c->times->search, t0, &c->times->factor, f0);
     return st;
 }
 

@@ -39,7 +39,9 @@ typedef struct tap_acc {
     mc_status gpu_st;       /* the first failure of a device add */
     kn_pool *pool;          /* threads for the sums (the taps run between
                                the forward's kernels, outside pool jobs) */
-    double seconds;         /* time spent in the taps (the sums) */
+    cmp_clock *stats;       /* time spent in the taps (the sums) is
+                               added here */
+    float *down_dst;        /* pass 1: where down's input goes, or NULL */
 } tap_acc;
 
 /* One layer being calibrated. */
@@ -84,7 +86,14 @@ typedef struct seqs {
     const size_t *len;          /* [n] tokens of each sequence */
     size_t n, maxT;             /* sequences; the longest */
     float *xtmp, *xtmp_f;       /* [maxT][hidden] scratch */
+    float *down_in;             /* [tokens][ffn]: down's inputs in the
+                                   partly quantized model, or NULL (no
+                                   store: cmp_calib_stores_down) */
 } seqs;
+
+/* 1 when the run stores down's inputs (CMP_CALIB_LEAN_DOWN_STORE): 4
+ * stages and the bit not in lean. */
+int cmp_calib_stores_down(const cmp_calib_opts *o, unsigned lean);
 
 /* Linear slot s of block weights w (the model's, borrowed). */
 const kn_matrix *cmp_calib_src_matrix(const kn_block_weights *w, int slot);

@@ -32,11 +32,13 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
                         size_t T, size_t width)
 {
     tap_acc *a = ctx;
+    if (a->pass == 1 && where == KN_TAP_DOWN_IN && a->down_dst)
+        memcpy(a->down_dst, x, T * width * sizeof(float));
     if (!(a->mask & (1u << where)))
         return;
-    double t0 = cmp_par_now();
+    cmp_clock t0 = cmp_par_clock();
     tap_sums(a, where, x, T, width);
-    a->seconds += cmp_par_now() - t0;
+    cmp_par_clock_add(a->stats, t0);
 }
 
 static void tap_sums(tap_acc *a, kn_tap_point where, const float *x,
@@ -142,10 +144,14 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
  * x_q.  move_f: the full-precision pass runs on the states themselves,
  * through the whole block, moving them to the next block boundary (when
  * no fold follows: the block is then the one the states move through),
- * instead of on a copy. */
+ * instead of on a copy.  store_down (mask: down's point alone, qw: all
+ * but down quantized): each sequence's down input goes to S->down_in and
+ * its residual at that point (the state plus the attention) replaces its
+ * quantized state, for the final move (cmp_calib_layer). */
 static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
                          const seqs *S, unsigned mask, unsigned full,
-                         int move_f, const kn_block_weights *qw, mc_error *err)
+                         int move_f, int store_down, const kn_block_weights *qw,
+                         mc_error *err)
 {
     const rt_layer *L = &m->layers[c->l];
     /* The full-precision block with the AWQ folds made so far (the same
@@ -174,7 +180,8 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         if ((mask >> p) & 1u)
             stop_q = 1 + p;
     }
-    double t0 = cmp_par_now(), s0 = c->acc.seconds;
+    c->acc.stats = &c->times->stats;
+    cmp_clock t0 = cmp_par_clock(), s0 = c->times->stats;
     size_t at = 0;
     for (size_t i = 0; i < S->n; i++) {
         size_t T = S->len[i];
@@ -188,13 +195,16 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
                                 move_f ? 0 : stop_f);
         }
         c->acc.pass = 1;
+        c->acc.down_dst = store_down ? S->down_in + at * L->dims.ffn : NULL;
         memcpy(S->xtmp, S->states + at * H, T * H * sizeof(float));
         cmp_fwd_block_until(f, qw, &L->dims, S->xtmp, T, tap_collect, &c->acc,
                             stop_q);
+        if (store_down)
+            memcpy(S->states + at * H, S->xtmp, T * H * sizeof(float));
         at += T;
     }
-    c->times->stats += c->acc.seconds - s0;
-    c->times->forward += cmp_par_now() - t0 - (c->acc.seconds - s0);
+    c->acc.down_dst = NULL;
+    cmp_par_clock_add_outer(&c->times->forward, t0, &c->times->stats, s0);
     if (c->acc.gpu_st != MC_OK)
         return mc_fail(err, c->acc.gpu_st, NULL, "--calib-device", -1,
                        "accumulating statistics on the GPU failed");
@@ -240,7 +250,7 @@ static void rescale_stats(layer_ctx *c, int p, const float *s)
 static mc_status prescale(layer_ctx *c, int slot, int producer,
                           float *producer_bias, int keep, mc_error *err)
 {
-    double t0 = cmp_par_now();
+    cmp_clock t0 = cmp_par_clock();
     int tp = LIN_TAP[slot];
     uint32_t K = c->cols[slot];
     if (!cmp_quant_is_quantized(c->fmt[slot]))
@@ -264,7 +274,7 @@ static mc_status prescale(layer_ctx *c, int slot, int producer,
         c->r->t[(size_t)c->l * CMP_LIN_COUNT + slot].alpha = alpha;
     }
     mc_free(s);
-    c->times->search += cmp_par_now() - t0;
+    cmp_par_clock_add(&c->times->search, t0);
     return st;
 }
 
@@ -358,7 +368,8 @@ unsigned cmp_calib_stage_points(uint32_t stages, unsigned k)
  * full-precision states on.  A group's statistics are freed once it is
  * quantized (cmp_calib_memory counts exactly this). */
 static mc_status groups_staged(layer_ctx *c, const rt_model *m, cmp_fwd *f,
-                               const seqs *S, int *moved_f, mc_error *err)
+                               const seqs *S, int *moved_f, int *stored_down,
+                               mc_error *err)
 {
     static const int *const groups[4] = {g_qkv, g_o, g_gu, g_down};
     static const int gn[4] = {3, 1, 2, 1}, scale[4] = {1, 0, 1, 0};
@@ -382,9 +393,14 @@ static mc_status groups_staged(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         int move_f = k == stages - 1 && (c->lean & 0xFu) != 0xFu &&
                      (stages < 4 || c->rot);
         *moved_f |= move_f;
+        /* down's own stage (4 stages): its q-pass is the final move's
+         * block up to down's input (down's group folds nothing) */
+        int store = S->down_in && stages == 4 && k == 3;
+        *stored_down |= store;
         kn_block_weights qw;
         mixed_block(c, done, &qw);
-        if ((st = collect(c, m, f, S, mask, full & pts, move_f, &qw, err)) != MC_OK)
+        if ((st = collect(c, m, f, S, mask, full & pts, move_f, store, &qw,
+                          err)) != MC_OK)
             return st;
         if (k == 0 && pre) {
             int keep_down = (pts >> KN_TAP_DOWN_IN) & 1u;
@@ -421,15 +437,15 @@ mc_status cmp_calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     mc_status st = layer_copies(c, m, err);
     if (st != MC_OK)
         return st;
-    int moved_f = 0;
-    if ((st = groups_staged(c, m, f, S, &moved_f, err)) != MC_OK)
+    int moved_f = 0, stored_down = 0;
+    if ((st = groups_staged(c, m, f, S, &moved_f, &stored_down, err)) != MC_OK)
         return st;
     /* Both state sets move to the next block boundary: the full-precision
      * ones through the block as the model had it (rotated: its float
      * copies with the folds, the same function in the rotated basis),
      * unless the last statistics pass moved them already or no layer
      * reads them (every point lean). */
-    double t0 = cmp_par_now();
+    cmp_clock t0 = cmp_par_clock();
     size_t at = 0;
     if (!moved_f && (c->lean & 0xFu) != 0xFu) {
         kn_block_weights fw;
@@ -451,10 +467,19 @@ mc_status cmp_calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     cmp_calib_result_block(c->r, c->l, &qw);
     at = 0;
     for (size_t i = 0; i < S->n; i++) {
-        cmp_fwd_block(f, &qw, &L->dims, S->states + at * H, S->len[i], NULL, NULL);
-        at += S->len[i];
+        size_t T = S->len[i];
+        if (stored_down) {
+            /* the rest of the block as kn_block_forward runs it (the
+             * calibration's forward has no integer dot products) */
+            kn_matmul(c->o->pool, &qw.w_down, S->down_in + at * L->dims.ffn, T,
+                      S->xtmp, qw.b_down);
+            kn_add(S->states + at * H, S->xtmp, T * H);
+        } else {
+            cmp_fwd_block(f, &qw, &L->dims, S->states + at * H, T, NULL, NULL);
+        }
+        at += T;
     }
-    c->times->forward += cmp_par_now() - t0;
+    cmp_par_clock_add(&c->times->forward, t0);
     return MC_OK;
 }
 

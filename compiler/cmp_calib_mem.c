@@ -279,6 +279,12 @@ static uint64_t layer_phases(const mem_ctx *m, unsigned lean, uint32_t l,
     return layer_q;
 }
 
+int cmp_calib_stores_down(const cmp_calib_opts *o, unsigned lean)
+{
+    uint32_t stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
+    return stages == 4 && !(lean & CMP_CALIB_LEAN_DOWN_STORE);
+}
+
 mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                            size_t nseq, const cmp_calib_opts *o,
                            unsigned lean, cmp_calib_mem *out, mc_error *err)
@@ -342,6 +348,8 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     }
     uint64_t states = 2 * blk(ntok * H * sizeof(float)) +
                       2 * blk(maxT * H * sizeof(float)) + blk(ncal * sizeof(size_t));
+    if (cmp_calib_stores_down(o, lean))
+        states += blk(ntok * (uint64_t)cfg->intermediate_size * sizeof(float));
     uint64_t fwd = work(cmp_fwd_bytes(cfg, maxT, threads));
 
     uint64_t held = 0; /* finished layers kept in memory (no spill file) */
@@ -399,8 +407,13 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
     /* widest input first: down, o, qkv, gate/up */
     static const unsigned order[4] = {1u << KN_TAP_DOWN_IN, 1u << KN_TAP_O_IN,
                                       1u << KN_TAP_QKV_IN, 1u << KN_TAP_GATE_UP_IN};
-    unsigned lean = o->force_lean & 0xFu;
+    unsigned lean = o->force_lean & (0xFu | CMP_CALIB_LEAN_DOWN_STORE);
     mc_status st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
+    if (st == MC_OK && o->mem_budget && out->peak > o->mem_budget &&
+        !(lean & CMP_CALIB_LEAN_DOWN_STORE)) {
+        lean |= CMP_CALIB_LEAN_DOWN_STORE;
+        st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
+    }
     for (int k = 0; st == MC_OK && o->mem_budget && out->peak > o->mem_budget && k < 4; k++) {
         lean |= order[k];
         st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);

@@ -82,6 +82,7 @@ static mc_status rotate_ends(const rt_model *m, const cmp_rotation *rot,
 typedef struct run_bufs {
     float *states, *states_f;   /* [tokens][hidden] */
     float *xtmp, *xtmp_f;       /* [maxT][hidden] */
+    float *down_in;             /* [tokens][ffn] or NULL (seqs.down_in) */
     size_t *len;                /* calibration sequence lengths */
     cmp_fwd *f;
 } run_bufs;
@@ -92,6 +93,7 @@ static void run_bufs_free(run_bufs *b)
     mc_free(b->states_f);
     mc_free(b->xtmp);
     mc_free(b->xtmp_f);
+    mc_free(b->down_in);
     mc_free(b->len);
     cmp_fwd_free(b->f);
     memset(b, 0, sizeof *b);
@@ -170,10 +172,16 @@ static mc_status check_device(const cmp_calib_mem *mem, mc_error *err)
 static mc_status states_setup(const rt_model *m, const int32_t *tok,
                               const size_t *off, size_t ncal, size_t ntok,
                               size_t maxT, const cmp_calib_opts *o,
-                              const cmp_rotation *rot, run_bufs *rb,
-                              mc_error *err)
+                              const cmp_rotation *rot, int store_down,
+                              run_bufs *rb, mc_error *err)
 {
     uint32_t H = m->cfg.hidden_size;
+    if (store_down &&
+        !(rb->down_in = mc_malloc_array(ntok * (size_t)m->cfg.intermediate_size,
+                                        sizeof(float))))
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                       "down_proj's inputs (%zu tokens x %u)", ntok,
+                       m->cfg.intermediate_size);
     rb->states = mc_malloc_array(ntok * H, sizeof(float));
     rb->states_f = mc_malloc_array(ntok * H, sizeof(float));
     rb->xtmp = mc_malloc_array(maxT * H, sizeof(float));
@@ -217,7 +225,8 @@ static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
         c.lean = r->mem.lean;
         c.acc.pool = o->pool;
         c.times = &r->times;
-        seqs S = {rb->states, rb->states_f, rb->len, ncal, maxT, rb->xtmp, rb->xtmp_f};
+        seqs S = {rb->states, rb->states_f, rb->len, ncal, maxT, rb->xtmp,
+                  rb->xtmp_f, rb->down_in};
         mc_status st = cmp_calib_layer(&c, m, rb->f, &S, err);
         cmp_calib_layer_free(&c);
         if (st == MC_OK)
@@ -329,16 +338,17 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         goto fail;
     }
     const cmp_rotation *rp = r->rotated ? &rot : NULL;
-    if ((st = states_setup(m, tok, off, ncal, ntok, maxT, o, rp, &rb, err)) != MC_OK ||
+    if ((st = states_setup(m, tok, off, ncal, ntok, maxT, o, rp,
+                           cmp_calib_stores_down(o, mem.lean), &rb, err)) != MC_OK ||
         (st = layers_run(m, o, rp, &rb, ncal, maxT, r, err)) != MC_OK)
         goto fail;
     /* The states and the forward context are done with: free them before
      * the ends and the held-out evaluation allocate theirs. */
     run_bufs_free(&rb);
-    double t_ends = now_s();
+    cmp_clock t_ends = cmp_par_clock();
     if ((st = ends_run(m, tok, off, ncal, o, &rot, r, err)) != MC_OK)
         goto fail;
-    r->times.ends = now_s() - t_ends;
+    cmp_par_clock_add(&r->times.ends, t_ends);
     cmp_rotation_free(&rot);
     *out = r;
     return MC_OK;

@@ -376,7 +376,7 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
 static mc_status factor_into(const cmp_hessian *h, double *damp, int act_order,
                              kn_pool *pool, double *A, uint32_t *perm,
                              double *diag, double *trow, uint32_t *tmp,
-                             double *factor_s, mc_error *err)
+                             cmp_clock *factor_s, mc_error *err)
 {
     size_t n = h->cols;
     double mean = 0.0;
@@ -393,7 +393,7 @@ static mc_status factor_into(const cmp_hessian *h, double *damp, int act_order,
         for (size_t j = 0; j < n; j++)
             perm[j] = (uint32_t)j;
     int ok = 0;
-    double tf = cmp_par_now();
+    cmp_clock tf = cmp_par_clock();
     for (int attempt = 0; attempt < 7 && !ok; attempt++) {
         if (cmp_gptq_hinv_factor(h, perm, *damp * mean, A, trow, pool, NULL) == MC_OK)
             ok = 1;
@@ -401,7 +401,7 @@ static mc_status factor_into(const cmp_hessian *h, double *damp, int act_order,
             *damp *= 10.0;
     }
     if (factor_s)
-        *factor_s += cmp_par_now() - tf;
+        cmp_par_clock_add(factor_s, tf);
     if (!ok)
         return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
                        "Hessian is not positive definite even with dampening "
@@ -416,7 +416,7 @@ uint64_t cmp_gptq_factor_bytes(uint32_t cols)
 }
 
 mc_status cmp_gptq_factor_make(const cmp_hessian *h, double damp, int act_order,
-                               kn_pool *pool, double *factor_s,
+                               kn_pool *pool, cmp_clock *factor_s,
                                cmp_gptq_factor *f, mc_error *err)
 {
     memset(f, 0, sizeof *f);

@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "cmp_lanes.h"
+#include "cmp_par.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
 #include "mc_error.h"
@@ -128,7 +129,7 @@ typedef struct cmp_gptq_factor {
  * failure.  Holds cmp_gptq_factor_bytes(cols) (and transient scratch of
  * cols * 20 bytes while it works). */
 mc_status cmp_gptq_factor_make(const cmp_hessian *h, double damp, int act_order,
-                               kn_pool *pool, double *factor_s,
+                               kn_pool *pool, cmp_clock *factor_s,
                                cmp_gptq_factor *f, mc_error *err);
 void cmp_gptq_factor_free(cmp_gptq_factor *f); /* NULL / empty: no-op */
 uint64_t cmp_gptq_factor_bytes(uint32_t cols);
@@ -153,7 +154,7 @@ typedef struct cmp_gptq_opts {
                            own chunk of CMP_GPTQ_CHUNK_BYTES / threads);
                            NULL = the calling thread.  The result does not
                            depend on it. */
-    double *factor_s;   /* optional: seconds spent factorizing H (the
+    cmp_clock *factor_s; /* optional: seconds spent factorizing H (the
                            inverse factor, dampening retries included) are
                            added here, for the per-phase report */
     const cmp_gptq_factor *factor; /* optional, borrowed: h's factor made

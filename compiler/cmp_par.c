@@ -11,6 +11,30 @@ double cmp_par_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+cmp_clock cmp_par_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    cmp_clock c = {cmp_par_now(), (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec};
+    return c;
+}
+
+cmp_clock cmp_par_clock_add(cmp_clock *acc, cmp_clock t0)
+{
+    cmp_clock t = cmp_par_clock();
+    acc->wall += t.wall - t0.wall;
+    acc->cpu += t.cpu - t0.cpu;
+    return t;
+}
+
+void cmp_par_clock_add_outer(cmp_clock *acc, cmp_clock t0,
+                             const cmp_clock *inner, cmp_clock inner0)
+{
+    cmp_par_clock_add(acc, t0);
+    acc->wall -= inner->wall - inner0.wall;
+    acc->cpu -= inner->cpu - inner0.cpu;
+}
+
 int cmp_par_threads(const kn_pool *p)
 {
     return p ? kn_pool_threads(p) : 1;

@@ -48,8 +48,23 @@ void cmp_par_rows(kn_pool *p, uint32_t n, uint32_t align, cmp_par_fn fn,
 void cmp_par_spawn(int nth, void (*fn)(void *ctx, int tid, int nth),
                    void *ctx);
 
-/* Monotonic seconds (CLOCK_MONOTONIC): the calibration's phase times
- * (cmp_calib_times) are differences of these. */
+/* Monotonic seconds (CLOCK_MONOTONIC). */
 double cmp_par_now(void);
+
+/* A phase's seconds: wall (monotonic) and CPU (every thread of the
+ * process, CLOCK_PROCESS_CPUTIME_ID: pool workers spinning count too).
+ * The calibration's phase times (cmp_calib_times) are sums of these: on a
+ * shared machine the CPU seconds are the steadier figure. */
+typedef struct cmp_clock {
+    double wall, cpu;
+} cmp_clock;
+/* The clocks now (as a point in time). */
+cmp_clock cmp_par_clock(void);
+/* *acc += now - t0 (both clocks); returns now. */
+cmp_clock cmp_par_clock_add(cmp_clock *acc, cmp_clock t0);
+/* *acc += (now - t0) - (*inner - inner0): an outer phase's time less
+ * what an inner phase (*inner, which read inner0 at t0) took meanwhile. */
+void cmp_par_clock_add_outer(cmp_clock *acc, cmp_clock t0,
+                             const cmp_clock *inner, cmp_clock inner0);
 
 #endif /* CMP_PAR_H */

@@ -6,8 +6,10 @@
 #include <math.h>
 #include <string.h>
 
-_Static_assert(KN_GRAM_KC == KN_STATS_CHUNK,
-               "the GPU statistics chunk is the CPU's (kn_stats_bytes.h)");
+_Static_assert(KN_GRAM_FC == KN_STATS_CHUNK,
+               "the GPU's float chunk is the CPU's (kn_stats_bytes.h)");
+_Static_assert(KN_GRAM_KC % KN_GRAM_FC == 0,
+               "a packed chunk holds whole float chunks");
 
 /* Work (multiply-adds) below which a chunk stays on the calling thread:
  * about 50 us of one core.  Waking the pool costs microseconds on an idle
@@ -32,17 +34,25 @@ static size_t tri_row(size_t n, size_t i)
     return i * (2 * n + 1 - i) / 2;
 }
 
+/* The AVX2 tile's sums without it: float sums of KN_GRAM_FC tokens, each
+ * added to the double tile (FMA only where the compiler contracts). */
 static void tile_scalar(const float *ap, const float *bp, size_t m,
-                        float out[KN_GRAM_MR * KN_GRAM_NR])
+                        double out[KN_GRAM_MR * KN_GRAM_NR])
 {
     for (size_t k = 0; k < KN_GRAM_MR * KN_GRAM_NR; k++)
-        out[k] = 0.0f;
-    for (size_t t = 0; t < m; t++)
-        for (size_t r = 0; r < KN_GRAM_MR; r++) {
-            float a = ap[t * KN_GRAM_MR + r];
-            for (size_t c = 0; c < KN_GRAM_NR; c++)
-                out[r * KN_GRAM_NR + c] += a * bp[t * KN_GRAM_NR + c];
-        }
+        out[k] = 0.0;
+    for (size_t t0 = 0; t0 < m; t0 += KN_GRAM_FC) {
+        size_t t1 = m - t0 < KN_GRAM_FC ? m : t0 + KN_GRAM_FC;
+        float f[KN_GRAM_MR * KN_GRAM_NR] = {0};
+        for (size_t t = t0; t < t1; t++)
+            for (size_t r = 0; r < KN_GRAM_MR; r++) {
+                float a = ap[t * KN_GRAM_MR + r];
+                for (size_t c = 0; c < KN_GRAM_NR; c++)
+                    f[r * KN_GRAM_NR + c] += a * bp[t * KN_GRAM_NR + c];
+            }
+        for (size_t k = 0; k < KN_GRAM_MR * KN_GRAM_NR; k++)
+            out[k] += f[k];
+    }
 }
 
 typedef struct gram_job {
@@ -96,7 +106,7 @@ static void compute(void *ctx, int tid, int nth)
 {
     const gram_job *j = ctx;
     size_t n = j->n;
-    float tile[KN_GRAM_MR * KN_GRAM_NR];
+    double tile[KN_GRAM_MR * KN_GRAM_NR];
     for (size_t jb = panel_split(j, tid, nth); jb < panel_split(j, tid + 1, nth); jb++) {
         const float *bp = j->bp + jb * KN_GRAM_NR * KN_GRAM_KC;
         size_t j0 = jb * KN_GRAM_NR, j1 = j0 + KN_GRAM_NR < n ? j0 + KN_GRAM_NR : n;
@@ -119,7 +129,7 @@ static void compute(void *ctx, int tid, int nth)
                 } else {
                     row = j->out + i * n;
                 }
-                const float *tr = tile + r * KN_GRAM_NR - j0;
+                const double *tr = tile + r * KN_GRAM_NR - j0;
                 for (size_t c = js; c < j1; c++)
                     row[c] += tr[c];
             }

@@ -3,13 +3,13 @@
  * calibration's statistics: H += sum_t x_t x_t^T (upper triangle, packed)
  * and C += sum_t a_t b_t^T (full), as blocked float GEMMs.
  *
- * Precision design: the tokens go in chunks of KN_GRAM_KC.  Within a chunk
- * each element's products are summed in float (fused multiply-adds on
- * AVX2/FMA); each chunk's float sums are then added to the caller's double
- * sums.  So the rounding error of an element is that of a KN_GRAM_KC-term
- * float dot product (relative ~1e-6 of its magnitude for trained
- * activations) and does not grow with the number of tokens; the double
- * sums across chunks keep a calibration over millions of tokens as
+ * Precision design: the tokens go in float chunks of KN_GRAM_FC.  Within
+ * a float chunk each element's products are summed in float (fused
+ * multiply-adds on AVX2/FMA); each float chunk's sums are then added in
+ * double.  So the rounding error of an element is that of a
+ * KN_GRAM_FC-term float dot product (relative ~1e-7 of |x_i| |x_j| for
+ * trained activations) and does not grow with the number of tokens; the
+ * double sums across chunks keep a calibration over millions of tokens as
  * accurate as one over a chunk.  A double GEMM would be 2x slower on AVX2
  * and 64x slower on a consumer GPU, for precision GPTQ does not use (it
  * dampens H by 1 % of its mean diagonal).  Products overflow float only for
@@ -18,14 +18,18 @@
  * Layout of the packed triangle h (as cmp_hessian): row i holds (i, i) ..
  * (i, n-1) contiguously from index i * (2n + 1 - i) / 2.
  *
- * Blocking: each chunk is packed into panels (A: KN_GRAM_MR rows of the
- * transposed chunk, token-major; B: KN_GRAM_NR columns, token-major, zero
- * padded), and a KN_GRAM_MR x KN_GRAM_NR tile is computed in registers
- * over the chunk's tokens.  The column panels are split over the pool's
- * threads; every element is computed by exactly the same operations
- * whatever the thread count, so the sums do not depend on it.  They do
- * depend on where the chunks start (calls start a new chunk) and on the
- * CPU (FMA or not).
+ * Blocking: the tokens are packed KN_GRAM_KC at a time (a packed chunk of
+ * KN_GRAM_KC / KN_GRAM_FC float chunks) into panels (A: KN_GRAM_MR rows of
+ * the transposed chunk, token-major; B: KN_GRAM_NR columns, token-major,
+ * zero padded), and a KN_GRAM_MR x KN_GRAM_NR tile is computed in
+ * registers: float sums over each float chunk, added to a double tile in
+ * L1, which is added to the caller's sums once per packed chunk.  (With
+ * 128-token packed chunks, adding every tile to h or c, megabytes of
+ * doubles at the 1536-wide input, took more time than the products.)
+ * The column panels are split over the pool's threads; every element is
+ * computed by exactly the same operations whatever the thread count, so
+ * the sums do not depend on it.  They do depend on where the chunks start
+ * (calls start a new chunk) and on the CPU (FMA or not).
  *
  * No allocation: the caller passes scratch of kn_gram_scratch_floats(n)
  * floats.  Pointers may not alias.
@@ -38,12 +42,13 @@
 
 #include "kn_ops.h"
 
-#define KN_GRAM_KC 128 /* tokens per float chunk */
+#define KN_GRAM_FC 128 /* tokens per float chunk (float sums) */
+#define KN_GRAM_KC 512 /* tokens per packed chunk (one add to h or c) */
 #define KN_GRAM_MR 6   /* tile rows (i) */
 #define KN_GRAM_NR 16  /* tile columns (j): two AVX vectors */
 
 /* Floats of scratch the sums below need for width n: both packed panels
- * of one chunk, (ceil(n / MR) * MR + ceil(n / NR) * NR) * KC. */
+ * of one packed chunk, (ceil(n / MR) * MR + ceil(n / NR) * NR) * KC. */
 uint64_t kn_gram_scratch_floats(uint32_t n);
 
 /* h (packed upper triangle of an n x n sum, layout above) += sum over T
@@ -64,8 +69,9 @@ void kn_ref_gram_cross(double *c, const float *a, const float *b, size_t T,
 
 /* The register tile (internal to kn_gram.c; the AVX2/FMA version lives in
  * kn_gram_avx2.c): out[r][c] = sum over t < m of ap[t * MR + r] *
- * bp[t * NR + c], summed in float, t ascending. */
+ * bp[t * NR + c], summed in float within each KN_GRAM_FC tokens (t
+ * ascending), those sums added in double in order. */
 void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
-                       float out[KN_GRAM_MR * KN_GRAM_NR]);
+                       double out[KN_GRAM_MR * KN_GRAM_NR]);
 
 #endif /* KN_GRAM_H */

@@ -1,7 +1,8 @@
 /* kn_gram_avx2.c - the AVX2/FMA register tile of kn_gram.c (see kn_gram.h):
  * 6 x 16 float sums in twelve ymm registers, one broadcast of A and two
- * loads of B per row step, t ascending.  The twelve accumulators are
- * written out as named locals, not an array, so that they stay in
+ * loads of B per row step, t ascending; every KN_GRAM_FC tokens the float
+ * sums are widened and added to the double tile.  The twelve accumulators
+ * are written out as named locals, not an array, so that they stay in
  * registers (cmp_lanes.h measured an array 3x slower with GCC 12). */
 #include <immintrin.h>
 
@@ -10,8 +11,18 @@
 _Static_assert(KN_GRAM_MR == 6 && KN_GRAM_NR == 16,
                "the register tile below is 6 x 16");
 
-void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
-                       float out[KN_GRAM_MR * KN_GRAM_NR])
+/* out[k] += the float sums of ymm acc (8 lanes) at out + k, in double. */
+static inline void widen_add(double *out, __m256 acc)
+{
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(acc));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1));
+    _mm256_storeu_pd(out, _mm256_add_pd(_mm256_loadu_pd(out), lo));
+    _mm256_storeu_pd(out + 4, _mm256_add_pd(_mm256_loadu_pd(out + 4), hi));
+}
+
+/* The float sums of m <= KN_GRAM_FC tokens, added to out. */
+static void sub_tile(const float *ap, const float *bp, size_t m,
+                     double out[KN_GRAM_MR * KN_GRAM_NR])
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00,
            c20 = c00, c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00,
@@ -39,16 +50,26 @@ void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
         c50 = _mm256_fmadd_ps(x, b0, c50);
         c51 = _mm256_fmadd_ps(x, b1, c51);
     }
-    _mm256_storeu_ps(out, c00);
-    _mm256_storeu_ps(out + 8, c01);
-    _mm256_storeu_ps(out + 16, c10);
-    _mm256_storeu_ps(out + 24, c11);
-    _mm256_storeu_ps(out + 32, c20);
-    _mm256_storeu_ps(out + 40, c21);
-    _mm256_storeu_ps(out + 48, c30);
-    _mm256_storeu_ps(out + 56, c31);
-    _mm256_storeu_ps(out + 64, c40);
-    _mm256_storeu_ps(out + 72, c41);
-    _mm256_storeu_ps(out + 80, c50);
-    _mm256_storeu_ps(out + 88, c51);
+    widen_add(out, c00);
+    widen_add(out + 8, c01);
+    widen_add(out + 16, c10);
+    widen_add(out + 24, c11);
+    widen_add(out + 32, c20);
+    widen_add(out + 40, c21);
+    widen_add(out + 48, c30);
+    widen_add(out + 56, c31);
+    widen_add(out + 64, c40);
+    widen_add(out + 72, c41);
+    widen_add(out + 80, c50);
+    widen_add(out + 88, c51);
+}
+
+void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
+                       double out[KN_GRAM_MR * KN_GRAM_NR])
+{
+    for (size_t k = 0; k < KN_GRAM_MR * KN_GRAM_NR; k++)
+        out[k] = 0.0;
+    for (size_t t0 = 0; t0 < m; t0 += KN_GRAM_FC)
+        sub_tile(ap + t0 * KN_GRAM_MR, bp + t0 * KN_GRAM_NR,
+                 m - t0 < KN_GRAM_FC ? m - t0 : KN_GRAM_FC, out);
 }

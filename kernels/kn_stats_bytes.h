@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 /* Tokens per float product on the device before it is added to the double
- * sums: the CPU's chunk (KN_GRAM_KC, kn_gram.h; kn_gram.c asserts they
- * agree), so both paths carry the same error bound. */
+ * sums: the CPU's float chunk (KN_GRAM_FC, kn_gram.h; kn_gram.c asserts
+ * they agree), so both paths carry the same error bound. */
 #define KN_STATS_CHUNK 128
 
 /* Columns of the float product per cuBLAS call: its buffer is cols x

@@ -94,10 +94,81 @@ static void test_calib_fixture_qwen2_bias_int8(void **state)
     run_fixture("qwen2", KN_W_Q8, 0);
 }
 
+/* The same quantized tensors, methods, errors and held-out KLD, bit for
+ * bit. */
+static void assert_same_result(const cmp_calib_result *a0,
+                               const cmp_calib_result *b0)
+{
+    for (size_t i = 0; i < (size_t)a0->layers * CMP_LIN_COUNT; i++) {
+        const cmp_calib_tensor *a = &a0->t[i], *b = &b0->t[i];
+        assert_int_equal(a->method, b->method);
+        assert_true(a->err == b->err && a->err_local == b->err_local);
+        uint32_t rows = a->q.rows, cols = a->q.cols;
+        assert_memory_equal(a->q.data, b->q.data, kn_wformat_data_bytes(a->fmt, rows, cols));
+        assert_memory_equal(a->q.scales, b->q.scales,
+                            kn_wformat_scale_bytes(a->fmt, rows, cols, a->q.group));
+    }
+    assert_true(a0->heldout.kld_mean == b0->heldout.kld_mean);
+}
+
+/* Two whole calibrations (best, rotated, int4 g32, one sequence held out)
+ * of the 6 x 40-token fixture m: run k on pool[k] with force_lean
+ * lean[k]; the results into r (freed by the caller). */
+static void calib_pair(const rt_model *m, const int32_t *tok, const size_t *off,
+                       kn_pool *const pool[2], const unsigned lean[2],
+                       cmp_calib_result *r[2])
+{
+    for (int k = 0; k < 2; k++) {
+        cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
+        o.pool = pool[k];
+        o.force_lean = lean[k];
+        assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[k], NULL), MC_OK);
+    }
+    assert_same_result(r[0], r[1]);
+}
+
+/* The store of down's inputs (CMP_CALIB_LEAN_DOWN_STORE): the final move
+ * of each block as down's product on the stored inputs gives the result
+ * of the whole block run again, bit for bit (on a pool: the same
+ * kernels); the plan counts the store (tokens x FFN floats) and gives it
+ * up first under a budget; with 2 stages there is nothing to store. */
+static void check_down_store(const rt_model *m, const int32_t *tok,
+                             const size_t *off, kn_pool *pool)
+{
+    cmp_calib_result *r[2] = {NULL, NULL};
+    calib_pair(m, tok, off, (kn_pool *const[2]){pool, pool},
+               (const unsigned[2]){0, CMP_CALIB_LEAN_DOWN_STORE}, r);
+    assert_int_equal(r[0]->mem.lean, 0);
+    assert_int_equal(r[1]->mem.lean, CMP_CALIB_LEAN_DOWN_STORE);
+    uint64_t store = 5 * 40 * (uint64_t)m->cfg.intermediate_size * sizeof(float);
+    assert_true(r[0]->mem.states >= r[1]->mem.states + store);
+    /* a budget between the two plans: the store goes, nothing else */
+    cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
+    o.pool = pool;
+    o.mem_budget = (r[0]->mem.peak + r[1]->mem.peak) / 2;
+    assert_true(r[1]->mem.peak < o.mem_budget && o.mem_budget < r[0]->mem.peak);
+    cmp_calib_mem plan;
+    assert_int_equal(cmp_calib_plan_memory(&m->cfg, off, 6, &o, &plan, NULL), MC_OK);
+    assert_int_equal(plan.lean, CMP_CALIB_LEAN_DOWN_STORE);
+    assert_true(plan.peak == r[1]->mem.peak);
+    /* 2 stages: no store to give up */
+    o.mem_budget = 0;
+    o.stages = 2;
+    cmp_calib_mem two[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(cmp_calib_memory(&m->cfg, off, 6, &o,
+                                          k ? CMP_CALIB_LEAN_DOWN_STORE : 0,
+                                          &two[k], NULL), MC_OK);
+    assert_true(two[0].states == two[1].states);
+    cmp_calib_result_free(r[0]);
+    cmp_calib_result_free(r[1]);
+}
+
 /* A whole calibration (best, rotated, int4) on a pool of three threads
  * gives the same quantized tensors and errors, bit for bit, as on the
  * calling thread alone: an artifact does not depend on the machine's
- * core count. */
+ * core count.  And the store of down's inputs (check_down_store) does
+ * not change it either. */
 static void test_calib_threads_do_not_change_the_result(void **state)
 {
     (void)state;
@@ -107,23 +178,11 @@ static void test_calib_threads_do_not_change_the_result(void **state)
     rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
     kn_pool *pool = tu_pool_warm(3);
     cmp_calib_result *r[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
-        o.pool = k ? pool : NULL;
-        assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[k], NULL), MC_OK);
-    }
-    for (size_t i = 0; i < (size_t)r[0]->layers * CMP_LIN_COUNT; i++) {
-        const cmp_calib_tensor *a = &r[0]->t[i], *b = &r[1]->t[i];
-        assert_int_equal(a->method, b->method);
-        assert_true(a->err == b->err && a->err_local == b->err_local);
-        uint32_t rows = a->q.rows, cols = a->q.cols;
-        assert_memory_equal(a->q.data, b->q.data, kn_wformat_data_bytes(a->fmt, rows, cols));
-        assert_memory_equal(a->q.scales, b->q.scales,
-                            kn_wformat_scale_bytes(a->fmt, rows, cols, a->q.group));
-    }
-    assert_true(r[0]->heldout.kld_mean == r[1]->heldout.kld_mean);
+    calib_pair(m, tok, off, (kn_pool *const[2]){NULL, pool},
+               (const unsigned[2]){0, 0}, r);
     cmp_calib_result_free(r[0]);
     cmp_calib_result_free(r[1]);
+    check_down_store(m, tok, off, pool);
     kn_pool_free(pool);
     tu_fixture_close(m, path, tok, off);
 }

@@ -767,6 +767,20 @@ static void test_compile_calib_reports_phase_times(void **state)
         /* the quantization was timed: GPTQ-family candidates ran */
         assert_true(json_number_value(json_object_get(ph, "search")) > 0.0);
         assert_true(json_number_value(json_object_get(ph, "factorization")) > 0.0);
+        /* the same phases in CPU seconds of all threads: the quantizing
+         * used some, and no phase used more than its wall time on every
+         * CPU (the default pool has one thread per online CPU) */
+        const json_t *pc = json_object_get(cal, "phase_cpu_seconds");
+        double cpu_sum = 0.0;
+        for (int p = 0; p < 5; p++) {
+            const json_t *v = json_object_get(pc, parts[p]);
+            assert_true(json_is_number(v));
+            assert_true(json_number_value(v) >= 0.0);
+            cpu_sum += json_number_value(v);
+        }
+        assert_true(json_number_value(json_object_get(pc, "search")) > 0.0);
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        assert_true(cpu_sum <= total[k] * (double)(ncpu > 0 ? ncpu : 1) * 1.05 + 0.05);
         json_t *man = inspect_manifest(art);
         assert_string_equal(json_string_value(json_object_get(
                                 json_object_get(man, "calibration"), "method")),
