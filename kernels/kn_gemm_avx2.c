@@ -21,7 +21,7 @@
 /* ---- float activations --------------------------------------------------- */
 
 #define KN_GEMM_RP 8   /* rows dequantized at once: 8 x KN_KC floats, 16 KiB (L1) */
-#define KN_GEMM_TP 96  /* tokens per panel: 96 x KN_KC floats of X, 192 KiB (L2) */
+#define KN_GEMM_TP 128 /* tokens per panel: 128 x KN_KC floats of X, 256 KiB (L2) */
 #define KN_GEMM_RB 4   /* register tile: rows */
 #define KN_GEMM_TB 3   /* register tile: tokens */
 /* Row stride of the dequantized panel: KN_KC plus a cache line, so that
@@ -78,14 +78,68 @@ static void micro_any(const float *wb, const float *X, size_t ldx, uint32_t n,
 #undef KN_MC
 }
 
+/* The lines of the next weight panel (rows [r, r + R), the bytes of
+ * columns [c0, c0 + n)), prefetched a few at a time while the current
+ * panel is multiplied: rows of a few hundred bytes to a KiB never let the
+ * hardware prefetcher get going, and the dequantization would otherwise
+ * wait on memory once per panel. */
+typedef struct kn_wpf {
+    const uint8_t *row0; /* first row's first byte of the block */
+    size_t stride;       /* bytes between rows */
+    uint32_t lines;      /* cache lines per row */
+    uint32_t total;      /* lines of the panel (0: nothing to prefetch) */
+    uint32_t next;       /* the next line to prefetch */
+} kn_wpf;
+
+static kn_wpf wpf_make(const kn_matrix *W, uint32_t r, int R, uint32_t c0,
+                       uint32_t n)
+{
+    kn_wpf p = { 0 };
+    size_t rb, b0, nb;
+    switch (W->fmt) {
+    case KN_W_F32: rb = (size_t)W->cols * 4, b0 = (size_t)c0 * 4, nb = (size_t)n * 4; break;
+    case KN_W_F16: case KN_W_BF16:
+        rb = (size_t)W->cols * 2, b0 = (size_t)c0 * 2, nb = (size_t)n * 2; break;
+    case KN_W_Q8: rb = W->cols, b0 = c0, nb = n; break;
+    default:
+        rb = (size_t)kn_q4_row_bytes(W->cols), b0 = c0 / 2, nb = (n + 1) / 2; break;
+    }
+    if (R <= 0)
+        return p;
+    p.row0 = (const uint8_t *)W->data + (size_t)r * rb + b0;
+    p.stride = rb;
+    p.lines = (uint32_t)((nb + 63) / 64) + 1; /* +1: the block need not start a line */
+    p.total = p.lines * (uint32_t)R;
+    return p;
+}
+
+KN_AI void wpf_some(kn_wpf *p, uint32_t k)
+{
+    for (uint32_t j = 0; j < k && p->next < p->total; j++, p->next++) {
+        uint32_t i = p->next / p->lines, l = p->next % p->lines;
+        _mm_prefetch((const char *)(p->row0 + (size_t)i * p->stride + (size_t)l * 64),
+                     _MM_HINT_T0);
+    }
+}
+
 /* One dequantized panel wb (R <= KN_GEMM_RP rows of n columns, row stride
- * KN_KC) times tokens [t0, t1): 3-token tiles, each used for every 4-row
- * tile of the panel while it is in L1. */
+ * KN_GEMM_LDW) times tokens [t0, t1): 3-token tiles, each used for every
+ * 4-row tile of the panel while it is in L1.  The Y lines of the next
+ * token tile are prefetched (Y is T x rows floats, megabytes, and each
+ * tile touches a few bytes of a line per token: no hardware prefetcher
+ * sees that pattern), and a few lines of the next weight panel. */
 static void panel(const float *wb, int R, const float *X, size_t ldx,
-                  uint32_t n, float *Y, size_t ldy, size_t t0, size_t t1)
+                  uint32_t n, float *Y, size_t ldy, size_t t0, size_t t1,
+                  kn_wpf *pf)
 {
     size_t t = t0;
-    for (; t + KN_GEMM_TB <= t1; t += KN_GEMM_TB)
+    const uint32_t per = pf->total / (uint32_t)((t1 - t0) / KN_GEMM_TB + 1) + 1;
+    for (; t + KN_GEMM_TB <= t1; t += KN_GEMM_TB) {
+        for (size_t j = t + KN_GEMM_TB; j < t + 2 * KN_GEMM_TB && j < t1; j++) {
+            _mm_prefetch((const char *)(Y + j * ldy), _MM_HINT_T0);
+            _mm_prefetch((const char *)(Y + j * ldy + (size_t)R - 1), _MM_HINT_T0);
+        }
+        wpf_some(pf, per);
         for (int i = 0; i < R; i += KN_GEMM_RB) {
             const float *w = wb + (size_t)i * KN_GEMM_LDW;
             const float *x = X + t * ldx;
@@ -95,11 +149,13 @@ static void panel(const float *wb, int R, const float *X, size_t ldx,
             else
                 micro_any(w, x, ldx, n, y, ldy, R - i, KN_GEMM_TB);
         }
+    }
     if (t < t1)
         for (int i = 0; i < R; i += KN_GEMM_RB)
             micro_any(wb + (size_t)i * KN_GEMM_LDW, X + t * ldx, ldx, n,
                       Y + t * ldy + (size_t)i, ldy,
                       R - i < KN_GEMM_RB ? R - i : KN_GEMM_RB, (int)(t1 - t));
+    wpf_some(pf, UINT32_MAX);
 }
 
 void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
@@ -118,7 +174,9 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
                 for (int i = 0; i < R; i++)
                     kn_avx2_dequant_block(W, r + (uint32_t)i, c0, n,
                                           wb + (size_t)i * KN_GEMM_LDW);
-                panel(wb, R, X + c0, cols, n, Y + r, rows, t0, t1);
+                uint32_t rn = r + (uint32_t)R;
+                kn_wpf pf = wpf_make(W, rn, rn < r1 ? (int)(r1 - rn < KN_GEMM_RP ? r1 - rn : KN_GEMM_RP) : 0, c0, n);
+                panel(wb, R, X + c0, cols, n, Y + r, rows, t0, t1, &pf);
             }
         }
     }
@@ -129,8 +187,7 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 #define KN_QP_ROWS 4   /* weight rows unpacked at once */
 #define KN_QP_BLK 64   /* 32-column blocks unpacked at once */
 #define KN_QP_TP 64    /* tokens per panel */
-#define KN_QP_TB 3     /* register tile: tokens */
-#define KN_QP_TMAX 3   /* the widest token tile qmicro_any has */
+#define KN_QP_TB 2     /* register tile: tokens (qmicro says why 2) */
 
 /* 4 rows x 64 blocks of unpacked weights: Q4/Q4S |w| and w as signed
  * bytes (64 bytes a block), Q8 the bytes widened to int16 (64 bytes); the
@@ -173,16 +230,28 @@ KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
 
 /* acc[i][t] (8 floats each, in memory between calls) += blocks [0, nb)
  * of panel P against tokens t0 .. t0+TT-1 at blocks b0 ..: kn_qdot.h's
- * canonical arithmetic, block after block. */
+ * canonical arithmetic, block after block.
+ *
+ * What bounds it: on this class of core (Zen 3) the FMA, the float
+ * multiply and the integer multiply-adds (maddubs, madd) all issue on the
+ * same two pipes, while sign, the int32 add and the int->float convert go
+ * elsewhere.  Per block, row and token, Q4 needs maddubs + madd + fma and
+ * Q8 madd + madd + fma: 3 multiply-class ops per 32 multiply-adds, against
+ * 4 for float FMA (8 per op).  The block scale s_b = scale * d (Q4) is a
+ * fourth: it is computed here 8 blocks per multiply into sv before the
+ * loop and broadcast from L1 (a load, not a pipe op).  The tile is
+ * KN_QP_ROWS rows x TT <= KN_QP_TB tokens so that accumulators, inputs
+ * and temporaries fit the 16 ymm registers (4 x 3 spilled). */
 KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
                   size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
                   float *acc, size_t t0, int fmt, int R, int TT)
 {
     const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[KN_QP_ROWS][KN_QP_TMAX];
-    const uint8_t *xr[KN_QP_TMAX];
-    const float *dr[KN_QP_TMAX];
+    _Alignas(32) float sv[KN_QP_ROWS][KN_QP_TB][KN_QP_BLK];
+    __m256 a[KN_QP_ROWS][KN_QP_TB];
+    const uint8_t *xr[KN_QP_TB];
+    const float *dr[KN_QP_TB];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++) {
         xr[t] = xq + (t0 + (size_t)t) * xstride + (size_t)b0 * qb;
@@ -191,38 +260,50 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
         for (int i = 0; i < R; i++)
             a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8);
     }
+    if (fmt != KN_W_Q8) { /* s_b = scale * d, the same float product */
+        uint32_t n8 = nb & ~7u;
+        for (int i = 0; i < R; i++)
+            for (int t = 0; t < TT; t++) {
+                for (uint32_t j = 0; j < n8; j += 8)
+                    _mm256_store_ps(&sv[i][t][j],
+                                    _mm256_mul_ps(_mm256_loadu_ps(&P->s[i][j]),
+                                                  _mm256_loadu_ps(dr[t] + j)));
+                for (uint32_t j = n8; j < nb; j++)
+                    sv[i][t][j] = P->s[i][j] * dr[t][j];
+            }
+    }
     for (uint32_t j = 0; j < nb; j++) {
-        __m256i xv[KN_QP_TMAX], xv2[KN_QP_TMAX];
-        __m256 vd[KN_QP_TMAX];
+        __m256i xv[KN_QP_TB], xv2[KN_QP_TB];
+        __m256 vd[KN_QP_TB];
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
             const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
             xv[t] = _mm256_loadu_si256(xp);
-            if (fmt == KN_W_Q8)
+            if (fmt == KN_W_Q8) {
                 xv2[t] = _mm256_loadu_si256(xp + 1);
-            vd[t] = _mm256_broadcast_ss(dr[t] + j);
+                vd[t] = _mm256_broadcast_ss(dr[t] + j);
+            }
         }
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
             const __m256i *wp = (const __m256i *)P->w[i][j];
             if (fmt == KN_W_Q8) {
-                __m256i wlo = _mm256_load_si256(wp), whi = _mm256_load_si256(wp + 1);
 #pragma GCC unroll 8
                 for (int t = 0; t < TT; t++) {
-                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(wlo, xv[t]),
-                                                 _mm256_madd_epi16(whi, xv2[t]));
+                    __m256i p = _mm256_add_epi32(
+                        _mm256_madd_epi16(_mm256_load_si256(wp), xv[t]),
+                        _mm256_madd_epi16(_mm256_load_si256(wp + 1), xv2[t]));
                     a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), vd[t], a[i][t]);
                 }
                 continue;
             }
             __m256i aw = _mm256_load_si256(wp), w = _mm256_load_si256(wp + 1);
-            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
 #pragma GCC unroll 8
             for (int t = 0; t < TT; t++) {
                 __m256i p = _mm256_madd_epi16(
                     _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[t], w)), ones);
                 a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
+                                          _mm256_broadcast_ss(&sv[i][t][j]), a[i][t]);
             }
         }
     }
@@ -242,9 +323,8 @@ static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, const float *xd,
         qmicro(P, xq, xd, xstride, nbrow, b0, nb, acc, t0, f, r, t);           \
         break;
 #define KN_QF(f)                                                               \
-    KN_QM(f, 1, 1) KN_QM(f, 1, 2) KN_QM(f, 1, 3) KN_QM(f, 2, 1)                \
-    KN_QM(f, 2, 2) KN_QM(f, 2, 3) KN_QM(f, 3, 1) KN_QM(f, 3, 2)                \
-    KN_QM(f, 3, 3) KN_QM(f, 4, 1) KN_QM(f, 4, 2) KN_QM(f, 4, 3)
+    KN_QM(f, 1, 1) KN_QM(f, 1, 2) KN_QM(f, 2, 1) KN_QM(f, 2, 2)                \
+    KN_QM(f, 3, 1) KN_QM(f, 3, 2) KN_QM(f, 4, 1) KN_QM(f, 4, 2)
     switch (fmt * 64 + R * 4 + TT) {
         KN_QF(KN_W_Q8) KN_QF(KN_W_Q4) KN_QF(KN_W_Q4S)
     default: break;
@@ -253,10 +333,11 @@ static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, const float *xd,
 #undef KN_QM
 }
 
-/* Rows r .. r+R-1 x tokens [t0, t1) (t1 - t0 <= KN_QP_TP). */
+/* Rows r .. r+R-1 x tokens [t0, t1) (t1 - t0 <= KN_QP_TP); rows up to
+ * r1 follow (their first weights are prefetched). */
 static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                  float *Y, uint32_t r, int R, size_t t0, size_t t1,
-                  kn_qpanel *P, float *acc)
+                  float *Y, uint32_t r, int R, uint32_t r1, size_t t0,
+                  size_t t1, kn_qpanel *P, float *acc)
 {
     const int fmt = W->fmt;
     const uint32_t nbrow = kn_qact_blocks(W->cols), nfull = W->cols / KN_QK;
@@ -271,8 +352,17 @@ static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
         case KN_W_Q4: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4); break;
         default: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4S); break;
         }
+        /* the next panel's weights: the rest of these rows, or the
+         * next rows' first blocks */
+        uint32_t bn = b0 + nb, rn = r + (uint32_t)R;
+        kn_wpf pf = bn < nfull
+                        ? wpf_make(W, r, R, bn * KN_QK, KN_QK * (nfull - bn < KN_QP_BLK ? nfull - bn : KN_QP_BLK))
+                        : wpf_make(W, rn, rn < r1 ? (int)(r1 - rn < KN_QP_ROWS ? r1 - rn : KN_QP_ROWS) : 0,
+                                   0, KN_QK * (nfull < KN_QP_BLK ? nfull : KN_QP_BLK));
+        uint32_t per = pf.total / (uint32_t)((tn + KN_QP_TB - 1) / KN_QP_TB) + 1;
         for (size_t t = 0; t < tn; t += KN_QP_TB) {
             int TT = tn - t < KN_QP_TB ? (int)(tn - t) : KN_QP_TB;
+            wpf_some(&pf, per);
             qmicro_any(P, xq + t0 * xstride, xd + t0 * nbrow, xstride, nbrow,
                        b0, nb, acc, t, fmt, R, TT);
         }
@@ -306,7 +396,7 @@ void kn_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
         size_t t1 = T - t0 < KN_QP_TP ? T : t0 + KN_QP_TP;
         for (uint32_t r = r0; r < r1; r += KN_QP_ROWS) {
             int R = r1 - r < KN_QP_ROWS ? (int)(r1 - r) : KN_QP_ROWS;
-            qrows(W, xq, xd, Y, r, R, t0, t1, &P, acc);
+            qrows(W, xq, xd, Y, r, R, r1, t0, t1, &P, acc);
         }
     }
 }
