@@ -28,6 +28,22 @@
  * the panel's rows do not all fall in the same L1 sets. */
 #define KN_GEMM_LDW (KN_KC + 16)
 
+/* kn_hsum256 of a, b, c, d as the 4 lanes of one vector, with the same
+ * additions in the same tree (float addition is commutative, so hadd's
+ * operand order does not matter): u = lo + hi per vector, then
+ * (u0 + u1) + (u2 + u3).  14 instructions for 4 sums instead of 24, and
+ * one 4-float update of Y instead of 4 scalar ones. */
+KN_AI __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20),
+                              _mm256_permute2f128_ps(a, b, 0x31));
+    __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20),
+                              _mm256_permute2f128_ps(c, d, 0x31));
+    __m256 v = _mm256_hadd_ps(ab, cd); /* a A, a B, c A, c B | b .., d .. */
+    v = _mm256_hadd_ps(v, v);          /* a, c, a, c | b, d, b, d */
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+}
+
 /* Y[t][i] += dot(wb[i][0..n), X[t][0..n)) for i < R, t < TT: per element
  * one 8-lane chain over the columns in order, hsum, the scalar tail -- the
  * decode kernels' order (kn_ops_avx2.c canon_rows). */
@@ -53,6 +69,15 @@ KN_AI void micro(const float *wb, const float *X, size_t ldx, uint32_t n,
             for (int t = 0; t < TT; t++)
                 acc[i][t] = _mm256_fmadd_ps(w, x[t], acc[i][t]);
         }
+    }
+    if (R == 4 && nmain == n) { /* a full tile: 4 rows' sums at once */
+#pragma GCC unroll 16
+        for (int t = 0; t < TT; t++) {
+            float *y = Y + (size_t)t * ldy;
+            _mm_storeu_ps(y, _mm_add_ps(_mm_loadu_ps(y),
+                                        hsum4(acc[0][t], acc[1][t], acc[2][t], acc[3][t])));
+        }
+        return;
     }
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++)
@@ -232,23 +257,26 @@ KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
  * of panel P against tokens t0 .. t0+TT-1 at blocks b0 ..: kn_qdot.h's
  * canonical arithmetic, block after block.
  *
- * What bounds it: on this class of core (Zen 3) the FMA, the float
- * multiply and the integer multiply-adds (maddubs, madd) all issue on the
- * same two pipes, while sign, the int32 add and the int->float convert go
- * elsewhere.  Per block, row and token, Q4 needs maddubs + madd + fma and
- * Q8 madd + madd + fma: 3 multiply-class ops per 32 multiply-adds, against
- * 4 for float FMA (8 per op).  The block scale s_b = scale * d (Q4) is a
- * fourth: it is computed here 8 blocks per multiply into sv before the
- * loop and broadcast from L1 (a load, not a pipe op).  The tile is
- * KN_QP_ROWS rows x TT <= KN_QP_TB tokens so that accumulators, inputs
- * and temporaries fit the 16 ymm registers (4 x 3 spilled). */
+ * What bounds it (measured on Zen 3, the machine class of
+ * docs/benchmarks.md): the FMA, the float multiply, maddubs, madd, and
+ * for the most part sign and the broadcasts, all share the two FMA pipes,
+ * while the int32 add and the int->float convert go elsewhere.  Per block,
+ * row and token Q8 needs madd + madd + fma (the token's broadcast shared
+ * by the rows) and Q4 sign + maddubs + madd + mul (s_b = scale * d) + fma:
+ * ~5 pipe ops per 32 multiply-adds against 4 for float FMA (8 a pipe op),
+ * so int4 runs near the float GEMM's rate and no faster.  (Taking the
+ * scale product out of the loop -- a table of s_b, broadcast from L1 --
+ * measured the same: the broadcast costs what the multiply did.)  The tile
+ * is KN_QP_ROWS rows x TT <= KN_QP_TB tokens so that accumulators, inputs
+ * and temporaries fit the 16 ymm registers: 4 x 3 spilled, and 4 x 2 made
+ * Q8 1.15x faster in L1 (bench notes in docs/benchmarks.md).
+ */
 KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
                   size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
                   float *acc, size_t t0, int fmt, int R, int TT)
 {
     const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
     const __m256i ones = _mm256_set1_epi16(1);
-    _Alignas(32) float sv[KN_QP_ROWS][KN_QP_TB][KN_QP_BLK];
     __m256 a[KN_QP_ROWS][KN_QP_TB];
     const uint8_t *xr[KN_QP_TB];
     const float *dr[KN_QP_TB];
@@ -260,18 +288,6 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
         for (int i = 0; i < R; i++)
             a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8);
     }
-    if (fmt != KN_W_Q8) { /* s_b = scale * d, the same float product */
-        uint32_t n8 = nb & ~7u;
-        for (int i = 0; i < R; i++)
-            for (int t = 0; t < TT; t++) {
-                for (uint32_t j = 0; j < n8; j += 8)
-                    _mm256_store_ps(&sv[i][t][j],
-                                    _mm256_mul_ps(_mm256_loadu_ps(&P->s[i][j]),
-                                                  _mm256_loadu_ps(dr[t] + j)));
-                for (uint32_t j = n8; j < nb; j++)
-                    sv[i][t][j] = P->s[i][j] * dr[t][j];
-            }
-    }
     for (uint32_t j = 0; j < nb; j++) {
         __m256i xv[KN_QP_TB], xv2[KN_QP_TB];
         __m256 vd[KN_QP_TB];
@@ -279,10 +295,9 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
         for (int t = 0; t < TT; t++) {
             const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
             xv[t] = _mm256_loadu_si256(xp);
-            if (fmt == KN_W_Q8) {
+            if (fmt == KN_W_Q8)
                 xv2[t] = _mm256_loadu_si256(xp + 1);
-                vd[t] = _mm256_broadcast_ss(dr[t] + j);
-            }
+            vd[t] = _mm256_broadcast_ss(dr[t] + j);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
@@ -298,12 +313,13 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
                 continue;
             }
             __m256i aw = _mm256_load_si256(wp), w = _mm256_load_si256(wp + 1);
+            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
 #pragma GCC unroll 8
             for (int t = 0; t < TT; t++) {
                 __m256i p = _mm256_madd_epi16(
                     _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[t], w)), ones);
                 a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                          _mm256_broadcast_ss(&sv[i][t][j]), a[i][t]);
+                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
             }
         }
     }
@@ -345,6 +361,10 @@ static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
     const size_t xstride = (size_t)nbrow * qb;
     const size_t tn = t1 - t0;
     memset(acc, 0, (size_t)KN_QP_ROWS * KN_QP_TP * 8 * sizeof(float));
+    /* The Y lines written at the end, one per token a rows x tokens stride
+     * apart (a cache miss each otherwise): into L2 now, long before. */
+    for (size_t t = 0; t < tn; t++)
+        _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + r), _MM_HINT_T1);
     for (uint32_t b0 = 0; b0 < nfull; b0 += KN_QP_BLK) {
         uint32_t nb = nfull - b0 < KN_QP_BLK ? nfull - b0 : KN_QP_BLK;
         switch (fmt) {
@@ -367,8 +387,8 @@ static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
                        b0, nb, acc, t, fmt, R, TT);
         }
     }
-    for (int i = 0; i < R; i++)
-        for (size_t t = 0; t < tn; t++) {
+    for (size_t t = 0; t < tn; t++)
+        for (int i = 0; i < R; i++) {
             float *ai = acc + ((size_t)i * KN_QP_TP + t) * 8;
             __m256 a = _mm256_load_ps(ai);
             uint32_t ri = r + (uint32_t)i;
