@@ -105,20 +105,10 @@ __attribute__((target("avx2,fma"))) static double fma_peak_avx2(float seed)
         for (int i = 0; i < 12; i++)
             a[i] = _mm256_set1_ps(seed + (float)i);
         double t0 = g_cpu ? cpu_now() : bench_now();
-        for (long k = 0; k < n; k++) {
-            a[0] = _mm256_fmadd_ps(a[0], x, y);
-            a[1] = _mm256_fmadd_ps(a[1], x, y);
-            a[2] = _mm256_fmadd_ps(a[2], x, y);
-            a[3] = _mm256_fmadd_ps(a[3], x, y);
-            a[4] = _mm256_fmadd_ps(a[4], x, y);
-            a[5] = _mm256_fmadd_ps(a[5], x, y);
-            a[6] = _mm256_fmadd_ps(a[6], x, y);
-            a[7] = _mm256_fmadd_ps(a[7], x, y);
-            a[8] = _mm256_fmadd_ps(a[8], x, y);
-            a[9] = _mm256_fmadd_ps(a[9], x, y);
-            a[10] = _mm256_fmadd_ps(a[10], x, y);
-            a[11] = _mm256_fmadd_ps(a[11], x, y);
-        }
+        for (long k = 0; k < n; k++)
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++)
+                a[i] = _mm256_fmadd_ps(a[i], x, y);
         double t = (g_cpu ? cpu_now() : bench_now()) - t0;
         best = t < best ? t : best;
     }
