@@ -64,15 +64,6 @@ static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
     return b;
 }
 
-/* CPU seconds of the whole process: on a loaded machine a thread is
- * descheduled for long stretches, and wall time says more about the
- * neighbours than about the kernel. */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int g_cpu; /* 1: time in CPU seconds (--cpu) */
 
@@ -80,7 +71,7 @@ static int g_cpu; /* 1: time in CPU seconds (--cpu) */
 static double run_once(kn_pool *p, const kn_matrix *W, const float *X,
                        size_t T, float *Y, void *xq, size_t slice)
 {
-    double t0 = g_cpu ? cpu_now() : bench_now();
+    double t0 = g_cpu ? bench_cpu_now() : bench_now();
     int q = W->fmt == KN_W_Q8 || W->fmt == KN_W_Q4S;
     for (size_t t = 0; t < T; t += slice) {
         size_t n = T - t < slice ? T - t : slice;
@@ -91,7 +82,7 @@ static double run_once(kn_pool *p, const kn_matrix *W, const float *X,
             kn_matmul(p, W, X + t * W->cols, n, Y + t * W->rows, NULL);
         }
     }
-    return (g_cpu ? cpu_now() : bench_now()) - t0;
+    return (g_cpu ? bench_cpu_now() : bench_now()) - t0;
 }
 
 /* GMAC/s of 12 independent FMA chains (the float GEMM's register tile,
@@ -104,12 +95,12 @@ __attribute__((target("avx2,fma"))) static double fma_peak_avx2(float seed)
     for (int r = 0; r < 3; r++) {
         for (int i = 0; i < 12; i++)
             a[i] = _mm256_set1_ps(seed + (float)i);
-        double t0 = g_cpu ? cpu_now() : bench_now();
+        double t0 = g_cpu ? bench_cpu_now() : bench_now();
         for (long k = 0; k < n; k++)
 #pragma GCC unroll 12
             for (int i = 0; i < 12; i++)
                 a[i] = _mm256_fmadd_ps(a[i], x, y);
-        double t = (g_cpu ? cpu_now() : bench_now()) - t0;
+        double t = (g_cpu ? bench_cpu_now() : bench_now()) - t0;
         best = t < best ? t : best;
     }
     __m256 s = a[0];
