@@ -27,7 +27,8 @@
  * Tiling (integer): 4 weight rows are unpacked once per token panel into a
  * stack buffer of signed bytes (|w| and w for maddubs/sign; Q8 widened to
  * int16) with their block scales as floats, then multiplied into 4-row x
- * 2-token register tiles (kn_gemm_avx2.c's qmicro says why 2); the nibble
+ * 2-token (Q8) or 4 x 3 (Q4) register tiles (kn_gemm_avx2.c's qmicro
+ * says why); the nibble
  * unpacking is paid once per panel instead of once per token tile, and
  * the next panel's weight bytes are prefetched while this one is used.
  */

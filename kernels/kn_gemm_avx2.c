@@ -212,7 +212,9 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 #define KN_QP_ROWS 4   /* weight rows unpacked at once */
 #define KN_QP_BLK 64   /* 32-column blocks unpacked at once */
 #define KN_QP_TP 64    /* tokens per panel */
-#define KN_QP_TB 2     /* register tile: tokens (qmicro says why 2) */
+#define KN_QP_TMAX 3   /* widest register tile: tokens (qmicro says which) */
+#define KN_QP_TB8 2    /* register tile, Q8: tokens */
+#define KN_QP_TB4 3    /* register tile, Q4/Q4S: tokens */
 
 /* 4 rows x 64 blocks of unpacked weights: Q4/Q4S |w| and w as signed
  * bytes (64 bytes a block), Q8 the bytes widened to int16 (64 bytes); the
@@ -267,9 +269,10 @@ KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
  * so int4 runs near the float GEMM's rate and no faster.  (Taking the
  * scale product out of the loop -- a table of s_b, broadcast from L1 --
  * measured the same: the broadcast costs what the multiply did.)  The tile
- * is KN_QP_ROWS rows x TT <= KN_QP_TB tokens so that accumulators, inputs
- * and temporaries fit the 16 ymm registers: 4 x 3 spilled, and 4 x 2 made
- * Q8 1.15x faster in L1 (bench notes in docs/benchmarks.md).
+ * is KN_QP_ROWS rows x TT tokens, TT <= KN_QP_TB8 = 2 for Q8 (4 x 3 needs
+ * 12 accumulators + 6 inputs + 3 scales and spilled; 4 x 2 measured
+ * 1.05-1.27x faster at -O2 and -O3) and KN_QP_TB4 = 3 for Q4 (4 x 2 was
+ * as fast at -O2 but 0.90-0.94x at -O3, which the Release build uses).
  */
 KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
                   size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
@@ -277,9 +280,9 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
 {
     const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[KN_QP_ROWS][KN_QP_TB];
-    const uint8_t *xr[KN_QP_TB];
-    const float *dr[KN_QP_TB];
+    __m256 a[KN_QP_ROWS][KN_QP_TMAX];
+    const uint8_t *xr[KN_QP_TMAX];
+    const float *dr[KN_QP_TMAX];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++) {
         xr[t] = xq + (t0 + (size_t)t) * xstride + (size_t)b0 * qb;
@@ -289,8 +292,8 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
             a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8);
     }
     for (uint32_t j = 0; j < nb; j++) {
-        __m256i xv[KN_QP_TB], xv2[KN_QP_TB];
-        __m256 vd[KN_QP_TB];
+        __m256i xv[KN_QP_TMAX], xv2[KN_QP_TMAX];
+        __m256 vd[KN_QP_TMAX];
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
             const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
@@ -340,7 +343,8 @@ static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, const float *xd,
         break;
 #define KN_QF(f)                                                               \
     KN_QM(f, 1, 1) KN_QM(f, 1, 2) KN_QM(f, 2, 1) KN_QM(f, 2, 2)                \
-    KN_QM(f, 3, 1) KN_QM(f, 3, 2) KN_QM(f, 4, 1) KN_QM(f, 4, 2)
+    KN_QM(f, 3, 1) KN_QM(f, 3, 2) KN_QM(f, 4, 1) KN_QM(f, 4, 2)                \
+    KN_QM(f, 1, 3) KN_QM(f, 2, 3) KN_QM(f, 3, 3) KN_QM(f, 4, 3)
     switch (fmt * 64 + R * 4 + TT) {
         KN_QF(KN_W_Q8) KN_QF(KN_W_Q4) KN_QF(KN_W_Q4S)
     default: break;
@@ -360,6 +364,7 @@ static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
     const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
     const size_t xstride = (size_t)nbrow * qb;
     const size_t tn = t1 - t0;
+    const size_t tb = fmt == KN_W_Q8 ? KN_QP_TB8 : KN_QP_TB4;
     memset(acc, 0, (size_t)KN_QP_ROWS * KN_QP_TP * 8 * sizeof(float));
     /* The Y lines written at the end, one per token a rows x tokens stride
      * apart (a cache miss each otherwise): into L2 now, long before. */
@@ -379,9 +384,9 @@ static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
                         ? wpf_make(W, r, R, bn * KN_QK, KN_QK * (nfull - bn < KN_QP_BLK ? nfull - bn : KN_QP_BLK))
                         : wpf_make(W, rn, rn < r1 ? (int)(r1 - rn < KN_QP_ROWS ? r1 - rn : KN_QP_ROWS) : 0,
                                    0, KN_QK * (nfull < KN_QP_BLK ? nfull : KN_QP_BLK));
-        uint32_t per = pf.total / (uint32_t)((tn + KN_QP_TB - 1) / KN_QP_TB) + 1;
-        for (size_t t = 0; t < tn; t += KN_QP_TB) {
-            int TT = tn - t < KN_QP_TB ? (int)(tn - t) : KN_QP_TB;
+        uint32_t per = pf.total / (uint32_t)((tn + tb - 1) / tb) + 1;
+        for (size_t t = 0; t < tn; t += tb) {
+            int TT = tn - t < tb ? (int)(tn - t) : (int)tb;
             wpf_some(&pf, per);
             qmicro_any(P, xq + t0 * xstride, xd + t0 * nbrow, xstride, nbrow,
                        b0, nb, acc, t, fmt, R, TT);
