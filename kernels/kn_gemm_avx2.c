@@ -109,11 +109,12 @@ static void micro_any(const float *wb, const float *X, size_t ldx, uint32_t n,
  * hardware prefetcher get going, and the dequantization would otherwise
  * wait on memory once per panel. */
 typedef struct kn_wpf {
-    const uint8_t *row0; /* first row's first byte of the block */
     size_t stride;       /* bytes between rows */
     uint32_t lines;      /* cache lines per row */
     uint32_t total;      /* lines of the panel (0: nothing to prefetch) */
-    uint32_t next;       /* the next line to prefetch */
+    uint32_t next;       /* lines prefetched so far */
+    uint32_t line;       /* the next one: line `line` of the block in */
+    const uint8_t *row;  /* this row (no division in the loop) */
 } kn_wpf;
 
 static kn_wpf wpf_make(const kn_matrix *W, uint32_t r, int R, uint32_t c0,
@@ -131,7 +132,7 @@ static kn_wpf wpf_make(const kn_matrix *W, uint32_t r, int R, uint32_t c0,
     }
     if (R <= 0)
         return p;
-    p.row0 = (const uint8_t *)W->data + (size_t)r * rb + b0;
+    p.row = (const uint8_t *)W->data + (size_t)r * rb + b0;
     p.stride = rb;
     p.lines = (uint32_t)((nb + 63) / 64) + 1; /* +1: the block need not start a line */
     p.total = p.lines * (uint32_t)R;
@@ -141,9 +142,14 @@ static kn_wpf wpf_make(const kn_matrix *W, uint32_t r, int R, uint32_t c0,
 KN_AI void wpf_some(kn_wpf *p, uint32_t k)
 {
     for (uint32_t j = 0; j < k && p->next < p->total; j++, p->next++) {
-        uint32_t i = p->next / p->lines, l = p->next % p->lines;
-        _mm_prefetch((const char *)(p->row0 + (size_t)i * p->stride + (size_t)l * 64),
+        /* integer arithmetic: the last line may reach past the matrix
+         * (a prefetch never faults; a pointer past the object is UB) */
+        _mm_prefetch((const char *)((uintptr_t)p->row + (uintptr_t)p->line * 64),
                      _MM_HINT_T0);
+        if (++p->line == p->lines && p->next + 1 < p->total) {
+            p->line = 0;
+            p->row += p->stride; /* never past the panel's last row */
+        }
     }
 }
 
