@@ -372,7 +372,7 @@ static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
     const size_t tn = t1 - t0;
     const size_t tb = fmt == KN_W_Q8 ? KN_QP_TB8 : KN_QP_TB4;
     memset(acc, 0, (size_t)KN_QP_ROWS * KN_QP_TP * 8 * sizeof(float));
-    /* The Y lines written at the end, one per token a rows x tokens stride
+    /* The Y lines written at the end, one per token and rows x 4 bytes
      * apart (a cache miss each otherwise): into L2 now, long before. */
     for (size_t t = 0; t < tn; t++)
         _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + r), _MM_HINT_T1);
