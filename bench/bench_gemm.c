@@ -8,11 +8,17 @@
  * usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]
  * --cpu: GMAC per CPU-second of the process instead of per wall second
  * (with --threads 1, a busy machine's figure close to a quiet one's).
- * The load average is printed first: figures are noisy on a busy machine. */
+ * The load average is printed first: figures are noisy on a busy machine.
+ * Then the core's float FMA peak, measured the same way (12 independent
+ * 8-lane FMA chains in registers, no memory; per thread), and each figure
+ * as a fraction of it: that is the ceiling of the float GEMM, and the
+ * integer one runs on the same two FMA pipes (kn_gemm_avx2.c, qmicro). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <immintrin.h>
 
 #include "bench_util.h"
 #include "fmt_dtype.h"
@@ -58,15 +64,6 @@ static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
     return b;
 }
 
-/* CPU seconds of the whole process: on a loaded machine a thread is
- * descheduled for long stretches, and wall time says more about the
- * neighbours than about the kernel. */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int g_cpu; /* 1: time in CPU seconds (--cpu) */
 
@@ -74,7 +71,7 @@ static int g_cpu; /* 1: time in CPU seconds (--cpu) */
 static double run_once(kn_pool *p, const kn_matrix *W, const float *X,
                        size_t T, float *Y, void *xq, size_t slice)
 {
-    double t0 = g_cpu ? cpu_now() : bench_now();
+    double t0 = g_cpu ? bench_cpu_now() : bench_now();
     int q = W->fmt == KN_W_Q8 || W->fmt == KN_W_Q4S;
     for (size_t t = 0; t < T; t += slice) {
         size_t n = T - t < slice ? T - t : slice;
@@ -85,7 +82,35 @@ static double run_once(kn_pool *p, const kn_matrix *W, const float *X,
             kn_matmul(p, W, X + t * W->cols, n, Y + t * W->rows, NULL);
         }
     }
-    return (g_cpu ? cpu_now() : bench_now()) - t0;
+    return (g_cpu ? bench_cpu_now() : bench_now()) - t0;
+}
+
+/* GMAC/s of 12 independent FMA chains (the float GEMM's register tile,
+ * without its loads), one thread, best of 3; 0 without AVX2/FMA. */
+__attribute__((target("avx2,fma"))) static double fma_peak_avx2(float seed)
+{
+    __m256 a[12], x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-4f);
+    double best = 1e30;
+    const long n = 20000000;
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < 12; i++)
+            a[i] = _mm256_set1_ps(seed + (float)i);
+        double t0 = g_cpu ? bench_cpu_now() : bench_now();
+        for (long k = 0; k < n; k++)
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++)
+                a[i] = _mm256_fmadd_ps(a[i], x, y);
+        double t = (g_cpu ? bench_cpu_now() : bench_now()) - t0;
+        best = t < best ? t : best;
+    }
+    __m256 s = a[0];
+    for (int i = 1; i < 12; i++)
+        s = _mm256_add_ps(s, a[i]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    if (out[0] == 12345.0f) /* keeps the chains live */
+        printf("#");
+    return (double)n * 12 * 8 / best * 1e-9;
 }
 
 static double best_of(int reps, kn_pool *p, const kn_matrix *W,
@@ -152,8 +177,10 @@ int main(int argc, char **argv)
     printf("bench_gemm: threads %d, best of %d, %s, load average %.2f\n",
            threads, reps, g_cpu ? "per CPU-second" : "per wall second",
            bench_loadavg());
-    printf("%-8s %-18s %5s %10s %10s %7s\n", "format", "shape", "T",
-           "GMAC/s", "8-slices", "ratio");
+    double peak = kn_cpu_has_avx2() ? fma_peak_avx2((float)threads) : 0.0;
+    printf("float FMA peak, 1 thread: %.2f GMAC/s\n", peak);
+    printf("%-8s %-18s %5s %10s %10s %7s %7s\n", "format", "shape", "T",
+           "GMAC/s", "8-slices", "ratio", "%peak");
     for (size_t f = 0; f < 3; f++)
         for (size_t s = 0; s < 3 && (!only || !strcmp(only, fnames[f])); s++) {
             bmat b = bmat_make(fmts[f], shapes[s].rows, shapes[s].cols, &st);
@@ -162,9 +189,10 @@ int main(int argc, char **argv)
                 double macs = (double)T * b.m.rows * b.m.cols;
                 double g = best_of(reps, p, &b.m, X, T, Y, xq, T);
                 double g8 = best_of(reps, p, &b.m, X, T, Y, xq, 8);
-                printf("%-8s %-18s %5zu %10.2f %10.2f %7.2f\n", fnames[f],
+                double pct = peak > 0 ? 100.0 * macs / g * 1e-9 / (peak * threads) : 0.0;
+                printf("%-8s %-18s %5zu %10.2f %10.2f %7.2f %6.0f%%\n", fnames[f],
                        shapes[s].name, T, macs / g * 1e-9, macs / g8 * 1e-9,
-                       g8 / g);
+                       g8 / g, pct);
                 fflush(stdout);
             }
             free(b.data);

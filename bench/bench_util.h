@@ -42,6 +42,16 @@ static inline double bench_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of the whole process (all threads): on a loaded machine a
+ * thread is descheduled for long stretches, and wall time says more about
+ * the neighbours than about the code. */
+static inline double bench_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 typedef struct bench_bw_ctx {
     const uint8_t *src;   /* [bytes] */
     uint8_t *dst;         /* [bytes] for copies; NULL for read-only */

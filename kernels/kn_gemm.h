@@ -21,12 +21,16 @@
  * Tiling (float): X is read in panels of KN_GEMM_TP tokens (L2), the
  * weights dequantized KN_GEMM_RP rows x KN_KC columns at a time into a
  * stack buffer (L1) reused by every token of the panel, and the product
- * done in 4-row x 3-token register tiles (12 accumulators).
+ * done in 4-row x 3-token register tiles (12 accumulators).  The next
+ * weight panel and the next token tile's lines of Y are prefetched in
+ * software: both are strided, and waited on otherwise.
  * Tiling (integer): 4 weight rows are unpacked once per token panel into a
  * stack buffer of signed bytes (|w| and w for maddubs/sign; Q8 widened to
- * int16) with their block scales as floats, then multiplied into 3-token
- * register tiles; the nibble unpacking is paid once per panel instead of
- * once per token tile.
+ * int16) with their block scales as floats, then multiplied into 4-row x
+ * 2-token (Q8) or 4 x 3 (Q4) register tiles (kn_gemm_avx2.c's qmicro
+ * says why); the nibble
+ * unpacking is paid once per panel instead of once per token tile, and
+ * the next panel's weight bytes are prefetched while this one is used.
  */
 #ifndef KN_GEMM_H
 #define KN_GEMM_H

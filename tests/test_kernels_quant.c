@@ -240,6 +240,44 @@ static void test_matmul_rows_are_bit_identical_for_every_T(void **state)
     kn_pool_free(pool);
 }
 
+/* The float prefill GEMM over its tiling boundaries: 19 rows (two 8-row
+ * panels and a 3-row one, 4-row tiles and a 3-row tail), 1100 columns
+ * (two full KN_KC blocks and a ragged one), T = 140 (a 128-token panel
+ * and one of 12, 3-token tiles and a 2-token tail): every token's row has
+ * the bits of that token alone, 1 and 2 threads. */
+static void test_matmul_gemm_panel_boundaries_bit_identical(void **state)
+{
+    (void)state;
+    static const kn_wformat fmts[] = {KN_W_F32, KN_W_F16, KN_W_Q8, KN_W_Q4};
+    enum { ROWS = 19, COLS = 1100, T = 140 };
+    kn_pool *pool = kn_pool_create(2);
+    assert_non_null(pool);
+    float *x = malloc((size_t)T * COLS * sizeof(float));
+    float *alone = malloc((size_t)T * ROWS * sizeof(float));
+    float *y = malloc((size_t)T * ROWS * sizeof(float));
+    assert_true(x && alone && y);
+    for (size_t i = 0; i < (size_t)T * COLS; i++)
+        x[i] = tu_rng_f(&g_rng);
+    for (size_t f = 0; f < 4; f++) {
+        tu_tmat t = tu_tmat_make(&g_rng, fmts[f], ROWS, COLS, 32);
+        for (size_t tok = 0; tok < T; tok++)
+            kn_matmul(NULL, &t.m, x + tok * COLS, 1, alone + tok * ROWS, NULL);
+        for (int th = 0; th < 2; th++) {
+            kn_matmul(th ? pool : NULL, &t.m, x, T, y, NULL);
+            for (size_t tok = 0; tok < T; tok++)
+                if (memcmp(y + tok * ROWS, alone + tok * ROWS,
+                           ROWS * sizeof(float)) != 0)
+                    fail_msg("%s: token %zu differs at T=%d (threads %d)",
+                             fmt_name(fmts[f]), tok, T, th + 1);
+        }
+        tu_tmat_free(&t);
+    }
+    free(x);
+    free(alone);
+    free(y);
+    kn_pool_free(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_matrix_row_known_values_q8_f16_bf16),
         cmocka_unit_test(test_matrix_row_matches_matmul_with_unit_vector),
         cmocka_unit_test(test_matmul_rows_are_bit_identical_for_every_T),
+        cmocka_unit_test(test_matmul_gemm_panel_boundaries_bit_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

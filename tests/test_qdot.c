@@ -135,6 +135,27 @@ static void check_bits(kn_pool *p, const tu_tmat *t, size_t T)
     free(bias);
 }
 
+/* The prefill GEMM (kn_gemm.h) in shapes that cross every one of its
+ * tiling boundaries: rows not a multiple of the 4-row panel, two column
+ * panels of 64 blocks the second of which is not a multiple of 8 blocks
+ * (the scale table's scalar tail), a ragged last block, and T over two
+ * token panels of 64 with a 1-token tile left; 1 and 3 threads. */
+static void test_qdot_gemm_panel_boundaries_bit_identical(void **state)
+{
+    (void)state;
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    kn_pool *p3 = kn_pool_create(3);
+    assert_non_null(p3);
+    for (size_t f = 0; f < 3; f++)
+        for (uint32_t g = 32; g <= (fmts[f] == KN_W_Q8 ? 32u : 64u); g *= 2) {
+            tu_tmat t = tu_tmat_make(&g_rng, fmts[f], 11, 32 * 77 + 5, g);
+            check_bits(NULL, &t, 131);
+            check_bits(p3, &t, 131);
+            tu_tmat_free(&t);
+        }
+    kn_pool_free(p3);
+}
+
 static void run_bits_suite(int scalar)
 {
     static const uint32_t shapes[][2] = {
@@ -428,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_qdot_refuses_groups_that_are_not_powers_of_two),
         cmocka_unit_test(test_qdot_close_to_float_matmul),
         cmocka_unit_test(test_qdot_rows_bit_identical_for_every_T),
+        cmocka_unit_test(test_qdot_gemm_panel_boundaries_bit_identical),
         cmocka_unit_test(test_stories_int4_integer_path_kld_under_tenth_of_quant),
         cmocka_unit_test(test_stories_int8_integer_path_kld_under_tenth_of_quant),
     };
