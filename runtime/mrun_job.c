@@ -18,7 +18,8 @@
 #include "rt_stopstr.h"
 
 /* Lines held at once: in flight (<= max_batch) plus finished lines waiting
- * for an earlier one, plus failed lines read meanwhile. */
+ * for an earlier one, plus failed lines read meanwhile; their bytes are
+ * bounded apart, by the hold budget (rt_plan.h rt_job_budget). */
 #define WINDOW_PER_SLOT 4
 #define WINDOW_EXTRA 64
 #define PROGRESS_PERIOD 0.25 /* seconds */
@@ -37,12 +38,17 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One input line on its way to the output. */
+/* One input line on its way to the output.  A finished line keeps its
+ * results (ids, log-probs), not its text: the line is formatted in the
+ * job's scratch when its turn to be written comes. */
 typedef struct entry {
     rt_jsonl_req req;
-    int done;                  /* out holds its line */
-    char *out;                 /* the output line, with '\n' */
-    size_t out_len;
+    int done;                  /* finished: its line can be written */
+    int failed;                /* an error line: msg, and the plan's limits
+                                  when plan */
+    int plan;
+    char msg[1024];
+    uint64_t bytes;            /* heap bytes it holds (the hold budget's) */
     uint32_t slot;             /* while running */
     int32_t *gen;              /* [max_new_tokens] generated ids */
     int32_t *stops;            /* line's + job's + model's stop ids */
@@ -57,6 +63,8 @@ typedef struct entry {
     size_t *slen;
     size_t n_sstr;
     char *swin;
+    size_t swin_bytes;
+    size_t gen_cap;            /* gen holds gen_cap + 1 ids */
     rt_stop_match sm;
 } entry;
 
@@ -70,6 +78,14 @@ typedef struct job {
     FILE *in;
     int out_fd;
     int out_is_file;
+    /* the job's buffers, sized and allocated once (rt_job_budget) */
+    rt_job_budget budget;
+    char *line;                /* [budget.line_bytes] the input line */
+    rt_jsonl_scratch scratch;  /* [budget.scratch_bytes] */
+    uint64_t held, held_peak;  /* bytes the window's lines hold */
+    uint64_t planned;          /* the session's plan + the job's buffers
+                                  (CPU: the same process) */
+    uint64_t waits;            /* admissions that waited on the budget */
     /* lines in input order: a ring of cap entries */
     entry **win;
     size_t cap, head, count;
@@ -91,12 +107,10 @@ typedef struct job {
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static void entry_free(entry *e)
+/* Free what e owns (not e) and clear the pointers. */
+static void entry_free_buffers(entry *e)
 {
-    if (!e)
-        return;
     rt_jsonl_req_free(&e->req);
-    free(e->out);
     free(e->gen);
     free(e->stops);
     free(e->lab_lp);
@@ -104,6 +118,19 @@ static void entry_free(entry *e)
     free(e->sstr);
     free(e->slen);
     free(e->swin);
+    e->gen = e->stops = NULL;
+    e->lab_lp = e->cont_lp = NULL;
+    e->sstr = NULL;
+    e->slen = NULL;
+    e->swin = NULL;
+    e->n_sstr = 0;
+}
+
+static void entry_free(entry *e)
+{
+    if (!e)
+        return;
+    entry_free_buffers(e);
     free(e);
 }
 
@@ -187,24 +214,18 @@ static int open_files(job *j)
  * either way the line says "line N: what". */
 static void fail_entry(job *j, entry *e, int status, const char *msg)
 {
-    int plan = status == MC_ERR_PLAN;
-    char text[1024];
+    e->plan = status == MC_ERR_PLAN;
     if (!strncmp(msg, "sequence 0: ", 12))
         msg += 12;
     if (strncmp(msg, "line ", 5))
-        snprintf(text, sizeof text, "line %llu: %s",
+        snprintf(e->msg, sizeof e->msg, "line %llu: %s",
                  (unsigned long long)e->req.line, msg);
     else
-        snprintf(text, sizeof text, "%s", msg);
-    if (rt_jsonl_format_error(e->req.id, e->req.line, text,
-                              plan ? j->info.max_batch : 0,
-                              plan ? j->info.max_seq : 0, &e->out,
-                              &e->out_len) != MC_OK)
-        j->io_failed = 1; /* out of memory: reported as a failure */
-    e->done = 1;
+        snprintf(e->msg, sizeof e->msg, "%s", msg);
+    e->failed = e->done = 1;
     j->refused[rt_metrics_reason_of_status(status)]++;
     if (j->o->verbose)
-        fprintf(stderr, "mrun: %s\n", text);
+        fprintf(stderr, "mrun: %s\n", e->msg);
 }
 
 /* Inside the step (no allocation): feed the token to the matcher. */
@@ -239,13 +260,53 @@ static mc_status stop_strings(job *j, entry *e, mc_error *err)
         e->sstr[e->n_sstr] = o->stop_str[i];
         e->slen[e->n_sstr++] = o->stop_str_len[i];
     }
-    e->swin = malloc(rt_stop_match_bytes(j->pieces, e->slen, n));
+    e->swin_bytes = rt_stop_match_bytes(j->pieces, e->slen, n);
+    e->swin = malloc(e->swin_bytes);
     if (!e->swin)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
     rt_stop_match_init(&e->sm, j->pieces, e->sstr, e->slen, n, e->swin);
     e->gp.on_token = on_token;
     e->gp.on_token_ctx = e;
     return MC_OK;
+}
+
+/* The heap bytes e holds: what it is charged against the hold budget
+ * (the mallocs of this file and of its parsed request). */
+static uint64_t entry_bytes(const entry *e)
+{
+    const rt_jsonl_req *r = &e->req;
+    uint64_t n = rt_plan_heap_chunk(sizeof *e) + rt_jsonl_req_bytes(r);
+    if (e->lab_lp)
+        n += rt_plan_heap_chunk((r->n_labels + 1) * sizeof *e->lab_lp);
+    if (e->cont_lp)
+        n += rt_plan_heap_chunk((r->n_cont + 1) * sizeof *e->cont_lp);
+    if (e->gen)
+        n += rt_plan_heap_chunk((e->gen_cap + 1) * sizeof *e->gen);
+    if (e->stops)
+        n += rt_plan_heap_chunk((e->gp.n_stop + 1) * sizeof *e->stops);
+    if (e->sstr)
+        n += rt_plan_heap_chunk(e->n_sstr * sizeof *e->sstr) +
+             rt_plan_heap_chunk(e->n_sstr * sizeof *e->slen);
+    if (e->swin)
+        n += rt_plan_heap_chunk(e->swin_bytes);
+    return n;
+}
+
+/* The budget's cap on one line: a line may pass the hold budget only by
+ * what one line can hold, so a longer request is an error line. */
+static mc_status check_one_line(const job *j, entry *e, mc_error *err)
+{
+    e->bytes = entry_bytes(e);
+    if (e->bytes <= j->budget.one_line_bytes)
+        return MC_OK;
+    return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
+                   "line %llu: its request holds %llu bytes, more than one "
+                   "line may (%llu: %llu x --max-line-bytes + %llu x max_seq "
+                   "+ %llu)", (unsigned long long)e->req.line,
+                   (unsigned long long)e->bytes,
+                   (unsigned long long)j->budget.one_line_bytes,
+                   RT_JOB_LINE_PER_LINE_BYTE, RT_JOB_LINE_PER_TOKEN,
+                   RT_JOB_LINE_BASE);
 }
 
 /* Buffers and parameters of a parsed line, then admission into slot. */
@@ -265,6 +326,9 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
             .label_logprobs = r->n_labels ? e->lab_lp : NULL};
         e->labels = (rt_labels){(const int32_t *const *)r->label_seq,
                                 r->label_len, NULL, r->n_labels};
+        mc_status st = check_one_line(j, e, err);
+        if (st)
+            return st;
         return rt_session_admit_score_labels(j->s, slot, &e->item, &e->labels,
                                              (rt_truncate)o->truncate, err);
     }
@@ -275,6 +339,7 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
     size_t cap = r->max_new_tokens < j->info.max_seq
                      ? r->max_new_tokens
                      : (size_t)j->info.max_seq;
+    e->gen_cap = cap;
     e->gen = malloc((cap + 1) * sizeof *e->gen);
     e->stops = malloc((ns + 1) * sizeof *e->stops);
     if (!e->gen || !e->stops)
@@ -293,24 +358,41 @@ static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
         .n_stop = ns, .truncate = (rt_truncate)o->truncate};
     e->gres = (rt_gen_result){.ids = e->gen};
     mc_status st = stop_strings(j, e, err);
-    if (st)
+    if (st || (st = check_one_line(j, e, err)))
         return st;
     rt_prompt p = {r->ids, r->n_ids};
     return rt_session_admit_generate(j->s, slot, &p, &e->gp, &e->gres, err);
 }
 
-/* The result line of a finished entry. */
+/* The results of e are in its buffers: its line is formatted when it is
+ * written (write_entry). */
 static void finish_entry(job *j, entry *e)
 {
+    e->done = 1;
+    j->served++;
+}
+
+static int sink_write(void *ctx, const char *p, size_t n)
+{
+    const job *j = ctx;
+    return write_all(j->out_fd, p, n);
+}
+
+/* Write the line of the finished entry e: its text decoded into the
+ * front of the scratch, the line built behind it and written at once
+ * (in pieces only when longer than the rest of the scratch). */
+static mc_status write_entry(job *j, entry *e)
+{
     const rt_jsonl_req *r = &e->req;
+    char *sb = j->scratch.buf;
+    size_t cap = j->scratch.cap, text_len = 0;
     rt_jsonl_result res = {0};
-    char *text = NULL;
-    if (r->score) {
+    if (!e->failed && r->score) {
         size_t S = (size_t)j->info.max_seq, x = rt_jsonl_score_extra(r);
         res.prompt_tokens = r->n_ids + x > S ? S - x : r->n_ids;
         res.label_logprobs = e->lab_lp;
         res.cont_logprobs = e->cont_lp;
-    } else {
+    } else if (!e->failed) {
         res.prompt_tokens = e->gres.prompt_used;
         res.gen_ids = e->gen;
         res.n_gen = e->gres.n;
@@ -319,25 +401,36 @@ static void finish_entry(job *j, entry *e)
         size_t need = 0;
         if (j->tok) {
             rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1, NULL, 0, &need);
-            text = malloc(need + 1);
-            if (text && rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1,
-                                            text, need + 1, &res.text_len)) {
-                free(text);
-                text = NULL;
+            /* Half the scratch for the text, at least half for the line:
+             * max_seq tokens of even 256 bytes each fit the default. */
+            if (need + 1 > cap / 2) {
+                j->served--; /* an error line after all */
+                fail_entry(j, e, MC_ERR_INVALID_ARG, "the generated text "
+                           "does not fit half the job's scratch (raise "
+                           "--max-line-bytes)");
             }
+            else if (rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1, sb,
+                                         need + 1, &text_len) == MC_OK)
+                res.text = sb;
         }
         /* Cut before the stop string, as vLLM and OpenAI do. */
-        if (text && res.stop_string)
-            res.text_len = rt_stop_find(text, res.text_len,
-                                        (const char *const *)e->sstr,
-                                        e->slen, e->n_sstr);
-        res.text = text;
+        if (res.text && res.stop_string)
+            text_len = rt_stop_find(res.text, text_len,
+                                    (const char *const *)e->sstr, e->slen,
+                                    e->n_sstr);
+        res.text_len = text_len;
+        if (res.text) {
+            size_t used = (text_len + 16) & ~(size_t)15;
+            sb += used;
+            cap -= used;
+        }
     }
-    if (rt_jsonl_format_result(r, &res, &e->out, &e->out_len) != MC_OK)
-        j->io_failed = 1;
-    free(text);
-    e->done = 1;
-    j->served++;
+    rt_jsonl_sink sink = {sb, cap, sink_write, j};
+    if (e->failed)
+        return rt_jsonl_write_error(r->id, r->line, e->msg,
+                                    e->plan ? j->info.max_batch : 0,
+                                    e->plan ? j->info.max_seq : 0, &sink);
+    return rt_jsonl_write_result(r, &res, &sink);
 }
 
 static entry *win_at(const job *j, size_t k)
@@ -350,32 +443,62 @@ static void flush_ready(job *j)
 {
     while (j->count > 0 && win_at(j, 0)->done) {
         entry *e = win_at(j, 0);
-        if (!j->io_failed && e->out &&
-            write_all(j->out_fd, e->out, e->out_len) != 0) {
+        if (!j->io_failed && write_entry(j, e) != MC_OK) {
             fprintf(stderr, "mrun: writing %s failed: %s\n", j->o->output,
                     strerror(errno));
             j->io_failed = 1;
         }
         j->written++;
+        j->held -= e->bytes;
         entry_free(e);
         j->head = (j->head + 1) % j->cap;
         j->count--;
     }
 }
 
+/* The next input line into j->line, without its '\n': *len bytes kept,
+ * *full its length (a line longer than the buffer is read past, not
+ * kept: full > len).  Returns -1 at the end of the input. */
+static int read_line(job *j, size_t *len, uint64_t *full)
+{
+    const size_t cap = (size_t)j->budget.line_bytes;
+    size_t n = 0;
+    uint64_t all = 0;
+    int c;
+    while ((c = getc_unlocked(j->in)) != EOF && c != '\n') {
+        if (n < cap)
+            j->line[n++] = (char)c;
+        all++;
+    }
+    if (c == EOF && all == 0)
+        return -1;
+    *len = n;
+    *full = all;
+    return 0;
+}
+
+/* What a failed line keeps for its error line: its id. */
+static void drop_request(entry *e)
+{
+    char *id = e->req.id;
+    uint64_t line = e->req.line;
+    e->req.id = NULL;
+    entry_free_buffers(e);
+    e->req.id = id;
+    e->req.line = line;
+}
+
 /* Read, parse and (if it can run) admit the next non-blank line.  Returns
  * 0 when a line was taken, -1 at the end of the input. */
-static int take_line(job *j, char **buf, size_t *bcap)
+static int take_line(job *j)
 {
     for (;;) {
-        ssize_t n = getline(buf, bcap, j->in);
-        if (n < 0)
+        size_t len;
+        uint64_t full;
+        if (read_line(j, &len, &full) < 0)
             return -1;
         j->line_no++;
-        size_t len = (size_t)n;
-        if (len && (*buf)[len - 1] == '\n')
-            len--;
-        if (rt_jsonl_is_blank(*buf, len))
+        if (full == len && rt_jsonl_is_blank(j->line, len))
             continue;
         entry *e = calloc(1, sizeof *e);
         if (!e) {
@@ -385,8 +508,21 @@ static int take_line(job *j, char **buf, size_t *bcap)
         }
         mc_error err;
         mc_error_clear(&err);
-        mc_status st = rt_jsonl_parse(*buf, len, j->line_no,
-                                      &j->o->defaults, j->tok, &e->req, &err);
+        mc_status st;
+        if (full > len) {
+            /* Too long to hold: an error line under its line number. */
+            e->req.line = j->line_no;
+            st = mc_fail(&err, MC_ERR_FORMAT, NULL, NULL, -1,
+                         "line %llu: %llu bytes, longer than "
+                         "--max-line-bytes %llu (skipped)",
+                         (unsigned long long)j->line_no,
+                         (unsigned long long)full,
+                         (unsigned long long)j->budget.line_bytes);
+        } else {
+            st = rt_jsonl_parse_in(j->line, len, j->line_no,
+                                   &j->o->defaults, j->tok, &j->scratch,
+                                   &e->req, &err);
+        }
         /* A malformed line's error line is in the output too: skip it by
          * its id, which is its line number when it had no valid "id". */
         char num[32];
@@ -397,18 +533,24 @@ static int take_line(job *j, char **buf, size_t *bcap)
             j->skipped++;
             continue;
         }
-        if (st == MC_OK) {
+        if (st == MC_OK && (st = check_one_line(j, e, &err)) == MC_OK) {
             uint32_t slot = j->free_slots[j->n_free - 1];
             st = admit_entry(j, e, slot, &err);
             if (st == MC_OK) {
                 j->n_free--;
                 j->slot_entry[slot] = e;
             }
-        } else if (st != MC_ERR_NOMEM) {
+        } else if (st != MC_ERR_NOMEM && st != MC_ERR_INVALID_ARG) {
             st = MC_ERR_INVALID_ARG; /* malformed: refused as input */
         }
-        if (st)
+        if (st) {
             fail_entry(j, e, st, err.message);
+            drop_request(e);
+        }
+        e->bytes = entry_bytes(e);
+        j->held += e->bytes;
+        if (j->held > j->held_peak)
+            j->held_peak = j->held;
         j->win[(j->head + j->count++) % j->cap] = e;
         return 0;
     }
@@ -421,7 +563,7 @@ static void fill_metrics(const job *j, rt_metrics *m, int final)
     rt_session_stats ss;
     rt_session_stats_get(j->s, &ss);
     rt_metrics_init(m);
-    m->planned_bytes = j->info.planned_bytes;
+    m->planned_bytes = j->planned;
     m->arena_bytes = j->info.arena_bytes;
     m->arena_high_water_bytes = rt_session_arena_high_water(j->s);
     /* A scan of the whole arena: only once, at the end. */
@@ -480,7 +622,7 @@ static void progress(job *j, int last)
             (unsigned long long)done, total, (unsigned long long)failed,
             el > 0 ? (double)(ss.prefill_tokens + ss.decode_tokens) / el : 0,
             eta, rt_session_busy(j->s), j->info.max_batch,
-            (double)rss / 1048576.0, (double)j->info.planned_bytes / 1048576.0,
+            (double)rss / 1048576.0, (double)j->planned / 1048576.0,
             last ? "\n" : "");
 }
 
@@ -530,16 +672,26 @@ static void step(job *j)
     }
 }
 
+/* Back-pressure: no line is read while the held lines reach the budget,
+ * unless none is held.  The oldest line is then always admitted or
+ * already running, and each step moves it on, so a job never waits on
+ * itself, whatever one line holds. */
+static int budget_open(job *j)
+{
+    if (j->count == 0 || j->held < j->budget.hold_bytes)
+        return 1;
+    j->waits++;
+    return 0;
+}
+
 static void run_loop(job *j)
 {
-    char *buf = NULL;
-    size_t bcap = 0;
     for (;;) {
         /* Waves: a new wave starts only when the last one is done. */
         int open = !j->o->waves || rt_session_busy(j->s) == 0;
         while (open && !j->eof && !g_stop_signal && !j->io_failed &&
-               j->n_free > 0 && j->count < j->cap)
-            if (take_line(j, &buf, &bcap) < 0)
+               j->n_free > 0 && j->count < j->cap && budget_open(j))
+            if (take_line(j) < 0)
                 j->eof = 1;
         flush_ready(j);
         if (rt_session_busy(j->s) > 0)
@@ -550,7 +702,6 @@ static void run_loop(job *j)
         periodic(j);
     }
     flush_ready(j);
-    free(buf);
 }
 
 static void job_free(job *j)
@@ -561,12 +712,61 @@ static void job_free(job *j)
     free(j->slot_entry);
     free(j->free_slots);
     free(j->done_slots);
+    free(j->line);
+    free(j->scratch.buf);
     mrun_resume_free(&j->prev);
     rt_stop_pieces_free(j->pieces);
     if (j->in && j->in != stdin)
         fclose(j->in);
     if (j->out_is_file)
         close(j->out_fd);
+}
+
+/* The job's buffers (rt_plan.h rt_job_budget), checked against the plan
+ * and allocated once.  Returns 0 or an exit code after a message. */
+static int job_buffers(job *j)
+{
+    const mrun_job_opts *o = j->o;
+    mc_error err;
+    char buf[1400];
+    if (rt_plan_job_budget(o->max_line_bytes ? o->max_line_bytes
+                                             : RT_JOB_DEFAULT_LINE_BYTES,
+                           o->hold_bytes ? o->hold_bytes
+                                         : RT_JOB_DEFAULT_HOLD_BYTES,
+                           j->info.max_seq, &j->budget, &err) != MC_OK) {
+        fprintf(stderr, "mrun: %s\n", mc_error_format(&err, buf, sizeof buf));
+        return 2;
+    }
+    const rt_job_budget *b = &j->budget;
+    int cpu = j->info.device == MCRT_DEVICE_CPU;
+    j->planned = j->info.planned_bytes + (cpu ? b->total_bytes : 0);
+    if (cpu && j->info.target_bytes &&
+        (j->info.planned_bytes > j->info.target_bytes ||
+         b->total_bytes > j->info.target_bytes - j->info.planned_bytes)) {
+        fprintf(stderr,
+                "mrun: the job's buffers (%llu bytes for --max-line-bytes "
+                "%llu and --hold-bytes %llu; docs/plan.md) do not fit the "
+                "plan: %llu planned + %llu > target %llu; lower them, or "
+                "recompile with a larger --target\n",
+                (unsigned long long)b->total_bytes,
+                (unsigned long long)b->line_bytes,
+                (unsigned long long)b->hold_bytes,
+                (unsigned long long)j->info.planned_bytes,
+                (unsigned long long)b->total_bytes,
+                (unsigned long long)j->info.target_bytes);
+        return 2;
+    }
+    /* size_t: checked by rt_plan_job_budget's range (<= 8 GiB of
+     * scratch) only on 64-bit hosts, where mrun runs. */
+    j->line = malloc((size_t)b->line_bytes + 1);
+    j->scratch.cap = (size_t)b->scratch_bytes;
+    j->scratch.buf = malloc(j->scratch.cap);
+    if (!j->line || !j->scratch.buf) {
+        fprintf(stderr, "mrun: out of memory for the job's buffers (%llu "
+                "bytes)\n", (unsigned long long)b->total_bytes);
+        return 1;
+    }
+    return 0;
 }
 
 /* The closing summary.  Returns the exit code. */
@@ -610,8 +810,20 @@ static int summary(job *j)
                 j->sync_seconds);
     if (o->verbose)
         fprintf(stderr,
-                "mrun: memory: planned %llu, arena %llu (high water %llu, "
-                "touched %llu), peak RSS %llu bytes\n",
+                "mrun: job buffers %llu bytes: line %llu, scratch %llu, "
+                "hold %llu (held at most %llu; reading waited %llu times), "
+                "one line %llu\n",
+                (unsigned long long)j->budget.total_bytes,
+                (unsigned long long)j->budget.line_bytes + 1,
+                (unsigned long long)j->budget.scratch_bytes,
+                (unsigned long long)j->budget.hold_bytes,
+                (unsigned long long)j->held_peak,
+                (unsigned long long)j->waits,
+                (unsigned long long)j->budget.one_line_bytes);
+    if (o->verbose)
+        fprintf(stderr,
+                "mrun: memory: planned %llu (with the job's buffers), arena "
+                "%llu (high water %llu, touched %llu), peak RSS %llu bytes\n",
                 (unsigned long long)m.planned_bytes,
                 (unsigned long long)m.arena_bytes,
                 (unsigned long long)m.arena_high_water_bytes,
@@ -663,6 +875,11 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
         job_free(&j);
         return 1;
     }
+    int rc = job_buffers(&j);
+    if (rc) {
+        job_free(&j);
+        return rc;
+    }
     /* Slot 0 on top of the stack: the first line takes slot 0. */
     for (uint32_t b = 0; b < B; b++)
         j.free_slots[j.n_free++] = B - 1 - b;
@@ -672,7 +889,7 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
         job_free(&j);
         return 1;
     }
-    int rc = open_files(&j);
+    rc = open_files(&j);
     if (rc) {
         job_free(&j);
         return rc;

@@ -232,6 +232,16 @@ static const mc_opt mrun_opts[] = {
      .off = F(job.waves), .choices = schedule_choices,
      .help = "admit a request as soon as a slot is\nfree (default), or in "
      "waves of max_batch"},
+    {.kind = MC_OPT_U64, .flags = "--max-line-bytes", .value = "N",
+     .off = F(job.max_line_bytes), .ulo = RT_JOB_MIN_LINE_BYTES,
+     .uhi = RT_JOB_MAX_LINE_BYTES,
+     .help = "longest input line (default 1048576); a\nlonger one gets an "
+     "error line and is read\npast; the job's buffers grow with it\n"
+     "(docs/plan.md)"},
+    {.kind = MC_OPT_U64, .flags = "--hold-bytes", .value = "N",
+     .off = F(job.hold_bytes), .ulo = 1, .uhi = 1ull << 40,
+     .help = "bytes the lines read and not yet written\nmay hold (default "
+     "4194304); reading waits\nwhile they hold more"},
 
     {.kind = MC_OPT_SECTION, .help = "Generation (default mode):"},
     {.kind = MC_OPT_U32, .flags = "--max-new-tokens", .value = "N",
