@@ -83,8 +83,10 @@ typedef struct rt_plan {
 #define RT_JOB_DEFAULT_HOLD_BYTES (4ull << 20) /* 4 MiB */
 #define RT_JOB_MIN_LINE_BYTES 256ull
 #define RT_JOB_MAX_LINE_BYTES (1ull << 30)
-#define RT_JOB_SCRATCH_PER_LINE_BYTE 8ull /* a JSON tree of ids: ~24 bytes
-                                             per 3-5 bytes of text */
+/* jansson's tree per byte of text (measured): 3 for a text prompt,
+ * 9.3-12 for ids of 3-5 digits, 16 for a list of short strings, up to 77
+ * for hostile lines ([{},{},...]), which then get an error line */
+#define RT_JOB_SCRATCH_PER_LINE_BYTE 16ull
 #define RT_JOB_LINE_PER_LINE_BYTE 4ull   /* its ids (4 bytes per >= 2 of
                                             text), labels, stop strings */
 #define RT_JOB_LINE_PER_TOKEN 16ull      /* generated ids, log-probs */
