@@ -250,7 +250,7 @@ int main(int argc, char **argv)
            "session MiB");
     const uint32_t batches[2] = {8, 32};
     double speedup[2] = {0, 0}, cpu_speedup[2] = {0, 0};
-    int identical = 1;
+    int identical = 1, runs = 0;
     char json[2048];
     size_t jn = (size_t)snprintf(json, sizeof json,
                                  "{\"bench_batch\": {\"prompts\": %zu, "
@@ -291,7 +291,7 @@ int main(int argc, char **argv)
                 "%.3f, \"cpu_seconds\": %.3f, \"overhead_ms\": %.3f, \"sync_seconds\": %.3f, "
                 "\"peak_rss_bytes\": %.0f, "
                 "\"planned_bytes\": %.0f}",
-                b || k ? ", " : "", batches[b], sched[k], r[k].secs, r[k].cpu,
+                runs++ ? ", " : "", batches[b], sched[k], r[k].secs, r[k].cpu,
                 r[k].overhead_ms, r[k].sync_s, r[k].peak_rss, r[k].planned);
         }
         speedup[b] = r[0].secs / r[1].secs;

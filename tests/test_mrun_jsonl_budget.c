@@ -106,6 +106,16 @@ static char *slurp(const char *path, size_t *len)
     return s;
 }
 
+/* The file at path holds exactly the len bytes of want. */
+static void assert_file_holds(const char *path, const char *want, size_t len)
+{
+    size_t n;
+    char *got = slurp(path, &n);
+    assert_int_equal(n, len);
+    assert_memory_equal(got, want, len);
+    free(got);
+}
+
 /* The k-th line (0-based) of s, as a new string without '\n'. */
 static char *nth_line(const char *s, size_t k)
 {
@@ -284,11 +294,7 @@ static void test_budget_tiny_hold_gives_identical_bytes(void **st)
                            "--hold-bytes 1 --schedule waves -v"};
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(run_job(in, out, flags[i]), 1);
-        size_t len;
-        char *got = slurp(out, &len);
-        assert_int_equal(len, rl);
-        assert_memory_equal(got, want, rl);
-        free(got);
+        assert_file_holds(out, want, rl);
         unsigned long long held = verbose_figure(g_err, "held at most "),
                            one = verbose_figure(g_err, "one line ");
         unsigned long long hold = strtoull(flags[i] + 13, NULL, 10);
@@ -332,11 +338,7 @@ static void test_budget_resume_is_byte_identical(void **st)
                               "--hold-bytes 1 -q",
                               g_model, in, out),
                          1); /* the malformed lines failed */
-        size_t len;
-        char *got = slurp(out, &len);
-        assert_int_equal(len, rl);
-        assert_memory_equal(got, want, rl);
-        free(got);
+        assert_file_holds(out, want, rl);
     }
     free(want);
     tu_rmtree(dir);
@@ -407,6 +409,16 @@ static void test_budget_long_lines_peak_within_the_plan(void **st)
     rt_job_budget b;
     assert_int_equal(rt_plan_job_budget(65536, 65536, 256, &b, NULL), MC_OK);
     assert_int_equal(planned, session + b.total_bytes);
+    /* --json shows what a job adds with the defaults, and the target */
+    rt_job_budget d;
+    assert_int_equal(rt_plan_job_budget(RT_JOB_DEFAULT_LINE_BYTES,
+                                        RT_JOB_DEFAULT_HOLD_BYTES, 256, &d,
+                                        NULL),
+                     MC_OK);
+    char *want = tu_fmt("\"job_bytes\": %llu, \"target_bytes\": %llu, ",
+                        (unsigned long long)d.total_bytes, 64ull << 20);
+    assert_non_null(strstr(g_out, want));
+    free(want);
     printf("long-line job: peak RSS %llu of planned %llu (session %llu + "
            "job %llu): %.3f\n",
            peak, planned, session, (unsigned long long)b.total_bytes,
