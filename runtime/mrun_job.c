@@ -399,6 +399,8 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
         return 1;
     }
     rc = open_files(&j);
+    if (!rc)
+        rc = mrun_job_resume_fits(&j);
     if (rc) {
         job_free(&j);
         return rc;

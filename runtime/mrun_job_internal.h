@@ -95,6 +95,11 @@ static inline entry *mrun_win_at(const job *j, size_t k)
  * message (2: options that do not fit). */
 int mrun_job_buffers(job *j);
 
+/* The --resume table (mrun_resume.h, loaded by now) joins the job's
+ * planned bytes; a table that does not fit the target beside the job's
+ * buffers is refused.  0, or an exit code after a message. */
+int mrun_job_resume_fits(job *j);
+
 /* Free e and what it owns; NULL is a no-op. */
 void mrun_line_free(entry *e);
 

@@ -420,3 +420,24 @@ int mrun_job_buffers(job *j)
     }
     return 0;
 }
+
+int mrun_job_resume_fits(job *j)
+{
+    uint64_t rb = mrun_resume_bytes(&j->prev);
+    if (j->info.device != MCRT_DEVICE_CPU || rb == 0)
+        return 0;
+    j->planned += rb;
+    if (!j->info.target_bytes || j->planned <= j->info.target_bytes)
+        return 0;
+    fprintf(stderr,
+            "mrun: --resume: the ids of the %zu lines already written take "
+            "%llu bytes, which with the job's buffers (%llu) do not fit the "
+            "plan's target %llu beside its %llu planned; lower "
+            "--hold-bytes by %llu\n",
+            j->prev.n, (unsigned long long)rb,
+            (unsigned long long)j->budget.total_bytes,
+            (unsigned long long)j->info.target_bytes,
+            (unsigned long long)j->info.planned_bytes,
+            (unsigned long long)(j->planned - j->info.target_bytes));
+    return 2;
+}

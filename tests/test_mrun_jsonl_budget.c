@@ -5,7 +5,8 @@
  * output is byte-identical whatever the hold budget (a budget of 1 byte
  * makes reading wait for every write), and so is a resumed job; a job of
  * long lines peaks within its plan (session + job buffers); a budget that
- * does not fit the artifact's target is refused at start. */
+ * does not fit the artifact's target is refused at start, and so is a
+ * --resume table of ids too large for what the target leaves. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -477,6 +478,74 @@ static void test_budget_that_does_not_fit_the_target_is_refused(void **st)
     free(dir);
 }
 
+/* "key": N in a JSON report. */
+static unsigned long long json_figure(const char *s, const char *key)
+{
+    char *k = tu_fmt("\"%s\": ", key);
+    const char *p = strstr(s, k);
+    assert_non_null(p);
+    unsigned long long v = strtoull(p + strlen(k), NULL, 10);
+    free(k);
+    return v;
+}
+
+/* The --resume table (the ids already written) joins the job's plan: on
+ * an artifact whose target leaves 1 MiB beside the session and the
+ * default job, a table of 40,000 ids (~1.8 MB) is refused, one of 50
+ * is not. */
+static void test_budget_resume_table_counts_in_the_plan(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("budget-table");
+    char *art = tu_fmt("%s/m.mca", dir), *in = tu_fmt("%s/in.jsonl", dir),
+         *out = tu_fmt("%s/o.jsonl", dir);
+    assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
+                                "plan %s --target 64MiB --max-batch 2 "
+                                "--max-seq 64 --threads 2 --json",
+                                g_model),
+                     0);
+    unsigned long long target = json_figure(g_out, "total_bytes") +
+                                json_figure(g_out, "job_bytes") + (1 << 20);
+    assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
+                                "%s --target %llu --max-batch 2 --max-seq 64 "
+                                "--threads 2 -q -o %s",
+                                g_model, target, art),
+                     0);
+    for (int big = 1; big >= 0; big--) {
+        size_t n = big ? 40000 : 50;
+        FILE *fi = fopen(in, "w"), *fo = fopen(out, "w");
+        assert_non_null(fi);
+        assert_non_null(fo);
+        for (size_t k = 1; k <= n + 1; k++) {
+            fprintf(fi, "{\"id\": \"line-%zu\", \"ids\": [1, 2], "
+                        "\"max_new_tokens\": 1}\n", k);
+            if (k <= n) /* every line but the last is already written */
+                fprintf(fo, "{\"id\":\"line-%zu\",\"line\":%zu,"
+                            "\"prompt_tokens\":2}\n", k, k);
+        }
+        fclose(fi);
+        fclose(fo);
+        int rc = mrun("%s --input %s --output %s --resume --threads 2 -q",
+                      art, in, out);
+        if (big) {
+            assert_int_equal(rc, 2);
+            assert_non_null(strstr(g_err, "the ids of the 40000 lines "
+                                          "already written take "));
+        } else {
+            assert_int_equal(rc, 0);
+            size_t len;
+            char *s = slurp(out, &len);
+            assert_int_equal(count_lines(s), n + 1);
+            free(s);
+        }
+    }
+    tu_rmtree(dir);
+    free(art);
+    free(in);
+    free(out);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -487,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_budget_resume_is_byte_identical),
         cmocka_unit_test(test_budget_long_lines_peak_within_the_plan),
         cmocka_unit_test(test_budget_that_does_not_fit_the_target_is_refused),
+        cmocka_unit_test(test_budget_resume_table_counts_in_the_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
