@@ -53,6 +53,8 @@ typedef struct job {
     rt_session *s;
     const rt_tokenizer *tok;
     rt_stop_pieces *pieces;    /* token texts for stop strings, or NULL */
+    int pieces_refused;        /* the table did not fit the plan */
+    char pieces_why[256];
     mcrt_info info;
     FILE *in;
     int out_fd;

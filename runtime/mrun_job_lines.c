@@ -77,6 +77,38 @@ static int on_token(void *ctx, size_t seq, const int32_t *ids, size_t n)
     return rt_stop_match_push(&e->sm, ids[n - 1]);
 }
 
+/* The token text table of stop strings, built at the first line that
+ * has them: its bytes join the job's planned bytes, and a table that
+ * does not fit the target beside the job's buffers is refused (the
+ * line's error says so; later lines are refused without building it). */
+static mc_status stop_table(job *j, mc_error *err)
+{
+    if (j->pieces_refused)
+        return mc_fail(err, MC_ERR_PLAN, NULL, "stop", -1, "%s",
+                       j->pieces_why);
+    mc_status st = rt_stop_pieces_build(j->tok, &j->pieces, err);
+    if (st)
+        return st;
+    /* six blocks, each rounded up by malloc by less than 32 bytes */
+    uint64_t tb = rt_stop_pieces_bytes(j->pieces) + 6 * 32;
+    if (j->info.device != MCRT_DEVICE_CPU || !j->info.target_bytes ||
+        j->planned + tb <= j->info.target_bytes) {
+        if (j->info.device == MCRT_DEVICE_CPU)
+            j->planned += tb;
+        return MC_OK;
+    }
+    rt_stop_pieces_free(j->pieces);
+    j->pieces = NULL;
+    j->pieces_refused = 1;
+    snprintf(j->pieces_why, sizeof j->pieces_why,
+             "stop strings need the token text table (%llu bytes), which "
+             "does not fit the plan's target %llu beside the job's %llu "
+             "planned bytes; lower --hold-bytes",
+             (unsigned long long)tb, (unsigned long long)j->info.target_bytes,
+             (unsigned long long)j->planned);
+    return mc_fail(err, MC_ERR_PLAN, NULL, "stop", -1, "%s", j->pieces_why);
+}
+
 /* The stop strings of a line (its own, then the job's) and a matcher
  * whose window is allocated now, not per token. */
 static mc_status stop_strings(job *j, entry *e, mc_error *err)
@@ -87,7 +119,7 @@ static mc_status stop_strings(job *j, entry *e, mc_error *err)
     if (n == 0)
         return MC_OK;
     mc_status st;
-    if (!j->pieces && (st = rt_stop_pieces_build(j->tok, &j->pieces, err)))
+    if (!j->pieces && (st = stop_table(j, err)))
         return st;
     e->sstr = malloc(n * sizeof *e->sstr);
     e->slen = malloc(n * sizeof *e->slen);

@@ -6,7 +6,8 @@
  * makes reading wait for every write), and so is a resumed job; a job of
  * long lines peaks within its plan (session + job buffers); a budget that
  * does not fit the artifact's target is refused at start, and so is a
- * --resume table of ids too large for what the target leaves. */
+ * --resume table of ids too large for what the target leaves; the stop
+ * strings' token table likewise fails its lines when it does not fit. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -17,8 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "rt_plan.h"
 #include "testutil.h"
+#include "tok_fixture.h"
 
 static char *g_out, *g_err;
 
@@ -546,6 +551,75 @@ static void test_budget_resume_table_counts_in_the_plan(void **st)
     free(dir);
 }
 
+/* Stop strings need a table of every token's text, built at the first
+ * line that has them: its bytes join the job's plan.  On an artifact
+ * (with a tokenizer) whose target leaves 512 bytes beside the session
+ * and the default job, a stop-string line is an error line naming the
+ * table, and lines without stop strings are served; with 1 MiB left,
+ * the same line is served. */
+static void test_budget_stop_string_table_counts_in_the_plan(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("budget-stop"), *model = tu_fmt("%s/model", dir);
+    char *art = tu_fmt("%s/m.mca", dir), *in = tu_fmt("%s/in.jsonl", dir),
+         *out = tu_fmt("%s/o.jsonl", dir);
+    assert_int_equal(mkdir(model, 0755), 0);
+    const char *files[2] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char *a = tu_fmt("%s/%s", g_model, files[i]);
+        char *b = tu_fmt("%s/%s", model, files[i]);
+        assert_int_equal(symlink(a, b), 0);
+        free(a);
+        free(b);
+    }
+    char *tok = tu_fmt("%s/tokenizer.json", model);
+    tu_tiny_tokenizer_write(tok);
+    free(tok);
+    assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
+                                "plan %s --target 64MiB --max-batch 2 "
+                                "--max-seq 64 --threads 2 --json",
+                                model),
+                     0);
+    unsigned long long need = json_figure(g_out, "total_bytes") +
+                              json_figure(g_out, "job_bytes");
+    const char *job = "{\"id\": \"plain\", \"prompt\": \"ab ab\", "
+                      "\"max_new_tokens\": 3}\n"
+                      "{\"id\": \"stop\", \"prompt\": \"ab\", "
+                      "\"max_new_tokens\": 8, \"stop\": [\"b\"]}\n";
+    assert_int_equal(tu_write_file(in, job, strlen(job)), 0);
+    for (int room = 0; room < 2; room++) {
+        assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
+                                    "%s --target %llu --max-batch 2 "
+                                    "--max-seq 64 --threads 2 -q -o %s",
+                                    model, need + (room ? 1 << 20 : 512),
+                                    art),
+                         0);
+        remove(out);
+        assert_int_equal(mrun("%s --input %s --output %s --threads 2 -q",
+                              art, in, out),
+                         room ? 0 : 1);
+        size_t len;
+        char *s = slurp(out, &len);
+        char *a = nth_line(s, 0), *b = nth_line(s, 1);
+        assert_non_null(strstr(a, "\"id\":\"plain\",\"line\":1,"
+                                  "\"prompt_tokens\""));
+        if (room)
+            assert_non_null(strstr(b, "\"stop_reason\""));
+        else
+            assert_non_null(strstr(b, "\"error\":\"line 2: stop strings "
+                                      "need the token text table ("));
+        free(a);
+        free(b);
+        free(s);
+    }
+    tu_rmtree(dir);
+    free(model);
+    free(art);
+    free(in);
+    free(out);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_budget_long_lines_peak_within_the_plan),
         cmocka_unit_test(test_budget_that_does_not_fit_the_target_is_refused),
         cmocka_unit_test(test_budget_resume_table_counts_in_the_plan),
+        cmocka_unit_test(test_budget_stop_string_table_counts_in_the_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
