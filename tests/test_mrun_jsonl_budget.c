@@ -143,10 +143,12 @@ static size_t count_lines(const char *s)
     return n;
 }
 
-/* "key N" in the verbose summary. */
-static unsigned long long verbose_figure(const char *err, const char *key)
+/* The number right after the first `key` in s: "held at most " in the
+ * verbose summary, "\nmcompile_peak_rss_bytes " in the metrics,
+ * "\"total_bytes\": " in a JSON report. */
+static unsigned long long figure_after(const char *s, const char *key)
 {
-    const char *p = strstr(err, key);
+    const char *p = strstr(s, key);
     assert_non_null(p);
     return strtoull(p + strlen(key), NULL, 10);
 }
@@ -291,7 +293,7 @@ static void test_budget_tiny_hold_gives_identical_bytes(void **st)
          *out = tu_fmt("%s/o.jsonl", dir);
     size_t n = write_mixed(in, 60);
     assert_int_equal(run_job(in, ref, "-v"), 1); /* malformed lines */
-    unsigned long long waits = verbose_figure(g_err, "reading waited ");
+    unsigned long long waits = figure_after(g_err, "reading waited ");
     assert_int_equal(waits, 0);
     size_t rl;
     char *want = slurp(ref, &rl);
@@ -301,12 +303,12 @@ static void test_budget_tiny_hold_gives_identical_bytes(void **st)
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(run_job(in, out, flags[i]), 1);
         assert_file_holds(out, want, rl);
-        unsigned long long held = verbose_figure(g_err, "held at most "),
-                           one = verbose_figure(g_err, "one line ");
+        unsigned long long held = figure_after(g_err, "held at most "),
+                           one = figure_after(g_err, "one line ");
         unsigned long long hold = strtoull(flags[i] + 13, NULL, 10);
         printf("%s: held at most %llu bytes, waited %llu times\n", flags[i],
-               held, verbose_figure(g_err, "reading waited "));
-        assert_true(verbose_figure(g_err, "reading waited ") > 0);
+               held, figure_after(g_err, "reading waited "));
+        assert_true(figure_after(g_err, "reading waited ") > 0);
         assert_true(held > 0 && held < hold + one);
         if (hold == 1) /* one line at a time: at most one line's bytes */
             assert_true(held <= one);
@@ -356,16 +358,6 @@ static void test_budget_resume_is_byte_identical(void **st)
 
 /* ---- the plan ----------------------------------------------------------- */
 
-static unsigned long long prom(const char *m, const char *key)
-{
-    char *k = tu_fmt("\n%s ", key);
-    const char *p = strstr(m, k);
-    assert_non_null(p);
-    unsigned long long v = strtoull(p + strlen(k), NULL, 10);
-    free(k);
-    return v;
-}
-
 /* A job of long lines (prompts near the cap, truncated to the plan,
  * long generations, labels) on a compiled artifact peaks within its plan:
  * the artifact's total plus the job's buffers, which the metrics report
@@ -403,8 +395,8 @@ static void test_budget_long_lines_peak_within_the_plan(void **st)
                      0);
     size_t len;
     char *m = slurp(met, &len);
-    unsigned long long planned = prom(m, "mcompile_planned_bytes"),
-                       peak = prom(m, "mcompile_peak_rss_bytes");
+    unsigned long long planned = figure_after(m, "\nmcompile_planned_bytes "),
+                       peak = figure_after(m, "\nmcompile_peak_rss_bytes ");
     /* planned = the artifact's total + the job's budget */
     assert_int_equal(mrun("%s --tokens '1 2' --max-new-tokens 1 --json -q",
                           art),
@@ -483,17 +475,6 @@ static void test_budget_that_does_not_fit_the_target_is_refused(void **st)
     free(dir);
 }
 
-/* "key": N in a JSON report. */
-static unsigned long long json_figure(const char *s, const char *key)
-{
-    char *k = tu_fmt("\"%s\": ", key);
-    const char *p = strstr(s, k);
-    assert_non_null(p);
-    unsigned long long v = strtoull(p + strlen(k), NULL, 10);
-    free(k);
-    return v;
-}
-
 /* The --resume table (the ids already written) joins the job's plan: on
  * an artifact whose target leaves 1 MiB beside the session and the
  * default job, a table of 40,000 ids (~1.8 MB) is refused, one of 50
@@ -509,8 +490,9 @@ static void test_budget_resume_table_counts_in_the_plan(void **st)
                                 "--max-seq 64 --threads 2 --json",
                                 g_model),
                      0);
-    unsigned long long target = json_figure(g_out, "total_bytes") +
-                                json_figure(g_out, "job_bytes") + (1 << 20);
+    unsigned long long target = figure_after(g_out, "\"total_bytes\": ") +
+                                figure_after(g_out, "\"job_bytes\": ") +
+                                (1 << 20);
     assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
                                 "%s --target %llu --max-batch 2 --max-seq 64 "
                                 "--threads 2 -q -o %s",
@@ -580,8 +562,8 @@ static void test_budget_stop_string_table_counts_in_the_plan(void **st)
                                 "--max-seq 64 --threads 2 --json",
                                 model),
                      0);
-    unsigned long long need = json_figure(g_out, "total_bytes") +
-                              json_figure(g_out, "job_bytes");
+    unsigned long long need = figure_after(g_out, "\"total_bytes\": ") +
+                              figure_after(g_out, "\"job_bytes\": ");
     const char *job = "{\"id\": \"plain\", \"prompt\": \"ab ab\", "
                       "\"max_new_tokens\": 3}\n"
                       "{\"id\": \"stop\", \"prompt\": \"ab\", "
