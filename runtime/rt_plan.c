@@ -28,7 +28,8 @@ mc_status rt_plan_job_budget(uint64_t line_bytes, uint64_t hold_bytes,
                              mc_error *err)
 {
     memset(out, 0, sizeof *out);
-    if (line_bytes < RT_JOB_MIN_LINE_BYTES || line_bytes > RT_JOB_MAX_LINE_BYTES)
+    if (line_bytes < RT_JOB_MIN_LINE_BYTES ||
+        line_bytes > RT_JOB_MAX_LINE_BYTES)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--max-line-bytes", -1,
                        "%llu is not in %llu..%llu",
                        (unsigned long long)line_bytes,
