@@ -472,6 +472,9 @@ int mrun_cli_parse(int argc, char **argv, mrun_cli *c)
         return usage_error("no MODEL given");
     if (c->job.input || c->job.output || c->job.resume)
         return check_job_args(c);
+    if (c->job.max_line_bytes || c->job.hold_bytes)
+        return usage_error("--max-line-bytes and --hold-bytes size the "
+                           "buffers of an --input job");
     int rc = read_input_files(c);
     if (rc >= 0)
         return rc;

@@ -183,6 +183,14 @@ static void test_budget_formula_adds_its_terms_and_checks_ranges(void **st)
     assert_int_equal(rt_plan_heap_chunk(24), 32);
     assert_int_equal(rt_plan_heap_chunk(25), 48);
     assert_int_equal(rt_plan_heap_chunk(4096), 4112);
+    /* the options size a job's buffers: out of range or without a job,
+     * a usage error */
+    assert_int_equal(mrun("%s --tokens '1 2' --hold-bytes 5", g_model), 2);
+    assert_non_null(strstr(g_err, "--input job"));
+    assert_int_equal(mrun("%s --input x --output y --max-line-bytes 100",
+                          g_model),
+                     2);
+    assert_non_null(strstr(g_err, "--max-line-bytes"));
 }
 
 /* ---- long lines -------------------------------------------------------- */
