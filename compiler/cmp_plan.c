@@ -294,8 +294,11 @@ uint64_t cmp_plan_tokenizer_bytes(const char *dir)
 uint64_t cmp_plan_job_bytes(const cmp_plan_request *req, uint64_t max_seq)
 {
     rt_job_budget jb;
-    if (req->device == CMP_DEV_CUDA)
-        return 0; /* host memory: the target bounds the device's */
+    /* CUDA: host memory, while the target bounds the device's.  With
+     * --reserve the user states all the host takes beside weights and
+     * arena (a target sized for the weights alone stays so). */
+    if (req->device == CMP_DEV_CUDA || req->reserve_bytes >= 0)
+        return 0;
     if (rt_plan_job_budget(RT_JOB_DEFAULT_LINE_BYTES, RT_JOB_DEFAULT_HOLD_BYTES,
                            max_seq, &jb, NULL) != MC_OK)
         return UINT64_MAX;

@@ -218,7 +218,8 @@ uint64_t cmp_plan_tokenizer_bytes(const char *dir);
 
 /* The dataset job's default budget (mrun --input, rt_plan.h
  * rt_job_budget) at max_seq: host buffers beside the session on a CPU
- * plan, 0 on CUDA; UINT64_MAX on overflow. */
+ * plan with the calibrated reserve; 0 on CUDA and with --reserve (which
+ * then states all the host holds); UINT64_MAX on overflow. */
 uint64_t cmp_plan_job_bytes(const cmp_plan_request *req, uint64_t max_seq);
 
 /* Total bytes of (batch, max_seq) under req, the dataset job's default
