@@ -483,6 +483,19 @@ static void test_budget_that_does_not_fit_the_target_is_refused(void **st)
     free(dir);
 }
 
+/* The bytes model's plan at 2 x 64 (2 threads) needs with the default
+ * job's buffers: a target of exactly that leaves nothing to spare. */
+static unsigned long long session_and_job(const char *model)
+{
+    assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
+                                "plan %s --target 64MiB --max-batch 2 "
+                                "--max-seq 64 --threads 2 --json",
+                                model),
+                     0);
+    return figure_after(g_out, "\"total_bytes\": ") +
+           figure_after(g_out, "\"job_bytes\": ");
+}
+
 /* The --resume table (the ids already written) joins the job's plan: on
  * an artifact whose target leaves 1 MiB beside the session and the
  * default job, a table of 40,000 ids (~1.8 MB) is refused, one of 50
@@ -493,14 +506,7 @@ static void test_budget_resume_table_counts_in_the_plan(void **st)
     char *dir = tu_mkdtemp("budget-table");
     char *art = tu_fmt("%s/m.mca", dir), *in = tu_fmt("%s/in.jsonl", dir),
          *out = tu_fmt("%s/o.jsonl", dir);
-    assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
-                                "plan %s --target 64MiB --max-batch 2 "
-                                "--max-seq 64 --threads 2 --json",
-                                g_model),
-                     0);
-    unsigned long long target = figure_after(g_out, "\"total_bytes\": ") +
-                                figure_after(g_out, "\"job_bytes\": ") +
-                                (1 << 20);
+    unsigned long long target = session_and_job(g_model) + (1 << 20);
     assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
                                 "%s --target %llu --max-batch 2 --max-seq 64 "
                                 "--threads 2 -q -o %s",
@@ -565,13 +571,7 @@ static void test_budget_stop_string_table_counts_in_the_plan(void **st)
     char *tok = tu_fmt("%s/tokenizer.json", model);
     tu_tiny_tokenizer_write(tok);
     free(tok);
-    assert_int_equal(tu_run_bin(&g_out, &g_err, "mcompile",
-                                "plan %s --target 64MiB --max-batch 2 "
-                                "--max-seq 64 --threads 2 --json",
-                                model),
-                     0);
-    unsigned long long need = figure_after(g_out, "\"total_bytes\": ") +
-                              figure_after(g_out, "\"job_bytes\": ");
+    unsigned long long need = session_and_job(model);
     const char *job = "{\"id\": \"plain\", \"prompt\": \"ab ab\", "
                       "\"max_new_tokens\": 3}\n"
                       "{\"id\": \"stop\", \"prompt\": \"ab\", "
