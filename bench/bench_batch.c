@@ -15,9 +15,17 @@
  * the speed-up continuous / waves (goal >= 1.5).  Both schedules must
  * write byte-identical outputs (checked).
  *
+ * The plan column is the job's (mrun's planned bytes: the artifact's
+ * total + the job's buffers, rt_plan.h rt_job_budget); "session MiB" is
+ * the artifact's total alone.
+ *
  * usage: bench_batch [--bin DIR] [--n N] [--threads N] [--quick]
+ *                    [--batch B] [--pad BYTES]
  *   --bin DIR  where mcompile and mrun are (default: this program's
- *              directory/..); --quick: a 4-layer model and 120 prompts.
+ *              directory/..); --quick: a 4-layer model and 120 prompts;
+ *   --batch B  only max_batch B (default: 8 and 32);
+ *   --pad BYTES  every line also carries a "pad" text of BYTES bytes
+ *              (ignored by mrun): long lines for the job's budget.
  * Output: a table on stdout, then one JSON line ("bench_batch": {...}).
  * The model and artifacts live in a temp dir, removed at the end. */
 #include <errno.h>
@@ -31,6 +39,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "rt_plan.h"
 
 /* Run argv with stderr to err_path (may be NULL); returns the exit code,
  * -1 if it did not exit.  *cpu (may be NULL): the child's user + system
@@ -61,7 +70,8 @@ static double metric(const char *path, const char *name)
 
 /* The job file: n lines; *tokens gets prompt + new tokens in all. */
 static void write_job(const char *path, size_t n, uint32_t vocab,
-                      uint64_t *prompt_tokens, uint64_t *new_tokens)
+                      size_t pad, uint64_t *prompt_tokens,
+                      uint64_t *new_tokens)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -79,8 +89,14 @@ static void write_job(const char *path, size_t n, uint32_t vocab,
         len = len < 16 ? 16 : len > 512 ? 512 : len;
         int mx = 1 + (int)(bench_rnd(&s, 0.5f, 0.5f) * 64.0f);
         mx = mx > 64 ? 64 : mx;
-        fprintf(f, "{\"id\": %zu, \"max_new_tokens\": %d, \"ids\": [1", i,
-                mx);
+        fprintf(f, "{\"id\": %zu, \"max_new_tokens\": %d, ", i, mx);
+        if (pad) {
+            fputs("\"pad\": \"", f);
+            for (size_t k = 0; k < pad; k++)
+                fputc('a' + (int)(k % 26), f);
+            fputs("\", ", f);
+        }
+        fputs("\"ids\": [1", f);
         for (long k = 1; k < len; k++)
             fprintf(f, ",%u",
                     3 + (unsigned)(bench_rnd(&s, 0.5f, 0.5f) * (vocab - 4)));
@@ -158,6 +174,8 @@ int main(int argc, char **argv)
     const char *bin = NULL;
     size_t n = 1000;
     int quick = 0, threads = 0;
+    uint32_t only = 0;
+    size_t pad = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
@@ -167,9 +185,13 @@ int main(int argc, char **argv)
             n = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            only = (uint32_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--pad") && i + 1 < argc)
+            pad = (size_t)atol(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_batch [--bin DIR] [--n N] "
-                    "[--threads N] [--quick]\n");
+                    "[--threads N] [--quick] [--batch B] [--pad BYTES]\n");
             return 2;
         }
     }
@@ -208,18 +230,27 @@ int main(int argc, char **argv)
         return 1;
     }
     uint64_t ptok, ntok;
-    write_job(job, n, cfg.vocab, &ptok, &ntok);
+    write_job(job, n, cfg.vocab, pad, &ptok, &ntok);
+    rt_job_budget jb; /* mrun's defaults at the artifacts' max_seq */
+    if (rt_plan_job_budget(RT_JOB_DEFAULT_LINE_BYTES, RT_JOB_DEFAULT_HOLD_BYTES,
+                           576, &jb, NULL) != MC_OK)
+        return 1;
+    char padded[64] = "";
+    if (pad)
+        snprintf(padded, sizeof padded, ", lines padded by %zu bytes", pad);
     printf("JOB  %zu prompts: %llu prompt tokens (16-512, median 48, "
-           "log-normal), %llu new tokens (1-64); SmolLM-135M shape, %u "
-           "layers, int8; %s threads; load average %.2f at start\n",
-           n, (unsigned long long)ptok, (unsigned long long)ntok, cfg.layers,
-           th, bench_loadavg());
-    printf("%-6s %-10s %8s %8s %10s %12s %12s %13s %7s %9s %9s\n", "batch",
-           "schedule", "seconds", "cpu s", "requests/s", "tokens/s",
-           "new tok/s", "overhead ms", "sync s", "peak MiB", "plan MiB");
+           "log-normal), %llu new tokens (1-64)%s; SmolLM-135M shape, %u "
+           "layers, int8; %s threads; job buffers %.1f MiB; load average "
+           "%.2f at start\n",
+           n, (unsigned long long)ptok, (unsigned long long)ntok, padded,
+           cfg.layers, th, jb.total_bytes / 1048576.0, bench_loadavg());
+    printf("%-6s %-10s %8s %8s %10s %12s %12s %13s %7s %9s %9s %11s\n",
+           "batch", "schedule", "seconds", "cpu s", "requests/s", "tokens/s",
+           "new tok/s", "overhead ms", "sync s", "peak MiB", "plan MiB",
+           "session MiB");
     const uint32_t batches[2] = {8, 32};
     double speedup[2] = {0, 0}, cpu_speedup[2] = {0, 0};
-    int identical = 1;
+    int identical = 1, runs = 0;
     char json[2048];
     size_t jn = (size_t)snprintf(json, sizeof json,
                                  "{\"bench_batch\": {\"prompts\": %zu, "
@@ -228,6 +259,8 @@ int main(int argc, char **argv)
                                  n, (unsigned long long)ptok,
                                  (unsigned long long)ntok);
     for (int b = 0; b < 2; b++) {
+        if (only && batches[b] != only)
+            continue;
         char art[1200], mb[16], mc[4200];
         snprintf(art, sizeof art, "%s/b%u.mca", dir, batches[b]);
         snprintf(mb, sizeof mb, "%u", batches[b]);
@@ -245,11 +278,12 @@ int main(int argc, char **argv)
             r[k] = run_job(bin, art, dir, sched[k], job, th,
                            k ? out_c : out_w);
             printf("%-6u %-10s %8.2f %8.2f %10.2f %12.1f %12.1f %13.3f %7.2f "
-                   "%9.1f %9.1f%s\n",
+                   "%9.2f %9.2f %11.2f%s\n",
                    batches[b], sched[k], r[k].secs, r[k].cpu, n / r[k].secs,
                    (ptok + ntok) / r[k].secs, ntok / r[k].secs,
                    r[k].overhead_ms, r[k].sync_s, r[k].peak_rss / 1048576.0,
                    r[k].planned / 1048576.0,
+                   (r[k].planned - (double)jb.total_bytes) / 1048576.0,
                    r[k].peak_rss <= r[k].planned ? "" : "  OVER PLAN");
             jn += (size_t)snprintf(
                 json + jn, sizeof json - jn,
@@ -257,7 +291,7 @@ int main(int argc, char **argv)
                 "%.3f, \"cpu_seconds\": %.3f, \"overhead_ms\": %.3f, \"sync_seconds\": %.3f, "
                 "\"peak_rss_bytes\": %.0f, "
                 "\"planned_bytes\": %.0f}",
-                b || k ? ", " : "", batches[b], sched[k], r[k].secs, r[k].cpu,
+                runs++ ? ", " : "", batches[b], sched[k], r[k].secs, r[k].cpu,
                 r[k].overhead_ms, r[k].sync_s, r[k].peak_rss, r[k].planned);
         }
         speedup[b] = r[0].secs / r[1].secs;

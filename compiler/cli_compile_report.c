@@ -179,10 +179,13 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
             cmp_cli_print_plan(stdout, &rep->cfg, &rep->plan);
         if (rep->calib)
             print_calib(stdout, rep, verbose);
-        char hw[32], ht[32], hg[32];
+        char hw[32], ht[32], hg[32], hj[32], job[64] = "";
+        if (rep->plan.job_bytes) /* mrun --input's buffers (cmp_plan.h) */
+            snprintf(job, sizeof job, " (+ dataset job %s)",
+                     human_size(rep->plan.job_bytes, hj, sizeof hj));
         printf("wrote %s: %zu tensors, weights %s (%llu bytes), file "
                "%llu bytes%s%s; plan batch %u x context %llu, arena %llu "
-               "bytes, total %s of %s; %.2f s\n", o->out, rep->tensors,
+               "bytes, total %s%s of %s; %.2f s\n", o->out, rep->tensors,
                human_size(rep->weights_bytes, hw, sizeof hw),
                (unsigned long long)rep->weights_bytes,
                (unsigned long long)rep->file_bytes,
@@ -190,7 +193,7 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                o->compress ? ", zstd" : "", rep->plan.limits.max_batch,
                (unsigned long long)rep->plan.limits.max_seq,
                (unsigned long long)rep->plan.arena_bytes,
-               human_size(rep->plan.total_bytes, ht, sizeof ht),
+               human_size(rep->plan.total_bytes, ht, sizeof ht), job,
                human_size(rep->plan.target_bytes, hg, sizeof hg), seconds);
         char he[32], hl[32], hn[32], ho[32];
         printf("weights by part: embeddings %s, output layer %s (%s%s), "

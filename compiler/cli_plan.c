@@ -9,6 +9,7 @@
 #include "cmp_compile.h"
 #include "cmp_plan.h"
 #include "cmp_svg.h"
+#include "rt_plan.h"
 #include "fmt_atomic.h"
 #include "fmt_config.h"
 #include "mc_alloc.h"
@@ -137,6 +138,12 @@ void cmp_cli_print_plan(FILE *o, const fmt_model_config *cfg,
     fprintf(o, "  reserve      %9.2f GiB  %llu bytes (%s)\n",
             p->reserve_bytes / GIB, (unsigned long long)p->reserve_bytes,
             p->reserve_source);
+    if (p->job_bytes)
+        fprintf(o, "  dataset job  %9.2f GiB  %llu bytes (mrun --input "
+                "buffers at the default --max-line-bytes %llu and "
+                "--hold-bytes %llu; beside the total)\n",
+                p->job_bytes / GIB, (unsigned long long)p->job_bytes,
+                RT_JOB_DEFAULT_LINE_BYTES, RT_JOB_DEFAULT_HOLD_BYTES);
     fprintf(o, "  total        %9.2f GiB  of target %.2f GiB: %s\n",
             p->total_bytes / GIB, p->target_bytes / GIB,
             p->fits ? "fits" : "DOES NOT FIT");

@@ -303,6 +303,20 @@ uint64_t cmp_plan_tokenizer_bytes(const char *dir)
                                                        : 0;
 }
 
+uint64_t cmp_plan_job_bytes(const cmp_plan_request *req, uint64_t max_seq)
+{
+    rt_job_budget jb;
+    /* CUDA: host memory, while the target bounds the device's.  With
+     * --reserve the user states all the host takes beside weights and
+     * arena (a target sized for the weights alone stays so). */
+    if (req->device == CMP_DEV_CUDA || req->reserve_bytes >= 0)
+        return 0;
+    if (rt_plan_job_budget(RT_JOB_DEFAULT_LINE_BYTES, RT_JOB_DEFAULT_HOLD_BYTES,
+                           max_seq, &jb, NULL) != MC_OK)
+        return UINT64_MAX;
+    return jb.total_bytes;
+}
+
 uint64_t cmp_plan_total_for(const fmt_model_config *cfg,
                             const cmp_plan_request *req, uint64_t weights,
                             uint64_t reserve, uint32_t batch, uint64_t max_seq)
@@ -312,9 +326,9 @@ uint64_t cmp_plan_total_for(const fmt_model_config *cfg,
     limits_for(req, batch, max_seq, &lim);
     if (rt_layout_build(cfg, &lim, &lay, NULL) != MC_OK)
         return 0;
-    uint64_t t;
-    if (!mc_add_u64(weights, lay.arena_bytes, &t) ||
-        !mc_add_u64(t, reserve, &t))
+    uint64_t t, job = cmp_plan_job_bytes(req, lay.limits.max_seq);
+    if (job == UINT64_MAX || !mc_add_u64(weights, lay.arena_bytes, &t) ||
+        !mc_add_u64(t, reserve, &t) || !mc_add_u64(t, job, &t))
         return 0;
     return t;
 }
@@ -362,7 +376,12 @@ static mc_status fill(const fmt_model_config *cfg, const cmp_plan_request *req,
     p->sampler_bytes = b[RT_BUF_PROBS].bytes + b[RT_BUF_INDEX].bytes;
     p->workspace_bytes = b[RT_BUF_ATTN_SCRATCH].bytes;
     p->total_bytes = p->weights_bytes + p->arena_bytes + p->reserve_bytes;
-    p->fits = p->total_bytes <= p->target_bytes;
+    /* The dataset job's default buffers must fit beside the session: a
+     * job on this artifact with default options is then never refused. */
+    p->job_bytes = cmp_plan_job_bytes(&p->req, p->limits.max_seq);
+    p->fits = p->job_bytes != UINT64_MAX &&
+              p->job_bytes <= p->target_bytes &&
+              p->total_bytes <= p->target_bytes - p->job_bytes;
     return MC_OK;
 }
 
@@ -460,11 +479,15 @@ mc_status cmp_plan_build(const fmt_model_config *cfg,
 
 const char *cmp_plan_breakdown(const cmp_plan *p, char *buf, size_t n)
 {
+    char job[48] = "";
+    if (p->job_bytes && p->job_bytes != UINT64_MAX)
+        snprintf(job, sizeof job, ", dataset job %.2f", p->job_bytes / GIB);
     snprintf(buf, n,
              "needs %.2f GiB: weights %.2f, KV %.2f, activations %.2f, "
-             "reserve %.2f; target %.2f",
-             p->total_bytes / GIB, p->weights_bytes / GIB, p->kv_bytes / GIB,
-             p->activation_bytes / GIB, p->reserve_bytes / GIB,
+             "reserve %.2f%s; target %.2f",
+             (p->total_bytes + (job[0] ? p->job_bytes : 0)) / GIB,
+             p->weights_bytes / GIB, p->kv_bytes / GIB,
+             p->activation_bytes / GIB, p->reserve_bytes / GIB, job,
              p->target_bytes / GIB);
     return buf;
 }
@@ -518,7 +541,8 @@ json_t *cmp_plan_to_json(const cmp_plan *p)
                             .weights_bytes = p->weights_bytes,
                             .reserve_bytes = p->reserve_bytes,
                             .total_bytes = p->total_bytes,
-                            .cuda = p->req.device == CMP_DEV_CUDA};
+                            .cuda = p->req.device == CMP_DEV_CUDA,
+                            .target_bytes = p->target_bytes};
     bad |= rt_plan_to_json(&stored, o);
     /* The planner's report. */
     bad |= json_object_set_new(o, "params", u64j(p->params));
@@ -527,7 +551,7 @@ json_t *cmp_plan_to_json(const cmp_plan *p)
     bad |= json_object_set_new(o, "sampler_bytes", u64j(p->sampler_bytes));
     bad |= json_object_set_new(o, "workspace_bytes", u64j(p->workspace_bytes));
     bad |= json_object_set_new(o, "reserve_source", json_string(p->reserve_source));
-    bad |= json_object_set_new(o, "target_bytes", u64j(p->target_bytes));
+    bad |= json_object_set_new(o, "job_bytes", u64j(p->job_bytes));
     bad |= json_object_set_new(o, "quant", json_string(p->req.policy.quant));
     bad |= json_object_set_new(o, "group", u64j(p->req.policy.group));
     bad |= json_object_set_new(o, "fits", json_boolean(p->fits));

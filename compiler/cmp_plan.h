@@ -2,7 +2,8 @@
  * cmp_plan.h - the memory planner: from config.json and the chosen weight
  * formats alone (no weights), every byte a session will need.
  *
- *   total = weights + arena + reserve
+ *   total = weights + arena + reserve   (+ the dataset job's default
+ *            buffers, cmp_plan_job_bytes, which must fit the target too)
  *   weights  sum over the tensors cmp_plan_tensors lists of data + scales +
  *            zeros bytes (kn_wformat_*_bytes of kn_quant.h, exactly)
  *   arena    rt_layout_build (runtime/rt_layout.h, the single source of
@@ -193,9 +194,12 @@ typedef struct cmp_plan {
     uint64_t workspace_bytes;      /* attention scratch (inside arena) */
     uint64_t reserve_bytes;
     const char *reserve_source;    /* "cpu default", "cuda default", "--reserve" */
-    uint64_t total_bytes;
+    uint64_t total_bytes;          /* weights + arena + reserve */
+    uint64_t job_bytes;            /* the dataset job's default buffers
+                                      (rt_plan.h rt_job_budget; CPU; 0 for
+                                      CUDA), planned beside total_bytes */
     uint64_t target_bytes;
-    int fits;
+    int fits;                      /* total + job <= target */
     int chosen;                    /* 1: limits chosen by the planner */
     cmp_frontier_point frontier[CMP_PLAN_MAX_FRONTIER];
     size_t nfrontier;
@@ -222,7 +226,14 @@ uint64_t cmp_plan_cpu_reserve(const fmt_model_config *cfg, size_t n_tensors,
  * dir embeds): 0 when there is none or it is not a regular file. */
 uint64_t cmp_plan_tokenizer_bytes(const char *dir);
 
-/* Total bytes of (batch, max_seq) under req (0 on overflow/invalid). */
+/* The dataset job's default budget (mrun --input, rt_plan.h
+ * rt_job_budget) at max_seq: host buffers beside the session on a CPU
+ * plan with the calibrated reserve; 0 on CUDA and with --reserve (which
+ * then states all the host holds); UINT64_MAX on overflow. */
+uint64_t cmp_plan_job_bytes(const cmp_plan_request *req, uint64_t max_seq);
+
+/* Total bytes of (batch, max_seq) under req, the dataset job's default
+ * budget included (0 on overflow/invalid). */
 uint64_t cmp_plan_total_for(const fmt_model_config *cfg,
                             const cmp_plan_request *req, uint64_t weights,
                             uint64_t reserve, uint32_t batch,

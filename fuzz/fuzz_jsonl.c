@@ -2,7 +2,10 @@
  * tokenizer: any bytes give MC_OK or MC_ERR_FORMAT (never a crash or a
  * leak); a parsed line is consistent (ids, labels, continuation in range
  * and counted), and its result line and an error line for it are valid
- * JSON that rt_jsonl_output_id reads back to the same id. */
+ * JSON that rt_jsonl_output_id reads back to the same id.  Parsed in the
+ * job's scratch (rt_jsonl_parse_in) it gives the same request, or, when
+ * the scratch is too small, an error; written through a 64-byte sink
+ * (rt_jsonl_write_*), the same bytes as formatted. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,58 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static rt_tokenizer *g_tok;
+
+/* A sink that appends to a heap string. */
+typedef struct acc {
+    char *p;
+    size_t n;
+} acc;
+
+static int acc_write(void *ctx, const char *p, size_t n)
+{
+    acc *a = ctx;
+    char *q = realloc(a->p, a->n + n);
+    if (!q)
+        abort();
+    memcpy(q + a->n, p, n);
+    a->p = q;
+    a->n += n;
+    return 0;
+}
+
+/* out (len bytes) equals what the sink got; the sink is emptied. */
+static void check_sink(acc *a, const char *out, size_t len)
+{
+    if (a->n != len || memcmp(a->p, out, len))
+        abort();
+    free(a->p);
+    a->p = NULL;
+    a->n = 0;
+}
+
+/* The same line parsed in a scratch (too small for big lines: 2 bytes
+ * per byte) gives the same request as on the heap, or an error. */
+static void check_scratch(const uint8_t *data, size_t size,
+                          const rt_jsonl_defaults *d, const rt_jsonl_req *want,
+                          mc_status want_st)
+{
+    rt_jsonl_scratch sc = {.cap = 2 * size + 4096};
+    sc.buf = malloc(sc.cap);
+    rt_jsonl_req r;
+    mc_status st = rt_jsonl_parse_in((const char *)data, size, 3, d, g_tok,
+                                     &sc, &r, NULL);
+    if (st == MC_OK &&
+        (want_st != MC_OK || strcmp(r.id, want->id) || r.n_ids != want->n_ids ||
+         (r.n_ids && memcmp(r.ids, want->ids, r.n_ids * sizeof *r.ids)) ||
+         r.n_labels != want->n_labels || r.n_cont != want->n_cont ||
+         r.n_stop != want->n_stop || r.n_stop_str != want->n_stop_str ||
+         rt_jsonl_req_bytes(&r) != rt_jsonl_req_bytes(want)))
+        abort();
+    if (st != MC_OK && want_st == MC_OK && !sc.exhausted)
+        abort();
+    rt_jsonl_req_free(&r);
+    free(sc.buf);
+}
 
 static void check_id(const char *line, size_t len, const char *want,
                      int want_failed)
@@ -41,6 +96,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mc_error e;
         mc_status st = rt_jsonl_parse((const char *)data, size, 3, &d,
                                       k ? g_tok : NULL, &r, &e);
+        if (k)
+            check_scratch(data, size, &d, &r, st);
         if (st != MC_OK) {
             if ((st != MC_ERR_FORMAT && st != MC_ERR_NOMEM) || r.ids ||
                 r.label_seq || r.label_len || r.label_json || r.cont || r.stop ||
@@ -80,11 +137,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             out[len - 1] != '\n')
             abort();
         check_id(out, len - 1, r.id, 0);
+        char sb[64];
+        acc a = {0};
+        rt_jsonl_sink sink = {sb, sizeof sb, acc_write, &a};
+        if (rt_jsonl_write_result(&r, &res, &sink) != MC_OK)
+            abort();
+        check_sink(&a, out, len);
         free(out);
         if (rt_jsonl_format_error(r.id, r.line, "fuzz \"error\"", 1, 2, &out,
                                   &len) != MC_OK)
             abort();
         check_id(out, len - 1, r.id, 1);
+        if (rt_jsonl_write_error(r.id, r.line, "fuzz \"error\"", 1, 2,
+                                 &sink) != MC_OK)
+            abort();
+        check_sink(&a, out, len);
         free(out);
         free(lp);
         rt_jsonl_req_free(&r);

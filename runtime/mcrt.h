@@ -119,6 +119,11 @@ typedef struct mcrt_info {
                                   decompressed at load), f32 norms/biases */
     int plan_source;           /* MCRT_PLAN_* */
     int device;                /* MCRT_DEVICE_CPU or _CUDA: where it runs */
+    uint64_t target_bytes;     /* the memory an artifact's stored plan was
+                                  made for (mcompile --target), which the
+                                  dataset job's buffers must fit beside
+                                  planned_bytes; 0: unknown (no stored
+                                  plan, limits overridden, older artifact) */
 } mcrt_info;
 
 #define MCRT_PLAN_RUNTIME 0    /* no stored plan: the runtime's defaults/hints */

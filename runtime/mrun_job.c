@@ -12,13 +12,11 @@
 #include <unistd.h>
 
 #include "fmt_input.h"
-#include "mrun_resume.h"
-#include "rt_api_internal.h"
-#include "rt_metrics.h"
-#include "rt_stopstr.h"
+#include "mrun_job_internal.h"
 
 /* Lines held at once: in flight (<= max_batch) plus finished lines waiting
- * for an earlier one, plus failed lines read meanwhile. */
+ * for an earlier one, plus failed lines read meanwhile; their bytes are
+ * bounded apart, by the hold budget (rt_plan.h rt_job_budget). */
 #define WINDOW_PER_SLOT 4
 #define WINDOW_EXTRA 64
 #define PROGRESS_PERIOD 0.25 /* seconds */
@@ -35,90 +33,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* One input line on its way to the output. */
-typedef struct entry {
-    rt_jsonl_req req;
-    int done;                  /* out holds its line */
-    char *out;                 /* the output line, with '\n' */
-    size_t out_len;
-    uint32_t slot;             /* while running */
-    int32_t *gen;              /* [max_new_tokens] generated ids */
-    int32_t *stops;            /* line's + job's + model's stop ids */
-    rt_gen_params gp;
-    rt_gen_result gres;
-    rt_score_item item;
-    rt_labels labels;          /* views of req's labels */
-    float *lab_lp, *cont_lp;   /* [n_labels], [n_cont] */
-    /* stop strings: the line's then the job's (views), the matcher and
-     * its window (sized at admission) */
-    const char **sstr;
-    size_t *slen;
-    size_t n_sstr;
-    char *swin;
-    rt_stop_match sm;
-} entry;
-
-typedef struct job {
-    const mrun_job_opts *o;
-    mcrt *h;
-    rt_session *s;
-    const rt_tokenizer *tok;
-    rt_stop_pieces *pieces;    /* token texts for stop strings, or NULL */
-    mcrt_info info;
-    FILE *in;
-    int out_fd;
-    int out_is_file;
-    /* lines in input order: a ring of cap entries */
-    entry **win;
-    size_t cap, head, count;
-    entry **slot_entry;        /* [max_batch] */
-    uint32_t *free_slots;      /* [max_batch] stack */
-    size_t n_free;
-    uint32_t *done_slots;      /* [max_batch] */
-    mrun_resume prev;          /* --resume: the lines already written */
-    /* counters */
-    uint64_t line_no, total_lines, written, skipped;
-    uint64_t served;           /* lines finished with a result */
-    int metrics_failed;        /* --metrics could not be written (once) */
-    uint64_t refused[RT_REFUSE_COUNT_];
-    double t0, t_end;          /* the loop's start and end (seconds) */
-    double step_seconds, last_progress, last_metrics;
-    double sync_seconds;       /* in the periodic metrics writes + syncs */
-    int progress, eof, io_failed;
-} job;
-
-/* ---- small helpers -------------------------------------------------------- */
-
-static void entry_free(entry *e)
-{
-    if (!e)
-        return;
-    rt_jsonl_req_free(&e->req);
-    free(e->out);
-    free(e->gen);
-    free(e->stops);
-    free(e->lab_lp);
-    free(e->cont_lp);
-    free(e->sstr);
-    free(e->slen);
-    free(e->swin);
-    free(e);
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 /* ---- files ---------------------------------------------------------------- */
@@ -180,237 +94,21 @@ static int open_files(job *j)
     return 0;
 }
 
-/* ---- lines ---------------------------------------------------------------- */
-
-/* The error line of e.  msg comes from the parser (it starts with "line
- * N: ") or from the session (about its one request, "sequence 0: "):
- * either way the line says "line N: what". */
-static void fail_entry(job *j, entry *e, int status, const char *msg)
-{
-    int plan = status == MC_ERR_PLAN;
-    char text[1024];
-    if (!strncmp(msg, "sequence 0: ", 12))
-        msg += 12;
-    if (strncmp(msg, "line ", 5))
-        snprintf(text, sizeof text, "line %llu: %s",
-                 (unsigned long long)e->req.line, msg);
-    else
-        snprintf(text, sizeof text, "%s", msg);
-    if (rt_jsonl_format_error(e->req.id, e->req.line, text,
-                              plan ? j->info.max_batch : 0,
-                              plan ? j->info.max_seq : 0, &e->out,
-                              &e->out_len) != MC_OK)
-        j->io_failed = 1; /* out of memory: reported as a failure */
-    e->done = 1;
-    j->refused[rt_metrics_reason_of_status(status)]++;
-    if (j->o->verbose)
-        fprintf(stderr, "mrun: %s\n", text);
-}
-
-/* Inside the step (no allocation): feed the token to the matcher. */
-static int on_token(void *ctx, size_t seq, const int32_t *ids, size_t n)
-{
-    (void)seq;
-    entry *e = ctx;
-    return rt_stop_match_push(&e->sm, ids[n - 1]);
-}
-
-/* The stop strings of a line (its own, then the job's) and a matcher
- * whose window is allocated now, not per token. */
-static mc_status stop_strings(job *j, entry *e, mc_error *err)
-{
-    const rt_jsonl_req *r = &e->req;
-    const mrun_job_opts *o = j->o;
-    size_t n = r->n_stop_str + o->n_stop_str;
-    if (n == 0)
-        return MC_OK;
-    mc_status st;
-    if (!j->pieces && (st = rt_stop_pieces_build(j->tok, &j->pieces, err)))
-        return st;
-    e->sstr = malloc(n * sizeof *e->sstr);
-    e->slen = malloc(n * sizeof *e->slen);
-    if (!e->sstr || !e->slen)
-        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
-    for (size_t i = 0; i < r->n_stop_str; i++) {
-        e->sstr[e->n_sstr] = r->stop_str[i];
-        e->slen[e->n_sstr++] = r->stop_str_len[i];
-    }
-    for (size_t i = 0; i < o->n_stop_str; i++) {
-        e->sstr[e->n_sstr] = o->stop_str[i];
-        e->slen[e->n_sstr++] = o->stop_str_len[i];
-    }
-    e->swin = malloc(rt_stop_match_bytes(j->pieces, e->slen, n));
-    if (!e->swin)
-        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
-    rt_stop_match_init(&e->sm, j->pieces, e->sstr, e->slen, n, e->swin);
-    e->gp.on_token = on_token;
-    e->gp.on_token_ctx = e;
-    return MC_OK;
-}
-
-/* Buffers and parameters of a parsed line, then admission into slot. */
-static mc_status admit_entry(job *j, entry *e, uint32_t slot, mc_error *err)
-{
-    const mrun_job_opts *o = j->o;
-    rt_jsonl_req *r = &e->req;
-    e->slot = slot;
-    if (r->score) {
-        e->lab_lp = calloc(r->n_labels + 1, sizeof *e->lab_lp);
-        e->cont_lp = calloc(r->n_cont + 1, sizeof *e->cont_lp);
-        if (!e->lab_lp || !e->cont_lp)
-            return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
-        e->item = (rt_score_item){
-            .prompt = {r->ids, r->n_ids}, .cont = r->cont,
-            .n_cont = r->n_cont, .cont_logprobs = e->cont_lp,
-            .label_logprobs = r->n_labels ? e->lab_lp : NULL};
-        e->labels = (rt_labels){(const int32_t *const *)r->label_seq,
-                                r->label_len, NULL, r->n_labels};
-        return rt_session_admit_score_labels(j->s, slot, &e->item, &e->labels,
-                                             (rt_truncate)o->truncate, err);
-    }
-    size_t ns = r->n_stop + o->n_stop + (size_t)j->info.n_eos;
-    /* At most max_seq - 1 tokens can be generated (admission refuses
-     * more): a line asking for a million must not make the job allocate
-     * for them before it is refused. */
-    size_t cap = r->max_new_tokens < j->info.max_seq
-                     ? r->max_new_tokens
-                     : (size_t)j->info.max_seq;
-    e->gen = malloc((cap + 1) * sizeof *e->gen);
-    e->stops = malloc((ns + 1) * sizeof *e->stops);
-    if (!e->gen || !e->stops)
-        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "line buffers");
-    ns = 0;
-    for (size_t i = 0; i < r->n_stop; i++)
-        e->stops[ns++] = r->stop[i];
-    for (size_t i = 0; i < o->n_stop; i++)
-        e->stops[ns++] = o->stop[i];
-    for (int i = 0; o->use_model_eos && i < j->info.n_eos; i++)
-        e->stops[ns++] = j->info.eos_ids[i];
-    e->gp = (rt_gen_params){
-        .max_new_tokens = r->max_new_tokens,
-        .sampler = {r->temperature, r->top_k, r->top_p},
-        .seed = r->seed, .seq_index0 = r->seq_index, .stop = e->stops,
-        .n_stop = ns, .truncate = (rt_truncate)o->truncate};
-    e->gres = (rt_gen_result){.ids = e->gen};
-    mc_status st = stop_strings(j, e, err);
-    if (st)
-        return st;
-    rt_prompt p = {r->ids, r->n_ids};
-    return rt_session_admit_generate(j->s, slot, &p, &e->gp, &e->gres, err);
-}
-
-/* The result line of a finished entry. */
-static void finish_entry(job *j, entry *e)
-{
-    const rt_jsonl_req *r = &e->req;
-    rt_jsonl_result res = {0};
-    char *text = NULL;
-    if (r->score) {
-        size_t S = (size_t)j->info.max_seq, x = rt_jsonl_score_extra(r);
-        res.prompt_tokens = r->n_ids + x > S ? S - x : r->n_ids;
-        res.label_logprobs = e->lab_lp;
-        res.cont_logprobs = e->cont_lp;
-    } else {
-        res.prompt_tokens = e->gres.prompt_used;
-        res.gen_ids = e->gen;
-        res.n_gen = e->gres.n;
-        res.stop_token = e->gres.stop == RT_STOP_TOKEN;
-        res.stop_string = e->gres.stop == RT_STOP_STRING;
-        size_t need = 0;
-        if (j->tok) {
-            rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1, NULL, 0, &need);
-            text = malloc(need + 1);
-            if (text && rt_tokenizer_decode(j->tok, e->gen, e->gres.n, 1,
-                                            text, need + 1, &res.text_len)) {
-                free(text);
-                text = NULL;
-            }
-        }
-        /* Cut before the stop string, as vLLM and OpenAI do. */
-        if (text && res.stop_string)
-            res.text_len = rt_stop_find(text, res.text_len,
-                                        (const char *const *)e->sstr,
-                                        e->slen, e->n_sstr);
-        res.text = text;
-    }
-    if (rt_jsonl_format_result(r, &res, &e->out, &e->out_len) != MC_OK)
-        j->io_failed = 1;
-    free(text);
-    e->done = 1;
-    j->served++;
-}
-
-static entry *win_at(const job *j, size_t k)
-{
-    return j->win[(j->head + k) % j->cap];
-}
-
 /* Write the finished lines at the front of the window, in order. */
 static void flush_ready(job *j)
 {
-    while (j->count > 0 && win_at(j, 0)->done) {
-        entry *e = win_at(j, 0);
-        if (!j->io_failed && e->out &&
-            write_all(j->out_fd, e->out, e->out_len) != 0) {
+    while (j->count > 0 && mrun_win_at(j, 0)->done) {
+        entry *e = mrun_win_at(j, 0);
+        if (!j->io_failed && mrun_line_write(j, e) != MC_OK) {
             fprintf(stderr, "mrun: writing %s failed: %s\n", j->o->output,
                     strerror(errno));
             j->io_failed = 1;
         }
         j->written++;
-        entry_free(e);
+        j->held -= e->bytes;
+        mrun_line_free(e);
         j->head = (j->head + 1) % j->cap;
         j->count--;
-    }
-}
-
-/* Read, parse and (if it can run) admit the next non-blank line.  Returns
- * 0 when a line was taken, -1 at the end of the input. */
-static int take_line(job *j, char **buf, size_t *bcap)
-{
-    for (;;) {
-        ssize_t n = getline(buf, bcap, j->in);
-        if (n < 0)
-            return -1;
-        j->line_no++;
-        size_t len = (size_t)n;
-        if (len && (*buf)[len - 1] == '\n')
-            len--;
-        if (rt_jsonl_is_blank(*buf, len))
-            continue;
-        entry *e = calloc(1, sizeof *e);
-        if (!e) {
-            fprintf(stderr, "mrun: out of memory\n");
-            j->io_failed = 1;
-            return -1;
-        }
-        mc_error err;
-        mc_error_clear(&err);
-        mc_status st = rt_jsonl_parse(*buf, len, j->line_no,
-                                      &j->o->defaults, j->tok, &e->req, &err);
-        /* A malformed line's error line is in the output too: skip it by
-         * its id, which is its line number when it had no valid "id". */
-        char num[32];
-        snprintf(num, sizeof num, "%llu", (unsigned long long)j->line_no);
-        if (st != MC_ERR_NOMEM &&
-            mrun_resume_has(&j->prev, e->req.id ? e->req.id : num)) {
-            entry_free(e);
-            j->skipped++;
-            continue;
-        }
-        if (st == MC_OK) {
-            uint32_t slot = j->free_slots[j->n_free - 1];
-            st = admit_entry(j, e, slot, &err);
-            if (st == MC_OK) {
-                j->n_free--;
-                j->slot_entry[slot] = e;
-            }
-        } else if (st != MC_ERR_NOMEM) {
-            st = MC_ERR_INVALID_ARG; /* malformed: refused as input */
-        }
-        if (st)
-            fail_entry(j, e, st, err.message);
-        j->win[(j->head + j->count++) % j->cap] = e;
-        return 0;
     }
 }
 
@@ -421,7 +119,7 @@ static void fill_metrics(const job *j, rt_metrics *m, int final)
     rt_session_stats ss;
     rt_session_stats_get(j->s, &ss);
     rt_metrics_init(m);
-    m->planned_bytes = j->info.planned_bytes;
+    m->planned_bytes = j->planned;
     m->arena_bytes = j->info.arena_bytes;
     m->arena_high_water_bytes = rt_session_arena_high_water(j->s);
     /* A scan of the whole arena: only once, at the end. */
@@ -480,7 +178,7 @@ static void progress(job *j, int last)
             (unsigned long long)done, total, (unsigned long long)failed,
             el > 0 ? (double)(ss.prefill_tokens + ss.decode_tokens) / el : 0,
             eta, rt_session_busy(j->s), j->info.max_batch,
-            (double)rss / 1048576.0, (double)j->info.planned_bytes / 1048576.0,
+            (double)rss / 1048576.0, (double)j->planned / 1048576.0,
             last ? "\n" : "");
 }
 
@@ -516,7 +214,7 @@ static void step(job *j)
         /* The session freed every slot: those lines failed. */
         for (uint32_t b = 0; b < j->info.max_batch; b++)
             if (j->slot_entry[b]) {
-                fail_entry(j, j->slot_entry[b], st, err.message);
+                mrun_line_fail(j, j->slot_entry[b], st, err.message);
                 j->slot_entry[b] = NULL;
                 j->free_slots[j->n_free++] = b;
             }
@@ -524,22 +222,32 @@ static void step(job *j)
     }
     for (size_t k = 0; k < nd; k++) {
         uint32_t b = j->done_slots[k];
-        finish_entry(j, j->slot_entry[b]);
+        mrun_line_finish(j, j->slot_entry[b]);
         j->slot_entry[b] = NULL;
         j->free_slots[j->n_free++] = b;
     }
 }
 
+/* Back-pressure: no line is read while the held lines reach the budget,
+ * unless none is held.  The oldest line is then always admitted or
+ * already running, and each step moves it on, so a job never waits on
+ * itself, whatever one line holds. */
+static int budget_open(job *j)
+{
+    if (j->count == 0 || j->held < j->budget.hold_bytes)
+        return 1;
+    j->waits++;
+    return 0;
+}
+
 static void run_loop(job *j)
 {
-    char *buf = NULL;
-    size_t bcap = 0;
     for (;;) {
         /* Waves: a new wave starts only when the last one is done. */
         int open = !j->o->waves || rt_session_busy(j->s) == 0;
         while (open && !j->eof && !g_stop_signal && !j->io_failed &&
-               j->n_free > 0 && j->count < j->cap)
-            if (take_line(j, &buf, &bcap) < 0)
+               j->n_free > 0 && j->count < j->cap && budget_open(j))
+            if (mrun_line_take(j) < 0)
                 j->eof = 1;
         flush_ready(j);
         if (rt_session_busy(j->s) > 0)
@@ -550,17 +258,18 @@ static void run_loop(job *j)
         periodic(j);
     }
     flush_ready(j);
-    free(buf);
 }
 
 static void job_free(job *j)
 {
     for (size_t k = 0; k < j->count; k++)
-        entry_free(win_at(j, k));
+        mrun_line_free(mrun_win_at(j, k));
     free(j->win);
     free(j->slot_entry);
     free(j->free_slots);
     free(j->done_slots);
+    free(j->line);
+    free(j->scratch.buf);
     mrun_resume_free(&j->prev);
     rt_stop_pieces_free(j->pieces);
     if (j->in && j->in != stdin)
@@ -610,8 +319,20 @@ static int summary(job *j)
                 j->sync_seconds);
     if (o->verbose)
         fprintf(stderr,
-                "mrun: memory: planned %llu, arena %llu (high water %llu, "
-                "touched %llu), peak RSS %llu bytes\n",
+                "mrun: job buffers %llu bytes: line %llu, scratch %llu, "
+                "hold %llu (held at most %llu; reading waited %llu times), "
+                "one line %llu\n",
+                (unsigned long long)j->budget.total_bytes,
+                (unsigned long long)j->budget.line_bytes + 1,
+                (unsigned long long)j->budget.scratch_bytes,
+                (unsigned long long)j->budget.hold_bytes,
+                (unsigned long long)j->held_peak,
+                (unsigned long long)j->waits,
+                (unsigned long long)j->budget.one_line_bytes);
+    if (o->verbose)
+        fprintf(stderr,
+                "mrun: memory: planned %llu (with the job's buffers), arena "
+                "%llu (high water %llu, touched %llu), peak RSS %llu bytes\n",
                 (unsigned long long)m.planned_bytes,
                 (unsigned long long)m.arena_bytes,
                 (unsigned long long)m.arena_high_water_bytes,
@@ -663,6 +384,11 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
         job_free(&j);
         return 1;
     }
+    int rc = mrun_job_buffers(&j);
+    if (rc) {
+        job_free(&j);
+        return rc;
+    }
     /* Slot 0 on top of the stack: the first line takes slot 0. */
     for (uint32_t b = 0; b < B; b++)
         j.free_slots[j.n_free++] = B - 1 - b;
@@ -672,7 +398,9 @@ int mrun_job_run(const mrun_job_opts *o, mcrt *h, const rt_tokenizer *tok)
         job_free(&j);
         return 1;
     }
-    int rc = open_files(&j);
+    rc = open_files(&j);
+    if (!rc)
+        rc = mrun_job_resume_fits(&j);
     if (rc) {
         job_free(&j);
         return rc;

@@ -9,6 +9,13 @@
  * one write() as soon as every earlier line is written; a line that
  * finishes early waits in memory (at most a few times max_batch lines).
  *
+ * Memory: beside the session, only the buffers of rt_plan.h's
+ * rt_job_budget, sized at start and refused there when they do not fit
+ * the artifact's target: the input line (a longer line is an error
+ * line, read past without buffering), one scratch for parsing a line
+ * and formatting a result, and the lines read but not written, whose
+ * bytes are a budget (--hold-bytes) that reading waits on.
+ *
  * Guarantees:
  *   - a request beyond the plan or a malformed line gets an "error" line
  *     and the job goes on; the exit status is 1 when any line failed
@@ -38,6 +45,7 @@
 
 #include "mcrt.h"
 #include "rt_jsonl.h"
+#include "rt_plan.h"
 #include "rt_tokenizer.h"
 
 typedef struct mrun_job_opts {
@@ -57,6 +65,10 @@ typedef struct mrun_job_opts {
     size_t n_stop_str;
     int use_model_eos;
     int truncate;              /* 0 refuse, 1 left, 2 right */
+    uint64_t max_line_bytes;   /* the longest input line (0: default,
+                                  RT_JOB_DEFAULT_LINE_BYTES) */
+    uint64_t hold_bytes;       /* the held lines' budget (0: default,
+                                  RT_JOB_DEFAULT_HOLD_BYTES) */
     int quiet, verbose;
 } mrun_job_opts;
 

@@ -232,6 +232,16 @@ static const mc_opt mrun_opts[] = {
      .off = F(job.waves), .choices = schedule_choices,
      .help = "admit a request as soon as a slot is\nfree (default), or in "
      "waves of max_batch"},
+    {.kind = MC_OPT_U64, .flags = "--max-line-bytes", .value = "N",
+     .off = F(job.max_line_bytes), .ulo = RT_JOB_MIN_LINE_BYTES,
+     .uhi = RT_JOB_MAX_LINE_BYTES,
+     .help = "longest input line (default 1048576); a\nlonger one gets an "
+     "error line and is read\npast; the job's buffers grow with it\n"
+     "(docs/plan.md)"},
+    {.kind = MC_OPT_U64, .flags = "--hold-bytes", .value = "N",
+     .off = F(job.hold_bytes), .ulo = 1, .uhi = 1ull << 40,
+     .help = "bytes the lines read and not yet written\nmay hold (default "
+     "4194304); reading waits\nwhile they hold more"},
 
     {.kind = MC_OPT_SECTION, .help = "Generation (default mode):"},
     {.kind = MC_OPT_U32, .flags = "--max-new-tokens", .value = "N",
@@ -335,7 +345,9 @@ const mc_opt_cmd mrun_cmd = {
         "prefill_tokens,\ndecode_tokens, prefill_seconds, decode_seconds, "
         "requests, refused,\nrefused_by {plan, input, other}; memory in "
         "bytes: planned_bytes (plan:\nweights + arena + reserve), "
-        "reserve_bytes, weights_mapped_bytes,\narena_bytes, "
+        "reserve_bytes, job_bytes (what a\n--input job adds with default "
+        "options), target_bytes (the\nartifact's --target; 0 unknown), "
+        "weights_mapped_bytes,\narena_bytes, "
         "arena_high_water_bytes (measured arena peak),\narena_touched_bytes "
         "(arena bytes really written), kv_bytes,\npeak_rss_bytes (process "
         "peak RSS), weight_bytes, params; plan\n(stored|overridden|runtime), "
@@ -460,6 +472,9 @@ int mrun_cli_parse(int argc, char **argv, mrun_cli *c)
         return usage_error("no MODEL given");
     if (c->job.input || c->job.output || c->job.resume)
         return check_job_args(c);
+    if (c->job.max_line_bytes || c->job.hold_bytes)
+        return usage_error("--max-line-bytes and --hold-bytes size the "
+                           "buffers of an --input job");
     int rc = read_input_files(c);
     if (rc >= 0)
         return rc;

@@ -1,5 +1,6 @@
 /* mrun_print.c - what mrun prints (mrun_print.h). */
 #include "mrun_print.h"
+#include "rt_plan.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +71,12 @@ void mrun_print_figures(const mrun_report *r, const char *error)
            rate(m->prefill_tokens, m->prefill_seconds),
            rate(m->decode_tokens, m->decode_seconds), m->prefill_seconds,
            m->decode_seconds);
+    /* What a dataset job (mrun --input) on this plan adds with default
+     * options (rt_plan.h rt_job_budget), and the target it must fit. */
+    rt_job_budget jb = {0};
+    if (in->device == MCRT_DEVICE_CPU)
+        rt_plan_job_budget(RT_JOB_DEFAULT_LINE_BYTES, RT_JOB_DEFAULT_HOLD_BYTES,
+                           in->max_seq, &jb, NULL);
     const struct {
         const char *key;
         uint64_t v;
@@ -79,6 +86,8 @@ void mrun_print_figures(const mrun_report *r, const char *error)
              {"refused", r->refused},
              {"planned_bytes", m->planned_bytes},
              {"reserve_bytes", in->reserve_bytes},
+             {"job_bytes", jb.total_bytes},
+             {"target_bytes", in->target_bytes},
              {"weights_mapped_bytes", in->weights_mapped_bytes},
              {"arena_bytes", m->arena_bytes},
              {"arena_high_water_bytes", m->arena_high_water_bytes},

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "rt_jsonl.h"
+#include "rt_plan.h"
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -28,6 +29,14 @@ void mrun_resume_free(mrun_resume *r)
         free(r->ids[i]);
     free(r->ids);
     memset(r, 0, sizeof *r);
+}
+
+uint64_t mrun_resume_bytes(const mrun_resume *r)
+{
+    uint64_t n = r->ids ? rt_plan_heap_chunk(r->cap * sizeof *r->ids) : 0;
+    for (size_t i = 0; i < r->n; i++)
+        n += rt_plan_heap_chunk(strlen(r->ids[i]) + 1);
+    return n;
 }
 
 int mrun_resume_load(const char *path, int quiet, mrun_resume *r)
@@ -73,6 +82,7 @@ int mrun_resume_load(const char *path, int quiet, mrun_resume *r)
                 break;
             }
             r->ids = p;
+            r->cap = cap;
         }
         r->ids[r->n++] = id;
         r->failed += (uint64_t)failed;

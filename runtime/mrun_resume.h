@@ -16,6 +16,7 @@ typedef struct mrun_resume {
     char **ids;                /* [n] ids (JSON text) of the complete lines,
                                   sorted; owned */
     size_t n;
+    size_t cap;                /* ids has room for cap */
     uint64_t failed;           /* of those lines, error lines */
 } mrun_resume;
 
@@ -29,6 +30,10 @@ int mrun_resume_load(const char *path, int quiet, mrun_resume *r);
 int mrun_resume_has(const mrun_resume *r, const char *id);
 
 void mrun_resume_free(mrun_resume *r);
+
+/* The heap bytes r holds (malloc's chunks, rt_plan_heap_chunk): the job
+ * counts them in its plan. */
+uint64_t mrun_resume_bytes(const mrun_resume *r);
 
 /* Lines in the file at path (a last line without '\n' counts); 0 when it
  * cannot be read.  For the progress line's total. */

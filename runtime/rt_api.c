@@ -322,6 +322,11 @@ int mcrt_get_info(const mcrt *h, mcrt_info *out)
     out->weights_mapped_bytes = h->weights_all_bytes;
     out->plan_source = h->plan_source;
     out->device = h->device;
+    /* The target the stored limits were planned in; limits changed at
+     * open void it (the dataset job then checks nothing against it). */
+    out->target_bytes = m->has_plan && h->plan_source == MCRT_PLAN_STORED
+                            ? m->plan.target_bytes
+                            : 0;
     return 0;
 }
 

@@ -2,6 +2,7 @@
  * rt_jsonl.h).  Input goes through jansson; output is written by hand so
  * that its bytes are fixed (key order, float format, UTF-8 repair). */
 #include "rt_jsonl.h"
+#include "rt_plan.h"
 #include "rt_stopstr.h"
 
 #include <jansson.h>
@@ -16,12 +17,30 @@
 typedef struct sbuf {
     char *p;
     size_t n, cap;
-    int oom;                   /* an allocation failed: result is NULL */
+    int oom;                   /* an allocation (or a sink's write) failed:
+                                  result is NULL */
+    const rt_jsonl_sink *sink; /* fixed buffer p[cap], passed on when full */
 } sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n)
 {
     if (b->oom)
+        return;
+    while (b->sink && n > 0) {
+        if (b->n == b->cap) {
+            if (b->sink->write(b->sink->ctx, b->p, b->n) != 0) {
+                b->oom = 1;
+                return;
+            }
+            b->n = 0;
+        }
+        size_t k = b->cap - b->n < n ? b->cap - b->n : n;
+        memcpy(b->p + b->n, s, k);
+        b->n += k;
+        s += k;
+        n -= k;
+    }
+    if (b->sink)
         return;
     if (n + 1 > b->cap - b->n) {
         size_t cap = b->cap ? b->cap : 256;
@@ -136,6 +155,21 @@ static void sb_float(sbuf *b, double v, int digits)
         sb_str(b, "null");
 }
 
+/* A sink's sbuf: the fixed buffer, nothing written yet. */
+static sbuf sb_sink(const rt_jsonl_sink *sink)
+{
+    return (sbuf){.p = sink->buf, .cap = sink->cap, .sink = sink};
+}
+
+/* The end of a sink's line: the rest of its bytes written. */
+static mc_status sb_flush(sbuf *b)
+{
+    sb_put(b, "\n", 1);
+    if (!b->oom && b->n && b->sink->write(b->sink->ctx, b->p, b->n) != 0)
+        b->oom = 1;
+    return b->oom ? MC_ERR_IO : MC_OK;
+}
+
 static mc_status sb_finish(sbuf *b, char **out, size_t *len)
 {
     sb_put(b, "\n", 1);
@@ -151,6 +185,8 @@ static mc_status sb_finish(sbuf *b, char **out, size_t *len)
 }
 
 /* ---- parsing -------------------------------------------------------------- */
+
+static char *dump_dup(const json_t *v);
 
 int rt_jsonl_is_blank(const char *line, size_t len)
 {
@@ -319,7 +355,7 @@ static mc_status get_labels(const json_t *v, const rt_tokenizer *tok,
                            json_is_string(e) ? "a text that encodes to no "
                                                "tokens"
                                              : "an empty array");
-        r->label_json[i] = json_dumps(e, JSON_ENCODE_ANY | JSON_COMPACT);
+        r->label_json[i] = dump_dup(e);
         if (!r->label_json[i])
             return mc_fail(err, MC_ERR_NOMEM, NULL, "labels", -1,
                            "line %llu", (unsigned long long)r->line);
@@ -413,8 +449,7 @@ static mc_status parse_object(const json_t *o, const rt_jsonl_defaults *d,
     const json_t *v = json_object_get(o, "id");
     if (v && !json_is_string(v) && !json_is_integer(v))
         return bad(err, r->line, "id", "expected a string or an integer");
-    r->id = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)
-              : NULL;
+    r->id = v ? dump_dup(v) : NULL;
     if (!r->id) {
         char num[32];
         snprintf(num, sizeof num, "%llu", (unsigned long long)r->line);
@@ -450,6 +485,106 @@ static mc_status parse_object(const json_t *o, const rt_jsonl_defaults *d,
             return bad(err, r->line, "continuation", "empty");
     }
     return MC_OK;
+}
+
+/* ---- the parse scratch ---------------------------------------------------- */
+
+/* jansson's allocator while a line is parsed into a scratch: a bump
+ * allocator (free only takes back the last block), reset per line.  The
+ * job parses on one thread, and the worker threads never call jansson. */
+static rt_jsonl_scratch *g_scratch;
+
+static void *scratch_malloc(size_t n)
+{
+    rt_jsonl_scratch *s = g_scratch;
+    size_t a = (n + 15) & ~(size_t)15;
+    if (a < n || a > s->cap - s->used) {
+        s->exhausted = 1;
+        return NULL;
+    }
+    void *p = s->buf + s->used;
+    s->used += a;
+    return p;
+}
+
+static void scratch_free(void *p)
+{
+    (void)p; /* the whole scratch is reset when the line is parsed */
+}
+
+/* json_dumps(v) copied to the heap (the dump itself lives in whatever
+ * jansson allocates from now). */
+static char *dump_dup(const json_t *v)
+{
+    char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!d)
+        return NULL;
+    char *c = strdup(d);
+    json_free_t f;
+    json_get_alloc_funcs(NULL, &f);
+    f(d);
+    return c;
+}
+
+mc_status rt_jsonl_parse_in(const char *line, size_t len, uint64_t line_no,
+                            const rt_jsonl_defaults *d,
+                            const rt_tokenizer *tok,
+                            rt_jsonl_scratch *scratch, rt_jsonl_req *out,
+                            mc_error *err)
+{
+    if (!scratch)
+        return rt_jsonl_parse(line, len, line_no, d, tok, out, err);
+    json_malloc_t om;
+    json_free_t of;
+    json_get_alloc_funcs(&om, &of);
+    scratch->used = 0;
+    scratch->exhausted = 0;
+    g_scratch = scratch;
+    json_set_alloc_funcs(scratch_malloc, scratch_free);
+    mc_status st = rt_jsonl_parse(line, len, line_no, d, tok, out, err);
+    json_set_alloc_funcs(om, of);
+    g_scratch = NULL;
+    if (st && scratch->exhausted) {
+        /* Whatever jansson said (out of memory, or a parse error after
+         * a failed allocation), the cause is the line's size. */
+        mc_error_clear(err);
+        st = mc_fail(err, MC_ERR_FORMAT, NULL, NULL, -1,
+                     "line %llu: its JSON (%zu bytes) needs more than the "
+                     "job's parse scratch of %zu bytes (%llu x "
+                     "--max-line-bytes)",
+                     (unsigned long long)line_no, len, scratch->cap,
+                     (unsigned long long)RT_JOB_SCRATCH_PER_LINE_BYTE);
+    }
+    return st;
+}
+
+uint64_t rt_jsonl_req_bytes(const rt_jsonl_req *r)
+{
+    uint64_t n = 0;
+    if (r->id)
+        n += rt_plan_heap_chunk(strlen(r->id) + 1);
+    if (r->ids)
+        n += rt_plan_heap_chunk((r->n_ids ? r->n_ids : 1) * sizeof(int32_t));
+    if (r->stop) {
+        size_t k = r->n_stop + r->n_stop_str;
+        n += rt_plan_heap_chunk((k ? k : 1) * sizeof(int32_t)) +
+             rt_plan_heap_chunk((k ? k : 1) * sizeof(char *)) +
+             rt_plan_heap_chunk((k ? k : 1) * sizeof(size_t));
+        for (size_t i = 0; i < r->n_stop_str; i++)
+            n += rt_plan_heap_chunk(r->stop_str_len[i]);
+    }
+    if (r->label_seq) {
+        n += 2 * rt_plan_heap_chunk(r->n_labels * sizeof(void *)) +
+             rt_plan_heap_chunk(r->n_labels * sizeof(size_t));
+        for (size_t i = 0; i < r->n_labels; i++)
+            n += rt_plan_heap_chunk(r->label_len[i] * sizeof(int32_t)) +
+                 (r->label_json[i]
+                      ? rt_plan_heap_chunk(strlen(r->label_json[i]) + 1)
+                      : 0);
+    }
+    if (r->cont)
+        n += rt_plan_heap_chunk((r->n_cont ? r->n_cont : 1) * sizeof(int32_t));
+    return n;
 }
 
 mc_status rt_jsonl_parse(const char *line, size_t len, uint64_t line_no,
@@ -499,11 +634,31 @@ static void head(sbuf *b, const char *id, uint64_t line)
     sb_printf(b, ",\"line\":%llu", (unsigned long long)line);
 }
 
+static void result_body(sbuf *b, const rt_jsonl_req *r,
+                        const rt_jsonl_result *res);
+
 mc_status rt_jsonl_format_result(const rt_jsonl_req *r,
                                  const rt_jsonl_result *res, char **out,
                                  size_t *len)
 {
     sbuf b = {0};
+    result_body(&b, r, res);
+    return sb_finish(&b, out, len);
+}
+
+mc_status rt_jsonl_write_result(const rt_jsonl_req *r,
+                                const rt_jsonl_result *res,
+                                const rt_jsonl_sink *sink)
+{
+    sbuf b = sb_sink(sink);
+    result_body(&b, r, res);
+    return sb_flush(&b);
+}
+
+static void result_body(sbuf *b0, const rt_jsonl_req *r,
+                        const rt_jsonl_result *res)
+{
+    sbuf b = *b0;
     head(&b, r->id, r->line);
     sb_printf(&b, ",\"prompt_tokens\":%zu", res->prompt_tokens);
     if (!r->score) {
@@ -549,7 +704,19 @@ mc_status rt_jsonl_format_result(const rt_jsonl_req *r,
         sb_float(&b, sum, 17);
     }
     sb_str(&b, "}");
-    return sb_finish(&b, out, len);
+    *b0 = b;
+}
+
+static void error_body(sbuf *b, const char *id, uint64_t line_no,
+                       const char *msg, uint32_t max_batch, uint64_t max_seq)
+{
+    head(b, id, line_no);
+    sb_str(b, ",\"error\":");
+    sb_json_str(b, msg, strlen(msg));
+    if (max_seq > 0)
+        sb_printf(b, ",\"max_batch\":%u,\"max_seq\":%llu", max_batch,
+                  (unsigned long long)max_seq);
+    sb_str(b, "}");
 }
 
 mc_status rt_jsonl_format_error(const char *id, uint64_t line_no,
@@ -557,14 +724,17 @@ mc_status rt_jsonl_format_error(const char *id, uint64_t line_no,
                                 uint64_t max_seq, char **out, size_t *len)
 {
     sbuf b = {0};
-    head(&b, id, line_no);
-    sb_str(&b, ",\"error\":");
-    sb_json_str(&b, msg, strlen(msg));
-    if (max_seq > 0)
-        sb_printf(&b, ",\"max_batch\":%u,\"max_seq\":%llu", max_batch,
-                  (unsigned long long)max_seq);
-    sb_str(&b, "}");
+    error_body(&b, id, line_no, msg, max_batch, max_seq);
     return sb_finish(&b, out, len);
+}
+
+mc_status rt_jsonl_write_error(const char *id, uint64_t line_no,
+                               const char *msg, uint32_t max_batch,
+                               uint64_t max_seq, const rt_jsonl_sink *sink)
+{
+    sbuf b = sb_sink(sink);
+    error_body(&b, id, line_no, msg, max_batch, max_seq);
+    return sb_flush(&b);
 }
 
 mc_status rt_jsonl_output_id(const char *line, size_t len, char **id,

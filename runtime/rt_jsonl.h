@@ -91,6 +91,17 @@ typedef struct rt_jsonl_req {
     size_t n_cont;
 } rt_jsonl_req;
 
+/* A fixed buffer the job lends to one call at a time (allocated once, at
+ * job start): rt_jsonl_parse_in builds the line's JSON tree in it instead
+ * of the heap, and rt_jsonl_write_result uses it for the decoded text and
+ * the line's bytes.  Not thread-safe: jansson's allocator is global. */
+typedef struct rt_jsonl_scratch {
+    char *buf;                 /* cap bytes, 16-byte aligned */
+    size_t cap;
+    size_t used;               /* reset by each call */
+    int exhausted;             /* the last call ran out of it */
+} rt_jsonl_scratch;
+
 /* 1 if the len bytes are only blanks (' ', '\t', '\r'): such lines are
  * skipped and get no output line. */
 int rt_jsonl_is_blank(const char *line, size_t len);
@@ -105,6 +116,19 @@ int rt_jsonl_is_blank(const char *line, size_t len);
 mc_status rt_jsonl_parse(const char *line, size_t len, uint64_t line_no,
                          const rt_jsonl_defaults *d, const rt_tokenizer *tok,
                          rt_jsonl_req *out, mc_error *err);
+
+/* rt_jsonl_parse, with the JSON tree of the line in scratch (NULL: the
+ * heap).  A line whose tree does not fit is MC_ERR_FORMAT ("line N: its
+ * JSON needs more than the job's parse scratch of C bytes"), with
+ * scratch->exhausted set; what out owns is on the heap either way. */
+mc_status rt_jsonl_parse_in(const char *line, size_t len, uint64_t line_no,
+                            const rt_jsonl_defaults *d,
+                            const rt_tokenizer *tok,
+                            rt_jsonl_scratch *scratch, rt_jsonl_req *out,
+                            mc_error *err);
+
+/* The heap bytes r owns (malloc's chunks, rt_plan_heap_chunk). */
+uint64_t rt_jsonl_req_bytes(const rt_jsonl_req *r);
 
 /* Tokens a scoring request needs after its prompt: the longer of its
  * continuation and its longest label. */
@@ -137,6 +161,26 @@ mc_status rt_jsonl_format_result(const rt_jsonl_req *r,
 mc_status rt_jsonl_format_error(const char *id, uint64_t line_no,
                                 const char *msg, uint32_t max_batch,
                                 uint64_t max_seq, char **out, size_t *len);
+
+/* Where rt_jsonl_write_* put a line: the same bytes as the format_*
+ * functions give, built in a fixed buffer and passed to write(ctx, p, n)
+ * once when the line fits buf (one write() per line: a crash leaves
+ * whole lines), else in buf-sized pieces.  write returns 0 or -1. */
+typedef struct rt_jsonl_sink {
+    char *buf;
+    size_t cap;                /* >= 64 */
+    int (*write)(void *ctx, const char *p, size_t n);
+    void *ctx;
+} rt_jsonl_sink;
+
+/* rt_jsonl_format_result / _error into sink.  MC_ERR_IO when a write
+ * failed. */
+mc_status rt_jsonl_write_result(const rt_jsonl_req *r,
+                                const rt_jsonl_result *res,
+                                const rt_jsonl_sink *sink);
+mc_status rt_jsonl_write_error(const char *id, uint64_t line_no,
+                               const char *msg, uint32_t max_batch,
+                               uint64_t max_seq, const rt_jsonl_sink *sink);
 
 /* The "id" of an output line as JSON text (new string, *id) for --resume,
  * and whether it is an error line (*failed = 1).  MC_ERR_FORMAT when the

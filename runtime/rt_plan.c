@@ -23,6 +23,41 @@ mc_status rt_plan_make(const fmt_model_config *cfg, const rt_limits *lim,
     return MC_OK;
 }
 
+mc_status rt_plan_job_budget(uint64_t line_bytes, uint64_t hold_bytes,
+                             uint64_t max_seq, rt_job_budget *out,
+                             mc_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (line_bytes < RT_JOB_MIN_LINE_BYTES ||
+        line_bytes > RT_JOB_MAX_LINE_BYTES)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--max-line-bytes", -1,
+                       "%llu is not in %llu..%llu",
+                       (unsigned long long)line_bytes,
+                       RT_JOB_MIN_LINE_BYTES, RT_JOB_MAX_LINE_BYTES);
+    if (hold_bytes < 1)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--hold-bytes", -1,
+                       "expected >= 1 byte");
+    uint64_t a, b, t;
+    out->line_bytes = line_bytes;
+    out->hold_bytes = hold_bytes;
+    out->scratch_bytes = RT_JOB_SCRATCH_PER_LINE_BYTE * line_bytes;
+    if (!mc_mul_u64(max_seq, RT_JOB_LINE_PER_TOKEN, &a) ||
+        !mc_add_u64(a, RT_JOB_LINE_PER_LINE_BYTE * line_bytes, &a) ||
+        !mc_add_u64(a, RT_JOB_LINE_BASE, &out->one_line_bytes) ||
+        !mc_add_u64(line_bytes + 1, out->scratch_bytes, &b) ||
+        !mc_add_u64(b, hold_bytes, &t) ||
+        !mc_add_u64(t, out->one_line_bytes, &out->total_bytes))
+        return mc_fail(err, MC_ERR_OVERFLOW, NULL, "--hold-bytes", -1,
+                       "the job's budget overflows 64 bits");
+    return MC_OK;
+}
+
+uint64_t rt_plan_heap_chunk(uint64_t n)
+{
+    uint64_t c = (n + 8 + 15) & ~(uint64_t)15;
+    return c < 32 ? 32 : c;
+}
+
 static json_t *u64j(uint64_t v) { return json_integer((json_int_t)v); }
 
 int rt_plan_to_json(const rt_plan *p, json_t *o)
@@ -47,6 +82,7 @@ int rt_plan_to_json(const rt_plan *p, json_t *o)
     bad |= json_object_set_new(o, "reserve_bytes", u64j(p->reserve_bytes));
     bad |= json_object_set_new(o, "device", json_string(p->cuda ? "cuda" : "cpu"));
     bad |= json_object_set_new(o, "total_bytes", u64j(p->total_bytes));
+    bad |= json_object_set_new(o, "target_bytes", u64j(p->target_bytes));
     bad |= json_object_set_new(o, "max_batch", u64j(l->limits.max_batch));
     bad |= json_object_set_new(o, "max_seq", u64j(l->limits.max_seq));
     bad |= json_object_set_new(o, "prefill_chunk", u64j(l->limits.prefill_chunk));
@@ -171,6 +207,9 @@ mc_status rt_plan_from_json(const json_t *o, const fmt_model_config *cfg,
         return mc_fail(err, MC_ERR_FORMAT, path, "plan.device", -1,
                        "expected \"cpu\" or \"cuda\"");
     out->cuda = dv && strcmp(json_string_value(dv), "cuda") == 0;
+    json_int_t target = 0; /* a report key: absent or odd means unknown */
+    if (get_int(o, "target_bytes", 0, INT64_MAX, &target))
+        out->target_bytes = (uint64_t)target;
     if (!buffers_equal(o, &out->layout))
         return mc_fail(err, MC_ERR_PLAN, path, "plan", -1,
                        "the artifact's arena plan (batch %u, max_seq %llu, "

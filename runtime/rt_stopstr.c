@@ -12,6 +12,7 @@ struct rt_stop_pieces {
     size_t *first_off, *mid_off; /* [vocab + 1] */
     uint8_t *special;          /* [vocab] 1: skipped by the output's text */
     size_t max_piece;          /* longest piece, bytes */
+    size_t heap_bytes;         /* what the tables hold (rt_stop_pieces_bytes) */
 };
 
 /* A growable byte array (table building only). */
@@ -151,8 +152,15 @@ mc_status rt_stop_pieces_build(const rt_tokenizer *tok, rt_stop_pieces **out,
     }
     p->first = first.p;
     p->mid = mid.p;
+    p->heap_bytes = sizeof *p + first.cap + mid.cap +
+                    2 * (V + 1) * sizeof *p->first_off + (V ? V : 1);
     *out = p;
     return MC_OK;
+}
+
+size_t rt_stop_pieces_bytes(const rt_stop_pieces *p)
+{
+    return p ? p->heap_bytes : 0;
 }
 
 size_t rt_stop_match_bytes(const rt_stop_pieces *p, const size_t *len,

@@ -39,6 +39,9 @@ typedef struct rt_stop_pieces rt_stop_pieces;
 mc_status rt_stop_pieces_build(const rt_tokenizer *tok, rt_stop_pieces **out,
                                mc_error *err);
 void rt_stop_pieces_free(rt_stop_pieces *p); /* NULL is a no-op */
+/* The bytes p's tables were allocated with (malloc's own rounding
+ * aside), for a memory plan; 0 for NULL. */
+size_t rt_stop_pieces_bytes(const rt_stop_pieces *p);
 
 /* A request's matcher; every pointer is borrowed for its lifetime. */
 typedef struct rt_stop_match {
