@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_gemm.h"
 #include "mc_alloc.h"
 
 struct cmp_fwd {
@@ -28,10 +27,10 @@ struct cmp_fwd {
 /* The parts of a forward context's one buffer, in floats (each rounded
  * up to 16 floats); returns their sum. */
 static uint64_t fwd_sizes(const kn_block_dims *d, size_t max_T, int nth,
-                          uint64_t sizes[11])
+                          uint64_t sizes[10])
 {
     uint64_t kvd = (uint64_t)d->kv_heads * d->head_dim;
-    uint64_t s[11] = {
+    uint64_t s[10] = {
         d->head_dim / 2,
         max_T * kvd, max_T * kvd,             /* kv k, v */
         kn_block_xb_floats(d, max_T), kn_block_q_floats(d, max_T),
@@ -39,10 +38,9 @@ static uint64_t fwd_sizes(const kn_block_dims *d, size_t max_T, int nth,
         kn_block_q_floats(d, max_T),          /* att */
         2 * kn_block_ffn_floats(d, max_T),    /* hb, hb2 */
         kn_block_attn_floats(d, nth, max_T),
-        kn_gemm_scratch_floats(nth, max_T, kn_block_max_cols(d)), /* X panels */
     };
     uint64_t total = 0;
-    for (int i = 0; i < 11; i++) {
+    for (int i = 0; i < 10; i++) {
         sizes[i] = s[i];
         total += (s[i] + 15) & ~(uint64_t)15;
     }
@@ -53,7 +51,7 @@ uint64_t cmp_fwd_bytes(const fmt_model_config *c, size_t max_T, int threads)
 {
     kn_block_dims d;
     rt_model_layer_dims(c, 0, &d);
-    uint64_t sizes[11];
+    uint64_t sizes[10];
     return sizeof(cmp_fwd) + fwd_sizes(&d, max_T, threads > 0 ? threads : 1, sizes) *
                                  sizeof(float) +
            (uint64_t)max_T * sizeof(int64_t);
@@ -94,7 +92,7 @@ mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
     f->pool = pool;
     f->max_T = max_T;
     int nth = pool ? kn_pool_threads(pool) : 1;
-    uint64_t sizes[11];
+    uint64_t sizes[10];
     uint64_t total = fwd_sizes(&d, max_T, nth, sizes);
     f->mem = mc_malloc_array((size_t)total, sizeof(float));
     f->pos = mc_malloc_array(max_T, sizeof(int64_t));
@@ -104,8 +102,8 @@ mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
                        "forward buffers (%llu floats)", (unsigned long long)total);
     }
     float *p = f->mem;
-    float *parts[11];
-    for (int i = 0; i < 11; i++) {
+    float *parts[10];
+    for (int i = 0; i < 10; i++) {
         parts[i] = p;
         p += (sizes[i] + 15) & ~(uint64_t)15;
     }
@@ -124,7 +122,6 @@ mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
     f->s.hb = parts[8];
     f->s.hb2 = parts[8] + kn_block_ffn_floats(&d, max_T);
     f->s.attn = parts[9];
-    f->s.gemm = sizes[10] ? parts[10] : NULL;
     for (size_t t = 0; t < max_T; t++)
         f->pos[t] = (int64_t)t;
     const fmt_rope *r = &c->rope;

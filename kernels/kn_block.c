@@ -30,13 +30,6 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
     return kn_attention_scratch_floats(nthreads, max_ctx, d->head_dim);
 }
 
-uint64_t kn_block_max_cols(const kn_block_dims *d)
-{
-    uint64_t q = (uint64_t)d->heads * d->head_dim, m = d->hidden;
-    m = q > m ? q : m;
-    return d->ffn > m ? d->ffn : m;
-}
-
 /* Y[i] = X W[i]^T + B[i] for n matrices sharing the input X [T][cols].  On
  * the integer path X is quantized into qbuf, an idle scratch buffer of
  * qwidth floats per row (for as many rows as X), once per kind the
@@ -59,7 +52,7 @@ static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
             have = (int)k;
             kn_matmul_q(pool, W[i], qbuf, T, Y[i], B[i]);
         } else {
-            kn_matmul_ws(pool, W[i], X, T, Y[i], B[i], s->gemm);
+            kn_matmul(pool, W[i], X, T, Y[i], B[i]);
         }
     }
 }

@@ -95,10 +95,6 @@ typedef struct kn_block_scratch {
     float *hb;                  /* [T][ffn] gate, then silu(gate)*up */
     float *hb2;                 /* [T][ffn] up */
     float *attn;                /* kn_attention_scratch_floats(threads, max_ctx, head_dim) */
-    float *gemm;                /* kn_gemm_scratch_floats(threads, T,
-                                   kn_block_max_cols) for the
-                                   float GEMMs' packed X panels (kn_gemm.h),
-                                   or NULL: X read in place, same bits */
     int int_dot;                /* 1: Q8/Q4 matrices multiply int8-quantized
                                    activations (kn_qdot.h), the runtime's
                                    choice; 0: float activations (exact
@@ -131,9 +127,6 @@ uint64_t kn_block_kv_floats(const kn_block_dims *d, uint64_t T);
 uint64_t kn_block_ffn_floats(const kn_block_dims *d, uint64_t T);
 uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
                               uint64_t max_ctx);
-/* The widest input of the block's linears (hidden, heads x head_dim or
- * ffn): the max_cols of its GEMM scratch (kn_gemm_scratch_floats). */
-uint64_t kn_block_max_cols(const kn_block_dims *d);
 
 /* Run the block on x [T][hidden] in place.  pos[t] is the position of row
  * t (consistent with the segments).  rope is the default RoPE.  tap may be

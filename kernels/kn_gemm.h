@@ -43,32 +43,11 @@
 /* Steps of more tokens than this go through the GEMMs. */
 #define KN_GEMM_MIN_T 8
 
-/* One thread's X panel: min(T, KN_GEMM_TP) tokens of a KN_KC (512,
- * kn_internal.h) column block, at a row stride of the block's width
- * rounded up to 16 floats plus one cache line (kn_gemm_ldx): 270,336
- * bytes for T >= 128 and cols >= 512.  Copying X's panel there before the
- * row loop takes its rows out of each other's L2 sets: in place they lie
- * cols x 4 bytes apart (8 KiB for 2048 columns), so the 128 rows of a
- * panel map to a few sets only and evict each other (measured 1.13-1.53x
- * on the float formats, docs/benchmarks.md).  Too large for a stack, so
- * the caller plans it: kn_gemm_scratch_floats(nthreads, max_T, max_cols)
- * floats serve a pool of nthreads for every product of up to max_T rows
- * and max_cols columns (0 when max_T never reaches the GEMM); thread tid
- * uses the tid-th kn_gemm_scratch_floats(1, T, cols) floats of it (no
- * more than its share of the planned figure: both grow with T and cols).
- * The runtime's layout and the calibration's forward plan this figure. */
-#define KN_GEMM_TP 128
-uint64_t kn_gemm_ldx(uint64_t cols);
-uint64_t kn_gemm_scratch_floats(int nthreads, uint64_t max_T, uint64_t max_cols);
-
 /* Rows [r0, r1) of Y [T][rows] += W X^T for T tokens, float activations
- * X [T][cols]; Y already holds the bias or 0 there.  xpanel: this
- * thread's kn_gemm_scratch_floats(1, T, cols) floats (any float alignment;
- * the arena's 64 bytes keep rows on line boundaries), or NULL
- * (X read in place).  The copy is exact, so both give the same bits.
- * Precondition: kn_avx2_matmul_supported(W), T > KN_GEMM_MIN_T, AVX2. */
+ * X [T][cols]; Y already holds the bias or 0 there.  Precondition:
+ * kn_avx2_matmul_supported(W), T > KN_GEMM_MIN_T, AVX2 present. */
 void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
-                  uint32_t r0, uint32_t r1, float *xpanel);
+                  uint32_t r0, uint32_t r1);
 
 /* Rows [r0, r1) of Y += W Xq^T for T quantized activation rows (xq: the
  * integers [T][nb * 32] of kn_qact_kind_of(W), xd: the scales [T][nb]).

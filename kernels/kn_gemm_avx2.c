@@ -21,7 +21,7 @@
 /* ---- float activations --------------------------------------------------- */
 
 #define KN_GEMM_RP 8   /* rows dequantized at once: 8 x KN_KC floats, 16 KiB (L1) */
-/* KN_GEMM_TP (kn_gemm.h): tokens per panel, 128 x KN_KC floats of X (L2) */
+#define KN_GEMM_TP 128 /* tokens per panel: 128 x KN_KC floats of X, 256 KiB (L2) */
 #define KN_GEMM_RB 4   /* register tile: rows */
 #define KN_GEMM_TB 3   /* register tile: tokens */
 /* Row stride of the dequantized panel: KN_KC plus a cache line, so that
@@ -189,37 +189,17 @@ static void panel(const float *wb, int R, const float *X, size_t ldx,
     wpf_some(pf, UINT32_MAX);
 }
 
-/* X's tokens [t0, t1), columns [c0, c0 + n) into xp at a row stride of
- * ldx (kn_gemm.h says why). */
-static void pack_x(float *xp, size_t ldx, const float *X, size_t cols,
-                   uint32_t c0, uint32_t n, size_t t0, size_t t1)
-{
-    for (size_t t = t0; t < t1; t++)
-        memcpy(xp + (t - t0) * ldx, X + t * cols + c0, (size_t)n * sizeof(float));
-}
-
 void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
-                  uint32_t r0, uint32_t r1, float *xpanel)
+                  uint32_t r0, uint32_t r1)
 {
     _Alignas(64) float wb[KN_GEMM_RP * KN_GEMM_LDW];
     const uint32_t cols = W->cols, rows = W->rows;
-    const size_t pldx = (size_t)kn_gemm_ldx(cols);
     /* Column blocks outermost: each element receives its KN_KC-block sums
      * in column order, as the decode kernels add them. */
     for (uint32_t c0 = 0; c0 < cols; c0 += KN_KC) {
         uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
         for (size_t t0 = 0; t0 < T; t0 += KN_GEMM_TP) {
             size_t t1 = T - t0 < KN_GEMM_TP ? T : t0 + KN_GEMM_TP;
-            /* the panel, packed once for all of this thread's rows; the
-             * token indices below are then relative to t0 */
-            const float *xs = X + c0;
-            size_t ldx = cols, ta = t0, tb = t1;
-            float *ys = Y;
-            if (xpanel) {
-                pack_x(xpanel, pldx, X, cols, c0, n, t0, t1);
-                xs = xpanel, ldx = pldx, ta = 0, tb = t1 - t0;
-                ys = Y + t0 * rows;
-            }
             for (uint32_t r = r0; r < r1; r += KN_GEMM_RP) {
                 int R = r1 - r < KN_GEMM_RP ? (int)(r1 - r) : KN_GEMM_RP;
                 for (int i = 0; i < R; i++)
@@ -227,7 +207,7 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
                                           wb + (size_t)i * KN_GEMM_LDW);
                 uint32_t rn = r + (uint32_t)R;
                 kn_wpf pf = wpf_make(W, rn, rn < r1 ? (int)(r1 - rn < KN_GEMM_RP ? r1 - rn : KN_GEMM_RP) : 0, c0, n);
-                panel(wb, R, xs, ldx, n, ys + r, rows, ta, tb, &pf);
+                panel(wb, R, X + c0, cols, n, Y + r, rows, t0, t1, &pf);
             }
         }
     }

@@ -23,7 +23,6 @@ typedef struct kn_mm_ctx {
     float *Y;             /* [T][rows] */
     const float *bias;    /* [rows] or NULL */
     int avx2;
-    float *xpanel;        /* kn_gemm_scratch_floats(threads, T, cols) or NULL */
 } kn_mm_ctx;
 
 /* Scalar rows [r0, r1): dequantize 256 columns at a time, then dot them
@@ -54,9 +53,7 @@ static void mm_task(void *vctx, int tid, int nth)
     if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
         return;
     if (c->avx2 && c->T > KN_GEMM_MIN_T)
-        kn_gemm_rows(c->W, c->X, c->T, c->Y, r0, r1,
-                     c->xpanel ? c->xpanel + (size_t)tid * kn_gemm_scratch_floats(1, c->T, c->W->cols)
-                                : NULL);
+        kn_gemm_rows(c->W, c->X, c->T, c->Y, r0, r1);
     else if (c->avx2)
         kn_avx2_matmul_rows(c->W, c->X, c->T, c->Y, r0, r1);
     else
@@ -66,41 +63,18 @@ static void mm_task(void *vctx, int tid, int nth)
 /* Multiply-adds below which an op runs on the calling thread alone. */
 #define KN_PARALLEL_MIN_WORK (1u << 17)
 
-uint64_t kn_gemm_ldx(uint64_t cols)
-{
-    return ((cols < KN_KC ? cols : KN_KC) + 15) / 16 * 16 + 16;
-}
-
-uint64_t kn_gemm_scratch_floats(int nthreads, uint64_t max_T, uint64_t max_cols)
-{
-    if (max_T <= KN_GEMM_MIN_T || nthreads <= 0 || max_cols == 0)
-        return 0;
-    return (uint64_t)nthreads * (max_T < KN_GEMM_TP ? max_T : KN_GEMM_TP) *
-           kn_gemm_ldx(max_cols);
-}
-
-void kn_matmul_ws(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
-                  float *Y, const float *bias, float *gemm_scratch)
+void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
+               float *Y, const float *bias)
 {
     if (T == 0 || W->rows == 0)
         return;
-    /* the packed X panel: only where it was measured to help (the float
-     * formats; the dequantizing path of Q8/Q4 is bound elsewhere) */
-    int fl = W->fmt == KN_W_F32 || W->fmt == KN_W_F16 || W->fmt == KN_W_BF16;
-    kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W),
-                    fl ? gemm_scratch : NULL };
+    kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W) };
     /* Small products are not worth waking the workers for: a wake-up costs
      * microseconds, and far more when the machine is busy and a worker has
      * been descheduled.  2^17 multiply-adds take ~20-40 us on one core. */
     if ((uint64_t)W->rows * W->cols * T < KN_PARALLEL_MIN_WORK)
         p = NULL;
     kn_pool_run(p, mm_task, &c);
-}
-
-void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
-               float *Y, const float *bias)
-{
-    kn_matmul_ws(p, W, X, T, Y, bias, NULL);
 }
 
 /* ---- elementwise ------------------------------------------------------------- */

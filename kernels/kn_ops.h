@@ -55,12 +55,6 @@ typedef struct kn_matrix {
  * X: [T][cols], Y: [T][rows]; bias may be NULL. */
 void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
                float *Y, const float *bias);
-/* kn_matmul with a planned scratch for the prefill GEMM's packed X panel
- * (kn_gemm.h): kn_gemm_scratch_floats(nthreads, T, W->cols) floats,
- * nthreads >= kn_pool_threads(p) (1 for p NULL), or NULL (the
- * unpacked path).  Same bits either way. */
-void kn_matmul_ws(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
-                  float *Y, const float *bias, float *gemm_scratch);
 void kn_ref_matmul(const kn_matrix *W, const float *X, size_t T, float *Y,
                    const float *bias);
 

@@ -105,8 +105,6 @@ static void set_views(cpu_backend *b)
     b->scratch.hb = buf_at(b, RT_BUF_HB);
     b->scratch.hb2 = buf_at(b, RT_BUF_HB2);
     b->scratch.attn = buf_at(b, RT_BUF_ATTN_SCRATCH);
-    b->scratch.gemm = b->layout.buf[RT_BUF_GEMM_SCRATCH].bytes
-                          ? buf_at(b, RT_BUF_GEMM_SCRATCH) : NULL;
     b->scratch.int_dot = 1; /* int8 activations for Q8/Q4 (kn_qdot.h) */
 
     /* RoPE: the default table, and per-slot tables for dynamic NTK. */

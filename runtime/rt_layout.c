@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "kn_block.h"
-#include "kn_gemm.h"
 #include "kn_ops.h"
 #include "mc_checked.h"
 
@@ -31,7 +30,6 @@ static const char *const g_buf_names[RT_BUF_COUNT_] = {
     [RT_BUF_LOGITS] = "logits",
     [RT_BUF_PROBS] = "probs",
     [RT_BUF_INDEX] = "index",
-    [RT_BUF_GEMM_SCRATCH] = "gemm_scratch",
 };
 
 const char *rt_layout_buf_name(rt_buf_id id)
@@ -210,9 +208,6 @@ static mc_status size_buffers(const fmt_model_config *cfg, const rt_limits *L,
     ok = ok && size3(kn_attention_scratch_floats(L->threads, L->max_seq,
                                                  cfg->head_dim),
                      1, 4, &b[RT_BUF_ATTN_SCRATCH].bytes);
-    const uint64_t MC = H > QD ? (H > F ? H : F) : (QD > F ? QD : F);
-    ok = ok && size3(kn_gemm_scratch_floats(L->threads, C, MC), 1, 4,
-                     &b[RT_BUF_GEMM_SCRATCH].bytes);
     ok = ok && size3(B, H, 4, &b[RT_BUF_HX].bytes);
     ok = ok && size3(B, V, 4, &b[RT_BUF_LOGITS].bytes);
     ok = ok && size3(V, 1, 4, &b[RT_BUF_INDEX].bytes);
@@ -249,8 +244,6 @@ static void set_lifetimes(rt_buffer *b)
     set_life(&b[RT_BUF_ATTN_SCRATCH], RT_PH_L_ATTN, RT_PH_L_ATTN);
     set_life(&b[RT_BUF_ATT], RT_PH_L_ATTN, RT_PH_L_O);
     set_life(&b[RT_BUF_HB2], RT_PH_L_MLP, RT_PH_L_MLP);
-    /* the float GEMMs of q/k/v, o and the MLP (the head does without) */
-    set_life(&b[RT_BUF_GEMM_SCRATCH], RT_PH_L_QKV, RT_PH_L_MLP);
     /* The head runs in groups: NORM and HEAD alternate, so hx lives over
      * both and logits from HEAD through SAMPLE; x must survive too (NORM
      * of the next group reads it). */

@@ -13,9 +13,7 @@
  *   phase  0 INPUT     ids, pos, segments, logit-row list written
  *          1 EMBED     x filled from the embedding rows
  *          2 L_QKV     a block (kn_block.h), in four parts: xb = norm(x),
- *                      q k v = xb W (int8 input quantized into hb; a
- *                      float GEMM packs X panels in gemm-scratch, which
- *                      lives over the whole block)
+ *                      q k v = xb W (int8 input quantized into hb)
  *          3 L_ATTN    k v stored, attention (attn-scratch) -> att
  *          4 L_O       xb = att Wo (int8 input in hb), x += xb
  *          5 L_MLP     xb = norm(x), hb hb2 = xb Wg, xb Wu (int8 input in
@@ -130,9 +128,6 @@ typedef enum rt_buf_id {
                                 separate row was planned but never written
                                 by scoring.  The id stays pinned. */
     RT_BUF_INDEX = 19,       /* int32 [vocab] sampler */
-    RT_BUF_GEMM_SCRATCH = 20,/* float kn_gemm_scratch_floats(threads, chunk,
-                                max(hidden, q_dim, ffn)): the float GEMMs'
-                                packed X panels */
     RT_BUF_COUNT_
 } rt_buf_id;
 

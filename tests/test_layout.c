@@ -197,35 +197,6 @@ static void test_layout_mlp_buffer_shares_bytes_with_attention(void **st)
     assert_int_equal(l.arena_bytes, persist + busiest);
 }
 
-/* The float GEMMs' X panels (kn_gemm.h): per thread min(chunk, 128)
- * tokens at a stride of min(widest input, 512) rounded to 16 floats plus
- * 16; none when no step reaches the GEMM; live over the whole block. */
-static void test_layout_gemm_scratch_per_thread_panels(void **st)
-{
-    (void)st;
-    fmt_model_config c = small_config(); /* widest input: ffn 160 */
-    static const struct { uint32_t chunk, ffn; int threads; uint64_t bytes; } k[] = {
-        {64, 160, 2, 2ull * 64 * (160 + 16) * 4},   /* 90,112 */
-        {300, 160, 2, 2ull * 128 * (160 + 16) * 4}, /* 180,224: 128 tokens */
-        {300, 1000, 3, 3ull * 128 * 528 * 4},       /* 811,008: 512 + 16 */
-        {300, 70, 1, 1ull * 128 * (80 + 16) * 4},   /* hidden 64, q 64, ffn 70 */
-        {8, 160, 2, 0},                             /* never a GEMM */
-    };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        c.intermediate_size = k[i].ffn;
-        rt_limits L = {.max_batch = 4, .max_seq = 256,
-                       .prefill_chunk = k[i].chunk, .threads = k[i].threads};
-        rt_layout l;
-        assert_int_equal(rt_layout_build(&c, &L, &l, NULL), MC_OK);
-        check_layout(&l);
-        const rt_buffer *g = &l.buf[RT_BUF_GEMM_SCRATCH];
-        assert_int_equal(g->bytes, k[i].bytes);
-        assert_int_equal(g->first, RT_PH_L_QKV);
-        assert_int_equal(g->last, RT_PH_L_MLP);
-        assert_string_equal(rt_layout_buf_name(RT_BUF_GEMM_SCRATCH), "gemm_scratch");
-    }
-}
-
 /* A chunk larger than max_batch x max_seq rows would plan rows no step can
  * fill: it is resolved to that bound, and the plan says so. */
 static void test_layout_chunk_never_exceeds_batch_times_context(void **st)
@@ -353,7 +324,6 @@ int main(void)
         cmocka_unit_test(test_layout_reuses_step_buffers_across_phases),
         cmocka_unit_test(test_layout_is_deterministic),
         cmocka_unit_test(test_layout_mlp_buffer_shares_bytes_with_attention),
-        cmocka_unit_test(test_layout_gemm_scratch_per_thread_panels),
         cmocka_unit_test(test_layout_chunk_never_exceeds_batch_times_context),
         cmocka_unit_test(test_layout_sliding_window_rings_are_bounded),
         cmocka_unit_test(test_layout_refuses_bad_limits_naming_them),

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_gemm.h"
 #include "kn_ops.h"
 #include "kn_qdot.h"
 #include "testutil.h"
@@ -64,26 +63,15 @@ static void check_rows_alone(const tu_tmat *t, size_t T, int q, kn_pool *p2,
         bias[i] = tu_rng_f(&g_rng);
     for (size_t k = 0; k < T; k++)
         product(NULL, W, x + k * cols, 1, alone + k * rows, bias, q, xq);
-    /* the float path also with the GEMM's packed X panels (kn_gemm.h),
-     * planned for 3 threads: the copy must not change a bit */
-    uint64_t nws = kn_gemm_scratch_floats(3, T, cols);
-    float *ws = nws ? malloc(nws * sizeof(float)) : NULL;
-    assert_true(!nws || ws);
     kn_pool *pools[3] = {NULL, p2, p3};
-    for (int th = 0; th < 3; th++)
-        for (int packed = 0; packed < (q || !ws ? 1 : 2); packed++) {
-            if (packed)
-                kn_matmul_ws(pools[th], W, x, T, y, bias, ws);
-            else
-                product(pools[th], W, x, T, y, bias, q, xq);
-            for (size_t k = 0; k < T; k++)
-                if (memcmp(y + k * rows, alone + k * rows, rows * sizeof(float)))
-                    fail_msg("%s %s%s %zux%zu: token %zu of T=%zu differs from "
-                             "the token alone (%d threads)", wname(W->fmt),
-                             q ? "integer" : "float", packed ? " packed" : "",
-                             rows, cols, k, T, th + 1);
-        }
-    free(ws);
+    for (int th = 0; th < 3; th++) {
+        product(pools[th], W, x, T, y, bias, q, xq);
+        for (size_t k = 0; k < T; k++)
+            if (memcmp(y + k * rows, alone + k * rows, rows * sizeof(float)))
+                fail_msg("%s %s %zux%zu: token %zu of T=%zu differs from the "
+                         "token alone (%d threads)", wname(W->fmt),
+                         q ? "integer" : "float", rows, cols, k, T, th + 1);
+    }
     kn_ref_matmul(W, x, T, ref, bias);
     double e = tu_norm_err(y, ref, T * rows);
     /* the integer path rounds activations to 8 (int4) or 16 (int8) bits */
@@ -118,7 +106,6 @@ static void test_gemm_rows_bit_identical_to_token_alone_all_formats(void **st)
      * remainder of 1 or 2 tokens. */
     static const struct { uint32_t rows, cols; size_t T; } sh[] = {
         {13, 1100, 97}, {9, 2100, 130}, {6, 520, 10}, {4, 64, 65},
-        {5, 600, 257}, /* two packed 128-token X panels and a 1-token one */
     };
     kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
     assert_true(p2 && p3);
