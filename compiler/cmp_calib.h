@@ -272,8 +272,10 @@ typedef struct cmp_calib_plan {
 
 /* The plan for model m (its config and weight formats), the ntok
  * calibration tokens in sequences of at most maxT, options o and the
- * memory plan mem (cmp_calib_plan_memory).  rate 0: measure it (a float
- * GEMM through o->pool for ~0.1 s); else use rate (tests). */
+ * memory plan mem (cmp_calib_plan_memory).  rate > 0: use it; 0: measure
+ * it (a float GEMM through o->pool for ~0.1 s); < 0: no estimate (the
+ * seconds stay 0; cmp_calib_run passes -1 when no one is told: no
+ * o->progress). */
 void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
                          const cmp_calib_opts *o, const cmp_calib_mem *mem,
                          double rate, cmp_calib_plan *out);
