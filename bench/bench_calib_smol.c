@@ -7,8 +7,17 @@
  * top-1).  Random weights and tokens: the KLD compares methods and
  * settings with each other, not with a trained model's.
  *
+ * With --shape mistral7b the model is Mistral-7B's shape instead (hidden
+ * 4096, FFN 14336, 32 / 8 heads, vocab 32000, untied, bfloat16 on disk):
+ * issue 17's 7B-shape compile with K of its 32 layers.  The bench then
+ * also prints the plan mcompile printed before it started (its --json
+ * calibration.plan), the measured peak RSS against it, the time per
+ * layer and the extrapolation to 32 layers, and skips the eval unless
+ * --eval 1.
+ *
  * usage: bench_calib_smol [--dir DIR] [--tokens N] [--seq L] [--layers K]
- *                         [--quant int8|int4] [--threads N] [-- ARGS...]
+ *                         [--quant int8|int4] [--threads N]
+ *                         [--shape smol|mistral7b] [--eval 0|1] [-- ARGS...]
  *   --dir DIR    where the model and token files live (kept between runs;
  *                default build/smol-bench relative to the current dir)
  *   --tokens N   calibration tokens (default 32768), in sequences of L
@@ -89,12 +98,51 @@ static double json_num(const char *path, const char *key)
     return json_num_in(path, NULL, key);
 }
 
+/* The plan mcompile printed before it started against what the run
+ * measured, and the run extrapolated to Mistral-7B's 32 layers: time by
+ * the per-layer calibration (forward, statistics, factorization and
+ * search over K), memory by the per-layer parts of the plan (the source's
+ * float16 block and its int4 spill grow with the layers; states,
+ * statistics and work do not). */
+static void print_plan_check(const char *out, uint32_t layers, double wall,
+                             long rss_kib)
+{
+    double plan = json_num_in(out, "plan", "peak_rss_bytes");
+    double src = json_num_in(out, "plan", "source_bytes");
+    double spill = json_num_in(out, "plan", "spill_bytes");
+    double est = json_num_in(out, "plan", "seconds");
+    double lay = 0.0;
+    static const char *const ph[4] = {"forward", "statistics", "factorization",
+                                      "search"};
+    for (int p = 0; p < 4; p++)
+        lay += json_num_in(out, "phase_seconds", ph[p]);
+    lay /= layers;
+    /* a layer's bfloat16 linears: 4096 x (4096 + 2 x 1024 + 4096) + 3 x
+     * 4096 x 14336 parameters */
+    double per_src = 2.0 * (4096.0 * (4096 + 2048 + 4096) + 3.0 * 4096 * 14336);
+    double embeds = src - layers * per_src; /* embed and lm_head */
+    /* its int4 result in the spill file: half a byte a weight, a float16
+     * scale and a byte zero per group of 128 (the rest of the spill, the
+     * ends, does not grow) */
+    double per_spill = per_src / 2.0 * (0.5 + 3.0 / 128.0);
+    double rss32 = plan + (32.0 - layers) * (per_src + per_spill);
+    printf("  plan before start: peak RSS %.1f MiB, time ~%.0f s | measured "
+           "peak RSS %.1f MiB (%s the plan), wall %.1f s\n", plan / 1048576.0,
+           est, rss_kib / 1024.0,
+           rss_kib * 1024.0 <= plan ? "within" : "OVER", wall);
+    printf("  per layer %.1f s; 32 layers: ~%.0f s (%.1f h), planned peak RSS "
+           "~%.1f GiB (source %.1f GiB of it, spill %.1f GiB)\n", lay,
+           wall + (32.0 - layers) * lay, (wall + (32.0 - layers) * lay) / 3600.0,
+           rss32 / 1073741824.0, (embeds + 32.0 * per_src) / 1073741824.0,
+           (spill + (32.0 - layers) * per_spill) / 1073741824.0);
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = "build/smol-bench", *quant = "int8";
     size_t tokens = 32768, len = 512;
     uint32_t layers = 30;
-    int threads = 0, extra = argc;
+    int threads = 0, extra = argc, m7 = 0, do_eval = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--")) {
@@ -111,14 +159,20 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--layers")) layers = (uint32_t)atoi(v);
         else if (!strcmp(a, "--quant")) quant = v;
         else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--shape")) m7 = !strcmp(v, "mistral7b");
+        else if (!strcmp(a, "--eval")) do_eval = atoi(v);
         else {
             fprintf(stderr, "bench_calib_smol: unknown option %s\n", a);
             return 2;
         }
         i++;
     }
+    if (do_eval < 0)
+        do_eval = !m7;
+    uint32_t vocab = m7 ? 32000 : 49152;
     char model[2048], calib[4200], eval[4200], art[4200], out[4200], mc[4200];
-    snprintf(model, sizeof model, "%.1900s/model-%u", dir, layers);
+    snprintf(model, sizeof model, "%.1900s/%smodel-%u", dir, m7 ? "m7-" : "",
+             layers);
     snprintf(calib, sizeof calib, "%s/calib-%zu-%zu.ids", dir, tokens, len);
     snprintf(eval, sizeof eval, "%s/eval-%zu.ids", dir, len);
     snprintf(art, sizeof art, "%s/out.mca", dir);
@@ -139,17 +193,22 @@ int main(int argc, char **argv)
                                 .heads = 9, .kv_heads = 3, .vocab = 49152,
                                 .max_pos = 2048, .tied = 1,
                                 .torch_dtype = "float32"};
+        bench_llama_config c7 = {.hidden = 4096, .ffn = 14336, .layers = layers,
+                                 .heads = 32, .kv_heads = 8, .vocab = 32000,
+                                 .max_pos = 8192, .tied = 0,
+                                 .torch_dtype = "bfloat16"};
         fprintf(stderr, "generating %s\n", model);
-        if (bench_gen_llama(model, &c, FMT_DT_F32, 17)) {
+        if (bench_gen_llama(model, m7 ? &c7 : &c, m7 ? FMT_DT_BF16 : FMT_DT_F32,
+                            17)) {
             fprintf(stderr, "bench_calib_smol: cannot write %s: %s\n", model,
                     strerror(errno));
             return 1;
         }
     }
     if (access(calib, R_OK) != 0 &&
-        write_ids(calib, (tokens + len - 1) / len, len, 49152, 1))
+        write_ids(calib, (tokens + len - 1) / len, len, vocab, 1))
         return 1;
-    if (access(eval, R_OK) != 0 && write_ids(eval, 8, len, 49152, 99))
+    if (access(eval, R_OK) != 0 && write_ids(eval, 8, len, vocab, 99))
         return 1;
     char th[16];
     snprintf(th, sizeof th, "%d", threads);
@@ -158,7 +217,7 @@ int main(int argc, char **argv)
     av[n++] = mc;
     av[n++] = model;
     av[n++] = "--target";
-    av[n++] = "8GiB";
+    av[n++] = m7 ? "64GiB" : "8GiB";
     av[n++] = "--quant";
     av[n++] = (char *)quant;
     av[n++] = "--calib";
@@ -188,14 +247,16 @@ int main(int argc, char **argv)
     char *ea[] = {mc, "eval", art, "--ref", model, "--tokens", eval, "--json", NULL};
     double ew, ec;
     long er;
-    if (run(ea, ev, &ew, &ec, &er) != 0) {
+    if (do_eval && run(ea, ev, &ew, &ec, &er) != 0) {
         fprintf(stderr, "bench_calib_smol: eval failed, see %s\n", ev);
         return 1;
     }
     double load[3] = {-1, -1, -1};
     if (getloadavg(load, 3) < 0)
         load[0] = -1;
-    printf("smol %s layers %u tokens %zu:", quant, layers, tokens);
+    if (!do_eval)
+        unlink(ev); /* no stale figures */
+    printf("%s %s layers %u tokens %zu:", m7 ? "mistral7b" : "smol", quant, layers, tokens);
     for (int i = extra; i < argc; i++)
         printf(" %s", argv[i]);
     printf("\n  compile wall %.1f s  cpu %.1f s  peak RSS %.1f MiB  artifact "
@@ -210,5 +271,7 @@ int main(int argc, char **argv)
         printf(" %s %.1f / %.1f", ph[p], json_num_in(out, "phase_seconds", ph[p]),
                json_num_in(out, "phase_cpu_seconds", ph[p]));
     printf("\n");
+    if (m7)
+        print_plan_check(out, layers, wall, rss);
     return 0;
 }

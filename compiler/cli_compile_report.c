@@ -29,9 +29,55 @@ double cmp_cli_mono_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The plan before calibration starts (cmp_calib_plan): peak RSS by part
+ * and the time estimate by phase. */
+static void print_calib_plan(FILE *out, const cmp_calib_plan *p)
+{
+    const cmp_calib_mem *m = &p->mem;
+    const double M = 1048576.0;
+    fprintf(out, "calibration plan: peak RSS %.1f MiB = states %.1f + one "
+            "block's weights %.1f + statistics %.1f + work and results %.1f "
+            "(mc_alloc peak %.1f at %s) + spill mapping %.1f + source mapping "
+            "%.1f + program %.1f MiB\n", p->rss / M, m->states / M,
+            m->block / M, m->stats / M,
+            (m->peak - m->states - m->block - m->stats) / M, m->peak / M,
+            m->phase ? m->phase : "-", p->spill / M, p->source / M,
+            p->program / M);
+    fprintf(out, "calibration plan: time ~%.0f s (rough, within ~2x): forward "
+            "%.0f s, statistics %.0f s, factorization %.0f s, search %.0f s; "
+            "%.3g multiply-adds at %.1f G/s (a float GEMM measured at start)\n",
+            p->total_s, p->seconds[0], p->seconds[1], p->seconds[2],
+            p->seconds[3], p->madds[0] + p->madds[1] + p->madds[2] + p->madds[3],
+            p->rate / 1e9);
+}
+
+static json_t *calib_plan_json(const cmp_calib_plan *p)
+{
+    const cmp_calib_mem *m = &p->mem;
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
+                     "s:f, s:{s:f, s:f, s:f, s:f}}",
+                     "peak_rss_bytes", (json_int_t)p->rss, "states_bytes",
+                     (json_int_t)m->states, "block_bytes", (json_int_t)m->block,
+                     "statistics_bytes", (json_int_t)m->stats, "alloc_peak_bytes",
+                     (json_int_t)m->peak, "spill_bytes", (json_int_t)p->spill,
+                     "source_bytes", (json_int_t)p->source, "program_bytes",
+                     (json_int_t)p->program, "multiply_adds",
+                     (json_int_t)(p->madds[0] + p->madds[1] + p->madds[2] +
+                                  p->madds[3]),
+                     "rate_madds_per_s", p->rate, "seconds", p->total_s,
+                     "phase_seconds", "forward", p->seconds[0], "statistics",
+                     p->seconds[1], "factorization", p->seconds[2], "search",
+                     p->seconds[3]);
+}
+
 void cmp_cli_calib_progress(void *ctx, const cmp_calib_progress *p)
 {
     cmp_cli_calib_prog *c = ctx;
+    if (p->plan) {
+        if (c->plan_on)
+            print_calib_plan(stderr, p->plan);
+        return;
+    }
     double t = cmp_cli_mono_s();
     if (!c->on || (t - c->last < 0.25 && p->layer < p->layers))
         return;
@@ -147,6 +193,8 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                               r->times.stats.cpu, "factorization",
                               r->times.factor.cpu, "search", r->times.search.cpu,
                               "ends", r->times.ends.cpu));
+            if (c)
+                json_object_set_new(c, "plan", calib_plan_json(&r->plan));
             json_object_set_new(j, "calibration", c);
         }
         json_object_set_new(j, "ok", json_boolean(s == MC_OK));

@@ -13,6 +13,8 @@
 /* State of the calibration progress line. */
 typedef struct cmp_cli_calib_prog {
     int on;          /* stderr is a terminal and not -q */
+    int plan_on;     /* not -q: the calibration's plan on stderr before it
+                        starts (also with --json, whose object has it) */
     double last;     /* last print, seconds (cmp_cli_mono_s) */
 } cmp_cli_calib_prog;
 

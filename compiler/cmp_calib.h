@@ -98,7 +98,13 @@ enum { CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V, CMP_LIN_O, CMP_LIN_GATE, CMP_LIN_UP,
 /* "q_proj".."down_proj". */
 const char *cmp_lin_name(int slot);
 
+struct cmp_calib_plan;
+
 typedef struct cmp_calib_progress {
+    const struct cmp_calib_plan *plan; /* set on the one call made before
+                                          the first layer starts (layer
+                                          0): the plan to print; NULL on
+                                          the per-layer calls */
     uint32_t layer;       /* layers finished */
     uint32_t layers;      /* total */
     double elapsed_s;     /* since the start */
@@ -242,6 +248,38 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
                                 size_t nseq, const cmp_calib_opts *o,
                                 cmp_calib_mem *out, mc_error *err);
 
+/* The plan printed before calibration starts (cmp_calib_plan_make): the
+ * whole process's peak resident memory by part and a time estimate.
+ * rss = mem.peak (what mc_alloc holds: states, block, statistics, work,
+ * results) + source (the source model's weight bytes: rt_model maps them
+ * and every page is read once, so by the end all are resident while the
+ * page cache keeps them) + spill (the spill file's mapping, read back by
+ * the writer) + program (code, libraries, thread stacks, the token file:
+ * a fixed allowance).  An upper bound: the parts do not all peak at once.
+ * The estimate is multiply-adds per phase (the phases of
+ * cmp_calib_times) divided by a rate measured at start with a float GEMM
+ * through the pool (~0.1 s): rough, within about 2x, because the
+ * statistics and factorizations run double-precision kernels at other
+ * rates than the GEMM (docs/quantization.md). */
+typedef struct cmp_calib_plan {
+    cmp_calib_mem mem;
+    uint64_t source, spill, program, rss;
+    double madds[4];   /* forward, statistics, factorization, search */
+    double rate;       /* multiply-adds per second measured at start */
+    double seconds[4]; /* madds / rate, per phase */
+    double total_s;    /* their sum */
+} cmp_calib_plan;
+
+/* The plan for model m (its config and weight formats), the ntok
+ * calibration tokens in sequences of at most maxT, options o and the
+ * memory plan mem (cmp_calib_plan_memory).  rate > 0: use it; 0: measure
+ * it (a float GEMM through o->pool for ~0.1 s); < 0: no estimate (the
+ * seconds stay 0; cmp_calib_run passes -1 when no one is told: no
+ * o->progress). */
+void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
+                         const cmp_calib_opts *o, const cmp_calib_mem *mem,
+                         double rate, cmp_calib_plan *out);
+
 /* Where the calibration's time went, in wall and CPU seconds (cmp_clock,
  * cmp_par.h; the phases do not overlap; their sum is the run's time up to
  * bookkeeping). */
@@ -279,6 +317,7 @@ typedef struct cmp_calib_result {
     cmp_calib_times times;   /* the run's time by phase */
     size_t calib_tokens;     /* tokens calibrated on */
     cmp_calib_mem mem;       /* the memory plan followed */
+    cmp_calib_plan plan;     /* the plan given to progress at the start */
     struct cmp_spill *spill; /* the spill file holding the buffers, or NULL */
     int has_heldout;         /* 1: heldout holds the summary */
     cmp_eval_report heldout; /* quantized vs reference on held-out seqs */

@@ -236,6 +236,7 @@ static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
         r->layer_seconds[l] = now_s() - tl;
         if (o->progress) {
             cmp_calib_progress p;
+            p.plan = NULL;
             p.layer = l + 1;
             p.layers = m->cfg.num_layers;
             p.elapsed_s = now_s() - t0;
@@ -331,6 +332,17 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         goto fail;
     r->calib_tokens = ntok;
     r->mem = mem;
+    /* the plan, told before anything large is allocated */
+    cmp_calib_plan_make(m, ntok, maxT, o, &mem, o->progress ? 0.0 : -1.0,
+                        &r->plan);
+    if (o->progress) {
+        cmp_calib_progress p;
+        memset(&p, 0, sizeof p);
+        p.plan = &r->plan;
+        p.layers = m->cfg.num_layers;
+        p.eta_s = r->plan.total_s;
+        o->progress(o->progress_ctx, &p);
+    }
     if (o->spill_dir && (st = cmp_spill_create(o->spill_dir, &r->spill, err)) != MC_OK)
         goto fail;
     if (o->rotate && (st = rotation_setup(m, o, r, &rot)) != MC_OK) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -796,11 +797,59 @@ static void test_compile_calib_reports_phase_times(void **state)
                   total[1]);
 }
 
+/* Before calibrating, mcompile prints its plan on stderr (also with
+ * --json, whose object repeats it): the peak RSS is the sum of its parts,
+ * the source part is the fixture's float32 matrices, the estimate is
+ * positive, and the child's measured peak RSS stays under the plan. */
+static void test_compile_calib_prints_plan_before_start(void **state)
+{
+    (void)state;
+    char *art = tu_fmt("%s/llama-plan.mca", g_dir), *out = NULL, *err = NULL;
+    char *cmd = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int4 "
+                       "--calib %s --json -o %s", MC_BIN_DIR, MC_FIXTURE_DIR,
+                       g_ids, art);
+    int rc = tu_run(cmd, &out, &err);
+    if (rc != 0)
+        fail_msg("%s failed (%d): %s", cmd, rc, err);
+    assert_non_null(strstr(err, "calibration plan: peak RSS"));
+    assert_non_null(strstr(err, "calibration plan: time ~"));
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    const json_t *p = json_object_get(json_object_get(j, "calibration"), "plan");
+#define PLAN_I(k) ((uint64_t)json_integer_value(json_object_get(p, k)))
+    uint64_t rss = PLAN_I("peak_rss_bytes");
+    assert_true(PLAN_I("alloc_peak_bytes") > PLAN_I("states_bytes"));
+    assert_int_equal(rss, PLAN_I("alloc_peak_bytes") + PLAN_I("spill_bytes") +
+                              PLAN_I("source_bytes") + PLAN_I("program_bytes"));
+    /* the fixture: float32 embed + 2 layers' linears, tied */
+    struct stat sb;
+    char *st = tu_fmt("%s/llama/model.safetensors", MC_FIXTURE_DIR);
+    assert_int_equal(stat(st, &sb), 0);
+    assert_true(PLAN_I("source_bytes") > 0 &&
+                PLAN_I("source_bytes") <= (uint64_t)sb.st_size);
+#undef PLAN_I
+    assert_true(json_number_value(json_object_get(p, "seconds")) > 0.0);
+    assert_true(json_number_value(json_object_get(p, "rate_madds_per_s")) > 1e6);
+    struct rusage ru;
+    assert_int_equal(getrusage(RUSAGE_CHILDREN, &ru), 0);
+    print_message("plan peak RSS %.1f MiB, children's peak %.1f MiB\n",
+                  rss / 1048576.0, ru.ru_maxrss / 1024.0);
+    if (!getenv("MC_UNDER_SANITIZER")) /* shadow memory is not the plan's */
+        assert_true((uint64_t)ru.ru_maxrss * 1024 <= rss);
+    json_decref(j);
+    free(st);
+    free(out);
+    free(err);
+    free(cmd);
+    free(art);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compile_calib_int8_fixtures_verify_run_and_record),
         cmocka_unit_test(test_compile_calib_reports_phase_times),
+        cmocka_unit_test(test_compile_calib_prints_plan_before_start),
         cmocka_unit_test(test_compile_calib_with_lora_calibrates_merged_weights),
         cmocka_unit_test(test_compile_calib_rotation_unties_and_records),
         cmocka_unit_test(test_compile_calib_text_file_through_tokenizer),
