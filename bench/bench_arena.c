@@ -189,17 +189,8 @@ int main(int argc, char **argv)
         }
     }
     static char bindir[4096];
-    if (!bin) {
-        ssize_t n = readlink("/proc/self/exe", bindir, sizeof bindir - 4);
-        if (n <= 0)
-            return 1;
-        bindir[n] = '\0';
-        char *s = strrchr(bindir, '/');
-        if (s)
-            *s = '\0';
-        strcat(bindir, "/..");
-        bin = bindir;
-    }
+    if (!(bin = bench_programs_dir("bench_arena", bin, bindir, sizeof bindir)))
+        return 1;
     char dir[1024], model[1100];
     if (bench_mkdtemp(dir, sizeof dir, "arena") != 0) {
         fprintf(stderr, "bench_arena: cannot make a scratch folder under "

@@ -198,15 +198,8 @@ int main(int argc, char **argv)
     if (quick && n == 1000)
         n = 120;
     char bindir[4096];
-    if (!bin) { /* build/bench/bench_batch -> build */
-        snprintf(bindir, sizeof bindir, "%s", argv[0]);
-        for (int k = 0; k < 2; k++) {
-            char *s = strrchr(bindir, '/');
-            if (s)
-                *s = '\0';
-        }
-        bin = bindir;
-    }
+    if (!(bin = bench_programs_dir("bench_batch", bin, bindir, sizeof bindir)))
+        return 1;
     char th[16];
     snprintf(th, sizeof th, "%d",
              threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN));

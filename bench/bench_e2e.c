@@ -605,15 +605,8 @@ int main(int argc, char **argv)
         return 1;
     }
     self[sl] = '\0';
-    if (!bin) { /* build/bench/bench_e2e -> build */
-        snprintf(bindir, sizeof bindir, "%s", self);
-        for (int k = 0; k < 2; k++) {
-            char *s = strrchr(bindir, '/');
-            if (s)
-                *s = '\0';
-        }
-        bin = bindir;
-    }
+    if (!(bin = bench_programs_dir("bench_e2e", bin, bindir, sizeof bindir)))
+        return 1;
     kn_pool *pool = kn_pool_create(threads);
     threads = kn_pool_threads(pool);
     double copy_bw = bench_bandwidth(pool, (size_t)512 << 20, 1);

@@ -366,4 +366,43 @@ static inline int bench_mkdtemp(char *buf, size_t n, const char *tag)
     return mkdtemp(buf) ? 0 : -1;
 }
 
+/* The folder holding mcompile and mrun for a benchmark that runs them:
+ * `bin` when given (--bin DIR), else the build tree the benchmark sits in
+ * (build/bench/bench_x -> build), into buf[n].  Both programs must be
+ * there and executable: a benchmark started from a tree where they were
+ * not built says so and returns NULL, instead of failing every run
+ * without a reason. */
+static inline const char *bench_programs_dir(const char *name,
+                                             const char *bin, char *buf,
+                                             size_t n)
+{
+    if (!bin) {
+        ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+        if (k <= 0) {
+            fprintf(stderr, "%s: cannot read /proc/self/exe: %s\n", name,
+                    strerror(errno));
+            return NULL;
+        }
+        buf[k] = '\0';
+        for (int up = 0; up < 2; up++) {
+            char *s = strrchr(buf, '/');
+            if (s)
+                *s = '\0';
+        }
+        bin = buf;
+    }
+    static const char *const progs[] = {"mcompile", "mrun"};
+    for (size_t i = 0; i < 2; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", bin, progs[i]);
+        if (access(path, X_OK) != 0) {
+            fprintf(stderr, "%s: %s is not there or not executable (%s): "
+                    "build the mcompile and mrun targets in that tree, or "
+                    "give --bin DIR\n", name, path, strerror(errno));
+            return NULL;
+        }
+    }
+    return bin;
+}
+
 #endif /* BENCH_UTIL_H */
