@@ -259,11 +259,15 @@ enum { CMP_PH_FORWARD, CMP_PH_STATS, CMP_PH_FACTOR, CMP_PH_SEARCH,
 /* The plan printed before calibration starts (cmp_calib_plan_make): the
  * whole process's peak resident memory by part and a time estimate.
  * rss = mem.peak (what mc_alloc holds: states, block, statistics, work,
- * results) + source (the source model's weight bytes: rt_model maps them
- * and every page is read once, so by the end all are resident while the
- * page cache keeps them) + spill (the spill file's mapping, read back by
- * the writer) + program (code, libraries, thread stacks, the token file:
- * a fixed allowance).  An upper bound: the parts do not all peak at once.
+ * results) + the source model's weight bytes resident (rt_model maps
+ * them; each finished block's pages are dropped, fmt_mapguard_drop) +
+ * the spill file's mapping (read back by the writer) + program (code,
+ * libraries, thread stacks, the token file: a fixed allowance), the
+ * larger of two phases: the layers (source: the embeddings, one block,
+ * and any source that is not a file mapping, e.g. merged tensors) and the
+ * ends (source: embeddings and output layer, or the whole model when a
+ * held-out evaluation reads it again; plus the spill mapping).  An upper
+ * bound: the parts do not all peak at once.
  * The estimate: multiply-adds per phase, counted pass by pass and
  * candidate by candidate as the calibration runs them (partial block
  * passes as far as they go; GPTQ, the retarget, the descent, the AWQ
@@ -276,7 +280,10 @@ enum { CMP_PH_FORWARD, CMP_PH_STATS, CMP_PH_FACTOR, CMP_PH_SEARCH,
  * pick is not known before), so it leans high. */
 typedef struct cmp_calib_plan {
     cmp_calib_mem mem;
-    uint64_t source, spill, program, rss;
+    uint64_t source;         /* the source's weight bytes, all of them */
+    uint64_t source_layers;  /* of them resident during the layers */
+    uint64_t source_ends;    /* of them resident at the ends */
+    uint64_t spill, program, rss;
     size_t heldout_tokens;         /* tokens of the held-out evaluation */
     double madds[CMP_PH_COUNT];    /* multiply-adds per phase (CMP_PH_*) */
     double rate;                   /* float GEMM multiply-adds per second
@@ -344,6 +351,9 @@ typedef struct cmp_calib_result {
     cmp_calib_mem mem;       /* the memory plan followed */
     cmp_calib_plan plan;     /* the plan given to progress at the start */
     struct cmp_spill *spill; /* the spill file holding the buffers, or NULL */
+    uint64_t source_dropped; /* bytes of finished blocks' source pages
+                                dropped from the resident set
+                                (fmt_mapguard_drop) */
     int has_heldout;         /* 1: heldout holds the summary */
     cmp_eval_report heldout; /* quantized vs reference on held-out seqs */
 } cmp_calib_result;

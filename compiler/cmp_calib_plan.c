@@ -6,6 +6,7 @@
 #include "cmp_calib_budget.h"
 #include "cmp_calib_internal.h"
 #include "cmp_rotate.h"
+#include "fmt_mapguard.h"
 #include "kn_quant.h"
 #include "mc_alloc.h"
 
@@ -244,16 +245,39 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     out->mem = *mem;
     out->heldout_tokens = heldout_tok;
     const fmt_model_config *c = &m->cfg;
-    /* memory: what mc_alloc holds, the mapped source, the spill mapping */
-    out->source = src_bytes(&m->embed);
+    /* memory: what mc_alloc holds, the source as resident, the spill
+     * mapping.  During the layers: the embeddings (read for the states)
+     * and the block being calibrated: each finished block's source pages
+     * are dropped (fmt_mapguard_drop), where they are a file's mapping;
+     * a heap copy (an adapter's merged tensor) stays, and counts whole.
+     * At the ends: the embeddings and output layer; with a held-out
+     * evaluation the whole model is read again.  The spill file is
+     * mapped at the ends only. */
+    uint64_t ends_src = src_bytes(&m->embed);
     if (m->lm_head.data != m->embed.data)
-        out->source += src_bytes(&m->lm_head);
-    for (uint32_t l = 0; l < c->num_layers; l++)
-        for (int s = 0; s < CMP_LIN_COUNT; s++)
-            out->source += src_bytes(cmp_calib_src_matrix(&m->layers[l].w, s));
+        ends_src += src_bytes(&m->lm_head);
+    uint64_t block_max = 0, kept = 0;
+    out->source = ends_src;
+    for (uint32_t l = 0; l < c->num_layers; l++) {
+        uint64_t blk = 0;
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            const kn_matrix *w = cmp_calib_src_matrix(&m->layers[l].w, s);
+            uint64_t b = src_bytes(w);
+            out->source += b;
+            if (b && fmt_mapguard_covers(w->data, (size_t)b))
+                blk += b;
+            else
+                kept += b;
+        }
+        block_max = blk > block_max ? blk : block_max;
+    }
+    out->source_layers = src_bytes(&m->embed) + block_max + kept;
+    out->source_ends = heldout_tok ? out->source : ends_src + kept;
     out->spill = mem->spill;
     out->program = PLAN_PROGRAM_BYTES;
-    out->rss = mem->peak + out->source + out->spill + out->program;
+    uint64_t layers = mem->peak + out->source_layers + out->program;
+    uint64_t ends = mem->peak + out->source_ends + out->spill + out->program;
+    out->rss = layers > ends ? layers : ends;
 
     /* time: multiply-adds per phase over all layers */
     double T = (double)ntok, L = c->num_layers;

@@ -6,6 +6,7 @@
 
 #include "cmp_calib_internal.h"
 #include "cmp_spill.h"
+#include "fmt_mapguard.h"
 #include "mc_alloc.h"
 
 static double now_s(void)
@@ -233,6 +234,16 @@ static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
             st = cmp_calib_spill_layer(r, l, err);
         if (st != MC_OK)
             return st;
+        /* the block's source is done with (its float copies made, its
+         * moves run): out of the resident set, so the plan counts one
+         * block of it, not the model (read again only by a held-out
+         * evaluation) */
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            const kn_matrix *w = cmp_calib_src_matrix(&m->layers[l].w, s);
+            if (w->data)
+                r->source_dropped += fmt_mapguard_drop(
+                    w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols));
+        }
         r->layer_seconds[l] = now_s() - tl;
         if (o->progress) {
             cmp_calib_progress p;

@@ -19,6 +19,9 @@
 
 #include "cmp_calib.h"
 #include "cmp_calib_budget.h"
+#include "cmp_calib_internal.h"
+#include "fmt_mapguard.h"
+#include "kn_quant.h"
 #include "mc_alloc.h"
 #include "rt_model.h"
 #include "testutil.h"
@@ -181,6 +184,43 @@ static void test_choice_walks_the_ladder(void **state)
     tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
 }
 
+/* A finished block's source pages leave the resident set and read back
+ * the same (fmt_mapguard_drop on the read-only file mapping); a heap
+ * buffer is not a mapping and is left alone; a calibration drops every
+ * block's source. */
+static void test_source_pages_dropped(void **state)
+{
+    (void)state;
+    ladder_case lc;
+    ladder_open(&lc);
+    const kn_matrix *w = &lc.m->layers[0].w.w_up;
+    size_t n = (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols);
+    assert_true(fmt_mapguard_covers(w->data, n));
+    unsigned char *copy = malloc(n);
+    assert_non_null(copy);
+    memcpy(copy, w->data, n);
+    assert_true(fmt_mapguard_drop(w->data, n) >= n);
+    assert_memory_equal(copy, w->data, n); /* read back from the file */
+    assert_false(fmt_mapguard_covers(copy, n));
+    assert_int_equal(fmt_mapguard_drop(copy, n), 0);
+    free(copy);
+    mc_error e;
+    cmp_calib_result *r = NULL;
+    lc.o.method = CMP_QM_GPTQ;
+    assert_int_equal(cmp_calib_run(lc.m, lc.tok, lc.off, 18, &lc.o, &r, &e), MC_OK);
+    uint64_t all = 0;
+    for (uint32_t l = 0; l < lc.m->cfg.num_layers; l++)
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            const kn_matrix *x = cmp_calib_src_matrix(&lc.m->layers[l].w, s);
+            all += kn_wformat_data_bytes(x->fmt, x->rows, x->cols);
+        }
+    print_message("source %llu bytes, dropped %llu\n", (unsigned long long)all,
+                  (unsigned long long)r->source_dropped);
+    assert_true(r->source_dropped >= all);
+    cmp_calib_result_free(r);
+    tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
+}
+
 /* mcompile ARGS --json: its calibration.effort object (new ref). */
 static json_t *compile_effort(const char *args)
 {
@@ -309,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_block_madds_follow_the_passes),
         cmocka_unit_test(test_subset_keeps_the_heldout),
         cmocka_unit_test(test_choice_walks_the_ladder),
+        cmocka_unit_test(test_source_pages_dropped),
         cmocka_unit_test(test_budget_end_to_end_reproduces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
