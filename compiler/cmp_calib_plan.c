@@ -106,6 +106,20 @@ static void block_prefix(const fmt_model_config *c, size_t maxT, double cum[5])
     cum[4] = cum[3] + H * F;
 }
 
+/* Stage k's points (*pts) and the points its passes collect (*mask: with
+ * pre, stage 0 also collects down's and, under MHA, o's for the AWQ
+ * pre-scaling), as groups_staged (cmp_calib_layer.c) runs them; 0 past
+ * the last stage. */
+static int stage_mask(const fmt_model_config *c, uint32_t stages, unsigned k,
+                      int pre, unsigned *pts, unsigned *mask)
+{
+    *pts = *mask = k < stages ? cmp_calib_stage_points(stages, k) : 0;
+    if (k == 0 && pre)
+        *mask |= (1u << KN_TAP_DOWN_IN) |
+                 (c->num_kv_heads == c->num_heads ? 1u << KN_TAP_O_IN : 0);
+    return *pts != 0;
+}
+
 /* The forward's multiply-adds per token and block, pass by pass as
  * cmp_calib_layer runs them (groups_staged, then the final moves): each
  * stage's full-precision pass up to the last full point it serves (the
@@ -119,16 +133,10 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
     block_prefix(c, maxT, cum);
     if (!stages)
         stages = CMP_CALIB_STAGES_DEFAULT;
-    int mha = c->num_kv_heads == c->num_heads;
-    unsigned fullpts = 0xFu & ~lean;
+    unsigned fullpts = 0xFu & ~lean, pts, mask;
     int moved_f = 0, stored = 0;
     double total = 0.0;
-    for (unsigned k = 0; k < stages; k++) {
-        unsigned pts = cmp_calib_stage_points(stages, k), mask = pts;
-        if (!pts)
-            break;
-        if (k == 0 && pre)
-            mask |= (1u << KN_TAP_DOWN_IN) | (mha ? 1u << KN_TAP_O_IN : 0);
+    for (unsigned k = 0; stage_mask(c, stages, k, pre, &pts, &mask); k++) {
         unsigned full = fullpts & pts;
         int move_f = k == stages - 1 && (lean & 0xFu) != 0xFu &&
                      (stages < 4 || rot);
@@ -163,14 +171,9 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
                        c->hidden_size, c->intermediate_size};
     if (!stages)
         stages = CMP_CALIB_STAGES_DEFAULT;
-    int mha = c->num_kv_heads == c->num_heads;
+    unsigned pts, mask;
     double total = 0.0;
-    for (unsigned k = 0; k < stages; k++) {
-        unsigned pts = cmp_calib_stage_points(stages, k), mask = pts;
-        if (!pts)
-            break;
-        if (k == 0 && pre)
-            mask |= (1u << KN_TAP_DOWN_IN) | (mha ? 1u << KN_TAP_O_IN : 0);
+    for (unsigned k = 0; stage_mask(c, stages, k, pre, &pts, &mask); k++) {
         for (int p = 0; p < 4; p++) {
             double w2 = width[p] * width[p];
             if ((mask >> p) & 1u)
