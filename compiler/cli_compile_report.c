@@ -47,8 +47,9 @@ static void print_calib_plan(FILE *out, const cmp_calib_plan *p)
     double madds = 0.0;
     for (int i = 0; i < CMP_PH_COUNT; i++)
         madds += p->madds[i];
-    fprintf(out, "calibration plan: time ~%.0f s (per phase within ~1.5x on "
-            "the runs checked; more under load): forward %.0f s, statistics "
+    fprintf(out, "calibration plan: time ~%.0f s (on cores of its own, "
+            "longer under load; per phase within ~1.5x on the runs "
+            "checked): forward %.0f s, statistics "
             "%.0f s, factorization %.0f s, search %.0f s, held-out %.0f s; "
             "%.3g multiply-adds, a float GEMM at %.1f G/s measured at start\n",
             p->total_s, p->seconds[CMP_PH_FORWARD], p->seconds[CMP_PH_STATS],
