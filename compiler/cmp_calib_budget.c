@@ -135,9 +135,9 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
     }
     char opts[128];
     return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib-time", -1,
-                   "%.0f s is below the cheapest calibration's estimate, "
-                   "%.0f s (%s, at %.1f G multiply-adds/s measured now); "
-                   "the options as given are estimated at %.0f s",
+                   "%.3g s is below the cheapest calibration's estimate, "
+                   "%.3g s (%s, at %.1f G multiply-adds/s measured now); "
+                   "the options as given are estimated at %.3g s",
                    budget_s, last.estimate_s,
                    cmp_calib_effort_options(&last, opts, sizeof opts),
                    rate / 1e9, first.estimate_s);

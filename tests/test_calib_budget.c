@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,7 +158,7 @@ static void test_choice_walks_the_ladder(void **state)
                                              got.estimate_s * 0.5, rate, &prev,
                                              NULL, &e), MC_ERR_INVALID_ARG);
     char want[64], buf[1024];
-    snprintf(want, sizeof want, "%.0f s", got.estimate_s);
+    snprintf(want, sizeof want, "%.3g s", got.estimate_s);
     const char *msg = mc_error_format(&e, buf, sizeof buf);
     assert_non_null(strstr(msg, "cheapest"));
     assert_non_null(strstr(msg, want));
@@ -268,14 +269,18 @@ static void test_budget_end_to_end_reproduces(void **state)
     assert_int_equal(json_integer_value(json_object_get(big, "stages")), 4);
     assert_string_equal(json_string_value(json_object_get(big, "method")), "best");
     assert_true(est > 0.0);
-    /* Budgets from 32x above it to 64x below, halving, until one picks a
-     * cheaper effort: each run measures the rate again (on a model this
-     * small, through a pool's wake-ups, it swings by 20x on a loaded
-     * machine), so which budget does is not certain; the run's own
-     * estimate of the options as given says whether it had to cut */
+    /* A budget between the cheapest effort's estimate and the options':
+     * each run measures the rate again (on a model this small, through a
+     * pool's wake-ups, it swings by 20x on a loaded machine), so the
+     * budget follows what the last run said: a refusal names the
+     * cheapest estimate (lo), a run that kept the options names theirs
+     * (hi); the next budget is between.  A run whose own estimate of the
+     * options exceeds its budget had to cut: that is the one checked. */
     int hits = 0;
-    for (int k = 0; k < 12 && !hits; k++) {
-        double budget = est * 32.0 / (double)(1u << k);
+    double lo = 0.0, hi = est;
+    for (int k = 0; k < 16 && !hits; k++) {
+        double budget = lo > 0.0 && lo < hi ? sqrt(lo * hi) : lo > 0.0 ? 1.5 * lo
+                                                                  : 0.5 * hi;
         char *a2 = tu_fmt("%s --calib-time %.9g -o %s/tight.mca", base, budget,
                           dir);
         char *cmd = tu_fmt("%s/mcompile %s --json", MC_BIN_DIR, a2);
@@ -283,10 +288,17 @@ static void test_budget_end_to_end_reproduces(void **state)
         int rc = tu_run(cmd, &out, &err);
         json_t *j = rc == 0 ? json_loads(out, 0, NULL) : NULL;
         json_t *tight = json_object_get(json_object_get(j, "calibration"), "effort");
-        if (rc == 1)
-            assert_non_null(strstr(err, "below the cheapest calibration's estimate"));
-        else
+        if (rc == 1) {
+            const char *at = strstr(err, "below the cheapest calibration's estimate, ");
+            assert_non_null(at);
+            lo = strtod(at + strlen("below the cheapest calibration's estimate, "),
+                        NULL);
+            assert_true(lo > 0.0);
+        } else {
             assert_non_null(tight);
+            hi = json_number_value(
+                json_object_get(tight, "options_given_estimate_seconds"));
+        }
         if (tight &&
             json_number_value(json_object_get(tight, "options_given_estimate_seconds")) >
                 budget) {
@@ -324,6 +336,42 @@ static void test_budget_end_to_end_reproduces(void **state)
         free(a2);
     }
     assert_true(hits);
+    /* --calib-seqs beyond the file, and the options without --calib */
+    char *c5 = tu_fmt("%s/mcompile %s --calib-seqs 19 -o %s/x.mca", MC_BIN_DIR,
+                      base, dir);
+    char *err5 = NULL;
+    assert_int_equal(tu_run(c5, NULL, &err5), 1);
+    assert_non_null(strstr(err5, "19 calibration sequences asked"));
+    free(err5);
+    free(c5);
+    c5 = tu_fmt("%s/mcompile %s --target 1GiB --quant int4 --calib-time 5",
+                MC_BIN_DIR, model);
+    assert_int_equal(tu_run(c5, NULL, &err5), 2);
+    assert_non_null(strstr(err5, "need --calib FILE"));
+    free(err5);
+    free(c5);
+    /* the manifest names fewer stages, and the default's does not */
+    char *c6 = tu_fmt("%s/mcompile %s --calib-stages 2 --calib-seqs 4 -o %s/s2.mca "
+                      "-q && %s/mcompile inspect %s/s2.mca --json", MC_BIN_DIR,
+                      base, dir, MC_BIN_DIR, dir);
+    char *out6 = NULL;
+    assert_int_equal(tu_run(c6, &out6, NULL), 0);
+    json_t *j6 = json_loads(out6, 0, NULL);
+    json_t *cal = json_object_get(json_object_get(j6, "manifest"), "calibration");
+    assert_int_equal(json_integer_value(json_object_get(cal, "stages")), 2);
+    assert_int_equal(json_integer_value(json_object_get(cal, "tokens")), 4 * 32);
+    json_decref(j6);
+    free(out6);
+    free(c6);
+    c6 = tu_fmt("%s/mcompile inspect %s/big.mca --json", MC_BIN_DIR, dir);
+    assert_int_equal(tu_run(c6, &out6, NULL), 0);
+    j6 = json_loads(out6, 0, NULL);
+    cal = json_object_get(json_object_get(j6, "manifest"), "calibration");
+    assert_non_null(cal);
+    assert_null(json_object_get(cal, "stages"));
+    json_decref(j6);
+    free(out6);
+    free(c6);
     /* far below anything: refused with the estimate named */
     char *a4 = tu_fmt("%s --calib-time 1e-9 -o %s/none.mca", base, dir);
     char *c4 = tu_fmt("%s/mcompile %s", MC_BIN_DIR, a4);
