@@ -24,9 +24,10 @@
  *                (default 512); the eval set is 8 other sequences of L
  *   --layers K   layers of the generated model (default 30)
  *   ARGS         more mcompile options (--method, --group 128, -v ...)
- * Prints the figures of the run, the load average, and the calibration's
+ * Prints the figures of the run, the load average, the calibration's
  * phases in wall and CPU seconds (mcompile's calibration.phase_seconds and
- * phase_cpu_seconds). */
+ * phase_cpu_seconds), and the plan's estimate per phase against the CPU
+ * seconds over the threads (the estimate is time on cores of its own). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,15 +126,20 @@ static void print_plan_check(const char *out, uint32_t layers, double wall,
      * scale and a byte zero per group of 128 (the rest of the spill, the
      * ends, does not grow) */
     double per_spill = per_src / 2.0 * (0.5 + 3.0 / 128.0);
-    double rss32 = plan + (32.0 - layers) * (per_src + per_spill);
+    /* the source's pages leave with each finished block: during the
+     * layers it is the embeddings and one block at any depth; what grows
+     * is the spill mapping at the ends */
+    double rss32 = plan + (32.0 - layers) * per_spill;
     printf("  plan before start: peak RSS %.1f MiB, time ~%.0f s | measured "
            "peak RSS %.1f MiB (%s the plan), wall %.1f s\n", plan / 1048576.0,
            est, rss_kib / 1024.0,
            rss_kib * 1024.0 <= plan ? "within" : "OVER", wall);
     printf("  per layer %.1f s; 32 layers: ~%.0f s (%.1f h), planned peak RSS "
-           "~%.1f GiB (source %.1f GiB of it, spill %.1f GiB)\n", lay,
+           "~%.1f GiB (source %.1f GiB, %.1f GiB of it resident during the "
+           "layers; spill %.1f GiB)\n", lay,
            wall + (32.0 - layers) * lay, (wall + (32.0 - layers) * lay) / 3600.0,
            rss32 / 1073741824.0, (embeds + 32.0 * per_src) / 1073741824.0,
+           json_num_in(out, "plan", "source_layers_bytes") / 1073741824.0,
            (spill + (32.0 - layers) * per_spill) / 1073741824.0);
 }
 
@@ -270,6 +276,17 @@ int main(int argc, char **argv)
     for (int p = 0; p < 5; p++)
         printf(" %s %.1f / %.1f", ph[p], json_num_in(out, "phase_seconds", ph[p]),
                json_num_in(out, "phase_cpu_seconds", ph[p]));
+    printf("\n");
+    /* the plan's estimate (seconds on cores of its own) against each
+     * phase's CPU seconds over the threads that ran it */
+    double nth = threads > 0 ? threads : (double)sysconf(_SC_NPROCESSORS_ONLN);
+    printf("  estimate / (CPU s / %.0f threads), rate %.1f G/s:", nth,
+           json_num_in(out, "plan", "rate_madds_per_s") / 1e9);
+    for (int p = 0; p < 4; p++) {
+        double e = json_num_in(out, "plan", ph[p]);
+        double m = json_num_in(out, "phase_cpu_seconds", ph[p]) / nth;
+        printf(" %s %.2f / %.2f (%.2fx)", ph[p], e, m, m > 0.0 ? e / m : 0.0);
+    }
     printf("\n");
     if (m7)
         print_plan_check(out, layers, wall, rss);

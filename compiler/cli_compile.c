@@ -14,6 +14,7 @@
 #include "cmp_compile.h"
 #include "fmt_artifact.h"
 #include "mc_alloc.h"
+#include "mc_parse.h"
 
 /* Every option of the compile form. */
 typedef struct compile_cli {
@@ -23,6 +24,8 @@ typedef struct compile_cli {
     uint64_t heldout;      /* --heldout N; UINT64_MAX: not given */
     int calib_device;      /* -1 not given, 0 cpu, 1 cuda */
     int awq_grid;          /* -1 not given, 0 coarse, 1 full */
+    int calib_stages;      /* 0 not given, else 1, 2 or 4 */
+    uint64_t calib_seqs;   /* 0 not given */
     int method_set;        /* --method given */
     int no_rotate, json, quiet, verbose;
 } compile_cli;
@@ -77,6 +80,8 @@ static const mc_opt_choice device_choices[] = {
     {"cpu", 0, 0}, {"cuda", 1, 0}, {NULL, 0, 0}};
 static const mc_opt_choice awq_grid_choices[] = {
     {"coarse", 0, 0}, {"full", 1, 0}, {NULL, 0, 0}};
+static const mc_opt_choice stages_choices[] = {
+    {"1", 1, 0}, {"2", 2, 0}, {"4", 4, 0}, {NULL, 0, 0}};
 
 #define F(field) offsetof(compile_cli, field)
 
@@ -124,6 +129,24 @@ static const mc_opt compile_opts[] = {
              "(default) tries 11 of the 20 alphas 0..0.95, every\n"
              "third then the neighbours of the best; full tries\n"
              "all 20 (the same pick where the error is unimodal)"},
+    {.kind = MC_OPT_F64, .flags = "--calib-time", .value = "SECONDS",
+     .off = F(o.calib_time_s), .flo = 0.0, .fhi = 1e9,
+     .fflags = MC_PARSE_LO_OPEN,
+     .help = "a time budget for the calibration: the effort\n"
+             "(--calib-stages, then --method gptaq, then\n"
+             "--calib-seqs) is cut until the estimate fits; the\n"
+             "estimate rests on a rate measured at start, so the\n"
+             "choice depends on the machine and its load: the\n"
+             "options printed reproduce the artifact without it"},
+    {.kind = MC_OPT_CHOICE, .flags = "--calib-stages", .value = "1|2|4",
+     .off = F(calib_stages), .choices = stages_choices,
+     .help = "passes collecting a block's statistics (default 4:\n"
+             "each input group after the ones before it are\n"
+             "quantized; 2 and 1 are cheaper, less exact)"},
+    {.kind = MC_OPT_U64, .flags = "--calib-seqs", .value = "N",
+     .off = F(calib_seqs), .ulo = 1, .uhi = 1u << 30,
+     .help = "calibrate on the first N sequences not held out\n"
+             "(default all)"},
     {.kind = MC_OPT_SET, .flags = "--no-rotate", .off = F(no_rotate),
      .help = "with --calib, do not rotate the model first (the\n"
              "default rotates the residual stream and value heads\n"
@@ -186,6 +209,16 @@ static int check_args(compile_cli *c)
                              "--calib FILE");
     if (c->awq_grid >= 0 && !o->calib)
         return cmp_cli_usage(cmd, "--awq-grid needs --calib FILE");
+    if ((o->calib_time_s > 0.0 || c->calib_stages || c->calib_seqs) && !o->calib)
+        return cmp_cli_usage(cmd, "--calib-time, --calib-stages and "
+                             "--calib-seqs need --calib FILE");
+    if (o->calib_time_s > 0.0 && o->quant_auto)
+        return cmp_cli_usage(cmd, "--calib-time does not cover --quant "
+                             "auto's measuring pass: use --quant int8 or "
+                             "int4");
+    o->calib_stages = (uint32_t)c->calib_stages;
+    o->calib_seqs = (size_t)c->calib_seqs;
+    o->method_fixed = c->method_set;
     o->awq_full_grid = c->awq_grid == 1;
     if (c->heldout != UINT64_MAX && !o->calib)
         return cmp_cli_usage(cmd, "--heldout needs --calib FILE");

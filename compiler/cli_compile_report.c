@@ -37,37 +37,45 @@ static void print_calib_plan(FILE *out, const cmp_calib_plan *p)
     const double M = 1048576.0;
     fprintf(out, "calibration plan: peak RSS %.1f MiB = states %.1f + one "
             "block's weights %.1f + statistics %.1f + work and results %.1f "
-            "(mc_alloc peak %.1f at %s) + spill mapping %.1f + source mapping "
-            "%.1f + program %.1f MiB\n", p->rss / M, m->states / M,
+            "(mc_alloc peak %.1f at %s) + source mapping %.1f during the "
+            "layers (of %.1f; %.1f at the ends, + spill mapping %.1f) + "
+            "program %.1f MiB\n", p->rss / M, m->states / M,
             m->block / M, m->stats / M,
             (m->peak - m->states - m->block - m->stats) / M, m->peak / M,
-            m->phase ? m->phase : "-", p->spill / M, p->source / M,
-            p->program / M);
-    fprintf(out, "calibration plan: time ~%.0f s (rough, within ~2x): forward "
-            "%.0f s, statistics %.0f s, factorization %.0f s, search %.0f s; "
-            "%.3g multiply-adds at %.1f G/s (a float GEMM measured at start)\n",
-            p->total_s, p->seconds[0], p->seconds[1], p->seconds[2],
-            p->seconds[3], p->madds[0] + p->madds[1] + p->madds[2] + p->madds[3],
-            p->rate / 1e9);
+            m->phase ? m->phase : "-", p->source_layers / M, p->source / M,
+            p->source_ends / M, p->spill / M, p->program / M);
+    double madds = 0.0;
+    for (int i = 0; i < CMP_PH_COUNT; i++)
+        madds += p->madds[i];
+    fprintf(out, "calibration plan: time ~%.0f s (on cores of its own, "
+            "longer under load; per phase within ~1.5x on the runs "
+            "checked): forward %.0f s, statistics "
+            "%.0f s, factorization %.0f s, search %.0f s, held-out %.0f s; "
+            "%.3g multiply-adds, a float GEMM at %.1f G/s measured at start\n",
+            p->total_s, p->seconds[CMP_PH_FORWARD], p->seconds[CMP_PH_STATS],
+            p->seconds[CMP_PH_FACTOR], p->seconds[CMP_PH_SEARCH],
+            p->seconds[CMP_PH_ENDS], madds, p->rate / 1e9);
 }
 
 static json_t *calib_plan_json(const cmp_calib_plan *p)
 {
     const cmp_calib_mem *m = &p->mem;
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
-                     "s:f, s:{s:f, s:f, s:f, s:f}}",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
+                     "s:f, s:{s:f, s:f, s:f, s:f, s:f}}",
                      "peak_rss_bytes", (json_int_t)p->rss, "states_bytes",
                      (json_int_t)m->states, "block_bytes", (json_int_t)m->block,
                      "statistics_bytes", (json_int_t)m->stats, "alloc_peak_bytes",
                      (json_int_t)m->peak, "spill_bytes", (json_int_t)p->spill,
-                     "source_bytes", (json_int_t)p->source, "program_bytes",
+                     "source_bytes", (json_int_t)p->source,
+                     "source_layers_bytes", (json_int_t)p->source_layers,
+                     "source_ends_bytes", (json_int_t)p->source_ends, "program_bytes",
                      (json_int_t)p->program, "multiply_adds",
                      (json_int_t)(p->madds[0] + p->madds[1] + p->madds[2] +
-                                  p->madds[3]),
+                                  p->madds[3] + p->madds[4]),
                      "rate_madds_per_s", p->rate, "seconds", p->total_s,
                      "phase_seconds", "forward", p->seconds[0], "statistics",
                      p->seconds[1], "factorization", p->seconds[2], "search",
-                     p->seconds[3]);
+                     p->seconds[3], "held_out", p->seconds[4]);
 }
 
 void cmp_cli_calib_progress(void *ctx, const cmp_calib_progress *p)
@@ -86,6 +94,41 @@ void cmp_cli_calib_progress(void *ctx, const cmp_calib_progress *p)
             p->layer, p->layers, p->elapsed_s, p->eta_s);
     if (p->layer == p->layers)
         fputc('\n', stderr);
+}
+
+/* The effort calibrated with: its options (which reproduce it without a
+ * budget) and, under --calib-time, the estimates the choice compared. */
+static void print_effort(FILE *out, const cmp_compile_report *rep)
+{
+    char opts[128];
+    const cmp_calib_effort *e = &rep->calib_effort;
+    cmp_calib_effort_options(e, opts, sizeof opts);
+    if (rep->calib_budget_s > 0.0)
+        fprintf(out, "calibration effort: %s (estimate %.0f s within the "
+                "budget of %.0f s; the options as given: %.0f s); these "
+                "options reproduce the artifact without --calib-time\n",
+                opts, e->estimate_s, rep->calib_budget_s,
+                rep->calib_effort_most.estimate_s);
+    else
+        fprintf(out, "calibration effort: %s\n", opts);
+}
+
+static json_t *effort_json(const cmp_compile_report *rep)
+{
+    char opts[128];
+    const cmp_calib_effort *e = &rep->calib_effort;
+    json_t *j = json_pack("{s:I, s:s, s:I, s:s}", "stages",
+                          (json_int_t)e->stages, "method",
+                          cmp_qmethod_name(e->method), "sequences",
+                          (json_int_t)e->seqs, "options",
+                          cmp_calib_effort_options(e, opts, sizeof opts));
+    if (j && rep->calib_budget_s > 0.0) {
+        json_object_set_new(j, "budget_seconds", json_real(rep->calib_budget_s));
+        json_object_set_new(j, "estimate_seconds", json_real(e->estimate_s));
+        json_object_set_new(j, "options_given_estimate_seconds",
+                            json_real(rep->calib_effort_most.estimate_s));
+    }
+    return j;
 }
 
 /* The per-layer table (cmp_calib_table_row) and the summary lines. */
@@ -134,6 +177,8 @@ static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
             fprintf(out, "calibration device memory: statistics %.1f MiB (at %s)\n",
                     mm->device / 1048576.0, mm->device_phase ? mm->device_phase : "-");
     }
+    if (verbose || rep->calib_budget_s > 0.0)
+        print_effort(out, rep);
     if (r->rotated)
         fprintf(out, "rotated: residual stream (Hadamard blocks of %u), value "
                 "heads (%u)\n", r->rot_block, r->rot_head_block);
@@ -166,7 +211,8 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
         if (s == MC_OK && rep->calib) {
             const cmp_calib_result *r = rep->calib;
             json_t *c = json_pack("{s:s, s:I, s:I, s:I}", "method",
-                                  cmp_qmethod_name(o->method), "tokens",
+                                  cmp_qmethod_name(rep->calib_effort.method),
+                                  "tokens",
                                   (json_int_t)r->calib_tokens, "sequences",
                                   (json_int_t)rep->calib_seqs,
                                   "heldout_sequences",
@@ -195,6 +241,8 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                               "ends", r->times.ends.cpu));
             if (c)
                 json_object_set_new(c, "plan", calib_plan_json(&r->plan));
+            if (c)
+                json_object_set_new(c, "effort", effort_json(rep));
             json_object_set_new(j, "calibration", c);
         }
         json_object_set_new(j, "ok", json_boolean(s == MC_OK));

@@ -173,6 +173,9 @@ typedef struct cmp_calib_opts {
                                 coarse to fine (cmp_awq.h): 11 of the 20
                                 points, the same pick where the error is
                                 unimodal in alpha */
+    double plan_rate;        /* float GEMM multiply-adds per second for the
+                                plan's estimate (the rate a budget's choice
+                                used, cmp_calib_budget.h); 0: measured */
     kn_pool *pool;           /* threads for the forward passes and the
                                 row-parallel work (the result does not
                                 depend on their number), or NULL */
@@ -248,37 +251,66 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
                                 size_t nseq, const cmp_calib_opts *o,
                                 cmp_calib_mem *out, mc_error *err);
 
+/* Phases of the time estimate (cmp_calib_plan), those of cmp_calib_times
+ * (the ends: the held-out evaluation). */
+enum { CMP_PH_FORWARD, CMP_PH_STATS, CMP_PH_FACTOR, CMP_PH_SEARCH,
+       CMP_PH_ENDS, CMP_PH_COUNT };
+
 /* The plan printed before calibration starts (cmp_calib_plan_make): the
  * whole process's peak resident memory by part and a time estimate.
  * rss = mem.peak (what mc_alloc holds: states, block, statistics, work,
- * results) + source (the source model's weight bytes: rt_model maps them
- * and every page is read once, so by the end all are resident while the
- * page cache keeps them) + spill (the spill file's mapping, read back by
- * the writer) + program (code, libraries, thread stacks, the token file:
- * a fixed allowance).  An upper bound: the parts do not all peak at once.
- * The estimate is multiply-adds per phase (the phases of
- * cmp_calib_times) divided by a rate measured at start with a float GEMM
- * through the pool (~0.1 s): rough, within about 2x, because the
- * statistics and factorizations run double-precision kernels at other
- * rates than the GEMM (docs/quantization.md). */
+ * results) + the source model's weight bytes resident (rt_model maps
+ * them; each finished block's pages are dropped, fmt_mapguard_drop) +
+ * the spill file's mapping (read back by the writer) + program (code,
+ * libraries, thread stacks, the token file: a fixed allowance), the
+ * larger of two phases: the layers (source: the embeddings, one block,
+ * and any source that is not a file mapping, e.g. merged tensors) and the
+ * ends (source: embeddings and output layer, or the whole model when a
+ * held-out evaluation reads it again; plus the spill mapping).  An upper
+ * bound: the parts do not all peak at once.
+ * The estimate: multiply-adds per phase, counted pass by pass and
+ * candidate by candidate as the calibration runs them (partial block
+ * passes as far as they go; GPTQ, the retarget, the descent, the AWQ
+ * grid and the error measures), each over the phase's share of a float
+ * GEMM rate measured at start in the forward's shape (warm-up, best of
+ * five short reps).  The shares are fitted on finished runs; per phase
+ * the estimate was within ~1.5x of the measured CPU time divided by the
+ * threads on them (docs/quantization.md, docs/benchmarks.md).  The
+ * search counts awq+gptaq where the method may try it (the cheap proxy's
+ * pick is not known before), so it leans high. */
 typedef struct cmp_calib_plan {
     cmp_calib_mem mem;
-    uint64_t source, spill, program, rss;
-    double madds[4];   /* forward, statistics, factorization, search */
-    double rate;       /* multiply-adds per second measured at start */
-    double seconds[4]; /* madds / rate, per phase */
-    double total_s;    /* their sum */
+    uint64_t source;         /* the source's weight bytes, all of them */
+    uint64_t source_layers;  /* of them resident during the layers */
+    uint64_t source_ends;    /* of them resident at the ends */
+    uint64_t spill, program, rss;
+    size_t heldout_tokens;         /* tokens of the held-out evaluation */
+    double madds[CMP_PH_COUNT];    /* multiply-adds per phase (CMP_PH_*) */
+    double rate;                   /* float GEMM multiply-adds per second
+                                      measured at start */
+    double seconds[CMP_PH_COUNT];  /* per phase */
+    double total_s;                /* their sum */
 } cmp_calib_plan;
 
 /* The plan for model m (its config and weight formats), the ntok
- * calibration tokens in sequences of at most maxT, options o and the
+ * calibration tokens in sequences of at most maxT, heldout_tok held-out
+ * tokens, options o (method, stages, format, AWQ grid, rotation) and the
  * memory plan mem (cmp_calib_plan_memory).  rate > 0: use it; 0: measure
- * it (a float GEMM through o->pool for ~0.1 s); < 0: no estimate (the
- * seconds stay 0; cmp_calib_run passes -1 when no one is told: no
- * o->progress). */
+ * it (~0.2 s through o->pool); < 0: no estimate (the seconds stay 0;
+ * cmp_calib_run passes -1 when no one is told: no o->progress). */
 void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
-                         const cmp_calib_opts *o, const cmp_calib_mem *mem,
-                         double rate, cmp_calib_plan *out);
+                         size_t heldout_tok, const cmp_calib_opts *o,
+                         const cmp_calib_mem *mem, double rate,
+                         cmp_calib_plan *out);
+
+/* The forward's multiply-adds per calibration token for one block, pass
+ * by pass as cmp_calib_layer runs them: stages (0: default), lean tap
+ * points, pre (the method pre-scales down and o: awq or best), rot (the
+ * model is rotated), store_down (down's inputs are stored).  Exposed for
+ * the tests. */
+double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
+                                  uint32_t stages, unsigned lean, int pre,
+                                  int rot, int store_down);
 
 /* Where the calibration's time went, in wall and CPU seconds (cmp_clock,
  * cmp_par.h; the phases do not overlap; their sum is the run's time up to
@@ -319,6 +351,9 @@ typedef struct cmp_calib_result {
     cmp_calib_mem mem;       /* the memory plan followed */
     cmp_calib_plan plan;     /* the plan given to progress at the start */
     struct cmp_spill *spill; /* the spill file holding the buffers, or NULL */
+    uint64_t source_dropped; /* bytes of finished blocks' source pages
+                                dropped from the resident set
+                                (fmt_mapguard_drop) */
     int has_heldout;         /* 1: heldout holds the summary */
     cmp_eval_report heldout; /* quantized vs reference on held-out seqs */
 } cmp_calib_result;

@@ -2,9 +2,11 @@
  * whole process's peak resident memory by part and a time estimate from
  * multiply-add counts and a measured GEMM rate (see cmp_calib.h). */
 #include <string.h>
-#include <time.h>
 
+#include "cmp_calib_budget.h"
 #include "cmp_calib_internal.h"
+#include "cmp_rotate.h"
+#include "fmt_mapguard.h"
 #include "kn_quant.h"
 #include "mc_alloc.h"
 
@@ -13,45 +15,61 @@
  * for mcompile on the stories260k fixture; twice that as the allowance. */
 #define PLAN_PROGRAM_BYTES (48ull << 20)
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-/* Multiply-adds per second of a float32 GEMM (the forward passes' kernel)
- * through the pool: 256 x 512 weights by 128 tokens, repeated for about
- * 0.1 s.  0 when the buffers cannot be had.  Its 0.9 MB are freed before
- * the states are allocated, so they stay under the memory plan's peak
- * (which test_calib_memory checks against mc_alloc's). */
-static double measure_rate(kn_pool *pool)
+/* Multiply-adds per second of a float32 GEMM through the pool on cores
+ * of its own, in the forward's shape: weights min(F, 1024) x H (the
+ * model's widths, at most 16 MiB of them) by min(maxT, 256) tokens.  One
+ * warm-up product (the pool's threads wake, the pages are touched), then
+ * the best of PLAN_RATE_REPS reps of at least PLAN_RATE_REP_S each, each
+ * rep's rate its multiply-adds over the process's CPU seconds times the
+ * pool's threads: what the threads do while they run, so another
+ * process's load changes it little (the time a shared core takes away
+ * is the user's to add).  0 when the buffers cannot be had.  Freed
+ * before the states are allocated, so they stay under the memory plan's
+ * peak (test_calib_memory). */
+#define PLAN_RATE_REPS 5
+#define PLAN_RATE_REP_S 0.03
+static double measure_rate(kn_pool *pool, uint32_t H, uint32_t F, size_t maxT)
 {
-    const uint32_t R = 256, K = 512;
-    const size_t T = 128;
-    float *w = mc_malloc((size_t)R * K * sizeof(float));
-    float *x = mc_malloc(T * K * sizeof(float));
-    float *y = mc_malloc(T * R * sizeof(float));
-    double rate = 0.0;
+    uint32_t K = H ? H : 64, R = F < 1024 ? (F ? F : 64) : 1024;
+    if ((uint64_t)R * K > (4u << 20))
+        R = (uint32_t)((4u << 20) / K);
+    size_t T = maxT < 256 ? (maxT ? maxT : 1) : 256;
+    float *w = mc_malloc_array((size_t)R * K, sizeof(float));
+    float *x = mc_malloc_array(T * K, sizeof(float));
+    float *y = mc_malloc_array(T * R, sizeof(float));
+    double best = 0.0;
     if (w && x && y) {
         for (size_t i = 0; i < (size_t)R * K; i++)
             w[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
         for (size_t i = 0; i < T * K; i++)
             x[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
         kn_matrix W = {KN_W_F32, R, K, w, NULL, NULL, 0};
-        double t0 = mono_s(), t = t0;
-        int n = 0;
-        while (n < 2 || t - t0 < 0.1) {
-            kn_matmul(pool, &W, x, T, y, NULL);
-            n++;
-            t = mono_s();
+        kn_matmul(pool, &W, x, T, y, NULL); /* warm-up */
+        double threads = cmp_par_threads(pool);
+        for (int rep = 0; rep < PLAN_RATE_REPS; rep++) {
+            cmp_clock t0 = cmp_par_clock(), t = t0;
+            int n = 0;
+            while (n < 1 || t.wall - t0.wall < PLAN_RATE_REP_S) {
+                kn_matmul(pool, &W, x, T, y, NULL);
+                n++;
+                t = cmp_par_clock();
+            }
+            double cpu = t.cpu - t0.cpu;
+            double r = cpu > 0.0 ? threads * n * R * K * (double)T / cpu : 0.0;
+            best = r > best ? r : best;
         }
-        rate = (double)n * R * K * (double)T / (t - t0);
     }
     mc_free(w);
     mc_free(x);
     mc_free(y);
-    return rate;
+    return best;
+}
+
+double cmp_calib_measure_rate(kn_pool *pool, const fmt_model_config *cfg,
+                              size_t maxT)
+{
+    return measure_rate(pool, cfg->hidden_size, cfg->intermediate_size, maxT);
 }
 
 /* Bytes of a matrix as the source holds it (a mapped float format). */
@@ -60,65 +78,239 @@ static uint64_t src_bytes(const kn_matrix *w)
     return w->data ? kn_wformat_data_bytes(w->fmt, w->rows, w->cols) : 0;
 }
 
+/* Efficiencies of the phases against the float GEMM rate measured at
+ * start: what fraction of it each phase's kernels reach, fitted on the
+ * finished runs in docs/benchmarks.md ("The calibration's estimate
+ * against finished runs").  The statistics and factorizations are
+ * double-precision kernels; the search is mostly matrix-vector work
+ * against a double Hessian. */
+#define EFF_FORWARD 0.75
+#define EFF_STATS 0.81
+#define EFF_FACTOR 0.13
+#define EFF_SEARCH 0.21
+/* The descent's sweeps, each rows x cols^2 (cmp_descend.h caps them at
+ * 16; a sweep that changes nothing ends it): what the runs measured. */
+#define SEARCH_DESCENT_SWEEPS 2.0
+
+/* Multiply-adds per token of a block run up to tap point p (0: q/k/v's
+ * input, a norm; 1: o's; 2: gate/up's; 3: down's; 4: the whole block),
+ * attention with maxT / 2 keys on average (scores and values). */
+static void block_prefix(const fmt_model_config *c, size_t maxT, double cum[5])
+{
+    double H = c->hidden_size, F = c->intermediate_size;
+    double Q = (double)fmt_config_q_dim(c), KV = (double)fmt_config_kv_dim(c);
+    cum[0] = 0.0;
+    cum[1] = (Q + 2.0 * KV) * H + (double)maxT * Q;
+    cum[2] = cum[1] + H * Q;
+    cum[3] = cum[2] + 2.0 * F * H;
+    cum[4] = cum[3] + H * F;
+}
+
+/* Stage k's points (*pts) and the points its passes collect (*mask: with
+ * pre, stage 0 also collects down's and, under MHA, o's for the AWQ
+ * pre-scaling), as groups_staged (cmp_calib_layer.c) runs them; 0 past
+ * the last stage. */
+static int stage_mask(const fmt_model_config *c, uint32_t stages, unsigned k,
+                      int pre, unsigned *pts, unsigned *mask)
+{
+    *pts = *mask = k < stages ? cmp_calib_stage_points(stages, k) : 0;
+    if (k == 0 && pre)
+        *mask |= (1u << KN_TAP_DOWN_IN) |
+                 (c->num_kv_heads == c->num_heads ? 1u << KN_TAP_O_IN : 0);
+    return *pts != 0;
+}
+
+/* The forward's multiply-adds per token and block, pass by pass as
+ * cmp_calib_layer runs them (groups_staged, then the final moves): each
+ * stage's full-precision pass up to the last full point it serves (the
+ * whole block when it moves the states), its quantized pass up to the
+ * last point in its mask; then the moves that are left. */
+double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
+                                  uint32_t stages, unsigned lean, int pre,
+                                  int rot, int store_down)
+{
+    double cum[5];
+    block_prefix(c, maxT, cum);
+    if (!stages)
+        stages = CMP_CALIB_STAGES_DEFAULT;
+    unsigned fullpts = 0xFu & ~lean, pts, mask;
+    int moved_f = 0, stored = 0;
+    double total = 0.0;
+    for (unsigned k = 0; stage_mask(c, stages, k, pre, &pts, &mask); k++) {
+        unsigned full = fullpts & pts;
+        int move_f = k == stages - 1 && (lean & 0xFu) != 0xFu &&
+                     (stages < 4 || rot);
+        moved_f |= move_f;
+        stored |= store_down && stages == 4 && k == 3;
+        int stop_f = 0, stop_q = 0;
+        for (int p = 0; p < 4; p++) {
+            if ((full >> p) & 1u)
+                stop_f = p;
+            if ((mask >> p) & 1u)
+                stop_q = p;
+        }
+        if (move_f)
+            total += cum[4];
+        else if (full)
+            total += cum[stop_f];
+        total += cum[stop_q];
+    }
+    if (!moved_f && (lean & 0xFu) != 0xFu)
+        total += cum[4];
+    total += stored ? cum[4] - cum[3] : cum[4];
+    return total;
+}
+
+/* Multiply-adds per token and block of the statistics: per stage and
+ * point of its mask, Hq (symmetric: width^2 / 2); where the point is
+ * full, Hf (width^2 / 2) and C (width^2) too. */
+static double stats_madds(const fmt_model_config *c, uint32_t stages,
+                          unsigned lean, int pre)
+{
+    double width[4] = {c->hidden_size, (double)fmt_config_q_dim(c),
+                       c->hidden_size, c->intermediate_size};
+    if (!stages)
+        stages = CMP_CALIB_STAGES_DEFAULT;
+    unsigned pts, mask;
+    double total = 0.0;
+    for (unsigned k = 0; stage_mask(c, stages, k, pre, &pts, &mask); k++) {
+        for (int p = 0; p < 4; p++) {
+            double w2 = width[p] * width[p];
+            if ((mask >> p) & 1u)
+                total += 0.5 * w2;
+            if ((pts >> p) & 1u && !((lean >> p) & 1u))
+                total += 1.5 * w2;
+        }
+    }
+    return total;
+}
+
+/* Factorization and search multiply-adds of one block (cmp_calib_group.c):
+ * per group, the candidates the method runs (best: rtn, gptaq, and
+ * awq+gptaq where the group may scale: the proxy's pick is not known
+ * before, so the estimate counts it; act-order is not counted), each
+ * GPTQ candidate's factor (2/3 K^3) and, for GPTAQ, each linear's
+ * retarget (K^3 / 6 + 2 R K^2); the search: the energies, each
+ * candidate's error measures (1 or 3 R K^2), GPTQ, the refits, the int4
+ * second pass and the descent (R K^2 each), the AWQ grid (a point costs
+ * the group's R K^2). */
+static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
+                        unsigned lean, double *factor, double *search)
+{
+    double H = c->hidden_size, F = c->intermediate_size;
+    double Q = (double)fmt_config_q_dim(c), KV = (double)fmt_config_kv_dim(c);
+    static const int gn[4] = {3, 1, 2, 1}, scale[4] = {1, 0, 1, 0};
+    double rows[4][3] = {{Q, KV, KV}, {H, 0, 0}, {F, F, 0}, {H, 0, 0}};
+    double K[4] = {H, Q, H, F};
+    int best = cmp_calib_is_best(o->method), all = o->method == CMP_QM_BEST_ALL;
+    int awq_m = o->method == CMP_QM_AWQ || o->method == CMP_QM_AWQ_GPTQ ||
+                o->method == CMP_QM_AWQ_GPTAQ;
+    int int4 = o->fmt != KN_W_Q8;
+    double grid = o->awq_coarse ? 11.0 : 20.0;
+    *factor = *search = 0.0;
+    for (int g = 0; g < 4; g++) {
+        int full = !((lean >> g) & 1u);
+        double k = K[g], rkk = 0.0;
+        for (int i = 0; i < gn[g]; i++)
+            rkk += rows[g][i] * k * k;
+        /* GPTQ candidates, retargeted ones, AWQ searches */
+        double ng = 0.0, nr = 0.0, nkeys = 0.0, awq = 0.0, ncand = 1.0;
+        if (all) {
+            ng = 5.0, nr = full ? 4.0 : 0.0, nkeys = scale[g] ? 4.0 : 2.0;
+            awq = scale[g] ? 1.0 : 0.0, ncand = 7.0;
+        } else if (best) {
+            ng = scale[g] ? 2.0 : 1.0, nr = full ? ng : 0.0, nkeys = ng;
+            awq = scale[g] ? 1.0 : 0.0, ncand = 1.0 + ng;
+        } else if (o->method != CMP_QM_RTN) {
+            int gp = o->method != CMP_QM_AWQ;
+            ng = gp, nkeys = gp;
+            nr = full && (o->method == CMP_QM_GPTAQ ||
+                          o->method == CMP_QM_AWQ_GPTAQ);
+            awq = awq_m && scale[g] ? 1.0 : 0.0, ncand = 2.0;
+        }
+        *factor += nkeys * (2.0 / 3.0) * k * k * k;
+        for (int i = 0; i < gn[g]; i++)
+            *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
+        double per_gptq = 0.5 + 1.0 + (int4 ? 3.5 : 0.0) +
+                          SEARCH_DESCENT_SWEEPS + 1.0;
+        *search += rkk * ((full ? 2.0 : 1.0) + ncand * (full ? 3.0 : 1.0) +
+                          ng * per_gptq + awq * grid +
+                          (o->method == CMP_QM_AWQ ? grid : 0.0));
+    }
+}
+
 void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
-                         const cmp_calib_opts *o, const cmp_calib_mem *mem,
-                         double rate, cmp_calib_plan *out)
+                         size_t heldout_tok, const cmp_calib_opts *o,
+                         const cmp_calib_mem *mem, double rate,
+                         cmp_calib_plan *out)
 {
     memset(out, 0, sizeof *out);
     out->mem = *mem;
+    out->heldout_tokens = heldout_tok;
     const fmt_model_config *c = &m->cfg;
-    /* memory: what mc_alloc holds, the mapped source, the spill mapping */
-    out->source = src_bytes(&m->embed);
+    /* memory: what mc_alloc holds, the source as resident, the spill
+     * mapping.  During the layers: the embeddings (read for the states)
+     * and the block being calibrated: each finished block's source pages
+     * are dropped (fmt_mapguard_drop), where they are a file's mapping;
+     * a heap copy (an adapter's merged tensor) stays, and counts whole.
+     * At the ends: the embeddings and output layer; with a held-out
+     * evaluation the whole model is read again.  The spill file is
+     * mapped at the ends only. */
+    uint64_t ends_src = src_bytes(&m->embed);
     if (m->lm_head.data != m->embed.data)
-        out->source += src_bytes(&m->lm_head);
-    for (uint32_t l = 0; l < c->num_layers; l++)
-        for (int s = 0; s < CMP_LIN_COUNT; s++)
-            out->source += src_bytes(cmp_calib_src_matrix(&m->layers[l].w, s));
+        ends_src += src_bytes(&m->lm_head);
+    uint64_t block_max = 0, kept = 0;
+    out->source = ends_src;
+    for (uint32_t l = 0; l < c->num_layers; l++) {
+        uint64_t blk = 0;
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            const kn_matrix *w = cmp_calib_src_matrix(&m->layers[l].w, s);
+            uint64_t b = src_bytes(w);
+            out->source += b;
+            if (b && fmt_mapguard_covers(w->data, (size_t)b))
+                blk += b;
+            else
+                kept += b;
+        }
+        block_max = blk > block_max ? blk : block_max;
+    }
+    out->source_layers = src_bytes(&m->embed) + block_max + kept;
+    out->source_ends = heldout_tok ? out->source : ends_src + kept;
     out->spill = mem->spill;
     out->program = PLAN_PROGRAM_BYTES;
-    out->rss = mem->peak + out->source + out->spill + out->program;
+    uint64_t layers = mem->peak + out->source_layers + out->program;
+    uint64_t ends = mem->peak + out->source_ends + out->spill + out->program;
+    out->rss = layers > ends ? layers : ends;
 
     /* time: multiply-adds per phase over all layers */
-    double T = (double)ntok, H = c->hidden_size, F = c->intermediate_size;
-    double Q = (double)fmt_config_q_dim(c), KV = (double)fmt_config_kv_dim(c);
-    double L = c->num_layers;
-    double lin[CMP_LIN_COUNT][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q},
-                                    {F, H}, {F, H}, {H, F}}; /* rows, cols */
-    double per_tok = 0.0;
-    for (int s = 0; s < CMP_LIN_COUNT; s++)
-        per_tok += lin[s][0] * lin[s][1];
-    per_tok += (double)maxT * Q; /* attention: ~maxT/2 keys, scores + values */
-    /* block passes of both state sets (cmp_calib_opts.stages) */
-    uint32_t st = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
-    double passes = st == 1 ? 3.0 : st == 2 ? 5.0 : 10.0;
-    out->madds[0] = L * T * per_tok * passes;
-    double width[4] = {H, Q, H, F};
-    int best = cmp_calib_is_best(o->method);
-    int gptq = best || o->method == CMP_QM_GPTQ || o->method == CMP_QM_GPTAQ ||
-               o->method == CMP_QM_AWQ_GPTQ || o->method == CMP_QM_AWQ_GPTAQ;
-    int retarget = best || o->method == CMP_QM_GPTAQ ||
-                   o->method == CMP_QM_AWQ_GPTAQ;
-    for (int p = 0; p < 4; p++) {
-        double w = width[p];
-        int full = !((mem->lean >> p) & 1u);
-        /* Hq; with full statistics Hf and C too */
-        out->madds[1] += L * T * w * w * (full ? 3.0 : 1.0);
-        /* GPTQ's factor (Cholesky and inverse, ~K^3), the retarget's
-         * solve (another ~K^3) */
-        out->madds[2] += L * w * w * w * ((gptq ? 1.0 : 0.0) +
-                                          (retarget && full ? 1.0 : 0.0));
-    }
-    /* GPTQ's updates (rows x cols^2 per linear) for each candidate that
-     * runs it (best: up to 3), else RTN-like work (rows x cols x tokens
-     * once, for the error measures) */
-    for (int s = 0; s < CMP_LIN_COUNT; s++) {
-        double R = lin[s][0], K = lin[s][1];
-        out->madds[3] += L * (R * K * K * (gptq ? (best ? 3.0 : 1.0) : 0.0) +
-                              R * K * 2.0 * (double)maxT);
-    }
-    out->rate = rate > 0.0 ? rate : rate == 0.0 ? measure_rate(o->pool) : 0.0;
-    for (int p = 0; p < 4; p++) {
-        out->seconds[p] = out->rate > 0.0 ? out->madds[p] / out->rate : 0.0;
+    double T = (double)ntok, L = c->num_layers;
+    int pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method);
+    int rot = o->rotate && cmp_rotation_applies(c->hidden_size);
+    out->madds[CMP_PH_FORWARD] =
+        L * T * cmp_calib_plan_block_madds(c, maxT, o->stages, mem->lean, pre,
+                                           rot, cmp_calib_stores_down(o, mem->lean));
+    out->madds[CMP_PH_STATS] = L * T * stats_madds(c, o->stages, mem->lean, pre);
+    double fac = 0.0, sea = 0.0;
+    quant_madds(c, o, mem->lean, &fac, &sea);
+    out->madds[CMP_PH_FACTOR] = L * fac;
+    out->madds[CMP_PH_SEARCH] = L * sea;
+    /* the held-out evaluation: both models over its tokens, the output
+     * layer included */
+    double cum[5];
+    block_prefix(c, maxT, cum);
+    out->madds[CMP_PH_ENDS] = 2.0 * (double)out->heldout_tokens *
+                              (L * cum[4] + (double)m->lm_head.rows * c->hidden_size);
+    out->rate = rate > 0.0 ? rate
+                : rate == 0.0 ? (o->plan_rate > 0.0
+                                     ? o->plan_rate
+                                     : measure_rate(o->pool, c->hidden_size,
+                                                    c->intermediate_size, maxT))
+                              : 0.0;
+    static const double eff[CMP_PH_COUNT] = {EFF_FORWARD, EFF_STATS,
+                                             EFF_FACTOR, EFF_SEARCH,
+                                             EFF_FORWARD};
+    for (int p = 0; p < CMP_PH_COUNT; p++) {
+        out->seconds[p] = out->rate > 0.0 ? out->madds[p] / (out->rate * eff[p]) : 0.0;
         out->total_s += out->seconds[p];
     }
 }

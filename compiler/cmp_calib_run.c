@@ -6,6 +6,7 @@
 
 #include "cmp_calib_internal.h"
 #include "cmp_spill.h"
+#include "fmt_mapguard.h"
 #include "mc_alloc.h"
 
 static double now_s(void)
@@ -233,6 +234,16 @@ static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
             st = cmp_calib_spill_layer(r, l, err);
         if (st != MC_OK)
             return st;
+        /* the block's source is done with (its float copies made, its
+         * moves run): out of the resident set, so the plan counts one
+         * block of it, not the model (read again only by a held-out
+         * evaluation) */
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            const kn_matrix *w = cmp_calib_src_matrix(&m->layers[l].w, s);
+            if (w->data)
+                r->source_dropped += fmt_mapguard_drop(
+                    w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols));
+        }
         r->layer_seconds[l] = now_s() - tl;
         if (o->progress) {
             cmp_calib_progress p;
@@ -333,8 +344,8 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     r->calib_tokens = ntok;
     r->mem = mem;
     /* the plan, told before anything large is allocated */
-    cmp_calib_plan_make(m, ntok, maxT, o, &mem, o->progress ? 0.0 : -1.0,
-                        &r->plan);
+    cmp_calib_plan_make(m, ntok, maxT, off[nseq] - off[ncal], o, &mem,
+                        o->progress ? 0.0 : -1.0, &r->plan);
     if (o->progress) {
         cmp_calib_progress p;
         memset(&p, 0, sizeof p);

@@ -320,13 +320,20 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
 {
     const cmp_calib_result *r = cs->r;
     json_t *c = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "method",
-                          cmp_qmethod_name(o->method), "ids_xxh3",
+                          cmp_qmethod_name(cs->effort.method), "ids_xxh3",
                           hexj(cs->calib_xxh3), "ids_bytes",
                           (json_int_t)cs->calib_bytes, "sequences",
                           (json_int_t)cs->ids->n_seqs, "heldout_sequences",
                           (json_int_t)cs->heldout, "tokens",
                           (json_int_t)r->calib_tokens, "group",
                           (json_int_t)req->policy.group);
+    /* Fewer stages than the default are named (the default's manifest
+     * stays what it was before the option) */
+    if (c && cs->effort.stages != CMP_CALIB_STAGES_DEFAULT &&
+        json_object_set_new(c, "stages", json_integer(cs->effort.stages))) {
+        json_decref(c);
+        return NULL;
+    }
     /* Only the coarse walk is named: a full-grid artifact keeps the
      * manifest, and so the bytes, of the compilers before it existed. */
     if (c && !o->awq_full_grid &&
@@ -574,6 +581,9 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
         rep->calib_seqs = cs.ids->n_seqs;
         rep->heldout_seqs = cs.heldout;
         rep->auto_total_bytes = cs.is_auto ? cs.autoplan.total_bytes : 0;
+        rep->calib_effort = cs.effort;
+        rep->calib_effort_most = cs.most;
+        rep->calib_budget_s = o->calib_time_s;
     }
     /* the plan echoes req; its per-linear table dies with the stage */
     rep->plan.req.policy.linear_fmt = NULL;

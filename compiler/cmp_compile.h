@@ -41,6 +41,7 @@
 #include <stdio.h>
 
 #include "cmp_calib.h"
+#include "cmp_calib_budget.h"
 #include "cmp_merge.h"
 #include "cmp_plan.h"
 #include "fmt_config.h"
@@ -87,6 +88,18 @@ typedef struct cmp_compile_opts {
                                           memory budget in bytes
                                           (cmp_calib_plan_memory); 0: 75 %
                                           of physical memory */
+    int method_fixed;                  /* with calib: the user named the
+                                          method (a budget keeps it) */
+    uint32_t calib_stages;             /* with calib: statistics stages (1,
+                                          2 or 4; 0: the default, 4) */
+    size_t calib_seqs;                 /* with calib: calibrate on the first
+                                          N sequences not held out (0: all) */
+    double calib_time_s;               /* with calib: a time budget in
+                                          seconds (0: none): the effort is
+                                          chosen from the plan's estimate
+                                          (cmp_calib_budget.h); the result
+                                          is the one the chosen effort's
+                                          options give without it */
     void (*progress)(void *ctx, const cmp_calib_progress *p); /* or NULL */
     void *progress_ctx;
 } cmp_compile_opts;
@@ -118,6 +131,11 @@ typedef struct cmp_compile_report {
     size_t calib_seqs;                 /* sequences in the id file */
     size_t heldout_seqs;               /* of them held out for the summary */
     uint64_t auto_total_bytes;         /* --quant auto: planned total */
+    cmp_calib_effort calib_effort;     /* the effort calibrated with (the
+                                          options' or a budget's choice) */
+    cmp_calib_effort calib_effort_most; /* with a budget: the options'
+                                          effort and its estimate */
+    double calib_budget_s;             /* the budget (0: none) */
     double calib_seconds;              /* wall time of the calibration stage
                                           (reading the ids, auto precision,
                                           cmp_calib_run); 0 without one */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cmp_calib_budget.h"
 #include "cmp_calib_data.h"
 #include "cmp_rotate.h"
 #include "fmt_artifact.h"
@@ -61,6 +62,8 @@ void cmp_calib_stage_free(cmp_calib_stage *s)
         mc_free(s->merged[i]);
     mc_free(s->merged);
     fmt_ids_free(s->ids);
+    mc_free(s->sub_tok);
+    mc_free(s->sub_off);
     cmp_auto_free(&s->autoplan);
     kn_pool_free(s->pool);
     memset(s, 0, sizeof *s);
@@ -199,6 +202,33 @@ static const char *dir_of(const char *path, char *buf, size_t n)
     return buf;
 }
 
+/* --calib-time: the effort whose estimate fits (cmp_calib_budget.h),
+ * from s->effort (the options' effort) down, at a rate measured once
+ * (the run's plan then uses the same rate: co->plan_rate). */
+static mc_status choose_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
+                               cmp_calib_opts *co, const size_t *off,
+                               size_t nseq, size_t ncal, mc_error *err)
+{
+    if (s->is_auto)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib-time", -1,
+                       "a time budget does not cover --quant auto's "
+                       "measuring pass; use --quant int8 or int4");
+    size_t *o2 = NULL, maxT = 0;
+    mc_status st = cmp_calib_subset(NULL, off, nseq, ncal, s->effort.seqs,
+                                    NULL, &o2, err);
+    if (st != MC_OK)
+        return st;
+    for (size_t i = 0; i < s->effort.seqs; i++)
+        if (o2[i + 1] - o2[i] > maxT)
+            maxT = o2[i + 1] - o2[i];
+    co->plan_rate = cmp_calib_measure_rate(co->pool, &s->m->cfg, maxT);
+    st = cmp_calib_effort_choose(s->m, o2, s->effort.seqs + s->heldout, co,
+                                 o->method_fixed, o->calib_time_s,
+                                 co->plan_rate, &s->effort, &s->most, err);
+    mc_free(o2);
+    return st;
+}
+
 mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
                               fmt_model_config *cfg, cmp_merge *merge,
                               cmp_plan_request *req, cmp_calib_stage *s,
@@ -303,5 +333,27 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
                                                       1) == KN_W_Q8;
     co.progress = o->progress;
     co.progress_ctx = o->progress_ctx;
+    co.stages = o->calib_stages;
+    if (o->calib_seqs > ncal)
+        return mc_fail(err, MC_ERR_INVALID_ARG, o->calib, "--calib-seqs", -1,
+                       "%zu calibration sequences asked; the file has %zu "
+                       "besides the %zu held out", o->calib_seqs, ncal,
+                       s->heldout);
+    s->effort.stages = o->calib_stages ? o->calib_stages : CMP_CALIB_STAGES_DEFAULT;
+    s->effort.method = o->method;
+    s->effort.seqs = o->calib_seqs ? o->calib_seqs : ncal;
+    if (o->calib_time_s > 0.0 &&
+        (st = choose_effort(o, s, &co, off, nseq, ncal, err)) != MC_OK)
+        return st;
+    co.stages = s->effort.stages;
+    co.method = s->effort.method;
+    if (s->effort.seqs < ncal) {
+        if ((st = cmp_calib_subset(tok, off, nseq, ncal, s->effort.seqs,
+                                   &s->sub_tok, &s->sub_off, err)) != MC_OK)
+            return st;
+        tok = s->sub_tok;
+        off = s->sub_off;
+        nseq = s->effort.seqs + s->heldout;
+    }
     return cmp_calib_run(s->m, tok, off, nseq, &co, &s->r, err);
 }

@@ -38,6 +38,11 @@ typedef struct cmp_calib_stage {
     size_t heldout;          /* last sequences kept out for the summary */
     uint64_t calib_xxh3;     /* of the id file, for the provenance */
     uint64_t calib_bytes;
+    int32_t *sub_tok;        /* the sequences calibrated on when fewer than
+                                all (cmp_calib_subset; owned) */
+    size_t *sub_off;
+    cmp_calib_effort effort; /* the effort calibrated with */
+    cmp_calib_effort most;   /* with a budget: the options' effort */
 } cmp_calib_stage;
 
 /* Open the float model (merged through merge when it is not NULL), load

@@ -101,6 +101,49 @@ void fmt_mapguard_unwatch(int slot)
     pthread_mutex_unlock(&slots_lock);
 }
 
+/* The watched slot whose mapping holds [a, a + n), or -1; under
+ * slots_lock. */
+static int slot_of(uintptr_t a, size_t n)
+{
+    if (!a || !n || a + n < a)
+        return -1;
+    for (int i = 0; i < SLOTS; i++) {
+        uintptr_t b = atomic_load(&slots[i].base);
+        if (b && a >= b && a - b <= slots[i].len && n <= slots[i].len - (a - b))
+            return i;
+    }
+    return -1;
+}
+
+int fmt_mapguard_covers(const void *p, size_t n)
+{
+    pthread_mutex_lock(&slots_lock);
+    int i = slot_of((uintptr_t)p, n);
+    pthread_mutex_unlock(&slots_lock);
+    return i >= 0;
+}
+
+size_t fmt_mapguard_drop(const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    size_t dropped = 0;
+    pthread_mutex_lock(&slots_lock);
+    int i = slot_of(a, n);
+    if (i >= 0) {
+        /* whole pages, not past the mapping (its base is page-aligned) */
+        uintptr_t b = atomic_load(&slots[i].base);
+        uintptr_t lo = a & ~(page_size - 1);
+        uintptr_t hi = (a + n + page_size - 1) & ~(page_size - 1);
+        uintptr_t end = (b + slots[i].len + page_size - 1) & ~(page_size - 1);
+        if (hi > end)
+            hi = end;
+        if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0)
+            dropped = hi - lo;
+    }
+    pthread_mutex_unlock(&slots_lock);
+    return dropped;
+}
+
 mc_status fmt_mapguard_check(mc_error *err)
 {
     if (atomic_load(&tripped) == 0)

@@ -44,6 +44,18 @@ int fmt_mapguard_watch(const void *base, size_t len, const char *path);
 /* Stop watching (before munmap).  -1 is a no-op. */
 void fmt_mapguard_unwatch(int slot);
 
+/* Drop the pages of [p, p + n) from the process's resident set when the
+ * range lies inside one watched mapping (madvise MADV_DONTNEED, rounded
+ * out to whole pages inside it): the mappings are read-only views of
+ * files, so a page touched again is read back from the file (the page
+ * cache), the same bytes.  For memory that is read once and done with,
+ * like a calibrated block's source weights.  Returns the bytes dropped
+ * (0: not in a watched mapping, e.g. a heap copy, or madvise refused). */
+size_t fmt_mapguard_drop(const void *p, size_t n);
+/* 1 when [p, p + n) lies inside one watched mapping (what
+ * fmt_mapguard_drop can drop), else 0. */
+int fmt_mapguard_covers(const void *p, size_t n);
+
 /* MC_OK, or MC_ERR_IO naming the first mapped input that shrank while in
  * use during this process's life ("changed size while being read"). */
 mc_status fmt_mapguard_check(mc_error *err);

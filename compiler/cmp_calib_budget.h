@@ -1,0 +1,73 @@
+/*
+ * cmp_calib_budget.h - the calibration's effort chosen to fit a time
+ * budget (mcompile --calib-time), from the plan's estimate
+ * (cmp_calib_plan_make).
+ *
+ * The efforts, most first (each a step down from the one before):
+ *   1. the options as given (stages S0, default 4; the method; every
+ *      calibration sequence);
+ *   2. fewer statistics stages: 2, then 1 (each below S0 only);
+ *   3. the method best (or best-all) becomes gptaq, unless the user named
+ *      the method;
+ *   4. the first half of the calibration sequences, then a quarter, ...
+ *      down to one sequence.
+ * The first effort whose estimate fits the budget is chosen.  The choice
+ * depends only on the estimate (so on the rate measured at start: on
+ * machine load), never on a clock read during the run; its effort is
+ * reproduced exactly, budget or not, by the options
+ * `--method M --calib-stages S --calib-seqs N` (cmp_calib_effort_options),
+ * which is what an artifact's options must say (the budget itself is not
+ * recorded: it would not reproduce the bytes on another machine).
+ */
+#ifndef CMP_CALIB_BUDGET_H
+#define CMP_CALIB_BUDGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cmp_calib.h"
+#include "mc_error.h"
+#include "rt_model.h"
+
+typedef struct cmp_calib_effort {
+    uint32_t stages;     /* statistics stages: 1, 2 or 4 */
+    cmp_qmethod method;
+    size_t seqs;         /* calibration sequences used: the first seqs */
+    double estimate_s;   /* the plan's total at this effort */
+} cmp_calib_effort;
+
+/* Sequences subset: the first n of the ncal calibration sequences of
+ * off (nseq of them, the last nseq - ncal held out), then the held-out
+ * ones, as offsets into a packed copy: *off_out gets n + (nseq - ncal) + 1
+ * offsets and, when tok is not NULL, *tok_out the packed tokens (both
+ * mc_malloc'ed; the caller frees).  MC_ERR_NOMEM or MC_ERR_INVALID_ARG
+ * (n == 0 or n > ncal). */
+mc_status cmp_calib_subset(const int32_t *tok, const size_t *off, size_t nseq,
+                           size_t ncal, size_t n, int32_t **tok_out,
+                           size_t **off_out, mc_error *err);
+
+/* Choose the effort for model m, sequences off (nseq, the last o->heldout
+ * held out), options o (its stages and method are the most effort asked),
+ * method_fixed (1: the user named the method: it is kept), a budget of
+ * budget_s seconds and the float GEMM rate (> 0; cmp_calib_measure_rate).
+ * *out: the first effort that fits; *most (optional): the first effort
+ * (the estimate without a budget).  MC_ERR_INVALID_ARG naming the
+ * cheapest effort's estimate when none fits; what cmp_calib_plan_memory
+ * returns otherwise. */
+mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
+                                  size_t nseq, const cmp_calib_opts *o,
+                                  int method_fixed, double budget_s,
+                                  double rate, cmp_calib_effort *out,
+                                  cmp_calib_effort *most, mc_error *err);
+
+/* "--method gptaq --calib-stages 1 --calib-seqs 12" into buf (always
+ * NUL-terminated); returns buf. */
+const char *cmp_calib_effort_options(const cmp_calib_effort *e, char *buf,
+                                     size_t n);
+
+/* The float GEMM rate cmp_calib_plan_make measures (multiply-adds per
+ * second through pool, in the forward's shape for cfg; ~0.2 s). */
+double cmp_calib_measure_rate(kn_pool *pool, const fmt_model_config *cfg,
+                              size_t maxT);
+
+#endif /* CMP_CALIB_BUDGET_H */

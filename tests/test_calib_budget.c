@@ -1,0 +1,404 @@
+/* test_calib_budget.c - the calibration's time estimate and budget
+ * (cmp_calib_plan_block_madds, cmp_calib_budget.h, mcompile --calib-time):
+ * the forward is counted pass by pass as the calibration runs it; the
+ * sequence subset keeps the held-out ones; the effort choice walks its
+ * ladder deterministically at fixed rates and refuses a budget below the
+ * cheapest effort, naming the estimate; end to end, a tight budget picks
+ * a cheaper effort whose printed options reproduce the artifact's bytes
+ * without the budget. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmp_calib.h"
+#include "cmp_calib_budget.h"
+#include "cmp_calib_internal.h"
+#include "fmt_mapguard.h"
+#include "kn_quant.h"
+#include "mc_alloc.h"
+#include "rt_model.h"
+#include "testutil.h"
+
+/* H 64, 4 heads of 16 (2 kv heads: not MHA), FFN 128, maxT 8:
+ * prefix madds per token: q/k/v's input 0, o's (64 + 2 * 32) * 64 + 8 * 64
+ * = 8704, gate/up's + 64 * 64 = 12800, down's + 2 * 128 * 64 = 29184,
+ * the whole block + 64 * 128 = 37376. */
+static fmt_model_config small_cfg(void)
+{
+    fmt_model_config c;
+    memset(&c, 0, sizeof c);
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 16;
+    c.num_layers = 1;
+    return c;
+}
+
+static void test_block_madds_follow_the_passes(void **state)
+{
+    (void)state;
+    fmt_model_config c = small_cfg();
+    const double c1 = 8704, c2 = 12800, c3 = 29184, c4 = 37376;
+    /* 1 stage, rotated: the full-precision pass moves the states (whole
+     * block), the quantized one stops at down's input, then the
+     * quantized final move (whole block) */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 1, 0, 0, 1, 0) == c4 + c3 + c4);
+    /* 4 stages, best (pre-scales: stage 0's q-pass goes to down's input),
+     * rotated, down's inputs stored: the final move is down alone */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 1, 1, 1) ==
+                c3 + 2 * c1 + 2 * c2 + c4 + c3 + (c4 - c3));
+    /* 4 stages, not rotated, nothing pre-scaled or stored: no pass moves
+     * the states, both final moves are whole blocks */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 0, 0, 0) ==
+                2 * c1 + 2 * c2 + 2 * c3 + 2 * c4);
+    /* 2 stages: attention (to o's input both ways), then the MLP (the
+     * f-pass moves the states, the q-pass to down's input) */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 2, 0, 0, 1, 0) ==
+                2 * c1 + c4 + c3 + c4);
+    /* every point lean: no full-precision pass at all */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 1, 0xFu, 0, 1, 0) == c3 + c4);
+    /* fewer stages are cheaper (the budget's first steps rest on it) */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 1, 0, 1, 1, 0) <
+                cmp_calib_plan_block_madds(&c, 8, 2, 0, 1, 1, 0));
+}
+
+static void test_subset_keeps_the_heldout(void **state)
+{
+    (void)state;
+    /* 4 sequences of lengths 2, 3, 1, 2; the last one held out */
+    const int32_t tok[8] = {10, 11, 20, 21, 22, 30, 40, 41};
+    const size_t off[5] = {0, 2, 5, 6, 8};
+    int32_t *t2 = NULL;
+    size_t *o2 = NULL;
+    mc_error e;
+    assert_int_equal(cmp_calib_subset(tok, off, 4, 3, 2, &t2, &o2, &e), MC_OK);
+    const size_t want_off[4] = {0, 2, 5, 7};
+    const int32_t want_tok[7] = {10, 11, 20, 21, 22, 40, 41};
+    assert_memory_equal(o2, want_off, sizeof want_off);
+    assert_memory_equal(t2, want_tok, sizeof want_tok);
+    mc_free(t2);
+    mc_free(o2);
+    assert_int_equal(cmp_calib_subset(tok, off, 4, 3, 0, &t2, &o2, &e),
+                     MC_ERR_INVALID_ARG);
+    assert_int_equal(cmp_calib_subset(tok, off, 4, 3, 4, NULL, &o2, &e),
+                     MC_ERR_INVALID_ARG);
+    assert_null(o2);
+}
+
+typedef struct ladder_case {
+    rt_model *m;
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    cmp_calib_opts o;
+} ladder_case;
+
+static void ladder_open(ladder_case *lc)
+{
+    memset(lc, 0, sizeof *lc);
+    lc->m = tu_fixture_open("llama", 18, 40, &lc->path, &lc->tok, &lc->off);
+    lc->o.fmt = KN_W_Q4;
+    lc->o.group = 32;
+    lc->o.method = CMP_QM_BEST;
+    lc->o.rotate = 1;
+    lc->o.heldout = 2;
+    lc->o.awq_coarse = 1;
+}
+
+static void test_choice_walks_the_ladder(void **state)
+{
+    (void)state;
+    ladder_case lc;
+    ladder_open(&lc);
+    const double rate = 1e6; /* slow: estimates of seconds to minutes */
+    mc_error e;
+    cmp_calib_effort most, got, prev;
+    /* a budget above everything: the options as given */
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0, 1e12,
+                                             rate, &got, &most, &e), MC_OK);
+    assert_int_equal(got.stages, 4);
+    assert_int_equal(got.method, CMP_QM_BEST);
+    assert_int_equal(got.seqs, 16);
+    assert_true(got.estimate_s == most.estimate_s && most.estimate_s > 0.0);
+    /* each budget just under the effort chosen steps down the ladder:
+     * stages 2, stages 1, gptaq, then 8, 4, 2, 1 sequences */
+    static const uint32_t st[7] = {2, 1, 1, 1, 1, 1, 1};
+    static const cmp_qmethod me[7] = {CMP_QM_BEST, CMP_QM_BEST, CMP_QM_GPTAQ,
+                                      CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
+                                      CMP_QM_GPTAQ};
+    static const size_t sq[7] = {16, 16, 16, 8, 4, 2, 1};
+    for (int k = 0; k < 7; k++) {
+        prev = got;
+        assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
+                                                 prev.estimate_s * 0.999, rate,
+                                                 &got, NULL, &e), MC_OK);
+        assert_int_equal(got.stages, st[k]);
+        assert_int_equal(got.method, me[k]);
+        assert_int_equal(got.seqs, sq[k]);
+        assert_true(got.estimate_s < prev.estimate_s);
+        /* deterministic: the same inputs, the same choice */
+        cmp_calib_effort again;
+        assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
+                                                 prev.estimate_s * 0.999, rate,
+                                                 &again, NULL, &e), MC_OK);
+        assert_memory_equal(&again, &got, sizeof got);
+    }
+    /* below the cheapest: refused, naming its estimate */
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
+                                             got.estimate_s * 0.5, rate, &prev,
+                                             NULL, &e), MC_ERR_INVALID_ARG);
+    char want[64], buf[1024];
+    snprintf(want, sizeof want, "%.3g s", got.estimate_s);
+    const char *msg = mc_error_format(&e, buf, sizeof buf);
+    assert_non_null(strstr(msg, "cheapest"));
+    assert_non_null(strstr(msg, want));
+    /* a named method is kept: the step to gptaq is skipped */
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1,
+                                             1e12, rate, &most, NULL, &e), MC_OK);
+    cmp_calib_effort s1;
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
+                                             1e12, rate, &s1, NULL, &e), MC_OK);
+    lc.o.stages = 1;
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1, 1e12,
+                                             rate, &s1, NULL, &e), MC_OK);
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1,
+                                             s1.estimate_s * 0.999, rate, &got,
+                                             NULL, &e), MC_OK);
+    assert_int_equal(got.method, CMP_QM_BEST);
+    assert_int_equal(got.seqs, 8);
+    /* twice the rate, half the estimate: a budget then buys more */
+    cmp_calib_effort fast;
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1, 1e12,
+                                             2 * rate, &fast, NULL, &e), MC_OK);
+    assert_true(fast.estimate_s > 0.49 * s1.estimate_s &&
+                fast.estimate_s < 0.51 * s1.estimate_s);
+    tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
+}
+
+/* A finished block's source pages leave the resident set and read back
+ * the same (fmt_mapguard_drop on the read-only file mapping); a heap
+ * buffer is not a mapping and is left alone; a calibration drops every
+ * block's source. */
+static void test_source_pages_dropped(void **state)
+{
+    (void)state;
+    ladder_case lc;
+    ladder_open(&lc);
+    const kn_matrix *w = &lc.m->layers[0].w.w_up;
+    size_t n = (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols);
+    assert_true(fmt_mapguard_covers(w->data, n));
+    unsigned char *copy = malloc(n);
+    assert_non_null(copy);
+    memcpy(copy, w->data, n);
+    assert_true(fmt_mapguard_drop(w->data, n) >= n);
+    assert_memory_equal(copy, w->data, n); /* read back from the file */
+    assert_false(fmt_mapguard_covers(copy, n));
+    assert_int_equal(fmt_mapguard_drop(copy, n), 0);
+    free(copy);
+    mc_error e;
+    cmp_calib_result *r = NULL;
+    lc.o.method = CMP_QM_GPTQ;
+    assert_int_equal(cmp_calib_run(lc.m, lc.tok, lc.off, 18, &lc.o, &r, &e), MC_OK);
+    uint64_t all = 0;
+    for (uint32_t l = 0; l < lc.m->cfg.num_layers; l++)
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            const kn_matrix *x = cmp_calib_src_matrix(&lc.m->layers[l].w, s);
+            all += kn_wformat_data_bytes(x->fmt, x->rows, x->cols);
+        }
+    print_message("source %llu bytes, dropped %llu\n", (unsigned long long)all,
+                  (unsigned long long)r->source_dropped);
+    assert_true(r->source_dropped >= all);
+    cmp_calib_result_free(r);
+    tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
+}
+
+/* mcompile ARGS --json: its calibration.effort object (new ref). */
+static json_t *compile_effort(const char *args)
+{
+    char *out = NULL, *err = NULL;
+    char *cmd = tu_fmt("%s/mcompile %s --json", MC_BIN_DIR, args);
+    int rc = tu_run(cmd, &out, &err);
+    if (rc != 0)
+        fail_msg("mcompile %s failed (%d): %s", args, rc, err);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *eff = json_incref(
+        json_object_get(json_object_get(j, "calibration"), "effort"));
+    assert_non_null(eff);
+    json_decref(j);
+    free(out);
+    free(err);
+    free(cmd);
+    return eff;
+}
+
+static void test_budget_end_to_end_reproduces(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("budget");
+    char *ids = tu_fmt("%s/ids.txt", dir);
+    char text[8192];
+    size_t n = 0;
+    uint32_t x = 777;
+    for (int s = 0; s < 20; s++) {
+        for (int i = 0; i < 32; i++) {
+            x = x * 1103515245u + 12345u;
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s%u",
+                                  i ? " " : "", (x >> 16) % 256u);
+        }
+        text[n++] = '\n';
+    }
+    assert_int_equal(tu_write_file(ids, text, n), 0);
+    char *model = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    char *base = tu_fmt("%s --target 1GiB --quant int4 --group 32 --calib %s",
+                        model, ids);
+    /* the options' estimate, from a budget nothing reaches */
+    char *a1 = tu_fmt("%s --calib-time 1e8 -o %s/big.mca", base, dir);
+    json_t *big = compile_effort(a1);
+    double est = json_number_value(json_object_get(big, "estimate_seconds"));
+    assert_int_equal(json_integer_value(json_object_get(big, "stages")), 4);
+    assert_string_equal(json_string_value(json_object_get(big, "method")), "best");
+    assert_true(est > 0.0);
+    /* A budget between the cheapest effort's estimate and the options':
+     * each run measures the rate again (on a model this small, through a
+     * pool's wake-ups, it swings by 20x on a loaded machine), so the
+     * budget follows what the last run said: a refusal names the
+     * cheapest estimate (lo), a run that kept the options names theirs
+     * (hi); the next budget is between.  A run whose own estimate of the
+     * options exceeds its budget had to cut: that is the one checked. */
+    int hits = 0;
+    double lo = 0.0, hi = est;
+    for (int k = 0; k < 16 && !hits; k++) {
+        double budget = lo > 0.0 && lo < hi ? sqrt(lo * hi) : lo > 0.0 ? 1.5 * lo
+                                                                  : 0.5 * hi;
+        char *a2 = tu_fmt("%s --calib-time %.9g -o %s/tight.mca", base, budget,
+                          dir);
+        char *cmd = tu_fmt("%s/mcompile %s --json", MC_BIN_DIR, a2);
+        char *out = NULL, *err = NULL;
+        int rc = tu_run(cmd, &out, &err);
+        json_t *j = rc == 0 ? json_loads(out, 0, NULL) : NULL;
+        json_t *tight = json_object_get(json_object_get(j, "calibration"), "effort");
+        if (rc == 1) {
+            const char *at = strstr(err, "below the cheapest calibration's estimate, ");
+            assert_non_null(at);
+            lo = strtod(at + strlen("below the cheapest calibration's estimate, "),
+                        NULL);
+            assert_true(lo > 0.0);
+        } else {
+            assert_non_null(tight);
+            hi = json_number_value(
+                json_object_get(tight, "options_given_estimate_seconds"));
+        }
+        if (tight &&
+            json_number_value(json_object_get(tight, "options_given_estimate_seconds")) >
+                budget) {
+            hits = 1;
+            assert_true(json_number_value(json_object_get(tight, "estimate_seconds")) <=
+                        budget);
+            int cheaper = json_integer_value(json_object_get(tight, "stages")) < 4 ||
+                          strcmp(json_string_value(json_object_get(tight, "method")),
+                                 "best") != 0 ||
+                          json_integer_value(json_object_get(tight, "sequences")) < 18;
+            assert_true(cheaper);
+            /* its options, without the budget: the same bytes */
+            const char *opts = json_string_value(json_object_get(tight, "options"));
+            print_message("budget %.3g s chose: %s\n", budget, opts);
+            char *c3 = tu_fmt("%s/mcompile %s %s -o %s/again.mca -q", MC_BIN_DIR,
+                              base, opts, dir);
+            assert_int_equal(tu_run(c3, NULL, NULL), 0);
+            char *p1 = tu_fmt("%s/tight.mca", dir), *p2 = tu_fmt("%s/again.mca", dir);
+            size_t l1 = 0, l2 = 0;
+            char *b1 = tu_read_file(p1, &l1), *b2 = tu_read_file(p2, &l2);
+            assert_non_null(b1);
+            assert_non_null(b2);
+            assert_int_equal(l1, l2);
+            assert_memory_equal(b1, b2, l1);
+            free(b1);
+            free(b2);
+            free(p1);
+            free(p2);
+            free(c3);
+        }
+        json_decref(j);
+        free(out);
+        free(err);
+        free(cmd);
+        free(a2);
+    }
+    assert_true(hits);
+    /* --calib-seqs beyond the file, and the options without --calib */
+    char *c5 = tu_fmt("%s/mcompile %s --calib-seqs 19 -o %s/x.mca", MC_BIN_DIR,
+                      base, dir);
+    char *err5 = NULL;
+    assert_int_equal(tu_run(c5, NULL, &err5), 1);
+    assert_non_null(strstr(err5, "19 calibration sequences asked"));
+    free(err5);
+    free(c5);
+    c5 = tu_fmt("%s/mcompile %s --target 1GiB --quant int4 --calib-time 5",
+                MC_BIN_DIR, model);
+    assert_int_equal(tu_run(c5, NULL, &err5), 2);
+    assert_non_null(strstr(err5, "need --calib FILE"));
+    free(err5);
+    free(c5);
+    /* the manifest names fewer stages, and the default's does not */
+    char *c6 = tu_fmt("%s/mcompile %s --calib-stages 2 --calib-seqs 4 -o %s/s2.mca "
+                      "-q && %s/mcompile inspect %s/s2.mca --json", MC_BIN_DIR,
+                      base, dir, MC_BIN_DIR, dir);
+    char *out6 = NULL;
+    assert_int_equal(tu_run(c6, &out6, NULL), 0);
+    json_t *j6 = json_loads(out6, 0, NULL);
+    json_t *cal = json_object_get(json_object_get(j6, "manifest"), "calibration");
+    assert_int_equal(json_integer_value(json_object_get(cal, "stages")), 2);
+    assert_int_equal(json_integer_value(json_object_get(cal, "tokens")), 4 * 32);
+    json_decref(j6);
+    free(out6);
+    free(c6);
+    c6 = tu_fmt("%s/mcompile inspect %s/big.mca --json", MC_BIN_DIR, dir);
+    assert_int_equal(tu_run(c6, &out6, NULL), 0);
+    j6 = json_loads(out6, 0, NULL);
+    cal = json_object_get(json_object_get(j6, "manifest"), "calibration");
+    assert_non_null(cal);
+    assert_null(json_object_get(cal, "stages"));
+    json_decref(j6);
+    free(out6);
+    free(c6);
+    /* far below anything: refused with the estimate named */
+    char *a4 = tu_fmt("%s --calib-time 1e-9 -o %s/none.mca", base, dir);
+    char *c4 = tu_fmt("%s/mcompile %s", MC_BIN_DIR, a4);
+    char *err4 = NULL;
+    assert_int_equal(tu_run(c4, NULL, &err4), 1);
+    assert_non_null(strstr(err4, "below the cheapest calibration's estimate"));
+    assert_non_null(strstr(err4, "--calib-seqs 1"));
+    free(err4);
+    free(a4);
+    free(c4);
+    json_decref(big);
+    free(a1);
+    free(base);
+    free(model);
+    free(ids);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_block_madds_follow_the_passes),
+        cmocka_unit_test(test_subset_keeps_the_heldout),
+        cmocka_unit_test(test_choice_walks_the_ladder),
+        cmocka_unit_test(test_source_pages_dropped),
+        cmocka_unit_test(test_budget_end_to_end_reproduces),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
