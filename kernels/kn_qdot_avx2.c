@@ -225,17 +225,6 @@ KN_AI void pf_row(const uint8_t *p)
     _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
-#ifndef KN_D1_PF
-#define KN_D1_PF 8
-#endif
-#ifndef KN_D1_HINT
-#define KN_D1_HINT _MM_HINT_T0
-#endif
-KN_AI void pf_d1(const uint8_t *p)
-{
-    _mm_prefetch((const char *)p, KN_D1_HINT);
-}
-
 /* Blocks per batch of dec1_q4_rows's block parameters. */
 #define KN_D1_BLK 8
 #define KN_D1_MAXR 8 /* rows per x load, at most */
@@ -298,7 +287,7 @@ KN_AI void d1_batch(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
                     uint32_t n, const d1_par *P, int asym, __m256 *a, int R)
 {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    const size_t pf = KN_D1_PF * rb;
+    const size_t pf = KN_PF_ROWS * rb;
     const uint8_t *p = w0 + (size_t)b0 * 16, *xb = x + (size_t)b0 * 32;
 #pragma GCC unroll 8
     for (uint32_t k = 0; k < n; k++) {
@@ -306,7 +295,7 @@ KN_AI void d1_batch(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
         if (((b0 + k) & 3) == 0)
 #pragma GCC unroll 8
             for (int i = 0; i < R; i++)
-                pf_d1(q + pf + (size_t)i * rb);
+                pf_row(q + pf + (size_t)i * rb);
         __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * 32));
         __m256 S = _mm256_cvtepi32_ps(
             _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16));
