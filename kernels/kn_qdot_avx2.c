@@ -316,16 +316,19 @@ KN_AI void d1_batch(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
  *       below 2^24, so this float equals (float) of the canonical integer
  *       lane sum(q - zero) * x exactly (no abs, sign or byte broadcast);
  *   acc = fma(lane, s_b, acc) with s_b from d1_params.
- * Why this order (1 thread, cache-resident 64 x 4096, g32: Q4 23.4 -> 26.9,
- * Q4S 26.5 -> 30.3 Gweights/s; docs/benchmarks.md): the 7 vector ops per
- * block and row fit in ~2.1 cycles on Zen 3's four pipes, but the former
- * loop took ~4.4: its block loop ran a variable count with the row
- * pointers, the parameter pointers and x's pointer kept on the stack (a
- * load-add-store of a stack slot every block, a chain through memory),
+ * Why this order (1 thread, cache-resident 64 x 4096, g32, alternated with
+ * the former loop: Q4 21.5 -> 27.0, Q4S 24.8 -> 30.2 Gweights/s;
+ * docs/benchmarks.md): the vector ops of a block and row fit in ~2.1
+ * cycles on Zen 3's four FP pipes, but the former loop took ~4.8: its
+ * block loop ran a variable count with the row pointers, the parameter
+ * pointers and x's pointer kept on the stack (reloaded every block, x's
+ * advanced by a load-add-store of a stack slot: a chain through memory),
  * and it read each batch's parameters right after storing them.  Now a
  * full batch is a constant 8 blocks, unrolled, every address a register
  * plus a constant; the next batch's parameters are computed before this
- * batch runs (P[2]), so their loads never wait on a store.
+ * batch runs (P[2]), so their loads never wait on a store.  What is left
+ * (~3.8 cycles) is the block's ~25-cycle dependency chain: each op taken
+ * off it (timing only) speeds the loop up; R = 8 rows spills.
  * Bit-identical to the other kernels (test_qdot checks it). */
 KN_AI void dec1_q4_rows(const kn_matrix *W, const uint8_t *x, const float *xd,
                         float *Y, uint32_t r, int asym, int R)
