@@ -225,12 +225,19 @@ KN_AI void pf_row(const uint8_t *p)
     _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
-/* Blocks per batch of dec1_q4_rows4's block parameters. */
+/* Blocks per batch of dec1_q4_rows's block parameters. */
 #define KN_D1_BLK 8
+#define KN_D1_MAXR 8 /* rows per x load, at most */
 
-/* The parameters of blocks [b0, b0 + n) (n <= 8) of one Q4/Q4S row as the
- * inner loop wants them: s[k] = f16 scale * xd[b0 + k], kn_qdot.h's s_b
- * (the same float product), and z[k] = the zero as a float (Q4). */
+/* The parameters of one batch of blocks of R <= 8 rows, as the inner loop
+ * wants them: s[i][k] = f16 scale * xd[b0 + k] of row i (kn_qdot.h's s_b,
+ * the same float product), z[i][k] = its zero as a float (Q4). */
+typedef struct d1_par {
+    _Alignas(32) float s[KN_D1_MAXR][KN_D1_BLK];
+    _Alignas(32) float z[KN_D1_MAXR][KN_D1_BLK];
+} d1_par;
+
+/* Row i's parameters of blocks [b0, b0 + n) (n <= 8) into s, z. */
 KN_AI void d1_params(const uint16_t *sr, const uint8_t *zr, const float *xd,
                      uint32_t b0, uint32_t n, int gsh, float *s, float *z)
 {
@@ -250,68 +257,107 @@ KN_AI void d1_params(const uint16_t *sr, const uint8_t *zr, const float *xd,
     }
 }
 
-/* acc + s * (A - z * S) for one block (blk: its 16 bytes), as below. */
+/* The parameters of blocks [b0, min(b0 + 8, nb)) of R rows into P. */
+KN_AI void d1_params_rows(const uint16_t *s0, const uint8_t *z0, uint32_t ng,
+                          const float *xd, uint32_t b0, uint32_t nb, int gsh,
+                          d1_par *P, int R)
+{
+    const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        d1_params(s0 + (size_t)i * ng, z0 ? z0 + (size_t)i * ng : NULL, xd, b0, n,
+                  gsh, P->s[i], P->z[i]);
+}
+
+/* acc + s * (A - z * S) for one block (blk: its 16 bytes), as below; Q4S
+ * (z == NULL) subtracts 8 * S. */
 KN_AI __m256 d1_row(__m256 acc, const uint8_t *blk, __m256i xv, __m256 S,
                     const float *z, const float *s)
 {
     __m256i p = _mm256_maddubs_epi16(kn_avx2_q4_codes(blk), xv);
     __m256 a = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-    return _mm256_fmadd_ps(_mm256_fnmadd_ps(_mm256_broadcast_ss(z), S, a),
-                           _mm256_broadcast_ss(s), acc);
+    __m256 zv = z ? _mm256_broadcast_ss(z) : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
+    return _mm256_fmadd_ps(_mm256_fnmadd_ps(zv, S, a), _mm256_broadcast_ss(s), acc);
 }
 
-/* Q4/Q4S, one token, rows r .. r+3 (cols % 32 == 0): the batch-1 decode
+/* Blocks [b0, b0 + n) of the R rows w0 + i * rb with parameters P: n is
+ * KN_D1_BLK (a constant: the loop unrolls, every address is a base
+ * register plus a constant) or the ragged last batch. */
+KN_AI void d1_batch(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
+                    uint32_t n, const d1_par *P, int asym, __m256 *a, int R)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const size_t pf = KN_PF_ROWS * rb;
+    const uint8_t *p = w0 + (size_t)b0 * 16, *xb = x + (size_t)b0 * 32;
+#pragma GCC unroll 8
+    for (uint32_t k = 0; k < n; k++) {
+        const uint8_t *q = p + (size_t)k * 16;
+        if (((b0 + k) & 3) == 0)
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++)
+                pf_row(q + pf + (size_t)i * rb);
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * 32));
+        __m256 S = _mm256_cvtepi32_ps(
+            _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16));
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            a[i] = d1_row(a[i], q + (size_t)i * rb, xv, S, asym ? &P->z[i][k] : NULL,
+                          &P->s[i][k]);
+    }
+}
+
+/* Q4/Q4S, one token, rows r .. r+R-1 (cols % 32 == 0): the batch-1 decode
  * kernel, where int4 is bound by instructions, not bytes.  Per block and
  * row it does what kn_qdot.h's lane sums need and no more:
  *   c = the 32 codes, unsigned, in nibble order (kn_avx2_q4_codes: no
  *       shuffle); A = madd(maddubs(c, x), 1): the lanes of q . x;
- *   S = the lanes of sum x (once per block for the 4 rows), so
+ *   S = the lanes of sum x (once per block for the R rows), so
  *   lane = fnmadd(zero, S, A) = A - zero * S: every term is an integer
  *       below 2^24, so this float equals (float) of the canonical integer
  *       lane sum(q - zero) * x exactly (no abs, sign or byte broadcast);
  *   acc = fma(lane, s_b, acc) with s_b from d1_params.
+ * Why this order (1 thread, cache-resident 64 x 4096, g32, alternated with
+ * the former loop: Q4 21.5 -> 27.0, Q4S 24.8 -> 30.2 Gweights/s;
+ * docs/benchmarks.md): the vector ops of a block and row fit in ~2.1
+ * cycles on Zen 3's four FP pipes, but the former loop took ~4.8: its
+ * block loop ran a variable count with the row pointers, the parameter
+ * pointers and x's pointer kept on the stack (reloaded every block, x's
+ * advanced by a load-add-store of a stack slot: a chain through memory),
+ * and it read each batch's parameters right after storing them.  Now a
+ * full batch is a constant 8 blocks, unrolled, every address a register
+ * plus a constant; the next batch's parameters are computed before this
+ * batch runs (P[2]), so their loads never wait on a store.  What is left
+ * (~3.8 cycles) is the block's ~25-cycle dependency chain: each op taken
+ * off it (timing only) speeds the loop up; R = 8 rows spills.
  * Bit-identical to the other kernels (test_qdot checks it). */
-KN_AI void dec1_q4_rows4(const kn_matrix *W, const uint8_t *x, const float *xd,
-                         float *Y, uint32_t r, int asym)
+KN_AI void dec1_q4_rows(const kn_matrix *W, const uint8_t *x, const float *xd,
+                        float *Y, uint32_t r, int asym, int R)
 {
     const uint32_t nb = W->cols / KN_QK;
-    const size_t rb = kn_q4_row_bytes(W->cols), pf = KN_PF_ROWS * rb;
+    const size_t rb = kn_q4_row_bytes(W->cols);
     const int gsh = __builtin_ctz(W->group) - 5;
     const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
     const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
-    const uint8_t *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;
     const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
     const uint8_t *z0 = asym ? W->zeros + (size_t)r * ng : NULL;
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    _Alignas(32) float sb[4][KN_D1_BLK], zb[4][KN_D1_BLK];
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < KN_D1_BLK; k++)
-            zb[i][k] = (float)KN_Q4_ZERO_SYM; /* Q4S keeps these */
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (uint32_t b0 = 0; b0 < nb; b0 += KN_D1_BLK) {
+    d1_par P[2];
+    __m256 a[KN_D1_MAXR];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        a[i] = _mm256_setzero_ps();
+    d1_params_rows(s0, z0, ng, xd, 0, nb, gsh, &P[0], R);
+    for (uint32_t b0 = 0, cur = 0; b0 < nb; b0 += KN_D1_BLK, cur ^= 1) {
         const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
-        for (uint32_t i = 0; i < 4; i++)
-            d1_params(s0 + i * ng, z0 ? z0 + i * ng : NULL, xd, b0, n, gsh,
-                      sb[i], zb[i]);
-        for (uint32_t k = 0; k < n; k++) {
-            const uint32_t b = b0 + k;
-            const size_t o = (size_t)b * 16;
-            if ((b & 3) == 0)
-                pf_row(w0 + o + pf), pf_row(w1 + o + pf), pf_row(w2 + o + pf),
-                    pf_row(w3 + o + pf);
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(x + (size_t)b * 32));
-            __m256 S = _mm256_cvtepi32_ps(
-                _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16));
-            a0 = d1_row(a0, w0 + o, xv, S, &zb[0][k], &sb[0][k]);
-            a1 = d1_row(a1, w1 + o, xv, S, &zb[1][k], &sb[1][k]);
-            a2 = d1_row(a2, w2 + o, xv, S, &zb[2][k], &sb[2][k]);
-            a3 = d1_row(a3, w3 + o, xv, S, &zb[3][k], &sb[3][k]);
-        }
+        if (b0 + KN_D1_BLK < nb)
+            d1_params_rows(s0, z0, ng, xd, b0 + KN_D1_BLK, nb, gsh, &P[cur ^ 1], R);
+        if (n == KN_D1_BLK)
+            d1_batch(w0, rb, x, b0, KN_D1_BLK, &P[cur], asym, a, R);
+        else
+            d1_batch(w0, rb, x, b0, n, &P[cur], asym, a, R);
     }
-    Y[r] += kn_hsum256(a0);
-    Y[r + 1] += kn_hsum256(a1);
-    Y[r + 2] += kn_hsum256(a2);
-    Y[r + 3] += kn_hsum256(a3);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        Y[r + (uint32_t)i] += kn_hsum256(a[i]);
 }
 
 /* One token, rows r .. r+3: Y[r + i] += W[r + i] . x (cols % 32 == 0). */
@@ -347,7 +393,7 @@ KN_AI void dec1_rows4(const kn_matrix *W, const uint8_t *x, const float *xd,
         Y[r + 3] += kn_hsum256(a3) * qs[3];
         return;
     }
-    dec1_q4_rows4(W, x, xd, Y, r, fmt == KN_W_Q4);
+    dec1_q4_rows(W, x, xd, Y, r, fmt == KN_W_Q4, 4);
 }
 
 /* TT <= 8 tokens (a constant after inlining), one row: the row's blocks
