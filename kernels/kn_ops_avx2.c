@@ -6,7 +6,7 @@
  *  - decode (T <= 8 tokens): memory bound at T = 1.  Each weight row is
  *    streamed once, dequantized 8 columns at a time in registers and
  *    multiplied into the tokens while it is in registers; 2-8 tokens run
- *    in 3-row tiles over whole rows, column block by column block
+ *    column block by column block so that the inputs stay in L1
  *    (canon_fmt).
  *  - prefill (T > 8): compute bound, the GEMM of kn_gemm_avx2.c, which
  *    dequantizes through kn_avx2_dequant_block below.
@@ -231,35 +231,28 @@ KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
 }
 
 /* 3 rows from r, tokens [0, T) of one column block, in token groups of 4
- * (12 chains: with 3 weights and an input, the 16 registers).  No
- * software prefetch: canon_fmt walks these 3 rows' blocks in order, three
- * sequential streams the hardware prefetcher follows. */
+ * (12 chains: with 3 weights and an input, the 16 registers). */
 KN_AI void canon_tile3(const kn_matrix *W, const float *X, size_t T, float *Y,
                        uint32_t r, uint32_t c0, int fmt)
 {
     size_t t = 0;
     for (; t + 4 <= T; t += 4)
-        canon_blk(W, X, Y, r, c0, t, fmt, 3, 4, 0);
+        canon_blk(W, X, Y, r, c0, t, fmt, 3, 4, t == 0);
     switch (T - t) {
-    case 3: canon_blk(W, X, Y, r, c0, t, fmt, 3, 3, 0); break;
-    case 2: canon_blk(W, X, Y, r, c0, t, fmt, 3, 2, 0); break;
-    case 1: canon_blk(W, X, Y, r, c0, t, fmt, 3, 1, 0); break;
+    case 3: canon_blk(W, X, Y, r, c0, t, fmt, 3, 3, t == 0); break;
+    case 2: canon_blk(W, X, Y, r, c0, t, fmt, 3, 2, t == 0); break;
+    case 1: canon_blk(W, X, Y, r, c0, t, fmt, 3, 1, t == 0); break;
     default: break;
     }
 }
 
 /* Rows [r0, r1) for T <= 8 tokens.  One token: row tiles of 4, each over
- * the whole row (the input, a few KiB, stays in L1).  2-8 tokens: 3-row
- * tiles, each over its whole rows, column block by column block; each
- * block's dequantized weights are reused by every token group from L1,
- * and the T x cols inputs (64 KiB at 8 x 2048, 180 KiB at 8 x 5632) come
- * from L2.  Each weight byte comes from memory once per step, in order.
- * (Until issue 16's fifth session the column block was the outer loop, so
- * that its T x 512 inputs stayed in L1: every row was then read in 1 KiB
- * pieces a row apart, with a software prefetch 8 rows ahead.  Measured on
- * the TinyLlama shape, f16, batch 8, 1 thread, load 6-10: 61.1 -> 49.1
- * CPU ms per token in bench_vs; cache-resident the two orders are within
- * 5 % of each other, row-outer ahead: it is the DRAM stream that gains.) */
+ * the whole row (the input, a few KiB, stays in L1).  2-8 tokens: the
+ * input is T x cols floats (180 KiB at 8 x 5632), more than L1, so the
+ * column block is the outer loop: its T x 512 inputs (16 KiB at T = 8)
+ * stay in L1 while all the rows' weights stream past once, and each
+ * 3-row tile's dequantized weights are reused by every token group from
+ * L1 too.  Each weight byte still comes from memory once per step. */
 KN_AI void canon_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
                      uint32_t r0, uint32_t r1, int fmt)
 {
@@ -270,8 +263,8 @@ KN_AI void canon_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
             canon_rows(W, X, Y, r, 0, fmt, 4, 1);
     } else {
         r4 = r0 + (r1 - r0) / 3 * 3;
-        for (uint32_t r = r0; r < r4; r += 3)
-            for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
+        for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
+            for (uint32_t r = r0; r < r4; r += 3)
                 canon_tile3(W, X, T, Y, r, c0, fmt);
     }
 #define KN_C1(tt)                                                              \
