@@ -51,9 +51,7 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 
 /* Rows [r0, r1) of Y += W Xq^T for T quantized activation rows (xq: the
  * integers [T][nb * 32] of kn_qact_kind_of(W), xd: the scales [T][nb]).
- * Precondition: kn_qdot_supported(W), AVX2 present; T > KN_GEMM_MIN_T
- * from kn_matmul_q, T = 5..8 from the decode kernels (kn_qdot_avx2.c's
- * KN_DEC_GEMM_T: the same bits, faster there). */
+ * Precondition: kn_qdot_supported(W), T > KN_GEMM_MIN_T, AVX2 present. */
 void kn_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
                     size_t T, float *Y, uint32_t r0, uint32_t r1);
 

@@ -14,9 +14,8 @@
  * is bit-identical to kn_ref_matmul_q.
  *
  * Decode (T <= 8, full blocks): dec1_rows4 streams 4 rows for one token,
- * decn_row one row for all T <= 4 tokens (Q8: T <= 7), both with named
- * accumulators and a software prefetch (see "decode" below); longer
- * decode steps take the prefill GEMM's 4-row tiles (KN_DEC_GEMM_T).  Longer steps (prefill) use
+ * decn_row one row for all T tokens, both with named accumulators and a
+ * software prefetch (see "decode" below).  Longer steps (prefill) use
  * tiles of R <= 4 weight rows x TT <= 3 tokens: each weight block is
  * loaded and unpacked once for TT tokens, each activation block once for
  * R rows, the 4 rows re-read from L1 while the tokens go by.
@@ -25,7 +24,6 @@
 #include <string.h>
 
 #include "kn_avx2.h"
-#include "kn_gemm.h"
 #include "kn_internal.h"
 #include "kn_qdot.h"
 
@@ -457,24 +455,6 @@ KN_AI void decn_row(const kn_matrix *W, const uint8_t *xq, const float *xd,
     }
 }
 
-/* Steps of more tokens than this (up to KN_GEMM_MIN_T) go through the
- * prefill GEMM's tiles (kn_gemm_q_rows: same bits, kn_gemm.h).  decn_row
- * re-reads every token's activation block for every row (T x the row's
- * bytes of int8/int16 per row, from L2 once they pass L1), and with 2048
- * or 4096 columns the tokens' int16 rows lie 4 or 8 KiB apart, so at
- * T = 8 the 8 Q8 blocks it needs at once fill one 8-way L1 set; the
- * GEMM's 4-row tiles share each activation block by 4 rows, at the cost
- * of unpacking the weights into a panel.  Measured (Release, 1 thread,
- * cache-resident, best of 2000 calls, GMAC/s, decn_row -> GEMM tiles):
- *   T = 8, 128 x 2048: Q8 30.0 -> 34.7, Q4 28.9 -> 30.8, Q4S 29.5 -> 30.5
- *   T = 8, 64 x 5632:  Q8 38.5 -> 38.0, Q4 27.8 -> 31.6, Q4S 30.1 -> 32.8
- *   T = 7, 64 x 5632:  Q8 40.7 -> 36.6, Q4 27.2 -> 31.1, Q4S 29.4 -> 32.1
- *   T = 6, 128 x 2048: Q8 37.1 -> 32.0, Q4 27.1 -> 29.1, Q4S 26.7 -> 29.2
- *   T = 5, 64 x 5632:  Q8 38.1 -> 32.1, Q4 26.8 -> 28.3, Q4S 26.3 -> 28.6
- *   T = 4, 64 x 5632:  Q8 36.5 -> 29.2, Q4 30.7 -> 26.3, Q4S 31.6 -> 27.0
- * so Q8 takes the tiles at T = 8 only, Q4/Q4S from T = 5. */
-#define KN_DEC_GEMM_T(fmt) ((fmt) == KN_W_Q8 ? 7 : 4)
-
 /* Rows [r0, r1) of T <= 8 tokens on full 32-column blocks. */
 KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
                    size_t T, float *Y, uint32_t r0, uint32_t r1, int fmt)
@@ -485,10 +465,6 @@ KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
             dec1_rows4(W, xq, xd, Y, r, fmt);
         for (; r < r1; r++)
             decn_row(W, xq, xd, Y, r, fmt, 1);
-        return;
-    }
-    if (T > KN_DEC_GEMM_T(fmt)) {
-        kn_gemm_q_rows(W, xq, xd, T, Y, r0, r1);
         return;
     }
 #define KN_DN(tt)                                                              \
