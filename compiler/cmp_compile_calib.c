@@ -5,10 +5,12 @@
 #include "cmp_compile_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cmp_calib_budget.h"
+#include "mc_parse.h"
 #include "cmp_calib_data.h"
 #include "cmp_rotate.h"
 #include "fmt_artifact.h"
@@ -221,7 +223,21 @@ static mc_status choose_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
     for (size_t i = 0; i < s->effort.seqs; i++)
         if (o2[i + 1] - o2[i] > maxT)
             maxT = o2[i + 1] - o2[i];
-    co->plan_rate = cmp_calib_measure_rate(co->pool, &s->m->cfg, maxT);
+    /* MC_CALIB_RATE (multiply-adds per second) replaces the measurement:
+     * the same budget then makes the same choice on any machine and
+     * load (reproducible budgets; the tests' fixed point). */
+    const char *fixed = getenv("MC_CALIB_RATE");
+    if (fixed && *fixed) {
+        char why[160];
+        if (mc_parse_f64("MC_CALIB_RATE", fixed, 0.0, 1e15, MC_PARSE_LO_OPEN,
+                         &co->plan_rate, why, sizeof why) != 0) {
+            mc_free(o2);
+            return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "MC_CALIB_RATE", -1,
+                           "%s", why);
+        }
+    } else {
+        co->plan_rate = cmp_calib_measure_rate(co->pool, &s->m->cfg, maxT);
+    }
     st = cmp_calib_effort_choose(s->m, o2, s->effort.seqs + s->heldout, co,
                                  o->method_fixed, o->calib_time_s,
                                  co->plan_rate, &s->effort, &s->most, err);

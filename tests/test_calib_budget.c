@@ -262,6 +262,19 @@ static void test_budget_end_to_end_reproduces(void **state)
     char *model = tu_fmt("%s/llama", MC_FIXTURE_DIR);
     char *base = tu_fmt("%s --target 1GiB --quant int4 --group 32 --calib %s",
                         model, ids);
+    /* A fixed rate (MC_CALIB_RATE, inherited by the children): measured,
+     * the rate of a model this small swings ~20x with the machine's load,
+     * and so would the budget's choice.  A bad value is refused. */
+    setenv("MC_CALIB_RATE", "x", 1);
+    char *bad = tu_fmt("%s/mcompile %s --calib-time 10 -o %s/bad.mca",
+                       MC_BIN_DIR, base, dir);
+    char *bout = NULL, *berr = NULL;
+    assert_int_equal(tu_run(bad, &bout, &berr), 1);
+    assert_non_null(strstr(berr, "MC_CALIB_RATE"));
+    free(bout);
+    free(berr);
+    free(bad);
+    setenv("MC_CALIB_RATE", "1e9", 1);
     /* the options' estimate, from a budget nothing reaches */
     char *a1 = tu_fmt("%s --calib-time 1e8 -o %s/big.mca", base, dir);
     json_t *big = compile_effort(a1);
@@ -336,6 +349,7 @@ static void test_budget_end_to_end_reproduces(void **state)
         free(a2);
     }
     assert_true(hits);
+    unsetenv("MC_CALIB_RATE");
     /* --calib-seqs beyond the file, and the options without --calib */
     char *c5 = tu_fmt("%s/mcompile %s --calib-seqs 19 -o %s/x.mca", MC_BIN_DIR,
                       base, dir);
