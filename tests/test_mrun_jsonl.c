@@ -290,17 +290,6 @@ static void test_jsonl_overlong_with_truncate_equals_one_by_one(void **st)
 
 /* ---- kills and resumes ---------------------------------------------------- */
 
-/* The file at path holds exactly the len bytes of want. */
-static void assert_file_is(const char *path, const char *want, size_t len)
-{
-    size_t n;
-    char *got = tu_read_file(path, &n);
-    assert_non_null(got);
-    assert_int_equal(n, len);
-    assert_memory_equal(got, want, len);
-    free(got);
-}
-
 /* A job of n lines of mixed kinds (default-seeded sampling among them). */
 static void write_long_job(const char *path, size_t n)
 {
@@ -407,7 +396,7 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
                    "resume said:\n%s\n", round, k, got_len, ref_len,
                    g_err ? g_err : "");
         free(got);
-        assert_file_is(out, want, ref_len);
+        assert_true(tu_file_is(out, want, ref_len));
     }
     printf("[  INFO    ] %d of the runs were killed mid-job (run %.2f s)\n",
            kills, run_us / 1e6);
@@ -419,14 +408,14 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
                           " --seed 5 --resume", g_model, in, out),
                      1);
     assert_non_null(strstr(g_err, "dropped a partial last line"));
-    assert_file_is(out, want, ref_len);
+    assert_true(tu_file_is(out, want, ref_len));
     /* An empty output (killed between its creation and the first line)
      * resumes as a fresh run. */
     assert_int_equal(tu_write_file(out, "", 0), 0);
     assert_int_equal(mrun("%s --input %s --output %s " PLAN
                           " --seed 5 --resume", g_model, in, out),
                      1);
-    assert_file_is(out, want, ref_len);
+    assert_true(tu_file_is(out, want, ref_len));
     /* Without --resume an existing output is not touched. */
     assert_int_equal(mrun("%s --input %s --output %s " PLAN, g_model, in,
                           out),
@@ -437,7 +426,7 @@ static void test_jsonl_sigkill_then_resume_is_byte_identical(void **st)
                           " --seed 5 -q --schedule waves", g_model, in, dir),
                      1);
     char *wp = tu_fmt("%s/w.jsonl", dir);
-    assert_file_is(wp, want, ref_len);
+    assert_true(tu_file_is(wp, want, ref_len));
     free(wp);
     free(want);
     tu_rmtree(dir);
@@ -478,7 +467,7 @@ static void test_jsonl_sigint_finishes_lines_in_flight(void **st)
                           g_model, in, out),
                      1);
     free(got);
-    assert_file_is(out, want, ref_len);
+    assert_true(tu_file_is(out, want, ref_len));
     free(want);
     free(o);
     free(e);
@@ -575,7 +564,7 @@ static void test_jsonl_usage_errors(void **st)
      * with the input untouched, as for every other output path. */
     assert_int_equal(mrun("%s --input %s --output %s", g_model, in, in), 1);
     assert_non_null(strstr(g_err, "--output"));
-    assert_file_is(in, "{\"ids\":[1]}\n", 12);
+    assert_true(tu_file_is(in, "{\"ids\":[1]}\n", 12));
     /* stdin to stdout */
     char *cmd = tu_fmt("printf '{\"ids\":[1,2],\"max_new_tokens\":2}\\n' | "
                        "%s/mrun %s --input - --output - -q",

@@ -112,16 +112,6 @@ static char *slurp(const char *path, size_t *len)
     return s;
 }
 
-/* The file at path holds exactly the len bytes of want. */
-static void assert_file_holds(const char *path, const char *want, size_t len)
-{
-    size_t n;
-    char *got = slurp(path, &n);
-    assert_int_equal(n, len);
-    assert_memory_equal(got, want, len);
-    free(got);
-}
-
 /* The k-th line (0-based) of s, as a new string without '\n'. */
 static char *nth_line(const char *s, size_t k)
 {
@@ -310,7 +300,7 @@ static void test_budget_tiny_hold_gives_identical_bytes(void **st)
                            "--hold-bytes 1 --schedule waves -v"};
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(run_job(in, out, flags[i]), 1);
-        assert_file_holds(out, want, rl);
+        assert_true(tu_file_is(out, want, rl));
         unsigned long long held = figure_after(g_err, "held at most "),
                            one = figure_after(g_err, "one line ");
         unsigned long long hold = strtoull(flags[i] + 13, NULL, 10);
@@ -354,7 +344,7 @@ static void test_budget_resume_is_byte_identical(void **st)
                               "--hold-bytes 1 -q",
                               g_model, in, out),
                          1); /* the malformed lines failed */
-        assert_file_holds(out, want, rl);
+        assert_true(tu_file_is(out, want, rl));
     }
     free(want);
     tu_rmtree(dir);

@@ -296,3 +296,12 @@ mcrt *tu_mcrt_open(const char *dir, mcrt_options *o)
     assert_int_equal(rc, 0);
     return h;
 }
+
+int tu_file_is(const char *path, const void *want, size_t len)
+{
+    size_t n = 0;
+    char *got = tu_read_file(path, &n);
+    int same = got && n == len && memcmp(got, want, len) == 0;
+    free(got);
+    return same;
+}

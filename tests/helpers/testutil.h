@@ -51,6 +51,9 @@ int tu_run_bin(char **out, char **err, const char *prog, const char *fmt, ...)
 /* Read a whole file (malloc'ed, NUL-terminated, *len = its byte length,
  * binary safe); NULL on failure. */
 char *tu_read_file(const char *path, size_t *len);
+/* 1 if the file at path holds exactly the len bytes of want, else 0
+ * (also 0 when it cannot be read). */
+int tu_file_is(const char *path, const void *want, size_t len);
 /* Write bytes to a file; 0 on success. */
 int tu_write_file(const char *path, const void *data, size_t len);
 /* 1 if the path exists. */
