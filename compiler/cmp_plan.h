@@ -77,7 +77,8 @@
 
 /* Weight formats chosen by --quant. */
 typedef struct cmp_wpolicy {
-    char quant[8];           /* "f32", "f16", "bf16", "int8", "int4" */
+    char quant[16];          /* "f32", "f16", "bf16", "int8", "int4",
+                                "int4-sym", "auto" */
     kn_wformat linear;       /* format of the linear layers */
     uint32_t group;          /* int4 group size (32, 64, 128) */
     const kn_wformat *linear_fmt; /* optional, borrowed: per-linear format
