@@ -48,8 +48,7 @@ static int on_quant(void *base, const mc_opt *row, const char *flag,
     }
     if (cmp_cli_on_quant(base, row, flag, v, why, n) != 0) {
         snprintf(why, n, "%s: expected f32, f16, bf16, int8, int4, int4-sym or "
-                 "auto, "
-                 "got '%s'", flag, v);
+                 "auto, got '%s'", flag, v);
         return -1;
     }
     c->o.quant_auto = 0;
