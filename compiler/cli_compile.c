@@ -47,8 +47,8 @@ static int on_quant(void *base, const mc_opt *row, const char *flag,
         return 0;
     }
     if (cmp_cli_on_quant(base, row, flag, v, why, n) != 0) {
-        snprintf(why, n, "%s: expected f32, f16, bf16, int8, int4 or auto, "
-                 "got '%s'", flag, v);
+        snprintf(why, n, "%s: expected f32, f16, bf16, int8, int4, int4-sym or "
+                 "auto, got '%s'", flag, v);
         return -1;
     }
     c->o.quant_auto = 0;
@@ -94,7 +94,9 @@ static const mc_opt compile_opts[] = {
              "repeatable; merged in memory, never written to disk"},
     {.kind = MC_OPT_CALL, .flags = "--quant", .value = "Q", .off = F(o.req),
      .call = on_quant,
-     .help = "f32 | f16 | bf16 | int8 | int4 | auto (default f16);\n"
+     .help = "f32 | f16 | bf16 | int8 | int4 | int4-sym | auto\n"
+             "(default f16); int4 has a scale and a zero per group,\n"
+             "int4-sym a scale only (GGUF's Q4_0 at --group 32);\n"
              "auto picks int4 / int8 / f16 per linear layer to\n"
              "fit --target (needs --calib, --max-batch, --max-seq)"},
     {.kind = MC_OPT_TABLE, .sub = cmp_cli_plan_opts, .off = F(o.req)},
@@ -198,9 +200,9 @@ static int check_args(compile_cli *c)
                              "--max-seq (the budget is weights + KV cache "
                              "+ activations)");
     if (o->calib && !o->quant_auto && o->req.policy.linear != KN_W_Q8 &&
-        o->req.policy.linear != KN_W_Q4)
+        o->req.policy.linear != KN_W_Q4 && o->req.policy.linear != KN_W_Q4S)
         return cmp_cli_usage(cmd, "--calib quantizes the linear layers: use "
-                             "it with --quant int8, int4 or auto");
+                             "it with --quant int8, int4, int4-sym or auto");
     if (c->method_set && !o->calib)
         return cmp_cli_usage(cmd, "--method needs --calib FILE (without "
                              "calibration ids, compile rounds to nearest)");
@@ -214,8 +216,8 @@ static int check_args(compile_cli *c)
                              "--calib-seqs need --calib FILE");
     if (o->calib_time_s > 0.0 && o->quant_auto)
         return cmp_cli_usage(cmd, "--calib-time does not cover --quant "
-                             "auto's measuring pass: use --quant int8 or "
-                             "int4");
+                             "auto's measuring pass: use --quant int8, "
+                             "int4 or int4-sym");
     o->calib_stages = (uint32_t)c->calib_stages;
     o->calib_seqs = (size_t)c->calib_seqs;
     o->method_fixed = c->method_set;

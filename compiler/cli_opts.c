@@ -139,8 +139,8 @@ int cmp_cli_on_quant(void *base, const mc_opt *row, const char *flag,
     mc_error_clear(&e);
     cmp_wpolicy keep = r->policy; /* an earlier --lm-head survives */
     if (cmp_wpolicy_parse(v, r->policy.group, &r->policy, &e) != MC_OK) {
-        snprintf(why, n, "%s: expected f32, f16, bf16, int8 or int4, got "
-                 "'%s'", flag, v);
+        snprintf(why, n, "%s: expected f32, f16, bf16, int8, int4 or "
+                 "int4-sym, got '%s'", flag, v);
         return -1;
     }
     r->policy.lm_head_set = keep.lm_head_set;
@@ -216,7 +216,7 @@ const mc_opt cmp_cli_plan_opts[] = {
      .off = R(target_bytes), .ulo = 1, .call = cmp_cli_on_size,
      .help = "memory available: 24GiB, 24G, 1.5GiB, 512MiB, bytes"},
     {.kind = MC_OPT_CALL, .flags = "--group", .value = "G", .call = on_group,
-     .help = "int4 group size 32 | 64 | 128 (default 128)"},
+     .help = "int4 / int4-sym group size 32 | 64 | 128 (default 128)"},
     {.kind = MC_OPT_U32, .flags = "--max-batch", .value = "B",
      .off = R(max_batch), .ulo = 1, .uhi = UINT32_MAX,
      .help = "sequences per step (default: the most that fit, <= 64)"},
@@ -232,7 +232,7 @@ const mc_opt cmp_cli_plan_opts[] = {
     {.kind = MC_OPT_CALL, .flags = "--lm-head", .value = "F",
      .call = on_lm_head,
      .help = "output layer f32 | f16 | bf16 | int8 (default: int8\n"
-             "with int8/int4 linears; one untied by the rotation:\n"
+             "with quantized linears; one untied by the rotation:\n"
              "f32 from an f32 checkpoint, else the embedding's\n"
              "format); tied, the output layer is the embedding:\n"
              "its format (f16 keeps a float embedding)"},

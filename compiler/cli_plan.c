@@ -28,7 +28,7 @@ typedef struct plan_cli {
 static const mc_opt plan_opts[] = {
     {.kind = MC_OPT_CALL, .flags = "--quant", .value = "Q",
      .off = offsetof(plan_cli, req), .call = cmp_cli_on_quant,
-     .help = "f32 | f16 | bf16 | int8 | int4 (default f16)"},
+     .help = "f32 | f16 | bf16 | int8 | int4 | int4-sym (default f16)"},
     {.kind = MC_OPT_TABLE, .sub = cmp_cli_plan_opts,
      .off = offsetof(plan_cli, req)},
     {.kind = MC_OPT_STR, .flags = "--svg", .value = "FILE",
@@ -114,7 +114,7 @@ void cmp_cli_print_plan(FILE *o, const fmt_model_config *cfg,
             cfg->vocab_size, (unsigned long long)p->params);
     fprintf(o, "weights: --quant %s (linear %s%s), KV %s, device %s\n",
             p->req.policy.quant, kn_wformat_name(p->req.policy.linear),
-            p->req.policy.linear == KN_W_Q4 ? " groups" : "",
+            p->req.policy.group ? " groups" : "",
             kn_kvtype_name(p->limits.kv_type),
             p->req.device == CMP_DEV_CUDA ? "cuda" : "cpu");
     fprintf(o, "plan: batch %u x context %llu (%s), prefill chunk %u, "

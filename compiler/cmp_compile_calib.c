@@ -214,7 +214,8 @@ static mc_status choose_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
     if (s->is_auto)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib-time", -1,
                        "a time budget does not cover --quant auto's "
-                       "measuring pass; use --quant int8 or int4");
+                       "measuring pass; use --quant int8, int4 or "
+                       "int4-sym");
     size_t *o2 = NULL, maxT = 0;
     mc_status st = cmp_calib_subset(NULL, off, nseq, ncal, s->effort.seqs,
                                     NULL, &o2, err);
@@ -258,7 +259,7 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     if (!o->quant_auto && !cmp_quant_is_quantized(lin))
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib", -1,
                        "--calib quantizes the linear layers: use it with "
-                       "--quant int8, int4 or auto (not %s)",
+                       "--quant int8, int4, int4-sym or auto (not %s)",
                        req->policy.quant);
     if (o->quant_auto && (!req->max_batch || !req->max_seq))
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--quant", -1,

@@ -32,17 +32,19 @@ mc_status cmp_wpolicy_parse(const char *quant, uint32_t group,
         const char *name;
         kn_wformat f;
     } q[] = {{"f32", KN_W_F32},   {"f16", KN_W_F16}, {"bf16", KN_W_BF16},
-             {"int8", KN_W_Q8},   {"int4", KN_W_Q4}};
+             {"int8", KN_W_Q8},   {"int4", KN_W_Q4},
+             {"int4-sym", KN_W_Q4S}};
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
         if (strcmp(quant, q[i].name) == 0) {
             snprintf(out->quant, sizeof out->quant, "%s", q[i].name);
             out->linear = q[i].f;
-            out->group = q[i].f == KN_W_Q4 ? group : 0;
+            out->group = q[i].f == KN_W_Q4 || q[i].f == KN_W_Q4S ? group : 0;
             return MC_OK;
         }
     }
     return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--quant", -1,
-                   "unknown --quant '%s' (f32, f16, bf16, int8, int4)", quant);
+                   "unknown --quant '%s' (f32, f16, bf16, int8, int4, "
+                   "int4-sym)", quant);
 }
 
 int cmp_plan_untie_for_rotation(fmt_model_config *cfg, cmp_wpolicy *p,
@@ -75,7 +77,8 @@ static kn_wformat role_format(const cmp_wpolicy *p, cmp_role role, int tied)
     kn_wformat embed = p->linear == KN_W_F32    ? KN_W_F32
                        : p->linear == KN_W_BF16 ? KN_W_BF16
                                                 : KN_W_F16;
-    int qlin = p->linear == KN_W_Q8 || p->linear == KN_W_Q4;
+    int qlin = p->linear == KN_W_Q8 || p->linear == KN_W_Q4 ||
+               p->linear == KN_W_Q4S;
     switch (role) {
     case CMP_ROLE_LINEAR: return p->linear;
     case CMP_ROLE_EMBED:

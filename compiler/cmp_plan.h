@@ -77,7 +77,8 @@
 
 /* Weight formats chosen by --quant. */
 typedef struct cmp_wpolicy {
-    char quant[8];           /* "f32", "f16", "bf16", "int8", "int4" */
+    char quant[16];          /* "f32", "f16", "bf16", "int8", "int4",
+                                "int4-sym", "auto" */
     kn_wformat linear;       /* format of the linear layers */
     uint32_t group;          /* int4 group size (32, 64, 128) */
     const kn_wformat *linear_fmt; /* optional, borrowed: per-linear format
@@ -98,7 +99,7 @@ typedef struct cmp_wpolicy {
 /* What the calibration's rotation (cmp_rotate.h) does to the compiled
  * tensors, for the plan: when hidden_size allows a rotation, a tied model
  * gets its own output layer (cfg untied): int8 when the linears are
- * quantized (int8, int4, auto; the untied rule), else kept float
+ * quantized (int8, int4, int4-sym, auto; the untied rule), else kept float
  * (p->lm_head_float), float32 when float32_source; --lm-head overrides
  * both.  Returns 1 if cfg was tied and is now untied. */
 int cmp_plan_untie_for_rotation(fmt_model_config *cfg, cmp_wpolicy *p,

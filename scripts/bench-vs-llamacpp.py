@@ -3,6 +3,7 @@
 both systems on the same weights, interleaved A B A B, medians, one table.
 
 usage: bench-vs-llamacpp.py OURS_BIN LLAMA_BIN WORK ROUNDS SHAPE...
+       bench-vs-llamacpp.py --table WORK/bench-vs.json
   OURS_BIN   holds mcompile and bench/bench_vs (a Release tree)
   LLAMA_BIN  holds llama-bench, llama-quantize, llama-batched-bench
   WORK       models and artifacts (kept between runs: generated once)
@@ -11,7 +12,8 @@ BASE_BIN in the environment: a second Release tree of ours (an older
 commit with bench_vs.c copied in) run on the same artifacts in the same
 rounds (A B C A B C), printed as the "before" column.
 Prints the table on stdout and writes WORK/bench-vs.json (every raw
-figure, the load averages, the date).
+figure, the load averages, the date); --table prints the table of such a
+file again without running anything.
 """
 import json
 import os
@@ -21,15 +23,16 @@ import subprocess
 import sys
 import time
 
-import gguf
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 THREADS = 2
 NTG = 32  # decode tokens per measurement (llama-bench -n, bench_vs --ntg)
 FORMATS = [  # (ours, --quant args, llama.cpp type, llama-quantize type)
     ("f16", ["--quant", "f16"], "F16", None),
     ("int8", ["--quant", "int8"], "Q8_0", "Q8_0"),
-    ("int4 g32", ["--quant", "int4", "--group", "32"], "Q4_0", "Q4_0"),
+    # like for like: our asymmetric int4 (scale + zero per group) against
+    # Q4_1 (scale + min per block), our symmetric int4 against Q4_0
+    ("int4 g32", ["--quant", "int4", "--group", "32"], "Q4_1", "Q4_1"),
+    ("int4-sym g32", ["--quant", "int4-sym", "--group", "32"], "Q4_0", "Q4_0"),
 ]
 
 
@@ -50,6 +53,7 @@ def run(cmd, **kw):
 def gguf_step_bytes(path):
     """Bytes of the matrices a decode step reads (token_embd only when it
     is also the output layer, as our weight_bytes counts)."""
+    import gguf  # llama.cpp's gguf-py: a run needs it, --table does not
     r = gguf.GGUFReader(path)
     names = {t.name for t in r.tensors}
     tot = 0
@@ -112,6 +116,10 @@ def med(xs):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        with open(sys.argv[2]) as f:
+            print_table(json.load(f))
+        return
     if len(sys.argv) < 6:
         sys.exit(__doc__)
     ours_bin, llama_bin, work, rounds = sys.argv[1:5]
@@ -169,7 +177,7 @@ def print_table(rep):
           f"{rep['load_avg'][0]:.1f} -> {rep['load_avg'][1]:.1f}")
     for shape, sr in rep["shapes"].items():
         print(f"\n{shape}")
-        print(f"  {'format':<18} {'figure':<16} {'ours':>9} {'llama.cpp':>9} "
+        print(f"  {'format':<20} {'figure':<16} {'ours':>9} {'llama.cpp':>9} "
               f"{'ratio':>6} {'ours/bound':>10} {'llama/bound':>11} {'before':>9}")
         for name, r in sr.items():
             o, l = r["ours_raw"], r["llama_raw"]
@@ -189,20 +197,20 @@ def print_table(rep):
                 before = ""
                 if r.get("before_raw"):
                     before = f"{med([x[key] for x in r['before_raw']]):9.2f}"
-                print(f"  {label:<18} {fig:<16} {a:9.2f} {b:9.2f} {ratio:6.2f} "
+                print(f"  {label:<20} {fig:<16} {a:9.2f} {b:9.2f} {ratio:6.2f} "
                       f"{bound} {before}")
                 label = ""
             if r["quant_s_llama"]:
                 a, b = med(r["quant_s_ours"]), med(r["quant_s_llama"])
                 mb = r["f16_bytes"] / 1e6
-                print(f"  {'':<18} {'quantize MB/s':<16} {mb / a:9.1f} {mb / b:9.1f} "
+                print(f"  {'':<20} {'quantize MB/s':<16} {mb / a:9.1f} {mb / b:9.1f} "
                       f"{b / a:6.2f}   ({a:.2f} s vs {b:.2f} s from f16)")
-            print(f"  {'':<18} {'step bytes MB':<16} {r['weight_bytes_ours'] / 1e6:9.1f} "
+            print(f"  {'':<20} {'step bytes MB':<16} {r['weight_bytes_ours'] / 1e6:9.1f} "
                   f"{r['weight_bytes_llama'] / 1e6:9.1f}   read bw "
                   f"{bw / 1e9:.2f} GB/s (this run); our pool wake-up "
                   f"{med([x['wake_us'] for x in o]):.2f} us")
             if all("tg1_cpu_ms" in x for x in o):
-                print(f"  {'':<18} {'our CPU ms/token':<16} b1 "
+                print(f"  {'':<20} {'our CPU ms/token':<16} b1 "
                       f"{med([x['tg1_cpu_ms'] for x in o]):.2f}, b8 "
                       f"{med([x['tg8_cpu_ms'] for x in o]):.2f} (all threads, "
                       f"spinning included)")

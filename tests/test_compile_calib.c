@@ -1,6 +1,7 @@
-/* test_compile_calib.c - `mcompile MODEL --quant int8|int4|auto --calib FILE
- * [--method M]`: the calibrated artifact opens, verifies and runs; its
- * manifest records each linear's method and errors; adapters are merged
+/* test_compile_calib.c - `mcompile MODEL --quant int8|int4|int4-sym|auto
+ * --calib FILE [--method M]`: the calibrated artifact opens, verifies and
+ * runs; its manifest records each linear's method and errors (int4-sym
+ * through every method); adapters are merged
  * before calibration; --quant auto fits its target with mixed formats; on
  * stories260k the calibrated int4 g32 artifact has a lower KLD than RTN;
  * a failed allocation anywhere in the calibrated compile is an error, never
@@ -131,14 +132,15 @@ static void mrun_ok(const char *art)
 }
 
 /* Every linear records method/err/err_rtn/alpha; returns how many linears
- * have each format in fmts[] ("q4", "q8", "f16"). */
-static size_t check_linears(const json_t *man, size_t counts[3])
+ * there are, and in counts how many have each format in fmts[] ("q4",
+ * "q8", "f16", "q4s"). */
+static size_t check_linears(const json_t *man, size_t counts[4])
 {
-    static const char *const fmts[3] = {"q4", "q8", "f16"};
+    static const char *const fmts[4] = {"q4", "q8", "f16", "q4s"};
     const json_t *ts = json_object_get(man, "tensors");
     size_t n = 0, i;
     json_t *t;
-    counts[0] = counts[1] = counts[2] = 0;
+    counts[0] = counts[1] = counts[2] = counts[3] = 0;
     json_array_foreach(ts, i, t) {
         const char *name = json_string_value(json_object_get(t, "name"));
         if (!strstr(name, "_proj.weight"))
@@ -151,7 +153,7 @@ static size_t check_linears(const json_t *man, size_t counts[3])
         double e = json_number_value(json_object_get(t, "err"));
         assert_true(e >= 0.0 && e < 1.0);
         const char *f = json_string_value(json_object_get(t, "format"));
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             if (strcmp(f, fmts[k]) == 0)
                 counts[k]++;
     }
@@ -169,7 +171,7 @@ static void test_compile_calib_int8_fixtures_verify_run_and_record(void **state)
                             model, g_ids, art);
         compile_ok(args);
         json_t *man = inspect_manifest(art);
-        size_t c[3];
+        size_t c[4];
         size_t n = check_linears(man, c);
         assert_true(n > 0);
         assert_int_equal(c[1], n); /* all int8 */
@@ -196,7 +198,7 @@ static void test_compile_calib_int8_fixtures_verify_run_and_record(void **state)
                         g_ids, art);
     compile_ok(args);
     json_t *man = inspect_manifest(art);
-    size_t c[3];
+    size_t c[4];
     size_t n4 = check_linears(man, c);
     assert_int_equal(n4, c[0]); /* all int4 */
     json_t *t = json_array_get(json_object_get(man, "tensors"), 2);
@@ -204,6 +206,33 @@ static void test_compile_calib_int8_fixtures_verify_run_and_record(void **state)
     json_decref(man);
     free(args);
     free(art);
+    /* symmetric int4 (--quant int4-sym) through every method: each linear
+     * q4s at the asked group, its method recorded, the artifact runs */
+    static const char *const methods[] = {"rtn", "awq", "gptq", "gptaq",
+                                          "awq+gptq", "awq+gptaq", "best",
+                                          "best-all"};
+    for (size_t m = 0; m < sizeof methods / sizeof *methods; m++) {
+        art = tu_fmt("%s/llama-sym.mca", g_dir);
+        args = tu_fmt("%s/llama --target 64MiB --quant int4-sym --group 64 "
+                      "--calib %s --method %s -o %s", MC_FIXTURE_DIR, g_ids,
+                      methods[m], art);
+        compile_ok(args);
+        man = inspect_manifest(art);
+        n4 = check_linears(man, c);
+        assert_int_equal(c[3], n4); /* all q4s */
+        assert_string_equal(json_string_value(json_object_get(
+                                json_object_get(man, "plan"), "quant")),
+                            "int4-sym");
+        t = json_array_get(json_object_get(man, "tensors"), 2);
+        assert_int_equal(json_integer_value(json_object_get(t, "group")), 64);
+        if (strncmp(methods[m], "best", 4) != 0) /* best records its pick */
+            assert_string_equal(
+                json_string_value(json_object_get(t, "method")), methods[m]);
+        json_decref(man);
+        mrun_ok(art);
+        free(args);
+        free(art);
+    }
 }
 
 /* Format of tensor name in a manifest, or NULL when it is absent. */
@@ -499,7 +528,7 @@ static void test_compile_auto_fits_target_and_mixes_formats(void **state)
         }
         assert_int_equal(sum, (uint64_t)json_integer_value(
                                   json_object_get(plan, "weights_bytes")));
-        size_t c[3];
+        size_t c[4];
         size_t n = check_linears(man, c);
         int kinds = (c[0] > 0) + (c[1] > 0) + (c[2] > 0);
         printf("auto target %llu: q4 %zu, q8 %zu, f16 %zu of %zu; total %llu\n",

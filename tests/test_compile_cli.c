@@ -3,7 +3,8 @@
  * and `mcompile inspect [--verify]`, and `mrun` on an artifact: stories260k
  * compiled at f32 reproduces the reference greedy ids; requests over the
  * plan run in waves (batch) or are refused with the plan's limits
- * (length) unless --truncate is given. */
+ * (length) unless --truncate is given; --quant int4-sym (symmetric int4)
+ * from compile to inspect, mrun and GGUF Q4_0, and its usage errors. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -15,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export_util.h"
+#include "fmt_gguf.h"
 #include "testutil.h"
 
 static const char MISTRAL_7B[] =
@@ -334,6 +337,107 @@ static void test_compile_cli_refuses_and_inspects(void **state)
     free(art);
 }
 
+/* Integer `key` of the JSON object text (fails the test when absent). */
+static long long json_key(const char *text, const char *key)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    json_t *v = json_object_get(j, key);
+    if (!v)
+        v = json_object_get(json_object_get(j, "plan"), key);
+    assert_true(json_is_integer(v));
+    long long r = json_integer_value(v);
+    json_decref(j);
+    return r;
+}
+
+/* --quant int4-sym at groups 32 and 128 on the llama fixture: the plan
+ * counts the bytes the compile stores (a scale and no zero per group:
+ * fewer than int4's), inspect names the format q4s, mrun gives a prompt
+ * the same ids alone and in a batch (prefill over the integer kernels'
+ * multi-row path, decode over their batch-1 one), and GGUF export writes
+ * Q4_0 holding the artifact's values (at group 128 each 32-block repeats
+ * its group's scale). */
+static void test_int4_sym_compiles_inspects_runs_and_exports_q4_0(void **st)
+{
+    (void)st;
+    char *model = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+    char *art = tu_fmt("%s/sym.mca", g_dir), *gg = tu_fmt("%s/sym.gguf", g_dir);
+    char *out = NULL, *err = NULL;
+    const char *limits = "--target 64MiB --max-batch 4 --max-seq 64";
+    for (int g = 32; g <= 128; g += 96) {
+        long long lin[2];
+        for (int sym = 0; sym < 2; sym++) {
+            const char *q = sym ? "int4-sym" : "int4";
+            assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                        "plan %s %s --quant %s --group %d "
+                                        "--json", model, limits, q, g), 0);
+            long long planned = json_key(out, "weights_bytes");
+            assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                        "%s %s --quant %s --group %d --json "
+                                        "-o %s", model, limits, q, g, art), 0);
+            assert_int_equal(json_key(out, "weights_bytes"), planned);
+            json_t *j = json_loads(out, 0, NULL);
+            lin[sym] = json_integer_value(json_object_get(
+                json_object_get(j, "part_bytes"), "linears"));
+            json_decref(j);
+        }
+        /* 4 bits + an f16 scale per group, against int4's + a u8 zero */
+        assert_true(lin[1] > 0 && lin[1] < lin[0]);
+        assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                    "inspect %s --verify", art), 0);
+        assert_non_null(strstr(out, "(quant int4-sym); "));
+        assert_non_null(strstr(out, " q4s "));
+        assert_null(strstr(out, " q4 "));
+        /* 20-token prompt: alone, then second of three in one batch */
+        const char *p = "1 5 9 200 17 3 44 81 2 6 10 100 7 30 4 8 3 7 11 12";
+        assert_int_equal(tu_run_bin(&out, &err, "mrun",
+                                    "%s --tokens '%s' --max-new-tokens 8 "
+                                    "--ignore-eos -q", art, p), 0);
+        char *alone = strdup(out);
+        assert_int_equal(tu_run_bin(&out, &err, "mrun",
+                                    "%s --tokens '1 2 3' --tokens '%s' "
+                                    "--tokens '1 9 9 9 9 9 9 9 9 9 9' "
+                                    "--max-new-tokens 8 --ignore-eos -q",
+                                    art, p), 0);
+        char *line2 = strchr(out, '\n');
+        assert_non_null(line2);
+        assert_int_equal(strncmp(line2 + 1, alone, strlen(alone)), 0);
+        free(alone);
+        char *args = tu_fmt("'%s' --format gguf -o '%s' -q", art, gg);
+        assert_int_equal(tu_x_run_export(args, NULL, NULL), 0);
+        assert_true(tu_x_check_gguf_values(art, gg, FMT_GGUF_T_Q4_0, 1) >= 28);
+        free(args);
+    }
+    /* usage errors: exit 2, and the message says what is accepted */
+    static const struct {
+        const char *args, *says;
+    } bad[] = {
+        {"--target 64MiB --quant int4-sym --group 48", "32, 64 or 128"},
+        {"--target 64MiB --quant int4sym", "int4-sym"},
+        {"--target 64MiB --quant int4-sym --lm-head int4-sym",
+         "f32, f16, bf16 or int8"},
+        {"--target 64MiB --quant f16 --calib x.ids", "int4-sym"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        for (int plan = 0; plan < 2; plan++) {
+            if (plan && strstr(bad[i].args, "--calib"))
+                continue; /* plan has no --calib */
+            int rc = tu_run_bin(&out, &err, "mcompile", "%s%s %s%s%s",
+                                plan ? "plan " : "", model, bad[i].args,
+                                plan ? "" : " -o ", plan ? "" : art);
+            if (rc != 2 || !strstr(err, bad[i].says))
+                fail_msg("'%s%s' exited %d: %s", plan ? "plan " : "",
+                         bad[i].args, rc, err);
+        }
+    }
+    free(out);
+    free(err);
+    free(model);
+    free(art);
+    free(gg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +445,7 @@ int main(void)
         cmocka_unit_test(test_plan_refusal_exits_1_with_breakdown),
         cmocka_unit_test(test_compile_cli_refuses_and_inspects),
         cmocka_unit_test(test_stories_artifact_reproduces_reference_greedy),
+        cmocka_unit_test(test_int4_sym_compiles_inspects_runs_and_exports_q4_0),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

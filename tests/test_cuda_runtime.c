@@ -330,14 +330,15 @@ static void test_cuda_fixture_logits_match_cpu_session(void **state)
         compare_model(names[i], m);
         rt_model_free(m);
     }
-    /* quantized artifacts: int8 and int4 (group 32 and the ragged 128);
-     * qwen2 is tied: its int8 embedding is the output layer (looked up on
-     * the host, multiplied on the device) */
+    /* quantized artifacts: int8, int4 (group 32 and the ragged 128) and
+     * int4-sym; qwen2 is tied: its int8 embedding is the output layer
+     * (looked up on the host, multiplied on the device) */
     char *tmp = tu_mkdtemp("cuda-quant");
     const char *quants[] = {"--quant int8", "--quant int4 --group 32",
-                            "--quant int4", "--quant int8"};
-    for (int q = 0; q < 4; q++) {
-        char *src = tu_fmt("%s/%s", MC_FIXTURE_DIR, q < 3 ? "llama" : "qwen2");
+                            "--quant int4", "--quant int4-sym --group 32",
+                            "--quant int8"};
+    for (int q = 0; q < 5; q++) {
+        char *src = tu_fmt("%s/%s", MC_FIXTURE_DIR, q < 4 ? "llama" : "qwen2");
         char *opts = tu_fmt("--target 1GiB %s --kv f32 --max-batch 4 "
                             "--max-seq 64 --prefill-chunk 64", quants[q]);
         char *name = tu_fmt("q%d.mca", q);
@@ -345,8 +346,8 @@ static void test_cuda_fixture_logits_match_cpu_session(void **state)
         rt_model *m = NULL;
         mc_error e;
         assert_int_equal(rt_model_open_artifact(art, &m, &e), MC_OK);
-        assert_true(q < 3 || m->embed.fmt == KN_W_Q8);
-        compare_model(q < 3 ? quants[q] + 8 : "qwen2 int8", m);
+        assert_true(q < 4 || m->embed.fmt == KN_W_Q8);
+        compare_model(q < 4 ? quants[q] + 8 : "qwen2 int8", m);
         rt_model_free(m);
         free(art);
         free(name);

@@ -86,21 +86,22 @@ static uint64_t mat_bytes(const char *fmt, uint64_t rows, uint64_t cols,
     if (!strcmp(fmt, "q8"))
         return rows * cols + 4 * rows;
     uint64_t groups = (cols + g - 1) / g; /* q4: nibbles, f16 scale, u8 zero */
-    return rows * ((cols + 1) / 2) + rows * groups * 2 + rows * groups;
+    uint64_t zeros = strcmp(fmt, "q4s") ? rows * groups : 0; /* q4s: none */
+    return rows * ((cols + 1) / 2) + rows * groups * 2 + zeros;
 }
 
 /* Expected weight bytes under cmp_plan.h's policy, computed by hand. */
 static uint64_t expected_weights(const shape *s, const char *quant,
                                  uint64_t g)
 {
-    const char *lin = !strcmp(quant, "int8")   ? "q8"
-                      : !strcmp(quant, "int4") ? "q4"
-                                               : quant;
+    const char *lin = !strcmp(quant, "int8")       ? "q8"
+                      : !strcmp(quant, "int4")     ? "q4"
+                      : !strcmp(quant, "int4-sym") ? "q4s"
+                                                   : quant;
     const char *emb = !strcmp(quant, "f32")    ? "f32"
                       : !strcmp(quant, "bf16") ? "bf16"
                                                : "f16";
-    const char *head = (!strcmp(quant, "int8") || !strcmp(quant, "int4"))
-                           ? "q8" : emb;
+    const char *head = strcmp(lin, quant) ? "q8" : emb; /* quantized */
     uint64_t qd = s->NH * s->HD, kd = s->NKV * s->HD;
     uint64_t per = mat_bytes(lin, qd, s->H, g) + 2 * mat_bytes(lin, kd, s->H, g) +
                    mat_bytes(lin, s->H, qd, g) +
@@ -124,12 +125,13 @@ static void test_plan_param_counts_match_published(void **state)
 static void test_plan_weight_bytes_exact_for_every_quant(void **state)
 {
     (void)state;
-    static const char *const q[] = {"f32", "f16", "bf16", "int8", "int4"};
+    static const char *const q[] = {"f32", "f16", "bf16", "int8", "int4",
+                                    "int4-sym"};
     static const uint32_t groups[] = {32, 64, 128};
     for (size_t i = 0; i < 3; i++) {
         fmt_model_config c;
         load(&MODELS[i], &c);
-        for (size_t k = 0; k < 5; k++)
+        for (size_t k = 0; k < sizeof q / sizeof q[0]; k++)
             for (size_t gi = 0; gi < 3; gi++) {
                 cmp_plan_request r;
                 cmp_plan_request_default(&r);

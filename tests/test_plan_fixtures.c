@@ -20,7 +20,9 @@
 #include "mc_alloc.h"
 #include "testutil.h"
 
-static const char *const QUANTS[] = {"f32", "f16", "bf16", "int8", "int4"};
+static const char *const QUANTS[] = {"f32", "f16", "bf16", "int8", "int4",
+                                     "int4-sym"};
+#define NQUANTS (sizeof QUANTS / sizeof QUANTS[0])
 
 /* Bytes of one checkpoint tensor under the documented policy, from its name
  * and safetensors shape only (and whether the model is tied: its
@@ -28,7 +30,8 @@ static const char *const QUANTS[] = {"f32", "f16", "bf16", "int8", "int4"};
 static uint64_t policy_bytes(const fmt_st_tensor *t, const char *quant,
                              uint32_t g, int tied)
 {
-    int q8 = !strcmp(quant, "int8"), q4 = !strcmp(quant, "int4");
+    int q8 = !strcmp(quant, "int8"), q4 = !strncmp(quant, "int4", 4);
+    int zero = !strcmp(quant, "int4"); /* int4-sym: no zero per group */
     uint64_t n = t->nelem;
     if (t->ndim == 1) /* norms and biases: f32 */
         return 4 * n;
@@ -44,7 +47,7 @@ static uint64_t policy_bytes(const fmt_st_tensor *t, const char *quant,
         return n + 4 * rows;
     if (q4) {
         uint64_t groups = (cols + g - 1) / g;
-        return rows * ((cols + 1) / 2) + rows * groups * 3;
+        return rows * ((cols + 1) / 2) + rows * groups * (2 + zero);
     }
     return fbytes * n;
 }
@@ -65,7 +68,7 @@ static void check_fixture(const char *name, size_t *checked)
     assert_int_equal(fmt_model_open(dir, &fm, &err), MC_OK);
     char *tmp = tu_mkdtemp("planfx");
     char *art = tu_fmt("%s/a.mca", tmp);
-    for (size_t qi = 0; qi < 5; qi++) {
+    for (size_t qi = 0; qi < NQUANTS; qi++) {
         const uint32_t g = 64;
         cmp_plan_request r;
         cmp_plan_request_default(&r);
