@@ -210,15 +210,18 @@ typedef struct cmp_calib_tensor {
  * the rotated ends, the held-out evaluation), an upper bound on what
  * cmp_calib_run allocates through mc_alloc (up to allocator rounding). */
 typedef struct cmp_calib_mem {
-    uint64_t states;   /* both sets of hidden states, per-sequence copies */
-    uint64_t forward;  /* the forward context (cmp_fwd_bytes) */
+    uint64_t states;   /* both sets of hidden states, per-sequence copies;
+                          both held-out sets (kept to the summary) */
+    uint64_t forward;  /* the forward contexts (cmp_fwd_bytes: the
+                          calibration's, the held-out sequences') */
     uint64_t result;   /* result tables, folded vectors, and the quantized
                           layers held: all finished ones without a spill
                           file, the current block's with one */
     uint64_t block;    /* one block's float32 copies */
     uint64_t stats;    /* statistics (Hq, Hf, C, x_f, |x|) */
     uint64_t work;     /* quantization work space (candidates, GPTQ, AWQ) */
-    uint64_t ends;     /* rotated ends / output layer / held-out evaluation */
+    uint64_t ends;     /* rotated ends / output layer / held-out summary
+                          (logits, KLD list) */
     uint64_t peak;     /* the largest phase total */
     const char *phase; /* where the peak is: "statistics", "qkv", "o",
                           "gate/up", "down", "ends", "held-out" */
@@ -265,8 +268,9 @@ enum { CMP_PH_FORWARD, CMP_PH_STATS, CMP_PH_FACTOR, CMP_PH_SEARCH,
  * libraries, thread stacks, the token file: a fixed allowance), the
  * larger of two phases: the layers (source: the embeddings, one block,
  * and any source that is not a file mapping, e.g. merged tensors) and the
- * ends (source: embeddings and output layer, or the whole model when a
- * held-out evaluation reads it again; plus the spill mapping).  An upper
+ * ends (source: embeddings and output layer, plus the spill mapping; the
+ * held-out sequences cross each block while it is resident, so the
+ * source is never read again).  An upper
  * bound: the parts do not all peak at once.
  * The estimate: multiply-adds per phase, counted pass by pass and
  * candidate by candidate as the calibration runs them (partial block
@@ -324,7 +328,8 @@ typedef struct cmp_calib_times {
                           retarget's solve (Cholesky and substitutions) */
     cmp_clock search;  /* the rest of quantizing: candidates, AWQ search,
                           refits, descent, error measures */
-    cmp_clock ends;    /* embeddings, output layer, held-out evaluation */
+    cmp_clock ends;    /* embeddings, output layer, held-out evaluation
+                          (its block passes, run with the layers, too) */
 } cmp_calib_times;
 
 typedef struct cmp_calib_result {

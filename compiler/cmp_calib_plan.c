@@ -253,9 +253,10 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
      * and the block being calibrated: each finished block's source pages
      * are dropped (fmt_mapguard_drop), where they are a file's mapping;
      * a heap copy (an adapter's merged tensor) stays, and counts whole.
-     * At the ends: the embeddings and output layer; with a held-out
-     * evaluation the whole model is read again.  The spill file is
-     * mapped at the ends only. */
+     * The held-out sequences cross each block with the calibration's
+     * (cmp_calib_heldout.c): no block is read again.  At the ends: the
+     * embeddings and output layer.  The spill file is mapped at the ends
+     * only. */
     uint64_t ends_src = src_bytes(&m->embed);
     if (m->lm_head.data != m->embed.data)
         ends_src += src_bytes(&m->lm_head);
@@ -275,7 +276,7 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
         block_max = blk > block_max ? blk : block_max;
     }
     out->source_layers = src_bytes(&m->embed) + block_max + kept;
-    out->source_ends = heldout_tok ? out->source : ends_src + kept;
+    out->source_ends = ends_src + kept;
     out->spill = mem->spill;
     out->program = PLAN_PROGRAM_BYTES;
     uint64_t layers = mem->peak + out->source_layers + out->program;
@@ -294,8 +295,9 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     quant_madds(c, o, mem->lean, &fac, &sea);
     out->madds[CMP_PH_FACTOR] = L * fac;
     out->madds[CMP_PH_SEARCH] = L * sea;
-    /* the held-out evaluation: both models over its tokens, the output
-     * layer included */
+    /* the held-out evaluation: both models over its tokens, block by block
+     * with the layers, then both output layers at the ends (the phase's
+     * measured time, cmp_calib_times.ends, holds both parts) */
     double cum[5];
     block_prefix(c, maxT, cum);
     out->madds[CMP_PH_ENDS] = 2.0 * (double)out->heldout_tokens *
