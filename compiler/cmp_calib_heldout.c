@@ -92,23 +92,17 @@ mc_status cmp_heldout_create(const rt_model *m, const int32_t *tok,
     h->off = off;
     h->n = n;
     h->hidden = m->cfg.hidden_size;
-    for (size_t i = 0; i < n; i++)
-        h->maxT = seq_len(h, i) > h->maxT ? seq_len(h, i) : h->maxT;
     *out = h;
-    if (h->maxT == 0)
-        return MC_OK; /* nothing to score: an empty summary */
-    uint64_t ctx = m->cfg.max_position_embeddings;
-    if (ctx && h->maxT > ctx)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "tokens", -1,
-                       "a held-out sequence has %zu tokens; the model's "
-                       "context is %llu", h->maxT, (unsigned long long)ctx);
+    mc_status st = cmp_eval_longest(&m->cfg, off, n, &h->maxT, err);
+    if (st != MC_OK || h->maxT == 0)
+        return st; /* maxT 0: nothing to score, an empty summary */
     size_t rows = off[n] - off[0];
     h->x_ref = mc_malloc_array(rows * h->hidden, sizeof(float));
     h->x_q = mc_malloc_array(rows * h->hidden, sizeof(float));
     if (!h->x_ref || !h->x_q)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                        "held-out states (2 x %zu tokens x %u)", rows, h->hidden);
-    mc_status st = cmp_fwd_create(m, h->maxT, pool, &h->f, err);
+    st = cmp_fwd_create(m, h->maxT, pool, &h->f, err);
     for (size_t i = 0; i < n && st == MC_OK; i++) {
         size_t T = seq_len(h, i);
         if (T < 2)

@@ -329,6 +329,21 @@ mc_status cmp_eval_acc_seq(cmp_eval_acc *a, const float *ref,
     return MC_OK;
 }
 
+mc_status cmp_eval_longest(const fmt_model_config *c, const size_t *off,
+                           size_t nseq, size_t *maxT, mc_error *err)
+{
+    *maxT = 0;
+    for (size_t i = 0; i < nseq; i++)
+        if (off[i + 1] - off[i] > *maxT)
+            *maxT = off[i + 1] - off[i];
+    uint64_t ctx = c->max_position_embeddings;
+    if (ctx && *maxT > ctx)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "tokens", -1,
+                       "a sequence has %zu tokens; the model's context is %llu",
+                       *maxT, (unsigned long long)ctx);
+    return MC_OK;
+}
+
 mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
                           const int32_t *tok, const size_t *off, size_t nseq,
                           kn_pool *pool,
@@ -343,23 +358,15 @@ mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
                        "the models differ in shape (vocab %u vs %u)",
                        ref->cfg.vocab_size, quant->cfg.vocab_size);
     size_t maxT = 0;
-    for (size_t i = 0; i < nseq; i++)
-        if (off[i + 1] - off[i] > maxT)
-            maxT = off[i + 1] - off[i];
-    uint64_t ctx = ref->cfg.max_position_embeddings;
-    if (maxT == 0)
-        return MC_OK;
-    if (ctx && maxT > ctx)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "tokens", -1,
-                       "a sequence has %zu tokens; the model's context is %llu",
-                       maxT, (unsigned long long)ctx);
+    mc_status st = cmp_eval_longest(&ref->cfg, off, nseq, &maxT, err);
+    if (st != MC_OK || maxT == 0)
+        return st;
     uint32_t V = ref->cfg.vocab_size;
     cmp_fwd *fr = NULL, *fq = NULL;
     float *lr = mc_malloc_array(maxT * V, sizeof(float));
     float *lq = mc_malloc_array(maxT * V, sizeof(float));
     cmp_eval_acc a;
     cmp_eval_acc_init(&a);
-    mc_status st = MC_OK;
     if (!lr || !lq) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "logits buffers");
         goto done;

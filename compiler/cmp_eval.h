@@ -100,6 +100,10 @@ mc_status cmp_eval_acc_seq(cmp_eval_acc *a, const float *ref,
 /* Summaries (zeros when nothing was scored); sorts a copy of the KLDs. */
 mc_status cmp_eval_acc_report(const cmp_eval_acc *a, cmp_eval_report *out);
 
+/* *maxT = the longest of nseq sequences (seq i = off[i] .. off[i+1]);
+ * MC_ERR_INVALID_ARG (field "tokens") when it is past c's context. */
+mc_status cmp_eval_longest(const fmt_model_config *c, const size_t *off,
+                           size_t nseq, size_t *maxT, mc_error *err);
 /* Run ref and quant over nseq sequences (seq i = tok[off[i] .. off[i+1]))
  * and report.  Sequences longer than the models' context are refused
  * (MC_ERR_INVALID_ARG).  progress (optional) is called after each sequence
