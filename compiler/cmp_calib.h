@@ -30,6 +30,10 @@
  *   3. run the QUANTIZED block over the stored states to produce block
  *      L+1's inputs, so each block sees the outputs of the already
  *      quantized ones.
+ *   4. with opts.heldout, move the held-out sequences' states of both
+ *      models through the float block and the quantized one
+ *      (cmp_calib_heldout.c); their heads and the summary come at the
+ *      end, bit for bit what cmp_eval_models gives on the result.
  * With opts.rotate the model is first rotated (cmp_rotate.h: residual
  * stream and value heads, norms folded into the linears), one block at a
  * time as its float32 copy is made; the embeddings and the output layer
@@ -47,7 +51,8 @@
  * Memory (cmp_calib_memory plans it, phase by phase): two sets of stored
  * states (2 x tokens x hidden x 4 bytes), one block's float32 weights, the
  * statistics of one input group at a time (Hq packed; Hf and C only where
- * the point is not lean) and that group's quantization work space.  With
+ * the point is not lean), that group's quantization work space and the
+ * held-out states (2 x held-out tokens x hidden x 4 bytes).  With
  * opts.spill_dir each finished block's buffers go to a spill file and come
  * back mapped at the end, so the quantized model is not held.  The model
  * itself is read through its views (mmap).

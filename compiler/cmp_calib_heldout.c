@@ -29,6 +29,10 @@ struct cmp_heldout {
                             the blocks are done (cmp_heldout_blocks_done) */
 };
 
+/* cmp_calib_memory counts this struct as a 64-byte block. */
+_Static_assert(sizeof(struct cmp_heldout) <= 64,
+               "cmp_calib_mem.c plans 64 bytes for struct cmp_heldout");
+
 /* Sequence i's length and its states' first row. */
 static size_t seq_len(const cmp_heldout *h, size_t i)
 {

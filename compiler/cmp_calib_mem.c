@@ -357,7 +357,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     uint64_t held = 0, held_fwd = 0;
     if (o->heldout > 0 && hmaxT > 0) {
         uint64_t hs = cmp_heldout_state_bytes(cfg, off + ncal, o->heldout);
-        held = blk(64) + 2 * blk(hs / 2);
+        held = blk(64) /* the struct (asserted there) */ + 2 * blk(hs / 2);
         held_fwd = work(cmp_fwd_bytes(cfg, hmaxT, threads));
     }
 
