@@ -5,7 +5,8 @@
  * unrotated tied model, with and without a pool and a spill file, held-out
  * sequences of ragged lengths (one of 1 token, which scores nothing); the
  * held-out work changes no weight; --heldout 0 gives no summary; a
- * held-out sequence past the context is refused before calibrating. */
+ * held-out sequence past the context is refused before calibrating; a
+ * failed allocation anywhere is reported and leaks nothing. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 
 #include "cmp_calib.h"
 #include "cmp_eval.h"
+#include "mc_alloc.h"
 #include "rt_model.h"
 #include "testutil.h"
 
@@ -192,12 +194,59 @@ static void test_heldout_past_context_refused_first(void **state)
     tu_fixture_close(m, path, tok, off0);
 }
 
+/* Every allocation of a small calibration with held-out sequences fails
+ * in turn (the held-out states, their forward context, the int8
+ * embedding row, the logits, the KLD list among them): the run reports
+ * the failure and leaves nothing behind (ASan's leak check). */
+static void test_heldout_survives_every_failed_allocation(void **state)
+{
+    (void)state;
+    static const char *const fixtures[2] = {"qwen2", "llama"};
+    for (int k = 0; k < 2; k++) {
+        char *path;
+        int32_t *tok;
+        size_t *off0;
+        rt_model *m = tu_fixture_open(fixtures[k], 1, 40, &path, &tok, &off0);
+        size_t off[6] = {0, 8, 16, 24, 25, 31}; /* held out: 1 and 6 tokens */
+        cmp_calib_opts o;
+        memset(&o, 0, sizeof o);
+        o.fmt = KN_W_Q8;
+        o.method = CMP_QM_RTN;
+        o.heldout = 2;
+        o.lm_head_q8 = 1;
+        o.rotate = k; /* qwen2 unrotated: the int8 embedding rows */
+        cmp_calib_result *r = NULL;
+        mc_alloc_fail_after(-1);
+        mc_alloc_reset_count();
+        assert_int_equal(cmp_calib_run(m, tok, off, 5, &o, &r, NULL), MC_OK);
+        uint64_t count = mc_alloc_count();
+        assert_true(r->has_heldout && r->heldout.tokens == 5);
+        cmp_calib_result_free(r);
+        for (uint64_t i = 0; i < count; i++) {
+            mc_alloc_fail_after((long)i);
+            r = NULL;
+            mc_status st = cmp_calib_run(m, tok, off, 5, &o, &r, NULL);
+            int injected = mc_alloc_failure_injected();
+            mc_alloc_fail_after(-1);
+            if (injected && st == MC_OK)
+                fail_msg("%s: allocation %llu of %llu failed but the run "
+                         "returned OK", fixtures[k], (unsigned long long)i,
+                         (unsigned long long)count);
+            cmp_calib_result_free(r);
+        }
+        print_message("%s: %llu allocations, each failed once\n", fixtures[k],
+                      (unsigned long long)count);
+        tu_fixture_close(m, path, tok, off0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_heldout_streamed_equals_whole_model_unrotated),
         cmocka_unit_test(test_heldout_streamed_equals_whole_model_rotated),
         cmocka_unit_test(test_heldout_past_context_refused_first),
+        cmocka_unit_test(test_heldout_survives_every_failed_allocation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
