@@ -293,7 +293,7 @@ typedef struct cmp_calib_plan {
     uint64_t source_layers;  /* of them resident during the layers */
     uint64_t source_ends;    /* of them resident at the ends */
     uint64_t spill, program, rss;
-    size_t heldout_tokens;         /* tokens of the held-out evaluation */
+    size_t heldout_tokens;         /* tokens of the held-out sequences */
     double madds[CMP_PH_COUNT];    /* multiply-adds per phase (CMP_PH_*) */
     double rate;                   /* float GEMM multiply-adds per second
                                       measured at start */
@@ -302,13 +302,15 @@ typedef struct cmp_calib_plan {
 } cmp_calib_plan;
 
 /* The plan for model m (its config and weight formats), the ntok
- * calibration tokens in sequences of at most maxT, heldout_tok held-out
- * tokens, options o (method, stages, format, AWQ grid, rotation) and the
+ * calibration tokens in sequences of at most maxT, the nheld held-out
+ * sequences (held_off [nheld + 1]: their offsets; NULL when nheld is 0),
+ * options o (method, stages, format, AWQ grid, rotation) and the
  * memory plan mem (cmp_calib_plan_memory).  rate > 0: use it; 0: measure
  * it (~0.2 s through o->pool); < 0: no estimate (the seconds stay 0;
  * cmp_calib_run passes -1 when no one is told: no o->progress). */
 void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
-                         size_t heldout_tok, const cmp_calib_opts *o,
+                         const size_t *held_off, size_t nheld,
+                         const cmp_calib_opts *o,
                          const cmp_calib_mem *mem, double rate,
                          cmp_calib_plan *out);
 

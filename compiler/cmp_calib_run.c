@@ -353,7 +353,7 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     r->calib_tokens = ntok;
     r->mem = mem;
     /* the plan, told before anything large is allocated */
-    cmp_calib_plan_make(m, ntok, maxT, off[nseq] - off[ncal], o, &mem,
+    cmp_calib_plan_make(m, ntok, maxT, off + ncal, nseq - ncal, o, &mem,
                         o->progress ? 0.0 : -1.0, &r->plan);
     if (o->progress) {
         cmp_calib_progress p;

@@ -1,9 +1,10 @@
 /* test_calib_heldout.c - the held-out summary carried through the
  * calibration block by block (cmp_calib_heldout.c) is, bit for bit, the
  * whole-model evaluation (cmp_eval_models) of the calibrated result on the
- * same sequences: rotated or not, int8 and int4, the int8 embedding of an
+ * same sequences (rotated or not, int8 and int4, the int8 embedding of an
  * unrotated tied model, with and without a pool and a spill file, held-out
- * sequences of ragged lengths (one of 1 token, which scores nothing); the
+ * sequences of ragged lengths, one of 1 token, which scores nothing), and
+ * the plan's held-out estimate counts what ran; the
  * held-out work changes no weight; --heldout 0 gives no summary; a
  * held-out sequence past the context is refused before calibrating; a
  * failed allocation anywhere is reported and leaks nothing. */
@@ -13,6 +14,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +126,21 @@ static void check_case(const held_case *hc)
     assert_true(got->ppl_ref == want.ppl_ref);
     assert_true(got->ppl == want.ppl);
     assert_int_equal(got->tokens, want.tokens);
+
+    /* the plan's held-out estimate counts what ran: both models over each
+     * scored sequence (attention over its own length) and both heads */
+    const fmt_model_config *c = &m->cfg;
+    double H = c->hidden_size, F = c->intermediate_size;
+    double Q = (double)c->num_heads * c->head_dim;
+    double KV = (double)c->num_kv_heads * c->head_dim, madds = 0.0;
+    for (size_t i = 0; i < NHELD; i++) {
+        double T = (double)HELD_LEN[i];
+        double block = (Q + 2 * KV) * H + T * Q + H * Q + 3 * F * H;
+        if (HELD_LEN[i] >= 2)
+            madds += 2 * T * (c->num_layers * block + (double)c->vocab_size * H);
+    }
+    assert_true(fabs(r->plan.madds[CMP_PH_ENDS] - madds) <= 1e-9 * madds);
+    assert_int_equal(r->plan.heldout_tokens, 69);
 
     /* no summary, the same weights: calibrating on the same NCAL
      * sequences without held-out ones */
