@@ -30,6 +30,10 @@
  *   3. run the QUANTIZED block over the stored states to produce block
  *      L+1's inputs, so each block sees the outputs of the already
  *      quantized ones.
+ *   4. with opts.heldout, move the held-out sequences' states of both
+ *      models through the float block and the quantized one
+ *      (cmp_calib_heldout.c); their heads and the summary come at the
+ *      end, bit for bit what cmp_eval_models gives on the result.
  * With opts.rotate the model is first rotated (cmp_rotate.h: residual
  * stream and value heads, norms folded into the linears), one block at a
  * time as its float32 copy is made; the embeddings and the output layer
@@ -47,7 +51,8 @@
  * Memory (cmp_calib_memory plans it, phase by phase): two sets of stored
  * states (2 x tokens x hidden x 4 bytes), one block's float32 weights, the
  * statistics of one input group at a time (Hq packed; Hf and C only where
- * the point is not lean) and that group's quantization work space.  With
+ * the point is not lean), that group's quantization work space and the
+ * held-out states (2 x held-out tokens x hidden x 4 bytes).  With
  * opts.spill_dir each finished block's buffers go to a spill file and come
  * back mapped at the end, so the quantized model is not held.  The model
  * itself is read through its views (mmap).
@@ -210,15 +215,18 @@ typedef struct cmp_calib_tensor {
  * the rotated ends, the held-out evaluation), an upper bound on what
  * cmp_calib_run allocates through mc_alloc (up to allocator rounding). */
 typedef struct cmp_calib_mem {
-    uint64_t states;   /* both sets of hidden states, per-sequence copies */
-    uint64_t forward;  /* the forward context (cmp_fwd_bytes) */
+    uint64_t states;   /* both sets of hidden states, per-sequence copies;
+                          both held-out sets (kept to the summary) */
+    uint64_t forward;  /* the forward contexts (cmp_fwd_bytes: the
+                          calibration's, the held-out sequences') */
     uint64_t result;   /* result tables, folded vectors, and the quantized
                           layers held: all finished ones without a spill
                           file, the current block's with one */
     uint64_t block;    /* one block's float32 copies */
     uint64_t stats;    /* statistics (Hq, Hf, C, x_f, |x|) */
     uint64_t work;     /* quantization work space (candidates, GPTQ, AWQ) */
-    uint64_t ends;     /* rotated ends / output layer / held-out evaluation */
+    uint64_t ends;     /* rotated ends / output layer / held-out summary
+                          (logits, KLD list) */
     uint64_t peak;     /* the largest phase total */
     const char *phase; /* where the peak is: "statistics", "qkv", "o",
                           "gate/up", "down", "ends", "held-out" */
@@ -265,8 +273,9 @@ enum { CMP_PH_FORWARD, CMP_PH_STATS, CMP_PH_FACTOR, CMP_PH_SEARCH,
  * libraries, thread stacks, the token file: a fixed allowance), the
  * larger of two phases: the layers (source: the embeddings, one block,
  * and any source that is not a file mapping, e.g. merged tensors) and the
- * ends (source: embeddings and output layer, or the whole model when a
- * held-out evaluation reads it again; plus the spill mapping).  An upper
+ * ends (source: embeddings and output layer, plus the spill mapping; the
+ * held-out sequences cross each block while it is resident, so the
+ * source is never read again).  An upper
  * bound: the parts do not all peak at once.
  * The estimate: multiply-adds per phase, counted pass by pass and
  * candidate by candidate as the calibration runs them (partial block
@@ -284,7 +293,7 @@ typedef struct cmp_calib_plan {
     uint64_t source_layers;  /* of them resident during the layers */
     uint64_t source_ends;    /* of them resident at the ends */
     uint64_t spill, program, rss;
-    size_t heldout_tokens;         /* tokens of the held-out evaluation */
+    size_t heldout_tokens;         /* tokens of the held-out sequences */
     double madds[CMP_PH_COUNT];    /* multiply-adds per phase (CMP_PH_*) */
     double rate;                   /* float GEMM multiply-adds per second
                                       measured at start */
@@ -293,13 +302,15 @@ typedef struct cmp_calib_plan {
 } cmp_calib_plan;
 
 /* The plan for model m (its config and weight formats), the ntok
- * calibration tokens in sequences of at most maxT, heldout_tok held-out
- * tokens, options o (method, stages, format, AWQ grid, rotation) and the
+ * calibration tokens in sequences of at most maxT, the nheld held-out
+ * sequences (held_off [nheld + 1]: their offsets; NULL when nheld is 0),
+ * options o (method, stages, format, AWQ grid, rotation) and the
  * memory plan mem (cmp_calib_plan_memory).  rate > 0: use it; 0: measure
  * it (~0.2 s through o->pool); < 0: no estimate (the seconds stay 0;
  * cmp_calib_run passes -1 when no one is told: no o->progress). */
 void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
-                         size_t heldout_tok, const cmp_calib_opts *o,
+                         const size_t *held_off, size_t nheld,
+                         const cmp_calib_opts *o,
                          const cmp_calib_mem *mem, double rate,
                          cmp_calib_plan *out);
 
@@ -324,7 +335,8 @@ typedef struct cmp_calib_times {
                           retarget's solve (Cholesky and substitutions) */
     cmp_clock search;  /* the rest of quantizing: candidates, AWQ search,
                           refits, descent, error measures */
-    cmp_clock ends;    /* embeddings, output layer, held-out evaluation */
+    cmp_clock ends;    /* embeddings, output layer, held-out evaluation
+                          (its block passes, run with the layers, too) */
 } cmp_calib_times;
 
 typedef struct cmp_calib_result {

@@ -64,8 +64,8 @@ static mc_status estimate(const rt_model *m, const size_t *off, size_t nseq,
             if (o2[i + 1] - o2[i] > maxT)
                 maxT = o2[i + 1] - o2[i];
         cmp_calib_plan p;
-        cmp_calib_plan_make(m, o2[e->seqs], maxT, o2[nn] - o2[e->seqs], &oe,
-                            &mem, rate, &p);
+        cmp_calib_plan_make(m, o2[e->seqs], maxT, o2 + e->seqs,
+                            nn - e->seqs, &oe, &mem, rate, &p);
         e->estimate_s = p.total_s;
     }
     mc_free(o2);

@@ -123,4 +123,44 @@ void cmp_calib_layer_free(layer_ctx *c);
  * 4; cmp_calib_opts.stages), 0 past the last. */
 unsigned cmp_calib_stage_points(uint32_t stages, unsigned k);
 
+/* The held-out evaluation streamed with the layers (cmp_calib_heldout.c):
+ * both models' states of the held-out sequences, moved through each block
+ * while the calibration has it (the source block resident, the quantized
+ * one made), then the heads and the summary at the ends.  Every figure has
+ * the bits cmp_eval_models gives on the same sequences and models; the
+ * source is not read again.  Sequences shorter than 2 tokens are skipped
+ * (nothing to score). */
+typedef struct cmp_heldout cmp_heldout;
+
+/* States for the n sequences seq i = tok[off[i] .. off[i+1]) of source
+ * model m (borrowed, as tok and off: they must outlive it): the
+ * reference's embeddings, and the quantized model's as its view will look
+ * them up: rotated by rot (NULL: not rotated), or through int8 when
+ * q8_embed (unrotated tied model whose output layer, its embedding, is
+ * int8).  *out is set even on failure (free it with cmp_heldout_free).
+ * MC_ERR_INVALID_ARG for a sequence past the context or a token outside
+ * the vocabulary, MC_ERR_NOMEM. */
+mc_status cmp_heldout_create(const rt_model *m, const int32_t *tok,
+                             const size_t *off, size_t n,
+                             const cmp_rotation *rot, int q8_embed,
+                             kn_pool *pool, cmp_heldout **out, mc_error *err);
+/* Move both state sets through one block: ref (the source's) and quant
+ * (the calibrated one), of dims d.  A no-op after cmp_heldout_blocks_done. */
+void cmp_heldout_block(cmp_heldout *h, const kn_block_weights *ref,
+                       const kn_block_weights *quant, const kn_block_dims *d);
+/* The last block is done: the forward context is freed. */
+void cmp_heldout_blocks_done(cmp_heldout *h);
+/* The heads of ref and quant (cmp_model_head: their final norms and output
+ * layers) over the states, scored as cmp_eval_models scores; the states
+ * are used up. */
+mc_status cmp_heldout_report(cmp_heldout *h, const rt_model *ref,
+                             const rt_model *quant, kn_pool *pool,
+                             cmp_eval_report *out, mc_error *err);
+void cmp_heldout_free(cmp_heldout *h); /* NULL is a no-op */
+/* Bytes of both state sets for sequences off[0..n] (the plan's term; the
+ * forward context is cmp_fwd_bytes of the longest, the report's
+ * cmp_eval_scores_bytes). */
+uint64_t cmp_heldout_state_bytes(const fmt_model_config *c, const size_t *off,
+                                 size_t n);
+
 #endif /* CMP_CALIB_INTERNAL_H */

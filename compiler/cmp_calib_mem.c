@@ -351,24 +351,35 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     if (cmp_calib_stores_down(o, lean))
         states += blk(ntok * (uint64_t)cfg->intermediate_size * sizeof(float));
     uint64_t fwd = work(cmp_fwd_bytes(cfg, maxT, threads));
+    /* the held-out states of both models, carried through the layers
+     * (cmp_calib_heldout.c), and their own forward context (the longest
+     * held-out sequence's); the states stay to the held-out summary */
+    uint64_t held = 0, held_fwd = 0;
+    if (o->heldout > 0 && hmaxT > 0) {
+        uint64_t hs = cmp_heldout_state_bytes(cfg, off + ncal, o->heldout);
+        held = blk(64) /* the struct (asserted there) */ + 2 * blk(hs / 2);
+        held_fwd = work(cmp_fwd_bytes(cfg, hmaxT, threads));
+    }
 
-    uint64_t held = 0; /* finished layers kept in memory (no spill file) */
+    uint64_t kept = 0; /* finished layers kept in memory (no spill file) */
     for (uint64_t l = 0; l < NL; l++) {
         cmp_calib_mem cur;
         memset(&cur, 0, sizeof cur);
-        cur.states = states;
-        cur.forward = fwd;
+        cur.states = states + held;
+        cur.forward = fwd + held_fwd;
         uint64_t layer = layer_phases(&m, lean, (uint32_t)l, rotate,
-                                      tables + spill_list + held, &cur, out);
+                                      tables + spill_list + kept, &cur, out);
         if (o->spill_dir)
             spill += layer;
         else
-            held += layer;
+            kept += layer;
     }
-    /* after the layers: states and forward context freed */
+    /* after the layers: the calibration states and the forward contexts
+     * freed; the held-out states stay */
     cmp_calib_mem end;
     memset(&end, 0, sizeof end);
-    end.result = tables + spill_list + held;
+    end.states = held;
+    end.result = tables + spill_list + kept;
     uint64_t vh = blk(V * H * sizeof(float));
     uint64_t lmq = o->lm_head_q8 ? qbytes(KN_W_Q8, (uint32_t)V, (uint32_t)H, 0) : 0;
     end.phase = "ends";
@@ -390,7 +401,8 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     take(out, &end);
     end.ends = 0; /* the ends are in the spill file or in end.result now */
     if (o->heldout > 0) {
-        end.ends = work(cmp_eval_models_bytes(cfg, hmaxT, hpos, threads)) +
+        /* the view's layer table, both logits buffers, the KLD list */
+        end.ends = work(cmp_eval_scores_bytes(cfg, hmaxT, hpos)) +
                    blk(NL * sizeof(rt_layer));
         end.phase = "held-out";
         take(out, &end);

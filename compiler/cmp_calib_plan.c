@@ -240,22 +240,24 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
 }
 
 void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
-                         size_t heldout_tok, const cmp_calib_opts *o,
+                         const size_t *held_off, size_t nheld,
+                         const cmp_calib_opts *o,
                          const cmp_calib_mem *mem, double rate,
                          cmp_calib_plan *out)
 {
     memset(out, 0, sizeof *out);
     out->mem = *mem;
-    out->heldout_tokens = heldout_tok;
+    out->heldout_tokens = nheld ? held_off[nheld] - held_off[0] : 0;
     const fmt_model_config *c = &m->cfg;
     /* memory: what mc_alloc holds, the source as resident, the spill
      * mapping.  During the layers: the embeddings (read for the states)
      * and the block being calibrated: each finished block's source pages
      * are dropped (fmt_mapguard_drop), where they are a file's mapping;
      * a heap copy (an adapter's merged tensor) stays, and counts whole.
-     * At the ends: the embeddings and output layer; with a held-out
-     * evaluation the whole model is read again.  The spill file is
-     * mapped at the ends only. */
+     * The held-out sequences cross each block with the calibration's
+     * (cmp_calib_heldout.c): no block is read again.  At the ends: the
+     * embeddings and output layer.  The spill file is mapped at the ends
+     * only. */
     uint64_t ends_src = src_bytes(&m->embed);
     if (m->lm_head.data != m->embed.data)
         ends_src += src_bytes(&m->lm_head);
@@ -275,7 +277,7 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
         block_max = blk > block_max ? blk : block_max;
     }
     out->source_layers = src_bytes(&m->embed) + block_max + kept;
-    out->source_ends = heldout_tok ? out->source : ends_src + kept;
+    out->source_ends = ends_src + kept;
     out->spill = mem->spill;
     out->program = PLAN_PROGRAM_BYTES;
     uint64_t layers = mem->peak + out->source_layers + out->program;
@@ -294,12 +296,21 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     quant_madds(c, o, mem->lean, &fac, &sea);
     out->madds[CMP_PH_FACTOR] = L * fac;
     out->madds[CMP_PH_SEARCH] = L * sea;
-    /* the held-out evaluation: both models over its tokens, the output
-     * layer included */
-    double cum[5];
-    block_prefix(c, maxT, cum);
-    out->madds[CMP_PH_ENDS] = 2.0 * (double)out->heldout_tokens *
-                              (L * cum[4] + (double)m->lm_head.rows * c->hidden_size);
+    /* the held-out evaluation as cmp_calib_heldout.c runs it: both models
+     * over each sequence that has a next token, block by block with the
+     * layers (attention over that sequence's own length), then both
+     * output layers at the ends (the phase's measured time,
+     * cmp_calib_times.ends, holds both parts) */
+    out->madds[CMP_PH_ENDS] = 0.0;
+    for (size_t i = 0; i < nheld; i++) {
+        size_t Th = held_off[i + 1] - held_off[i];
+        double cum[5];
+        block_prefix(c, Th, cum);
+        if (Th >= 2)
+            out->madds[CMP_PH_ENDS] +=
+                2.0 * (double)Th *
+                (L * cum[4] + (double)m->lm_head.rows * c->hidden_size);
+    }
     out->rate = rate > 0.0 ? rate
                 : rate == 0.0 ? (o->plan_rate > 0.0
                                      ? o->plan_rate

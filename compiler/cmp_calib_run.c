@@ -1,6 +1,6 @@
 /* cmp_calib_run.c - the calibration driver: the states, the rotation of
- * the ends, the layers in order, the output layer and the held-out
- * evaluation (see cmp_calib.h). */
+ * the ends, the layers in order (the held-out sequences carried through
+ * each), the output layer and the held-out summary (see cmp_calib.h). */
 #include <string.h>
 #include <time.h>
 
@@ -207,12 +207,13 @@ static mc_status states_setup(const rt_model *m, const int32_t *tok,
     return MC_OK;
 }
 
-/* Every block in order (cmp_calib_layer), each finished one spilled;
- * progress after each. */
+/* Every block in order (cmp_calib_layer), the held-out states (held, or
+ * NULL) moved through its source and its quantized weights, each
+ * finished block spilled; progress after each. */
 static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
                             const cmp_rotation *rot, const run_bufs *rb,
-                            size_t ncal, size_t maxT, cmp_calib_result *r,
-                            mc_error *err)
+                            size_t ncal, size_t maxT, cmp_heldout *held,
+                            cmp_calib_result *r, mc_error *err)
 {
     double t0 = now_s();
     for (uint32_t l = 0; l < m->cfg.num_layers; l++) {
@@ -230,14 +231,22 @@ static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
                   rb->xtmp_f, rb->down_in};
         mc_status st = cmp_calib_layer(&c, m, rb->f, &S, err);
         cmp_calib_layer_free(&c);
+        if (st == MC_OK && held) {
+            /* now, while the source block is resident and the quantized
+             * one in memory (before the spill) */
+            cmp_clock th = cmp_par_clock();
+            kn_block_weights qw;
+            cmp_calib_result_block(r, l, &qw);
+            cmp_heldout_block(held, &m->layers[l].w, &qw, &m->layers[l].dims);
+            cmp_par_clock_add(&r->times.ends, th);
+        }
         if (st == MC_OK)
             st = cmp_calib_spill_layer(r, l, err);
         if (st != MC_OK)
             return st;
         /* the block's source is done with (its float copies made, its
-         * moves run): out of the resident set, so the plan counts one
-         * block of it, not the model (read again only by a held-out
-         * evaluation) */
+         * moves and the held-out states' run): out of the resident set,
+         * so the plan counts one block of it, not the model */
         for (int s = 0; s < CMP_LIN_COUNT; s++) {
             const kn_matrix *w = cmp_calib_src_matrix(&m->layers[l].w, s);
             if (w->data)
@@ -286,11 +295,11 @@ static mc_status lm_head_q8(const rt_model *m, cmp_calib_result *r, mc_error *er
 }
 
 /* After the layers: the rotated ends, the int8 output layer, the spill
- * mapped back, the held-out evaluation. */
-static mc_status ends_run(const rt_model *m, const int32_t *tok, const size_t *off,
-                          size_t ncal, const cmp_calib_opts *o,
-                          const cmp_rotation *rot, cmp_calib_result *r,
-                          mc_error *err)
+ * mapped back, the held-out summary from the carried states (held, or
+ * NULL for none). */
+static mc_status ends_run(const rt_model *m, cmp_heldout *held,
+                          const cmp_calib_opts *o, const cmp_rotation *rot,
+                          cmp_calib_result *r, mc_error *err)
 {
     mc_status st = MC_OK;
     if (r->rotated && (st = rotate_ends(m, rot, r, err)) != MC_OK)
@@ -304,12 +313,11 @@ static mc_status ends_run(const rt_model *m, const int32_t *tok, const size_t *o
         return st;
     if (r->spill && (st = cmp_spill_map(r->spill, err)) != MC_OK)
         return st;
-    if (o->heldout > 0) {
+    if (held) {
         rt_model view;
         if ((st = cmp_calib_view(m, r, &view, err)) != MC_OK)
             return st;
-        st = cmp_eval_models(m, &view, tok, off + ncal, o->heldout, o->pool,
-                             NULL, NULL, &r->heldout, err);
+        st = cmp_heldout_report(held, m, &view, o->pool, &r->heldout, err);
         cmp_calib_view_free(&view);
         if (st != MC_OK)
             return st;
@@ -339,12 +347,13 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
     memset(&rb, 0, sizeof rb);
     cmp_rotation rot;
     memset(&rot, 0, sizeof rot);
+    cmp_heldout *held = NULL;
     if (st != MC_OK)
         goto fail;
     r->calib_tokens = ntok;
     r->mem = mem;
     /* the plan, told before anything large is allocated */
-    cmp_calib_plan_make(m, ntok, maxT, off[nseq] - off[ncal], o, &mem,
+    cmp_calib_plan_make(m, ntok, maxT, off + ncal, nseq - ncal, o, &mem,
                         o->progress ? 0.0 : -1.0, &r->plan);
     if (o->progress) {
         cmp_calib_progress p;
@@ -361,21 +370,35 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         goto fail;
     }
     const cmp_rotation *rp = r->rotated ? &rot : NULL;
+    /* the quantized model embeds as its view will (cmp_calib_view): the
+     * rotated rows, or an unrotated tied model's int8 output layer */
+    int q8_embed = !r->rotated && o->lm_head_q8 && m->cfg.tie_word_embeddings;
+    if (o->heldout > 0) {
+        cmp_clock th = cmp_par_clock();
+        st = cmp_heldout_create(m, tok, off + ncal, o->heldout, rp, q8_embed,
+                                o->pool, &held, err);
+        cmp_par_clock_add(&r->times.ends, th);
+        if (st != MC_OK)
+            goto fail;
+    }
     if ((st = states_setup(m, tok, off, ncal, ntok, maxT, o, rp,
                            cmp_calib_stores_down(o, mem.lean), &rb, err)) != MC_OK ||
-        (st = layers_run(m, o, rp, &rb, ncal, maxT, r, err)) != MC_OK)
+        (st = layers_run(m, o, rp, &rb, ncal, maxT, held, r, err)) != MC_OK)
         goto fail;
-    /* The states and the forward context are done with: free them before
-     * the ends and the held-out evaluation allocate theirs. */
+    /* The states and the forward contexts are done with: free them before
+     * the ends allocate theirs (the held-out states stay). */
     run_bufs_free(&rb);
+    cmp_heldout_blocks_done(held);
     cmp_clock t_ends = cmp_par_clock();
-    if ((st = ends_run(m, tok, off, ncal, o, &rot, r, err)) != MC_OK)
+    if ((st = ends_run(m, held, o, &rot, r, err)) != MC_OK)
         goto fail;
     cmp_par_clock_add(&r->times.ends, t_ends);
+    cmp_heldout_free(held);
     cmp_rotation_free(&rot);
     *out = r;
     return MC_OK;
 fail:
+    cmp_heldout_free(held);
     cmp_rotation_free(&rot);
     run_bufs_free(&rb);
     cmp_calib_result_free(r);

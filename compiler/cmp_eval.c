@@ -57,22 +57,29 @@ uint64_t cmp_fwd_bytes(const fmt_model_config *c, size_t max_T, int threads)
            (uint64_t)max_T * sizeof(int64_t);
 }
 
-uint64_t cmp_eval_models_bytes(const fmt_model_config *c, size_t max_T,
-                               size_t positions, int threads)
+uint64_t cmp_eval_scores_bytes(const fmt_model_config *c, size_t max_T,
+                               size_t positions)
 {
-    /* two forward contexts, two logits buffers, cmp_fwd_logits' states,
-     * the KLD list (doubling from 4096: at most twice the positions, and
-     * old + new while it grows) and the percentile's sorted copy */
+    /* two logits buffers, the KLD list (doubling from 4096: at most twice
+     * the positions, and old + new while it grows) and the percentile's
+     * sorted copy */
     uint64_t cap = 4096;
     while (cap < positions)
         cap *= 2;
     uint64_t klds = positions ? cap * sizeof(double) : 0;
     uint64_t grow = klds + klds / 2;
     uint64_t report = klds + (uint64_t)positions * sizeof(double);
-    return 2 * cmp_fwd_bytes(c, max_T, threads) +
-           2 * (uint64_t)max_T * c->vocab_size * sizeof(float) +
-           (uint64_t)max_T * c->hidden_size * sizeof(float) +
+    return 2 * (uint64_t)max_T * c->vocab_size * sizeof(float) +
            (grow > report ? grow : report);
+}
+
+uint64_t cmp_eval_models_bytes(const fmt_model_config *c, size_t max_T,
+                               size_t positions, int threads)
+{
+    /* two forward contexts, cmp_fwd_logits' states and the scores */
+    return 2 * cmp_fwd_bytes(c, max_T, threads) +
+           (uint64_t)max_T * c->hidden_size * sizeof(float) +
+           cmp_eval_scores_bytes(c, max_T, positions);
 }
 
 mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
@@ -184,9 +191,15 @@ void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
 
 void cmp_fwd_head(cmp_fwd *f, float *x, size_t T, float *logits)
 {
-    const fmt_model_config *c = &f->m->cfg;
-    kn_rmsnorm(x, x, f->m->final_norm, T, c->hidden_size, (float)c->rms_norm_eps);
-    kn_matmul(f->pool, &f->m->lm_head, x, T, logits, NULL);
+    cmp_model_head(f->m, f->pool, x, T, logits);
+}
+
+void cmp_model_head(const rt_model *m, kn_pool *pool, float *x, size_t T,
+                    float *logits)
+{
+    const fmt_model_config *c = &m->cfg;
+    kn_rmsnorm(x, x, m->final_norm, T, c->hidden_size, (float)c->rms_norm_eps);
+    kn_matmul(pool, &m->lm_head, x, T, logits, NULL);
 }
 
 mc_status cmp_fwd_logits(cmp_fwd *f, const int32_t *tok, size_t T,
@@ -305,6 +318,32 @@ mc_status cmp_eval_acc_report(const cmp_eval_acc *a, cmp_eval_report *out)
     return MC_OK;
 }
 
+mc_status cmp_eval_acc_seq(cmp_eval_acc *a, const float *ref,
+                           const float *quant, uint32_t vocab,
+                           const int32_t *tok, size_t T, mc_error *err)
+{
+    for (size_t t = 0; t + 1 < T; t++)
+        if (cmp_eval_acc_add(a, ref + t * vocab, quant + t * vocab, vocab,
+                             tok[t + 1]) != MC_OK)
+            return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "KLD list");
+    return MC_OK;
+}
+
+mc_status cmp_eval_longest(const fmt_model_config *c, const size_t *off,
+                           size_t nseq, size_t *maxT, mc_error *err)
+{
+    *maxT = 0;
+    for (size_t i = 0; i < nseq; i++)
+        if (off[i + 1] - off[i] > *maxT)
+            *maxT = off[i + 1] - off[i];
+    uint64_t ctx = c->max_position_embeddings;
+    if (ctx && *maxT > ctx)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "tokens", -1,
+                       "a sequence has %zu tokens; the model's context is %llu",
+                       *maxT, (unsigned long long)ctx);
+    return MC_OK;
+}
+
 mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
                           const int32_t *tok, const size_t *off, size_t nseq,
                           kn_pool *pool,
@@ -319,23 +358,15 @@ mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
                        "the models differ in shape (vocab %u vs %u)",
                        ref->cfg.vocab_size, quant->cfg.vocab_size);
     size_t maxT = 0;
-    for (size_t i = 0; i < nseq; i++)
-        if (off[i + 1] - off[i] > maxT)
-            maxT = off[i + 1] - off[i];
-    uint64_t ctx = ref->cfg.max_position_embeddings;
-    if (maxT == 0)
-        return MC_OK;
-    if (ctx && maxT > ctx)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "tokens", -1,
-                       "a sequence has %zu tokens; the model's context is %llu",
-                       maxT, (unsigned long long)ctx);
+    mc_status st = cmp_eval_longest(&ref->cfg, off, nseq, &maxT, err);
+    if (st != MC_OK || maxT == 0)
+        return st;
     uint32_t V = ref->cfg.vocab_size;
     cmp_fwd *fr = NULL, *fq = NULL;
     float *lr = mc_malloc_array(maxT * V, sizeof(float));
     float *lq = mc_malloc_array(maxT * V, sizeof(float));
     cmp_eval_acc a;
     cmp_eval_acc_init(&a);
-    mc_status st = MC_OK;
     if (!lr || !lq) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "logits buffers");
         goto done;
@@ -351,11 +382,8 @@ mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
         if ((st = cmp_fwd_logits(fr, s, T, lr, err)) != MC_OK ||
             (st = cmp_fwd_logits(fq, s, T, lq, err)) != MC_OK)
             goto done;
-        for (size_t t = 0; t + 1 < T; t++)
-            if (cmp_eval_acc_add(&a, lr + t * V, lq + t * V, V, s[t + 1]) != MC_OK) {
-                st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "KLD list");
-                goto done;
-            }
+        if ((st = cmp_eval_acc_seq(&a, lr, lq, V, s, T, err)) != MC_OK)
+            goto done;
         if (progress)
             progress(progress_ctx, i + 1, nseq);
     }

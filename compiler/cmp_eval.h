@@ -57,6 +57,10 @@ void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
                          kn_tap_fn tap, void *tap_ctx, int stop);
 /* logits [T][vocab] = lm_head(rmsnorm(x) * final_norm); x is overwritten. */
 void cmp_fwd_head(cmp_fwd *f, float *x, size_t T, float *logits);
+/* The same head for model m outside a forward context (the held-out
+ * evaluation streamed with the calibration, cmp_calib_heldout.c). */
+void cmp_model_head(const rt_model *m, kn_pool *pool, float *x, size_t T,
+                    float *logits);
 /* The whole model: logits [T][vocab] for tok[0..T) (T <= max_T). */
 mc_status cmp_fwd_logits(cmp_fwd *f, const int32_t *tok, size_t T,
                          float *logits, mc_error *err);
@@ -87,9 +91,19 @@ void cmp_eval_acc_free(cmp_eval_acc *a);
  * the positions that had one).  Returns MC_OK or MC_ERR_NOMEM. */
 mc_status cmp_eval_acc_add(cmp_eval_acc *a, const float *ref,
                            const float *quant, uint32_t vocab, int32_t next);
+/* Score one sequence tok[0..T): ref and quant logits [T][vocab], every
+ * position with a next token (T - 1 of them; none when T < 2).  MC_OK or
+ * MC_ERR_NOMEM (named in err). */
+mc_status cmp_eval_acc_seq(cmp_eval_acc *a, const float *ref,
+                           const float *quant, uint32_t vocab,
+                           const int32_t *tok, size_t T, mc_error *err);
 /* Summaries (zeros when nothing was scored); sorts a copy of the KLDs. */
 mc_status cmp_eval_acc_report(const cmp_eval_acc *a, cmp_eval_report *out);
 
+/* *maxT = the longest of nseq sequences (seq i = off[i] .. off[i+1]);
+ * MC_ERR_INVALID_ARG (field "tokens") when it is past c's context. */
+mc_status cmp_eval_longest(const fmt_model_config *c, const size_t *off,
+                           size_t nseq, size_t *maxT, mc_error *err);
 /* Run ref and quant over nseq sequences (seq i = tok[off[i] .. off[i+1]))
  * and report.  Sequences longer than the models' context are refused
  * (MC_ERR_INVALID_ARG).  progress (optional) is called after each sequence
@@ -104,6 +118,10 @@ mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
  * and `positions` scored positions in all (both models of config c). */
 uint64_t cmp_eval_models_bytes(const fmt_model_config *c, size_t max_T,
                                size_t positions, int threads);
+/* Of it, the scoring's part: both logits buffers for sequences of up to
+ * max_T tokens, the KLD list of `positions` and the percentile's copy. */
+uint64_t cmp_eval_scores_bytes(const fmt_model_config *c, size_t max_T,
+                               size_t positions);
 
 /* Read a token-id file with fmt_ids_load (formats/fmt_ids.h: one sequence
  * per line, ids separated by spaces or tabs, '#' comment lines and blank
