@@ -35,15 +35,19 @@ static void print_calib_plan(FILE *out, const cmp_calib_plan *p)
 {
     const cmp_calib_mem *m = &p->mem;
     const double M = 1048576.0;
-    fprintf(out, "calibration plan: peak RSS %.1f MiB = states %.1f + one "
-            "block's weights %.1f + statistics %.1f + work and results %.1f "
-            "(mc_alloc peak %.1f at %s) + source mapping %.1f during the "
-            "layers (of %.1f; %.1f at the ends, + spill mapping %.1f) + "
-            "program %.1f MiB\n", p->rss / M, m->states / M,
+    uint64_t layers = m->peak + p->source_layers + p->program;
+    uint64_t ends = m->ends_peak + p->source_ends + p->spill + p->program;
+    fprintf(out, "calibration plan: peak RSS %.1f MiB, the larger of the "
+            "layers %.1f = states %.1f + one block's weights %.1f + "
+            "statistics %.1f + work and results %.1f (mc_alloc peak %.1f at "
+            "%s) + source mapping %.1f (of %.1f) + program %.1f, and the ends "
+            "%.1f = mc_alloc %.1f + source mapping %.1f + spill mapping %.1f "
+            "+ program %.1f MiB\n", p->rss / M, layers / M, m->states / M,
             m->block / M, m->stats / M,
             (m->peak - m->states - m->block - m->stats) / M, m->peak / M,
             m->phase ? m->phase : "-", p->source_layers / M, p->source / M,
-            p->source_ends / M, p->spill / M, p->program / M);
+            p->program / M, ends / M, m->ends_peak / M, p->source_ends / M,
+            p->spill / M, p->program / M);
     double madds = 0.0;
     for (int i = 0; i < CMP_PH_COUNT; i++)
         madds += p->madds[i];
@@ -60,12 +64,13 @@ static void print_calib_plan(FILE *out, const cmp_calib_plan *p)
 static json_t *calib_plan_json(const cmp_calib_plan *p)
 {
     const cmp_calib_mem *m = &p->mem;
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
                      "s:f, s:{s:f, s:f, s:f, s:f, s:f}}",
                      "peak_rss_bytes", (json_int_t)p->rss, "states_bytes",
                      (json_int_t)m->states, "block_bytes", (json_int_t)m->block,
                      "statistics_bytes", (json_int_t)m->stats, "alloc_peak_bytes",
-                     (json_int_t)m->peak, "spill_bytes", (json_int_t)p->spill,
+                     (json_int_t)m->peak, "alloc_ends_peak_bytes",
+                     (json_int_t)m->ends_peak, "spill_bytes", (json_int_t)p->spill,
                      "source_bytes", (json_int_t)p->source,
                      "source_layers_bytes", (json_int_t)p->source_layers,
                      "source_ends_bytes", (json_int_t)p->source_ends, "program_bytes",

@@ -228,6 +228,9 @@ typedef struct cmp_calib_mem {
     uint64_t ends;     /* rotated ends / output layer / held-out summary
                           (logits, KLD list) */
     uint64_t peak;     /* the largest phase total */
+    uint64_t ends_peak; /* the largest total of the phases after the layers
+                           ("ends", "held-out"): what mc_alloc holds while
+                           the spill file is mapped (<= peak) */
     const char *phase; /* where the peak is: "statistics", "qkv", "o",
                           "gate/up", "down", "ends", "held-out" */
     unsigned lean;     /* tap points (bit KN_TAP_*) with lean statistics,

@@ -194,10 +194,15 @@ static void take(cmp_calib_mem *best, const cmp_calib_mem *cur)
         device = cur->device;
         device_phase = cur->phase;
     }
+    uint64_t ends_peak = best->ends_peak;
+    if (cur->phase && (!strcmp(cur->phase, "ends") || !strcmp(cur->phase, "held-out")) &&
+        total > ends_peak)
+        ends_peak = total;
     if (total > best->peak) {
         *best = *cur;
         best->peak = total;
     }
+    best->ends_peak = ends_peak;
     best->device = device;
     best->device_phase = device_phase;
 }

@@ -281,7 +281,9 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     out->spill = mem->spill;
     out->program = PLAN_PROGRAM_BYTES;
     uint64_t layers = mem->peak + out->source_layers + out->program;
-    uint64_t ends = mem->peak + out->source_ends + out->spill + out->program;
+    /* the spill file is mapped after the layers only, when mc_alloc holds
+     * what the ends phases do, not the layers' peak */
+    uint64_t ends = mem->ends_peak + out->source_ends + out->spill + out->program;
     out->rss = layers > ends ? layers : ends;
 
     /* time: multiply-adds per phase over all layers */
