@@ -273,17 +273,17 @@ void cmp_hessian_output_error_terms(const cmp_hessian *h, const float *w,
                                     const float *q, uint32_t rows, double *d,
                                     double *terms);
 
-/* cmp_hessian_output_error with the rows split over the pool's threads
- * (cmp_par.h); the same value, bit for bit, for any pool (each row's term
- * is computed as alone and the terms are added in row order).  p NULL or
- * one thread: cmp_hessian_output_error itself.  NaN if work space cannot
+/* cmp_hessian_output_error with H tiled over chunks of rows
+ * (cmp_qform_sym_par, cmp_qform.h) and the rows split over the pool's
+ * threads (cmp_par.h); the same value, bit for bit, as
+ * cmp_hessian_output_error for any pool (each row's term is formed as
+ * alone and the terms are added in row order).  NaN if work space cannot
  * be allocated. */
 double cmp_hessian_output_error_par(kn_pool *p, const cmp_hessian *h,
                                     const float *w, const float *q,
                                     uint32_t rows);
-/* Peak bytes it allocates: with one thread those of
- * cmp_hessian_output_error; else rows * 8 for the terms and each thread's
- * difference rows, threads * CMP_OERR_ROWS * cols * 8. */
+/* Peak bytes it allocates: cmp_qform_par_work_bytes (rows * 8 for the
+ * terms and each thread's chunk of rows and tile). */
 uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
                                                  int threads);
 

@@ -29,4 +29,13 @@
 void kn_avx2_quad4(const double *const row[4], const double *d, size_t i0,
                    size_t n, double acc[4 * KN_QUAD_LANES]);
 
+/* The tiled passes' step (compiler/cmp_qform.c): for g < 4 and lanes
+ * r < 8, for k = k0 .. k1 - 1 ascending:
+ *   acc[g * 8 + r] += row[g][k] * d[k * 8 + r]
+ * acc holds running sums on entry (a chain continued from an earlier
+ * tile).  The same rounding as the scalar chain (cmp_lanes.h's rule,
+ * m = 1): a multiply and an add, never fused. */
+void kn_avx2_quad4_acc(const double *const row[4], const double *d, size_t k0,
+                       size_t k1, double acc[4 * KN_QUAD_LANES]);
+
 #endif /* KN_LANES_H */

@@ -57,3 +57,37 @@ void kn_avx2_quad4(const double *const row[4], const double *d, size_t i0,
     _mm256_storeu_pd(acc + 24, a30);
     _mm256_storeu_pd(acc + 28, a31);
 }
+
+void kn_avx2_quad4_acc(const double *const row[4], const double *d, size_t k0,
+                       size_t k1, double acc[4 * KN_QUAD_LANES])
+{
+    __m256d a00 = _mm256_loadu_pd(acc + 0), a01 = _mm256_loadu_pd(acc + 4),
+            a10 = _mm256_loadu_pd(acc + 8), a11 = _mm256_loadu_pd(acc + 12),
+            a20 = _mm256_loadu_pd(acc + 16), a21 = _mm256_loadu_pd(acc + 20),
+            a30 = _mm256_loadu_pd(acc + 24), a31 = _mm256_loadu_pd(acc + 28);
+    const double *r0 = row[0], *r1 = row[1], *r2 = row[2], *r3 = row[3];
+    for (size_t k = k0; k < k1; k++) {
+        __m256d x0 = _mm256_loadu_pd(d + k * KN_QUAD_LANES);
+        __m256d x1 = _mm256_loadu_pd(d + k * KN_QUAD_LANES + 4);
+        __m256d c0 = _mm256_set1_pd(r0[k]);
+        __m256d c1 = _mm256_set1_pd(r1[k]);
+        __m256d c2 = _mm256_set1_pd(r2[k]);
+        __m256d c3 = _mm256_set1_pd(r3[k]);
+        a00 = _mm256_add_pd(a00, _mm256_mul_pd(c0, x0));
+        a01 = _mm256_add_pd(a01, _mm256_mul_pd(c0, x1));
+        a10 = _mm256_add_pd(a10, _mm256_mul_pd(c1, x0));
+        a11 = _mm256_add_pd(a11, _mm256_mul_pd(c1, x1));
+        a20 = _mm256_add_pd(a20, _mm256_mul_pd(c2, x0));
+        a21 = _mm256_add_pd(a21, _mm256_mul_pd(c2, x1));
+        a30 = _mm256_add_pd(a30, _mm256_mul_pd(c3, x0));
+        a31 = _mm256_add_pd(a31, _mm256_mul_pd(c3, x1));
+    }
+    _mm256_storeu_pd(acc + 0, a00);
+    _mm256_storeu_pd(acc + 4, a01);
+    _mm256_storeu_pd(acc + 8, a10);
+    _mm256_storeu_pd(acc + 12, a11);
+    _mm256_storeu_pd(acc + 16, a20);
+    _mm256_storeu_pd(acc + 20, a21);
+    _mm256_storeu_pd(acc + 24, a30);
+    _mm256_storeu_pd(acc + 28, a31);
+}
