@@ -91,3 +91,29 @@ void kn_avx2_quad4_acc(const double *const row[4], const double *d, size_t k0,
     _mm256_storeu_pd(acc + 24, a30);
     _mm256_storeu_pd(acc + 28, a31);
 }
+
+void kn_avx2_refit_step(const double *u, const double *a, const double *wd,
+                        double *hw, const double w[KN_QUAD_LANES], size_t k0,
+                        size_t k1, double sa[KN_QUAD_LANES],
+                        double hwi[KN_QUAD_LANES])
+{
+    __m256d s0 = _mm256_loadu_pd(sa), s1 = _mm256_loadu_pd(sa + 4);
+    __m256d h0 = _mm256_loadu_pd(hwi), h1 = _mm256_loadu_pd(hwi + 4);
+    __m256d w0 = _mm256_loadu_pd(w), w1 = _mm256_loadu_pd(w + 4);
+    for (size_t k = k0; k < k1; k++) {
+        __m256d c = _mm256_set1_pd(u[k]);
+        const double *ak = a + k * KN_QUAD_LANES, *dk = wd + k * KN_QUAD_LANES;
+        double *hk = hw + k * KN_QUAD_LANES;
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(c, _mm256_loadu_pd(ak)));
+        s1 = _mm256_add_pd(s1, _mm256_mul_pd(c, _mm256_loadu_pd(ak + 4)));
+        h0 = _mm256_add_pd(h0, _mm256_mul_pd(c, _mm256_loadu_pd(dk)));
+        h1 = _mm256_add_pd(h1, _mm256_mul_pd(c, _mm256_loadu_pd(dk + 4)));
+        _mm256_storeu_pd(hk, _mm256_add_pd(_mm256_loadu_pd(hk), _mm256_mul_pd(w0, c)));
+        _mm256_storeu_pd(hk + 4,
+                         _mm256_add_pd(_mm256_loadu_pd(hk + 4), _mm256_mul_pd(w1, c)));
+    }
+    _mm256_storeu_pd(sa, s0);
+    _mm256_storeu_pd(sa + 4, s1);
+    _mm256_storeu_pd(hwi, h0);
+    _mm256_storeu_pd(hwi + 4, h1);
+}

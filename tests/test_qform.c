@@ -4,7 +4,8 @@
  * for the cross term and the product M x; at widths below a tile, not a
  * multiple of four or of a tile, and above one tile; with zero rows, zero
  * columns, short blocks and more rows than a chunk; on the AVX2 path and
- * forced scalar; and on pools of 1, 2 and 3 threads. */
+ * forced scalar; and on pools of 1, 2 and 3 threads.  The scale refit's
+ * tiled sums give the bits of its one-pass reference. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "cmp_gptq.h"
+#include "cmp_gptq_internal.h"
 #include "cmp_lanes.h"
 #include "cmp_qform.h"
 #include "kn_ops.h"
@@ -29,19 +31,25 @@ static const uint32_t WIDTHS[] = {3, 5, 67, 64, 513, 1100};
 /* Rows: one, a short block, blocks, more than a chunk with a tail. */
 static const uint32_t ROWS[] = {1, 7, 16, 137};
 
-/* A Hessian of random tokens (positive semidefinite), with input
- * `dead` zero (a dead column: its H row and column are zero). */
+/* A random double with all 53 bits of its mantissa in play: float
+ * inputs alone would make many sums exact, and then any order would
+ * pass. */
+static double rnd53(void)
+{
+    return (double)tu_rng_f(&g_rng) + (double)tu_rng_f(&g_rng) * 0x1p-24;
+}
+
+/* A symmetric matrix with a dominant diagonal (full-precision elements),
+ * input `dead` zero (a dead column: its row and column are zero). */
 static void make_h(cmp_hessian *h, uint32_t n, uint32_t dead)
 {
-    size_t T = 24;
-    float *X = malloc(T * n * sizeof(float));
-    assert_non_null(X);
-    tu_rng_fill(&g_rng, X, T * n, 1.0f);
-    for (size_t t = 0; t < T; t++)
-        X[t * n + dead % n] = 0.0f;
     assert_int_equal(cmp_hessian_init(h, n, NULL), MC_OK);
-    cmp_hessian_add(h, X, T);
-    free(X);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = i; j < n; j++) {
+            double v = i == j ? 4.0 + rnd53() : rnd53() / 8.0;
+            cmp_hessian_set(h, i, j, i == dead % n || j == dead % n ? 0.0 : v);
+        }
+    h->n = 1;
 }
 
 /* Weights with adversarial rows: row 2 all zero, row 3 equal to its
@@ -144,7 +152,7 @@ static void test_qform_cross_and_rows_give_the_one_row_bits(void **state)
             double *M = malloc((size_t)n * n * sizeof(double));
             assert_non_null(M);
             for (size_t i = 0; i < (size_t)n * n; i++)
-                M[i] = tu_rng_f(&g_rng); /* not symmetric */
+                M[i] = rnd53(); /* not symmetric */
             uint32_t rows = ROWS[a % 4];
             float *w, *q;
             make_wq(rows, n, &w, &q);
@@ -197,7 +205,7 @@ static void test_qform_par_same_bits_on_any_pool(void **state)
     double *M = malloc((size_t)n * n * sizeof(double));
     assert_non_null(M);
     for (size_t i = 0; i < (size_t)n * n; i++)
-        M[i] = tu_rng_f(&g_rng);
+        M[i] = rnd53();
     double ref = cmp_hessian_output_error(&h, w, q, rows);
     double s1 = cmp_qform_sym_par(NULL, &h, w, q, rows);
     double c1 = cmp_qform_cross_par(NULL, M, n, w, q, rows);
@@ -228,6 +236,51 @@ static void test_qform_par_same_bits_on_any_pool(void **state)
     cmp_hessian_free(&h);
 }
 
+/* The scale refit's tiled sums give the one-pass reference's bits, block
+ * by block: group spans that divide a tile, straddle it, and span the
+ * whole row (Q8), ragged last groups, zero codes, one to five blocks. */
+static void test_qform_refit_sums_tiled_give_the_reference_bits(void **state)
+{
+    (void)state;
+    static const struct { uint32_t K, span; } cs[] = {
+        {5, 5}, {67, 32}, {64, 64}, {600, 32}, {600, 600}, {1100, 128}, {1100, 96}};
+    for (int scalar = 0; scalar < 2; scalar++) {
+        kn_set_force_scalar(scalar);
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+            uint32_t K = cs[c].K, span = cs[c].span, G = (K + span - 1) / span;
+            uint32_t nb = 1 + (uint32_t)(c % 5);
+            cmp_hessian h;
+            make_h(&h, K, K / 3);
+            size_t kb = (size_t)K * CMP_LANES, gb = (size_t)G * G * CMP_LANES;
+            double *a = malloc(nb * kb * sizeof(double)), *wd = malloc(nb * kb * sizeof(double));
+            double *M = malloc(nb * gb * sizeof(double)), *hw = malloc(nb * kb * sizeof(double));
+            double *sap = malloc(nb * kb * sizeof(double)), *hwp = malloc(nb * kb * sizeof(double));
+            double *Mr = malloc(gb * sizeof(double)), *hr = malloc(kb * sizeof(double));
+            assert_true(a && wd && M && hw && sap && hwp && Mr && hr);
+            for (size_t i = 0; i < nb * kb; i++) {
+                a[i] = (double)(int)(tu_rng_u32(&g_rng) % 16) - 8.0; /* zeros too */
+                wd[i] = rnd53();
+            }
+            cmp_gptq_refit_sums_tiled(&h, span, G, nb, a, wd, M, hw, sap, hwp);
+            for (uint32_t b = 0; b < nb; b++) {
+                cmp_gptq_refit_sums_ref(&h, span, G, a + b * kb, wd + b * kb, Mr, hr);
+                assert_memory_equal(Mr, M + b * gb, gb * sizeof(double));
+                assert_memory_equal(hr, hw + b * kb, kb * sizeof(double));
+            }
+            free(a);
+            free(wd);
+            free(M);
+            free(hw);
+            free(sap);
+            free(hwp);
+            free(Mr);
+            free(hr);
+            cmp_hessian_free(&h);
+        }
+    }
+    kn_set_force_scalar(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_qform_sym_scalar_gives_the_eight_row_bits),
         cmocka_unit_test(test_qform_cross_and_rows_give_the_one_row_bits),
         cmocka_unit_test(test_qform_par_same_bits_on_any_pool),
+        cmocka_unit_test(test_qform_refit_sums_tiled_give_the_reference_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
