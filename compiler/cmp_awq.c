@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cmp_par.h"
+#include "cmp_qform.h"
 #include "mc_alloc.h"
 
 void cmp_awq_scale_cols(float *w, uint32_t rows, uint32_t cols,
@@ -77,7 +78,8 @@ uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads)
     return req(n * sizeof(float)) +                                 /* s */
            req((uint64_t)maxrows * sizeof(double)) +                /* terms */
            req(T * search_chunk(maxrows, cols, threads) * n * sizeof(float)) +
-           req(T * n * CMP_OERR_ROWS * sizeof(double));            /* d */
+           req(T * cmp_qform_work_doubles(cols, (uint32_t)search_chunk(maxrows, cols, threads)) *
+               sizeof(double));                                     /* work */
 }
 
 /* One alpha's output error of one linear, rows split over the threads. */
@@ -89,7 +91,7 @@ typedef struct awq_job {
     uint32_t group;
     size_t chunk;    /* rows per pass of one thread (search_chunk) */
     float *ws;       /* [threads][chunk * cols]: W s, Q(W s), Q(W s) / s */
-    double *d;       /* [threads][CMP_OERR_ROWS * cols] difference rows */
+    double *d;       /* [threads][cmp_qform_work_doubles(cols, chunk)] */
     double *terms;   /* [rows] each row's error */
 } awq_job;
 
@@ -98,7 +100,7 @@ static void awq_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
     const awq_job *j = ctx;
     uint32_t cols = j->h->cols;
     float *ws = j->ws + (size_t)slot * j->chunk * cols;
-    double *d = j->d + (size_t)slot * CMP_OERR_ROWS * cols;
+    double *d = j->d + (size_t)slot * cmp_qform_work_doubles(cols, (uint32_t)j->chunk);
     for (uint32_t a = r0; a < r1; a += (uint32_t)j->chunk) {
         uint32_t R = r1 - a < j->chunk ? r1 - a : (uint32_t)j->chunk;
         const float *wr = j->w + (size_t)a * cols;
@@ -108,7 +110,7 @@ static void awq_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
         for (uint32_t r = 0; r < R; r++)
             for (uint32_t c = 0; c < cols; c++)
                 ws[(size_t)r * cols + c] /= j->s[c];
-        cmp_hessian_output_error_terms(j->h, wr, ws, R, d, j->terms + a);
+        cmp_qform_sym_terms(j->h, wr, ws, R, d, j->terms + a);
     }
 }
 
@@ -166,7 +168,8 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
     float *s = mc_malloc_array(cols, sizeof(float));
     j.terms = mc_malloc_array(maxrows ? maxrows : 1, sizeof(double));
     j.ws = mc_malloc_array((size_t)T * j.chunk * cols, sizeof(float));
-    j.d = mc_malloc_array((size_t)T * cols * CMP_OERR_ROWS, sizeof(double));
+    j.d = mc_malloc_array((size_t)T * cmp_qform_work_doubles(cols, (uint32_t)j.chunk),
+                          sizeof(double));
     if (!s || !j.terms || !j.ws || !j.d) {
         mc_free(s);
         mc_free(j.terms);

@@ -83,9 +83,9 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
  * scales (cols floats), the row errors (maxrows doubles), and per thread a
  * float copy of c rows (c = min(its share of the rows, whole blocks of
  * CMP_OERR_ROWS, maxrows with one thread; max(1, CMP_GPTQ_CHUNK_BYTES /
- * (threads * cols * 4)))) and the error's difference rows (CMP_OERR_ROWS *
- * cols doubles):
- *   cols * 4 + maxrows * 8 + threads * (c * cols * 4 + cols * 64),
+ * (threads * cols * 4)))) and the tiled error's work space
+ * (cmp_qform_work_doubles(cols, c) doubles):
+ *   cols * 4 + maxrows * 8 + threads * (c * cols * 4 + work * 8),
  * each of the four allocations at least 1 byte. */
 uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads);
 

@@ -11,74 +11,9 @@
 #include "cmp_calib_internal.h"
 #include "cmp_descend.h"
 #include "cmp_gptq.h"
-#include "cmp_lanes.h"
 #include "cmp_par.h"
+#include "cmp_qform.h"
 #include "mc_alloc.h"
-
-/* The terms sum_i a_ri sum_j M_ij b_rj of nl rows (nl = CMP_LANES rows
- * sr apart, or nl = 1 with sr = 0: every lane then computes the same row)
- * into terms[0 .. nl). */
-static void cross_rows(const double *M, const float *a, const float *b,
-                       size_t n, uint32_t nl, size_t sr, double *terms)
-{
-    double s[CMP_LANES] = {0};
-    for (size_t i = 0; i < n; i++) {
-        int live = 0;
-        for (uint32_t r = 0; r < nl; r++)
-            live |= a[r * sr + i] != 0.0f;
-        if (!live)
-            continue;
-        double t[CMP_LANES] = {0};
-        cmp_lanes_dot_f(t, 1.0, M + i * n, b, 1, sr, 0, n);
-        for (uint32_t r = 0; r < nl; r++)
-            if (a[r * sr + i] != 0.0f)
-                s[r] += a[r * sr + i] * t[r];
-    }
-    for (uint32_t r = 0; r < nl; r++)
-        terms[r] = s[r];
-}
-
-typedef struct cross_job {
-    const double *M;
-    const float *a, *b;
-    size_t n;
-    double *terms; /* [rows] */
-} cross_job;
-
-static void cross_job_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
-{
-    (void)slot;
-    const cross_job *j = ctx;
-    size_t n = j->n;
-    uint32_t r = r0;
-    for (; r + CMP_LANES <= r1; r += CMP_LANES)
-        cross_rows(j->M, j->a + (size_t)r * n, j->b + (size_t)r * n, n, CMP_LANES,
-                   n, j->terms + r);
-    for (; r < r1; r++)
-        cross_rows(j->M, j->a + (size_t)r * n, j->b + (size_t)r * n, n, 1, 0,
-                   j->terms + r);
-}
-
-/* sum over rows r of sum_i a_ri sum_j M_ij b_rj, for full M [n][n] and
- * a, b [rows][n]: the cross term of an output error against the
- * full-precision model.  Eight rows share each pass over M, the rows are
- * split over the pool's threads, and every row's term is formed as alone
- * and added in row order, so the result depends on neither.  Work: rows
- * doubles (NaN if they cannot be allocated). */
-static double cross_energy(kn_pool *p, const double *M, const float *a,
-                           const float *b, uint32_t rows, size_t n)
-{
-    double *terms = mc_malloc_array(rows ? rows : 1, sizeof(double));
-    if (!terms)
-        return NAN;
-    cross_job j = {M, a, b, n, terms};
-    cmp_par_rows(p, rows, CMP_LANES, cross_job_rows, &j);
-    double total = 0.0;
-    for (uint32_t r = 0; r < rows; r++)
-        total += terms[r];
-    mc_free(terms);
-    return total;
-}
 
 int cmp_calib_is_awq(cmp_qmethod m)
 {
@@ -262,7 +197,7 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
             double cross = 0.0, eq = 0.0;
             if (C) {
                 double ef = g->ef[i];
-                cross = cross_energy(p, C, c->w[sl], wc, R, K);
+                cross = cmp_qform_cross_par(p, C, K, c->w[sl], wc, R);
                 eq = cmp_hessian_output_error_par(p, h, wc, NULL, R);
                 double e = ef - 2.0 * cross + eq;
                 rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;

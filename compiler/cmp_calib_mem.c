@@ -124,9 +124,9 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
     uint32_t group = f == KN_W_Q8 ? 0 : m->o->group;
     uint32_t ngroups = f == KN_W_Q8 ? 1 : (K + m->o->group - 1) / m->o->group;
     int T = m->threads;
-    /* the error measures: output errors, the cross term's row terms */
-    uint64_t measure = u64max(work(cmp_hessian_output_error_par_work_bytes(K, R, T)),
-                              work((uint64_t)R * sizeof(double)));
+    /* the error measures: output errors and the cross term (the same
+     * tiled passes, cmp_qform.h) */
+    uint64_t measure = work(cmp_hessian_output_error_par_work_bytes(K, R, T));
     uint64_t inner = measure;
     if (retarget)
         inner = u64max(inner, work(cmp_gptq_retarget_work_bytes(K, T)));
@@ -143,7 +143,9 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
         uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128, T)),
                             work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb);
         g = u64max(g, work(cmp_descend_work_bytes(K, T)) + fm);
-        g = u64max(g, measure + fm);
+        /* int4's second pass measures its two errors with the factor
+         * still held, whatever the group */
+        g = u64max(g, measure + (f != KN_W_Q8 ? fb : fm));
         /* int4: regptq's second set of buffers and dequantized copy */
         if (f != KN_W_Q8)
             g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));

@@ -87,10 +87,7 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define EFF_FORWARD 0.75
 #define EFF_STATS 0.81
 #define EFF_FACTOR 0.13
-#define EFF_SEARCH 0.21
-/* The descent's sweeps, each rows x cols^2 (cmp_descend.h caps them at
- * 16; a sweep that changes nothing ends it): what the runs measured. */
-#define SEARCH_DESCENT_SWEEPS 2.0
+#define EFF_SEARCH 0.14
 
 /* Multiply-adds per token of a block run up to tap point p (0: q/k/v's
  * input, a norm; 1: o's; 2: gate/up's; 3: down's; 4: the whole block),
@@ -190,10 +187,19 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
  * awq+gptaq where the group may scale: the proxy's pick is not known
  * before, so the estimate counts it; act-order is not counted), each
  * GPTQ candidate's factor (2/3 K^3) and, for GPTAQ, each linear's
- * retarget (K^3 / 6 + 2 R K^2); the search: the energies, each
- * candidate's error measures (1 or 3 R K^2), GPTQ, the refits, the int4
- * second pass and the descent (R K^2 each), the AWQ grid (a point costs
- * the group's R K^2). */
+ * retarget (K^3 / 6 + 2 R K^2); the search, in units of R K^2 at the
+ * scale refit's speed (the SEARCH_W_* weights: each kind of pass's cost
+ * against the refit's, measured with bench_calib_search at K = 4096 and
+ * 14336, the same within 1.3x at both): the energies and each
+ * candidate's error measures, GPTQ's column loop, the refits, the int4
+ * second pass, the descent, the AWQ grid (a point costs the group's
+ * R K^2). */
+#define SEARCH_W_OERR 0.2    /* an output error (d^T H d, tiled) */
+#define SEARCH_W_CROSS 0.33  /* the cross term a^T C b (tiled) */
+#define SEARCH_W_GPTQ 0.5    /* GPTQ's column loop */
+#define SEARCH_W_REFIT 1.0   /* a scale refit */
+#define SEARCH_W_DESCENT 0.9 /* the descent: H d and the moves */
+#define SEARCH_W_AWQ 0.15    /* a point of AWQ's grid */
 static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
                         unsigned lean, double *factor, double *search)
 {
@@ -231,11 +237,14 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
         *factor += nkeys * (2.0 / 3.0) * k * k * k;
         for (int i = 0; i < gn[g]; i++)
             *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
-        double per_gptq = 0.5 + 1.0 + (int4 ? 3.5 : 0.0) +
-                          SEARCH_DESCENT_SWEEPS + 1.0;
-        *search += rkk * ((full ? 2.0 : 1.0) + ncand * (full ? 3.0 : 1.0) +
-                          ng * per_gptq + awq * grid +
-                          (o->method == CMP_QM_AWQ ? grid : 0.0));
+        double measures = full ? 2.0 * SEARCH_W_OERR + SEARCH_W_CROSS : SEARCH_W_OERR;
+        double per_gptq = SEARCH_W_GPTQ + SEARCH_W_REFIT +
+                          (int4 ? SEARCH_W_GPTQ + SEARCH_W_REFIT + 2.0 * SEARCH_W_OERR
+                                : 0.0) +
+                          SEARCH_W_DESCENT + SEARCH_W_REFIT;
+        double awq_points = awq * grid + (o->method == CMP_QM_AWQ ? grid : 0.0);
+        *search += rkk * ((full ? 2.0 : 1.0) * SEARCH_W_OERR + ncand * measures +
+                          ng * per_gptq + awq_points * SEARCH_W_AWQ);
     }
 }
 

@@ -5,6 +5,7 @@
 
 #include "cmp_lanes.h"
 #include "cmp_par.h"
+#include "cmp_qform.h"
 #include "mc_alloc.h"
 
 #define DEFAULT_SWEEPS 16u /* a cap: sweeps stop once one changes nothing */
@@ -12,7 +13,7 @@
 uint64_t cmp_descend_work_bytes(uint32_t cols, int threads)
 {
     uint64_t n = cols, T = threads > 1 ? threads : 1;
-    return n * n * sizeof(double) + T * 2 * CMP_LANES * n * sizeof(double) +
+    return n * n * sizeof(double) + T * 2 * CMP_QFORM_CHUNK * n * sizeof(double) +
            (T > 1 ? T * sizeof(uint64_t) : 0);
 }
 
@@ -72,36 +73,43 @@ typedef struct descend_job {
     const float *w;
     cmp_qbuf *q;
     float *deq;
-    double *d, *g;   /* [threads][CMP_LANES * cols] each */
+    double *x, *t;   /* [threads][CMP_QFORM_CHUNK * cols] each */
     uint64_t *moves; /* [threads] */
     uint32_t sweeps;
 } descend_job;
 
-/* Rows [r0, r1): g = H d for CMP_LANES rows per pass over H (d
- * interleaved, g row by row), then each row's descent. */
+/* Rows [r0, r1), a chunk at a time: g = H d for the whole chunk in one
+ * tiled pass over H (cmp_qform_rows: each element the chain of the row
+ * alone), then each row's descent on its own g.  A row's d depends only
+ * on its own codes, so computing the chunk's g before any of its rows
+ * moves is what the row-by-row order computes. */
 static void descend_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
     enum { B = CMP_LANES };
     const descend_job *j = ctx;
     size_t n = j->q->cols;
-    double *d = j->d + (size_t)slot * B * n, *g = j->g + (size_t)slot * B * n;
-    for (uint32_t rb = r0; rb < r1; rb += B) {
-        uint32_t nr = r1 - rb < B ? r1 - rb : B;
-        for (size_t c = 0; c < n; c++)
-            for (uint32_t r = 0; r < B; r++) {
-                size_t at = (size_t)(rb + r) * n + c;
-                d[c * B + r] = r < nr ? (double)j->w[at] - (double)j->deq[at] : 0.0;
-            }
-        for (size_t c = 0; c < n; c++) {
-            double acc[B] = {0};
-            cmp_lanes_dot(acc, 1.0, j->H + c * n, d, B, 1, 0, n);
-            for (uint32_t r = 0; r < B; r++)
-                g[r * n + c] = acc[r];
-        }
+    double *x = j->x + (size_t)slot * CMP_QFORM_CHUNK * n,
+           *t = j->t + (size_t)slot * CMP_QFORM_CHUNK * n;
+    for (uint32_t c0 = r0; c0 < r1; c0 += CMP_QFORM_CHUNK) {
+        uint32_t nr = r1 - c0 < CMP_QFORM_CHUNK ? r1 - c0 : CMP_QFORM_CHUNK;
+        uint32_t nb = (nr + B - 1) / B;
+        for (uint32_t b = 0; b < nb; b++)
+            for (size_t c = 0; c < n; c++)
+                for (uint32_t r = 0; r < B; r++) {
+                    uint32_t row = b * B + r;
+                    size_t at = (size_t)(c0 + row) * n + c;
+                    x[((size_t)b * n + c) * B + r] =
+                        row < nr ? (double)j->w[at] - (double)j->deq[at] : 0.0;
+                }
+        cmp_qform_rows(j->H, (uint32_t)n, x, nb, t);
+        /* each row's g contiguous (into x, no longer needed) */
         for (uint32_t r = 0; r < nr; r++)
-            j->moves[slot] += descend_row(j->H, n, j->q, rb + r,
-                                          j->deq + (size_t)(rb + r) * n, g + r * n,
-                                          j->sweeps);
+            for (size_t c = 0; c < n; c++)
+                x[(size_t)r * n + c] = t[((size_t)(r / B) * n + c) * B + r % B];
+        for (uint32_t r = 0; r < nr; r++)
+            j->moves[slot] += descend_row(j->H, n, j->q, c0 + r,
+                                          j->deq + (size_t)(c0 + r) * n,
+                                          x + (size_t)r * n, j->sweeps);
     }
 }
 
@@ -120,11 +128,11 @@ mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
     uint64_t one = 0;
     descend_job j = {NULL, w, q, deq, NULL, NULL, T > 1 ? NULL : &one, sweeps};
     double *H = mc_malloc_array(n * n, sizeof(double));
-    j.d = mc_malloc_array((size_t)T * n * B, sizeof(double)); /* interleaved */
-    j.g = mc_malloc_array((size_t)T * n * B, sizeof(double)); /* [B][n] */
+    j.x = mc_malloc_array((size_t)T * CMP_QFORM_CHUNK * n, sizeof(double));
+    j.t = mc_malloc_array((size_t)T * CMP_QFORM_CHUNK * n, sizeof(double));
     if (T > 1)
         j.moves = mc_calloc((size_t)T, sizeof(uint64_t));
-    if (!H || !j.d || !j.g || !j.moves) {
+    if (!H || !j.x || !j.t || !j.moves) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, "descend", -1,
                      "cannot allocate %zu x %zu doubles", n, n);
         goto done;
@@ -144,8 +152,8 @@ mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
     }
 done:
     mc_free(H);
-    mc_free(j.d);
-    mc_free(j.g);
+    mc_free(j.x);
+    mc_free(j.t);
     if (j.moves != &one)
         mc_free(j.moves);
     return st;

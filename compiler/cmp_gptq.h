@@ -228,20 +228,20 @@ mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
  * old and the refit scales (rounded to their stored precision) gives the
  * smaller error, so the error never grows.  After GPTQ this recovers part
  * of what fixing the group parameters at each group start lost.  deq
- * (optional) receives the dequantized result.  Cost: one pass over H's
- * upper triangle (cols^2 / 2, contiguous) per CMP_LANES rows, which share
- * it, + groups^3 per row; work space (cmp_gptq_refit_work_bytes) holds
- * each of those rows' groups^2 sums.  pool (NULL = the calling thread)
+ * (optional) receives the dequantized result.  Cost: cols^2 / 2 per row
+ * in one tiled pass over H's upper triangle per 4 * CMP_LANES rows, which
+ * share it (cmp_gptq_refit_sums_tiled), + groups^3 per row; work space
+ * (cmp_gptq_refit_work_bytes) holds each of those rows' groups^2 sums.  pool (NULL = the calling thread)
  * splits the rows over its threads (cmp_par.h); the result does not
  * depend on it.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (widths differ). */
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, kn_pool *pool,
                                 mc_error *err);
 /* Peak bytes cmp_gptq_refit_scales allocates with `threads` threads
- * (groups = parameter sets per row, 1 for Q8; L = CMP_LANES), each thread
- * its own set: threads * (cols * L * 24 + groups^2 * (L + 1) * 8 + groups
- * * (24 + L * sizeof(cmp_qparam))) plus the sets' table, each allocation
- * at least 1 byte. */
+ * (groups = parameter sets per row, 1 for Q8; L = 4 * CMP_LANES, the
+ * rows of one tiled pass), each thread its own set: threads * (cols * L *
+ * 40 + groups^2 * (L + 1) * 8 + groups * (24 + L * sizeof(cmp_qparam)))
+ * plus the sets' table, each allocation at least 1 byte. */
 uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups, int threads);
 
 /* Output error of a replacement weight: tr((W - Q) Hs (W - Q)^T) where Hs is
@@ -273,17 +273,17 @@ void cmp_hessian_output_error_terms(const cmp_hessian *h, const float *w,
                                     const float *q, uint32_t rows, double *d,
                                     double *terms);
 
-/* cmp_hessian_output_error with the rows split over the pool's threads
- * (cmp_par.h); the same value, bit for bit, for any pool (each row's term
- * is computed as alone and the terms are added in row order).  p NULL or
- * one thread: cmp_hessian_output_error itself.  NaN if work space cannot
+/* cmp_hessian_output_error with H tiled over chunks of rows
+ * (cmp_qform_sym_par, cmp_qform.h) and the rows split over the pool's
+ * threads (cmp_par.h); the same value, bit for bit, as
+ * cmp_hessian_output_error for any pool (each row's term is formed as
+ * alone and the terms are added in row order).  NaN if work space cannot
  * be allocated. */
 double cmp_hessian_output_error_par(kn_pool *p, const cmp_hessian *h,
                                     const float *w, const float *q,
                                     uint32_t rows);
-/* Peak bytes it allocates: with one thread those of
- * cmp_hessian_output_error; else rows * 8 for the terms and each thread's
- * difference rows, threads * CMP_OERR_ROWS * cols * 8. */
+/* Peak bytes it allocates: cmp_qform_par_work_bytes (rows * 8 for the
+ * terms and each thread's chunk of rows and tile). */
 uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
                                                  int threads);
 

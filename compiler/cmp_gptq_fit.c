@@ -10,6 +10,8 @@
 #include "cmp_gptq_internal.h"
 #include "cmp_lanes.h"
 #include "cmp_par.h"
+#include "cmp_qform.h"
+#include "kn_lanes.h"
 #include "kn_gram.h"
 #include "mc_alloc.h"
 
@@ -196,16 +198,23 @@ static double scale_objective(const double *M, const double *rhs,
     return e;
 }
 
-/* One thread's refit work space (cmp_gptq_refit_work_bytes per set). */
+/* Blocks of CMP_LANES rows whose refit sums share one tiled pass over H
+ * (each block holds groups^2 * CMP_LANES sums: 4 blocks keep a 7B
+ * down_proj's at int4 g32 to 51 MB per thread). */
+#define REFIT_BLOCKS 4u
+
+/* One thread's refit work space (cmp_gptq_refit_work_bytes per set);
+ * every array holds REFIT_BLOCKS blocks. */
 typedef struct refit_ws {
-    double *hw, *a, *wd, *M, *Mc, *rhs, *s, *s0;
+    double *hw, *a, *wd, *sap, *hwp, *M, *Mc, *rhs, *s, *s0;
     cmp_qparam *p0;
 } refit_ws;
 
 uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups, int threads)
 {
-    uint64_t K = cols, G = groups, B = CMP_LANES, T = threads > 1 ? threads : 1;
-    return T * (3 * req(K * B * sizeof(double)) +    /* hw, a, wd */
+    uint64_t K = cols, G = groups, B = CMP_LANES * REFIT_BLOCKS,
+             T = threads > 1 ? threads : 1;
+    return T * (5 * req(K * B * sizeof(double)) +    /* hw, a, wd, sap, hwp */
                 req(G * G * B * sizeof(double)) +    /* M, one per lane */
                 req(G * G * sizeof(double)) +        /* Mc */
                 3 * req(G * sizeof(double)) +        /* rhs, s, s0 */
@@ -213,16 +222,17 @@ uint64_t cmp_gptq_refit_work_bytes(uint32_t cols, uint32_t groups, int threads)
            T * sizeof(refit_ws);                     /* the sets' table */
 }
 
-/* The refit's sums for one block of nr <= CMP_LANES rows starting at r0,
+/* The refit's sums for one block of nr <= CMP_LANES rows (the reference
+ * for refit_sums_tiled, which must give its bits; test_refit_tiled):
  * each row on its own lane (lanes past nr see zero codes and weights):
  * M_gk = a_g^T H a_k into M + lane * G * G and hw = H w interleaved
  * (hw[j * CMP_LANES + lane]), in one pass over the stored upper triangle,
  * row by row (contiguous): each off-diagonal H_ij counts for (i, j) and
  * (j, i).  a, wd: the codes at unit scale and the weights, interleaved.
  * Every lane's sums are formed in the order of its row alone. */
-static void refit_sums(const cmp_hessian *h, uint32_t span, uint32_t G,
-                       const double *a, const double *wd, double *M,
-                       double *hw)
+void cmp_gptq_refit_sums_ref(const cmp_hessian *h, uint32_t span, uint32_t G,
+                             const double *a, const double *wd, double *M,
+                             double *hw)
 {
     enum { B = CMP_LANES };
     uint32_t K = h->cols;
@@ -256,6 +266,86 @@ static void refit_sums(const cmp_hessian *h, uint32_t span, uint32_t G,
     }
 }
 
+/* Row i's diagonal term M_{gi gi} += h_ii a_i a_i, every lane. */
+static void refit_diag(double *M, uint32_t G, uint32_t gi, double hii,
+                       const double *ai)
+{
+    for (uint32_t r = 0; r < CMP_LANES; r++)
+        M[(size_t)r * G * G + (size_t)gi * G + gi] += hii * ai[r] * ai[r];
+}
+
+/* The same sums for nb blocks (block b's a, wd, hw, sap, hwp at b * K *
+ * CMP_LANES, its M at b * G * G * CMP_LANES), with H read in tiles of
+ * CMP_QFORM_TI x CMP_QFORM_TJ that serve all nb blocks.  Each lane's
+ * operations and their order are the reference's: row i's chains (hwp:
+ * H w from h_ii w_i, j ascending; sap: the open group segment's a sum)
+ * are carried from tile to tile in memory; a segment's M terms are added
+ * when it closes, with row i's diagonal term just before its own group's
+ * (where the reference adds it: before anything else of row i touches
+ * M_{gi gi}, after every earlier row of the group); the rows' H w parts
+ * go to hw[i] at the end of their row tile, after every earlier row's
+ * axpy reached it. */
+void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
+                               uint32_t nb, const double *a, const double *wd,
+                               double *M, double *hw, double *sap, double *hwp)
+{
+    enum { B = CMP_LANES, TI = CMP_QFORM_TI, TJ = CMP_QFORM_TJ };
+    size_t K = h->cols, kb = K * B, gb = (size_t)G * G * B;
+    int avx = kn_cpu_has_avx2() && !kn_force_scalar();
+    memset(M, 0, nb * gb * sizeof(double));
+    memset(hw, 0, nb * kb * sizeof(double));
+    memset(sap, 0, nb * kb * sizeof(double));
+    for (size_t i0 = 0; i0 < K; i0 += TI) {
+        size_t i1 = K - i0 < TI ? K : i0 + TI;
+        for (uint32_t b = 0; b < nb; b++)
+            for (size_t i = i0; i < i1; i++)
+                for (uint32_t r = 0; r < B; r++)
+                    hwp[b * kb + i * B + r] = hdiag(h, i) * wd[b * kb + i * B + r];
+        for (size_t j0 = i0; j0 < K; j0 += TJ) {
+            size_t j1 = K - j0 < TJ ? K : j0 + TJ;
+            for (uint32_t b = 0; b < nb; b++) {
+                const double *ab = a + b * kb, *wb = wd + b * kb;
+                double *hb = hw + b * kb, *Mb = M + b * gb;
+                for (size_t i = i0; i < i1; i++) {
+                    const double *Ui = hrow(h, i), *ai = ab + i * B, *wi = wb + i * B;
+                    uint32_t gi = (uint32_t)(i / span);
+                    double *sa = sap + b * kb + i * B, *hwi = hwp + b * kb + i * B;
+                    size_t end_gi = ((size_t)gi + 1) * span < K ? ((size_t)gi + 1) * span : K;
+                    if (j0 == i0 && i + 1 == end_gi) /* its own segment is empty */
+                        refit_diag(Mb, G, gi, Ui[i], ai);
+                    for (size_t k = j0 > i + 1 ? j0 : i + 1; k < j1;) {
+                        uint32_t g = (uint32_t)(k / span);
+                        size_t e = ((size_t)g + 1) * span < K ? ((size_t)g + 1) * span : K;
+                        size_t s1 = e < j1 ? e : j1;
+                        if (avx) {
+                            kn_avx2_refit_step(Ui, ab, wb, hb, wi, k, s1, sa, hwi);
+                        } else {
+                            cmp_lanes_dot(sa, 1.0, Ui, ab, B, 1, k, s1);
+                            cmp_lanes_dot(hwi, 1.0, Ui, wb, B, 1, k, s1);
+                            cmp_lanes_axpy(hb + k * B, wi, Ui + k, s1 - k);
+                        }
+                        if (s1 == e) { /* the segment (i, g) closes */
+                            if (g == gi)
+                                refit_diag(Mb, G, gi, Ui[i], ai);
+                            for (uint32_t r = 0; r < B; r++) {
+                                double *Mr = Mb + (size_t)r * G * G;
+                                Mr[(size_t)gi * G + g] += ai[r] * sa[r];
+                                Mr[(size_t)g * G + gi] += ai[r] * sa[r];
+                                sa[r] = 0.0;
+                            }
+                        }
+                        k = s1;
+                    }
+                }
+            }
+        }
+        for (uint32_t b = 0; b < nb; b++)
+            for (size_t i = i0; i < i1; i++)
+                for (uint32_t r = 0; r < B; r++)
+                    hw[b * kb + i * B + r] += hwp[b * kb + i * B + r];
+    }
+}
+
 mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
                                  mc_error *err)
 {
@@ -275,7 +365,7 @@ typedef struct refit_job {
     refit_ws *ws; /* [threads] */
 } refit_job;
 
-/* Refit rows [r0, r1), CMP_LANES at a time. */
+/* Refit rows [r0, r1), REFIT_BLOCKS blocks of CMP_LANES at a time. */
 static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
     enum { B = CMP_LANES };
@@ -284,32 +374,40 @@ static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
     cmp_qbuf *q = j->q;
     const float *w = j->w;
     uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
-    for (uint32_t rb = r0; rb < r1; rb += B) {
-        uint32_t nr = r1 - rb < B ? r1 - rb : B;
+    size_t kb = (size_t)K * B, gb = (size_t)G * G * B;
+    for (uint32_t c0 = r0; c0 < r1; c0 += REFIT_BLOCKS * B) {
+        uint32_t nc = r1 - c0 < REFIT_BLOCKS * B ? r1 - c0 : REFIT_BLOCKS * B;
+        uint32_t nb = (nc + B - 1) / B;
         /* a: the codes at unit scale (group g holds columns g*span ..) */
-        for (uint32_t r = 0; r < B; r++)
-            for (uint32_t g = 0; g < G; g++) {
-                cmp_qparam pg = {0.0f, 0};
-                if (r < nr)
-                    pg = cmp_qbuf_get_param(q, rb + r, g);
-                x->p0[(size_t)r * G + g] = pg;
-                uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
-                for (uint32_t c = g * span; c < c1; c++) {
-                    size_t at = (size_t)c * B + r;
-                    x->a[at] = r < nr ? (double)(cmp_qbuf_get_code(q, rb + r, c) - pg.zero) : 0.0;
-                    x->wd[at] = r < nr ? (double)w[(size_t)(rb + r) * K + c] : 0.0;
+        for (uint32_t b = 0; b < nb; b++) {
+            uint32_t rb = c0 + b * B, nr = c0 + nc - rb < B ? c0 + nc - rb : B;
+            for (uint32_t r = 0; r < B; r++)
+                for (uint32_t g = 0; g < G; g++) {
+                    cmp_qparam pg = {0.0f, 0};
+                    if (r < nr)
+                        pg = cmp_qbuf_get_param(q, rb + r, g);
+                    x->p0[(size_t)(b * B + r) * G + g] = pg;
+                    uint32_t cl = (g + 1) * span < K ? (g + 1) * span : K;
+                    for (uint32_t c = g * span; c < cl; c++) {
+                        size_t at = b * kb + (size_t)c * B + r;
+                        x->a[at] = r < nr ? (double)(cmp_qbuf_get_code(q, rb + r, c) - pg.zero) : 0.0;
+                        x->wd[at] = r < nr ? (double)w[(size_t)(rb + r) * K + c] : 0.0;
+                    }
                 }
-            }
-        refit_sums(j->h, span, G, x->a, x->wd, x->M, x->hw);
-        for (uint32_t r = 0; r < nr; r++) {
-            const double *Mr = x->M + (size_t)r * G * G;
-            const cmp_qparam *pr = x->p0 + (size_t)r * G;
+        }
+        cmp_gptq_refit_sums_tiled(j->h, span, G, nb, x->a, x->wd, x->M, x->hw,
+                                  x->sap, x->hwp);
+        for (uint32_t rr = 0; rr < nc; rr++) {
+            uint32_t b = rr / B, r = rr % B;
+            const double *Mr = x->M + b * gb + (size_t)r * G * G;
+            const double *ab = x->a + b * kb, *hb = x->hw + b * kb;
+            const cmp_qparam *pr = x->p0 + (size_t)rr * G;
             for (uint32_t g = 0; g < G; g++) {
                 x->s0[g] = pr[g].scale;
-                uint32_t c1 = (g + 1) * span < K ? (g + 1) * span : K;
+                uint32_t cl = (g + 1) * span < K ? (g + 1) * span : K;
                 double t = 0.0;
-                for (uint32_t c = g * span; c < c1; c++)
-                    t += x->a[(size_t)c * B + r] * x->hw[(size_t)c * B + r];
+                for (uint32_t c = g * span; c < cl; c++)
+                    t += ab[(size_t)c * B + r] * hb[(size_t)c * B + r];
                 x->rhs[g] = t;
             }
             memcpy(x->Mc, Mr, (size_t)G * G * sizeof(double));
@@ -325,13 +423,13 @@ static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
                 continue;
             for (uint32_t g = 0; g < G; g++) {
                 cmp_qparam pp = {(float)x->s[g], pr[g].zero};
-                cmp_qbuf_set_param(q, rb + r, g, pp);
-                x->s[g] = cmp_qbuf_get_param(q, rb + r, g).scale;
+                cmp_qbuf_set_param(q, c0 + rr, g, pp);
+                x->s[g] = cmp_qbuf_get_param(q, c0 + rr, g).scale;
             }
             if (scale_objective(Mr, x->rhs, x->s, G) >=
                 scale_objective(Mr, x->rhs, x->s0, G))
                 for (uint32_t g = 0; g < G; g++)
-                    cmp_qbuf_set_param(q, rb + r, g, pr[g]);
+                    cmp_qbuf_set_param(q, c0 + rr, g, pr[g]);
         }
     }
 }
@@ -340,7 +438,7 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, kn_pool *pool,
                                 mc_error *err)
 {
-    enum { B = CMP_LANES };
+    enum { B = CMP_LANES * REFIT_BLOCKS };
     mc_status st = cmp_hessian_check_qbuf(h, q, err);
     if (st != MC_OK)
         return st;
@@ -355,20 +453,22 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
         x->hw = mc_malloc_array((size_t)K * B, sizeof(double));
         x->a = mc_malloc_array((size_t)K * B, sizeof(double));
         x->wd = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->sap = mc_malloc_array((size_t)K * B, sizeof(double));
+        x->hwp = mc_malloc_array((size_t)K * B, sizeof(double));
         x->M = mc_malloc_array((size_t)G * G * B, sizeof(double));
         x->Mc = mc_malloc_array((size_t)G * G, sizeof(double));
         x->rhs = mc_malloc_array(G, sizeof(double));
         x->s = mc_malloc_array(G, sizeof(double));
         x->s0 = mc_malloc_array(G, sizeof(double));
         x->p0 = mc_malloc_array((size_t)G * B, sizeof(cmp_qparam));
-        ok &= x->hw && x->a && x->wd && x->M && x->Mc && x->rhs && x->s &&
+        ok &= x->hw && x->a && x->wd && x->sap && x->hwp && x->M && x->Mc && x->rhs && x->s &&
               x->s0 && x->p0;
     }
     if (!ok) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
     } else {
         refit_job j = {w, h, q, ws};
-        cmp_par_rows(pool, q->rows, B, refit_rows, &j);
+        cmp_par_rows(pool, q->rows, CMP_LANES, refit_rows, &j);
         if (deq)
             cmp_dequant_matrix(q, deq);
     }
@@ -377,6 +477,8 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
         mc_free(x->hw);
         mc_free(x->a);
         mc_free(x->wd);
+        mc_free(x->sap);
+        mc_free(x->hwp);
         mc_free(x->M);
         mc_free(x->Mc);
         mc_free(x->rhs);

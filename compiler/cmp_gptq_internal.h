@@ -49,4 +49,17 @@ static inline uint64_t req(uint64_t bytes)
  * positive definite. */
 int cmp_gptq_cholesky_lower(double *a, size_t n, kn_pool *p);
 
+/* The scale refit's sums (cmp_gptq_fit.c): for one block of CMP_LANES
+ * rows, a, wd [cols][CMP_LANES] (codes at unit scale, weights; span
+ * columns per group, G groups) -> M [CMP_LANES][G][G] (a_g^T H a_k per
+ * lane) and hw [cols][CMP_LANES] (H w).  _ref: one pass over H per
+ * block, the reference; _tiled: nb blocks (arrays [nb][..] of the sizes
+ * above; sap, hwp: scratch as hw) over a tiled H, the reference's bits. */
+void cmp_gptq_refit_sums_ref(const cmp_hessian *h, uint32_t span, uint32_t G,
+                             const double *a, const double *wd, double *M,
+                             double *hw);
+void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
+                               uint32_t nb, const double *a, const double *wd,
+                               double *M, double *hw, double *sap, double *hwp);
+
 #endif /* CMP_GPTQ_INTERNAL_H */

@@ -9,6 +9,7 @@
 #include "cmp_gptq_internal.h"
 #include "cmp_lanes.h"
 #include "cmp_par.h"
+#include "cmp_qform.h"
 #include "kn_gram.h"
 #include "kn_lanes.h"
 #include "kn_ops.h"
@@ -200,50 +201,15 @@ double cmp_hessian_output_error(const cmp_hessian *h, const float *w,
     return total;
 }
 
-typedef struct oerr_job {
-    const cmp_hessian *h;
-    const float *w, *q;
-    double *d;     /* [threads][CMP_OERR_ROWS * cols] */
-    double *terms; /* [rows] */
-} oerr_job;
-
-static void oerr_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
-{
-    const oerr_job *j = ctx;
-    size_t at = (size_t)r0 * j->h->cols;
-    cmp_hessian_output_error_terms(j->h, j->w + at, j->q ? j->q + at : NULL,
-                                   r1 - r0,
-                                   j->d + (size_t)slot * CMP_OERR_ROWS * j->h->cols,
-                                   j->terms + r0);
-}
-
 uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
                                                  int threads)
 {
-    if (threads <= 1)
-        return cmp_hessian_output_error_work_bytes(cols);
-    return (uint64_t)(rows ? rows : 1) * sizeof(double) +
-           (uint64_t)threads * CMP_OERR_ROWS * cols * sizeof(double);
+    return cmp_qform_par_work_bytes(cols, rows, threads);
 }
 
 double cmp_hessian_output_error_par(kn_pool *p, const cmp_hessian *h,
                                     const float *w, const float *q,
                                     uint32_t rows)
 {
-    int T = cmp_par_threads(p);
-    if (T <= 1)
-        return cmp_hessian_output_error(h, w, q, rows);
-    oerr_job j = {h, w, q, NULL, NULL};
-    j.d = mc_malloc_array((size_t)T * CMP_OERR_ROWS * h->cols, sizeof(double));
-    j.terms = mc_malloc_array(rows ? rows : 1, sizeof(double));
-    double total = NAN;
-    if (j.d && j.terms) {
-        cmp_par_rows(p, rows, CMP_OERR_ROWS, oerr_rows, &j);
-        total = 0.0;
-        for (uint32_t r = 0; r < rows; r++) /* in row order, as one thread */
-            total += j.terms[r];
-    }
-    mc_free(j.d);
-    mc_free(j.terms);
-    return total;
+    return cmp_qform_sym_par(p, h, w, q, rows);
 }

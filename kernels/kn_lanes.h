@@ -29,4 +29,25 @@
 void kn_avx2_quad4(const double *const row[4], const double *d, size_t i0,
                    size_t n, double acc[4 * KN_QUAD_LANES]);
 
+/* The tiled passes' step (compiler/cmp_qform.c): for g < 4 and lanes
+ * r < 8, for k = k0 .. k1 - 1 ascending:
+ *   acc[g * 8 + r] += row[g][k] * d[k * 8 + r]
+ * acc holds running sums on entry (a chain continued from an earlier
+ * tile).  The same rounding as the scalar chain (cmp_lanes.h's rule,
+ * m = 1): a multiply and an add, never fused. */
+void kn_avx2_quad4_acc(const double *const row[4], const double *d, size_t k0,
+                       size_t k1, double acc[4 * KN_QUAD_LANES]);
+
+/* The scale refit's step (compiler/cmp_gptq_fit.c): one row u of H (u[k]
+ * = H[i][k]) against eight interleaved rows of codes a, weights wd and
+ * the running product hw; for k = k0 .. k1 - 1 ascending and lanes r < 8:
+ *   sa[r] += u[k] * a[k * 8 + r];  hwi[r] += u[k] * wd[k * 8 + r];
+ *   hw[k * 8 + r] += w[r] * u[k].
+ * sa and hwi hold running sums on entry.  Multiplies and adds rounded
+ * separately, as cmp_lanes_dot (m = 1) and cmp_lanes_axpy do. */
+void kn_avx2_refit_step(const double *u, const double *a, const double *wd,
+                        double *hw, const double w[KN_QUAD_LANES], size_t k0,
+                        size_t k1, double sa[KN_QUAD_LANES],
+                        double hwi[KN_QUAD_LANES]);
+
 #endif /* KN_LANES_H */

@@ -7,6 +7,50 @@
 
 #include "kn_lanes.h"
 
+/* acc[g * 8 + r] += c_g[k] * d[k * 8 + r] for k in [k0, k1), with c_g[k]
+ * = 2 row[g][k] when dbl (a constant at each call: the branch folds)
+ * else row[g][k].  Named registers for the sums (an array may stay in
+ * memory). */
+static inline __attribute__((always_inline)) void
+quad4_run(const double *const row[4], const double *d, size_t k0, size_t k1,
+          double acc[4 * KN_QUAD_LANES], int dbl)
+{
+    const __m256d two = _mm256_set1_pd(2.0);
+    __m256d a00 = _mm256_loadu_pd(acc + 0), a01 = _mm256_loadu_pd(acc + 4),
+            a10 = _mm256_loadu_pd(acc + 8), a11 = _mm256_loadu_pd(acc + 12),
+            a20 = _mm256_loadu_pd(acc + 16), a21 = _mm256_loadu_pd(acc + 20),
+            a30 = _mm256_loadu_pd(acc + 24), a31 = _mm256_loadu_pd(acc + 28);
+    const double *r0 = row[0], *r1 = row[1], *r2 = row[2], *r3 = row[3];
+    for (size_t k = k0; k < k1; k++) {
+        __m256d x0 = _mm256_loadu_pd(d + k * KN_QUAD_LANES);
+        __m256d x1 = _mm256_loadu_pd(d + k * KN_QUAD_LANES + 4);
+        __m256d c0 = _mm256_set1_pd(r0[k]), c1 = _mm256_set1_pd(r1[k]),
+                c2 = _mm256_set1_pd(r2[k]), c3 = _mm256_set1_pd(r3[k]);
+        if (dbl) {
+            c0 = _mm256_mul_pd(two, c0);
+            c1 = _mm256_mul_pd(two, c1);
+            c2 = _mm256_mul_pd(two, c2);
+            c3 = _mm256_mul_pd(two, c3);
+        }
+        a00 = _mm256_add_pd(a00, _mm256_mul_pd(c0, x0));
+        a01 = _mm256_add_pd(a01, _mm256_mul_pd(c0, x1));
+        a10 = _mm256_add_pd(a10, _mm256_mul_pd(c1, x0));
+        a11 = _mm256_add_pd(a11, _mm256_mul_pd(c1, x1));
+        a20 = _mm256_add_pd(a20, _mm256_mul_pd(c2, x0));
+        a21 = _mm256_add_pd(a21, _mm256_mul_pd(c2, x1));
+        a30 = _mm256_add_pd(a30, _mm256_mul_pd(c3, x0));
+        a31 = _mm256_add_pd(a31, _mm256_mul_pd(c3, x1));
+    }
+    _mm256_storeu_pd(acc + 0, a00);
+    _mm256_storeu_pd(acc + 4, a01);
+    _mm256_storeu_pd(acc + 8, a10);
+    _mm256_storeu_pd(acc + 12, a11);
+    _mm256_storeu_pd(acc + 16, a20);
+    _mm256_storeu_pd(acc + 20, a21);
+    _mm256_storeu_pd(acc + 24, a30);
+    _mm256_storeu_pd(acc + 28, a31);
+}
+
 void kn_avx2_quad4(const double *const row[4], const double *d, size_t i0,
                    size_t n, double acc[4 * KN_QUAD_LANES])
 {
@@ -28,32 +72,42 @@ void kn_avx2_quad4(const double *const row[4], const double *d, size_t i0,
             a[g][1] = _mm256_add_pd(a[g][1], _mm256_mul_pd(c, x1));
         }
     }
-    /* named registers for the shared part (an array may stay in memory) */
-    __m256d a00 = a[0][0], a01 = a[0][1], a10 = a[1][0], a11 = a[1][1],
-            a20 = a[2][0], a21 = a[2][1], a30 = a[3][0], a31 = a[3][1];
-    const double *r0 = row[0], *r1 = row[1], *r2 = row[2], *r3 = row[3];
-    for (size_t k = i0 + 4; k < n; k++) {
-        __m256d x0 = _mm256_loadu_pd(d + k * KN_QUAD_LANES);
-        __m256d x1 = _mm256_loadu_pd(d + k * KN_QUAD_LANES + 4);
-        __m256d c0 = _mm256_mul_pd(two, _mm256_set1_pd(r0[k]));
-        __m256d c1 = _mm256_mul_pd(two, _mm256_set1_pd(r1[k]));
-        __m256d c2 = _mm256_mul_pd(two, _mm256_set1_pd(r2[k]));
-        __m256d c3 = _mm256_mul_pd(two, _mm256_set1_pd(r3[k]));
-        a00 = _mm256_add_pd(a00, _mm256_mul_pd(c0, x0));
-        a01 = _mm256_add_pd(a01, _mm256_mul_pd(c0, x1));
-        a10 = _mm256_add_pd(a10, _mm256_mul_pd(c1, x0));
-        a11 = _mm256_add_pd(a11, _mm256_mul_pd(c1, x1));
-        a20 = _mm256_add_pd(a20, _mm256_mul_pd(c2, x0));
-        a21 = _mm256_add_pd(a21, _mm256_mul_pd(c2, x1));
-        a30 = _mm256_add_pd(a30, _mm256_mul_pd(c3, x0));
-        a31 = _mm256_add_pd(a31, _mm256_mul_pd(c3, x1));
+    for (int g = 0; g < 4; g++) {
+        _mm256_storeu_pd(acc + g * KN_QUAD_LANES, a[g][0]);
+        _mm256_storeu_pd(acc + g * KN_QUAD_LANES + 4, a[g][1]);
     }
-    _mm256_storeu_pd(acc + 0, a00);
-    _mm256_storeu_pd(acc + 4, a01);
-    _mm256_storeu_pd(acc + 8, a10);
-    _mm256_storeu_pd(acc + 12, a11);
-    _mm256_storeu_pd(acc + 16, a20);
-    _mm256_storeu_pd(acc + 20, a21);
-    _mm256_storeu_pd(acc + 24, a30);
-    _mm256_storeu_pd(acc + 28, a31);
+    /* the shared part: all four rows from column i0 + 4 */
+    quad4_run(row, d, i0 + 4, n, acc, 1);
+}
+
+void kn_avx2_quad4_acc(const double *const row[4], const double *d, size_t k0,
+                       size_t k1, double acc[4 * KN_QUAD_LANES])
+{
+    quad4_run(row, d, k0, k1, acc, 0);
+}
+
+void kn_avx2_refit_step(const double *u, const double *a, const double *wd,
+                        double *hw, const double w[KN_QUAD_LANES], size_t k0,
+                        size_t k1, double sa[KN_QUAD_LANES],
+                        double hwi[KN_QUAD_LANES])
+{
+    __m256d s0 = _mm256_loadu_pd(sa), s1 = _mm256_loadu_pd(sa + 4);
+    __m256d h0 = _mm256_loadu_pd(hwi), h1 = _mm256_loadu_pd(hwi + 4);
+    __m256d w0 = _mm256_loadu_pd(w), w1 = _mm256_loadu_pd(w + 4);
+    for (size_t k = k0; k < k1; k++) {
+        __m256d c = _mm256_set1_pd(u[k]);
+        const double *ak = a + k * KN_QUAD_LANES, *dk = wd + k * KN_QUAD_LANES;
+        double *hk = hw + k * KN_QUAD_LANES;
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(c, _mm256_loadu_pd(ak)));
+        s1 = _mm256_add_pd(s1, _mm256_mul_pd(c, _mm256_loadu_pd(ak + 4)));
+        h0 = _mm256_add_pd(h0, _mm256_mul_pd(c, _mm256_loadu_pd(dk)));
+        h1 = _mm256_add_pd(h1, _mm256_mul_pd(c, _mm256_loadu_pd(dk + 4)));
+        _mm256_storeu_pd(hk, _mm256_add_pd(_mm256_loadu_pd(hk), _mm256_mul_pd(w0, c)));
+        _mm256_storeu_pd(hk + 4,
+                         _mm256_add_pd(_mm256_loadu_pd(hk + 4), _mm256_mul_pd(w1, c)));
+    }
+    _mm256_storeu_pd(sa, s0);
+    _mm256_storeu_pd(sa + 4, s1);
+    _mm256_storeu_pd(hwi, h0);
+    _mm256_storeu_pd(hwi + 4, h1);
 }

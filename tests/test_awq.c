@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cmp_awq.h"
+#include "cmp_qform.h"
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
@@ -288,7 +289,7 @@ static void test_awq_work_bytes_match_measured_peak(void **state)
     uint64_t f = cmp_awq_search_work_bytes(40, 128, 1);
     print_message("search: formula %llu, measured %lld\n", (unsigned long long)f,
                   (long long)peak);
-    assert_true(f == 128 * 4 + 40 * 8 + 40 * 128 * 4 + 128 * CMP_OERR_ROWS * 8);
+    assert_true(f == 128 * 4 + 40 * 8 + 40 * 128 * 4 + cmp_qform_work_doubles(128, 40) * 8);
     assert_true(peak >= (int64_t)f && peak <= (int64_t)f + 4 * 32);
 
     cmp_hessian hs;
@@ -314,7 +315,8 @@ static void test_awq_work_bytes_match_measured_peak(void **state)
      * chunk of rows, not the whole 0.9 GiB matrix */
     uint64_t c = CMP_GPTQ_CHUNK_BYTES / (28672 * 4);
     assert_true(cmp_awq_search_work_bytes(8192, 28672, 1) ==
-                28672 * 4 + 8192 * 8 + c * 28672 * 4 + 28672 * CMP_OERR_ROWS * 8);
+                28672 * 4 + 8192 * 8 + c * 28672 * 4 +
+                    cmp_qform_work_doubles(28672, (uint32_t)c) * 8);
     cmp_hessian_free(&hs);
     free(w2);
     rm(&s);

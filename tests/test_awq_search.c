@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cmp_awq.h"
+#include "cmp_qform.h"
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
 #include "kn_ops.h"
@@ -221,7 +222,8 @@ static void test_awq_search_work_bytes_count_every_thread(void **state)
          * 6 blocks -> 3 (24 rows) each for 2, 2 (16 rows) each for 3 */
         uint64_t c = sizes[p] == 1 ? 45 : sizes[p] == 2 ? 24 : 16;
         assert_true(f == 96 * 4 + 45 * 8 +
-                             (uint64_t)sizes[p] * (c * 96 * 4 + 96 * 8 * 8));
+                             (uint64_t)sizes[p] * (c * 96 * 4 +
+                                                   cmp_qform_work_doubles(96, (uint32_t)c) * 8));
         print_message("threads %d: formula %llu, measured %lld\n", sizes[p],
                       (unsigned long long)f, (long long)peak);
         assert_true(peak >= (int64_t)f && peak <= (int64_t)f + 4 * 32);
@@ -230,7 +232,8 @@ static void test_awq_search_work_bytes_count_every_thread(void **state)
      * within one CMP_GPTQ_CHUNK_BYTES */
     uint64_t c4 = CMP_GPTQ_CHUNK_BYTES / (28672ull * 4 * 4);
     assert_true(cmp_awq_search_work_bytes(8192, 28672, 4) ==
-                28672 * 4 + 8192 * 8 + 4 * (c4 * 28672 * 4 + 28672 * 64));
+                28672 * 4 + 8192 * 8 +
+                    4 * (c4 * 28672 * 4 + cmp_qform_work_doubles(28672, (uint32_t)c4) * 8));
     rm(&s);
 }
 

@@ -15,6 +15,7 @@
 
 #include "cmp_descend.h"
 #include "cmp_gptq.h"
+#include "cmp_qform.h"
 #include "cmp_quant.h"
 #include "gptq_fixture.h"
 #include "kn_gram.h"
@@ -319,7 +320,7 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
         uint32_t groups = cmp_qbuf_nparams(&q.b);
         probe_start(&p);
         assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, NULL, NULL), MC_OK);
-        probe_check(&p, "refit", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 1), 8, 0);
+        probe_check(&p, "refit", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 1), 12, 0);
         /* three threads: each its own work copies */
         o.pool = pool3;
         probe_start(&p);
@@ -328,7 +329,7 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
                     18, cs[c].nbig);
         probe_start(&p);
         assert_int_equal(cmp_gptq_refit_scales(w, hh, &q.b, NULL, pool3, NULL), MC_OK);
-        probe_check(&p, "refit x3", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 3), 28, 0);
+        probe_check(&p, "refit x3", cmp_gptq_refit_work_bytes(cs[c].cols, groups, 3), 34, 0);
         tu_gq_qm_free(&q);
         free(w);
         if (Xc) {
@@ -353,9 +354,12 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
     (void)cmp_hessian_output_error_par(pool3, &h, w, NULL, 5);
     probe_check(&p, "output error x3", cmp_hessian_output_error_par_work_bytes(100, 5, 3), 2, 0);
     assert_true(cmp_hessian_output_error_par_work_bytes(100, 5, 3) ==
-                5 * 8 + 3 * CMP_OERR_ROWS * 100 * 8);
+                5 * 8 + 3 * cmp_qform_work_doubles(100, 5) * 8);
+    probe_start(&p);
+    (void)cmp_hessian_output_error_par(NULL, &h, w, NULL, 5);
+    probe_check(&p, "output error x1", cmp_hessian_output_error_par_work_bytes(100, 5, 1), 2, 0);
     assert_true(cmp_hessian_output_error_par_work_bytes(100, 5, 1) ==
-                cmp_hessian_output_error_work_bytes(100));
+                5 * 8 + cmp_qform_work_doubles(100, 5) * 8);
 
     /* output error: the stack up to 512 columns, the heap above */
     probe_start(&p);
@@ -383,7 +387,7 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
         probe_start(&p);
         assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, pool3, NULL), MC_OK);
         probe_check(&p, "descent x3", cmp_descend_work_bytes(100, 3), 4, 0);
-        assert_true(cmp_descend_work_bytes(100, 1) == 100 * 100 * 8 + 2 * CMP_LANES * 100 * 8);
+        assert_true(cmp_descend_work_bytes(100, 1) == 100 * 100 * 8 + 2 * CMP_QFORM_CHUNK * 100 * 8);
         tu_gq_qm_free(&m);
         free(q);
         free(qd);
