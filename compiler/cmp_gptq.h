@@ -203,12 +203,12 @@ uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block,
  * h's sum with dead diagonal entries (H_jj == 0) taken as 1; P permutes
  * rows and columns: index i of the permuted matrix is original index
  * perm[i] (perm NULL = identity).  row: scratch [cols] doubles.  Works in
- * a alone (no allocation): J P^T H P J into the lower triangle, lower
- * Cholesky in place, lower inverse in place (rows through row, so every
- * inner loop is contiguous), then the index reversal into the upper
- * triangle.  pool (NULL = the calling thread) splits each column of the
- * factorization and each row of the inverse over its threads once they
- * are large enough; the result does not depend on it.
+ * a alone (no allocation): J P^T H P J into the lower triangle, the
+ * blocked lower Cholesky in place, L^T mirrored above it, X = L^-1 into the
+ * lower triangle (its diagonal in row; cmp_chol.h: every inner loop reads
+ * rows), then the index reversal into the upper triangle.  pool (NULL =
+ * the calling thread) splits each block step's rows over its threads; the
+ * result does not depend on it.
  * Returns MC_OK, or MC_ERR_NONFINITE if the matrix is not
  * (numerically) positive definite or the factor overflows; a is then
  * unspecified. */
