@@ -297,3 +297,72 @@ void cmp_chol_invert_lower(double *a, double *dinv, size_t n, kn_pool *pool)
             break;
     }
 }
+
+/* y[i][j] -= sum_{k in [k0, k1)} y[i][k] b[j][k] for rows i < rows and
+ * j in [j0, j1), b's rows read from a (ld n): tiles over KC-column
+ * chunks at absolute offsets from k0, chunks in ascending order. */
+static void rows_sub_product(const double *a, size_t n, double *y, size_t rows,
+                             size_t j0, size_t j1, size_t k0, size_t k1)
+{
+    double out[MR * NR];
+    for (size_t kk = k0; kk < k1; kk += CMP_CHOL_KC) {
+        size_t m = zmin(CMP_CHOL_KC, k1 - kk);
+        for (size_t r = 0; r < rows; r += MR) {
+            int mr = (int)zmin(MR, rows - r);
+            for (size_t j = j0; j < j1; j += NR) {
+                int nr = (int)zmin(NR, j1 - j);
+                kn_ddot_tile(y + r * n + kk, n, a + j * n + kk, n, m, mr, nr, out);
+                for (int q = 0; q < mr; q++)
+                    for (int c = 0; c < nr; c++)
+                        y[(r + q) * n + j + c] -= out[q * NR + c];
+            }
+        }
+    }
+}
+
+/* Column j of every row: y[i][j] = (y[i][j] - sum_{k in [k0, k1)} y[i][k]
+ * a[j][k]) / a[j][j], eight rows at a time (cmp_lanes.h), the rest one
+ * by one with the same operations. */
+static void rows_solve_col(const double *a, size_t n, double *y, size_t rows,
+                           size_t j, size_t k0, size_t k1)
+{
+    const double *aj = a + j * n;
+    size_t i = 0;
+    for (; i + CMP_LANES <= rows; i += CMP_LANES) {
+        double t[CMP_LANES];
+        for (size_t r = 0; r < CMP_LANES; r++)
+            t[r] = y[(i + r) * n + j];
+        cmp_lanes_dot(t, -1.0, aj, y + i * n, 1, n, k0, k1);
+        for (size_t r = 0; r < CMP_LANES; r++)
+            y[(i + r) * n + j] = t[r] / aj[j];
+    }
+    for (; i < rows; i++) {
+        double *yi = y + i * n, t = yi[j];
+        for (size_t k = k0; k < k1; k++)
+            t -= aj[k] * yi[k];
+        yi[j] = t / aj[j];
+    }
+}
+
+void cmp_chol_solve_rows(const double *a, size_t n, double *y, size_t rows)
+{
+    /* Y := Y L^-T (Y L^T = B): column j needs columns k < j of its row */
+    for (size_t k0 = 0; k0 < n; k0 += CMP_CHOL_NB) {
+        size_t k1 = zmin(k0 + CMP_CHOL_NB, n);
+        rows_sub_product(a, n, y, rows, k0, k1, 0, k0);
+        for (size_t j = k0; j < k1; j++)
+            rows_solve_col(a, n, y, rows, j, k0, j);
+    }
+    /* Y := Y L^-1 (Z L = Y, L[k][j] = a[j][k] above the diagonal): column
+     * j needs columns k > j, so the blocks go from the right */
+    if (n == 0)
+        return;
+    for (size_t j0 = (n - 1) / CMP_CHOL_NB * CMP_CHOL_NB;; j0 -= CMP_CHOL_NB) {
+        size_t j1 = zmin(j0 + CMP_CHOL_NB, n);
+        rows_sub_product(a, n, y, rows, j0, j1, j1, n);
+        for (size_t j = j1; j-- > j0;)
+            rows_solve_col(a, n, y, rows, j, j + 1, j1);
+        if (j0 == 0)
+            break;
+    }
+}

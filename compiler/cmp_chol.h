@@ -61,4 +61,14 @@ void cmp_chol_mirror_upper(double *a, size_t n);
  * calling thread. */
 void cmp_chol_invert_lower(double *a, double *dinv, size_t n, kn_pool *pool);
 
+/* y [rows][n] (row-major) := y (L L^T)^-1, i.e. each row b becomes the
+ * solution x of L L^T x = b, for L in a's lower triangle with L^T mirrored
+ * above it (cmp_chol_mirror_upper): the retarget's solves.  Forward
+ * (y L^T = b) then backward (x L = y) substitution, both in column
+ * blocks whose products with the finished columns are kn_ddot tiles, so
+ * L streams once per call instead of once per eight rows.  Each row's
+ * result is computed as alone (the same bits in any grouping of rows);
+ * one thread: callers split the rows. */
+void cmp_chol_solve_rows(const double *a, size_t n, double *y, size_t rows);
+
 #endif /* CMP_CHOL_H */

@@ -162,6 +162,9 @@ typedef struct gptq_job {
     float **W, **E, **gbuf; /* [threads] */
 } gptq_job;
 
+/* Columns per chunk of the column loop's trailing update. */
+#define GPTQ_CC 256
+
 /* Rows [ra, rb) in chunks of j->chunk: with U fixed, each row's updates
  * read only that row, so any split gives exactly the whole-matrix
  * result. */
@@ -230,7 +233,14 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
                         wr[c] -= (float)(e * urow[c]);
                 }
             }
-            if (i2 < n)
+            /* The block's errors to all later columns, in column chunks of
+             * GPTQ_CC: the chunk of the block's U rows (block x GPTQ_CC
+             * doubles, 256 KiB) stays in L2 for all R rows, where a row at
+             * a time streamed block x n doubles of U per row (at n = 14336,
+             * 15 MB a row).  Each element still takes the block's updates
+             * one by one, k ascending: the same bits as row by row. */
+            for (size_t c0 = i2; c0 < n; c0 += GPTQ_CC) {
+                size_t c1 = n - c0 < GPTQ_CC ? n : c0 + GPTQ_CC;
                 for (size_t r = 0; r < R; r++) {
                     float *wr = W + r * n;
                     for (size_t k = i1; k < i2; k++) {
@@ -238,10 +248,11 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
                         if (e == 0.0)
                             continue;
                         const double *uk = U + k * n;
-                        for (size_t c = i2; c < n; c++)
+                        for (size_t c = c0; c < c1; c++)
                             wr[c] -= (float)(e * uk[c]);
                     }
                 }
+            }
         }
     }
 }

@@ -302,12 +302,14 @@ uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             const float *w, uint32_t rows, double damp,
                             float *out, kn_pool *pool, mc_error *err);
-/* Rows of W retargeted together (one pass over C and the factor for all). */
-#define CMP_RETARGET_ROWS 8u
+/* Rows of W retargeted together: their products with C and their solves
+ * share each pass over C and the factor (192 rows: a thread's block of
+ * right-hand sides, 22 MB at 14336 columns). */
+#define CMP_RETARGET_ROWS 192u
 /* Peak bytes cmp_gptq_retarget allocates with `threads` threads: one
  * [cols][cols] double matrix (the Cholesky factor of Hq + lambda I, in
- * place, mirrored into the upper triangle) and each thread's two vectors
- * per row of a block: cols^2 * 8 + threads * cols * CMP_RETARGET_ROWS * 16. */
+ * place, mirrored into the upper triangle) and each thread's block of
+ * rows in double: cols^2 * 8 + threads * cols * CMP_RETARGET_ROWS * 8. */
 uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols, int threads);
 
 #endif /* CMP_GPTQ_H */

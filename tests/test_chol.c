@@ -216,6 +216,44 @@ static void test_inverse_is_inverse(void **state)
         check_inverse(ns[t]);
 }
 
+/* ---- the solves ---------------------------------------------------------- */
+
+/* cmp_chol_solve_rows: A x = b for each row to 1e-10 relative (A = L L^T,
+ * several blocks wide), and each row's bits as when solved alone. */
+static void test_solve_rows_solves_each_row_alone(void **state)
+{
+    (void)state;
+    size_t n = 2 * CMP_CHOL_NB + 45, rows = 11;
+    double *a = spd(n), *l = dup(a, n);
+    assert_int_equal(cmp_chol_lower(l, n, NULL), 0);
+    cmp_chol_mirror_upper(l, n);
+    double *b = malloc(rows * n * sizeof(double)), *y = malloc(rows * n * sizeof(double));
+    for (size_t i = 0; i < rows * n; i++)
+        b[i] = y[i] = urand();
+    cmp_chol_solve_rows(l, n, y, rows);
+    for (size_t r = 0; r < rows; r++) {
+        double one[2 * CMP_CHOL_NB + 45];
+        memcpy(one, b + r * n, n * sizeof(double));
+        cmp_chol_solve_rows(l, n, one, 1);
+        assert_memory_equal(one, y + r * n, n * sizeof(double));
+        double e = 0.0, m = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double s = 0.0, sa = 0.0;
+            for (size_t k = 0; k < n; k++) {
+                s += a[i * n + k] * y[r * n + k];
+                sa += fabs(a[i * n + k] * y[r * n + k]);
+            }
+            e = fmax(e, fabs(s - b[r * n + i]));
+            m = fmax(m, sa);
+        }
+        assert_true(e <= 1e-10 * m);
+    }
+    free(a);
+    free(l);
+    free(b);
+    free(y);
+}
+
 /* ---- threads and CPU paths --------------------------------------------- */
 
 /* The factor and the inverse on 1, 2 and 3 threads, and on the scalar
@@ -260,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_cholesky_matches_reference),
         cmocka_unit_test(test_cholesky_rejects_indefinite),
         cmocka_unit_test(test_inverse_is_inverse),
+        cmocka_unit_test(test_solve_rows_solves_each_row_alone),
         cmocka_unit_test(test_same_bits_any_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
