@@ -20,6 +20,58 @@ static size_t zmin(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+/* dst[q][j] += sign * sum_{k < m} x[q][k] b[j][k] for q < mr and j in
+ * [j0, j1): one tile row of mr rows of x against a block of b's rows (x,
+ * b and dst share the row stride n; x and b point at the chunk's first
+ * column).  sign is +-1: adding -s is subtracting s, exactly. */
+static void tile_strip(const double *x, const double *b, size_t n, size_t m,
+                       int mr, size_t j0, size_t j1, double sign, double *dst)
+{
+    double out[MR * NR];
+    for (size_t j = j0; j < j1; j += NR) {
+        int nr = (int)zmin(NR, j1 - j);
+        kn_ddot_tile(x, n, b + j * n, n, m, mr, nr, out);
+        for (int q = 0; q < mr; q++)
+            for (int c = 0; c < nr; c++)
+                dst[q * n + j + c] += sign * out[q * NR + c];
+    }
+}
+
+/* Substitution over the block of columns [j0, j1) of rows y (stride n)
+ * whose products with every column outside the block are already
+ * subtracted; b's rows are a's.  Forward (back = 0), j ascending:
+ *   y[i][j] = (y[i][j] - sum_{j0 <= k < j} y[i][k] a[j][k]) / a[j][j];
+ * backward (back = 1), j descending, the sum over j < k < j1.  Eight rows
+ * at a time (cmp_lanes.h: each lane does what its row alone would, since
+ * t + (-c) y is t - c y exactly), the rest one by one. */
+static void rows_solve_block(const double *a, size_t n, double *y, size_t rows,
+                             size_t j0, size_t j1, int back)
+{
+    size_t i = 0;
+    for (; i + CMP_LANES <= rows; i += CMP_LANES)
+        for (size_t t = 0; t < j1 - j0; t++) {
+            size_t j = back ? j1 - 1 - t : j0 + t;
+            double v[CMP_LANES];
+            for (size_t r = 0; r < CMP_LANES; r++)
+                v[r] = y[(i + r) * n + j];
+            cmp_lanes_dot(v, -1.0, a + j * n, y + i * n, 1, n,
+                          back ? j + 1 : j0, back ? j1 : j);
+            for (size_t r = 0; r < CMP_LANES; r++)
+                y[(i + r) * n + j] = v[r] / a[j * n + j];
+        }
+    for (; i < rows; i++) {
+        double *yi = y + i * n;
+        for (size_t t = 0; t < j1 - j0; t++) {
+            size_t j = back ? j1 - 1 - t : j0 + t;
+            const double *aj = a + j * n;
+            double v = yi[j];
+            for (size_t k = back ? j + 1 : j0; k < (back ? j1 : j); k++)
+                v -= aj[k] * yi[k];
+            yi[j] = v / aj[j];
+        }
+    }
+}
+
 int cmp_chol_lower_ref(double *a, size_t n)
 {
     for (size_t j = 0; j < n; j++) {
@@ -75,35 +127,14 @@ static void chol_update_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 }
 
 /* Rows k1 + [r0, r1) of the block's columns, already updated by the
- * earlier columns: a[i][j] = (a[i][j] - sum_{k0 <= k < j} a[i][k]
- * a[j][k]) / a[j][j].  Eight rows at a time (cmp_lanes.h: each lane does
- * what its row alone would), the rest one by one. */
+ * earlier columns: the forward substitution with the factored diagonal
+ * block. */
 static void chol_solve_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
     (void)slot;
     const chol_step *s = ctx;
-    double *a = s->a;
-    size_t n = s->n, k0 = s->k0, k1 = s->k1;
-    size_t i = k1 + r0, end = k1 + r1;
-    for (; i + CMP_LANES <= end; i += CMP_LANES)
-        for (size_t j = k0; j < k1; j++) {
-            double t[CMP_LANES];
-            for (size_t r = 0; r < CMP_LANES; r++)
-                t[r] = a[(i + r) * n + j];
-            cmp_lanes_dot(t, -1.0, a + j * n, a + i * n, 1, n, k0, j);
-            for (size_t r = 0; r < CMP_LANES; r++)
-                a[(i + r) * n + j] = t[r] / a[j * n + j];
-        }
-    for (; i < end; i++) {
-        double *ri = a + i * n;
-        for (size_t j = k0; j < k1; j++) {
-            const double *rj = a + j * n;
-            double t = ri[j];
-            for (size_t k = k0; k < j; k++)
-                t -= ri[k] * rj[k];
-            ri[j] = t / rj[j];
-        }
-    }
+    rows_solve_block(s->a, s->n, s->a + (s->k1 + r0) * s->n, r1 - r0, s->k0,
+                     s->k1, 0);
 }
 
 /* The diagonal block [k0, k1)^2, already updated by the earlier columns,
@@ -173,18 +204,18 @@ typedef struct inv_step {
 } inv_step;
 
 /* Rows [r0, r1) (absolute; r0 a multiple of MR unless r0 == r1) of the
- * block's columns of X.  Element (i, j), j < i, sums x_k = X[i][k]
- * L^T[j][k] in this fixed order: the tile products over k in [j1, i0)
- * (i0 = i rounded down to a multiple of MR) by chunks; k in [max(j1, i0),
- * i) one by one; the diagonal term k = i if i >= j1; then the block's own
- * columns k in (j, min(i, j1)) ascending (and k = i if i < j1), j going
- * down so that they are known. */
+ * block's columns of X.  Element (i, j), j < i, starts at 0 and has the
+ * terms X[i][k] L^T[j][k] subtracted in this fixed order: the tile
+ * products over k in [j1, i0) (i0 = i rounded down to a multiple of MR)
+ * by chunks; k in [max(j1, i0), i) one by one; the diagonal term k = i if
+ * i >= j1; then the block's own columns k in (j, min(i, j1)) ascending
+ * (and k = i if i < j1), j going down so that they are known; then it is
+ * divided by L[j][j]. */
 static void inv_rows(const inv_step *s, size_t r0, size_t r1)
 {
     double *a = s->a;
     const double *dinv = s->dinv;
     size_t n = s->n, j0 = s->j0, j1 = s->j1;
-    double out[MR * NR];
     for (size_t i = r0; i < r1; i++)
         for (size_t j = j0; j < zmin(j1, i); j++)
             a[i * n + j] = 0.0;
@@ -194,14 +225,8 @@ static void inv_rows(const inv_step *s, size_t r0, size_t r1)
             if (i0 <= kk)
                 continue;
             size_t m = zmin(CMP_CHOL_KC, i0 - kk);
-            int mr = (int)zmin(MR, r1 - i0);
-            for (size_t j = j0; j < j1; j += NR) {
-                int nr = (int)zmin(NR, j1 - j);
-                kn_ddot_tile(a + i0 * n + kk, n, a + j * n + kk, n, m, mr, nr, out);
-                for (int r = 0; r < mr; r++)
-                    for (int c = 0; c < nr; c++)
-                        a[(i0 + r) * n + j + c] += out[r * NR + c];
-            }
+            tile_strip(a + i0 * n + kk, a + kk, n, m, (int)zmin(MR, r1 - i0),
+                       j0, j1, -1.0, a + i0 * n);
         }
     for (size_t i = r0; i < r1; i++) {
         double *xi = a + i * n;
@@ -212,46 +237,29 @@ static void inv_rows(const inv_step *s, size_t r0, size_t r1)
             const double *lj = a + j * n;
             double t = xi[j];
             for (size_t k = kt; k < i; k++)
-                t += xi[k] * lj[k];
+                t -= xi[k] * lj[k];
             if (i >= j1)
-                t += dinv[i] * lj[i];
+                t -= dinv[i] * lj[i];
             xi[j] = t;
         }
     }
-    /* the block's own columns, right to left: eight rows below the block
-     * at a time (cmp_lanes.h: the same operations as one row alone) */
+    /* the block's own columns, right to left: rows inside the block one
+     * by one (their sums end at the diagonal), the rows below it by the
+     * backward substitution */
     size_t i = r0;
-    if (i < j1)
-        for (; i < r1 && i < j1; i++) {
-            double *xi = a + i * n;
-            for (size_t j = i; j-- > j0;) {
-                const double *lj = a + j * n;
-                double t = xi[j];
-                for (size_t k = j + 1; k < i; k++)
-                    t += xi[k] * lj[k];
-                t += dinv[i] * lj[i];
-                xi[j] = -t / lj[j];
-            }
-        }
-    for (; i + CMP_LANES <= r1; i += CMP_LANES)
-        for (size_t j = j1; j-- > j0;) {
-            double t[CMP_LANES];
-            for (size_t r = 0; r < CMP_LANES; r++)
-                t[r] = a[(i + r) * n + j];
-            cmp_lanes_dot(t, 1.0, a + j * n, a + i * n, 1, n, j + 1, j1);
-            for (size_t r = 0; r < CMP_LANES; r++)
-                a[(i + r) * n + j] = -t[r] / a[j * n + j];
-        }
-    for (; i < r1; i++) {
+    for (; i < r1 && i < j1; i++) {
         double *xi = a + i * n;
-        for (size_t j = j1; j-- > j0;) {
+        for (size_t j = i; j-- > j0;) {
             const double *lj = a + j * n;
             double t = xi[j];
-            for (size_t k = j + 1; k < j1; k++)
-                t += lj[k] * xi[k];
-            xi[j] = -t / lj[j];
+            for (size_t k = j + 1; k < i; k++)
+                t -= xi[k] * lj[k];
+            t -= dinv[i] * lj[i];
+            xi[j] = t / lj[j];
         }
     }
+    if (i < r1)
+        rows_solve_block(a, n, a + i * n, r1 - i, j0, j1, 1);
 }
 
 /* Thread tid's rows: row i costs about (i - base + NB / 2) multiply-adds
@@ -304,43 +312,11 @@ void cmp_chol_invert_lower(double *a, double *dinv, size_t n, kn_pool *pool)
 static void rows_sub_product(const double *a, size_t n, double *y, size_t rows,
                              size_t j0, size_t j1, size_t k0, size_t k1)
 {
-    double out[MR * NR];
     for (size_t kk = k0; kk < k1; kk += CMP_CHOL_KC) {
         size_t m = zmin(CMP_CHOL_KC, k1 - kk);
-        for (size_t r = 0; r < rows; r += MR) {
-            int mr = (int)zmin(MR, rows - r);
-            for (size_t j = j0; j < j1; j += NR) {
-                int nr = (int)zmin(NR, j1 - j);
-                kn_ddot_tile(y + r * n + kk, n, a + j * n + kk, n, m, mr, nr, out);
-                for (int q = 0; q < mr; q++)
-                    for (int c = 0; c < nr; c++)
-                        y[(r + q) * n + j + c] -= out[q * NR + c];
-            }
-        }
-    }
-}
-
-/* Column j of every row: y[i][j] = (y[i][j] - sum_{k in [k0, k1)} y[i][k]
- * a[j][k]) / a[j][j], eight rows at a time (cmp_lanes.h), the rest one
- * by one with the same operations. */
-static void rows_solve_col(const double *a, size_t n, double *y, size_t rows,
-                           size_t j, size_t k0, size_t k1)
-{
-    const double *aj = a + j * n;
-    size_t i = 0;
-    for (; i + CMP_LANES <= rows; i += CMP_LANES) {
-        double t[CMP_LANES];
-        for (size_t r = 0; r < CMP_LANES; r++)
-            t[r] = y[(i + r) * n + j];
-        cmp_lanes_dot(t, -1.0, aj, y + i * n, 1, n, k0, k1);
-        for (size_t r = 0; r < CMP_LANES; r++)
-            y[(i + r) * n + j] = t[r] / aj[j];
-    }
-    for (; i < rows; i++) {
-        double *yi = y + i * n, t = yi[j];
-        for (size_t k = k0; k < k1; k++)
-            t -= aj[k] * yi[k];
-        yi[j] = t / aj[j];
+        for (size_t r = 0; r < rows; r += MR)
+            tile_strip(y + r * n + kk, a + kk, n, m, (int)zmin(MR, rows - r),
+                       j0, j1, -1.0, y + r * n);
     }
 }
 
@@ -350,8 +326,7 @@ void cmp_chol_solve_rows(const double *a, size_t n, double *y, size_t rows)
     for (size_t k0 = 0; k0 < n; k0 += CMP_CHOL_NB) {
         size_t k1 = zmin(k0 + CMP_CHOL_NB, n);
         rows_sub_product(a, n, y, rows, k0, k1, 0, k0);
-        for (size_t j = k0; j < k1; j++)
-            rows_solve_col(a, n, y, rows, j, k0, j);
+        rows_solve_block(a, n, y, rows, k0, k1, 0);
     }
     /* Y := Y L^-1 (Z L = Y, L[k][j] = a[j][k] above the diagonal): column
      * j needs columns k > j, so the blocks go from the right */
@@ -360,8 +335,7 @@ void cmp_chol_solve_rows(const double *a, size_t n, double *y, size_t rows)
     for (size_t j0 = (n - 1) / CMP_CHOL_NB * CMP_CHOL_NB;; j0 -= CMP_CHOL_NB) {
         size_t j1 = zmin(j0 + CMP_CHOL_NB, n);
         rows_sub_product(a, n, y, rows, j0, j1, j1, n);
-        for (size_t j = j1; j-- > j0;)
-            rows_solve_col(a, n, y, rows, j, j + 1, j1);
+        rows_solve_block(a, n, y, rows, j0, j1, 1);
         if (j0 == 0)
             break;
     }
