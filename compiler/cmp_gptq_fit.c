@@ -11,6 +11,7 @@
 #include "cmp_gptq_internal.h"
 #include "cmp_lanes.h"
 #include "cmp_par.h"
+#include "kn_ddot.h"
 #include "kn_gram.h"
 #include "mc_alloc.h"
 
@@ -30,17 +31,18 @@ typedef struct retarget_job {
     size_t n;
 } retarget_job;
 
-/* Columns of C per chunk of the product W C (with RT_IC rows of C, a
- * 256 KiB tile that stays in L2 for all the block's rows). */
+/* Rows of C per chunk of the product W C, and columns per chunk: a
+ * 64 x 512 tile of C (256 KiB) stays in L2 for all the block's rows. */
 #define RT_IC 64
 #define RT_JC 512
 
-/* Rows [r0, r1), CMP_RETARGET_ROWS at a time: b = w C into z (each
- * element's terms in ascending i; a zero w_ri adds nothing), then the
- * solves (cmp_chol_solve_rows: each row as alone), so the result does not
- * depend on how the rows are split. */
+/* Rows [r0, r1), CMP_RETARGET_ROWS at a time: b = w C into z (kn_daxpy
+ * tiles: each element a chain of fused multiply-adds in ascending i),
+ * then the solves (cmp_chol_solve_rows: each row as alone), so the result
+ * does not depend on how the rows are split. */
 static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
+    enum { MR = KN_DAXPY_MR, NR = KN_DAXPY_NR };
     const retarget_job *jb = ctx;
     size_t n = jb->n;
     const double *c = jb->c;
@@ -49,22 +51,21 @@ static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
         size_t nr = r1 - rb < CMP_RETARGET_ROWS ? r1 - rb : CMP_RETARGET_ROWS;
         const float *wb = jb->w + (size_t)rb * n;
         memset(y, 0, nr * n * sizeof(double));
+        size_t n8 = n / NR * NR;
         for (size_t i0 = 0; i0 < n; i0 += RT_IC) {
-            size_t i1 = n - i0 < RT_IC ? n : i0 + RT_IC;
+            size_t m = n - i0 < RT_IC ? n - i0 : RT_IC;
             for (size_t j0 = 0; j0 < n; j0 += RT_JC) {
-                size_t j1 = n - j0 < RT_JC ? n : j0 + RT_JC;
-                for (size_t r = 0; r < nr; r++) {
-                    double *yr = y + r * n;
-                    for (size_t i = i0; i < i1; i++) {
-                        double wi = wb[r * n + i];
-                        if (wi == 0.0)
-                            continue;
-                        const double *ci = c + i * n;
-                        for (size_t j = j0; j < j1; j++)
-                            yr[j] += wi * ci[j];
-                    }
+                size_t j1 = n8 - j0 < RT_JC ? n8 : j0 + RT_JC;
+                for (size_t r = 0; r < nr; r += MR) {
+                    int mr = nr - r < MR ? (int)(nr - r) : MR;
+                    for (size_t j = j0; j < j1; j += NR)
+                        kn_daxpy_tile(wb + r * n + i0, n, c + i0 * n + j, n, m,
+                                      mr, y + r * n + j, n);
                 }
             }
+            if (n8 < n)
+                kn_ref_daxpy_cols(wb + i0, n, c + i0 * n + n8, n, m, (int)nr,
+                                  n - n8, y + n8, n);
         }
         cmp_chol_solve_rows(jb->A, n, y, nr);
         for (size_t r = 0; r < nr; r++)

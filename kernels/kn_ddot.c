@@ -39,3 +39,24 @@ void kn_ddot_tile(const double *a, size_t lda, const double *b, size_t ldb,
     else
         kn_ref_ddot_tile(ar, br, m, out);
 }
+
+void kn_ref_daxpy_cols(const float *w, size_t ldw, const double *b, size_t ldb,
+                       size_t m, int mr, size_t nc, double *y, size_t ldy)
+{
+    for (int r = 0; r < mr; r++)
+        for (size_t c = 0; c < nc; c++) {
+            double t = y[(size_t)r * ldy + c];
+            for (size_t i = 0; i < m; i++)
+                t = fma((double)w[(size_t)r * ldw + i], b[i * ldb + c], t);
+            y[(size_t)r * ldy + c] = t;
+        }
+}
+
+void kn_daxpy_tile(const float *w, size_t ldw, const double *b, size_t ldb,
+                   size_t m, int mr, double *y, size_t ldy)
+{
+    if (mr == KN_DAXPY_MR && kn_cpu_has_avx2() && !kn_force_scalar())
+        kn_avx2_daxpy_tile(w, ldw, b, ldb, m, y, ldy);
+    else
+        kn_ref_daxpy_cols(w, ldw, b, ldb, m, mr, KN_DAXPY_NR, y, ldy);
+}

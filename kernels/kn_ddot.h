@@ -46,4 +46,23 @@ void kn_avx2_ddot_tile(const double *const a[KN_DDOT_MR],
                        const double *const b[KN_DDOT_NR], size_t m,
                        double out[KN_DDOT_MR * KN_DDOT_NR]);
 
+/* The "axpy" form, for products whose right operand is only stored by
+ * rows (the retarget's W C): a KN_DAXPY_MR x KN_DAXPY_NR tile of
+ *   y[r * ldy + c] = fma(w[r * ldw + i], b[i * ldb + c], y[...])
+ * for i = 0 .. m-1 ascending, w float (widened exactly), b and y double.
+ * Each element is a chain of fused multiply-adds in ascending i from its
+ * value in y, on both paths (the same bits), whatever the tile.  Rows r
+ * >= mr read and write nothing; all KN_DAXPY_NR columns are written
+ * (callers do ragged column edges with kn_ref_daxpy_cols). */
+#define KN_DAXPY_MR 4
+#define KN_DAXPY_NR 8
+void kn_daxpy_tile(const float *w, size_t ldw, const double *b, size_t ldb,
+                   size_t m, int mr, double *y, size_t ldy);
+/* The same chain for columns [0, nc) of rows r < mr, scalar (fma()). */
+void kn_ref_daxpy_cols(const float *w, size_t ldw, const double *b, size_t ldb,
+                       size_t m, int mr, size_t nc, double *y, size_t ldy);
+/* The AVX2 body (call only when kn_cpu_has_avx2(); mr == KN_DAXPY_MR). */
+void kn_avx2_daxpy_tile(const float *w, size_t ldw, const double *b,
+                        size_t ldb, size_t m, double *y, size_t ldy);
+
 #endif /* KN_DDOT_H */

@@ -63,3 +63,39 @@ void kn_avx2_ddot_tile(const double *const a[KN_DDOT_MR],
                 out[r * KN_DDOT_NR + c] = t;
             }
 }
+
+_Static_assert(KN_DAXPY_MR == 4 && KN_DAXPY_NR == 8,
+               "the axpy tile below is 4 x 8");
+
+/* Eight accumulators (4 rows x 2 vectors), four broadcasts of w and two
+ * loads of b's row i per step. */
+void kn_avx2_daxpy_tile(const float *w, size_t ldw, const double *b,
+                        size_t ldb, size_t m, double *y, size_t ldy)
+{
+    double *y0 = y, *y1 = y + ldy, *y2 = y + 2 * ldy, *y3 = y + 3 * ldy;
+    const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
+    __m256d c00 = _mm256_loadu_pd(y0), c01 = _mm256_loadu_pd(y0 + 4);
+    __m256d c10 = _mm256_loadu_pd(y1), c11 = _mm256_loadu_pd(y1 + 4);
+    __m256d c20 = _mm256_loadu_pd(y2), c21 = _mm256_loadu_pd(y2 + 4);
+    __m256d c30 = _mm256_loadu_pd(y3), c31 = _mm256_loadu_pd(y3 + 4);
+    for (size_t i = 0; i < m; i++) {
+        const double *bi = b + i * ldb;
+        __m256d b0 = _mm256_loadu_pd(bi), b1 = _mm256_loadu_pd(bi + 4);
+        __m256d x = _mm256_set1_pd((double)w0[i]);
+        c00 = _mm256_fmadd_pd(x, b0, c00);
+        c01 = _mm256_fmadd_pd(x, b1, c01);
+        x = _mm256_set1_pd((double)w1[i]);
+        c10 = _mm256_fmadd_pd(x, b0, c10);
+        c11 = _mm256_fmadd_pd(x, b1, c11);
+        x = _mm256_set1_pd((double)w2[i]);
+        c20 = _mm256_fmadd_pd(x, b0, c20);
+        c21 = _mm256_fmadd_pd(x, b1, c21);
+        x = _mm256_set1_pd((double)w3[i]);
+        c30 = _mm256_fmadd_pd(x, b0, c30);
+        c31 = _mm256_fmadd_pd(x, b1, c31);
+    }
+    _mm256_storeu_pd(y0, c00), _mm256_storeu_pd(y0 + 4, c01);
+    _mm256_storeu_pd(y1, c10), _mm256_storeu_pd(y1 + 4, c11);
+    _mm256_storeu_pd(y2, c20), _mm256_storeu_pd(y2 + 4, c21);
+    _mm256_storeu_pd(y3, c30), _mm256_storeu_pd(y3 + 4, c31);
+}

@@ -96,6 +96,38 @@ static void test_ddot_tile_bodies_agree(void **state)
     free(b);
 }
 
+/* The axpy tile: both bodies give the same bits, a chain of fused
+ * multiply-adds from y's value, for full and short tiles. */
+static void test_daxpy_tile_bodies_agree(void **state)
+{
+    (void)state;
+    enum { LD = 40, M = 37 };
+    float w[KN_DAXPY_MR * LD];
+    double b[M * LD], y0[KN_DAXPY_MR * LD], y1[KN_DAXPY_MR * LD], y2[KN_DAXPY_MR * LD];
+    for (size_t i = 0; i < KN_DAXPY_MR * LD; i++) {
+        w[i] = (float)urand();
+        y0[i] = y1[i] = y2[i] = urand();
+    }
+    for (size_t i = 0; i < M * LD; i++)
+        b[i] = urand();
+    for (int mr = 1; mr <= KN_DAXPY_MR; mr++) {
+        memcpy(y1, y0, sizeof y0);
+        memcpy(y2, y0, sizeof y0);
+        kn_set_force_scalar(1);
+        kn_daxpy_tile(w, LD, b, LD, M, mr, y1, LD);
+        kn_set_force_scalar(0);
+        kn_daxpy_tile(w, LD, b, LD, M, mr, y2, LD);
+        assert_memory_equal(y1, y2, sizeof y1);
+        for (int r = 0; r < KN_DAXPY_MR; r++)
+            for (int c = 0; c < KN_DAXPY_NR; c++) {
+                double t = y0[r * LD + c];
+                for (size_t i = 0; i < M; i++)
+                    t = fma((double)w[r * LD + i], b[i * LD + c], t);
+                assert_true(y1[r * LD + c] == (r < mr ? t : y0[r * LD + c]));
+            }
+    }
+}
+
 /* ---- the factorization ------------------------------------------------ */
 
 /* Blocked against the reference: max |L - Lref| <= 1e-11 max |Lref|, the
@@ -295,6 +327,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ddot_tile_bodies_agree),
+        cmocka_unit_test(test_daxpy_tile_bodies_agree),
         cmocka_unit_test(test_cholesky_matches_reference),
         cmocka_unit_test(test_cholesky_rejects_indefinite),
         cmocka_unit_test(test_inverse_is_inverse),
