@@ -11,7 +11,7 @@
  * row as well; scale by the real row count.
  *
  * Usage: bench_factor [--n N] [--rows R] [--tokens T] [--threads T]
- *                     [--skip-gptq] [--skip-retarget]
+ *                     [--skip-hinv] [--skip-gptq] [--skip-retarget]
  * Defaults: n 4096, rows 256, tokens 256, threads 2.  Prints one line per
  * step: CPU seconds (all threads), wall seconds, and the 1-minute load. */
 #include <stdio.h>
@@ -48,7 +48,7 @@ static void report(const char *what, size_t n, tick t0, double per)
 int main(int argc, char **argv)
 {
     uint64_t n = 4096, rows = 256, tokens = 256, threads = 2;
-    int skip_gptq = 0, skip_rt = 0;
+    int skip_gptq = 0, skip_rt = 0, skip_hinv = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc)
             n = bench_arg_u64("--n", argv[++i], 1, 65536);
@@ -60,11 +60,14 @@ int main(int argc, char **argv)
             threads = bench_arg_u64("--threads", argv[++i], 1, 64);
         else if (!strcmp(argv[i], "--skip-gptq"))
             skip_gptq = 1;
+        else if (!strcmp(argv[i], "--skip-hinv"))
+            skip_hinv = 1;
         else if (!strcmp(argv[i], "--skip-retarget"))
             skip_rt = 1;
         else {
             fprintf(stderr, "usage: bench_factor [--n N] [--rows R] [--tokens T] "
-                            "[--threads T] [--skip-gptq] [--skip-retarget]\n");
+                            "[--threads T] [--skip-hinv] [--skip-gptq] "
+                            "[--skip-retarget]\n");
             return 2;
         }
     }
@@ -104,9 +107,11 @@ int main(int argc, char **argv)
         return 1;
     report("cholesky", n, t0, 0);
     t0 = tick_now();
-    if (cmp_gptq_hinv_factor(&h, perm, lambda, A, row, pool, &e) != MC_OK)
-        return 1;
-    report("hinv", n, t0, 0);
+    if (!skip_hinv) {
+        if (cmp_gptq_hinv_factor(&h, perm, lambda, A, row, pool, &e) != MC_OK)
+            return 1;
+        report("hinv", n, t0, 0);
+    }
 
     float *w = malloc(rows * n * sizeof(float));
     if (!w)
