@@ -1,7 +1,6 @@
 /* cmp_calib_plan.c - the plan printed before calibration starts: the
  * whole process's peak resident memory by part and a time estimate from
  * multiply-add counts and a measured GEMM rate (see cmp_calib.h). */
-#include <math.h>
 #include <string.h>
 
 #include "cmp_calib_budget.h"
@@ -88,16 +87,6 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define EFF_FORWARD 0.75
 #define EFF_STATS 0.81
 #define EFF_FACTOR 0.42
-/* The retarget's per-row work (W C and the two triangular solves, 2 R K^2)
- * is counted (K / 1536)^0.75 times above 1536 wide: its rate falls with
- * the width, as each row's K doubles and the factor's rows stop fitting
- * in cache (bench_factor, session 6, CPU ms per row of 2 K^2: 3.8 at
- * 4096, 26 at 8192, 120 at 14336; at SmolLM's 576 and 1536 it runs at
- * the factor's rate). */
-static double retarget_row_weight(double k)
-{
-    return k > 1536.0 ? pow(k / 1536.0, 0.75) : 1.0;
-}
 #define EFF_SEARCH 0.21
 /* The descent's sweeps, each rows x cols^2 (cmp_descend.h caps them at
  * 16; a sweep that changes nothing ends it): what the runs measured. */
@@ -202,7 +191,7 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
  * before, so the estimate counts it; act-order is not counted), each
  * GPTQ candidate's factor (K^3 / 3: the Cholesky and the triangular
  * inverse, K^3 / 6 each) and, for GPTAQ, each linear's retarget (K^3 / 6
- * + 2 R K^2, the latter weighted by retarget_row_weight); the search: the energies, each
+ * + 2 R K^2); the search: the energies, each
  * candidate's error measures (1 or 3 R K^2), GPTQ, the refits, the int4
  * second pass and the descent (R K^2 each), the AWQ grid (a point costs
  * the group's R K^2). */
@@ -242,8 +231,7 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
         }
         *factor += nkeys * (1.0 / 3.0) * k * k * k;
         for (int i = 0; i < gn[g]; i++)
-            *factor += nr * (k * k * k / 6.0 +
-                             retarget_row_weight(k) * 2.0 * rows[g][i] * k * k);
+            *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
         double per_gptq = 0.5 + 1.0 + (int4 ? 3.5 : 0.0) +
                           SEARCH_DESCENT_SWEEPS + 1.0;
         *search += rkk * ((full ? 2.0 : 1.0) + ncand * (full ? 3.0 : 1.0) +

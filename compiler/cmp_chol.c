@@ -184,14 +184,31 @@ int cmp_chol_lower(double *a, size_t n, kn_pool *pool)
     return 0;
 }
 
-void cmp_chol_mirror_upper(double *a, size_t n)
+/* a[i][k] = a[k][i] (to_upper) or a[k][i] = a[i][k] for every k > i, in
+ * 32 x 32 tiles so that both the rows read and the columns written stay
+ * in cache. */
+static void mirror(double *a, size_t n, int to_upper)
 {
     enum { TB = 32 };
     for (size_t i0 = 0; i0 < n; i0 += TB)
         for (size_t k0 = i0; k0 < n; k0 += TB)
             for (size_t k = k0; k < zmin(k0 + TB, n); k++)
-                for (size_t i = i0; i < zmin(i0 + TB, k); i++)
-                    a[i * n + k] = a[k * n + i];
+                for (size_t i = i0; i < zmin(i0 + TB, k); i++) {
+                    if (to_upper)
+                        a[i * n + k] = a[k * n + i];
+                    else
+                        a[k * n + i] = a[i * n + k];
+                }
+}
+
+void cmp_chol_mirror_upper(double *a, size_t n)
+{
+    mirror(a, n, 1);
+}
+
+void cmp_chol_mirror_lower(double *a, size_t n)
+{
+    mirror(a, n, 0);
 }
 
 /* One column block of the inverse: columns [j0, j1), rows [base, n)

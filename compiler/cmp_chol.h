@@ -49,6 +49,9 @@ int cmp_chol_lower_ref(double *a, size_t n);
 /* Copy the strictly lower triangle onto the strictly upper one
  * (a[j][k] = a[k][j], k > j), in tiles so both sides stay in cache. */
 void cmp_chol_mirror_upper(double *a, size_t n);
+/* The other way: the strictly upper triangle onto the strictly lower one
+ * (for a symmetric matrix whose source stores rows of its upper half). */
+void cmp_chol_mirror_lower(double *a, size_t n);
 
 /* X = L^-1 for L in a's lower triangle WITH L^T mirrored in its strictly
  * upper triangle (cmp_chol_mirror_upper): X's strictly lower part
