@@ -86,7 +86,7 @@ static uint64_t src_bytes(const kn_matrix *w)
  * against a double Hessian. */
 #define EFF_FORWARD 0.75
 #define EFF_STATS 0.81
-#define EFF_FACTOR 0.13
+#define EFF_FACTOR 0.42
 #define EFF_SEARCH 0.14
 
 /* Multiply-adds per token of a block run up to tap point p (0: q/k/v's
@@ -186,8 +186,9 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
  * per group, the candidates the method runs (best: rtn, gptaq, and
  * awq+gptaq where the group may scale: the proxy's pick is not known
  * before, so the estimate counts it; act-order is not counted), each
- * GPTQ candidate's factor (2/3 K^3) and, for GPTAQ, each linear's
- * retarget (K^3 / 6 + 2 R K^2); the search, in units of R K^2 at the
+ * GPTQ candidate's factor (K^3 / 3: the Cholesky and the triangular
+ * inverse, K^3 / 6 each) and, for GPTAQ, each linear's retarget (K^3 / 6
+ * + 2 R K^2); the search, in units of R K^2 at the
  * scale refit's speed (the SEARCH_W_* weights: each kind of pass's cost
  * against the refit's, measured with bench_calib_search at K = 4096 and
  * 14336, the same within 1.3x at both): the energies and each
@@ -234,7 +235,7 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
                           o->method == CMP_QM_AWQ_GPTAQ);
             awq = awq_m && scale[g] ? 1.0 : 0.0, ncand = 2.0;
         }
-        *factor += nkeys * (2.0 / 3.0) * k * k * k;
+        *factor += nkeys * (1.0 / 3.0) * k * k * k;
         for (int i = 0; i < gn[g]; i++)
             *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
         double measures = full ? 2.0 * SEARCH_W_OERR + SEARCH_W_CROSS : SEARCH_W_OERR;

@@ -6,141 +6,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmp_chol.h"
 #include "cmp_gptq_internal.h"
 #include "cmp_lanes.h"
 #include "cmp_par.h"
 #include "kn_gram.h"
 #include "mc_alloc.h"
 
-/* First index of thread tid's share of [0, n) when index i costs n - i
- * (rows of a packed triangle, columns of a row of the inverse):
- * n (1 - sqrt(1 - tid / nth)); n for tid >= nth. */
-static size_t tri_split(size_t n, int tid, int nth)
-{
-    if (tid >= nth)
-        return n;
-    size_t i = (size_t)((double)n * (1.0 - sqrt(1.0 - (double)tid / nth)));
-    return i < n ? i : n;
-}
-
-typedef struct chol_job {
-    double *a;
-    size_t n, j; /* the column being formed */
-    double d;    /* its diagonal */
-} chol_job;
-
-/* Column j of L for rows j + 1 + [r0, r1): eight rows at a time
- * (cmp_lanes.h; t - (-rj[k]) ri[k] is the plain loop's t - ri[k] rj[k], in
- * the same order), the rest one by one. */
-static void chol_col_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
-{
-    (void)slot;
-    const chol_job *c = ctx;
-    double *a = c->a;
-    size_t n = c->n, j = c->j;
-    const double *rj = a + j * n;
-    size_t i = j + 1 + r0, end = j + 1 + r1;
-    for (; i + CMP_LANES <= end; i += CMP_LANES) {
-        double t[CMP_LANES];
-        for (size_t r = 0; r < CMP_LANES; r++)
-            t[r] = a[(i + r) * n + j];
-        cmp_lanes_dot(t, -1.0, rj, a + i * n, 1, n, 0, j);
-        for (size_t r = 0; r < CMP_LANES; r++)
-            a[(i + r) * n + j] = t[r] / c->d;
-    }
-    for (; i < end; i++) {
-        double t = a[i * n + j];
-        const double *ri = a + i * n;
-        for (size_t k = 0; k < j; k++)
-            t -= ri[k] * rj[k];
-        a[i * n + j] = t / c->d;
-    }
-}
-
-/* In-place lower Cholesky of the n x n symmetric a (lower triangle read and
- * written; upper left alone).  A column's rows are independent given the
- * earlier columns: with a pool they are split over its threads (each
- * element computed as on one thread).  0 on success, -1 if not positive
- * definite. */
+/* The blocked factorization (cmp_chol.h); kept under this name for the
+ * retarget, which shares it. */
 int cmp_gptq_cholesky_lower(double *a, size_t n, kn_pool *p)
 {
-    for (size_t j = 0; j < n; j++) {
-        double s = a[j * n + j];
-        for (size_t k = 0; k < j; k++)
-            s -= a[j * n + k] * a[j * n + k];
-        if (!(s > 0.0) || !isfinite(s))
-            return -1;
-        double d = sqrt(s);
-        a[j * n + j] = d;
-        chol_job c = {a, n, j, d};
-        uint32_t rows = (uint32_t)(n - j - 1);
-        if ((size_t)rows * j >= PAR_MIN_WORK)
-            cmp_par_rows(p, rows, CMP_LANES, chol_col_rows, &c);
-        else
-            chol_col_rows(&c, 0, rows, 0);
-    }
-    return 0;
-}
-
-typedef struct inv_job {
-    const double *a;
-    double *t;
-    size_t n, i; /* the row of X being formed, in t */
-} inv_job;
-
-/* Columns [j0, j1) of row i of X into t: t[j] = -sum_{k=j}^{i-1} L[i][k]
- * X[k][j], k ascending (zero L[i][k] skipped), as in the one-thread loop. */
-static void inv_cols(const inv_job *v, size_t j0, size_t j1)
-{
-    const double *li = v->a + v->i * v->n;
-    double *t = v->t;
-    for (size_t j = j0; j < j1; j++)
-        t[j] = 0.0;
-    for (size_t k = j0; k < v->i; k++) {
-        double c = li[k];
-        if (c == 0.0)
-            continue;
-        const double *xk = v->a + k * v->n;
-        size_t je = k + 1 < j1 ? k + 1 : j1;
-        for (size_t j = j0; j < je; j++)
-            t[j] -= c * xk[j];
-    }
-}
-
-/* Thread tid of nth takes the columns of row i that hold an equal share of
- * the work, which falls linearly with the column (column j gets i - j
- * updates): tri_split's ranges. */
-static void inv_thread(void *ctx, int tid, int nth)
-{
-    const inv_job *v = ctx;
-    size_t j0 = tri_split(v->i, tid, nth), j1 = tri_split(v->i, tid + 1, nth);
-    if (j1 > j0)
-        inv_cols(v, j0, j1);
-}
-
-/* In-place inverse of the lower triangular L in a's lower triangle (upper
- * left alone).  Forward substitution over whole rows, row i of X = L^-1:
- *   X[i][.] = (e_i - sum_{k<i} L[i][k] X[k][.]) / L[i][i]
- * Row i of L is still read while X[i] is built, so X[i] grows in t (n
- * doubles) and is copied over L[i] once the whole row is formed; rows
- * k < i already hold X.  Every inner loop runs along a row (contiguous;
- * the column-wise version was dominated by strided loads, seconds at
- * n = 1536).  With a pool a row's columns are split over its threads
- * (each element computed as on one thread). */
-static void invert_lower(double *a, double *t, size_t n, kn_pool *p)
-{
-    for (size_t i = 0; i < n; i++) {
-        double *li = a + i * n;
-        inv_job v = {a, t, n, i};
-        if (cmp_par_threads(p) > 1 && i * i / 2 >= PAR_MIN_WORK)
-            cmp_par_spawn(cmp_par_threads(p), inv_thread, &v);
-        else
-            inv_cols(&v, 0, i);
-        double inv = 1.0 / li[i];
-        t[i] = 1.0;
-        for (size_t j = 0; j <= i; j++)
-            li[j] = t[j] * inv;
-    }
+    return cmp_chol_lower(a, n, p);
 }
 
 mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
@@ -164,13 +41,18 @@ mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
     if (cmp_gptq_cholesky_lower(a, n, pool) != 0)
         return mc_fail(err, MC_ERR_NONFINITE, NULL, "hessian", -1,
                        "not positive definite");
-    invert_lower(a, row, n, pool);
+    /* L^T into the upper triangle, so that the inverse reads rows only
+     * (cmp_chol_invert_lower); X = L^-1 then fills the strictly lower
+     * triangle and its diagonal goes to row. */
+    cmp_chol_mirror_upper(a, n);
+    cmp_chol_invert_lower(a, row, n, pool);
     /* R = L L^T, so H'^-1 = J R^-1 J = (J L^-1 J)^T (J L^-1 J): U = J L^-1 J
      * is upper triangular with a positive diagonal, i.e. the upper Cholesky
      * factor of H'^-1.  U[n-1-i][n-1-j] = L^-1[i][j]: each strictly lower
-     * element moves to its mirror in the (so far unused) strictly upper
-     * triangle (source row forwards, target row backwards, both
-     * contiguous), the diagonal reverses, and the lower part is cleared.
+     * element moves to its mirror in the strictly upper triangle (L^T's,
+     * no longer needed; source row forwards, target row backwards, both
+     * contiguous), the diagonal comes from row reversed, and the lower
+     * part is cleared.
      * A huge L^-1 (a barely definite H') counts as a failure, so the caller
      * raises the dampening as it does for a failed factorization. */
     int finite = 1;
@@ -182,12 +64,9 @@ mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
             ui[n - 1 - j] = li[j];
         }
     }
-    for (size_t i = 0; i < n; i++)
-        finite &= isfinite(a[i * n + i]);
-    for (size_t i = 0; i < n / 2; i++) {
-        double t = a[i * n + i];
-        a[i * n + i] = a[(n - 1 - i) * n + (n - 1 - i)];
-        a[(n - 1 - i) * n + (n - 1 - i)] = t;
+    for (size_t i = 0; i < n; i++) {
+        finite &= isfinite(row[i]);
+        a[(n - 1 - i) * n + (n - 1 - i)] = row[i];
     }
     for (size_t i = 1; i < n; i++)
         memset(a + i * n, 0, i * sizeof(double));
@@ -283,6 +162,9 @@ typedef struct gptq_job {
     float **W, **E, **gbuf; /* [threads] */
 } gptq_job;
 
+/* Columns per chunk of the column loop's trailing update. */
+#define GPTQ_CC 256
+
 /* Rows [ra, rb) in chunks of j->chunk: with U fixed, each row's updates
  * read only that row, so any split gives exactly the whole-matrix
  * result. */
@@ -351,7 +233,14 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
                         wr[c] -= (float)(e * urow[c]);
                 }
             }
-            if (i2 < n)
+            /* The block's errors to all later columns, in column chunks of
+             * GPTQ_CC: the chunk of the block's U rows (block x GPTQ_CC
+             * doubles, 256 KiB) stays in L2 for all R rows, where a row at
+             * a time streamed block x n doubles of U per row (at n = 14336,
+             * 15 MB a row).  Each element still takes the block's updates
+             * one by one, k ascending: the same bits as row by row. */
+            for (size_t c0 = i2; c0 < n; c0 += GPTQ_CC) {
+                size_t c1 = n - c0 < GPTQ_CC ? n : c0 + GPTQ_CC;
                 for (size_t r = 0; r < R; r++) {
                     float *wr = W + r * n;
                     for (size_t k = i1; k < i2; k++) {
@@ -359,10 +248,11 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
                         if (e == 0.0)
                             continue;
                         const double *uk = U + k * n;
-                        for (size_t c = i2; c < n; c++)
+                        for (size_t c = c0; c < c1; c++)
                             wr[c] -= (float)(e * uk[c]);
                     }
                 }
+            }
         }
     }
 }

@@ -203,12 +203,12 @@ uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block,
  * h's sum with dead diagonal entries (H_jj == 0) taken as 1; P permutes
  * rows and columns: index i of the permuted matrix is original index
  * perm[i] (perm NULL = identity).  row: scratch [cols] doubles.  Works in
- * a alone (no allocation): J P^T H P J into the lower triangle, lower
- * Cholesky in place, lower inverse in place (rows through row, so every
- * inner loop is contiguous), then the index reversal into the upper
- * triangle.  pool (NULL = the calling thread) splits each column of the
- * factorization and each row of the inverse over its threads once they
- * are large enough; the result does not depend on it.
+ * a alone (no allocation): J P^T H P J into the lower triangle, the
+ * blocked lower Cholesky in place, L^T mirrored above it, X = L^-1 into the
+ * lower triangle (its diagonal in row; cmp_chol.h: every inner loop reads
+ * rows), then the index reversal into the upper triangle.  pool (NULL =
+ * the calling thread) splits each block step's rows over its threads; the
+ * result does not depend on it.
  * Returns MC_OK, or MC_ERR_NONFINITE if the matrix is not
  * (numerically) positive definite or the factor overflows; a is then
  * unspecified. */
@@ -302,12 +302,14 @@ uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             const float *w, uint32_t rows, double damp,
                             float *out, kn_pool *pool, mc_error *err);
-/* Rows of W retargeted together (one pass over C and the factor for all). */
-#define CMP_RETARGET_ROWS 8u
+/* Rows of W retargeted together: their products with C and their solves
+ * share each pass over C and the factor (192 rows: a thread's block of
+ * right-hand sides, 22 MB at 14336 columns). */
+#define CMP_RETARGET_ROWS 192u
 /* Peak bytes cmp_gptq_retarget allocates with `threads` threads: one
  * [cols][cols] double matrix (the Cholesky factor of Hq + lambda I, in
- * place, mirrored into the upper triangle) and each thread's two vectors
- * per row of a block: cols^2 * 8 + threads * cols * CMP_RETARGET_ROWS * 16. */
+ * place, mirrored into the upper triangle) and each thread's block of
+ * rows in double: cols^2 * 8 + threads * cols * CMP_RETARGET_ROWS * 8. */
 uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols, int threads);
 
 #endif /* CMP_GPTQ_H */

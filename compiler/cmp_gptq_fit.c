@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmp_chol.h"
 #include "cmp_gptq_internal.h"
 #include "cmp_lanes.h"
 #include "cmp_par.h"
 #include "cmp_qform.h"
+#include "kn_ddot.h"
 #include "kn_lanes.h"
 #include "kn_gram.h"
 #include "mc_alloc.h"
@@ -19,7 +21,7 @@ uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols, int threads)
 {
     uint64_t n = cols, T = threads > 1 ? threads : 1;
     return req(n * n * sizeof(double)) +
-           req(T * 2 * n * CMP_RETARGET_ROWS * sizeof(double));
+           req(T * n * CMP_RETARGET_ROWS * sizeof(double));
 }
 
 typedef struct retarget_job {
@@ -27,66 +29,50 @@ typedef struct retarget_job {
     const double *c;
     const float *w;
     float *out;
-    double *z;       /* [threads][2 * cols * CMP_RETARGET_ROWS] */
+    double *z;       /* [threads][CMP_RETARGET_ROWS][cols] */
     size_t n;
 } retarget_job;
 
-/* Rows [r0, r1), B at a time, interleaved (x[j * B + r]): each pass over C
- * and L serves all of them, and their sums are independent chains.  Every
- * row's own operations, and their order, are those of the row alone; the
- * unused lanes of a short last block solve for zeros. */
+/* Rows of C per chunk of the product W C, and columns per chunk: a
+ * 64 x 512 tile of C (256 KiB) stays in L2 for all the block's rows. */
+#define RT_IC 64
+#define RT_JC 512
+
+/* Rows [r0, r1), CMP_RETARGET_ROWS at a time: b = w C into z (kn_daxpy
+ * tiles: each element a chain of fused multiply-adds in ascending i),
+ * then the solves (cmp_chol_solve_rows: each row as alone), so the result
+ * does not depend on how the rows are split. */
 static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
 {
-    enum { B = CMP_RETARGET_ROWS };
+    enum { MR = KN_DAXPY_MR, NR = KN_DAXPY_NR };
     const retarget_job *jb = ctx;
     size_t n = jb->n;
-    const double *A = jb->A, *c = jb->c;
-    double *b = jb->z + (size_t)slot * 2 * n * B, *y = b + n * B;
-    for (uint32_t rb = r0; rb < r1; rb += B) {
-        uint32_t nr = r1 - rb < B ? r1 - rb : B;
+    const double *c = jb->c;
+    double *y = jb->z + (size_t)slot * n * CMP_RETARGET_ROWS;
+    for (uint32_t rb = r0; rb < r1; rb += CMP_RETARGET_ROWS) {
+        size_t nr = r1 - rb < CMP_RETARGET_ROWS ? r1 - rb : CMP_RETARGET_ROWS;
         const float *wb = jb->w + (size_t)rb * n;
-        /* b = C^T w_r; a zero w_ri adds nothing (as in the one-row sum) */
-        for (size_t j = 0; j < n * B; j++)
-            b[j] = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            const double *ci = c + i * n;
-            double wi[B];
-            int live = 0;
-            for (uint32_t r = 0; r < B; r++) {
-                wi[r] = r < nr ? wb[(size_t)r * n + i] : 0.0;
-                live += wi[r] != 0.0;
+        memset(y, 0, nr * n * sizeof(double));
+        size_t n8 = n / NR * NR;
+        for (size_t i0 = 0; i0 < n; i0 += RT_IC) {
+            size_t m = n - i0 < RT_IC ? n - i0 : RT_IC;
+            for (size_t j0 = 0; j0 < n; j0 += RT_JC) {
+                size_t j1 = n8 - j0 < RT_JC ? n8 : j0 + RT_JC;
+                for (size_t r = 0; r < nr; r += MR) {
+                    int mr = nr - r < MR ? (int)(nr - r) : MR;
+                    for (size_t j = j0; j < j1; j += NR)
+                        kn_daxpy_tile(wb + r * n + i0, n, c + i0 * n + j, n, m,
+                                      mr, y + r * n + j, n);
+                }
             }
-            if (live == B) {
-                cmp_lanes_axpy(b, wi, ci, n);
-            } else if (live) {
-                for (uint32_t r = 0; r < B; r++)
-                    if (wi[r] != 0.0)
-                        for (size_t j = 0; j < n; j++)
-                            b[j * B + r] += wi[r] * ci[j];
-            }
+            if (n8 < n)
+                kn_ref_daxpy_cols(wb + i0, n, c + i0 * n + n8, n, m, (int)nr,
+                                  n - n8, y + n8, n);
         }
-        /* Solve L L^T x = b. */
-        for (size_t i = 0; i < n; i++) {
-            double t[B];
-            for (uint32_t r = 0; r < B; r++)
-                t[r] = b[i * B + r];
-            const double *li = A + i * n;
-            cmp_lanes_dot(t, -1.0, li, y, B, 1, 0, i);
-            for (uint32_t r = 0; r < B; r++)
-                y[i * B + r] = t[r] / li[i];
-        }
-        for (size_t i = n; i-- > 0;) {
-            double t[B];
-            for (uint32_t r = 0; r < B; r++)
-                t[r] = y[i * B + r];
-            const double *ui = A + i * n;
-            cmp_lanes_dot(t, -1.0, ui, b, B, 1, i + 1, n);
-            for (uint32_t r = 0; r < B; r++)
-                b[i * B + r] = t[r] / ui[i];
-        }
-        for (uint32_t r = 0; r < nr; r++)
+        cmp_chol_solve_rows(jb->A, n, y, nr);
+        for (size_t r = 0; r < nr; r++)
             for (size_t j = 0; j < n; j++)
-                jb->out[(size_t)(rb + r) * n + j] = (float)b[j * B + r];
+                jb->out[(rb + r) * n + j] = (float)y[r * n + j];
     }
 }
 
@@ -94,12 +80,10 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             const float *w, uint32_t rows, double damp,
                             float *out, kn_pool *pool, mc_error *err)
 {
-    enum { B = CMP_RETARGET_ROWS };
-    _Static_assert(CMP_RETARGET_ROWS == CMP_LANES, "one row per lane");
     size_t n = hq->cols;
     int T = cmp_par_threads(pool);
     double *A = mc_malloc_array(n * n, sizeof(double));
-    double *z = mc_malloc_array((size_t)T * 2 * n * B, sizeof(double));
+    double *z = mc_malloc_array((size_t)T * n * CMP_RETARGET_ROWS, sizeof(double));
     if (!A || !z) {
         mc_free(A);
         mc_free(z);
@@ -116,9 +100,16 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
         damp = 0.01;
     int ok = 0;
     for (int attempt = 0; attempt < 7 && !ok; attempt++) {
-        for (size_t i = 0; i < n; i++)
-            for (size_t j = 0; j <= i; j++)
-                A[i * n + j] = hsym(hq, i, j) + (i == j ? damp * mean : 0.0);
+        /* packed rows into the upper triangle (contiguous on both
+         * sides), then mirrored below: reading the lower triangle's
+         * elements from the packed rows directly walks a column of them,
+         * a cache miss each (~9 s at 14336 wide) */
+        for (size_t i = 0; i < n; i++) {
+            const double *hr = hrow(hq, i);
+            memcpy(A + i * n + i, hr + i, (n - i) * sizeof(double));
+            A[i * n + i] += damp * mean;
+        }
+        cmp_chol_mirror_lower(A, n);
         if (cmp_gptq_cholesky_lower(A, n, pool) == 0)
             ok = 1;
         else
@@ -131,12 +122,10 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                        "input Hessian is not positive definite");
     }
     /* L^T into the upper triangle, so that the back substitution reads
-     * rows (the same values in the same order as walking L's columns). */
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = i + 1; k < n; k++)
-            A[i * n + k] = A[k * n + i];
+     * rows (cmp_chol_solve_rows). */
+    cmp_chol_mirror_upper(A, n);
     retarget_job j = {A, c, w, out, z, n};
-    cmp_par_rows(pool, rows, B, retarget_rows, &j);
+    cmp_par_rows(pool, rows, CMP_LANES, retarget_rows, &j);
     mc_free(A);
     mc_free(z);
     return MC_OK;

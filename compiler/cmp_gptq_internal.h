@@ -44,9 +44,9 @@ static inline uint64_t req(uint64_t bytes)
 }
 
 /* In-place lower Cholesky of the n x n symmetric a (lower triangle read
- * and written; upper left alone), a column's rows split over p's threads
- * (each element computed as on one thread).  0 on success, -1 if not
- * positive definite. */
+ * and written; upper left alone): cmp_chol_lower, blocked, each block
+ * step's rows split over p's threads (the same bits on any number).  0 on
+ * success, -1 if not positive definite. */
 int cmp_gptq_cholesky_lower(double *a, size_t n, kn_pool *p);
 
 /* The scale refit's sums (cmp_gptq_fit.c): for one block of CMP_LANES

@@ -399,7 +399,7 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
                 n * n * 8 + c * n * 4 + c * 128 * 4 + n * 32);
     assert_true(cmp_gptq_work_bytes(8192, 28672, 128, 1) == cmp_gptq_work_bytes(8192, 28672, 0, 1));
     assert_true(cmp_gptq_retarget_work_bytes(28672, 1) ==
-                n * n * 8 + n * CMP_RETARGET_ROWS * 16);
+                n * n * 8 + n * CMP_RETARGET_ROWS * 8);
 
     cmp_hessian_free(&wide);
     kn_pool_free(pool3);
