@@ -126,10 +126,17 @@ static void print_plan_check(const char *out, uint32_t layers, double wall,
      * scale and a byte zero per group of 128 (the rest of the spill, the
      * ends, does not grow) */
     double per_spill = per_src / 2.0 * (0.5 + 3.0 / 128.0);
-    /* the source's pages leave with each finished block: during the
-     * layers it is the embeddings and one block at any depth; what grows
-     * is the spill mapping at the ends */
-    double rss32 = plan + (32.0 - layers) * per_spill;
+    /* the plan is the larger of two phases (cmp_calib_plan.c).  The
+     * layers' does not grow with depth: the source's pages leave with each
+     * finished block, so it holds the embeddings and one block.  The
+     * ends' grows by the spill mapping, a layer's int4 result a layer. */
+    double program = json_num_in(out, "plan", "program_bytes");
+    double layers_phase = json_num_in(out, "plan", "alloc_peak_bytes") +
+                          json_num_in(out, "plan", "source_layers_bytes") + program;
+    double ends32 = json_num_in(out, "plan", "alloc_ends_peak_bytes") +
+                    json_num_in(out, "plan", "source_ends_bytes") + spill +
+                    (32.0 - layers) * per_spill + program;
+    double rss32 = layers_phase > ends32 ? layers_phase : ends32;
     printf("  plan before start: peak RSS %.1f MiB, time ~%.0f s | measured "
            "peak RSS %.1f MiB (%s the plan), wall %.1f s\n", plan / 1048576.0,
            est, rss_kib / 1024.0,
