@@ -73,15 +73,6 @@ uint64_t cmp_eval_scores_bytes(const fmt_model_config *c, size_t max_T,
            (grow > report ? grow : report);
 }
 
-uint64_t cmp_eval_models_bytes(const fmt_model_config *c, size_t max_T,
-                               size_t positions, int threads)
-{
-    /* two forward contexts, cmp_fwd_logits' states and the scores */
-    return 2 * cmp_fwd_bytes(c, max_T, threads) +
-           (uint64_t)max_T * c->hidden_size * sizeof(float) +
-           cmp_eval_scores_bytes(c, max_T, positions);
-}
-
 mc_status cmp_fwd_create(const rt_model *m, size_t max_T, kn_pool *pool,
                          cmp_fwd **out, mc_error *err)
 {

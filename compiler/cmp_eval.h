@@ -114,12 +114,10 @@ mc_status cmp_eval_models(const rt_model *ref, const rt_model *quant,
                           void (*progress)(void *ctx, size_t done, size_t total),
                           void *progress_ctx, cmp_eval_report *out,
                           mc_error *err);
-/* Peak bytes cmp_eval_models allocates for sequences of up to max_T tokens
- * and `positions` scored positions in all (both models of config c). */
-uint64_t cmp_eval_models_bytes(const fmt_model_config *c, size_t max_T,
-                               size_t positions, int threads);
-/* Of it, the scoring's part: both logits buffers for sequences of up to
- * max_T tokens, the KLD list of `positions` and the percentile's copy. */
+/* The scoring's bytes (cmp_eval_models' and the calibration's streamed
+ * held-out summary's): both logits buffers for sequences of up to max_T
+ * tokens, the KLD list of `positions` and the percentile's copy; the
+ * forward contexts are cmp_fwd_bytes each. */
 uint64_t cmp_eval_scores_bytes(const fmt_model_config *c, size_t max_T,
                                size_t positions);
 
