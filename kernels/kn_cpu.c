@@ -9,6 +9,7 @@
 #endif
 
 static atomic_int g_force_scalar;
+static atomic_int g_no_avx512;
 
 #if defined(__x86_64__) || defined(__i386__)
 /* cpuid directly rather than __builtin_cpu_supports: clang 14 does not know
@@ -31,6 +32,47 @@ static int detect_avx2_fma_f16c(void)
     return (b >> 5) & 1; /* AVX2 */
 }
 #endif
+
+#if defined(__x86_64__) || defined(__i386__)
+/* AVX-512 F (leaf 7 EBX 16), DQ (17), BW (30), VL (31) and VNNI (ECX 11),
+ * and XCR0 saving opmask, ZMM0-15 upper halves and ZMM16-31 (bits 5-7) as
+ * well as XMM/YMM. */
+static int detect_avx512(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1))
+        return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0xe6) != 0xe6)
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    unsigned need_b = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
+    return (b & need_b) == need_b && ((c >> 11) & 1);
+}
+#endif
+
+int kn_cpu_has_avx512(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *off = getenv("MC_NO_AVX512");
+        v = off && *off && *off != '0' ? 0 : detect_avx512() && kn_cpu_has_avx2();
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v && !atomic_load_explicit(&g_no_avx512, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
+
+void kn_set_no_avx512(int on)
+{
+    atomic_store(&g_no_avx512, on ? 1 : 0);
+}
 
 int kn_cpu_has_avx2(void)
 {

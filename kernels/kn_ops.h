@@ -24,6 +24,13 @@
 /* ---- CPU features and threads ------------------------------------------ */
 
 int kn_cpu_has_avx2(void);           /* AVX2 + FMA + F16C all present */
+/* kn_cpu_has_avx2() and AVX-512 F, BW, DQ, VL and VNNI, with the OS saving
+ * the ZMM state (Ice Lake, Sapphire Rapids, Zen 4 and later).  The
+ * *_avx512.c kernels give the same bits as the AVX2 ones (each says how),
+ * so this changes speed only.  MC_NO_AVX512=1 in the environment, or
+ * kn_set_no_avx512(1), makes it 0 (to compare the two paths). */
+int kn_cpu_has_avx512(void);
+void kn_set_no_avx512(int on);
 void kn_set_force_scalar(int on);    /* 1: optimized entry points use scalar */
 int kn_force_scalar(void);
 
