@@ -171,3 +171,57 @@ void kn_avx2_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
         }
     }
 }
+
+/* kn_ref_rtn_q4s_row with eight groups' scales at once: ext * -0.125 is
+ * ext / -8 exactly (both the correctly rounded ext/8, subnormals too),
+ * F16C's round-to-nearest-even is fmt_f32_to_f16's, and unused lanes are
+ * computed from zeros and dropped. */
+void kn_avx2_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g,
+                         uint16_t *scales, uint8_t *out)
+{
+    const __m256 eighth = _mm256_set1_ps(-0.125f);
+    const __m256 fmax = _mm256_set1_ps(65504.0f), fmin = _mm256_set1_ps(-65504.0f);
+    for (uint32_t k0 = 0; k0 < ng; k0 += 8) {
+        uint32_t m = ng - k0 < 8 ? ng - k0 : 8;
+        float mn[8] = {0}, mx[8] = {0}, sf[8];
+        uint16_t h[8];
+        for (uint32_t j = 0; j < m; j++)
+            range8(x + (size_t)(k0 + j) * g, g, &mn[j], &mx[j]);
+        __m256 vmn = _mm256_loadu_ps(mn), vmx = _mm256_loadu_ps(mx);
+        __m256 neg = _mm256_sub_ps(_mm256_setzero_ps(), vmn); /* -mn, +0 for 0 */
+        /* mn where -mn > mx, else mx (also for a tie and for both +0) */
+        __m256 ext = _mm256_blendv_ps(vmx, vmn, _mm256_cmp_ps(neg, vmx, _CMP_GT_OQ));
+        int tie = _mm256_movemask_ps(_mm256_and_ps(
+            _mm256_cmp_ps(neg, vmx, _CMP_EQ_OQ),
+            _mm256_cmp_ps(vmx, _mm256_setzero_ps(), _CMP_NEQ_OQ)));
+        if (tie) { /* rare: the first of mn and mx wins */
+            float e[8];
+            _mm256_storeu_ps(e, ext);
+            for (uint32_t j = 0; j < m; j++) {
+                if (!(tie >> j & 1))
+                    continue;
+                const float *v = x + (size_t)(k0 + j) * g;
+                for (uint32_t i = 0; i < g; i++)
+                    if (v[i] == mx[j] || v[i] == mn[j]) {
+                        e[j] = v[i];
+                        break;
+                    }
+            }
+            ext = _mm256_loadu_ps(e);
+        }
+        __m256 s = _mm256_mul_ps(ext, eighth);
+        s = _mm256_max_ps(_mm256_min_ps(s, fmax), fmin);
+        __m128i hs = _mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)h, hs);
+        _mm256_storeu_ps(sf, _mm256_cvtph_ps(hs));
+        for (uint32_t j = 0; j < m; j++) {
+            uint32_t k = k0 + j;
+            scales[k] = h[j];
+            uint8_t *o = out + (size_t)k * g / 2;
+            if (sf[j] == 0.0f)
+                memset(o, 0x88, g / 2); /* every code the zero point 8 */
+            else
+                kn_avx2_rtn_codes_q4(x + (size_t)k * g, g, sf[j], 8, o);
+        }
+    }
+}
