@@ -95,7 +95,8 @@ static void test_rtn_avx2_matches_reference_bitwise(void **state)
 
 /* The int4 row kernels (asymmetric and symmetric) against their plain
  * references, every group size, group counts around the 8-group batch,
- * scales normal, f16-subnormal, rounded to 0 and clamped at 65504, with
+ * scales normal, f16-subnormal, rounded to 0 and clamped at 65504 (with
+ * quotients past int32), with
  * all-zero groups and equal +-extremes (either first) planted. */
 static void test_rtn_q4_rows_avx2_match_reference_bitwise(void **state)
 {
@@ -106,11 +107,11 @@ static void test_rtn_q4_rows_avx2_match_reference_bitwise(void **state)
     static uint16_t sa[NG], sb[NG];
     static uint8_t za[NG], zb[NG], pa[NG * G / 2], pb[NG * G / 2];
     const uint32_t groups[] = {32, 64, 128};
-    const float steps[] = {0.003f, 1e-7f, 1e-9f, 1e4f};
-    for (int round = 0; round < 240; round++) {
+    const float steps[] = {0.003f, 1e-7f, 1e-9f, 1e4f, 1e30f};
+    for (int round = 0; round < 3 * NG * 5; round++) {
         uint32_t g = groups[round % 3];
         uint32_t ng = 1 + (uint32_t)(round / 3) % NG;
-        float step = steps[(round / 3 / NG) % 4];
+        float step = steps[(round / 3 / NG) % 5];
         fill_awkward(x, (size_t)ng * g, step);
         uint32_t k = tu_rng_u32(&g_rng) % ng; /* a zero group */
         memset(x + (size_t)k * g, 0, g * sizeof(float));
