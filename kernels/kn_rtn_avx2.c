@@ -1,7 +1,19 @@
 /* kn_rtn_avx2.c - AVX2/F16C bodies of the RTN inner loops (kn_rtn.h).
  * Bitwise the plain loops: _mm256_div_ps is the IEEE float32 division and
  * _mm256_round_ps(.., nearest) is nearbyintf in the default rounding mode;
- * clamping with max/min gives the plain loop's values for finite inputs. */
+ * clamping with max/min gives the plain loop's values for finite inputs.
+ *
+ * The int4 row kernels (kn_avx2_rtn_q4_row, kn_avx2_rtn_q4s_row) take a
+ * row's groups eight at a time: the eight ranges in one folded
+ * transpose-reduction (ranges8), the eight scales (and Q4's zeros) as
+ * lanes of one vector with F16C rounding, then each group's codes 32 at a
+ * time (codes32_q4).  The division stays the IEEE one: a reciprocal
+ * multiply with an exactness check measured at most ~10 % faster on the
+ * kernel (multiply alone, no check), not worth the proof.  Measured
+ * (bench_quant --rtn-rows, 1 thread, CPU, load ~7-9): int4-sym g32 went
+ * from 1.6 GB/cpu-s (one group at a time through cmp_quant.c) to ~5
+ * GB/cpu-s on SmolLM-135M mlp shapes, int4 g32 from ~3 to ~5; a
+ * next-row software prefetch did not help. */
 #include "kn_rtn.h"
 
 #include <immintrin.h>
