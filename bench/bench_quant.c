@@ -10,19 +10,28 @@
  *      without and with the rotation: mean KLD and its ratio to plain RTN's,
  *      p99, top-1, perplexity) on eval_64x256 after calibrating on
  *      calib_64x256.
- * Usage: bench_quant [--quick] [--skip-big] [SHARED_DIR] */
+ *   --rtn-rows [ROUNDS]: only the compile's RTN fast path
+ *      (cmp_quant_rtn_rows: f16 bytes -> widen -> parameters -> codes) on
+ *      one thread over f16 matrices of the SmolLM-135M and TinyLlama-1.1B
+ *      linear shapes, int8 / int4 g32 / int4-sym g32 (and g128),
+ *      interleaved rounds (default 7), median CPU seconds (user + sys of
+ *      the process) and MB/s of f16 input per CPU second; with
+ *      MC_NO_AVX512 / MC_NO_AVX2 as the kernels read them.
+ * Usage: bench_quant [--quick] [--skip-big] [--rtn-rows [ROUNDS]] [SHARED_DIR] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cmp_calib.h"
 #include "cmp_eval.h"
 #include "cmp_quant.h"
 #include "fmt_dtype.h"
 #include "fmt_safetensors.h"
 #include "kn_ops.h"
+#include "kn_rtn.h"
 #include "mc_alloc.h"
 #include "rt_model.h"
 
@@ -123,6 +132,74 @@ fail:
     rmdir(dir);
     free(row);
     return 1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 1b. The compile's RTN fast path alone, one thread, CPU time. */
+static int bench_rtn_rows(int rounds)
+{
+    /* SmolLM-135M: 576 x 1536 (up), 1536 x 576 (down); TinyLlama-1.1B:
+     * 5632 x 2048 (up), 2048 x 5632 (down) */
+    const uint32_t shapes[4][2] = {{1536, 576}, {576, 1536}, {5632, 2048}, {2048, 5632}};
+    const char *sn[2] = {"SmolLM-135M mlp", "TinyLlama-1.1B mlp"};
+    enum { NCASE = 4 };
+    const kn_wformat fs[NCASE] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S, KN_W_Q4S};
+    const uint32_t gs[NCASE] = {0, 32, 32, 128};
+    const char *nm[NCASE] = {"int8", "int4 g32", "int4-sym g32", "int4-sym g128"};
+    if (rounds > 64)
+        rounds = 64;
+    printf("RTN rows (cmp_quant_rtn_rows from f16, 1 thread, median of %d "
+           "interleaved rounds, CPU s)%s:\n", rounds,
+           !kn_cpu_has_avx2() ? " [no AVX2]" : !kn_cpu_has_avx512() ? " [no AVX-512]" : "");
+    for (int sh = 0; sh < 2; sh++) {
+        uint32_t R0 = shapes[2 * sh][0], C0 = shapes[2 * sh][1];
+        size_t n = (size_t)R0 * C0; /* both shapes hold n */
+        /* enough copies to run ~0.1 s+ per case and leave the caches */
+        int reps = sh == 0 ? 96 : 12;
+        uint16_t *h = malloc(n * sizeof *h);
+        float *row = malloc(8192 * sizeof(float));
+        uint8_t *d = malloc(n), *sc = malloc(n / 8), *z = malloc(n / 32 + 8);
+        if (!h || !row || !d || !sc || !z)
+            return 1;
+        for (size_t i = 0; i < n; i++)
+            h[i] = fmt_f32_to_f16(frand() * 0.4f);
+        double t[NCASE][64];
+        for (int r = 0; r < rounds; r++)
+            for (int k = 0; k < NCASE; k++) {
+                double t0 = bench_cpu_now();
+                for (int rep = 0; rep < reps; rep++)
+                    for (int m = 0; m < 2; m++) {
+                        uint32_t R = shapes[2 * sh + m][0], C = shapes[2 * sh + m][1];
+                        cmp_qbuf b = {fs[k], R, C, gs[k], d, sc,
+                                      fs[k] == KN_W_Q4 ? z : NULL, CMP_Q8_PLAIN};
+                        cmp_quant_rtn_rows(h, KN_RTN_F16, &b, 0, R, row);
+                    }
+                t[k][r] = bench_cpu_now() - t0;
+            }
+        double mb = (double)n * 2 * 2 * reps / 1e6;
+        printf("  %s (%ux%u + %ux%u) x %d, %.0f MB f16:\n", sn[sh], R0, C0, C0,
+               R0, reps, mb);
+        for (int k = 0; k < NCASE; k++) {
+            qsort(t[k], (size_t)rounds, sizeof(double), cmp_double);
+            double med = t[k][rounds / 2];
+            printf("    %-14s %7.4f s  %8.1f MB/cpu-s  (min %.4f max %.4f)\n", nm[k],
+                   med, mb / med, t[k][0], t[k][rounds - 1]);
+        }
+        free(h);
+        free(row);
+        free(d);
+        free(sc);
+        free(z);
+    }
+    double la[3];
+    if (getloadavg(la, 3) == 3)
+        printf("  load average %.2f %.2f %.2f\n", la[0], la[1], la[2]);
+    return 0;
 }
 
 typedef struct bw_ctx {
@@ -288,6 +365,8 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, skip_big = 0;
+    if (argc >= 2 && !strcmp(argv[1], "--rtn-rows"))
+        return bench_rtn_rows(argc >= 3 ? (int)bench_arg_u64("--rtn-rows", argv[2], 1, 64) : 7);
     /* Default: ../shared beside the checkout (this file is
      * <checkout>/bench/bench_quant.c), or $MC_SHARED_DIR. */
     char def[1024];

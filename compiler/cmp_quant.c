@@ -339,6 +339,10 @@ int cmp_quant_rtn_rows(const void *src, int type, cmp_qbuf *b, uint32_t r0,
             g = b->cols / span;
             kn_rtn_q4_row(row, g, span, (uint16_t *)b->scales + (size_t)r * ng,
                           b->zeros + (size_t)r * ng, codes);
+        } else if (b->fmt == KN_W_Q4S) { /* extreme + range_param, batched */
+            g = b->cols / span;
+            kn_rtn_q4s_row(row, g, span, (uint16_t *)b->scales + (size_t)r * ng,
+                           codes);
         }
         for (; g < ng; g++) {
             uint32_t c0 = g * span;

@@ -140,3 +140,42 @@ void kn_rtn_q4_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
     else
         kn_ref_rtn_q4_row(x, ng, g, scales, zeros, out);
 }
+
+void kn_ref_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g,
+                        uint16_t *scales, uint8_t *out)
+{
+    for (uint32_t k = 0; k < ng; k++) {
+        const float *v = x + (size_t)k * g;
+        float mn, mx;
+        kn_ref_rtn_range(v, g, &mn, &mx);
+        /* mx also when both are +0 (ext +0) */
+        float ext = mx > -mn ? mx : -mn > mx ? mn : mx;
+        if (mx == -mn && mx != 0.0f) /* a tie: the first of mn and mx */
+            for (uint32_t i = 0; i < g; i++)
+                if (fabsf(v[i]) == mx) {
+                    ext = v[i];
+                    break;
+                }
+        float s = ext / -8.0f;
+        if (s > 65504.0f)
+            s = 65504.0f;
+        if (s < -65504.0f)
+            s = -65504.0f;
+        scales[k] = fmt_f32_to_f16(s);
+        s = fmt_f16_to_f32(scales[k]);
+        uint8_t *o = out + (size_t)k * g / 2;
+        if (s == 0.0f)
+            memset(o, 0x88, g / 2); /* every code the zero point 8 */
+        else
+            kn_ref_rtn_codes_q4(v, g, s, 8, o);
+    }
+}
+
+void kn_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
+                    uint8_t *out)
+{
+    if (use_avx2())
+        kn_avx2_rtn_q4s_row(x, ng, g, scales, out);
+    else
+        kn_ref_rtn_q4s_row(x, ng, g, scales, out);
+}

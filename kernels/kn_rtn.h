@@ -55,6 +55,21 @@ void kn_rtn_q4_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
 void kn_ref_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
                        uint16_t *scales, uint8_t *zeros, uint8_t *out);
 
+/* A row of KN_W_Q4S (symmetric int4, zero KN_Q4_ZERO_SYM = 8) RTN over ng
+ * whole groups of g columns (x[ng * g]): per group, its range as
+ * kn_rtn_range and the signed value of largest magnitude `ext` (mx if mx >
+ * -mn, mn if -mn > mx, +0 if both are 0, else the first x with |x| == mx:
+ * cmp_quant_choose's scan), then the parameter cmp_quant.h gives Q4S (s =
+ * ext / -8 clamped to +-65504 and rounded to f16) into scales[ng] (f16
+ * bits; ext = 0 gives -0, 0x8000), and the codes as kn_rtn_codes_q4 with
+ * zero 8 (all 8, bytes 0x88, when s is 0) into out[ng * g / 2].  g even.
+ * The reference restates cmp_quant's rule; test_rtn holds both to
+ * cmp_quant_matrix bit for bit. */
+void kn_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
+                    uint8_t *out);
+void kn_ref_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g,
+                        uint16_t *scales, uint8_t *out);
+
 /* AVX2 bodies (kn_rtn_avx2.c); call only when kn_cpu_has_avx2().  Each
  * handles the whole n (its tail with the plain loop). */
 int kn_avx2_rtn_to_f32(const void *src, int type, size_t n, float *out);
@@ -64,5 +79,7 @@ void kn_avx2_rtn_codes_q4(const float *x, size_t n, float scale, int zero,
                           uint8_t *out);
 void kn_avx2_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
                         uint16_t *scales, uint8_t *zeros, uint8_t *out);
+void kn_avx2_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g,
+                         uint16_t *scales, uint8_t *out);
 
 #endif /* KN_RTN_H */

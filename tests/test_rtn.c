@@ -3,7 +3,8 @@
  * from a checkpoint's bytes) bitwise equal to cmp_quant_matrix on the
  * widened matrix, for every format, group, source type and awkward value
  * (ties at .5, zeros of both signs, all-zero groups, equal +-extremes,
- * odd widths), and refusing NaN/Inf. */
+ * odd widths), and refusing NaN/Inf.  The int4 row kernels (KN_W_Q4,
+ * KN_W_Q4S) are also held to their references directly. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -89,6 +90,52 @@ static void test_rtn_avx2_matches_reference_bitwise(void **state)
                 h[at] = keep;
             }
         }
+    }
+}
+
+/* The int4 row kernels (asymmetric and symmetric) against their plain
+ * references, every group size, group counts around the 8-group batch,
+ * scales normal, f16-subnormal, rounded to 0 and clamped at 65504 (with
+ * quotients past int32), with
+ * all-zero groups and equal +-extremes (either first) planted. */
+static void test_rtn_q4_rows_avx2_match_reference_bitwise(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU without AVX2: only the reference runs");
+    enum { NG = 19, G = 128 };
+    static float x[NG * G];
+    static uint16_t sa[NG], sb[NG];
+    static uint8_t za[NG], zb[NG], pa[NG * G / 2], pb[NG * G / 2];
+    const uint32_t groups[] = {32, 64, 128};
+    const float steps[] = {0.003f, 1e-7f, 1e-9f, 1e4f, 1e30f};
+    for (int round = 0; round < 3 * NG * 5; round++) {
+        uint32_t g = groups[round % 3];
+        uint32_t ng = 1 + (uint32_t)(round / 3) % NG;
+        float step = steps[(round / 3 / NG) % 5];
+        fill_awkward(x, (size_t)ng * g, step);
+        uint32_t k = tu_rng_u32(&g_rng) % ng; /* a zero group */
+        memset(x + (size_t)k * g, 0, g * sizeof(float));
+        if (tu_rng_u32(&g_rng) & 1)
+            x[(size_t)k * g + tu_rng_u32(&g_rng) % g] = -0.0f;
+        k = tu_rng_u32(&g_rng) % ng; /* a tie, the negative or positive first */
+        float sgn = (tu_rng_u32(&g_rng) & 1) ? 1.0f : -1.0f;
+        x[(size_t)k * g + 1] = sgn * 300.0f * step;
+        x[(size_t)k * g + g - 2] = -sgn * 300.0f * step;
+        memset(pa, 0x11, sizeof pa);
+        memset(pb, 0xEE, sizeof pb);
+        memset(sa, 0x11, sizeof sa);
+        memset(sb, 0xEE, sizeof sb);
+        kn_ref_rtn_q4s_row(x, ng, g, sa, pa);
+        kn_avx2_rtn_q4s_row(x, ng, g, sb, pb);
+        assert_memory_equal(sa, sb, ng * sizeof(uint16_t));
+        assert_memory_equal(pa, pb, (size_t)ng * g / 2);
+        memset(za, 0x11, sizeof za);
+        memset(zb, 0xEE, sizeof zb);
+        kn_ref_rtn_q4_row(x, ng, g, sa, za, pa);
+        kn_avx2_rtn_q4_row(x, ng, g, sb, zb, pb);
+        assert_memory_equal(sa, sb, ng * sizeof(uint16_t));
+        assert_memory_equal(za, zb, ng);
+        assert_memory_equal(pa, pb, (size_t)ng * g / 2);
     }
 }
 
@@ -203,6 +250,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rtn_avx2_matches_reference_bitwise),
+        cmocka_unit_test(test_rtn_q4_rows_avx2_match_reference_bitwise),
         cmocka_unit_test(test_rtn_rows_match_cmp_quant_matrix),
         cmocka_unit_test(test_rtn_rows_refuse_nonfinite),
     };
