@@ -165,6 +165,8 @@ static void mq_task(void *vctx, int tid, int nth)
         return;
     if (c->avx512 && c->T > KN_GEMM_MIN_T)
         kn_avx512_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
+    else if (c->avx512 && kn_avx512_matmul_q_dec_ok(c->W, c->T))
+        kn_avx512_matmul_q_dec(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else if (c->avx2 && c->T > KN_GEMM_MIN_T)
         kn_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else if (c->avx2)

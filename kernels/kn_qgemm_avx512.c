@@ -232,3 +232,100 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
         }
     }
 }
+
+/* ---- decode, 2 <= T <= 8 tokens, int4 --------------------------------------
+ * kn_qdot_avx2.c's decn_row does one row at a time, sign + maddubs + madd
+ * per token; here two rows share each token's biased activation block
+ * (one load and one xor for both), and each (row, token) costs one
+ * vpdpbusd from the row's init -- the same exact lanes, then the same
+ * float ops, so the same bits.  2 rows x 8 tokens = 16 accumulators, in
+ * registers (AVX512VL gives 32). */
+KN_AI void dec_rows2(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     float *Y, uint32_t r, int fmt, int R, int TT)
+{
+    const uint32_t nb = W->cols / KN_QK, rows = W->rows;
+    const size_t rb = kn_q4_row_bytes(W->cols);
+    const size_t xs = (size_t)nb * KN_QK; /* bytes per token */
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi8(1);
+    const uint8_t *wr[2];
+    const uint16_t *sr[2];
+    const uint8_t *zr[2];
+    __m256 acc[2][8];
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++) {
+        wr[i] = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rb;
+        sr[i] = (const uint16_t *)W->scales + (size_t)(r + (uint32_t)i) * ng;
+        zr[i] = fmt == KN_W_Q4 ? W->zeros + (size_t)(r + (uint32_t)i) * ng : NULL;
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        __m256i w[2], init[2];
+        __m256 ws[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < R; i++) {
+            if ((b & 3) == 0)
+                _mm_prefetch((const char *)((uintptr_t)wr[i] + (size_t)b * 16 + 4 * rb), _MM_HINT_T0);
+            uint32_t g = b >> gsh;
+            int z = fmt == KN_W_Q4 ? zr[i][g] : KN_Q4_ZERO_SYM;
+            w[i] = _mm256_sub_epi8(kn_avx2_q4_codes(wr[i] + (size_t)b * 16),
+                                   _mm256_set1_epi8((char)z));
+            init[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_dpbusd_epi32(
+                                           _mm256_setzero_si256(), ones, w[i]), 7));
+            ws[i] = _mm256_set1_ps(_cvtsh_ss(sr[i][g]));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            __m256i xu = _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)(xq + (size_t)t * xs + (size_t)b * KN_QK)),
+                bias);
+            __m256 vd = _mm256_broadcast_ss(xd + (size_t)t * nb + b);
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++)
+                acc[i][t] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init[i], xu, w[i])),
+                    _mm256_mul_ps(ws[i], vd), acc[i][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            Y[(size_t)t * rows + r + (uint32_t)i] += kn_hsum256(acc[i][t]);
+}
+
+KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                   float *Y, uint32_t r0, uint32_t r1, int fmt, int TT)
+{
+    uint32_t r = r0;
+    for (; r + 2 <= r1; r += 2)
+        dec_rows2(W, xq, xd, Y, r, fmt, 2, TT);
+    if (r < r1)
+        dec_rows2(W, xq, xd, Y, r, fmt, 1, TT);
+}
+
+int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
+{
+    return T >= 2 && T <= 8 && W->cols % KN_QK == 0 &&
+           (W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S);
+}
+
+void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
+                            size_t T, float *Y, uint32_t r0, uint32_t r1)
+{
+#define KN_DT(tt)                                                              \
+    case tt:                                                                   \
+        if (W->fmt == KN_W_Q4)                                                 \
+            dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4, tt);                        \
+        else                                                                   \
+            dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S, tt);                       \
+        break;
+    switch (T) {
+        KN_DT(2) KN_DT(3) KN_DT(4) KN_DT(5) KN_DT(6) KN_DT(7) default: KN_DT(8)
+    }
+#undef KN_DT
+}
