@@ -204,6 +204,16 @@ static inline float kn_qdot_scale(const kn_matrix *W, uint32_t r, uint32_t b,
 void kn_avx2_matmul_q_rows(const kn_matrix *W, const void *xq,
                            const float *xd, size_t T, float *Y, uint32_t r0,
                            uint32_t r1);
+/* kn_gemm_q_rows (kn_gemm.h) with AVX-512 VNNI, the same bits
+ * (kn_qgemm_avx512.c; only call when kn_cpu_has_avx512()). */
+void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
+                           size_t T, float *Y, uint32_t r0, uint32_t r1);
+/* Rows [r0, r1) of kn_matmul_q for 2 <= T <= 8 tokens of int4 weights
+ * (kn_avx512_matmul_q_dec_ok), the same bits as kn_avx2_matmul_q_rows
+ * (kn_qgemm_avx512.c; only call when kn_cpu_has_avx512()). */
+int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T);
+void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
+                            size_t T, float *Y, uint32_t r0, uint32_t r1);
 /* One activation block of n <= 32 values (zero-padded to 32), scalar;
  * q: int8 [32] (i16 = 0) or int16 [32] (i16 = 1). */
 void kn_qact_block(const float *x, uint32_t n, int i16, void *q, float *d);

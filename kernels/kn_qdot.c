@@ -143,6 +143,7 @@ typedef struct kn_mq_ctx {
     float *Y;             /* [T][rows] */
     const float *bias;    /* [rows] or NULL */
     int avx2;
+    int avx512;
 } kn_mq_ctx;
 
 /* Scalar rows [r0, r1), the reference's arithmetic. */
@@ -162,7 +163,11 @@ static void mq_task(void *vctx, int tid, int nth)
     uint32_t r0, r1;
     if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
         return;
-    if (c->avx2 && c->T > KN_GEMM_MIN_T)
+    if (c->avx512 && c->T > KN_GEMM_MIN_T)
+        kn_avx512_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
+    else if (c->avx512 && kn_avx512_matmul_q_dec_ok(c->W, c->T))
+        kn_avx512_matmul_q_dec(c->W, c->q, c->d, c->T, c->Y, r0, r1);
+    else if (c->avx2 && c->T > KN_GEMM_MIN_T)
         kn_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else if (c->avx2)
         kn_avx2_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
@@ -181,7 +186,8 @@ void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
     uint32_t nb = kn_qact_blocks(W->cols);
     size_t qb = qblock_bytes(kn_qact_kind_of(W));
     kn_mq_ctx c = { W, Xq, (const float *)((const uint8_t *)Xq + T * nb * qb),
-                    T, Y, bias, !kn_force_scalar() && kn_cpu_has_avx2() };
+                    T, Y, bias, !kn_force_scalar() && kn_cpu_has_avx2(), 0 };
+    c.avx512 = c.avx2 && kn_cpu_has_avx512();
     if ((uint64_t)W->rows * W->cols * T < KN_QDOT_PARALLEL_MIN_WORK)
         p = NULL;
     kn_pool_run(p, mq_task, &c);

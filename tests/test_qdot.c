@@ -149,8 +149,12 @@ static void test_qdot_gemm_panel_boundaries_bit_identical(void **state)
     for (size_t f = 0; f < 3; f++)
         for (uint32_t g = 32; g <= (fmts[f] == KN_W_Q8 ? 32u : 64u); g *= 2) {
             tu_tmat t = tu_tmat_make(&g_rng, fmts[f], 11, 32 * 77 + 5, g);
-            check_bits(NULL, &t, 131);
-            check_bits(p3, &t, 131);
+            for (int off = 0; off < 2; off++) { /* AVX-512 (if any), AVX2 */
+                kn_set_no_avx512(off);
+                check_bits(NULL, &t, 131);
+                check_bits(p3, &t, 131);
+            }
+            kn_set_no_avx512(0);
             tu_tmat_free(&t);
         }
     kn_pool_free(p3);
@@ -189,6 +193,16 @@ static void test_qdot_avx2_bit_identical_to_reference(void **state)
 {
     (void)state;
     TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
+    kn_set_no_avx512(1);
+    run_bits_suite(0);
+    kn_set_no_avx512(0);
+}
+
+static void test_qdot_avx512_bit_identical_to_reference(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI: "
+                                     "the AVX-512 kernels are not compared");
     run_bits_suite(0);
 }
 
@@ -203,7 +217,7 @@ static void test_qdot_scalar_bit_identical_to_reference(void **state)
 static void test_qdot_extreme_codes_exact(void **state)
 {
     (void)state;
-    enum { COLS = 64 };
+    enum { COLS = 64, T = 12 };
     int8_t q[2 * COLS];
     float sc[2] = {1.0f, 1.0f};
     for (int i = 0; i < COLS; i++) {
@@ -211,18 +225,24 @@ static void test_qdot_extreme_codes_exact(void **state)
         q[COLS + i] = -128;
     }
     kn_matrix m = {KN_W_Q8, 2, COLS, q, sc, NULL, 0};
-    float x[COLS];
-    for (int i = 0; i < COLS; i++)
+    float x[T * COLS];
+    for (int i = 0; i < T * COLS; i++)
         x[i] = i & 1 ? -1.0f : 1.0f; /* q = +-32767, d = 1/32767 */
-    int16_t xq[2 * 34];
-    kn_qact_quantize(KN_QACT_I16, x, 1, COLS, xq);
-    float y[2], r[2];
-    kn_matmul_q(NULL, &m, xq, 1, y, NULL);
-    kn_ref_matmul_q(&m, xq, 1, r, NULL);
-    /* row 0: 64 * 127 * 32767 / 32767; row 1: 0 (the +-32767 cancel) */
-    assert_float_equal(y[0], 64.0f * 127.0f, 1e-2);
-    assert_float_equal(y[1], 0.0f, 0);
-    assert_memory_equal(y, r, sizeof y);
+    int16_t xq[T * 2 * 34];
+    /* T = 1: the decode kernels; T = 12: the GEMM; each on every SIMD path */
+    for (int off = 0; off < 2; off++)
+        for (size_t n = 1; n <= T; n += T - 1) {
+            kn_set_no_avx512(off);
+            kn_qact_quantize(KN_QACT_I16, x, n, COLS, xq); /* d after n rows */
+            float y[2 * T], r[2 * T];
+            kn_matmul_q(NULL, &m, xq, n, y, NULL);
+            kn_ref_matmul_q(&m, xq, n, r, NULL);
+            /* row 0: 64 * 127 * 32767 / 32767; row 1: 0 (the +-32767 cancel) */
+            assert_float_equal(y[0], 64.0f * 127.0f, 1e-2);
+            assert_float_equal(y[1], 0.0f, 0);
+            assert_memory_equal(y, r, 2 * n * sizeof y[0]);
+        }
+    kn_set_no_avx512(0);
 }
 
 /* Int4 extremes: codes 15 against zero 0 and codes 0 against zero 15,
@@ -232,7 +252,7 @@ static void test_qdot_extreme_codes_exact(void **state)
 static void test_qdot_int4_extreme_codes_exact(void **state)
 {
     (void)state;
-    enum { ROWS = 8, COLS = 512, NG = COLS / 32 };
+    enum { ROWS = 8, COLS = 512, NG = COLS / 32, T = 12 };
     uint8_t q[ROWS * COLS / 2], z[ROWS * NG];
     uint16_t sc[ROWS * NG];
     for (int r = 0; r < ROWS; r++) {
@@ -242,21 +262,34 @@ static void test_qdot_int4_extreme_codes_exact(void **state)
             sc[r * NG + g] = 0x3c00; /* 1.0 */
     }
     kn_matrix m = {KN_W_Q4, ROWS, COLS, q, sc, z, 32};
-    int8_t xq[COLS + NG * 4];
-    float *d = (float *)(xq + COLS);
-    for (int sign = 0; sign < 2; sign++) {
-        memset(xq, sign ? 0x80 : 0x7f, COLS); /* -128 or +127 everywhere */
-        for (int b = 0; b < NG; b++)
-            d[b] = 1.0f;
-        float y[ROWS], r[ROWS];
-        kn_matmul_q(NULL, &m, xq, 1, y, NULL);
-        kn_ref_matmul_q(&m, xq, 1, r, NULL);
-        float want = 15.0f * (sign ? -128.0f : 127.0f) * COLS;
-        for (int i = 0; i < ROWS; i++) {
-            assert_memory_equal(&y[i], &r[i], sizeof y[i]);
-            assert_true(y[i] == (i & 1 ? -want : want));
-        }
-    }
+    static int8_t xq[T * (COLS + NG * 4)];
+    /* T = 1: the decode kernels; T = 12: the GEMM; each SIMD path.  -128
+     * only at T = 1: it is the code of a non-finite input, whose block
+     * scale is then non-finite too, and the AVX2 GEMM's sign trick (and
+     * the T = 2..8 kernel's) negates it to -128 again: only the batch-1
+     * kernel and the AVX-512 GEMM (which biases it to 0) are exact there.
+     * -127 is the most negative code a finite input gets. */
+    for (int off = 0; off < 2; off++)
+        for (size_t n = 1; n <= T; n += T - 1)
+            for (int sign = 0; sign < 2; sign++) {
+                kn_set_no_avx512(off);
+                int lo = n == 1 ? -128 : -127;
+                memset(xq, sign ? lo & 0xff : 0x7f, n * COLS);
+                float *d = (float *)(xq + n * COLS);   /* the scales follow */
+                for (size_t b = 0; b < n * NG; b++)
+                    d[b] = 1.0f;
+                float y[ROWS * T], r[ROWS * T];
+                kn_matmul_q(NULL, &m, xq, n, y, NULL);
+                kn_ref_matmul_q(&m, xq, n, r, NULL);
+                float want = 15.0f * (float)(sign ? lo : 127) * COLS;
+                for (size_t i = 0; i < ROWS * n; i++) {
+                    if (memcmp(&y[i], &r[i], sizeof y[i]))
+                        fail_msg("avx512 off %d, T %zu, output %zu: %g, the "
+                                 "reference %g", off, n, i, y[i], r[i]);
+                    assert_true(y[i] == (i & 1 ? -want : want));
+                }
+            }
+    kn_set_no_avx512(0);
 }
 
 /* The kernels find a block's group by a shift: a group that is a multiple
@@ -443,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_qact_avx2_matches_reference_bytes),
         cmocka_unit_test(test_qact_known_values),
         cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
+        cmocka_unit_test(test_qdot_avx512_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_extreme_codes_exact),
         cmocka_unit_test(test_qdot_int4_extreme_codes_exact),

@@ -1,0 +1,331 @@
+/*
+ * kn_qgemm_avx512.c - the integer prefill GEMM (kn_gemm_q_rows of
+ * kn_gemm.h) with AVX-512 VNNI, on 256-bit vectors (AVX512VL); called
+ * only when kn_cpu_has_avx512().
+ *
+ * Same bits as kn_gemm_avx2.c: kn_qdot.h's canonical arithmetic needs,
+ * per (row, token, 32-column block), the 8 exact int32 lane sums (lane l:
+ * the block's positions 4l .. 4l+3) and then fma((float)lane, s_b, acc).
+ * Any exact integer computation of those lanes gives the same ints, so
+ * the float ops that follow are the AVX2 kernel's, in the same order.
+ * What VNNI changes is how many instructions the integers cost:
+ *   Q4/Q4S: AVX2 does sign + maddubs + madd per (row, token); here one
+ *     vpdpbusd.  vpdpbusd multiplies unsigned by signed bytes, so the
+ *     activations go in biased, xu = x + 128 (x ^ 0x80: x is in +-127),
+ *     against the signed codes w = q - zero; the bias's share,
+ *     128 * (lane sum of w), is subtracted by starting the accumulation
+ *     from init = -128 * (lane sum of w), computed once per (row, block)
+ *     when the panel is unpacked.  |terms| <= 255 * 15 * 4: exact.
+ *   Q8: AVX2 does madd + madd + add; here madd + vpdpwssd.
+ * The float part (convert, s_b = scale * d, fma) is unchanged.
+ *
+ * Tiling as kn_gemm_avx2.c's integer GEMM: 4 weight rows unpacked per
+ * panel of 64 blocks (L1), tokens in panels of 64 with their float
+ * accumulators in memory between panels, register tiles of 4 rows x TT
+ * tokens (32 registers allow TT = 4 for Q4, 3 for Q8).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kn_avx2.h"
+#include "kn_gemm.h"
+#include "kn_internal.h"
+#include "kn_qdot.h"
+
+#define KN_AI __attribute__((always_inline)) static inline
+
+#define KN_VP_ROWS 4   /* weight rows unpacked at once */
+#define KN_VP_BLK 64   /* 32-column blocks unpacked at once */
+#define KN_VP_TP 64    /* tokens per panel */
+#define KN_VP_TMAX 4   /* widest register tile: tokens */
+#define KN_VP_TB8 3    /* register tile, Q8: tokens */
+#define KN_VP_TB4 4    /* register tile, Q4/Q4S: tokens */
+
+/* 4 rows x 64 blocks: Q4/Q4S the signed codes w and init (8 int32), Q8
+ * the bytes widened to int16; the Q4 blocks' f16 scales as floats. */
+typedef struct kn_vpanel {
+    _Alignas(64) uint8_t w[KN_VP_ROWS][KN_VP_BLK][64];
+    float s[KN_VP_ROWS][KN_VP_BLK];
+} kn_vpanel;
+
+KN_AI void vpanel_fill(kn_vpanel *P, const kn_matrix *W, uint32_t r, int R,
+                       uint32_t b0, uint32_t nb, int fmt)
+{
+    const uint32_t cols = W->cols;
+    const int gsh = fmt == KN_W_Q8 ? 0 : __builtin_ctz(W->group) - 5;
+    const uint32_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(cols, W->group);
+    const size_t rbytes = fmt == KN_W_Q8 ? cols : kn_q4_row_bytes(cols);
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int i = 0; i < R; i++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rbytes;
+        for (uint32_t j = 0; j < nb; j++) {
+            uint32_t b = b0 + j;
+            __m256i *o = (__m256i *)P->w[i][j];
+            if (fmt == KN_W_Q8) {
+                __m256i w = _mm256_loadu_si256((const __m256i *)(row + (size_t)b * 32));
+                _mm256_store_si256(o, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)));
+                _mm256_store_si256(o + 1, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)));
+                continue;
+            }
+            size_t gi = (size_t)(r + (uint32_t)i) * ng + (b >> gsh);
+            int z = fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
+            __m256i w = _mm256_sub_epi8(kn_avx2_q4_codes(row + (size_t)b * 16),
+                                        _mm256_set1_epi8((char)z));
+            __m256i sw = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, w);
+            _mm256_store_si256(o, w);
+            _mm256_store_si256(o + 1, _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                       _mm256_slli_epi32(sw, 7)));
+            P->s[i][j] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+        }
+    }
+}
+
+/* acc[i][t] (8 floats each, in memory between calls) += blocks [0, nb)
+ * of panel P against tokens t0 .. t0+TT-1 at blocks b0 .. */
+KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
+                  size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
+                  float *acc, size_t t0, int fmt, int R, int TT)
+{
+    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    __m256 a[KN_VP_ROWS][KN_VP_TMAX];
+    const uint8_t *xr[KN_VP_TMAX];
+    const float *dr[KN_VP_TMAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        xr[t] = xq + (t0 + (size_t)t) * xstride + (size_t)b0 * qb;
+        dr[t] = xd + (t0 + (size_t)t) * nbrow + b0;
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_VP_TP + t0 + (size_t)t) * 8);
+    }
+    for (uint32_t j = 0; j < nb; j++) {
+        __m256i xv[KN_VP_TMAX], xv2[KN_VP_TMAX];
+        __m256 vd[KN_VP_TMAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
+            if (fmt == KN_W_Q8) {
+                xv[t] = _mm256_loadu_si256(xp);
+                xv2[t] = _mm256_loadu_si256(xp + 1);
+            } else {
+                xv[t] = _mm256_xor_si256(_mm256_loadu_si256(xp), bias);
+            }
+            vd[t] = _mm256_broadcast_ss(dr[t] + j);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const __m256i *wp = (const __m256i *)P->w[i][j];
+            if (fmt == KN_W_Q8) {
+                __m256i wlo = _mm256_load_si256(wp), whi = _mm256_load_si256(wp + 1);
+#pragma GCC unroll 8
+                for (int t = 0; t < TT; t++) {
+                    __m256i p = _mm256_dpwssd_epi32(_mm256_madd_epi16(wlo, xv[t]),
+                                                    whi, xv2[t]);
+                    a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), vd[t], a[i][t]);
+                }
+                continue;
+            }
+            __m256i w = _mm256_load_si256(wp), init = _mm256_load_si256(wp + 1);
+            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                __m256i p = _mm256_dpbusd_epi32(init, xv[t], w);
+                a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            _mm256_store_ps(acc + ((size_t)i * KN_VP_TP + t0 + (size_t)t) * 8, a[i][t]);
+}
+
+static void vmicro_any(const kn_vpanel *P, const uint8_t *xq, const float *xd,
+                       size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
+                       float *acc, size_t t0, int fmt, int R, int TT)
+{
+#define KN_VM(f, r, t)                                                         \
+    case (f) * 64 + (r) * 8 + (t):                                             \
+        vmicro(P, xq, xd, xstride, nbrow, b0, nb, acc, t0, f, r, t);           \
+        break;
+#define KN_VR(f, r) KN_VM(f, r, 1) KN_VM(f, r, 2) KN_VM(f, r, 3) KN_VM(f, r, 4)
+#define KN_VF(f) KN_VR(f, 1) KN_VR(f, 2) KN_VR(f, 3) KN_VR(f, 4)
+    switch (fmt * 64 + R * 8 + TT) {
+        KN_VF(KN_W_Q8) KN_VF(KN_W_Q4) KN_VF(KN_W_Q4S)
+    default: break;
+    }
+#undef KN_VF
+#undef KN_VR
+#undef KN_VM
+}
+
+/* Rows r .. r+R-1 x tokens [t0, t1) (t1 - t0 <= KN_VP_TP). */
+static void vrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                  float *Y, uint32_t r, int R, size_t t0, size_t t1,
+                  kn_vpanel *P, float *acc)
+{
+    const int fmt = W->fmt;
+    const uint32_t nbrow = kn_qact_blocks(W->cols), nfull = W->cols / KN_QK;
+    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
+    const size_t xstride = (size_t)nbrow * qb;
+    const size_t tn = t1 - t0;
+    const size_t tb = fmt == KN_W_Q8 ? KN_VP_TB8 : KN_VP_TB4;
+    const size_t rbytes = fmt == KN_W_Q8 ? W->cols : kn_q4_row_bytes(W->cols);
+    memset(acc, 0, (size_t)KN_VP_ROWS * KN_VP_TP * 8 * sizeof(float));
+    for (size_t t = 0; t < tn; t++)
+        _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + r), _MM_HINT_T1);
+    for (uint32_t b0 = 0; b0 < nfull; b0 += KN_VP_BLK) {
+        uint32_t nb = nfull - b0 < KN_VP_BLK ? nfull - b0 : KN_VP_BLK;
+        switch (fmt) {
+        case KN_W_Q8: vpanel_fill(P, W, r, R, b0, nb, KN_W_Q8); break;
+        case KN_W_Q4: vpanel_fill(P, W, r, R, b0, nb, KN_W_Q4); break;
+        default: vpanel_fill(P, W, r, R, b0, nb, KN_W_Q4S); break;
+        }
+        /* the next 4 rows' first lines, for the next call's first panel
+         * (rows are a few hundred bytes: the hardware prefetcher does
+         * not follow the jump from one 4-row group to the next) */
+        if (b0 + nb >= nfull)
+            for (int i = 0; i < KN_VP_ROWS; i++)
+                for (size_t o = 0; o < rbytes && o < 1024; o += 64)
+                    _mm_prefetch((const char *)((uintptr_t)W->data +
+                                                (r + (size_t)R + (size_t)i) * rbytes + o),
+                                 _MM_HINT_T1);
+        for (size_t t = 0; t < tn; t += tb) {
+            int TT = tn - t < tb ? (int)(tn - t) : (int)tb;
+            vmicro_any(P, xq + t0 * xstride, xd + t0 * nbrow, xstride, nbrow,
+                       b0, nb, acc, t, fmt, R, TT);
+        }
+    }
+    for (size_t t = 0; t < tn; t++)
+        for (int i = 0; i < R; i++) {
+            float *ai = acc + ((size_t)i * KN_VP_TP + t) * 8;
+            __m256 a = _mm256_load_ps(ai);
+            uint32_t ri = r + (uint32_t)i;
+            if (nbrow > nfull) { /* ragged last block: the scalar lanes */
+                int32_t lane[8];
+                const uint8_t *x = xq + (t0 + t) * xstride + (size_t)nfull * qb;
+                kn_qdot_lanes(W, ri, nfull, x, lane);
+                float d = xd[(t0 + t) * nbrow + nfull];
+                a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)lane)),
+                                    _mm256_set1_ps(kn_qdot_scale(W, ri, nfull, d)), a);
+            }
+            float y = kn_hsum256(a);
+            if (fmt == KN_W_Q8)
+                y *= ((const float *)W->scales)[ri];
+            Y[(t0 + t) * W->rows + ri] += y;
+        }
+}
+
+void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
+                           size_t T, float *Y, uint32_t r0, uint32_t r1)
+{
+    kn_vpanel P;
+    _Alignas(64) float acc[KN_VP_ROWS * KN_VP_TP * 8];
+    for (size_t t0 = 0; t0 < T; t0 += KN_VP_TP) {
+        size_t t1 = T - t0 < KN_VP_TP ? T : t0 + KN_VP_TP;
+        for (uint32_t r = r0; r < r1; r += KN_VP_ROWS) {
+            int R = r1 - r < KN_VP_ROWS ? (int)(r1 - r) : KN_VP_ROWS;
+            vrows(W, xq, xd, Y, r, R, t0, t1, &P, acc);
+        }
+    }
+}
+
+/* ---- decode, 2 <= T <= 8 tokens, int4 --------------------------------------
+ * kn_qdot_avx2.c's decn_row does one row at a time, sign + maddubs + madd
+ * per token; here two rows share each token's biased activation block
+ * (one load and one xor for both), and each (row, token) costs one
+ * vpdpbusd from the row's init -- the same exact lanes, then the same
+ * float ops, so the same bits.  2 rows x 8 tokens = 16 accumulators, in
+ * registers (AVX512VL gives 32). */
+KN_AI void dec_rows2(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     float *Y, uint32_t r, int fmt, int R, int TT)
+{
+    const uint32_t nb = W->cols / KN_QK, rows = W->rows;
+    const size_t rb = kn_q4_row_bytes(W->cols);
+    const size_t xs = (size_t)nb * KN_QK; /* bytes per token */
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi8(1);
+    const uint8_t *wr[2];
+    const uint16_t *sr[2];
+    const uint8_t *zr[2];
+    __m256 acc[2][8];
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++) {
+        wr[i] = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rb;
+        sr[i] = (const uint16_t *)W->scales + (size_t)(r + (uint32_t)i) * ng;
+        zr[i] = fmt == KN_W_Q4 ? W->zeros + (size_t)(r + (uint32_t)i) * ng : NULL;
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        __m256i w[2], init[2];
+        __m256 ws[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < R; i++) {
+            if ((b & 3) == 0)
+                _mm_prefetch((const char *)((uintptr_t)wr[i] + (size_t)b * 16 + 4 * rb), _MM_HINT_T0);
+            uint32_t g = b >> gsh;
+            int z = fmt == KN_W_Q4 ? zr[i][g] : KN_Q4_ZERO_SYM;
+            w[i] = _mm256_sub_epi8(kn_avx2_q4_codes(wr[i] + (size_t)b * 16),
+                                   _mm256_set1_epi8((char)z));
+            init[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_dpbusd_epi32(
+                                           _mm256_setzero_si256(), ones, w[i]), 7));
+            ws[i] = _mm256_set1_ps(_cvtsh_ss(sr[i][g]));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            __m256i xu = _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)(xq + (size_t)t * xs + (size_t)b * KN_QK)),
+                bias);
+            __m256 vd = _mm256_broadcast_ss(xd + (size_t)t * nb + b);
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++)
+                acc[i][t] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init[i], xu, w[i])),
+                    _mm256_mul_ps(ws[i], vd), acc[i][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            Y[(size_t)t * rows + r + (uint32_t)i] += kn_hsum256(acc[i][t]);
+}
+
+KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                   float *Y, uint32_t r0, uint32_t r1, int fmt, int TT)
+{
+    uint32_t r = r0;
+    for (; r + 2 <= r1; r += 2)
+        dec_rows2(W, xq, xd, Y, r, fmt, 2, TT);
+    if (r < r1)
+        dec_rows2(W, xq, xd, Y, r, fmt, 1, TT);
+}
+
+int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
+{
+    return T >= 2 && T <= 8 && W->cols % KN_QK == 0 &&
+           (W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S);
+}
+
+void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
+                            size_t T, float *Y, uint32_t r0, uint32_t r1)
+{
+#define KN_DT(tt)                                                              \
+    case tt:                                                                   \
+        if (W->fmt == KN_W_Q4)                                                 \
+            dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4, tt);                        \
+        else                                                                   \
+            dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S, tt);                       \
+        break;
+    switch (T) {
+        KN_DT(2) KN_DT(3) KN_DT(4) KN_DT(5) KN_DT(6) KN_DT(7) default: KN_DT(8)
+    }
+#undef KN_DT
+}
