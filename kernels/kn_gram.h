@@ -74,4 +74,14 @@ void kn_ref_gram_cross(double *c, const float *a, const float *b, size_t T,
 void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
                        double out[KN_GRAM_MR * KN_GRAM_NR]);
 
+/* The AVX-512 tile (kn_gram_avx512.c; run only when kn_cpu_has_avx512()):
+ * the same sums over na (1 or 2) consecutive A panels from ap and nb (1 or
+ * 2) consecutive B panels from bp (panels KN_GRAM_KC tokens apart, as
+ * packed), i.e. rows r < na * MR, columns c < nb * NR, into out[r *
+ * KN_GRAM_TILE512_NC + c]; every element bit for bit the AVX2 tile's. */
+#define KN_GRAM_TILE512_NC (2 * KN_GRAM_NR)
+#define KN_GRAM_TILE512 (2 * KN_GRAM_MR * KN_GRAM_TILE512_NC)
+void kn_avx512_gram_tile(const float *ap, int na, const float *bp, int nb,
+                         size_t m, double out[KN_GRAM_TILE512]);
+
 #endif /* KN_GRAM_H */
