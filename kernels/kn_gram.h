@@ -26,10 +26,25 @@
  * L1, which is added to the caller's sums once per packed chunk.  (With
  * 128-token packed chunks, adding every tile to h or c, megabytes of
  * doubles at the 1536-wide input, took more time than the products.)
+ * The column panels are taken in groups of 8 (256 KiB of B panels, in
+ * L2), and within a group row panel by row panel, so that an A panel stays
+ * in L1 across the group and the tiles are added along rows of h or c, not
+ * down its columns (a new page per row at width 1536).  With AVX-512
+ * (kn_cpu_has_avx512) the tile is 12 x 32, two row panels by two column
+ * panels of the same packing.
  * The column panels are split over the pool's threads; every element is
- * computed by exactly the same operations whatever the thread count, so
- * the sums do not depend on it.  They do depend on where the chunks start
- * (calls start a new chunk) and on the CPU (FMA or not).
+ * computed by exactly the same operations whatever the thread count, the
+ * tile shape, the vector width or the order of the tiles, so the sums do
+ * not depend on them: the AVX-512 path gives the AVX2 path's bits.  They
+ * do depend on where the chunks start (calls start a new chunk) and on the
+ * CPU (FMA or not).
+ *
+ * Cost (Zen 4, one core): the tiles run near the FMA peak (~50 G
+ * multiply-adds/s, zmm or ymm alike); adding each packed chunk's tile sums
+ * to h or c reads and writes all of it once per call of <= KN_GRAM_KC
+ * tokens, which at width 1536 (19 MB for c) is bound by memory bandwidth
+ * and takes ~10-15 % of the time (prefetching it measured no gain); the
+ * packing ~4 %.
  *
  * No allocation: the caller passes scratch of kn_gram_scratch_floats(n)
  * floats.  Pointers may not alias.
@@ -73,5 +88,15 @@ void kn_ref_gram_cross(double *c, const float *a, const float *b, size_t T,
  * ascending), those sums added in double in order. */
 void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
                        double out[KN_GRAM_MR * KN_GRAM_NR]);
+
+/* The AVX-512 tile (kn_gram_avx512.c; run only when kn_cpu_has_avx512()):
+ * the same sums over na (1 or 2) consecutive A panels from ap and nb (1 or
+ * 2) consecutive B panels from bp (panels KN_GRAM_KC tokens apart, as
+ * packed), i.e. rows r < na * MR, columns c < nb * NR, into out[r *
+ * KN_GRAM_TILE512_NC + c]; every element bit for bit the AVX2 tile's. */
+#define KN_GRAM_TILE512_NC (2 * KN_GRAM_NR)
+#define KN_GRAM_TILE512 (2 * KN_GRAM_MR * KN_GRAM_TILE512_NC)
+void kn_avx512_gram_tile(const float *ap, int na, const float *bp, int nb,
+                         size_t m, double out[KN_GRAM_TILE512]);
 
 #endif /* KN_GRAM_H */

@@ -1,8 +1,9 @@
 /* test_gram.c - the blocked Gram sums of kn_gram.h (the calibration's
  * statistics) against their double references: AVX2 and scalar tiles,
  * widths that are not multiples of the tile, chunks that are not full,
- * sums accumulated over many calls; and the thread count not changing a
- * bit. */
+ * sums accumulated over many calls; the thread count not changing a
+ * bit; and the AVX-512 tile giving the AVX2 tile's bits (skipped, and
+ * said so, on a machine without AVX-512). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -173,6 +174,77 @@ static void test_gram_error_does_not_grow_with_tokens(void **state)
     free(ref);
 }
 
+/* h (tri) or c (cross) sums of T tokens from start, in two calls (the
+ * second starts a new chunk), with the AVX-512 path on or off. */
+static void sums_path(kn_pool *p, int tri, int no512, double *out,
+                      const float *a, const float *b, size_t T, uint32_t n,
+                      float *scr)
+{
+    kn_set_no_avx512(no512);
+    size_t t1 = T / 3;
+    if (tri) {
+        kn_gram_tri(p, out, a, t1, n, scr);
+        kn_gram_tri(p, out, a + t1 * n, T - t1, n, scr);
+    } else {
+        kn_gram_cross(p, out, a, b, t1, n, scr);
+        kn_gram_cross(p, out, a + t1 * n, b + t1 * n, T - t1, n, scr);
+    }
+    kn_set_no_avx512(0);
+}
+
+/* Widths around the AVX-512 tile (12 x 32: two 6-row and two 16-column
+ * panels) and the column groups (8 panels), token counts around the float
+ * chunk and the packed chunk, 1 and 2 threads, sums added to non-zero
+ * values: the AVX-512 path gives the AVX2 path's bits. */
+static void test_gram_avx512_matches_avx2_bit_for_bit(void **state)
+{
+    (void)state;
+    if (!kn_cpu_has_avx2() || !kn_cpu_has_avx512()) {
+        print_message("AVX-512 against AVX2 comparison skipped: this CPU "
+                      "(or MC_NO_AVX512) does not run the AVX-512 path\n");
+        return;
+    }
+    static const uint32_t widths[] = {1, 6, 7, 12, 13, 31, 33, 47, 100,
+                                      129, 203, 301};
+    static const size_t tokens[] = {1, 37, KN_GRAM_FC + 1, KN_GRAM_KC,
+                                    2 * KN_GRAM_KC + 37};
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+        uint32_t n = widths[w];
+        float *scr = malloc(kn_gram_scratch_floats(n) * sizeof(float));
+        assert_non_null(scr);
+        for (size_t k = 0; k < sizeof tokens / sizeof *tokens; k++) {
+            size_t T = tokens[k];
+            float *a = inputs(T, n), *b = inputs(T, n);
+            for (int tri = 0; tri < 2; tri++) {
+                size_t cnt = tri ? tri_count(n) : (size_t)n * n;
+                double *s2 = malloc(cnt * sizeof(double));
+                double *s5 = malloc(cnt * sizeof(double));
+                assert_non_null(s2);
+                assert_non_null(s5);
+                for (int th = 1; th <= 2; th++) {
+                    kn_pool *p = th == 2 ? p2 : NULL;
+                    for (size_t e = 0; e < cnt; e++)
+                        s2[e] = s5[e] = (double)tu_rng_f(&g_rng);
+                    sums_path(p, tri, 1, s2, a, b, T, n, scr);
+                    sums_path(p, tri, 0, s5, a, b, T, n, scr);
+                    if (memcmp(s2, s5, cnt * sizeof(double)) != 0)
+                        fail_msg("%s n %u T %zu threads %d: AVX-512 sums "
+                                 "differ from AVX2", tri ? "tri" : "cross",
+                                 n, T, th);
+                }
+                free(s2);
+                free(s5);
+            }
+            free(a);
+            free(b);
+        }
+        free(scr);
+    }
+    kn_pool_free(p2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -180,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_gram_cross_matches_double_reference),
         cmocka_unit_test(test_gram_threads_give_identical_sums),
         cmocka_unit_test(test_gram_error_does_not_grow_with_tokens),
+        cmocka_unit_test(test_gram_avx512_matches_avx2_bit_for_bit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
