@@ -1,9 +1,11 @@
 /*
  * kn_gemm.h - prefill matrix products: the T > KN_GEMM_MIN_T case of
  * kn_matmul (float activations) and kn_matmul_q (int8/int16 activation
- * blocks, kn_qdot.h), as cache-tiled, register-blocked GEMMs.  AVX2 only
- * (kn_gemm_avx2.c); the dispatchers in kn_ops.c / kn_qdot.c call these
- * when kn_cpu_has_avx2() and keep their scalar paths otherwise.
+ * blocks, kn_qdot.h), as cache-tiled, register-blocked GEMMs: AVX2
+ * (kn_gemm_avx2.c), and the float one also with AVX-512
+ * (kn_gemm_avx512.c, the same bits); the dispatchers in kn_ops.c /
+ * kn_qdot.c call these when kn_cpu_has_avx2() (the AVX-512 one when
+ * kn_cpu_has_avx512() too) and keep their scalar paths otherwise.
  *
  * THE invariant: an output element has the same bits as the decode
  * kernels give it (T <= KN_GEMM_MIN_T), because a sequence must give the
@@ -48,6 +50,10 @@
  * kn_avx2_matmul_supported(W), T > KN_GEMM_MIN_T, AVX2 present. */
 void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
                   uint32_t r0, uint32_t r1);
+/* kn_gemm_rows with AVX-512 (kn_gemm_avx512.c): the same contract and
+ * the same bits.  Precondition: as kn_gemm_rows, and kn_cpu_has_avx512(). */
+void kn_gemm_rows_avx512(const kn_matrix *W, const float *X, size_t T,
+                         float *Y, uint32_t r0, uint32_t r1);
 
 /* Rows [r0, r1) of Y += W Xq^T for T quantized activation rows (xq: the
  * integers [T][nb * 32] of kn_qact_kind_of(W), xd: the scales [T][nb]).
