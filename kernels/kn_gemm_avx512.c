@@ -36,8 +36,8 @@
 
 #define KN_G5_PB 4   /* register tile: row pairs (8 rows) */
 #define KN_G5_TB 6   /* register tile: tokens */
-#define KN_G5_RP 8   /* rows dequantized at once (a multiple of 2 * KN_G5_PB) */
-#define KN_G5_TP 128 /* tokens per panel: 128 x KN_KC floats of X, 256 KiB (L2) */
+#define KN_G5_RP 8   /* rows dequantized at once: one register tile, 16.3 KiB (L1) */
+#define KN_G5_TP 256 /* tokens per panel: 256 x KN_KC floats of X, 512 KiB (L2) */
 /* Floats per row pair of the panel: two rows of KN_KC columns, plus a
  * cache line so that the pairs do not all fall in the same L1 sets.
  * Element (2p + h, k) lies at p * KN_G5_LDP + (k / 8) * 16 + h * 8 + k % 8. */
