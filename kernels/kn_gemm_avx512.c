@@ -138,6 +138,43 @@ static void micro_any(const float *wi, const float *X, size_t ldx, uint32_t n,
 #undef KN_MC
 }
 
+/* Columns [c, c + 8) of rows a (low half) and b (high half) of an F16 or
+ * BF16 matrix as one vector: exact conversions, the values deq8 in
+ * kn_ops_avx2.c gives (and kn_w_at). */
+KN_AI __m512 pair8(const kn_matrix *W, uint32_t a, uint32_t b, uint32_t c, int fmt)
+{
+    size_t cols = W->cols;
+    const uint16_t *d = W->data;
+    __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(d + a * cols + c))),
+        _mm_loadu_si128((const __m128i *)(d + b * cols + c)), 1);
+    if (fmt == KN_W_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The whole 8-column chunks of rows r .. r+R-1 (R even) of a float matrix
+ * into the panel, straight from W: two rows a vector. */
+KN_AI void fill_pairs(const kn_matrix *W, uint32_t r, int R, uint32_t c0,
+                      uint32_t nfull, float *wi, int fmt)
+{
+    for (int i = 0; i < R; i += 2) {
+        float *o = wi + (size_t)(i / 2) * KN_G5_LDP;
+        uint32_t a = r + (uint32_t)i;
+        if (fmt == KN_W_F32) { /* two 32-byte copies: no insert */
+            const float *da = (const float *)W->data + (size_t)a * W->cols + c0;
+            const float *db = da + W->cols;
+            for (uint32_t c = 0; c < nfull; c++) {
+                _mm256_store_ps(o + (size_t)c * 16, _mm256_loadu_ps(da + 8 * c));
+                _mm256_store_ps(o + (size_t)c * 16 + 8, _mm256_loadu_ps(db + 8 * c));
+            }
+            continue;
+        }
+        for (uint32_t c = 0; c < nfull; c++)
+            _mm512_store_ps(o + (size_t)c * 16, pair8(W, a, a + 1, c0 + 8 * c, fmt));
+    }
+}
+
 /* Rows r .. r+R-1, columns [c0, c0 + n) of W into the row-pair panel wi
  * (tmp: KN_KC floats, 64-byte aligned); an odd R's last pair gets a zero
  * high half (its sums are computed and dropped). */
@@ -145,7 +182,17 @@ static void panel_fill(const kn_matrix *W, uint32_t r, int R, uint32_t c0,
                        uint32_t n, float *wi, float *tmp)
 {
     const uint32_t nfull = n / 8, nch = (n + 7) / 8;
-    for (int i = 0; i < R; i++) {
+    int i = 0;
+    if (n == nfull * 8) { /* float formats, whole chunks: no buffer */
+        int even = R & ~1;
+        switch (W->fmt) {
+        case KN_W_F32: fill_pairs(W, r, even, c0, nfull, wi, KN_W_F32); i = even; break;
+        case KN_W_F16: fill_pairs(W, r, even, c0, nfull, wi, KN_W_F16); i = even; break;
+        case KN_W_BF16: fill_pairs(W, r, even, c0, nfull, wi, KN_W_BF16); i = even; break;
+        default: break;
+        }
+    }
+    for (; i < R; i++) {
         kn_avx2_dequant_block(W, r + (uint32_t)i, c0, n, tmp);
         float *o = wi + (size_t)(i / 2) * KN_G5_LDP + (size_t)(i & 1) * 8;
         for (uint32_t c = 0; c < nfull; c++)
