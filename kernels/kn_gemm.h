@@ -25,7 +25,10 @@
  * stack buffer (L1) reused by every token of the panel, and the product
  * done in 4-row x 3-token register tiles (12 accumulators).  The next
  * weight panel and the next token tile's lines of Y are prefetched in
- * software: both are strided, and waited on otherwise.
+ * software: both are strided, and waited on otherwise.  The AVX-512
+ * kernel tiles the same way with 256-token panels and 8-row x 6-token
+ * register tiles, each zmm holding two rows' 8-lane chains (its header
+ * says why those are the AVX2 kernel's chains exactly).
  * Tiling (integer): 4 weight rows are unpacked once per token panel into a
  * stack buffer of signed bytes (|w| and w for maddubs/sign; Q8 widened to
  * int16) with their block scales as floats, then multiplied into 4-row x

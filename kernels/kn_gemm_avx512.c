@@ -16,13 +16,35 @@
  * block.  hsum8 reduces 8 such chains with kn_hsum256's additions (same
  * operands, same tree; only commuted), and the scalar tail is the same C.
  *
+ * Why that keeps the bits: the FMAs, the reduction's additions and the
+ * tail are the AVX2 kernel's, operand for operand (float addition
+ * commutes, so the reduction may pair the operands in other registers);
+ * the panel holds the values kn_avx2_dequant_block gives (F16/BF16/F32
+ * are converted straight from W by the same exact conversions, the other
+ * formats go through kn_avx2_dequant_block itself); the scalar tail is
+ * the same C, compiled without contraction (-std=c11).  test_prefill
+ * compares this kernel with the AVX2 one bit for bit (every format,
+ * ragged rows, columns and tokens, 1 and 2 threads).
+ *
  * What changes is the register tile: 32 zmm registers hold 4 row pairs
  * x KN_G5_TB tokens of accumulators (8 rows x 6 tokens = 48 chains in 24
  * registers, against 4 x 3 = 12 chains in the AVX2 kernel), so a column
  * step costs 4 weight loads + 6 broadcasts per 24 FMAs (AVX2: 4 + 3 per
- * 12), and the reduction runs 8 rows at once.  Zen 4 runs a zmm FMA as
- * two ymm halves, so the FLOP rate per instruction is the same; the gain
- * is in loads, reductions and loop overhead per FMA.
+ * 12), and the reduction runs 8 rows at once (14 instructions for 8 sums,
+ * hsum4 in the AVX2 file takes 14 for 4).  Zen 4 runs a zmm FMA as two
+ * ymm halves, so the FLOP rate per instruction is the same; the gain is
+ * in loads, reductions and loop overhead per FMA.
+ *
+ * Measured (bench_gemm --threads 1 --cpu --no-slices, T = 512, this Zen 4
+ * VM, interleaved with MC_NO_AVX512=1, docs/benchmarks.md i7_gemm512):
+ * 47-53 GMAC per CPU-second against 39-49 for the AVX2 kernel, 1.08-1.27x
+ * per shape at SmolLM-135M and TinyLlama-1.1B shapes, f16 and f32 alike;
+ * that is 83-90 % of the core's FMA peak (58 GMAC/s), so little is left.
+ * Tile and panels were chosen by A/B (f16, load 7-9): 4 x 5 ran as 4 x 6;
+ * 2 x 8, and 3 x 7 (with the per-element reduction), 10-15 % slower;
+ * 8-32-row x 64-512-token panels within noise of each other.  What the
+ * rest costs could not be counted (this VM exposes no hardware counters to
+ * perf); the per-block reductions are ~5 % of the instructions.
  */
 #include <immintrin.h>
 #include <string.h>
