@@ -35,11 +35,13 @@
  * ymm halves, so the FLOP rate per instruction is the same; the gain is
  * in loads, reductions and loop overhead per FMA.
  *
- * Measured (bench_gemm --threads 1 --cpu --no-slices, T = 512, this Zen 4
- * VM, interleaved with MC_NO_AVX512=1, docs/benchmarks.md i7_gemm512):
- * 47-53 GMAC per CPU-second against 39-49 for the AVX2 kernel, 1.08-1.27x
- * per shape at SmolLM-135M and TinyLlama-1.1B shapes, f16 and f32 alike;
- * that is 83-90 % of the core's FMA peak (58 GMAC/s), so little is left.
+ * Measured (bench_gemm --threads 1 --cpu --no-slices, this Zen 4 VM,
+ * interleaved with MC_NO_AVX512=1, docs/benchmarks.md i7_gemm512) at the
+ * SmolLM-135M and TinyLlama-1.1B shapes, f16 and f32 alike: best round
+ * against best round 1.03-1.14x at T = 512, 0.99-1.08x at T = 128 (the
+ * AVX2 kernel was already at 76-91 % of the core's FMA peak, this one
+ * reaches 86-93 %); medians 1.15-1.41x at T = 512, because the AVX2
+ * kernel's figure drops more when the shared machine is loaded.
  * Tile and panels were chosen by A/B (f16, load 7-9): 4 x 5 ran as 4 x 6;
  * 2 x 8, and 3 x 7 (with the per-element reduction), 10-15 % slower;
  * 8-32-row x 64-512-token panels within noise of each other.  What the
