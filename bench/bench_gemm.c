@@ -5,7 +5,12 @@
  * the prefill call, GMAC/s of the 8-token slices, and their ratio.  The
  * integer formats include quantizing the activations (as kn_block does).
  *
- * usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]
+ * usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu]
+ *                   [--fmt f16|f32|int8|int4g32] [--shapes tiny|smol] [--no-slices]
+ * --no-slices: skip the 8-token slices (their columns print 0).
+ * --shapes smol: the SmolLM-135M shapes (hidden 576, FFN 1536) instead of
+ * TinyLlama's.  f32 runs only when asked for (--fmt f32).
+ * MC_NO_AVX512=1 in the environment: the AVX2 kernels (A/B of one binary).
  * --cpu: GMAC per CPU-second of the process instead of per wall second
  * (with --threads 1, a busy machine's figure close to a quiet one's).
  * The load average is printed first: figures are noisy on a busy machine.
@@ -47,7 +52,10 @@ static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
         exit(1);
     }
     uint8_t *d = b.data;
-    if (f == KN_W_F16)
+    if (f == KN_W_F32)
+        for (size_t i = 0; i < db / 4; i++)
+            ((float *)d)[i] = bench_rnd(st, 0.0f, 0.05f);
+    else if (f == KN_W_F16)
         for (size_t i = 0; i < db / 2; i++)
             ((uint16_t *)d)[i] = fmt_f32_to_f16(bench_rnd(st, 0.0f, 0.05f));
     else
@@ -66,6 +74,11 @@ static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
 
 
 static int g_cpu; /* 1: time in CPU seconds (--cpu) */
+
+typedef struct bshape {
+    const char *name;
+    uint32_t rows, cols;
+} bshape;
 
 /* Seconds of one product of T tokens, in slices of `slice` tokens. */
 static double run_once(kn_pool *p, const kn_matrix *W, const float *X,
@@ -129,6 +142,8 @@ int main(int argc, char **argv)
 {
     int threads = 2, reps = 3;
     const char *only = NULL; /* --fmt: one format */
+    int smol = 0;            /* --shapes smol */
+    int no_slices = 0;       /* --no-slices: skip the 8-token slices */
     size_t Ts[8] = {128, 512};
     size_t nT = 2;
     for (int i = 1; i < argc; i++) {
@@ -136,6 +151,14 @@ int main(int argc, char **argv)
             threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
         } else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) {
             only = argv[++i];
+        } else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) {
+            i++;
+            if (!strcmp(argv[i], "smol"))
+                smol = 1;
+            else if (strcmp(argv[i], "tiny"))
+                argc = 0; /* usage below */
+        } else if (!strcmp(argv[i], "--no-slices")) {
+            no_slices = 1;
         } else if (!strcmp(argv[i], "--cpu")) {
             g_cpu = 1;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -145,27 +168,35 @@ int main(int argc, char **argv)
             for (char *s = strtok(argv[++i], ","); s && nT < 8; s = strtok(NULL, ","))
                 Ts[nT++] = (size_t)atol(s);
         } else {
-            fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]\n");
+            fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|f32|int8|int4g32] [--shapes tiny|smol] [--no-slices]\n");
             return 2;
         }
     }
-    if (reps < 1 || nT == 0) {
-        fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|int8|int4g32]\n");
+    if (reps < 1 || nT == 0 || argc == 0) {
+        fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|f32|int8|int4g32] [--shapes tiny|smol] [--no-slices]\n");
         return 2;
     }
     size_t Tmax = 0;
     for (size_t i = 0; i < nT; i++)
         Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
-    static const struct { const char *name; uint32_t rows, cols; } shapes[] = {
+    static const bshape tiny[] = {
         {"q/o 2048x2048", 2048, 2048},
         {"gate/up 5632x2048", 5632, 2048},
         {"down 2048x5632", 2048, 5632},
+    }, smolsh[] = {
+        {"q/o 576x576", 576, 576},
+        {"gate/up 1536x576", 1536, 576},
+        {"down 576x1536", 576, 1536},
     };
-    static const kn_wformat fmts[] = {KN_W_F16, KN_W_Q8, KN_W_Q4S};
-    static const char *fnames[] = {"f16", "int8", "int4g32"};
+    const bshape *shapes = smol ? smolsh : tiny;
+    static const kn_wformat fmts[] = {KN_W_F16, KN_W_Q8, KN_W_Q4S, KN_W_F32};
+    static const char *fnames[] = {"f16", "int8", "int4g32", "f32"};
     kn_pool *p = kn_pool_create(threads);
-    float *X = malloc(Tmax * 5632 * sizeof(float));
-    float *Y = malloc(Tmax * 5632 * sizeof(float));
+    /* 64-byte aligned, as the runtime's arena (RT_LAYOUT_ALIGN) places
+     * activations: malloc's 16-byte alignment splits every other 32-byte
+     * load of X across two cache lines */
+    float *X = aligned_alloc(64, Tmax * 5632 * sizeof(float));
+    float *Y = aligned_alloc(64, Tmax * 5632 * sizeof(float));
     void *xq = malloc((size_t)kn_qact_bytes(KN_QACT_I16, Tmax, 5632));
     if (!p || !X || !Y || !xq) {
         fprintf(stderr, "bench_gemm: out of memory\n");
@@ -174,25 +205,25 @@ int main(int argc, char **argv)
     uint64_t st = 42;
     for (size_t i = 0; i < Tmax * 5632; i++)
         X[i] = bench_rnd(&st, 0.0f, 1.0f);
-    printf("bench_gemm: threads %d, best of %d, %s, load average %.2f\n",
+    printf("bench_gemm: threads %d, best of %d, %s, %s, load average %.2f\n",
            threads, reps, g_cpu ? "per CPU-second" : "per wall second",
-           bench_loadavg());
+           kn_cpu_has_avx512() ? "AVX-512" : "AVX2", bench_loadavg());
     double peak = kn_cpu_has_avx2() ? fma_peak_avx2((float)threads) : 0.0;
     printf("float FMA peak, 1 thread: %.2f GMAC/s\n", peak);
     printf("%-8s %-18s %5s %10s %10s %7s %7s\n", "format", "shape", "T",
            "GMAC/s", "8-slices", "ratio", "%peak");
-    for (size_t f = 0; f < 3; f++)
-        for (size_t s = 0; s < 3 && (!only || !strcmp(only, fnames[f])); s++) {
+    for (size_t f = 0; f < 4; f++)
+        for (size_t s = 0; s < 3 && (only ? !strcmp(only, fnames[f]) : f < 3); s++) {
             bmat b = bmat_make(fmts[f], shapes[s].rows, shapes[s].cols, &st);
             for (size_t i = 0; i < nT; i++) {
                 size_t T = Ts[i];
                 double macs = (double)T * b.m.rows * b.m.cols;
                 double g = best_of(reps, p, &b.m, X, T, Y, xq, T);
-                double g8 = best_of(reps, p, &b.m, X, T, Y, xq, 8);
+                double g8 = no_slices ? 0.0 : best_of(reps, p, &b.m, X, T, Y, xq, 8);
                 double pct = peak > 0 ? 100.0 * macs / g * 1e-9 / (peak * threads) : 0.0;
                 printf("%-8s %-18s %5zu %10.2f %10.2f %7.2f %6.0f%%\n", fnames[f],
-                       shapes[s].name, T, macs / g * 1e-9, macs / g8 * 1e-9,
-                       g8 / g, pct);
+                       shapes[s].name, T, macs / g * 1e-9,
+                       no_slices ? 0.0 : macs / g8 * 1e-9, g8 / g, pct);
                 fflush(stdout);
             }
             free(b.data);

@@ -1,12 +1,12 @@
 /*
  * kn_gemm.h - prefill matrix products: the T > KN_GEMM_MIN_T case of
  * kn_matmul (float activations) and kn_matmul_q (int8/int16 activation
- * blocks, kn_qdot.h), as cache-tiled, register-blocked GEMMs.  AVX2
- * (kn_gemm_avx2.c); the dispatchers in kn_ops.c / kn_qdot.c call these
- * when kn_cpu_has_avx2() and keep their scalar paths otherwise.  The
- * integer GEMM has an AVX-512 VNNI twin, kn_avx512_gemm_q_rows
- * (kn_qgemm_avx512.c), which kn_qdot.c prefers when kn_cpu_has_avx512():
- * same tiling, same bits, ~1.3-1.7x the AVX2 kernel's rate on Zen 4.
+ * blocks, kn_qdot.h), as cache-tiled, register-blocked GEMMs: AVX2
+ * (kn_gemm_avx2.c), each with an AVX-512 twin giving the same bits (the
+ * float one kn_gemm_avx512.c, the integer one kn_avx512_gemm_q_rows in
+ * kn_qgemm_avx512.c, VNNI); the dispatchers in kn_ops.c / kn_qdot.c call
+ * these when kn_cpu_has_avx2() (the AVX-512 ones when kn_cpu_has_avx512()
+ * too) and keep their scalar paths otherwise.
  *
  * THE invariant: an output element has the same bits as the decode
  * kernels give it (T <= KN_GEMM_MIN_T), because a sequence must give the
@@ -26,7 +26,10 @@
  * stack buffer (L1) reused by every token of the panel, and the product
  * done in 4-row x 3-token register tiles (12 accumulators).  The next
  * weight panel and the next token tile's lines of Y are prefetched in
- * software: both are strided, and waited on otherwise.
+ * software: both are strided, and waited on otherwise.  The AVX-512
+ * kernel tiles the same way with 256-token panels and 8-row x 6-token
+ * register tiles, each zmm holding two rows' 8-lane chains (its header
+ * says why those are the AVX2 kernel's chains exactly).
  * Tiling (integer): 4 weight rows are unpacked once per token panel into a
  * stack buffer of signed bytes (|w| and w for maddubs/sign; Q8 widened to
  * int16) with their block scales as floats, then multiplied into 4-row x
@@ -51,6 +54,10 @@
  * kn_avx2_matmul_supported(W), T > KN_GEMM_MIN_T, AVX2 present. */
 void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
                   uint32_t r0, uint32_t r1);
+/* kn_gemm_rows with AVX-512 (kn_gemm_avx512.c): the same contract and
+ * the same bits.  Precondition: as kn_gemm_rows, and kn_cpu_has_avx512(). */
+void kn_gemm_rows_avx512(const kn_matrix *W, const float *X, size_t T,
+                         float *Y, uint32_t r0, uint32_t r1);
 
 /* Rows [r0, r1) of Y += W Xq^T for T quantized activation rows (xq: the
  * integers [T][nb * 32] of kn_qact_kind_of(W), xd: the scales [T][nb]).

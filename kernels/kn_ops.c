@@ -23,6 +23,7 @@ typedef struct kn_mm_ctx {
     float *Y;             /* [T][rows] */
     const float *bias;    /* [rows] or NULL */
     int avx2;
+    int avx512;           /* the prefill GEMM may use AVX-512 */
 } kn_mm_ctx;
 
 /* Scalar rows [r0, r1): dequantize 256 columns at a time, then dot them
@@ -52,7 +53,9 @@ static void mm_task(void *vctx, int tid, int nth)
     uint32_t r0, r1;
     if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
         return;
-    if (c->avx2 && c->T > KN_GEMM_MIN_T)
+    if (c->avx512 && c->T > KN_GEMM_MIN_T)
+        kn_gemm_rows_avx512(c->W, c->X, c->T, c->Y, r0, r1);
+    else if (c->avx2 && c->T > KN_GEMM_MIN_T)
         kn_gemm_rows(c->W, c->X, c->T, c->Y, r0, r1);
     else if (c->avx2)
         kn_avx2_matmul_rows(c->W, c->X, c->T, c->Y, r0, r1);
@@ -68,7 +71,8 @@ void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
 {
     if (T == 0 || W->rows == 0)
         return;
-    kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W) };
+    kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W), 0 };
+    c.avx512 = c.avx2 && kn_cpu_has_avx512();
     /* Small products are not worth waking the workers for: a wake-up costs
      * microseconds, and far more when the machine is busy and a worker has
      * been descheduled.  2^17 multiply-adds take ~20-40 us on one core. */

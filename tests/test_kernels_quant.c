@@ -243,8 +243,10 @@ static void test_matmul_rows_are_bit_identical_for_every_T(void **state)
 /* The float prefill GEMM over its tiling boundaries: 19 rows (two 8-row
  * panels and a 3-row one, 4-row tiles and a 3-row tail), 1100 columns
  * (two full KN_KC blocks and a ragged one), T = 140 (a 128-token panel
- * and one of 12, 3-token tiles and a 2-token tail): every token's row has
- * the bits of that token alone, 1 and 2 threads. */
+ * and one of 12, 3-token tiles and a 2-token tail; for the AVX-512 GEMM
+ * one 140-token panel, 8-row tiles and a 3-row one, 6-token tiles and a
+ * 2-token tail): every token's row has the bits of that token alone, 1 and
+ * 2 threads, with AVX-512 (where the CPU has it) and without. */
 static void test_matmul_gemm_panel_boundaries_bit_identical(void **state)
 {
     (void)state;
@@ -262,14 +264,20 @@ static void test_matmul_gemm_panel_boundaries_bit_identical(void **state)
         tu_tmat t = tu_tmat_make(&g_rng, fmts[f], ROWS, COLS, 32);
         for (size_t tok = 0; tok < T; tok++)
             kn_matmul(NULL, &t.m, x + tok * COLS, 1, alone + tok * ROWS, NULL);
-        for (int th = 0; th < 2; th++) {
-            kn_matmul(th ? pool : NULL, &t.m, x, T, y, NULL);
-            for (size_t tok = 0; tok < T; tok++)
-                if (memcmp(y + tok * ROWS, alone + tok * ROWS,
-                           ROWS * sizeof(float)) != 0)
-                    fail_msg("%s: token %zu differs at T=%d (threads %d)",
-                             fmt_name(fmts[f]), tok, T, th + 1);
+        /* the AVX-512 GEMM where the CPU has it, and the AVX2 one */
+        for (int no512 = 0; no512 < 2; no512++) {
+            kn_set_no_avx512(no512);
+            for (int th = 0; th < 2; th++) {
+                kn_matmul(th ? pool : NULL, &t.m, x, T, y, NULL);
+                for (size_t tok = 0; tok < T; tok++)
+                    if (memcmp(y + tok * ROWS, alone + tok * ROWS,
+                               ROWS * sizeof(float)) != 0)
+                        fail_msg("%s: token %zu differs at T=%d (threads %d%s)",
+                                 fmt_name(fmts[f]), tok, T, th + 1,
+                                 no512 ? ", AVX-512 off" : "");
+            }
         }
+        kn_set_no_avx512(0);
         tu_tmat_free(&t);
     }
     free(x);
