@@ -131,7 +131,10 @@ KN_AI void canon_blk(const kn_matrix *W, const float *X, float *Y, uint32_t r,
     /* Prefetch the same columns KN_PF_ROWS rows on (the rows the next row
      * blocks read; rows are contiguous): one line per 32 columns and row,
      * two for f32.  Short rows otherwise leave the hardware prefetcher
-     * too little of each stream to get ahead. */
+     * too little of each stream to get ahead.  Into L2 (T1), not L1:
+     * on Zen 4, with 4 interleaved 1152-byte rows, T0 prefetches read
+     * 10 GB/s on one core, T1 ones 19 (a plain sequential read 23); this
+     * kernel's f16 GEMV went 9.3 -> 23.4 GB/s (docs/benchmarks.md). */
     size_t ebits = fmt == KN_W_F32 ? 32 : fmt == KN_W_Q8 ? 8
                  : (fmt == KN_W_F16 || fmt == KN_W_BF16) ? 16 : 4;
     size_t pf = KN_PF_ROWS * (fmt == KN_W_Q4 || fmt == KN_W_Q4S
@@ -158,9 +161,9 @@ KN_AI void canon_blk(const kn_matrix *W, const float *X, float *Y, uint32_t r,
             #pragma GCC unroll 16
             for (int i = 0; i < R; i++) {
                 const uint8_t *a = rp[i].data + (size_t)(c0 + k) * ebits / 8 + pf;
-                _mm_prefetch((const char *)a, _MM_HINT_T0);
+                _mm_prefetch((const char *)a, _MM_HINT_T1);
                 if (fmt == KN_W_F32)
-                    _mm_prefetch((const char *)a + 64, _MM_HINT_T0);
+                    _mm_prefetch((const char *)a + 64, _MM_HINT_T1);
             }
         if (T == 1 && (fmt == KN_W_Q4 || fmt == KN_W_Q4S)) {
             /* one token of int4: a row's 32 weights at once, so the

@@ -220,9 +220,10 @@ KN_AI __m256i q4_codes(const uint8_t *w4, const uint8_t *z, uint32_t b,
     return load_w4(w4, b, fmt == KN_W_Q4 ? z[b >> gsh] : KN_Q4_ZERO_SYM);
 }
 
+/* Into L2, as kn_ops_avx2.c's decode prefetch (which says why). */
 KN_AI void pf_row(const uint8_t *p)
 {
-    _mm_prefetch((const char *)p, _MM_HINT_T0);
+    _mm_prefetch((const char *)p, _MM_HINT_T1);
 }
 
 /* Blocks per batch of dec1_q4_rows's block parameters. */

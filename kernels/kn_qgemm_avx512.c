@@ -268,7 +268,7 @@ KN_AI void dec_rows2(const kn_matrix *W, const uint8_t *xq, const float *xd,
 #pragma GCC unroll 2
         for (int i = 0; i < R; i++) {
             if ((b & 3) == 0)
-                _mm_prefetch((const char *)((uintptr_t)wr[i] + (size_t)b * 16 + 4 * rb), _MM_HINT_T0);
+                _mm_prefetch((const char *)((uintptr_t)wr[i] + (size_t)b * 16 + 4 * rb), _MM_HINT_T1);
             uint32_t g = b >> gsh;
             int z = fmt == KN_W_Q4 ? zr[i][g] : KN_Q4_ZERO_SYM;
             w[i] = _mm256_sub_epi8(kn_avx2_q4_codes(wr[i] + (size_t)b * 16),
