@@ -16,6 +16,7 @@
 #include "kn_gemm_pf.h"
 #include "kn_internal.h"
 #include "kn_qdot.h"
+#include "kn_qgemm_finish.h"
 
 #define KN_AI __attribute__((always_inline)) static inline
 
@@ -349,24 +350,7 @@ static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
                        b0, nb, acc, t, fmt, R, TT);
         }
     }
-    for (size_t t = 0; t < tn; t++)
-        for (int i = 0; i < R; i++) {
-            float *ai = acc + ((size_t)i * KN_QP_TP + t) * 8;
-            __m256 a = _mm256_load_ps(ai);
-            uint32_t ri = r + (uint32_t)i;
-            if (nbrow > nfull) { /* ragged last block: the scalar lanes */
-                int32_t lane[8];
-                const uint8_t *x = xq + (t0 + t) * xstride + (size_t)nfull * qb;
-                kn_qdot_lanes(W, ri, nfull, x, lane);
-                float d = xd[(t0 + t) * nbrow + nfull];
-                a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)lane)),
-                                    _mm256_set1_ps(kn_qdot_scale(W, ri, nfull, d)), a);
-            }
-            float y = kn_hsum256(a);
-            if (fmt == KN_W_Q8)
-                y *= ((const float *)W->scales)[ri];
-            Y[(t0 + t) * W->rows + ri] += y;
-        }
+    kn_qgemm_finish(W, xq, xd, Y, r, R, t0, tn, acc, KN_QP_TP);
 }
 
 void kn_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
