@@ -53,7 +53,7 @@
  *            MiB from run to run, with the request mode and the weight
  *            format (an int4 prefill reached 3.52), plus a margin of 256
  *            KiB, so that peak RSS stays within the plan (3.68 MiB);
- *            4.20 MiB since the AVX-512 kernels (+103 KB of text; a
+ *            4.04 MiB since the AVX-512 kernels (+103 KB of text; a
  *            Zen 4 host measured up to 0.28 MiB over the old base)
  *   threads  per worker thread the plan allows (its stack and TLS pages):
  *            20 KiB (stories260k at 1, 2, 8 and 16 threads)
@@ -68,7 +68,7 @@
  *            MiB measured beyond the other terms, 13.7 MiB reserved)
  * cmp_plan_cpu_reserve adds them up; the plan adds the artifact's page
  * tails on top (cmp_plan_map_tail_bytes, exact: no calibration). */
-#define CMP_CPU_BASE_BYTES (4300ull << 10) /* 3768 KiB until the AVX-512
+#define CMP_CPU_BASE_BYTES (4140ull << 10) /* 3768 KiB until the AVX-512
                                                 kernels: see docs/plan.md */
 #define CMP_CPU_THREAD_BYTES (20ull << 10)
 #define CMP_CPU_TENSOR_BYTES 3072ull
