@@ -144,7 +144,9 @@ static const mc_opt compile_opts[] = {
      .off = F(calib_stages), .choices = stages_choices,
      .help = "passes collecting a block's statistics (default 4:\n"
              "each input group after the ones before it are\n"
-             "quantized; 2 and 1 are cheaper, less exact)"},
+             "quantized, the passes reusing each other's work;\n"
+             "2 and 1 are less exact and, on Llama-family\n"
+             "shapes, no cheaper)"},
     {.kind = MC_OPT_U64, .flags = "--calib-seqs", .value = "N",
      .off = F(calib_seqs), .ulo = 1, .uhi = 1u << 30,
      .help = "calibrate on the first N sequences not held out\n"

@@ -126,6 +126,8 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
             first = e;
             if (most)
                 *most = e;
+        } else if (!(e.estimate_s < last.estimate_s)) {
+            continue; /* less effort for no less time: never chosen */
         }
         if (e.estimate_s <= budget_s) {
             *out = e;

@@ -11,6 +11,9 @@
  *      the method;
  *   4. the first half of the calibration sequences, then a quarter, ...
  *      down to one sequence.
+ * A step whose estimate is not below the effort before it is skipped:
+ * with 4 stages reusing their passes (cmp_calib_stage_span) fewer stages
+ * run no fewer multiply-adds, only worse statistics.
  * The first effort whose estimate fits the budget is chosen.  The choice
  * depends only on the estimate (so on the rate measured at start: on
  * machine load), never on a clock read during the run; its effort is

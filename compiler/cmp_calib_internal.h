@@ -123,6 +123,34 @@ void cmp_calib_layer_free(layer_ctx *c);
  * 4; cmp_calib_opts.stages), 0 past the last. */
 unsigned cmp_calib_stage_points(uint32_t stages, unsigned k);
 
+/* Where stage k's two passes begin, and where they run.  With 4 stages
+ * the later passes repeat work that has not changed since an earlier
+ * one: stage 2's passes would recompute the attention of stage 1's
+ * (q/k/v are quantized and folded by then, o is the only group between),
+ * and stage 3's the attention and o of stage 2's (only gate/up changed).
+ * So when reuse is set (down's inputs are stored, whose buffer
+ * [tokens][ffn] holds both models' attention outputs, 2 * q_dim <= ffn,
+ * from stage 1 until stage 3 writes it), stage 1's passes write their
+ * attention outputs there, stage 2's begin at o from them and run on the
+ * states themselves, leaving the residual after the attention in them,
+ * and stage 3's begin at the MLP from that residual.  The full-precision
+ * side runs in place only when stage 3's pass moves its states on
+ * (rotated); it begins at o only when stage 1 ran it (o's point not
+ * lean).  Same bits as the passes from the block's input. */
+typedef struct cmp_stage_span {
+    int start_f, start_q;     /* 1 + kn_tap_point the full-precision /
+                                 quantized pass begins at; 0: the input */
+    int keep_att;             /* stage 1: the passes write their attention
+                                 outputs to the reuse buffer */
+    int inplace_f, inplace_q; /* the pass runs on the states themselves */
+} cmp_stage_span;
+void cmp_calib_stage_span(uint32_t stages, unsigned k, unsigned lean, int rot,
+                          int reuse, cmp_stage_span *sp);
+/* 1 when stage spans reuse passes for a block of q_dim and ffn whose
+ * run stores down's inputs (store_down) in `stages` stages. */
+int cmp_calib_reuses(uint32_t stages, int store_down, uint64_t q_dim,
+                     uint64_t ffn);
+
 /* The held-out evaluation streamed with the layers (cmp_calib_heldout.c):
  * both models' states of the held-out sequences, moved through each block
  * while the calibration has it (the source block resident, the quantized

@@ -151,9 +151,16 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
 static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
                          const seqs *S, unsigned mask, unsigned full,
                          int move_f, int store_down, const kn_block_weights *qw,
-                         mc_error *err)
+                         const cmp_stage_span *sp, mc_error *err)
 {
     const rt_layer *L = &m->layers[c->l];
+    /* The reuse buffer's halves (cmp_calib_stage_span): both models'
+     * attention outputs, [tokens][q_dim] each, in down_in's buffer. */
+    size_t Q = (size_t)L->dims.heads * L->dims.head_dim, ntok = 0;
+    for (size_t i = 0; i < S->n; i++)
+        ntok += S->len[i];
+    int att_f = sp->keep_att || sp->start_f == 1 + KN_TAP_O_IN;
+    int att_q = sp->keep_att || sp->start_q == 1 + KN_TAP_O_IN;
     /* The full-precision block with the AWQ folds made so far (the same
      * function as the original; x_f then lives in the same scaled space as
      * x_q and the float copies). */
@@ -187,20 +194,25 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         size_t T = S->len[i];
         /* x_f is needed only for Hf and C */
         if (full || move_f) {
-            float *x = move_f ? S->states_f + at * H : S->xtmp_f;
+            int in_place = move_f || sp->inplace_f;
+            float *x = in_place ? S->states_f + at * H : S->xtmp_f;
             c->acc.pass = 0;
-            if (!move_f)
+            if (!in_place)
                 memcpy(x, S->states_f + at * H, T * H * sizeof(float));
-            cmp_fwd_block_until(f, &fw, &L->dims, x, T, tap_collect, &c->acc,
-                                move_f ? 0 : stop_f);
+            cmp_fwd_block_span(f, &fw, &L->dims, x, T, tap_collect, &c->acc,
+                               sp->start_f, move_f ? 0 : stop_f,
+                               att_f ? S->down_in + at * Q : NULL);
         }
         c->acc.pass = 1;
         c->acc.down_dst = store_down ? S->down_in + at * L->dims.ffn : NULL;
-        memcpy(S->xtmp, S->states + at * H, T * H * sizeof(float));
-        cmp_fwd_block_until(f, qw, &L->dims, S->xtmp, T, tap_collect, &c->acc,
-                            stop_q);
-        if (store_down)
-            memcpy(S->states + at * H, S->xtmp, T * H * sizeof(float));
+        float *xq = sp->inplace_q ? S->states + at * H : S->xtmp;
+        if (!sp->inplace_q)
+            memcpy(xq, S->states + at * H, T * H * sizeof(float));
+        cmp_fwd_block_span(f, qw, &L->dims, xq, T, tap_collect, &c->acc,
+                           sp->start_q, stop_q,
+                           att_q ? S->down_in + (ntok + at) * Q : NULL);
+        if (store_down && !sp->inplace_q)
+            memcpy(S->states + at * H, xq, T * H * sizeof(float));
         at += T;
     }
     c->acc.down_dst = NULL;
@@ -357,6 +369,42 @@ unsigned cmp_calib_stage_points(uint32_t stages, unsigned k)
     return k < 4 ? four[k] : 0;
 }
 
+int cmp_calib_reuses(uint32_t stages, int store_down, uint64_t q_dim,
+                     uint64_t ffn)
+{
+    return stages == 4 && store_down && 2 * q_dim <= ffn;
+}
+
+void cmp_calib_stage_span(uint32_t stages, unsigned k, unsigned lean, int rot,
+                          int reuse, cmp_stage_span *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    if (!reuse || stages != 4)
+        return;
+    unsigned full = 0xFu & ~lean;
+    int f_att = (full >> KN_TAP_O_IN) & 1u;            /* stage 1 ran f */
+    int f_moves = (lean & 0xFu) != 0xFu && rot;        /* stage 3 moves f */
+    int f_mlp = f_moves && ((full >> KN_TAP_GATE_UP_IN) & 1u);
+    switch (k) {
+    case 1:
+        sp->keep_att = 1;
+        break;
+    case 2:
+        sp->start_f = f_att ? 1 + KN_TAP_O_IN : 0;
+        sp->inplace_f = f_moves;
+        sp->start_q = 1 + KN_TAP_O_IN;
+        sp->inplace_q = 1;
+        break;
+    case 3:
+        sp->start_f = f_mlp ? 1 + KN_TAP_GATE_UP_IN : 0;
+        sp->start_q = 1 + KN_TAP_GATE_UP_IN;
+        sp->inplace_q = 1;
+        break;
+    default:
+        break;
+    }
+}
+
 /* The groups in the order qkv, o, gate/up, down, their statistics
  * collected in c->o->stages stages (cmp_calib.h): before the first group
  * of a stage, one pair of passes collects every point of the stage from
@@ -380,6 +428,9 @@ static mc_status groups_staged(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     int done[CMP_LIN_COUNT] = {0};
     unsigned full = 0xFu & ~c->lean;
     int pre = prescales(c);
+    int reuse = cmp_calib_reuses(stages, S->down_in != NULL,
+                                 (uint64_t)m->cfg.num_heads * m->cfg.head_dim,
+                                 m->cfg.intermediate_size);
     mc_status st = MC_OK;
     for (unsigned k = 0; k < stages && st == MC_OK; k++) {
         unsigned pts = cmp_calib_stage_points(stages, k), mask = pts;
@@ -399,8 +450,10 @@ static mc_status groups_staged(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         *stored_down |= store;
         kn_block_weights qw;
         mixed_block(c, done, &qw);
+        cmp_stage_span sp;
+        cmp_calib_stage_span(stages, k, c->lean, c->rot != NULL, reuse, &sp);
         if ((st = collect(c, m, f, S, mask, full & pts, move_f, store, &qw,
-                          err)) != MC_OK)
+                          &sp, err)) != MC_OK)
             return st;
         if (k == 0 && pre) {
             int keep_down = (pts >> KN_TAP_DOWN_IN) & 1u;

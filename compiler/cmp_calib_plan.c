@@ -121,7 +121,8 @@ static int stage_mask(const fmt_model_config *c, uint32_t stages, unsigned k,
  * cmp_calib_layer runs them (groups_staged, then the final moves): each
  * stage's full-precision pass up to the last full point it serves (the
  * whole block when it moves the states), its quantized pass up to the
- * last point in its mask; then the moves that are left. */
+ * last point in its mask, each from where cmp_calib_stage_span begins it;
+ * then the moves that are left. */
 double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
                                   uint32_t stages, unsigned lean, int pre,
                                   int rot, int store_down)
@@ -132,8 +133,15 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
         stages = CMP_CALIB_STAGES_DEFAULT;
     unsigned fullpts = 0xFu & ~lean, pts, mask;
     int moved_f = 0, stored = 0;
+    int reuse = cmp_calib_reuses(stages, store_down, fmt_config_q_dim(c),
+                                 c->intermediate_size);
     double total = 0.0;
     for (unsigned k = 0; stage_mask(c, stages, k, pre, &pts, &mask); k++) {
+        cmp_stage_span sp;
+        cmp_calib_stage_span(stages, k, lean, rot, reuse, &sp);
+        /* a pass that begins at point p skips cum[p] (p: o's 1, gate/up's 2) */
+        double skip_f = sp.start_f ? cum[sp.start_f - 1] : 0.0;
+        double skip_q = sp.start_q ? cum[sp.start_q - 1] : 0.0;
         unsigned full = fullpts & pts;
         int move_f = k == stages - 1 && (lean & 0xFu) != 0xFu &&
                      (stages < 4 || rot);
@@ -147,10 +155,10 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
                 stop_q = p;
         }
         if (move_f)
-            total += cum[4];
+            total += cum[4] - skip_f;
         else if (full)
-            total += cum[stop_f];
-        total += cum[stop_q];
+            total += cum[stop_f] - skip_f;
+        total += cum[stop_q] - skip_q;
     }
     if (!moved_f && (lean & 0xFu) != 0xFu)
         total += cum[4];

@@ -173,11 +173,22 @@ void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
                          const kn_block_dims *d, float *x, size_t T,
                          kn_tap_fn tap, void *tap_ctx, int stop)
 {
+    cmp_fwd_block_span(f, w, d, x, T, tap, tap_ctx, 0, stop, NULL);
+}
+
+void cmp_fwd_block_span(cmp_fwd *f, const kn_block_weights *w,
+                        const kn_block_dims *d, float *x, size_t T,
+                        kn_tap_fn tap, void *tap_ctx, int start, int stop,
+                        float *att)
+{
     kn_block_segment seg = {&f->kv, 0, T, NULL};
-    f->s.tap_stop = stop;
-    kn_block_forward(f->pool, w, d, &f->rope, x, T, f->pos, &seg, 1, &f->s,
-                     tap, tap_ctx);
-    f->s.tap_stop = 0;
+    kn_block_scratch s = f->s;
+    s.tap_stop = stop;
+    s.tap_start = start;
+    if (att)
+        s.att = att;
+    kn_block_forward(f->pool, w, d, &f->rope, x, T, f->pos, &seg, 1, &s, tap,
+                     tap_ctx);
 }
 
 void cmp_fwd_head(cmp_fwd *f, float *x, size_t T, float *logits)

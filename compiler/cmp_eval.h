@@ -55,6 +55,17 @@ void cmp_fwd_block(cmp_fwd *f, const kn_block_weights *w,
 void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
                          const kn_block_dims *d, float *x, size_t T,
                          kn_tap_fn tap, void *tap_ctx, int stop);
+/* The same from point start (kn_block_scratch.tap_start: 0 = the block's
+ * input; 1 + KN_TAP_O_IN: x is the block's input and att holds the
+ * attention output of an earlier pass of the same q/k/v weights over the
+ * same x; 1 + KN_TAP_GATE_UP_IN: x is the residual after the attention,
+ * as a pass stopped at that tap leaves it) to stop.  att, when not NULL,
+ * is where the attention output [T][q_dim] lives: written when the pass
+ * computes it, read when it starts at o.  Same bits as the whole pass. */
+void cmp_fwd_block_span(cmp_fwd *f, const kn_block_weights *w,
+                        const kn_block_dims *d, float *x, size_t T,
+                        kn_tap_fn tap, void *tap_ctx, int start, int stop,
+                        float *att);
 /* logits [T][vocab] = lm_head(rmsnorm(x) * final_norm); x is overwritten. */
 void cmp_fwd_head(cmp_fwd *f, float *x, size_t T, float *logits);
 /* The same head for model m outside a forward context (the held-out

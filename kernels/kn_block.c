@@ -68,43 +68,48 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
     const size_t kv_dim = (size_t)d->kv_heads * d->head_dim;
     const size_t ffn = d->ffn;
 
-    /* ---- attention ---- */
-    kn_rmsnorm(s->xb, x, w->attn_norm, T, hidden, d->eps);
-    if (tap)
-        tap(tap_ctx, KN_TAP_QKV_IN, s->xb, T, hidden);
-    if (tap && s->tap_stop == 1 + KN_TAP_QKV_IN)
-        return;
-    linears(pool, s, s->xb, T, hidden, s->hb, ffn, 3,
-            (const kn_matrix *const[]){&w->wq, &w->wk, &w->wv},
-            (float *const[]){s->q, s->k, s->v},
-            (const float *const[]){w->bq, w->bk, w->bv});
+    const int start = s->tap_start;
+    if (start <= 1 + KN_TAP_QKV_IN) {
+        /* ---- attention ---- */
+        kn_rmsnorm(s->xb, x, w->attn_norm, T, hidden, d->eps);
+        if (tap)
+            tap(tap_ctx, KN_TAP_QKV_IN, s->xb, T, hidden);
+        if (tap && s->tap_stop == 1 + KN_TAP_QKV_IN)
+            return;
+        linears(pool, s, s->xb, T, hidden, s->hb, ffn, 3,
+                (const kn_matrix *const[]){&w->wq, &w->wk, &w->wv},
+                (float *const[]){s->q, s->k, s->v},
+                (const float *const[]){w->bq, w->bk, w->bv});
 
-    size_t row = 0;
-    for (size_t i = 0; i < nseg; i++) {
-        const kn_block_segment *g = &seg[i];
-        const kn_rope *r = g->rope ? g->rope : rope;
-        float *q = s->q + row * q_dim;
-        float *k = s->k + row * kv_dim;
-        kn_rope_apply(r, q, g->count, d->heads, pos + row);
-        kn_rope_apply(r, k, g->count, d->kv_heads, pos + row);
-        /* Store the whole segment first: its later rows attend its
-         * earlier ones through the cache. */
-        for (size_t t = 0; t < g->count; t++)
-            kn_kv_store(g->kv, g->pos0 + (int64_t)t, k + t * kv_dim,
-                        s->v + (row + t) * kv_dim);
-        kn_attention(pool, g->kv, q, g->count, d->heads, g->pos0, d->window,
-                     s->att + row * q_dim, s->attn);
-        row += g->count;
+        size_t row = 0;
+        for (size_t i = 0; i < nseg; i++) {
+            const kn_block_segment *g = &seg[i];
+            const kn_rope *r = g->rope ? g->rope : rope;
+            float *q = s->q + row * q_dim;
+            float *k = s->k + row * kv_dim;
+            kn_rope_apply(r, q, g->count, d->heads, pos + row);
+            kn_rope_apply(r, k, g->count, d->kv_heads, pos + row);
+            /* Store the whole segment first: its later rows attend its
+             * earlier ones through the cache. */
+            for (size_t t = 0; t < g->count; t++)
+                kn_kv_store(g->kv, g->pos0 + (int64_t)t, k + t * kv_dim,
+                            s->v + (row + t) * kv_dim);
+            kn_attention(pool, g->kv, q, g->count, d->heads, g->pos0, d->window,
+                         s->att + row * q_dim, s->attn);
+            row += g->count;
+        }
     }
 
-    if (tap)
-        tap(tap_ctx, KN_TAP_O_IN, s->att, T, q_dim);
-    if (tap && s->tap_stop == 1 + KN_TAP_O_IN)
-        return;
-    linears(pool, s, s->att, T, q_dim, s->hb, ffn, 1,
-            (const kn_matrix *const[]){&w->wo}, (float *const[]){s->xb},
-            (const float *const[]){w->bo});
-    kn_add(x, s->xb, T * hidden);
+    if (start <= 1 + KN_TAP_O_IN) {
+        if (tap)
+            tap(tap_ctx, KN_TAP_O_IN, s->att, T, q_dim);
+        if (tap && s->tap_stop == 1 + KN_TAP_O_IN)
+            return;
+        linears(pool, s, s->att, T, q_dim, s->hb, ffn, 1,
+                (const kn_matrix *const[]){&w->wo}, (float *const[]){s->xb},
+                (const float *const[]){w->bo});
+        kn_add(x, s->xb, T * hidden);
+    }
 
     /* ---- MLP ---- */
     kn_rmsnorm(s->xb, x, w->mlp_norm, T, hidden, d->eps);

@@ -104,6 +104,20 @@ typedef struct kn_block_scratch {
                                    partly updated: a calibration pass that
                                    needs no later input); 0: the whole
                                    block */
+    int tap_start;              /* where the block begins: 0 (or 1 +
+                                   KN_TAP_QKV_IN): at its input;
+                                   1 + KN_TAP_O_IN: att already holds the
+                                   attention output of these rows (an
+                                   earlier pass of the same q/k/v weights
+                                   over the same x; the KV cache is not
+                                   touched) and x is still the block's
+                                   input; 1 + KN_TAP_GATE_UP_IN: x is the
+                                   residual after the attention (x + o's
+                                   output, as a pass stopped at that tap
+                                   leaves it).  Taps before the start are
+                                   not called.  The calibration resumes its
+                                   later passes there instead of
+                                   recomputing what did not change. */
 } kn_block_scratch;
 
 /* Where the tap is called: the input of each group of linears that share

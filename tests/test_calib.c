@@ -16,6 +16,7 @@
 
 #include "cmp_auto.h"
 #include "cmp_calib.h"
+#include "cmp_calib_internal.h"
 #include "cmp_plan.h"
 #include "cmp_eval.h"
 #include "mc_alloc.h"
@@ -184,6 +185,42 @@ static void test_calib_threads_do_not_change_the_result(void **state)
     cmp_calib_result_free(r[1]);
     check_down_store(m, tok, off, pool);
     kn_pool_free(pool);
+    tu_fixture_close(m, path, tok, off);
+}
+
+/* With down's inputs stored, the 4 stages' later passes begin where the
+ * earlier ones left off (cmp_calib_stage_span: stage 2 at o from stage
+ * 1's attention outputs, stage 3 at the MLP from stage 2's residual);
+ * without the store every pass runs from the block's input.  Both give
+ * the same result bit for bit, rotated or not, with any tap point lean
+ * (a lean point has no full-precision pass to reuse). */
+static void test_calib_pass_reuse_keeps_the_bits(void **state)
+{
+    (void)state;
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
+    assert_true(cmp_calib_reuses(4, 1, (uint64_t)m->cfg.num_heads * m->cfg.head_dim,
+                                 m->cfg.intermediate_size));
+    static const unsigned lean[5] = {
+        0, 1u << KN_TAP_O_IN, 1u << KN_TAP_GATE_UP_IN,
+        (1u << KN_TAP_O_IN) | (1u << KN_TAP_GATE_UP_IN), 1u << KN_TAP_DOWN_IN};
+    for (int rot = 0; rot < 2; rot++)
+        for (int k = 0; k < 5; k++) {
+            cmp_calib_result *r[2] = {NULL, NULL};
+            for (int j = 0; j < 2; j++) {
+                cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
+                o.rotate = rot;
+                o.force_lean = lean[k] | (j ? CMP_CALIB_LEAN_DOWN_STORE : 0);
+                assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[j], NULL),
+                                 MC_OK);
+            }
+            assert_int_equal(r[0]->mem.lean & CMP_CALIB_LEAN_DOWN_STORE, 0);
+            assert_same_result(r[0], r[1]);
+            cmp_calib_result_free(r[0]);
+            cmp_calib_result_free(r[1]);
+        }
     tu_fixture_close(m, path, tok, off);
 }
 
@@ -501,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_calib_fixture_qwen2_bias_int8),
         cmocka_unit_test(test_calib_all_float_is_identity),
         cmocka_unit_test(test_calib_threads_do_not_change_the_result),
+        cmocka_unit_test(test_calib_pass_reuse_keeps_the_bits),
         cmocka_unit_test(test_calib_stages_trade_passes_for_order),
         cmocka_unit_test(test_calib_rotation_keeps_function),
         cmocka_unit_test(test_calib_rejects_bad_options),

@@ -54,9 +54,24 @@ static void test_block_madds_follow_the_passes(void **state)
      * quantized final move (whole block) */
     assert_true(cmp_calib_plan_block_madds(&c, 8, 1, 0, 0, 1, 0) == c4 + c3 + c4);
     /* 4 stages, best (pre-scales: stage 0's q-pass goes to down's input),
-     * rotated, down's inputs stored: the final move is down alone */
+     * rotated, down's inputs stored (2 * q_dim <= ffn: the passes reuse,
+     * cmp_calib_stage_span): stage 1's passes to o's input, stage 2's
+     * from o to gate/up's, stage 3's from there (the f-pass moving the
+     * states on), the final move down alone: one block each way */
     assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 1, 1, 1) ==
-                c3 + 2 * c1 + 2 * c2 + c4 + c3 + (c4 - c3));
+                c3 + 2 * c1 + 2 * (c2 - c1) + (c4 - c2) + (c3 - c2) + (c4 - c3));
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 1, 1, 1) == c3 + 2 * c4);
+    /* the same not rotated: stage 2's f-pass runs on a copy, so stage 3's
+     * begins at the input and the final move is a whole block */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 1, 0, 1) ==
+                c3 + 2 * c1 + 2 * (c2 - c1) + c3 + (c3 - c2) + c4 + (c4 - c3));
+    /* an FFN narrower than two attention outputs: no reuse, every pass
+     * from the block's input */
+    fmt_model_config n = c;
+    n.intermediate_size = 100;
+    const double n3 = c2 + 2.0 * 100 * 64, n4 = n3 + 64.0 * 100;
+    assert_true(cmp_calib_plan_block_madds(&n, 8, 4, 0, 1, 1, 1) ==
+                n3 + 2 * c1 + 2 * c2 + n4 + n3 + (n4 - n3));
     /* 4 stages, not rotated, nothing pre-scaled or stored: no pass moves
      * the states, both final moves are whole blocks */
     assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 0, 0, 0) ==
@@ -131,13 +146,20 @@ static void test_choice_walks_the_ladder(void **state)
     assert_int_equal(got.seqs, 16);
     assert_true(got.estimate_s == most.estimate_s && most.estimate_s > 0.0);
     /* each budget just under the effort chosen steps down the ladder:
-     * stages 2, stages 1, gptaq, then 8, 4, 2, 1 sequences */
-    static const uint32_t st[7] = {2, 1, 1, 1, 1, 1, 1};
-    static const cmp_qmethod me[7] = {CMP_QM_BEST, CMP_QM_BEST, CMP_QM_GPTAQ,
-                                      CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
-                                      CMP_QM_GPTAQ};
-    static const size_t sq[7] = {16, 16, 16, 8, 4, 2, 1};
-    for (int k = 0; k < 7; k++) {
+     * stages 1, gptaq, then 8, 4, 2, 1 sequences.  Stages 2 is skipped:
+     * with the 4 stages' passes reused (cmp_calib_stage_span) it runs
+     * more multiply-adds than 4 (stage 0's passes cannot be reused) */
+    cmp_calib_opts o2 = lc.o;
+    o2.stages = 2;
+    cmp_calib_effort two;
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &o2, 1, 1e12,
+                                             rate, &two, NULL, &e), MC_OK);
+    assert_true(two.estimate_s > most.estimate_s);
+    static const uint32_t st[6] = {1, 1, 1, 1, 1, 1};
+    static const cmp_qmethod me[6] = {CMP_QM_BEST, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
+                                      CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ};
+    static const size_t sq[6] = {16, 16, 8, 4, 2, 1};
+    for (int k = 0; k < 6; k++) {
         prev = got;
         assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
                                                  prev.estimate_s * 0.999, rate,
