@@ -35,7 +35,7 @@
 
 #define KN_AI __attribute__((always_inline)) static inline
 
-#define KN_FA5_RS 4
+#define KN_FA5_RS 8
 #define KN_FA5_RV 4
 
 /* kn_exp256 on 16 lanes: the same operations in the same order. */
@@ -206,6 +206,10 @@ void kn_avx512_attend_block(kn_fa_tile *t, const float *kt, const float *vb,
     uint32_t i = 0, n = t->nact;
     for (; i + KN_FA5_RS <= n; i += KN_FA5_RS)
         scores_rows(t, i, KN_FA5_RS, kt, hd, root, inv_root, sc);
+    if (n - i >= 4) {
+        scores_rows(t, i, 4, kt, hd, root, inv_root, sc);
+        i += 4;
+    }
     switch (n - i) {
     case 3: scores_rows(t, i, 3, kt, hd, root, inv_root, sc); break;
     case 2: scores_rows(t, i, 2, kt, hd, root, inv_root, sc); break;
