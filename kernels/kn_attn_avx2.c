@@ -23,6 +23,33 @@
  *   o     = o * c + sum_j p_j v_j   (j ascending; o lives in the output row)
  * and at the end o *= 1 / l.  Decode (one token) runs the same code, so a
  * prompt row and a decode row of the same position agree bit for bit.
+ *
+ * Register blocking across rows (the speed; the bits stay): per block the
+ * scores are computed KN_FA_RS rows at a time (2 rows x 32 positions = 8
+ * chains; one K^T load feeds 2 FMAs, each row's chain over d unchanged),
+ * the softmax row by row, and P.V KN_FA_RV rows x 32 output values at a
+ * time over runs of rows that attend the same lanes (all rows of a token
+ * do; in off-diagonal blocks all rows of the tile), each output value's
+ * chain over j unchanged.  Rows of a run with different lanes are never
+ * blocked together: an extra "0 * v" term could turn a -0 into +0 (and
+ * unconverted V lanes are not finite).  Exact shortcuts: the block max
+ * is taken in vectors (exact; NaN lanes skipped as by the scalar loop;
+ * only a zero's sign can differ, and m only enters exp(s - m) and
+ * expf(m - m'), where +-0 give the same bits); expf(m - m') is not called
+ * when m' = m (expf(+0) = 1 and o * 1 = o); x / sqrt(head_dim) is
+ * x * 2^-k when sqrt(head_dim) = 2^k (head_dim 64: the same correctly
+ * rounded value).  The driver counts ring slots up (one division per
+ * block) and prefetches the next block's K/V rows into L2.  With AVX-512
+ * the block step is kn_attn_avx512.c's (the same arithmetic, 8 rows of
+ * scores and 4 rows x 64 outputs of P.V per register tile).
+ *
+ * Measured (bench_attention, 1 thread, CPU time, medians of 7
+ * interleaved rounds, load 4.6-4.9, head_dim 64, f16 KV; docs/
+ * benchmarks.md i8_attn): this AVX2 path 1.21-1.47x main's kernel (19-25
+ * GMAC per CPU-second against 15-19), the AVX-512 one 1.54-1.93x.  Main's
+ * bits are kept: bench_attention --dump (every KV type, head_dim 13/64/
+ * 128, groups 1-8, windows, ring wrap) gives equal files from main's
+ * build and from this one, with and without MC_NO_AVX512.
  */
 #include <immintrin.h>
 #include <math.h>

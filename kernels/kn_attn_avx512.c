@@ -22,9 +22,21 @@
  * test_prefill compares this path with the AVX2 one bit for bit.
  *
  * What changes is the register tile: 32 zmm registers hold KN_FA5_RS
- * rows x 32 positions of scores (one K^T load feeds KN_FA5_RS FMAs) and
- * KN_FA5_RV rows x 64 output values of P.V (one V load per KN_FA5_RV
- * FMAs).
+ * rows x 32 positions of scores (16 chains; one K^T load feeds KN_FA5_RS
+ * FMAs) and KN_FA5_RV rows x 64 output values of P.V (16 chains; one V
+ * load per KN_FA5_RV FMAs).  Zen 4 runs a zmm FMA as two ymm halves, so
+ * the gain is in loads, registers and instructions per FMA.
+ *
+ * Measured (bench_attention, 1 thread, CPU time, medians of 7 interleaved
+ * rounds, load 4.6-4.9, head_dim 64, f16 KV; docs/benchmarks.md i8_attn):
+ * against main's kernel 1.54-1.67x on 128/512-token prompts, 1.65-1.93x
+ * on 2048 tokens (31-32 GMAC per CPU-second, main 17-19), decode 1.15-
+ * 1.56x; the AVX2 path alone 1.21-1.47x.  Tile sizes by A/B (4 rounds):
+ * 8 score rows vs 4: 1.00-1.16x on long prompts; 6 P.V rows vs 4: 0.85-
+ * 0.97x.  What is left: ~15 % of the time is the tile's K/V conversion
+ * and transposition in kn_avx2_attend_tile (perf, cpu-clock: stalls on
+ * the f16 rows even with the next block prefetched; KV-head-major tile
+ * order did not help), ~13 % the exp polynomial and the divisions.
  */
 #include <immintrin.h>
 #include <math.h>

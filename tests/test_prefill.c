@@ -280,8 +280,9 @@ static void test_attention_rows_bit_identical_alone_or_in_tiles(void **st)
 }
 
 /* Cases for the row blocking of kn_attn_avx2.c / kn_attn_avx512.c (2 and 4
- * rows per register tile): groups 1, 3, 5, 7, 8 so that the KN_FA_M-row
- * tiles hold 63, 60, 63, 64 rows and the last tile 1 .. KN_FA_M - 1;
+ * and 8 rows per register tile): groups 1, 3, 5, 7, 8, whose full tiles
+ * hold 64, 63, 60, 63, 64 rows and whose last tiles 2 .. 49 rows (every
+ * remainder modulo 2, 4 and 8 occurs), decode tiles of 3 and 8 rows;
  * prompts that start mid-block and end on and off a block edge, so the
  * diagonal blocks give runs of rows with different lanes; windows (rows
  * of one tile starting in different blocks); every KV type; head_dim 64
