@@ -9,6 +9,7 @@
 #ifndef KN_INTERNAL_H
 #define KN_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -131,10 +132,41 @@ void kn_avx2_add(float *y, const float *x, size_t n);
 int kn_avx2_attn_tiled_ok(const kn_kv *kv, uint32_t n_heads);
 /* Attention of tokens [t0, t0 + tn) (at positions pos0 + t) for the query
  * heads of KV head kvh; q, out: [T][n_heads][head_dim] of the whole call.
- * Writes only those rows of out.  (tn * group <= KN_FA_M.) */
+ * Writes only those rows of out.  (tn * group <= KN_FA_M.)  avx512: run
+ * the blocks with kn_avx512_attend_block (only when kn_cpu_has_avx512();
+ * the same bits). */
 void kn_avx2_attend_tile(const kn_kv *kv, const float *q, size_t t0,
                          size_t tn, uint32_t n_heads, uint32_t kvh,
-                         int64_t pos0, uint64_t window, float *out);
+                         int64_t pos0, uint64_t window, float *out,
+                         int avx512);
+/* The scores' divisor sqrt(head_dim) (the references divide by it, see
+ * kn_ops.c's attend_scalar), or its reciprocal with *inv = 1 when that is
+ * a power of two (head_dim 4^k, e.g. 64): x * 2^-k and x / 2^k are the
+ * same correctly rounded value, and a multiply is cheaper. */
+static inline float kn_fa_root(uint32_t head_dim, int *inv)
+{
+    float root = sqrtf((float)head_dim);
+    int e;
+    *inv = frexpf(root, &e) == 0.5f;
+    return *inv ? 1.0f / root : root;
+}
+/* One tile's state while it walks the K/V blocks (kn_attn_avx2.c). */
+typedef struct kn_fa_tile {
+    const float *q[KN_FA_M]; /* row r's query, [head_dim] */
+    float *o[KN_FA_M];       /* row r's output row, the running sum */
+    float m[KN_FA_M];        /* row r's running max (-inf: no block yet) */
+    float l[KN_FA_M];        /* row r's running denominator */
+    uint8_t ja[KN_FA_M];     /* this block: row r attends lanes ja .. je */
+    uint8_t je[KN_FA_M];
+    uint8_t act[KN_FA_M];    /* this block: the rows that attend a lane, */
+    uint32_t nact;           /* ascending; rows of one token adjacent */
+} kn_fa_tile;
+/* One K/V block's update of the tile's active rows: kt is the block's K
+ * transposed, [head_dim][KN_FA_B]; vb its V rows, [KN_FA_B][ld] (ld a
+ * multiple of 16, 64-byte aligned).  The arithmetic of kn_attn_avx2.c's
+ * header, row for row (kn_attn_avx512.c; only when kn_cpu_has_avx512()). */
+void kn_avx512_attend_block(kn_fa_tile *t, const float *kt, const float *vb,
+                            size_t ld, uint32_t hd);
 void kn_avx2_softmax(float *x, size_t n);
 
 /* ---- integer dot products (kn_qdot.h) ------------------------------------ */

@@ -241,6 +241,7 @@ typedef struct kn_att_ctx {
     uint64_t stride;      /* floats of scratch per thread */
     uint64_t nctx_r;      /* score row length rounded to 16 */
     int avx2;
+    int avx512;           /* the tiles may run kn_avx512_attend_block */
 } kn_att_ctx;
 
 static void attend_scalar(const kn_kv *kv, const float *q, int64_t p,
@@ -289,7 +290,7 @@ static void att_task(void *vctx, int tid, int nth)
             size_t tn = c->T - t0 < tq ? c->T - t0 : tq;
             kn_avx2_attend_tile(c->kv, c->q, t0, tn, c->n_heads,
                                 (uint32_t)(i % c->kv->n_kv_heads), c->pos0,
-                                c->window, c->out);
+                                c->window, c->out, c->avx512);
         }
         return;
     }
@@ -319,7 +320,8 @@ void kn_attention(kn_pool *p, const kn_kv *kv, const float *q, size_t T,
     kn_att_ctx c = { kv, q, T, n_heads, pos0, window, out, scratch,
                      kn_attn_thread_floats(nctx, kv->head_dim),
                      (nctx + 15) & ~(uint64_t)15,
-                     use_avx2() && kn_avx2_attn_tiled_ok(kv, n_heads) };
+                     use_avx2() && kn_avx2_attn_tiled_ok(kv, n_heads), 0 };
+    c.avx512 = c.avx2 && kn_cpu_has_avx512();
     /* Same rule as kn_matmul: roughly T x heads x context x head_dim x 2
      * multiply-adds. */
     if (T * n_heads < 2 ||

@@ -279,6 +279,84 @@ static void test_attention_rows_bit_identical_alone_or_in_tiles(void **st)
     kn_pool_free(p2);
 }
 
+/* Cases for the row blocking of kn_attn_avx2.c / kn_attn_avx512.c (2 and 4
+ * and 8 rows per register tile): groups 1, 3, 5, 7, 8, whose full tiles
+ * hold 64, 63, 60, 63, 64 rows and whose last tiles 2 .. 49 rows (every
+ * remainder modulo 2, 4 and 8 occurs), decode tiles of 3 and 8 rows;
+ * prompts that start mid-block and end on and off a block edge, so the
+ * diagonal blocks give runs of rows with different lanes; windows (rows
+ * of one tile starting in different blocks); every KV type; head_dim 64
+ * and 16 (sqrt a power of two), 13 (a scalar tail), 40 and 128. */
+static const acase g_blocking_cases[] = {
+    {KN_KV_F16, 9, 3, 64, 300, 0, 0, 131},    /* SmolLM heads */
+    {KN_KV_F32, 32, 4, 64, 300, 0, 5, 67},    /* TinyLlama heads */
+    {KN_KV_I8, 7, 1, 64, 200, 0, 3, 70},      /* 7:1, int8 */
+    {KN_KV_F16, 10, 2, 40, 200, 0, 31, 26},   /* 5:1, head_dim 40 */
+    {KN_KV_F32, 3, 3, 13, 200, 0, 0, 66},     /* MHA: 64 + 2 rows */
+    {KN_KV_I8, 2, 2, 16, 200, 0, 17, 95},     /* head_dim 16 */
+    {KN_KV_F16, 9, 3, 64, 90, 23, 40, 50},    /* window, ring */
+    {KN_KV_F32, 8, 1, 128, 120, 45, 7, 70},   /* window 45, 8 rows/token */
+    {KN_KV_I8, 9, 3, 64, 100, 0, 64, 1},      /* decode on a block edge */
+    {KN_KV_F16, 32, 4, 64, 100, 0, 95, 1},    /* decode at a block's end */
+    {KN_KV_F32, 5, 1, 13, 80, 9, 30, 2},      /* 5 rows per token, window */
+};
+
+static void test_attention_row_blocking_rows_alone_or_in_tiles(void **st)
+{
+    (void)st;
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (int avx512 = 0; avx512 < 2; avx512++) {
+        kn_set_no_avx512(!avx512);
+        for (size_t i = 0; i < sizeof g_blocking_cases / sizeof g_blocking_cases[0]; i++)
+            run_acase(&g_blocking_cases[i], p2);
+    }
+    kn_set_no_avx512(0);
+    kn_pool_free(p2);
+}
+
+/* The AVX-512 block step of the tiled attention gives the AVX2 one's bits,
+ * 1 and 2 threads, over g_blocking_cases and the tile cases above.
+ * Without AVX-512 the comparison is skipped, and says so. */
+static void test_attention_avx512_bit_identical_to_avx2(void **st)
+{
+    (void)st;
+    kn_set_no_avx512(0);
+    if (!kn_cpu_has_avx512()) {
+        print_message("AVX-512 absent or off (MC_NO_AVX512): the AVX-512 vs "
+                      "AVX2 attention comparison was skipped\n");
+        return;
+    }
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (size_t i = 0; i < sizeof g_blocking_cases / sizeof g_blocking_cases[0]; i++) {
+        const acase *c = &g_blocking_cases[i];
+        int64_t npos = c->pos0 + (int64_t)c->T;
+        kn_kv kv;
+        float *kf;
+        fill_kv(&kv, c, npos, &kf);
+        size_t qn = c->T * c->nh * c->hd;
+        float *q = malloc(qn * 4), *o2 = malloc(qn * 4), *o5 = malloc(qn * 4);
+        float *scr = malloc(kn_attention_scratch_floats(2, (uint64_t)npos, c->hd) * 4);
+        assert_true(q && o2 && o5 && scr);
+        tu_rng_fill(&g_rng, q, qn, 1.0f);
+        for (int th = 0; th < 2; th++) {
+            kn_set_no_avx512(1);
+            kn_attention(th ? p2 : NULL, &kv, q, c->T, c->nh, c->pos0, c->window, o2, scr);
+            kn_set_no_avx512(0);
+            kn_attention(th ? p2 : NULL, &kv, q, c->T, c->nh, c->pos0, c->window, o5, scr);
+            if (memcmp(o2, o5, qn * sizeof(float)))
+                fail_msg("attention kv %d nh %u nkv %u hd %u pos0 %lld T %zu win %llu "
+                         "(%d threads): the AVX-512 path differs from the AVX2 one",
+                         c->type, c->nh, c->nkv, c->hd, (long long)c->pos0, c->T,
+                         (unsigned long long)c->window, th + 1);
+        }
+        free(q), free(o2), free(o5), free(scr), free(kf);
+        free(kv.k), free(kv.v), free(kv.k_scale), free(kv.v_scale);
+    }
+    kn_pool_free(p2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +364,8 @@ int main(void)
         cmocka_unit_test(test_decode_rows_bit_identical_to_token_alone_all_formats),
         cmocka_unit_test(test_gemm_avx512_bit_identical_to_avx2_all_formats),
         cmocka_unit_test(test_attention_rows_bit_identical_alone_or_in_tiles),
+        cmocka_unit_test(test_attention_row_blocking_rows_alone_or_in_tiles),
+        cmocka_unit_test(test_attention_avx512_bit_identical_to_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
