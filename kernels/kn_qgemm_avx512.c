@@ -100,6 +100,22 @@ KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
         for (int i = 0; i < R; i++)
             a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_VP_TP + t0 + (size_t)t) * 8);
     }
+    /* Q4: the tile's s_b = scale * d products, the same float products
+     * the loop below would form, 8 at a time (st[i][t][j]), so that the
+     * loop's fma takes its scale as an embedded broadcast from L1 */
+    _Alignas(32) float st[KN_VP_ROWS][KN_VP_TMAX][KN_VP_BLK];
+    if (fmt != KN_W_Q8)
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                uint32_t j = 0;
+                for (; j + 8 <= nb; j += 8)
+                    _mm256_store_ps(&st[i][t][j], _mm256_mul_ps(_mm256_load_ps(&P->s[i][j]),
+                                                                _mm256_loadu_ps(dr[t] + j)));
+                for (; j < nb; j++)
+                    st[i][t][j] = P->s[i][j] * dr[t][j];
+            }
     for (uint32_t j = 0; j < nb; j++) {
         __m256i xv[KN_VP_TMAX], xv2[KN_VP_TMAX];
         __m256 vd[KN_VP_TMAX];
@@ -109,10 +125,10 @@ KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
             if (fmt == KN_W_Q8) {
                 xv[t] = _mm256_loadu_si256(xp);
                 xv2[t] = _mm256_loadu_si256(xp + 1);
+                vd[t] = _mm256_broadcast_ss(dr[t] + j);
             } else {
                 xv[t] = _mm256_xor_si256(_mm256_loadu_si256(xp), bias);
             }
-            vd[t] = _mm256_broadcast_ss(dr[t] + j);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
@@ -128,12 +144,11 @@ KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
                 continue;
             }
             __m256i w = _mm256_load_si256(wp), init = _mm256_load_si256(wp + 1);
-            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
 #pragma GCC unroll 8
             for (int t = 0; t < TT; t++) {
                 __m256i p = _mm256_dpbusd_epi32(init, xv[t], w);
                 a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
+                                          _mm256_set1_ps(st[i][t][j]), a[i][t]);
             }
         }
     }
@@ -282,6 +297,138 @@ KN_AI void dec_rows2(const kn_matrix *W, const uint8_t *xq, const float *xd,
             Y[(size_t)t * rows + r + (uint32_t)i] += kn_hsum256(acc[i][t]);
 }
 
+/* ---- decode, 1 token, int4 -------------------------------------------------
+ * kn_qdot_avx2.c's dec1_q4_rows with VNNI.  Per block and row it needs
+ * kn_qdot.h's 8 exact int32 lane sums of (q - zero) * x; here the
+ * unsigned codes c (kn_avx2_q4_codes) go straight into vpdpbusd against
+ * the signed activations:
+ *   Q4S: p = dpbusd(init, c, x), init = -8 * (lane sums of x), computed
+ *        once per block for all the rows: p IS the canonical integer;
+ *   Q4:  A = dpbusd(0, c, x); lane = fnmadd(zero, S, A) as the AVX2
+ *        kernel (every term an integer below 2^24: exact);
+ * then acc = fma((float)p, s_b, acc), s_b = f16 scale * d the same float
+ * product, taken from a per-batch table as an embedded broadcast.  So
+ * one vpdpbusd replaces maddubs + madd, and the fma loses its separate
+ * broadcast (Q4S also the fnmadd). */
+#define KN_D1_BLK 8  /* blocks per batch of precomputed s_b */
+#define KN_D1_R 4    /* rows per call */
+#define KN_D1_PF 8   /* rows ahead for the L2 prefetch */
+
+typedef struct d1_tab {
+    _Alignas(32) float s[KN_D1_R][KN_D1_BLK];
+    _Alignas(32) float z[KN_D1_R][KN_D1_BLK];
+} d1_tab;
+
+/* s_b (and the zero as a float, Q4) of blocks [b0, b0 + n) of R rows. */
+KN_AI void d1_tab_fill(d1_tab *P, const uint16_t *s0, const uint8_t *z0,
+                       uint32_t ng, const float *xd, uint32_t b0, uint32_t n,
+                       int gsh, int R)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
+        const uint16_t *sr = s0 + (size_t)i * ng;
+        const uint8_t *zr = z0 ? z0 + (size_t)i * ng : NULL;
+        if (n == KN_D1_BLK && gsh == 0) {
+            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + b0)));
+            _mm256_store_ps(P->s[i], _mm256_mul_ps(sv, _mm256_loadu_ps(xd + b0)));
+            if (zr)
+                _mm256_store_ps(P->z[i], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                             _mm_loadl_epi64((const __m128i *)(zr + b0)))));
+            continue;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t g = (b0 + k) >> gsh;
+            P->s[i][k] = _cvtsh_ss(sr[g]) * xd[b0 + k];
+            if (zr)
+                P->z[i][k] = (float)zr[g];
+        }
+    }
+}
+
+/* Blocks [b0, b0 + n) of the R rows at w0 (row stride rb). */
+KN_AI void d1_run(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
+                  uint32_t n, const d1_tab *P, int fmt, __m256 *acc, int R)
+{
+    const __m256i ones = _mm256_set1_epi8(1);
+    const uint8_t *p = w0 + (size_t)b0 * 16, *xb = x + (size_t)b0 * KN_QK;
+#pragma GCC unroll 8
+    for (uint32_t k = 0; k < n; k++) {
+        const uint8_t *q = p + (size_t)k * 16;
+        if (((b0 + k) & 3) == 0)
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++)
+                _mm_prefetch((const char *)(q + KN_D1_PF * rb + (size_t)i * rb), _MM_HINT_T1);
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * KN_QK));
+        __m256i sx = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xv);
+        if (fmt == KN_W_Q4S) {
+            __m256i init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sx, 3));
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                __m256i c = kn_avx2_q4_codes(q + (size_t)i * rb);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init, c, xv)),
+                                         _mm256_set1_ps(P->s[i][k]), acc[i]);
+            }
+        } else {
+            __m256 S = _mm256_cvtepi32_ps(sx);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                __m256i c = kn_avx2_q4_codes(q + (size_t)i * rb);
+                __m256 a = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), c, xv));
+                acc[i] = _mm256_fmadd_ps(_mm256_fnmadd_ps(_mm256_set1_ps(P->z[i][k]), S, a),
+                                         _mm256_set1_ps(P->s[i][k]), acc[i]);
+            }
+        }
+    }
+}
+
+/* One token, rows r .. r+R-1: Y[r + i] += W[r + i] . x (cols % 32 == 0). */
+KN_AI void dec1_rows(const kn_matrix *W, const uint8_t *x, const float *xd,
+                     float *Y, uint32_t r, int fmt, int R)
+{
+    const uint32_t nb = W->cols / KN_QK;
+    const size_t rb = kn_q4_row_bytes(W->cols);
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
+    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
+    const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)r * ng : NULL;
+    d1_tab P[2];
+    __m256 acc[KN_D1_R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        acc[i] = _mm256_setzero_ps();
+    d1_tab_fill(&P[0], s0, z0, ng, xd, 0, nb < KN_D1_BLK ? nb : KN_D1_BLK, gsh, R);
+    for (uint32_t b0 = 0, cur = 0; b0 < nb; b0 += KN_D1_BLK, cur ^= 1) {
+        const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
+        if (b0 + KN_D1_BLK < nb) {
+            uint32_t b1 = b0 + KN_D1_BLK;
+            d1_tab_fill(&P[cur ^ 1], s0, z0, ng, xd, b1,
+                        nb - b1 < KN_D1_BLK ? nb - b1 : KN_D1_BLK, gsh, R);
+        }
+        if (n == KN_D1_BLK)
+            d1_run(w0, rb, x, b0, KN_D1_BLK, &P[cur], fmt, acc, R);
+        else
+            d1_run(w0, rb, x, b0, n, &P[cur], fmt, acc, R);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        Y[r + (uint32_t)i] += kn_hsum256(acc[i]);
+}
+
+KN_AI void dec1_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                    float *Y, uint32_t r0, uint32_t r1, int fmt)
+{
+    uint32_t r = r0;
+    for (; r + KN_D1_R <= r1; r += KN_D1_R)
+        dec1_rows(W, xq, xd, Y, r, fmt, KN_D1_R);
+    switch (r1 - r) {
+    case 3: dec1_rows(W, xq, xd, Y, r, fmt, 3); break;
+    case 2: dec1_rows(W, xq, xd, Y, r, fmt, 2); break;
+    case 1: dec1_rows(W, xq, xd, Y, r, fmt, 1); break;
+    default: break;
+    }
+}
+
 KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
                    float *Y, uint32_t r0, uint32_t r1, int fmt, int TT)
 {
@@ -294,7 +441,7 @@ KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
 
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 {
-    return T >= 2 && T <= 8 && W->cols % KN_QK == 0 &&
+    return T >= 1 && T <= 8 && W->cols % KN_QK == 0 &&
            (W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S);
 }
 
@@ -308,6 +455,13 @@ void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
         else                                                                   \
             dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S, tt);                       \
         break;
+    if (T == 1) {
+        if (W->fmt == KN_W_Q4)
+            dec1_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4);
+        else
+            dec1_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S);
+        return;
+    }
     switch (T) {
         KN_DT(2) KN_DT(3) KN_DT(4) KN_DT(5) KN_DT(6) KN_DT(7) default: KN_DT(8)
     }
