@@ -311,7 +311,7 @@ KN_AI void dec_rows2(const kn_matrix *W, const uint8_t *xq, const float *xd,
  * one vpdpbusd replaces maddubs + madd, and the fma loses its separate
  * broadcast (Q4S also the fnmadd). */
 #define KN_D1_BLK 8  /* blocks per batch of precomputed s_b */
-#define KN_D1_R 4    /* rows per call */
+#define KN_D1_R 8    /* rows per call */
 #define KN_D1_PF 8   /* rows ahead for the L2 prefetch */
 
 typedef struct d1_tab {
@@ -422,6 +422,10 @@ KN_AI void dec1_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
     for (; r + KN_D1_R <= r1; r += KN_D1_R)
         dec1_rows(W, xq, xd, Y, r, fmt, KN_D1_R);
     switch (r1 - r) {
+    case 7: dec1_rows(W, xq, xd, Y, r, fmt, 7); break;
+    case 6: dec1_rows(W, xq, xd, Y, r, fmt, 6); break;
+    case 5: dec1_rows(W, xq, xd, Y, r, fmt, 5); break;
+    case 4: dec1_rows(W, xq, xd, Y, r, fmt, 4); break;
     case 3: dec1_rows(W, xq, xd, Y, r, fmt, 3); break;
     case 2: dec1_rows(W, xq, xd, Y, r, fmt, 2); break;
     case 1: dec1_rows(W, xq, xd, Y, r, fmt, 1); break;
