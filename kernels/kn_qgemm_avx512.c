@@ -100,22 +100,6 @@ KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
         for (int i = 0; i < R; i++)
             a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_VP_TP + t0 + (size_t)t) * 8);
     }
-    /* Q4: the tile's s_b = scale * d products, the same float products
-     * the loop below would form, 8 at a time (st[i][t][j]), so that the
-     * loop's fma takes its scale as an embedded broadcast from L1 */
-    _Alignas(32) float st[KN_VP_ROWS][KN_VP_TMAX][KN_VP_BLK];
-    if (fmt != KN_W_Q8)
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                uint32_t j = 0;
-                for (; j + 8 <= nb; j += 8)
-                    _mm256_store_ps(&st[i][t][j], _mm256_mul_ps(_mm256_load_ps(&P->s[i][j]),
-                                                                _mm256_loadu_ps(dr[t] + j)));
-                for (; j < nb; j++)
-                    st[i][t][j] = P->s[i][j] * dr[t][j];
-            }
     for (uint32_t j = 0; j < nb; j++) {
         __m256i xv[KN_VP_TMAX], xv2[KN_VP_TMAX];
         __m256 vd[KN_VP_TMAX];
@@ -125,10 +109,10 @@ KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
             if (fmt == KN_W_Q8) {
                 xv[t] = _mm256_loadu_si256(xp);
                 xv2[t] = _mm256_loadu_si256(xp + 1);
-                vd[t] = _mm256_broadcast_ss(dr[t] + j);
             } else {
                 xv[t] = _mm256_xor_si256(_mm256_loadu_si256(xp), bias);
             }
+            vd[t] = _mm256_broadcast_ss(dr[t] + j);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
@@ -144,11 +128,12 @@ KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
                 continue;
             }
             __m256i w = _mm256_load_si256(wp), init = _mm256_load_si256(wp + 1);
+            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
 #pragma GCC unroll 8
             for (int t = 0; t < TT; t++) {
                 __m256i p = _mm256_dpbusd_epi32(init, xv[t], w);
                 a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                          _mm256_set1_ps(st[i][t][j]), a[i][t]);
+                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
             }
         }
     }
