@@ -23,6 +23,31 @@
  * panel of 64 blocks (L1), tokens in panels of 64 with their float
  * accumulators in memory between panels, register tiles of 4 rows x TT
  * tokens (32 registers allow TT = 4 for Q4, 3 for Q8).
+ *
+ * Also int4 decode (kn_avx512_matmul_q_dec), T <= 8 tokens, full blocks:
+ *   T = 1     dec1_rows: 8 rows a pass, unsigned codes straight into
+ *             vpdpbusd against the signed x (Q4S from init = -8 * lane
+ *             sums of x, shared by the rows), s_b from a per-batch
+ *             table as the fma's embedded broadcast;
+ *   T = 2..4  dec_rows_tab: 4 rows a pass, dec_rows2's integers, s_b
+ *             from a per-batch table;
+ *   T = 5..8  dec_rows2: 2 rows a pass.
+ * Each gives the canonical integers exactly and then the same float ops
+ * (convert, fma with the same s_b product) in the same order: the bits
+ * of kn_qdot_avx2.c (test_qdot compares them over ragged shapes).
+ * Measured on the Zen 4 host (docs/benchmarks.md, i8_q4s; 1 thread, CPU
+ * time, L2/L3-resident matrices, best of 5 A/B rounds against main): Q4S
+ * g32 T = 1 1.09-1.52x (TinyLlama shapes 24-25 -> 35-39 GMAC/s in most
+ * rounds), Q4 T = 1 1.48-1.52x (medians; AVX2 path as A), T = 2
+ * 1.42-1.74x, T = 4 1.12-1.42x; at TinyLlama's size decode is bound by
+ * DRAM instead (no end-to-end change at 1 thread there; SmolLM's CPU ms
+ * a token 0.96x).  Tried and
+ * dropped (no gain at T = 128/512, A/B): a per-tile s_b table in vmicro
+ * (takes the multiply out of the loop), the convert replaced by a
+ * magic-number subtract (the bias folded into init), token panels of 128
+ * with column panels of 32.  The prefill loop runs at ~2 cycles per
+ * (row, token, block) where its ops alone take ~1 (vpdpbusd + fma on the
+ * FMA pipes, the convert 1 a cycle): what bounds it is not found yet.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -217,7 +242,7 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
     }
 }
 
-/* ---- decode, 2 <= T <= 8 tokens, int4 --------------------------------------
+/* ---- decode, 5 <= T <= 8 tokens, int4 --------------------------------------
  * kn_qdot_avx2.c's decn_row does one row at a time, sign + maddubs + madd
  * per token; here two rows share each token's biased activation block
  * (one load and one xor for both), and each (row, token) costs one
@@ -418,7 +443,7 @@ KN_AI void dec1_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
     }
 }
 
-/* ---- decode, 2 <= T <= 8 tokens, int4, with a table of s_b ----------------
+/* ---- decode, 2 <= T <= 4 tokens, int4, with a table of s_b ----------------
  * dec_rows2's integers (biased activations against the signed codes from
  * the row's init: the same exact lanes), but s_b = scale * d comes from a
  * table built per batch of 8 blocks (8 vector multiplies per row and
