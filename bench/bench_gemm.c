@@ -6,7 +6,7 @@
  * integer formats include quantizing the activations (as kn_block does).
  *
  * usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu]
- *                   [--fmt f16|f32|int8|int4g32] [--shapes tiny|smol] [--no-slices]
+ *                   [--fmt f16|f32|int8|int4g32|int4ag32] [--shapes tiny|smol] [--no-slices]
  * --no-slices: skip the 8-token slices (their columns print 0).
  * --shapes smol: the SmolLM-135M shapes (hidden 576, FFN 1536) instead of
  * TinyLlama's.  f32 runs only when asked for (--fmt f32).
@@ -33,6 +33,7 @@
 typedef struct bmat {
     kn_matrix m;
     void *data, *scales;
+    uint8_t *zeros; /* Q4 only */
 } bmat;
 
 static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
@@ -42,12 +43,14 @@ static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
     b.m.fmt = f;
     b.m.rows = rows;
     b.m.cols = cols;
-    b.m.group = f == KN_W_Q4S ? 32 : 0;
+    b.m.group = f == KN_W_Q4S || f == KN_W_Q4 ? 32 : 0;
     size_t db = (size_t)kn_wformat_data_bytes(f, rows, cols);
     size_t sb = (size_t)kn_wformat_scale_bytes(f, rows, cols, 32);
     b.data = malloc(db);
     b.scales = sb ? malloc(sb) : NULL;
-    if (!b.data || (sb && !b.scales)) {
+    size_t zb = (size_t)kn_wformat_zero_bytes(f, rows, cols, 32);
+    b.zeros = zb ? malloc(zb) : NULL;
+    if (!b.data || (sb && !b.scales) || (zb && !b.zeros)) {
         fprintf(stderr, "bench_gemm: out of memory\n");
         exit(1);
     }
@@ -64,11 +67,14 @@ static bmat bmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st)
     if (f == KN_W_Q8)
         for (uint32_t r = 0; r < rows; r++)
             ((float *)b.scales)[r] = 0.001f;
-    else if (f == KN_W_Q4S)
+    else if (f == KN_W_Q4S || f == KN_W_Q4)
         for (size_t i = 0; i < sb / 2; i++)
             ((uint16_t *)b.scales)[i] = fmt_f32_to_f16(0.01f);
+    for (size_t i = 0; i < zb; i++)
+        b.zeros[i] = (uint8_t)(4 + i % 8);
     b.m.data = b.data;
     b.m.scales = b.scales;
+    b.m.zeros = b.zeros;
     return b;
 }
 
@@ -85,7 +91,7 @@ static double run_once(kn_pool *p, const kn_matrix *W, const float *X,
                        size_t T, float *Y, void *xq, size_t slice)
 {
     double t0 = g_cpu ? bench_cpu_now() : bench_now();
-    int q = W->fmt == KN_W_Q8 || W->fmt == KN_W_Q4S;
+    int q = W->fmt == KN_W_Q8 || W->fmt == KN_W_Q4S || W->fmt == KN_W_Q4;
     for (size_t t = 0; t < T; t += slice) {
         size_t n = T - t < slice ? T - t : slice;
         if (q) {
@@ -168,12 +174,12 @@ int main(int argc, char **argv)
             for (char *s = strtok(argv[++i], ","); s && nT < 8; s = strtok(NULL, ","))
                 Ts[nT++] = (size_t)atol(s);
         } else {
-            fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|f32|int8|int4g32] [--shapes tiny|smol] [--no-slices]\n");
+            fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|f32|int8|int4g32|int4ag32] [--shapes tiny|smol] [--no-slices]\n");
             return 2;
         }
     }
     if (reps < 1 || nT == 0 || argc == 0) {
-        fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|f32|int8|int4g32] [--shapes tiny|smol] [--no-slices]\n");
+        fprintf(stderr, "usage: bench_gemm [--threads N] [--reps N] [--T a,b,...] [--cpu] [--fmt f16|f32|int8|int4g32|int4ag32] [--shapes tiny|smol] [--no-slices]\n");
         return 2;
     }
     size_t Tmax = 0;
@@ -189,8 +195,11 @@ int main(int argc, char **argv)
         {"down 576x1536", 576, 1536},
     };
     const bshape *shapes = smol ? smolsh : tiny;
-    static const kn_wformat fmts[] = {KN_W_F16, KN_W_Q8, KN_W_Q4S, KN_W_F32};
-    static const char *fnames[] = {"f16", "int8", "int4g32", "f32"};
+    /* int4g32 is the symmetric int4 (KN_W_Q4S, GGUF Q4_0's kind: mcompile
+     * --quant int4-sym); int4ag32 the asymmetric one (KN_W_Q4, mcompile
+     * --quant int4), run only when asked for */
+    static const kn_wformat fmts[] = {KN_W_F16, KN_W_Q8, KN_W_Q4S, KN_W_F32, KN_W_Q4};
+    static const char *fnames[] = {"f16", "int8", "int4g32", "f32", "int4ag32"};
     kn_pool *p = kn_pool_create(threads);
     /* 64-byte aligned, as the runtime's arena (RT_LAYOUT_ALIGN) places
      * activations: malloc's 16-byte alignment splits every other 32-byte
@@ -212,7 +221,7 @@ int main(int argc, char **argv)
     printf("float FMA peak, 1 thread: %.2f GMAC/s\n", peak);
     printf("%-8s %-18s %5s %10s %10s %7s %7s\n", "format", "shape", "T",
            "GMAC/s", "8-slices", "ratio", "%peak");
-    for (size_t f = 0; f < 4; f++)
+    for (size_t f = 0; f < 5; f++)
         for (size_t s = 0; s < 3 && (only ? !strcmp(only, fnames[f]) : f < 3); s++) {
             bmat b = bmat_make(fmts[f], shapes[s].rows, shapes[s].cols, &st);
             for (size_t i = 0; i < nT; i++) {
@@ -228,6 +237,7 @@ int main(int argc, char **argv)
             }
             free(b.data);
             free(b.scales);
+            free(b.zeros);
         }
     printf("load average after: %.2f\n", bench_loadavg());
     kn_pool_free(p);

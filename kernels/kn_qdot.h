@@ -21,7 +21,7 @@
  *
  * The product, for weight row r and token t -- THE canonical arithmetic,
  * which the scalar reference (kn_ref_matmul_q), the AVX2 path and the
- * AVX-512 VNNI path (kn_qgemm_avx512.c: prefill, and int4 decode of 2-8
+ * AVX-512 VNNI path (kn_qgemm_avx512.c: prefill, and int4 decode of 1-8
  * tokens) all follow exactly, so they agree bit for bit:
  *   w[c]   = the stored integer: Q8 q, Q4 q - zero, Q4S q - 8
  *   acc[8] = 0 (float32 lanes)

@@ -23,6 +23,31 @@
  * panel of 64 blocks (L1), tokens in panels of 64 with their float
  * accumulators in memory between panels, register tiles of 4 rows x TT
  * tokens (32 registers allow TT = 4 for Q4, 3 for Q8).
+ *
+ * Also int4 decode (kn_avx512_matmul_q_dec), T <= 8 tokens, full blocks:
+ *   T = 1     dec1_rows: 8 rows a pass, unsigned codes straight into
+ *             vpdpbusd against the signed x (Q4S from init = -8 * lane
+ *             sums of x, shared by the rows), s_b from a per-batch
+ *             table as the fma's embedded broadcast;
+ *   T = 2..4  dec_rows_tab: 4 rows a pass, dec_rows2's integers, s_b
+ *             from a per-batch table;
+ *   T = 5..8  dec_rows2: 2 rows a pass.
+ * Each gives the canonical integers exactly and then the same float ops
+ * (convert, fma with the same s_b product) in the same order: the bits
+ * of kn_qdot_avx2.c (test_qdot compares them over ragged shapes).
+ * Measured on the Zen 4 host (docs/benchmarks.md, i8_q4s; 1 thread, CPU
+ * time, L2/L3-resident matrices, best of 5 A/B rounds against main): Q4S
+ * g32 T = 1 1.09-1.52x (TinyLlama shapes 24-25 -> 35-39 GMAC/s in most
+ * rounds), Q4 T = 1 1.48-1.52x (medians; AVX2 path as A), T = 2
+ * 1.42-1.74x, T = 4 1.12-1.42x; at TinyLlama's size decode is bound by
+ * DRAM instead (no end-to-end change at 1 thread there; SmolLM's CPU ms
+ * a token 0.96x).  Tried and
+ * dropped (no gain at T = 128/512, A/B): a per-tile s_b table in vmicro
+ * (takes the multiply out of the loop), the convert replaced by a
+ * magic-number subtract (the bias folded into init), token panels of 128
+ * with column panels of 32.  The prefill loop runs at ~2 cycles per
+ * (row, token, block) where its ops alone take ~1 (vpdpbusd + fma on the
+ * FMA pipes, the convert 1 a cycle): what bounds it is not found yet.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -217,7 +242,7 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
     }
 }
 
-/* ---- decode, 2 <= T <= 8 tokens, int4 --------------------------------------
+/* ---- decode, 5 <= T <= 8 tokens, int4 --------------------------------------
  * kn_qdot_avx2.c's decn_row does one row at a time, sign + maddubs + madd
  * per token; here two rows share each token's biased activation block
  * (one load and one xor for both), and each (row, token) costs one
@@ -282,19 +307,273 @@ KN_AI void dec_rows2(const kn_matrix *W, const uint8_t *xq, const float *xd,
             Y[(size_t)t * rows + r + (uint32_t)i] += kn_hsum256(acc[i][t]);
 }
 
+/* ---- decode, 1 token, int4 -------------------------------------------------
+ * kn_qdot_avx2.c's dec1_q4_rows with VNNI.  Per block and row it needs
+ * kn_qdot.h's 8 exact int32 lane sums of (q - zero) * x; here the
+ * unsigned codes c (kn_avx2_q4_codes) go straight into vpdpbusd against
+ * the signed activations:
+ *   Q4S: p = dpbusd(init, c, x), init = -8 * (lane sums of x), computed
+ *        once per block for all the rows: p IS the canonical integer;
+ *   Q4:  A = dpbusd(0, c, x); lane = fnmadd(zero, S, A) as the AVX2
+ *        kernel (every term an integer below 2^24: exact);
+ * then acc = fma((float)p, s_b, acc), s_b = f16 scale * d the same float
+ * product, taken from a per-batch table as an embedded broadcast.  So
+ * one vpdpbusd replaces maddubs + madd, and the fma loses its separate
+ * broadcast (Q4S also the fnmadd). */
+#define KN_D1_BLK 8  /* blocks per batch of precomputed s_b */
+#define KN_D1_R 8    /* rows per call */
+#define KN_D1_PF 8   /* rows ahead for the L2 prefetch */
+
+typedef struct d1_tab {
+    _Alignas(32) float s[KN_D1_R][KN_D1_BLK];
+    _Alignas(32) float z[KN_D1_R][KN_D1_BLK];
+} d1_tab;
+
+/* s_b (and the zero as a float, Q4) of blocks [b0, b0 + n) of R rows. */
+KN_AI void d1_tab_fill(d1_tab *P, const uint16_t *s0, const uint8_t *z0,
+                       uint32_t ng, const float *xd, uint32_t b0, uint32_t n,
+                       int gsh, int R)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
+        const uint16_t *sr = s0 + (size_t)i * ng;
+        const uint8_t *zr = z0 ? z0 + (size_t)i * ng : NULL;
+        if (n == KN_D1_BLK && gsh == 0) {
+            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + b0)));
+            _mm256_store_ps(P->s[i], _mm256_mul_ps(sv, _mm256_loadu_ps(xd + b0)));
+            if (zr)
+                _mm256_store_ps(P->z[i], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                             _mm_loadl_epi64((const __m128i *)(zr + b0)))));
+            continue;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t g = (b0 + k) >> gsh;
+            P->s[i][k] = _cvtsh_ss(sr[g]) * xd[b0 + k];
+            if (zr)
+                P->z[i][k] = (float)zr[g];
+        }
+    }
+}
+
+/* Blocks [b0, b0 + n) of the R rows at w0 (row stride rb). */
+KN_AI void d1_run(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
+                  uint32_t n, const d1_tab *P, int fmt, __m256 *acc, int R)
+{
+    const __m256i ones = _mm256_set1_epi8(1);
+    const uint8_t *p = w0 + (size_t)b0 * 16, *xb = x + (size_t)b0 * KN_QK;
+#pragma GCC unroll 8
+    for (uint32_t k = 0; k < n; k++) {
+        const uint8_t *q = p + (size_t)k * 16;
+        if (((b0 + k) & 3) == 0)
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++)
+                _mm_prefetch((const char *)(q + KN_D1_PF * rb + (size_t)i * rb), _MM_HINT_T1);
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * KN_QK));
+        __m256i sx = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xv);
+        if (fmt == KN_W_Q4S) {
+            __m256i init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sx, 3));
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                __m256i c = kn_avx2_q4_codes(q + (size_t)i * rb);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init, c, xv)),
+                                         _mm256_set1_ps(P->s[i][k]), acc[i]);
+            }
+        } else {
+            __m256 S = _mm256_cvtepi32_ps(sx);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                __m256i c = kn_avx2_q4_codes(q + (size_t)i * rb);
+                __m256 a = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), c, xv));
+                acc[i] = _mm256_fmadd_ps(_mm256_fnmadd_ps(_mm256_set1_ps(P->z[i][k]), S, a),
+                                         _mm256_set1_ps(P->s[i][k]), acc[i]);
+            }
+        }
+    }
+}
+
+/* One token, rows r .. r+R-1: Y[r + i] += W[r + i] . x (cols % 32 == 0). */
+KN_AI void dec1_rows(const kn_matrix *W, const uint8_t *x, const float *xd,
+                     float *Y, uint32_t r, int fmt, int R)
+{
+    const uint32_t nb = W->cols / KN_QK;
+    const size_t rb = kn_q4_row_bytes(W->cols);
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
+    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
+    const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)r * ng : NULL;
+    d1_tab P[2];
+    __m256 acc[KN_D1_R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        acc[i] = _mm256_setzero_ps();
+    d1_tab_fill(&P[0], s0, z0, ng, xd, 0, nb < KN_D1_BLK ? nb : KN_D1_BLK, gsh, R);
+    for (uint32_t b0 = 0, cur = 0; b0 < nb; b0 += KN_D1_BLK, cur ^= 1) {
+        const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
+        if (b0 + KN_D1_BLK < nb) {
+            uint32_t b1 = b0 + KN_D1_BLK;
+            d1_tab_fill(&P[cur ^ 1], s0, z0, ng, xd, b1,
+                        nb - b1 < KN_D1_BLK ? nb - b1 : KN_D1_BLK, gsh, R);
+        }
+        if (n == KN_D1_BLK)
+            d1_run(w0, rb, x, b0, KN_D1_BLK, &P[cur], fmt, acc, R);
+        else
+            d1_run(w0, rb, x, b0, n, &P[cur], fmt, acc, R);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+        Y[r + (uint32_t)i] += kn_hsum256(acc[i]);
+}
+
+KN_AI void dec1_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                    float *Y, uint32_t r0, uint32_t r1, int fmt)
+{
+    uint32_t r = r0;
+    for (; r + KN_D1_R <= r1; r += KN_D1_R)
+        dec1_rows(W, xq, xd, Y, r, fmt, KN_D1_R);
+    switch (r1 - r) {
+    case 7: dec1_rows(W, xq, xd, Y, r, fmt, 7); break;
+    case 6: dec1_rows(W, xq, xd, Y, r, fmt, 6); break;
+    case 5: dec1_rows(W, xq, xd, Y, r, fmt, 5); break;
+    case 4: dec1_rows(W, xq, xd, Y, r, fmt, 4); break;
+    case 3: dec1_rows(W, xq, xd, Y, r, fmt, 3); break;
+    case 2: dec1_rows(W, xq, xd, Y, r, fmt, 2); break;
+    case 1: dec1_rows(W, xq, xd, Y, r, fmt, 1); break;
+    default: break;
+    }
+}
+
+/* ---- decode, 2 <= T <= 4 tokens, int4, with a table of s_b ----------------
+ * dec_rows2's integers (biased activations against the signed codes from
+ * the row's init: the same exact lanes), but s_b = scale * d comes from a
+ * table built per batch of 8 blocks (8 vector multiplies per row and
+ * token, the same float products) as the fma's embedded broadcast: per
+ * (row, token, block) vpdpbusd + convert + fma, no multiply and no
+ * broadcast.  4 rows x TT <= 4 tokens of accumulators; more tokens
+ * stay with dec_rows2 (see dec_fmt). */
+#define KN_DN_MAXR 4
+
+typedef struct dn_tab {
+    _Alignas(32) float s[8][KN_DN_MAXR][KN_D1_BLK]; /* [token][row][block] */
+} dn_tab;
+
+KN_AI void dn_tab_fill(dn_tab *P, const uint16_t *s0, uint32_t ng,
+                       const float *xd, uint32_t nb, uint32_t b0, uint32_t n,
+                       int gsh, int R, int TT)
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        const uint16_t *sr = s0 + (size_t)i * ng;
+        if (n == KN_D1_BLK && gsh == 0) {
+            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + b0)));
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++)
+                _mm256_store_ps(P->s[t][i], _mm256_mul_ps(sv, _mm256_loadu_ps(xd + (size_t)t * nb + b0)));
+            continue;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            float sc = _cvtsh_ss(sr[(b0 + k) >> gsh]);
+            for (int t = 0; t < TT; t++)
+                P->s[t][i][k] = sc * xd[(size_t)t * nb + b0 + k];
+        }
+    }
+}
+
+KN_AI void dn_run(const uint8_t *w0, size_t rb, const uint8_t *z0, uint32_t ng,
+                  const uint8_t *xq, size_t xs, uint32_t b0, uint32_t n,
+                  const dn_tab *P, int gsh, int fmt, __m256 acc[][8], int R, int TT)
+{
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 8
+    for (uint32_t k = 0; k < n; k++) {
+        const uint32_t b = b0 + k;
+        __m256i w[KN_DN_MAXR], init[KN_DN_MAXR];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const uint8_t *q = w0 + (size_t)i * rb + (size_t)b * 16;
+            if ((b & 3) == 0)
+                _mm_prefetch((const char *)(q + KN_D1_PF * rb), _MM_HINT_T1);
+            int z = fmt == KN_W_Q4 ? z0[(size_t)i * ng + (b >> gsh)] : KN_Q4_ZERO_SYM;
+            w[i] = _mm256_sub_epi8(kn_avx2_q4_codes(q), _mm256_set1_epi8((char)z));
+            init[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, w[i]));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            __m256i xu = _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)(xq + (size_t)t * xs + (size_t)b * KN_QK)), bias);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                acc[i][t] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init[i], xu, w[i])),
+                    _mm256_set1_ps(P->s[t][i][k]), acc[i][t]);
+        }
+    }
+}
+
+KN_AI void dec_rows_tab(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                        float *Y, uint32_t r, int fmt, int R, int TT)
+{
+    const uint32_t nb = W->cols / KN_QK, rows = W->rows;
+    const size_t rb = kn_q4_row_bytes(W->cols);
+    const size_t xs = (size_t)nb * KN_QK; /* bytes per token */
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
+    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
+    const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)r * ng : NULL;
+    dn_tab P[2];
+    __m256 acc[KN_DN_MAXR][8];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    dn_tab_fill(&P[0], s0, ng, xd, nb, 0, nb < KN_D1_BLK ? nb : KN_D1_BLK, gsh, R, TT);
+    for (uint32_t b0 = 0, cur = 0; b0 < nb; b0 += KN_D1_BLK, cur ^= 1) {
+        const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
+        if (b0 + KN_D1_BLK < nb) {
+            uint32_t b1 = b0 + KN_D1_BLK;
+            dn_tab_fill(&P[cur ^ 1], s0, ng, xd, nb, b1,
+                        nb - b1 < KN_D1_BLK ? nb - b1 : KN_D1_BLK, gsh, R, TT);
+        }
+        if (n == KN_D1_BLK)
+            dn_run(w0, rb, z0, ng, xq, xs, b0, KN_D1_BLK, &P[cur], gsh, fmt, acc, R, TT);
+        else
+            dn_run(w0, rb, z0, ng, xq, xs, b0, n, &P[cur], gsh, fmt, acc, R, TT);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            Y[(size_t)t * rows + r + (uint32_t)i] += kn_hsum256(acc[i][t]);
+}
+
 KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
                    float *Y, uint32_t r0, uint32_t r1, int fmt, int TT)
 {
     uint32_t r = r0;
-    for (; r + 2 <= r1; r += 2)
-        dec_rows2(W, xq, xd, Y, r, fmt, 2, TT);
-    if (r < r1)
-        dec_rows2(W, xq, xd, Y, r, fmt, 1, TT);
+    if (TT > 4) { /* the table measured 0.84-1.15x here: dec_rows2 */
+        for (; r + 2 <= r1; r += 2)
+            dec_rows2(W, xq, xd, Y, r, fmt, 2, TT);
+        if (r < r1)
+            dec_rows2(W, xq, xd, Y, r, fmt, 1, TT);
+        return;
+    }
+    const int R = 4;
+    for (; r + (uint32_t)R <= r1; r += (uint32_t)R)
+        dec_rows_tab(W, xq, xd, Y, r, fmt, R, TT);
+    switch (r1 - r) {
+    case 3: dec_rows_tab(W, xq, xd, Y, r, fmt, 3, TT); break;
+    case 2: dec_rows_tab(W, xq, xd, Y, r, fmt, 2, TT); break;
+    case 1: dec_rows_tab(W, xq, xd, Y, r, fmt, 1, TT); break;
+    default: break;
+    }
 }
 
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 {
-    return T >= 2 && T <= 8 && W->cols % KN_QK == 0 &&
+    return T >= 1 && T <= 8 && W->cols % KN_QK == 0 &&
            (W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S);
 }
 
@@ -308,6 +587,13 @@ void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
         else                                                                   \
             dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S, tt);                       \
         break;
+    if (T == 1) {
+        if (W->fmt == KN_W_Q4)
+            dec1_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4);
+        else
+            dec1_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S);
+        return;
+    }
     switch (T) {
         KN_DT(2) KN_DT(3) KN_DT(4) KN_DT(5) KN_DT(6) KN_DT(7) default: KN_DT(8)
     }

@@ -212,6 +212,61 @@ static void test_qdot_scalar_bit_identical_to_reference(void **state)
     run_bits_suite(1);
 }
 
+/* The AVX-512 int4 decode kernels (kn_qgemm_avx512.c: batch 1 in passes
+ * of 8 rows, 2-4 tokens in passes of 4 rows with a table of s_b, 5-8 in
+ * pairs of rows) against the AVX2 ones, bit for bit: rows that leave
+ * every remainder of those passes (1..7), rows of 1, 2, 8, 9 and 17
+ * blocks (a batch of 8 blocks, a ragged batch after full ones), a ragged
+ * last block (the AVX2 path on both sides), groups 32..128, T = 1..12
+ * (the GEMM from 9), 1 and 2 threads. */
+static void test_qdot_int4_decode_avx512_matches_avx2(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI: "
+                                     "the AVX-512 int4 decode is not compared");
+    static const uint32_t shapes[][2] = {
+        {15, 32 * 17}, {23, 32 * 9}, {7, 32 * 8}, {9, 32}, {2, 64}, {1, 32 * 9},
+        {12, 32 * 17 + 7},
+    };
+    static const kn_wformat fmts[] = {KN_W_Q4, KN_W_Q4S};
+    enum { TMAX = 12 };
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (size_t f = 0; f < 2; f++)
+        for (uint32_t g = 32; g <= 128; g *= 2)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0], shapes[s][1], g);
+                const kn_matrix *W = &t.m;
+                float *x = make_x(TMAX, W->cols);
+                void *xq = malloc((size_t)kn_qact_bytes(KN_QACT_I8, TMAX, W->cols));
+                float *y[2];
+                y[0] = malloc(TMAX * W->rows * sizeof(float));
+                y[1] = malloc(TMAX * W->rows * sizeof(float));
+                assert_true(x && xq && y[0] && y[1]);
+                for (size_t T = 1; T <= TMAX; T++) {
+                    kn_qact_quantize(KN_QACT_I8, x, T, W->cols, xq);
+                    for (int th = 0; th < 2; th++) {
+                        for (int off = 0; off < 2; off++) {
+                            kn_set_no_avx512(off);
+                            memset(y[off], 0, T * W->rows * sizeof(float));
+                            kn_matmul_q(th ? p2 : NULL, W, xq, T, y[off], NULL);
+                        }
+                        kn_set_no_avx512(0);
+                        if (memcmp(y[0], y[1], T * W->rows * sizeof(float)) != 0)
+                            fail_msg("%s %ux%u g%u T=%zu threads=%d: AVX-512 and "
+                                     "AVX2 differ", fmt_name(W->fmt), W->rows,
+                                     W->cols, g, T, th ? 2 : 1);
+                    }
+                }
+                free(x);
+                free(xq);
+                free(y[0]);
+                free(y[1]);
+                tu_tmat_free(&t);
+            }
+    kn_pool_free(p2);
+}
+
 /* Extreme codes: Q8 -127/127 and -128 (a file may hold it) against
  * activations of +-32767, where lane sums come closest to 2^24. */
 static void test_qdot_extreme_codes_exact(void **state)
@@ -477,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_qact_known_values),
         cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_avx512_bit_identical_to_reference),
+        cmocka_unit_test(test_qdot_int4_decode_avx512_matches_avx2),
         cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_extreme_codes_exact),
         cmocka_unit_test(test_qdot_int4_extreme_codes_exact),
