@@ -32,6 +32,16 @@
  * and each broadcast feeds 3 FMAs.  The column block stays the outer loop
  * (canon_fmt says why) and the L2 (T1) prefetch of the rows KN_D5_PF on
  * is canon_blk's (its comment says why Zen 4 needs it).
+ *
+ * Measured (bench_gemm --threads 1 --cpu --no-slices --fmt f16, GMAC per
+ * CPU-second, 7 interleaved rounds against MC_NO_AVX512=1 in one binary,
+ * medians, load average 4.5-5.5, docs/benchmarks.md i8_f16dec): TinyLlama
+ * shapes 1.40-1.59x at T = 2 and 8 (q/o at T = 8: 36.1 vs 22.7 GMAC/s,
+ * 64 % of the FMA peak), 1.13-1.54x at T = 4; SmolLM shapes 0.97-1.40x
+ * (576-row matrices are small enough that the AVX2 kernel was not far
+ * off).  f32 at T = 8, tiny shapes: 1.17-1.25x (5 rounds).  Not tried for
+ * lack of time: 2 row pairs (4 x 8) instead of 3, other prefetch
+ * distances, T = 1.
  */
 #include <immintrin.h>
 #include <string.h>
