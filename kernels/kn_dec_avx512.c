@@ -39,9 +39,11 @@
  * shapes 1.40-1.59x at T = 2 and 8 (q/o at T = 8: 36.1 vs 22.7 GMAC/s,
  * 64 % of the FMA peak), 1.13-1.54x at T = 4; SmolLM shapes 0.97-1.40x
  * (576-row matrices are small enough that the AVX2 kernel was not far
- * off).  f32 at T = 8, tiny shapes: 1.17-1.25x (5 rounds).  Not tried for
- * lack of time: 2 row pairs (4 x 8) instead of 3, other prefetch
- * distances, T = 1.
+ * off).  f32 at T = 8, tiny shapes: 1.17-1.25x (5 rounds).  KN_D5_PF
+ * 12 against canon_blk's 8 (5 rounds, load 2.7): gate/up and down 5-12 %
+ * faster at T = 2, 4, 8, q/o 2048x2048 as fast at T = 8 but 13-29 % slower
+ * at T = 2-4.  Not tried for lack of time: 2 row pairs (4 x 8) instead of
+ * 3, T = 1.
  */
 #include <immintrin.h>
 #include <string.h>
