@@ -34,7 +34,8 @@
  *             (a ragged last batch filled with masked loads); 4 rows a
  *             pass for T <= 4, 2 rows for T = 5..8 (i8_q4dec8: was
  *             dec_rows2, which multiplied scale * d per (row, token,
- *             block); SmolLM shapes Q4S g32 1 thread 1.08-1.22x).
+ *             block); SmolLM shapes, 1 thread, CPU time, medians of 5
+ *             A/B rounds: Q4 1.13-1.24x, Q4S 1.00-1.17x).
  * Each gives the canonical integers exactly and then the same float ops
  * (convert, fma with the same s_b product) in the same order: the bits
  * of kn_qdot_avx2.c (test_qdot compares them over ragged shapes).
