@@ -29,9 +29,13 @@
  *             vpdpbusd against the signed x (Q4S from init = -8 * lane
  *             sums of x, shared by the rows), s_b from a per-batch
  *             table as the fma's embedded broadcast;
- *   T = 2..4  dec_rows_tab: 4 rows a pass, dec_rows2's integers, s_b
- *             from a per-batch table;
- *   T = 5..8  dec_rows2: 2 rows a pass.
+ *   T = 2..8  dec_rows_tab: biased activations against the signed
+ *             codes from each row's init, s_b from a per-batch table
+ *             (a ragged last batch filled with masked loads); 4 rows a
+ *             pass for T <= 4, 2 rows for T = 5..8 (i8_q4dec8: was
+ *             dec_rows2, which multiplied scale * d per (row, token,
+ *             block); SmolLM shapes, 1 thread, CPU time, medians of 5
+ *             A/B rounds: Q4 1.13-1.24x, Q4S 1.00-1.17x).
  * Each gives the canonical integers exactly and then the same float ops
  * (convert, fma with the same s_b product) in the same order: the bits
  * of kn_qdot_avx2.c (test_qdot compares them over ragged shapes).
@@ -242,71 +246,6 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
     }
 }
 
-/* ---- decode, 5 <= T <= 8 tokens, int4 --------------------------------------
- * kn_qdot_avx2.c's decn_row does one row at a time, sign + maddubs + madd
- * per token; here two rows share each token's biased activation block
- * (one load and one xor for both), and each (row, token) costs one
- * vpdpbusd from the row's init -- the same exact lanes, then the same
- * float ops, so the same bits.  2 rows x 8 tokens = 16 accumulators, in
- * registers (AVX512VL gives 32). */
-KN_AI void dec_rows2(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                     float *Y, uint32_t r, int fmt, int R, int TT)
-{
-    const uint32_t nb = W->cols / KN_QK, rows = W->rows;
-    const size_t rb = kn_q4_row_bytes(W->cols);
-    const size_t xs = (size_t)nb * KN_QK; /* bytes per token */
-    const int gsh = __builtin_ctz(W->group) - 5;
-    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
-    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi8(1);
-    const uint8_t *wr[2];
-    const uint16_t *sr[2];
-    const uint8_t *zr[2];
-    __m256 acc[2][8];
-#pragma GCC unroll 2
-    for (int i = 0; i < R; i++) {
-        wr[i] = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rb;
-        sr[i] = (const uint16_t *)W->scales + (size_t)(r + (uint32_t)i) * ng;
-        zr[i] = fmt == KN_W_Q4 ? W->zeros + (size_t)(r + (uint32_t)i) * ng : NULL;
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            acc[i][t] = _mm256_setzero_ps();
-    }
-    for (uint32_t b = 0; b < nb; b++) {
-        __m256i w[2], init[2];
-        __m256 ws[2];
-#pragma GCC unroll 2
-        for (int i = 0; i < R; i++) {
-            if ((b & 3) == 0)
-                _mm_prefetch((const char *)((uintptr_t)wr[i] + (size_t)b * 16 + 4 * rb), _MM_HINT_T1);
-            uint32_t g = b >> gsh;
-            int z = fmt == KN_W_Q4 ? zr[i][g] : KN_Q4_ZERO_SYM;
-            w[i] = _mm256_sub_epi8(kn_avx2_q4_codes(wr[i] + (size_t)b * 16),
-                                   _mm256_set1_epi8((char)z));
-            init[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_slli_epi32(_mm256_dpbusd_epi32(
-                                           _mm256_setzero_si256(), ones, w[i]), 7));
-            ws[i] = _mm256_set1_ps(_cvtsh_ss(sr[i][g]));
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            __m256i xu = _mm256_xor_si256(
-                _mm256_loadu_si256((const __m256i *)(xq + (size_t)t * xs + (size_t)b * KN_QK)),
-                bias);
-            __m256 vd = _mm256_broadcast_ss(xd + (size_t)t * nb + b);
-#pragma GCC unroll 2
-            for (int i = 0; i < R; i++)
-                acc[i][t] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init[i], xu, w[i])),
-                    _mm256_mul_ps(ws[i], vd), acc[i][t]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            Y[(size_t)t * rows + r + (uint32_t)i] += kn_hsum256(acc[i][t]);
-}
-
 /* ---- decode, 1 token, int4 -------------------------------------------------
  * kn_qdot_avx2.c's dec1_q4_rows with VNNI.  Per block and row it needs
  * kn_qdot.h's 8 exact int32 lane sums of (q - zero) * x; here the
@@ -443,14 +382,19 @@ KN_AI void dec1_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
     }
 }
 
-/* ---- decode, 2 <= T <= 4 tokens, int4, with a table of s_b ----------------
- * dec_rows2's integers (biased activations against the signed codes from
- * the row's init: the same exact lanes), but s_b = scale * d comes from a
- * table built per batch of 8 blocks (8 vector multiplies per row and
- * token, the same float products) as the fma's embedded broadcast: per
- * (row, token, block) vpdpbusd + convert + fma, no multiply and no
- * broadcast.  4 rows x TT <= 4 tokens of accumulators; more tokens
- * stay with dec_rows2 (see dec_fmt). */
+/* ---- decode, 2 <= T <= 8 tokens, int4, with a table of s_b ----------------
+ * kn_qdot_avx2.c's decn_row does one row at a time, sign + maddubs + madd
+ * per token; here the rows of a pass share each token's biased
+ * activation block (xu = x ^ 0x80: one load and one xor for all), and
+ * each (row, token) costs one vpdpbusd against the signed codes
+ * w = q - zero from the row's init = -128 * (lane sums of w): the same
+ * exact lanes.  s_b = scale * d comes from a table built per batch of 8
+ * blocks (8 vector multiplies per row and token, the same float
+ * products; a ragged last batch with masked loads) as the fma's embedded
+ * broadcast: per (row, token, block) vpdpbusd + convert + fma, no
+ * multiply and no broadcast.  Passes of 4 rows for TT <= 4 tokens, 2 rows
+ * for 5..8 (4 x 8 = 32 accumulators would spill: that is why the table
+ * once measured 0.84-1.15x there; 2 x 8 = 16). */
 #define KN_DN_MAXR 4
 
 typedef struct dn_tab {
@@ -464,11 +408,12 @@ KN_AI void dn_tab_fill(dn_tab *P, const uint16_t *s0, uint32_t ng,
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) {
         const uint16_t *sr = s0 + (size_t)i * ng;
-        if (n == KN_D1_BLK && gsh == 0) {
-            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + b0)));
+        if (gsh == 0) { /* a ragged batch masked: lanes >= n stay unread */
+            const __mmask8 m = (__mmask8)((1u << n) - 1);
+            __m256 sv = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, sr + b0));
 #pragma GCC unroll 8
             for (int t = 0; t < TT; t++)
-                _mm256_store_ps(P->s[t][i], _mm256_mul_ps(sv, _mm256_loadu_ps(xd + (size_t)t * nb + b0)));
+                _mm256_store_ps(P->s[t][i], _mm256_mul_ps(sv, _mm256_maskz_loadu_ps(m, xd + (size_t)t * nb + b0)));
             continue;
         }
         for (uint32_t k = 0; k < n; k++) {
@@ -553,11 +498,11 @@ KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
                    float *Y, uint32_t r0, uint32_t r1, int fmt, int TT)
 {
     uint32_t r = r0;
-    if (TT > 4) { /* the table measured 0.84-1.15x here: dec_rows2 */
+    if (TT > 4) { /* 4 rows x 5..8 tokens would spill the accumulators */
         for (; r + 2 <= r1; r += 2)
-            dec_rows2(W, xq, xd, Y, r, fmt, 2, TT);
+            dec_rows_tab(W, xq, xd, Y, r, fmt, 2, TT);
         if (r < r1)
-            dec_rows2(W, xq, xd, Y, r, fmt, 1, TT);
+            dec_rows_tab(W, xq, xd, Y, r, fmt, 1, TT);
         return;
     }
     const int R = 4;

@@ -214,9 +214,10 @@ static void test_qdot_scalar_bit_identical_to_reference(void **state)
 
 /* The AVX-512 int4 decode kernels (kn_qgemm_avx512.c: batch 1 in passes
  * of 8 rows, 2-4 tokens in passes of 4 rows with a table of s_b, 5-8 in
- * pairs of rows) against the AVX2 ones, bit for bit: rows that leave
- * every remainder of those passes (1..7), rows of 1, 2, 8, 9 and 17
- * blocks (a batch of 8 blocks, a ragged batch after full ones), a ragged
+ * pairs of rows with the same table) against the AVX2 ones, bit for bit:
+ * rows that leave every remainder of those passes (1..7), rows of 1, 2,
+ * 8, 9, 13, 17 and 18 blocks (a batch of 8 blocks, ragged batches of 1,
+ * 2 and 5 after full ones, filled with masked loads), a ragged
  * last block (the AVX2 path on both sides), groups 32..128, T = 1..12
  * (the GEMM from 9), 1 and 2 threads. */
 static void test_qdot_int4_decode_avx512_matches_avx2(void **state)
@@ -226,7 +227,7 @@ static void test_qdot_int4_decode_avx512_matches_avx2(void **state)
                                      "the AVX-512 int4 decode is not compared");
     static const uint32_t shapes[][2] = {
         {15, 32 * 17}, {23, 32 * 9}, {7, 32 * 8}, {9, 32}, {2, 64}, {1, 32 * 9},
-        {12, 32 * 17 + 7},
+        {12, 32 * 17 + 7}, {5, 32 * 18}, {3, 32 * 13},
     };
     static const kn_wformat fmts[] = {KN_W_Q4, KN_W_Q4S};
     enum { TMAX = 12 };
