@@ -12,7 +12,7 @@
  * chains, rows i and i+1 of one token in its low and high halves: the
  * weights w[i][k..k+8) and w[i+1][k..k+8) are converted into one zmm, and
  * x[t][k..k+8) is broadcast to both halves (vbroadcastf32x8), so lane j of
- * each half does exactly canon_blk's fma(w[k+j], x[k+j], acc).  hsum8
+ * each half does exactly canon_blk's fma(w[k+j], x[k+j], acc).  kn_hsum8_512
  * reduces 8 chains with kn_hsum256's additions (same operands, same tree,
  * only commuted); the chains of a token group smaller than 4 are reduced
  * by kn_hsum256 itself.
@@ -48,6 +48,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kn_avx512.h"
 #include "kn_avx2.h"
 #include "kn_gemm.h"
 #include "kn_internal.h"
@@ -61,25 +62,6 @@ int kn_dec_avx512_supported(const kn_matrix *W)
 {
     return W->fmt == KN_W_F32 || W->fmt == KN_W_F16 || W->fmt == KN_W_BF16 ||
            W->fmt == KN_W_Q8;
-}
-
-/* kn_hsum256 of the 8 chains in z0..z3 as one vector of 8 sums, in the
- * order z0 low, z0 high, z1 low, ..., z3 high.  The same additions in the
- * same tree as kn_hsum256 (u = lo + hi; (u0 + u1) + (u2 + u3)), only with
- * commuted operands (kn_gemm_avx512.c's hsum8). */
-KN_AI __m256 hsum8(__m512 z0, __m512 z1, __m512 z2, __m512 z3)
-{
-    __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(z0, z1, _MM_SHUFFLE(3, 1, 3, 1)));
-    __m512 d = _mm512_add_ps(_mm512_shuffle_f32x4(z2, z3, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(z2, z3, _MM_SHUFFLE(3, 1, 3, 1)));
-    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(c, d, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(g, g, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(g, g, _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13,
-                                          0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, s));
 }
 
 /* Columns [c, c + 8) of rows a (low half) and b (high half) as one vector
@@ -186,7 +168,7 @@ KN_AI void blk(const kn_matrix *W, const float *X, float *Y, uint32_t r, int R,
         #pragma GCC unroll 16
         for (; t + 4 <= T; t += 4) {
             float v[8];
-            _mm256_storeu_ps(v, hsum8(acc[p][t], acc[p][t + 1], acc[p][t + 2], acc[p][t + 3]));
+            _mm256_storeu_ps(v, kn_hsum8_512(acc[p][t], acc[p][t + 1], acc[p][t + 2], acc[p][t + 3]));
             #pragma GCC unroll 16
             for (int j = 0; j < 4; j++) {
                 s[p][t + j][0] = v[2 * j];

@@ -13,7 +13,8 @@
  * w[i][k..k+8) and w[i+1][k..k+8), and x[t][k..k+8) is broadcast to both
  * halves (vbroadcastf32x8): lane j of each half then does exactly the
  * AVX2 kernel's fma(w[k+j], x[k+j], acc), column block after column
- * block.  hsum8 reduces 8 such chains with kn_hsum256's additions (same
+ * block.  kn_hsum8_512 (kn_avx512.h) reduces 8 such chains with
+ * kn_hsum256's additions (same
  * operands, same tree; only commuted), and the scalar tail is the same C.
  *
  * Why that keeps the bits: the FMAs, the reduction's additions and the
@@ -51,6 +52,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kn_avx512.h"
 #include "kn_avx2.h"
 #include "kn_gemm.h"
 #include "kn_gemm_pf.h"
@@ -66,28 +68,6 @@
  * cache line so that the pairs do not all fall in the same L1 sets.
  * Element (2p + h, k) lies at p * KN_G5_LDP + (k / 8) * 16 + h * 8 + k % 8. */
 #define KN_G5_LDP (2 * KN_KC + 16)
-
-/* kn_hsum256 of the 8 chains in z0..z3 (row pair p in zp: row 2p low,
- * row 2p + 1 high) as one vector of 8 sums, rows in order.  The same
- * additions in the same tree as kn_hsum256 (u = lo + hi; (u0 + u1) +
- * (u2 + u3)), only with commuted operands. */
-KN_AI __m256 hsum8(__m512 z0, __m512 z1, __m512 z2, __m512 z3)
-{
-    /* u of rows 0..3 (lanes of 128 bits), then of rows 4..7 */
-    __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(z0, z1, _MM_SHUFFLE(3, 1, 3, 1)));
-    __m512 d = _mm512_add_ps(_mm512_shuffle_f32x4(z2, z3, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(z2, z3, _MM_SHUFFLE(3, 1, 3, 1)));
-    /* per lane j: u0 + u1, u2 + u3 of row j, then of row j + 4 */
-    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(c, d, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
-    /* per lane j: row j, row j + 4 (twice) */
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(g, g, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(g, g, _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13,
-                                          0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, s));
-}
 
 /* Y[t][i] += dot(w[i][0..n), X[t][0..n)) for i < R (R <= 2P: the panel's
  * rows from wi on, a phantom zero row making up an odd R), t < TT. */
@@ -119,7 +99,7 @@ KN_AI void micro(const float *wi, const float *X, size_t ldx, uint32_t n,
         for (int t = 0; t < TT; t++) {
             float *y = Y + (size_t)t * ldy;
             _mm256_storeu_ps(y, _mm256_add_ps(_mm256_loadu_ps(y),
-                                              hsum8(acc[0][t], acc[1][t], acc[2][t], acc[3][t])));
+                                              kn_hsum8_512(acc[0][t], acc[1][t], acc[2][t], acc[3][t])));
         }
         return;
     }
@@ -145,7 +125,7 @@ KN_AI void micro(const float *wi, const float *X, size_t ldx, uint32_t n,
         }
 }
 
-_Static_assert(KN_G5_PB == 4 && KN_G5_TB == 6, "micro_any's cases and hsum8 assume 4 x 6");
+_Static_assert(KN_G5_PB == 4 && KN_G5_TB == 6, "micro_any's cases and kn_hsum8_512 assume 4 x 6");
 
 static void micro_any(const float *wi, const float *X, size_t ldx, uint32_t n,
                       float *Y, size_t ldy, int R, int TT)
