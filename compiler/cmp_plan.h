@@ -56,7 +56,8 @@
  *            4.04 MiB since the AVX-512 kernels (+103 KB of text; a
  *            Zen 4 host measured up to 0.28 MiB over the old base);
  *            5.04 MiB since the AVX-512 decode kernels (text 1.42 ->
- *            3.61 MB; the same host measured up to 0.75 MiB over)
+ *            2.02 MB; the same host measured up to 0.19 MiB over, and
+ *            a run-to-run spread of up to 1.5 MB)
  *   threads  per worker thread the plan allows (its stack and TLS pages):
  *            20 KiB (stories260k at 1, 2, 8 and 16 threads)
  *   tensors  per tensor of the artifact: its manifest entries (parsed
