@@ -55,9 +55,10 @@
  *            KiB, so that peak RSS stays within the plan (3.68 MiB);
  *            4.04 MiB since the AVX-512 kernels (+103 KB of text; a
  *            Zen 4 host measured up to 0.28 MiB over the old base);
- *            5.04 MiB since the AVX-512 decode kernels (text 1.42 ->
- *            2.02 MB; the same host measured up to 0.19 MiB over, and
- *            a run-to-run spread of up to 1.5 MB)
+ *            4.51 MiB since the AVX-512 decode kernels (Release text
+ *            1.42 -> 2.02 MB; the same host measured up to 0.19 MiB
+ *            over; CI's RelWithDebInfo build, 0.7 MB of text, runs
+ *            ~0.9 MB lower, so the base sits between the two)
  *   threads  per worker thread the plan allows (its stack and TLS pages):
  *            20 KiB (stories260k at 1, 2, 8 and 16 threads)
  *   tensors  per tensor of the artifact: its manifest entries (parsed
@@ -71,7 +72,7 @@
  *            MiB measured beyond the other terms, 13.7 MiB reserved)
  * cmp_plan_cpu_reserve adds them up; the plan adds the artifact's page
  * tails on top (cmp_plan_map_tail_bytes, exact: no calibration). */
-#define CMP_CPU_BASE_BYTES (5164ull << 10) /* 3768 KiB until the AVX-512
+#define CMP_CPU_BASE_BYTES (4620ull << 10) /* 3768 KiB until the AVX-512
                                                 kernels, 4140 until the
                                                 AVX-512 decode kernels:
                                                 see docs/plan.md */
