@@ -36,6 +36,9 @@
  *             dec_rows2, which multiplied scale * d per (row, token,
  *             block); SmolLM shapes, 1 thread, CPU time, medians of 5
  *             A/B rounds: Q4 1.13-1.24x, Q4S 1.00-1.17x).
+ * and int8 decode of T = 2..8 tokens (dq8_rows: passes of 4 rows, 2 for
+ * T > 4, each token's activations loaded once per pass, madd + vpdpwssd
+ * per (row, token, block) where AVX2's decn_row does two madd and an add).
  * Each gives the canonical integers exactly and then the same float ops
  * (convert, fma with the same s_b product) in the same order: the bits
  * of kn_qdot_avx2.c (test_qdot compares them over ragged shapes).
@@ -516,10 +519,79 @@ KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
     }
 }
 
+/* ---- decode, 2 <= T <= 8 tokens, int8 -------------------------------------
+ * kn_qdot_avx2.c's decn_row does one row at a time: per (token, block)
+ * two madd, an add, a broadcast of d, the convert and the fma.  Here a
+ * pass of R rows shares each token's activation loads and d, and the
+ * lanes take madd + vpdpwssd: lane l = cols 2l, 2l+1 (madd) plus cols
+ * 16+2l, 17+2l (the dot-add), the same exact int32 (|sum| < 2^25), so
+ * the convert, the fma with d[b], the final kn_hsum256 and the row scale
+ * are decn_row's, in its order.  4 rows for TT <= 4 tokens (16
+ * accumulators, 8 widened weight vectors), 2 rows for 5..8; leftover
+ * rows one at a time.  The weight rows are prefetched into L2 (T1)
+ * KN_D1_PF rows ahead, as the int4 kernels do. */
+KN_AI void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                    float *Y, uint32_t r, int R, int TT)
+{
+    const uint32_t nb = W->cols / KN_QK, rows = W->rows;
+    const size_t rb = W->cols;
+    const size_t xs = (size_t)nb * 2 * KN_QK; /* bytes per token */
+    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
+    __m256 acc[KN_DN_MAXR][8];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < nb; b++) {
+        __m256i wlo[KN_DN_MAXR], whi[KN_DN_MAXR];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const uint8_t *q = w0 + (size_t)i * rb + (size_t)b * 32;
+            if ((b & 1) == 0)
+                _mm_prefetch((const char *)(q + KN_D1_PF * rb), _MM_HINT_T1);
+            __m256i w = _mm256_loadu_si256((const __m256i *)q);
+            wlo[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
+            whi[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const __m256i *xp = (const __m256i *)(xq + (size_t)t * xs + (size_t)b * 2 * KN_QK);
+            __m256i xa = _mm256_loadu_si256(xp), xb = _mm256_loadu_si256(xp + 1);
+            __m256 d = _mm256_broadcast_ss(xd + (size_t)t * nb + b);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                __m256i p = _mm256_dpwssd_epi32(_mm256_madd_epi16(wlo[i], xa), whi[i], xb);
+                acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[i][t]);
+            }
+        }
+    }
+    const float *qs = (const float *)W->scales + r;
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            float y = kn_hsum256(acc[i][t]);
+            y *= qs[i];
+            Y[(size_t)t * rows + r + (uint32_t)i] += y;
+        }
+}
+
+KN_AI void dq8_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                   float *Y, uint32_t r0, uint32_t r1, int TT)
+{
+    const int R = TT > 4 ? 2 : 4;
+    uint32_t r = r0;
+    for (; r + (uint32_t)R <= r1; r += (uint32_t)R)
+        dq8_rows(W, xq, xd, Y, r, R, TT);
+    for (; r < r1; r++)
+        dq8_rows(W, xq, xd, Y, r, 1, TT);
+}
+
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 {
     return T >= 1 && T <= 8 && W->cols % KN_QK == 0 &&
-           (W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S);
+           (W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S || (W->fmt == KN_W_Q8 && T >= 2));
 }
 
 void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
@@ -527,7 +599,9 @@ void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
 {
 #define KN_DT(tt)                                                              \
     case tt:                                                                   \
-        if (W->fmt == KN_W_Q4)                                                 \
+        if (W->fmt == KN_W_Q8)                                                 \
+            dq8_fmt(W, xq, xd, Y, r0, r1, tt);                                 \
+        else if (W->fmt == KN_W_Q4)                                            \
             dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4, tt);                        \
         else                                                                   \
             dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S, tt);                       \

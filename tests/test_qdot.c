@@ -212,40 +212,42 @@ static void test_qdot_scalar_bit_identical_to_reference(void **state)
     run_bits_suite(1);
 }
 
-/* The AVX-512 int4 decode kernels (kn_qgemm_avx512.c: batch 1 in passes
+/* The AVX-512 decode kernels (kn_qgemm_avx512.c: int4 batch 1 in passes
  * of 8 rows, 2-4 tokens in passes of 4 rows with a table of s_b, 5-8 in
- * pairs of rows with the same table) against the AVX2 ones, bit for bit:
+ * pairs of rows with the same table; int8 2-4 tokens in passes of 4 rows,
+ * 5-8 in pairs, leftover rows alone) against the AVX2 ones, bit for bit:
  * rows that leave every remainder of those passes (1..7), rows of 1, 2,
  * 8, 9, 13, 17 and 18 blocks (a batch of 8 blocks, ragged batches of 1,
  * 2 and 5 after full ones, filled with masked loads), a ragged
- * last block (the AVX2 path on both sides), groups 32..128, T = 1..12
- * (the GEMM from 9), 1 and 2 threads. */
-static void test_qdot_int4_decode_avx512_matches_avx2(void **state)
+ * last block (the AVX2 path on both sides), groups 32..128 (int8: its
+ * row scale), T = 1..12 (the GEMM from 9), 1 and 2 threads. */
+static void test_qdot_decode_avx512_matches_avx2(void **state)
 {
     (void)state;
     TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI: "
-                                     "the AVX-512 int4 decode is not compared");
+                                     "the AVX-512 decode is not compared");
     static const uint32_t shapes[][2] = {
         {15, 32 * 17}, {23, 32 * 9}, {7, 32 * 8}, {9, 32}, {2, 64}, {1, 32 * 9},
         {12, 32 * 17 + 7}, {5, 32 * 18}, {3, 32 * 13},
     };
-    static const kn_wformat fmts[] = {KN_W_Q4, KN_W_Q4S};
+    static const kn_wformat fmts[] = {KN_W_Q4, KN_W_Q4S, KN_W_Q8};
     enum { TMAX = 12 };
     kn_pool *p2 = kn_pool_create(2);
     assert_non_null(p2);
-    for (size_t f = 0; f < 2; f++)
-        for (uint32_t g = 32; g <= 128; g *= 2)
+    for (size_t f = 0; f < 3; f++)
+        for (uint32_t g = 32; g <= (fmts[f] == KN_W_Q8 ? 32u : 128u); g *= 2)
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
                 tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0], shapes[s][1], g);
                 const kn_matrix *W = &t.m;
                 float *x = make_x(TMAX, W->cols);
-                void *xq = malloc((size_t)kn_qact_bytes(KN_QACT_I8, TMAX, W->cols));
+                kn_qact_kind k = kn_qact_kind_of(W);
+                void *xq = malloc((size_t)kn_qact_bytes(k, TMAX, W->cols));
                 float *y[2];
                 y[0] = malloc(TMAX * W->rows * sizeof(float));
                 y[1] = malloc(TMAX * W->rows * sizeof(float));
                 assert_true(x && xq && y[0] && y[1]);
                 for (size_t T = 1; T <= TMAX; T++) {
-                    kn_qact_quantize(KN_QACT_I8, x, T, W->cols, xq);
+                    kn_qact_quantize(k, x, T, W->cols, xq);
                     for (int th = 0; th < 2; th++) {
                         for (int off = 0; off < 2; off++) {
                             kn_set_no_avx512(off);
@@ -533,7 +535,7 @@ int main(void)
         cmocka_unit_test(test_qact_known_values),
         cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_avx512_bit_identical_to_reference),
-        cmocka_unit_test(test_qdot_int4_decode_avx512_matches_avx2),
+        cmocka_unit_test(test_qdot_decode_avx512_matches_avx2),
         cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
         cmocka_unit_test(test_qdot_extreme_codes_exact),
         cmocka_unit_test(test_qdot_int4_extreme_codes_exact),
