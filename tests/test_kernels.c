@@ -378,19 +378,26 @@ static void test_kv_store_i8_quantizes_per_head(void **state)
     assert_true(vs[1] == 0.0f && v[1][0] == 0 && v[1][3] == 0);
 }
 
-/* The merge's delta product: the AVX2 path equals the scalar reference
- * bit for bit (same summation order, no fused multiply-add) for every
- * shape edge (rows not a multiple of 4, columns not a multiple of 8 or
- * 4, rank 1), and both equal a plain double sum in k order. */
+/* The merge's delta product: the AVX-512 and AVX2 paths equal the scalar
+ * reference bit for bit (same summation order, no fused multiply-add) for
+ * every shape edge (rows not a multiple of 4, columns not a multiple of
+ * 16, 8 or 4, a column tail across a 256-column block, rank 1), and all
+ * equal a plain double sum in k order. */
 static void test_lora_rows_avx2_equals_reference_bitwise(void **state)
 {
     (void)state;
     static const size_t shapes[][3] = {
-        {1, 1, 1}, {4, 8, 16}, {5, 13, 3}, {9, 67, 8}, {3, 4, 1}, {8, 1029, 16},
+        {1, 1, 1},     {4, 8, 16},   {5, 13, 3},   {9, 67, 8},
+        {3, 4, 1},     {8, 1029, 16}, {7, 16, 2},  {6, 271, 5},
+        {2, 9, 16},    {11, 530, 4}, {1, 17, 7},   {16, 2048, 16},
     };
-    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
-        size_t nr = shapes[c][0], cols = shapes[c][1];
-        uint32_t r = (uint32_t)shapes[c][2];
+    for (size_t c = 0; c < 2 * sizeof shapes / sizeof shapes[0]; c++) {
+        /* every shape twice: AVX-512 (where the CPU has it), then AVX2 */
+        int no512 = c >= sizeof shapes / sizeof shapes[0];
+        kn_set_no_avx512(no512);
+        const size_t *sh = shapes[c % (sizeof shapes / sizeof shapes[0])];
+        size_t nr = sh[0], cols = sh[1];
+        uint32_t r = (uint32_t)sh[2];
         size_t ldo = cols + 3;
         double *L = malloc(nr * r * sizeof *L), *R = malloc(r * cols * sizeof *R);
         double *o1 = malloc(nr * ldo * sizeof *o1), *o2 = malloc(nr * ldo * sizeof *o2);
@@ -417,6 +424,13 @@ static void test_lora_rows_avx2_equals_reference_bitwise(void **state)
         /* the padding between rows is not written */
         if (nr > 1)
             assert_memory_equal(&o1[cols], &o2[cols], 3 * sizeof *o1);
+        /* the fused add: out + coef * sum, as the reference */
+        for (size_t i = 0; i < nr * ldo; i++)
+            o1[i] = o2[i] = (double)tu_rng_f(&g_rng);
+        kn_ref_lora_rows_add(L, R, r, cols, nr, -0.37, o1, ldo);
+        kn_lora_rows_add(L, R, r, cols, nr, -0.37, o2, ldo);
+        assert_memory_equal(o1, o2, nr * ldo * sizeof *o1);
+        kn_set_no_avx512(0);
         free(L);
         free(R);
         free(o1);
