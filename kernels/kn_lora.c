@@ -116,6 +116,8 @@ size_t kn_ref_lora_finish(const double *d, const float *base, size_t n,
 size_t kn_lora_finish(const double *d, const float *base, size_t n, int type,
                       void *out, double *maxd)
 {
+    if (use_avx2() && type != KN_LORA_F16 && kn_cpu_has_avx512())
+        return kn_avx512_lora_finish(d, base, n, type, out, maxd);
     if (use_avx2() && type != KN_LORA_F16)
         return kn_avx2_lora_finish(d, base, n, type, out, maxd);
     return kn_ref_lora_finish(d, base, n, type, out, maxd);

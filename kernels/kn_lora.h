@@ -54,10 +54,12 @@ void kn_avx2_lora_rows(const double *L, const double *R, uint32_t r,
                        double *out, size_t ldo);
 size_t kn_avx2_lora_finish(const double *d, const float *base, size_t n,
                            int type, void *out, double *maxd);
-/* AVX-512 body of kn_lora_rows / _add (kn_lora_avx512.c); call only when
- * kn_cpu_has_avx512(). */
+/* AVX-512 bodies of kn_lora_rows / _add and kn_lora_finish
+ * (kn_lora_avx512.c); call only when kn_cpu_has_avx512(). */
 void kn_avx512_lora_rows(const double *L, const double *R, uint32_t r,
                          size_t cols, size_t nr, double coef, int add,
                          double *out, size_t ldo);
+size_t kn_avx512_lora_finish(const double *d, const float *base, size_t n,
+                             int type, void *out, double *maxd);
 
 #endif /* KN_LORA_H */

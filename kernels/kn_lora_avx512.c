@@ -143,3 +143,67 @@ void kn_avx512_lora_rows(const double *L, const double *R, uint32_t r,
         }
     }
 }
+
+/* kn_avx2_lora_finish eight doubles at a time, the same operations per
+ * element: the float32 conversion (round to nearest even), the change
+ * |(double)f - base| into the running maximum (finite non-negative values
+ * only -- a NaN or infinite result stops the row before it is counted --
+ * so the lane order does not change the maximum), and bf16 rounded on the
+ * double's bits.  A group with a value out of float range or (bf16) a
+ * non-zero value below bf16's normal range goes to the scalar reference,
+ * as in the AVX2 path; so does the tail of fewer than eight. */
+size_t kn_avx512_lora_finish(const double *d, const float *base, size_t n,
+                             int type, void *out, double *maxd)
+{
+    const __m512d fmax = _mm512_set1_pd(3.4028234663852886e38);
+    const __m512d tiny = _mm512_set1_pd(0x1p-126);
+    const __m512i half = _mm512_set1_epi64(((int64_t)1 << 44) - 1);
+    const __m512i one = _mm512_set1_epi64(1);
+    const __m512i keep = _mm512_set1_epi64(~(((int64_t)1 << 45) - 1));
+    __m512d mx = _mm512_set1_pd(*maxd);
+    size_t es = type == KN_LORA_F32 ? 4 : 2;
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512d x = _mm512_loadu_pd(d + j);
+        __m512d ax = _mm512_abs_pd(x);
+        __mmask8 bad = _mm512_cmp_pd_mask(ax, fmax, _CMP_NLE_UQ);
+        if (type == KN_LORA_BF16)
+            bad |= _mm512_cmp_pd_mask(ax, tiny, _CMP_LT_OQ) &
+                   _mm512_cmp_pd_mask(ax, _mm512_setzero_pd(), _CMP_NEQ_OQ);
+        if (bad) {
+            double m = _mm512_reduce_max_pd(mx);
+            size_t k = kn_ref_lora_finish(d + j, base + j, 8, type,
+                                          (unsigned char *)out + j * es, &m);
+            mx = _mm512_set1_pd(m);
+            if (k < 8) {
+                *maxd = m;
+                return j + k;
+            }
+            continue;
+        }
+        __m256 f = _mm512_cvtpd_ps(x);
+        __m512d dd = _mm512_abs_pd(_mm512_sub_pd(
+            _mm512_cvtps_pd(f), _mm512_cvtps_pd(_mm256_loadu_ps(base + j))));
+        mx = _mm512_max_pd(mx, dd);
+        if (type == KN_LORA_F32) {
+            _mm256_storeu_ps((float *)out + j, f);
+            continue;
+        }
+        /* bf16: the mantissa rounded to 7 bits on the double's bits (ties
+         * to even; a carry into the exponent is right too), then the
+         * float conversion is exact and bf16 is its top half */
+        __m512i u = _mm512_castpd_si512(x);
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi64(u, 45), one);
+        u = _mm512_and_si512(_mm512_add_epi64(u, _mm512_add_epi64(half, lsb)),
+                             keep);
+        __m256i b = _mm256_srli_epi32(
+            _mm256_castps_si256(_mm512_cvtpd_ps(_mm512_castsi512_pd(u))), 16);
+        _mm_storeu_si128((__m128i *)((uint16_t *)out + j),
+                         _mm256_cvtepi32_epi16(b));
+    }
+    double m = _mm512_reduce_max_pd(mx);
+    size_t k = kn_ref_lora_finish(d + j, base + j, n - j, type,
+                                  (unsigned char *)out + j * es, &m);
+    *maxd = m;
+    return j + k;
+}

@@ -465,9 +465,24 @@ static void test_lora_finish_rounds_once_and_finds_overflow(void **state)
         double m1 = 0, m2 = 0;
         assert_int_equal(kn_ref_lora_finish(d, base, N, type, out1, &m1), N);
         kn_set_force_scalar(0);
-        assert_int_equal(kn_lora_finish(d, base, N, type, out2, &m2), N);
-        assert_memory_equal(out1, out2, (size_t)N * (type ? 2 : 4));
-        assert_true(m1 == m2 && m1 > 0);
+        for (int no512 = 1; no512 >= 0; no512--) { /* AVX2, then AVX-512 */
+            kn_set_no_avx512(no512);
+            memset(out2, 0xa5, (size_t)N * (type ? 2 : 4));
+            m2 = 0;
+            assert_int_equal(kn_lora_finish(d, base, N, type, out2, &m2), N);
+            assert_memory_equal(out1, out2, (size_t)N * (type ? 2 : 4));
+            assert_true(m1 == m2 && m1 > 0);
+            /* from an offset: groups of 8 no longer aligned to the array */
+            double m3 = 0, m4 = 0;
+            assert_int_equal(kn_ref_lora_finish(d + 3, base + 3, N - 3, type,
+                                                out1, &m3), N - 3);
+            assert_int_equal(kn_lora_finish(d + 3, base + 3, N - 3, type,
+                                            out2, &m4), N - 3);
+            assert_memory_equal(out1, out2, (size_t)(N - 3) * (type ? 2 : 4));
+            assert_true(m3 == m4);
+            assert_int_equal(kn_ref_lora_finish(d, base, N, type, out1, &m1), N);
+        }
+        kn_set_no_avx512(0);
         for (int i = 0; i < N; i++) {
             if (type == KN_LORA_F32) {
                 assert_true(f1[i] == (float)d[i]);
@@ -488,13 +503,21 @@ static void test_lora_finish_rounds_once_and_finds_overflow(void **state)
         assert_int_equal(o1[5], type == KN_LORA_BF16 ? 0x3f80 : o1[5]);
         assert_int_equal(o1[6], type == KN_LORA_BF16 ? 0x3f81 : o1[6]);
     }
-    d[150] = 3.5e38; /* beyond float32 */
-    uint16_t o[N];
-    double m = 0;
-    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
-    assert_int_equal(kn_ref_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
-    d[150] = NAN;
-    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_F32, (float[N]){0}, &m), 150);
+    for (int no512 = 0; no512 <= 1; no512++) {
+        kn_set_no_avx512(no512);
+        d[150] = 3.5e38; /* beyond float32 */
+        uint16_t o[N];
+        double m = 0;
+        assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+        assert_int_equal(kn_ref_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+        d[150] = NAN;
+        assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_F32, (float[N]){0}, &m), 150);
+        d[150] = 0.5;
+        d[201] = -INFINITY; /* in the tail after the last group of 8 */
+        assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 201);
+        d[201] = 0.25;
+    }
+    kn_set_no_avx512(0);
 }
 
 /* The fused form equals the plain product followed by the add. */
