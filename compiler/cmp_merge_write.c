@@ -434,7 +434,8 @@ static void verify_worker(void *ctx, int tid, int nth)
     }
 }
 
-/* Read the written shards back: every tensor of the merge is there with
+/* Read the written shards back (dir: the merge's directory, written by
+ * cmp_merge_write with out_dtype): every tensor of the merge is there with
  * its shape and output dtype, and every tensor an adapter changed has
  * exactly the bytes computed for it (check sum).  This is what makes the
  * report true: a later step that replaced a shard (once, copying a
@@ -442,8 +443,8 @@ static void verify_worker(void *ctx, int tid, int nth)
  * shard are computed on all row threads (the read-back ran on one core
  * after everything else: 0.16 s of 2 GiB, the other core idle); the
  * first failure in tensor order is the one reported, as before. */
-static mc_status verify_output(const cmp_merge *m, const char *dir,
-                               fmt_dtype out_dtype, mc_error *err)
+mc_status cmp_merge_verify_(const cmp_merge *m, const char *dir,
+                            fmt_dtype out_dtype, mc_error *err)
 {
     size_t cap = m->n_tensors ? m->n_tensors : 1;
     const fmt_st_tensor **o = mc_calloc(cap, sizeof *o);
@@ -549,7 +550,7 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
                              fmt_dtype_size(out_type(&m->tensors[i], out_dtype));
     const char *dir = ad ? fmt_atomic_dir_path(ad) : NULL;
     /* Side files first: even a name is_ours() missed cannot then replace a
-     * merged shard, and verify_output() checks the rest. */
+     * merged shard, and cmp_merge_verify_() checks the rest. */
     if (st == MC_OK)
         st = copy_side_files(m, dir, &bytes, err);
     for (size_t s = 0; st == MC_OK && s < fmt_model_shard_count(m->base); s++)
@@ -559,7 +560,7 @@ mc_status cmp_merge_write(cmp_merge *m, const char *out_dir,
     if (st == MC_OK)
         st = write_config(m, dir, out_dtype, &bytes, err);
     if (st == MC_OK)
-        st = verify_output(m, dir, out_dtype, err);
+        st = cmp_merge_verify_(m, dir, out_dtype, err);
     cmp_merge_queue_free_(q);
     if (st) {
         fmt_atomic_dir_abort(ad);
