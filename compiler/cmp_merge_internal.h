@@ -96,6 +96,13 @@ mc_status cmp_merge_queue_push_(merge_queue *q, const void *data, size_t len,
                                 wsum *sum, const void *drop, uint64_t drop_len,
                                 mc_error *err);
 mc_status cmp_merge_queue_drain_(merge_queue *q, mc_error *err);
+/* The read-back of cmp_merge_write (cmp_merge_write.c): the shards in
+ * dir hold every tensor with its shape and output dtype, and each changed
+ * tensor the bytes whose check sum was taken as they were written (its
+ * hash).  MC_ERR_IO names the first tensor in output order that does
+ * not.  Tests call it on a committed output they then damage. */
+mc_status cmp_merge_verify_(const cmp_merge *m, const char *dir,
+                            fmt_dtype out_dtype, mc_error *err);
 /* madvise(MADV_DONTNEED) the whole pages inside [p, p + n) of a read-only
  * mapping: file pages we are done with stop counting in RSS. */
 void cmp_merge_drop_range_(const void *p, uint64_t n);

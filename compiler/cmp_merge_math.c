@@ -14,6 +14,7 @@
 #include "cmp_merge_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -277,23 +278,38 @@ typedef struct rows_job {
     uint64_t row0, nrows, cols;
     fmt_dtype dt;
     void *out;
+    _Atomic uint64_t next;   /* next row block to take */
+    _Atomic int stop;        /* a thread met a value out of range */
 } rows_job;
 
+/* Threads take row blocks in turn from j->next, so a thread that shares
+ * its core with the writer thread (or anything else) takes fewer blocks
+ * instead of holding up the others at the join: with fixed halves the
+ * other core idled for the difference after every chunk.  A block's
+ * values do not depend on the thread that computes it, nor on nth. */
 static void rows_worker(void *ctx, int tid, int nth)
 {
     rows_job *j = ctx;
     struct merge_prep *p = j->m->prep;
     prep_slot *s = &p->slots[tid];
-    /* Contiguous block-aligned ranges: results do not depend on nth. */
+    (void)nth;
     uint64_t nb = (j->nrows + ROW_BLOCK - 1) / ROW_BLOCK;
-    uint64_t b0 = nb * (uint64_t)tid / (uint64_t)nth;
-    uint64_t b1 = nb * (uint64_t)(tid + 1) / (uint64_t)nth;
     size_t es = fmt_dtype_size(j->dt);
     uint64_t cols = j->cols;
     int type = j->dt == FMT_DT_F32    ? KN_LORA_F32
                : j->dt == FMT_DT_BF16 ? KN_LORA_BF16
                                       : KN_LORA_F16;
-    for (uint64_t b = b0; b < b1 && !s->bad; b++) {
+    for (;;) {
+        /* Blocks are taken in ascending order and each is finished once
+         * taken, so when a thread stops at a bad value every lower block
+         * still gets done: the lowest bad row over the slots is the first
+         * in row order, whatever the timing. */
+        if (atomic_load_explicit(&j->stop, memory_order_relaxed))
+            break;
+        uint64_t b = atomic_fetch_add_explicit(&j->next, 1,
+                                               memory_order_relaxed);
+        if (b >= nb)
+            break;
         uint64_t i = j->row0 + b * ROW_BLOCK;
         uint64_t end = j->row0 + j->nrows;
         uint64_t n = end - i < ROW_BLOCK ? end - i : ROW_BLOCK;
@@ -307,6 +323,7 @@ static void rows_worker(void *ctx, int tid, int nth)
             s->bad = 1;
             s->bad_row = i + at / cols;
             s->bad_col = at % cols;
+            atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
         }
     }
 }
@@ -347,23 +364,26 @@ mc_status cmp_merge_rows_(cmp_merge *m, const merge_tensor *t, uint64_t row0,
         p->slots[s].bad = 0;
         p->slots[s].maxd = m->max_abs_delta;
     }
-    rows_job job = {m, row0, nrows, cols, dt, out};
+    rows_job job = {m, row0, nrows, cols, dt, out, 0, 0};
     /* One block or less: not worth starting threads. */
     if (nrows <= ROW_BLOCK || p->n_slots == 1)
         rows_worker(&job, 0, 1);
     else
         cmp_par_spawn(p->n_slots, rows_worker, &job);
+    const prep_slot *first = NULL; /* the lowest bad row (rows_worker) */
     for (int s = 0; s < p->n_slots; s++) {
         const prep_slot *sl = &p->slots[s];
-        if (sl->bad) /* slots hold ascending rows: the first is the lowest */
-            return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
-                           "merged value at row %llu, column %llu is "
-                           "not finite in float32 (a DoRA norm of zero, "
-                           "or an adapter too large for the base)",
-                           (unsigned long long)sl->bad_row,
-                           (unsigned long long)sl->bad_col);
+        if (sl->bad && (!first || sl->bad_row < first->bad_row))
+            first = sl;
         if (sl->maxd > m->max_abs_delta)
             m->max_abs_delta = sl->maxd;
     }
+    if (first)
+        return mc_fail(err, MC_ERR_NONFINITE, NULL, t->name, -1,
+                       "merged value at row %llu, column %llu is "
+                       "not finite in float32 (a DoRA norm of zero, "
+                       "or an adapter too large for the base)",
+                       (unsigned long long)first->bad_row,
+                       (unsigned long long)first->bad_col);
     return MC_OK;
 }

@@ -24,6 +24,14 @@
 
 #define TMP_TAG ".mctmp-"
 #define WRITE_BUF_BYTES (1u << 20) /* batches small writes into few syscalls */
+/* Writeback of a file's data is started every WB_STEP_BYTES written
+ * (sync_file_range(SYNC_FILE_RANGE_WRITE), which does not wait), so the
+ * disk writes while the producer computes and the fsync at commit waits
+ * only for the last few MiB instead of the whole file: a 2 GiB merge
+ * shard spent 0.8-0.9 s in that fsync, every core idle.  The range ends
+ * on a WB_STEP_BYTES boundary below the bytes written, so the page the
+ * next write appends to is never under writeback. */
+#define WB_STEP_BYTES (8u << 20)
 
 /* ---- registry of temp paths ------------------------------------------------
  * A fixed static table, because the signal handler may only touch memory
@@ -287,6 +295,8 @@ struct fmt_atomic_file {
     unsigned char *buf;   /* pending bytes not yet written to fd */
     size_t buf_len;       /* bytes pending in buf */
     uint64_t total;       /* bytes accepted by fmt_atomic_write */
+    uint64_t on_fd;       /* bytes written to fd (total - buf_len) */
+    uint64_t wb_started;  /* writeback started for [0, wb_started) */
 };
 
 static void file_free(fmt_atomic_file *f)
@@ -356,6 +366,22 @@ mc_status fmt_atomic_create(const char *final_path, fmt_atomic_file **out,
     return MC_OK;
 }
 
+/* Start writing [wb_started, the last WB_STEP_BYTES boundary of on_fd)
+ * to disk without waiting.  Errors are ignored here on purpose: without
+ * a wait flag sync_file_range neither waits nor consumes a writeback
+ * error, so an EIO still reaches the fsync at commit, and a file system
+ * or file that cannot do this (EINVAL, ESPIPE, ENOSYS) is written back
+ * by that fsync as before. */
+static void start_writeback(fmt_atomic_file *f)
+{
+    uint64_t end = f->on_fd - f->on_fd % WB_STEP_BYTES;
+    if (end <= f->wb_started)
+        return;
+    (void)sync_file_range(f->fd, (off_t)f->wb_started,
+                          (off_t)(end - f->wb_started), SYNC_FILE_RANGE_WRITE);
+    f->wb_started = end;
+}
+
 /* Write n bytes straight to fd, retrying short writes and EINTR. */
 static mc_status write_all(fmt_atomic_file *f, const unsigned char *p, size_t n,
                            mc_error *err)
@@ -373,7 +399,9 @@ static mc_status write_all(fmt_atomic_file *f, const unsigned char *p, size_t n,
                            f->temp_path, ENOSPC);
         p += w;
         n -= (size_t)w;
+        f->on_fd += (uint64_t)w;
     }
+    start_writeback(f);
     return MC_OK;
 }
 

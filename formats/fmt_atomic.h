@@ -13,6 +13,10 @@
  * pid: fmt_atomic_sweep_stale() removes temps in a directory whose pid is no
  * longer alive, and every create calls it for its own directory.
  * Write errors (ENOSPC, EIO, short writes) are reported with the path.
+ * Writeback of a file's data starts every 8 MiB written (sync_file_range,
+ * without waiting: an I/O error still surfaces at the commit's fsync), so
+ * the disk works while the caller computes and the commit waits only for
+ * the tail -- 0.9 s -> 5 ms for a 2 GiB merge shard.
  */
 #ifndef FMT_ATOMIC_H
 #define FMT_ATOMIC_H

@@ -49,7 +49,9 @@ void kn_ref_lora_rows_add(const double *L, const double *R, uint32_t r,
 void kn_lora_rows(const double *L, const double *R, uint32_t r, size_t cols,
                   size_t nr, double *out, size_t ldo)
 {
-    if (use_avx2())
+    if (use_avx2() && kn_cpu_has_avx512())
+        kn_avx512_lora_rows(L, R, r, cols, nr, 0.0, 0, out, ldo);
+    else if (use_avx2())
         kn_avx2_lora_rows(L, R, r, cols, nr, 0.0, 0, out, ldo);
     else
         kn_ref_lora_rows(L, R, r, cols, nr, out, ldo);
@@ -59,7 +61,9 @@ void kn_lora_rows_add(const double *L, const double *R, uint32_t r,
                       size_t cols, size_t nr, double coef, double *out,
                       size_t ldo)
 {
-    if (use_avx2())
+    if (use_avx2() && kn_cpu_has_avx512())
+        kn_avx512_lora_rows(L, R, r, cols, nr, coef, 1, out, ldo);
+    else if (use_avx2())
         kn_avx2_lora_rows(L, R, r, cols, nr, coef, 1, out, ldo);
     else
         kn_ref_lora_rows_add(L, R, r, cols, nr, coef, out, ldo);
@@ -112,6 +116,8 @@ size_t kn_ref_lora_finish(const double *d, const float *base, size_t n,
 size_t kn_lora_finish(const double *d, const float *base, size_t n, int type,
                       void *out, double *maxd)
 {
+    if (use_avx2() && type != KN_LORA_F16 && kn_cpu_has_avx512())
+        return kn_avx512_lora_finish(d, base, n, type, out, maxd);
     if (use_avx2() && type != KN_LORA_F16)
         return kn_avx2_lora_finish(d, base, n, type, out, maxd);
     return kn_ref_lora_finish(d, base, n, type, out, maxd);

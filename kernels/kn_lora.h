@@ -10,8 +10,10 @@
  * reference, in the AVX2 path, for any row blocking and on any CPU, so a
  * merged model does not depend on the machine that merged it.
  *
- * kn_lora_rows uses AVX2 when the CPU has it (and kn_force_scalar() is 0);
- * kn_ref_lora_rows is the plain loop it is tested against (bit equality).
+ * kn_lora_rows uses AVX-512 when the CPU has it (kn_cpu_has_avx512(), so
+ * MC_NO_AVX512=1 turns it off), else AVX2 when the CPU has it (and
+ * kn_force_scalar() is 0); kn_ref_lora_rows is the plain loop both are
+ * tested against (bit equality).
  * Neither allocates; out may not alias L or R.
  */
 #ifndef KN_LORA_H
@@ -52,5 +54,12 @@ void kn_avx2_lora_rows(const double *L, const double *R, uint32_t r,
                        double *out, size_t ldo);
 size_t kn_avx2_lora_finish(const double *d, const float *base, size_t n,
                            int type, void *out, double *maxd);
+/* AVX-512 bodies of kn_lora_rows / _add and kn_lora_finish
+ * (kn_lora_avx512.c); call only when kn_cpu_has_avx512(). */
+void kn_avx512_lora_rows(const double *L, const double *R, uint32_t r,
+                         size_t cols, size_t nr, double coef, int add,
+                         double *out, size_t ldo);
+size_t kn_avx512_lora_finish(const double *d, const float *base, size_t n,
+                             int type, void *out, double *maxd);
 
 #endif /* KN_LORA_H */

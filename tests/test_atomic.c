@@ -64,6 +64,45 @@ static void test_atomic_commit_creates_file_with_contents(void **state)
     free(dir);
 }
 
+/* A file of several writeback steps (fmt_atomic starts writeback every
+ * 8 MiB written, without waiting), written in pieces that are buffered
+ * (small) and written straight through (>= 1 MiB), reads back whole. */
+static void test_atomic_large_file_with_early_writeback_reads_back(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("atomic"), *p = tu_fmt("%s/big.bin", dir);
+    size_t total = (21u << 20) + 3;
+    unsigned char *data = malloc(total);
+    assert_non_null(data);
+    for (size_t i = 0; i < total; i++)
+        data[i] = (unsigned char)(i * 2654435761u >> 13);
+    fmt_atomic_file *f;
+    mc_error e;
+    assert_int_equal(fmt_atomic_create(p, &f, &e), MC_OK);
+    static const size_t piece[] = {7, 3u << 20, 65536, 1u << 20, 4095,
+                                   (5u << 20) + 1, 100};
+    size_t off = 0;
+    for (size_t k = 0; off < total; k++) {
+        size_t n = piece[k % (sizeof piece / sizeof piece[0])];
+        n = n < total - off ? n : total - off;
+        assert_int_equal(fmt_atomic_write(f, data + off, n, &e), MC_OK);
+        off += n;
+    }
+    assert_int_equal(fmt_atomic_tell(f), total);
+    assert_int_equal(fmt_atomic_commit(f, &e), MC_OK);
+    size_t n;
+    unsigned char *got = (unsigned char *)tu_read_binary(p, &n);
+    assert_non_null(got);
+    assert_int_equal(n, total);
+    assert_memory_equal(got, data, total);
+    assert_int_equal(count_temps(dir), 0);
+    free(got);
+    free(data);
+    tu_rmtree(dir);
+    free(p);
+    free(dir);
+}
+
 static void test_atomic_temp_is_hidden_beside_target_with_pid(void **state)
 {
     (void)state;
@@ -466,6 +505,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_atomic_commit_creates_file_with_contents),
+        cmocka_unit_test(test_atomic_large_file_with_early_writeback_reads_back),
         cmocka_unit_test(test_atomic_temp_is_hidden_beside_target_with_pid),
         cmocka_unit_test(test_atomic_abort_keeps_previous_file),
         cmocka_unit_test(test_atomic_failing_write_keeps_previous_file_and_no_temp),

@@ -540,6 +540,37 @@ static void test_hazard_merge_nan_base_refused(void **state)
     free(tmp);
 }
 
+/* Row blocks go to whichever thread is free (cmp_merge_math.c), so two
+ * blocks with bad values may be met by two threads in either order: the
+ * error still names the first bad value in row order, every time. */
+static void test_hazard_merge_names_first_bad_row_whatever_the_threads(
+    void **state)
+{
+    (void)state;
+    char *tmp = hz_tmp();
+    /* q_proj is 64 x 64: NaN in rows 37..56 (row blocks 2 and 3) */
+    hazard h = {QPROJ, 37, 20, 5, 3, NAN, 0};
+    char *mn = hazard_model(tmp, "nan2", &h);
+    char *ad = tu_fmt("%s/adapters/llama-plain", MC_FIXTURE_DIR);
+    char *out = tu_fmt("%s/merged", tmp);
+    for (int run = 0; run < 8; run++) {
+        mc_error e;
+        char buf[1600];
+        assert_int_equal(merge_to(mn, ad, out, FMT_DT_INVALID, &e),
+                         MC_ERR_NONFINITE);
+        mc_error_format(&e, buf, sizeof buf);
+        if (!strstr(buf, "row 37, column 5"))
+            fail_msg("run %d: expected the first bad value at row 37, column "
+                     "5: %s", run, buf);
+        assert_false(tu_exists(out));
+    }
+    tu_rmtree(tmp);
+    free(mn);
+    free(ad);
+    free(out);
+    free(tmp);
+}
+
 /* ---- calibration ---------------------------------------------------------- */
 
 static void calib_all_methods(const char *model, const char *label)
@@ -652,6 +683,7 @@ int main(void)
         HZ_TEST(test_hazard_runtime_nan_weights_not_silent),
         HZ_TEST(test_hazard_extreme_adapter_overflow_refused),
         HZ_TEST(test_hazard_merge_nan_base_refused),
+        HZ_TEST(test_hazard_merge_names_first_bad_row_whatever_the_threads),
         HZ_TEST(test_hazard_calibration_dead_and_huge_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -378,19 +378,26 @@ static void test_kv_store_i8_quantizes_per_head(void **state)
     assert_true(vs[1] == 0.0f && v[1][0] == 0 && v[1][3] == 0);
 }
 
-/* The merge's delta product: the AVX2 path equals the scalar reference
- * bit for bit (same summation order, no fused multiply-add) for every
- * shape edge (rows not a multiple of 4, columns not a multiple of 8 or
- * 4, rank 1), and both equal a plain double sum in k order. */
+/* The merge's delta product: the AVX-512 and AVX2 paths equal the scalar
+ * reference bit for bit (same summation order, no fused multiply-add) for
+ * every shape edge (rows not a multiple of 4, columns not a multiple of
+ * 16, 8 or 4, a column tail across a 256-column block, rank 1), and all
+ * equal a plain double sum in k order. */
 static void test_lora_rows_avx2_equals_reference_bitwise(void **state)
 {
     (void)state;
     static const size_t shapes[][3] = {
-        {1, 1, 1}, {4, 8, 16}, {5, 13, 3}, {9, 67, 8}, {3, 4, 1}, {8, 1029, 16},
+        {1, 1, 1},     {4, 8, 16},   {5, 13, 3},   {9, 67, 8},
+        {3, 4, 1},     {8, 1029, 16}, {7, 16, 2},  {6, 271, 5},
+        {2, 9, 16},    {11, 530, 4}, {1, 17, 7},   {16, 2048, 16},
     };
-    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
-        size_t nr = shapes[c][0], cols = shapes[c][1];
-        uint32_t r = (uint32_t)shapes[c][2];
+    for (size_t c = 0; c < 2 * sizeof shapes / sizeof shapes[0]; c++) {
+        /* every shape twice: AVX-512 (where the CPU has it), then AVX2 */
+        int no512 = c >= sizeof shapes / sizeof shapes[0];
+        kn_set_no_avx512(no512);
+        const size_t *sh = shapes[c % (sizeof shapes / sizeof shapes[0])];
+        size_t nr = sh[0], cols = sh[1];
+        uint32_t r = (uint32_t)sh[2];
         size_t ldo = cols + 3;
         double *L = malloc(nr * r * sizeof *L), *R = malloc(r * cols * sizeof *R);
         double *o1 = malloc(nr * ldo * sizeof *o1), *o2 = malloc(nr * ldo * sizeof *o2);
@@ -417,6 +424,13 @@ static void test_lora_rows_avx2_equals_reference_bitwise(void **state)
         /* the padding between rows is not written */
         if (nr > 1)
             assert_memory_equal(&o1[cols], &o2[cols], 3 * sizeof *o1);
+        /* the fused add: out + coef * sum, as the reference */
+        for (size_t i = 0; i < nr * ldo; i++)
+            o1[i] = o2[i] = (double)tu_rng_f(&g_rng);
+        kn_ref_lora_rows_add(L, R, r, cols, nr, -0.37, o1, ldo);
+        kn_lora_rows_add(L, R, r, cols, nr, -0.37, o2, ldo);
+        assert_memory_equal(o1, o2, nr * ldo * sizeof *o1);
+        kn_set_no_avx512(0);
         free(L);
         free(R);
         free(o1);
@@ -451,9 +465,24 @@ static void test_lora_finish_rounds_once_and_finds_overflow(void **state)
         double m1 = 0, m2 = 0;
         assert_int_equal(kn_ref_lora_finish(d, base, N, type, out1, &m1), N);
         kn_set_force_scalar(0);
-        assert_int_equal(kn_lora_finish(d, base, N, type, out2, &m2), N);
-        assert_memory_equal(out1, out2, (size_t)N * (type ? 2 : 4));
-        assert_true(m1 == m2 && m1 > 0);
+        for (int no512 = 1; no512 >= 0; no512--) { /* AVX2, then AVX-512 */
+            kn_set_no_avx512(no512);
+            memset(out2, 0xa5, (size_t)N * (type ? 2 : 4));
+            m2 = 0;
+            assert_int_equal(kn_lora_finish(d, base, N, type, out2, &m2), N);
+            assert_memory_equal(out1, out2, (size_t)N * (type ? 2 : 4));
+            assert_true(m1 == m2 && m1 > 0);
+            /* from an offset: groups of 8 no longer aligned to the array */
+            double m3 = 0, m4 = 0;
+            assert_int_equal(kn_ref_lora_finish(d + 3, base + 3, N - 3, type,
+                                                out1, &m3), N - 3);
+            assert_int_equal(kn_lora_finish(d + 3, base + 3, N - 3, type,
+                                            out2, &m4), N - 3);
+            assert_memory_equal(out1, out2, (size_t)(N - 3) * (type ? 2 : 4));
+            assert_true(m3 == m4);
+            assert_int_equal(kn_ref_lora_finish(d, base, N, type, out1, &m1), N);
+        }
+        kn_set_no_avx512(0);
         for (int i = 0; i < N; i++) {
             if (type == KN_LORA_F32) {
                 assert_true(f1[i] == (float)d[i]);
@@ -474,13 +503,21 @@ static void test_lora_finish_rounds_once_and_finds_overflow(void **state)
         assert_int_equal(o1[5], type == KN_LORA_BF16 ? 0x3f80 : o1[5]);
         assert_int_equal(o1[6], type == KN_LORA_BF16 ? 0x3f81 : o1[6]);
     }
-    d[150] = 3.5e38; /* beyond float32 */
-    uint16_t o[N];
-    double m = 0;
-    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
-    assert_int_equal(kn_ref_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
-    d[150] = NAN;
-    assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_F32, (float[N]){0}, &m), 150);
+    for (int no512 = 0; no512 <= 1; no512++) {
+        kn_set_no_avx512(no512);
+        d[150] = 3.5e38; /* beyond float32 */
+        uint16_t o[N];
+        double m = 0;
+        assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+        assert_int_equal(kn_ref_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 150);
+        d[150] = NAN;
+        assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_F32, (float[N]){0}, &m), 150);
+        d[150] = 0.5;
+        d[201] = -INFINITY; /* in the tail after the last group of 8 */
+        assert_int_equal(kn_lora_finish(d, base, N, KN_LORA_BF16, o, &m), 201);
+        d[201] = 0.25;
+    }
+    kn_set_no_avx512(0);
 }
 
 /* The fused form equals the plain product followed by the add. */

@@ -11,10 +11,12 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cmp_merge.h"
+#include "cmp_merge_internal.h"
 #include "fmt_dtype.h"
 #include "fmt_model.h"
 #include "fmt_safetensors.h"
@@ -375,6 +377,73 @@ static void test_merge_refuses_output_inside_input(void **state)
     free(a);
 }
 
+/* Flip one bit of the byte at off in path. */
+static void flip_byte(const char *path, uint64_t off)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_true(c != EOF);
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    assert_int_equal(fputc(c ^ 0x10, f), c ^ 0x10);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The read-back before commit (cmp_merge_verify_) catches one flipped
+ * byte in a changed tensor of a written shard and names the tensor; its
+ * check sums are taken on all row threads, so a damaged tensor is found
+ * whichever thread reads it.  An unchanged tensor is copied, not
+ * computed, and is not its business. */
+static void test_merge_read_back_catches_a_flipped_byte(void **state)
+{
+    (void)state;
+    char *tmp = tu_mkdtemp("mergevfy"), *out = tu_fmt("%s/out", tmp);
+    char *b = fx("llama"), *a = fx("adapters/llama-plain");
+    fmt_model *base = NULL;
+    assert_int_equal(fmt_model_open(b, &base, NULL), MC_OK);
+    cmp_adapter_spec s = {a, 1.0};
+    cmp_merge *m = NULL;
+    mc_error e;
+    assert_int_equal(cmp_merge_open(base, &s, 1, &m, NULL), MC_OK);
+    assert_int_equal(cmp_merge_write(m, out, FMT_DT_INVALID, NULL, &e), MC_OK);
+    assert_int_equal(cmp_merge_verify_(m, out, FMT_DT_INVALID, &e), MC_OK);
+    char *sp = tu_fmt("%s/%s", out, fmt_model_shard_name(base, 0));
+    static const char *const names[] = {
+        "model.layers.3.self_attn.v_proj.weight", /* changed, late */
+        "model.layers.0.self_attn.q_proj.weight", /* changed, first */
+        "model.norm.weight",                      /* unchanged */
+    };
+    for (size_t k = 0; k < 3; k++) {
+        fmt_st_file *f = NULL;
+        assert_int_equal(fmt_st_open(sp, &f, &e), MC_OK);
+        const fmt_st_tensor *t = fmt_st_find(f, names[k]);
+        assert_non_null(t);
+        uint64_t off = t->file_offset + t->nbytes / 2 + 1;
+        fmt_st_close(f);
+        flip_byte(sp, off);
+        mc_status st = cmp_merge_verify_(m, out, FMT_DT_INVALID, &e);
+        if (k < 2) {
+            char buf[1600];
+            assert_int_equal(st, MC_ERR_IO);
+            assert_non_null(strstr(mc_error_format(&e, buf, sizeof buf),
+                                   names[k]));
+        } else {
+            assert_int_equal(st, MC_OK);
+        }
+        flip_byte(sp, off); /* back as written */
+        assert_int_equal(cmp_merge_verify_(m, out, FMT_DT_INVALID, &e), MC_OK);
+    }
+    cmp_merge_close(m);
+    fmt_model_close(base);
+    tu_rmtree(tmp);
+    free(sp);
+    free(out);
+    free(tmp);
+    free(b);
+    free(a);
+}
+
 static void test_merge_open_survives_allocation_failures(void **state)
 {
     (void)state;
@@ -435,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_merge_refuses_missing_module_with_prefix_hint),
         cmocka_unit_test(test_merge_refuses_shape_mismatch),
         cmocka_unit_test(test_merge_refuses_output_inside_input),
+        cmocka_unit_test(test_merge_read_back_catches_a_flipped_byte),
         cmocka_unit_test(test_merge_open_survives_allocation_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
