@@ -41,15 +41,21 @@
  * slots and masks their sums off.  The first version (branch i8_f16dec,
  * 3327046) specialized 4 formats x 7 token counts x 4 tile shapes, 1.6 MB
  * of text that took over 10 minutes to compile under ASan and was
- * reverted (4e6912e); this one is 21.9 KB (Release, -O3).
+ * reverted (4e6912e); this one is 21.9 KB of text (Release, -O3; 20.3
+ * KB at -O2) and compiles in 14-16 CPU seconds under ASan + UBSan.
  *
- * Measured: docs/benchmarks.md, i9_f16dec (bench_gemm f16, 1 thread, CPU
- * time, interleaved against MC_NO_AVX512=1 and against the first
- * version): as fast as the first version within the noise.  KN_D5_PF 12
- * against canon_blk's 8 (first version, 5 rounds, load 2.7): gate/up and
- * down 5-12 % faster at T = 2, 4, 8, q/o 2048x2048 as fast at T = 8 but
- * 13-29 % slower at T = 2-4.  Not tried: 2 row pairs (4 x 8) instead of
- * 3, T = 1.
+ * Measured (docs/benchmarks.md, i9_f16dec; bench_gemm --fmt f16, 1
+ * thread, GMAC per CPU-second, 7 rounds interleaved with MC_NO_AVX512=1
+ * in one binary and with the first version's build, medians, load 1.2):
+ * TinyLlama shapes 1.51-1.70x the AVX2 kernel at T = 2 and 8, 1.23-1.33x
+ * at T = 4; SmolLM shapes 1.30-1.54x; the first version 1.17-1.58x and
+ * 1.10-1.39x in the same rounds (the jump costs nothing measurable);
+ * TinyLlama T = 3, 5, 6, 7: 1.28-2.10x (first version 1.15-1.53x).  One
+ * accumulator still spills at T = 8 (a memory operand on one chain).
+ * KN_D5_PF 12 against canon_blk's 8 (first version, 5 rounds, load
+ * 2.7): gate/up and down 5-12 % faster at T = 2, 4, 8, q/o 2048x2048 as
+ * fast at T = 8 but 13-29 % slower at T = 2-4.  Not tried: 2 row pairs
+ * (4 x 8) instead of 3, T = 1.
  */
 #include <immintrin.h>
 
