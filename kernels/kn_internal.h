@@ -119,6 +119,12 @@ void kn_avx2_dequant_block(const kn_matrix *W, uint32_t r, uint32_t c0,
                            uint32_t n, float *out);
 /* 1 if kn_avx2_matmul_rows handles this matrix (format and group). */
 int kn_avx2_matmul_supported(const kn_matrix *W);
+/* kn_avx2_matmul_rows's bits for 2 <= T <= KN_GEMM_MIN_T with AVX-512
+ * (kn_dec_avx512.c; only call when kn_cpu_has_avx512() and
+ * kn_dec_avx512_supported(W): F32, F16, BF16, Q8). */
+void kn_dec_rows_avx512(const kn_matrix *W, const float *X, size_t T,
+                        float *Y, uint32_t r0, uint32_t r1);
+int kn_dec_avx512_supported(const kn_matrix *W);
 void kn_avx2_rmsnorm_row(float *out, const float *x, const float *w,
                          size_t n, float eps);
 void kn_avx2_silu_mul(float *gate, const float *up, size_t n);

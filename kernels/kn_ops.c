@@ -24,6 +24,7 @@ typedef struct kn_mm_ctx {
     const float *bias;    /* [rows] or NULL */
     int avx2;
     int avx512;           /* the prefill GEMM may use AVX-512 */
+    int dec512;           /* the 2-8-token decode may use AVX-512 */
 } kn_mm_ctx;
 
 /* Scalar rows [r0, r1): dequantize 256 columns at a time, then dot them
@@ -57,6 +58,8 @@ static void mm_task(void *vctx, int tid, int nth)
         kn_gemm_rows_avx512(c->W, c->X, c->T, c->Y, r0, r1);
     else if (c->avx2 && c->T > KN_GEMM_MIN_T)
         kn_gemm_rows(c->W, c->X, c->T, c->Y, r0, r1);
+    else if (c->dec512 && c->T >= 2)
+        kn_dec_rows_avx512(c->W, c->X, c->T, c->Y, r0, r1);
     else if (c->avx2)
         kn_avx2_matmul_rows(c->W, c->X, c->T, c->Y, r0, r1);
     else
@@ -71,8 +74,9 @@ void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
 {
     if (T == 0 || W->rows == 0)
         return;
-    kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W), 0 };
+    kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W), 0, 0 };
     c.avx512 = c.avx2 && kn_cpu_has_avx512();
+    c.dec512 = c.avx512 && kn_dec_avx512_supported(W);
     /* Small products are not worth waking the workers for: a wake-up costs
      * microseconds, and far more when the machine is busy and a worker has
      * been descheduled.  2^17 multiply-adds take ~20-40 us on one core. */

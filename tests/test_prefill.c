@@ -133,44 +133,37 @@ static void test_decode_rows_bit_identical_to_token_alone_all_formats(void **st)
     kn_pool_free(p3);
 }
 
-/* The AVX-512 float GEMM (kn_gemm_avx512.c) against the AVX2 one
- * (kn_set_no_avx512(1)), bit for bit, every weight format: rows that are
- * not a multiple of the 8-row tile (odd ones leave a phantom half row) and
- * that 2 threads split unevenly, columns with a ragged KN_KC block and a
- * scalar tail, T with every remainder of the 6-token tile and past the
- * 128-token panel, and T <= 8 (the decode path, shared).  Without AVX-512
- * the comparison is skipped, and says so. */
-static void test_gemm_avx512_bit_identical_to_avx2_all_formats(void **st)
+typedef struct mshape { uint32_t rows, cols; } mshape;
+
+/* kn_matmul with AVX-512 against kn_set_no_avx512(1), bit for bit, every
+ * weight format, every shape x T, 1 and 2 threads.  1 if it ran, 0 if
+ * this machine cannot run the AVX-512 path. */
+static int cmp_avx512_avx2(const mshape *sh, size_t nsh, const size_t *Ts,
+                           size_t nts, const char *what)
 {
-    (void)st;
     kn_set_no_avx512(0);
-    if (!kn_cpu_has_avx512()) {
-        print_message("AVX-512 absent or off (MC_NO_AVX512): the AVX-512 vs "
-                      "AVX2 GEMM comparison was skipped\n");
-        return;
-    }
-    static const struct { uint32_t rows, cols; } sh[] = {
-        {19, 1100}, {13, 37}, {8, 576}, {1, 520}, {6, 1037}, {33, 64},
-    };
-    static const size_t Ts[] = {1, 8, 9, 10, 11, 12, 13, 14, 130, 263};
-    enum { TMAX = 263 };
+    if (!kn_cpu_has_avx512())
+        return 0;
+    size_t tmax = 0;
+    for (size_t k = 0; k < nts; k++)
+        tmax = Ts[k] > tmax ? Ts[k] : tmax;
     kn_pool *p2 = kn_pool_create(2);
     assert_non_null(p2);
-    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+    for (size_t s = 0; s < nsh; s++) {
         uint32_t rows = sh[s].rows, cols = sh[s].cols;
-        float *x = malloc((size_t)TMAX * cols * sizeof(float));
+        float *x = malloc(tmax * cols * sizeof(float));
         float *bias = malloc(rows * sizeof(float));
-        float *y2 = malloc((size_t)TMAX * rows * sizeof(float));
-        float *y5 = malloc((size_t)TMAX * rows * sizeof(float));
+        float *y2 = malloc(tmax * rows * sizeof(float));
+        float *y5 = malloc(tmax * rows * sizeof(float));
         assert_true(x && bias && y2 && y5);
-        for (size_t i = 0; i < (size_t)TMAX * cols; i++)
+        for (size_t i = 0; i < tmax * cols; i++)
             x[i] = tu_rng_f(&g_rng);
         for (size_t i = 0; i < rows; i++)
             bias[i] = tu_rng_f(&g_rng);
         for (int f = 0; f < KN_W_COUNT_; f++) {
             tu_tmat t = tu_tmat_make(&g_rng, (kn_wformat)f, rows, cols,
                                      f == KN_W_Q4 ? 64 : 32);
-            for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++)
+            for (size_t k = 0; k < nts; k++)
                 for (int th = 0; th < 2; th++) {
                     kn_set_no_avx512(1);
                     kn_matmul(th ? p2 : NULL, &t.m, x, Ts[k], y2, bias);
@@ -178,14 +171,55 @@ static void test_gemm_avx512_bit_identical_to_avx2_all_formats(void **st)
                     kn_matmul(th ? p2 : NULL, &t.m, x, Ts[k], y5, bias);
                     if (memcmp(y2, y5, Ts[k] * rows * sizeof(float)))
                         fail_msg("%s %ux%u T=%zu (%d threads): the AVX-512 "
-                                 "GEMM differs from the AVX2 one", wname(t.m.fmt),
-                                 rows, cols, Ts[k], th + 1);
+                                 "%s differs from the AVX2 one", wname(t.m.fmt),
+                                 rows, cols, Ts[k], th + 1, what);
                 }
             tu_tmat_free(&t);
         }
         free(x), free(bias), free(y2), free(y5);
     }
     kn_pool_free(p2);
+    return 1;
+}
+
+/* The AVX-512 float GEMM (kn_gemm_avx512.c) against the AVX2 one
+ * (kn_set_no_avx512(1)), bit for bit, every weight format: rows that are
+ * not a multiple of the 8-row tile (odd ones leave a phantom half row) and
+ * that 2 threads split unevenly, columns with a ragged KN_KC block and a
+ * scalar tail, T with every remainder of the 6-token tile and past the
+ * 128-token panel, and T <= 8 (the decode path).  Without AVX-512 the
+ * comparison is skipped, and says so. */
+static void test_gemm_avx512_bit_identical_to_avx2_all_formats(void **st)
+{
+    (void)st;
+    static const mshape sh[] = {
+        {19, 1100}, {13, 37}, {8, 576}, {1, 520}, {6, 1037}, {33, 64},
+    };
+    static const size_t Ts[] = {1, 8, 9, 10, 11, 12, 13, 14, 130, 263};
+    if (!cmp_avx512_avx2(sh, sizeof sh / sizeof sh[0], Ts, sizeof Ts / sizeof Ts[0], "GEMM"))
+        print_message("AVX-512 absent or off (MC_NO_AVX512): the AVX-512 vs "
+                      "AVX2 GEMM comparison was skipped\n");
+}
+
+/* The AVX-512 2-8-token decode (kn_dec_avx512.c: F32, F16, BF16, Q8; the
+ * other formats check that they stay on the AVX2 kernel) against the AVX2
+ * one, bit for bit: every T from 1 (AVX2 both ways) to 9 (the GEMM), rows
+ * that are not a multiple of the 6-row tile (every remainder 1..5: the
+ * short tile repeats its last row in the missing slots) and that 2 threads
+ * split unevenly (each half ending in a short tile), columns with a ragged
+ * KN_KC block whose length is not a multiple of 32 or 8 (whole 8-groups
+ * past the last 32, a scalar tail), shorter than 32 and shorter than 8. */
+static void test_decode_avx512_bit_identical_to_avx2_all_formats(void **st)
+{
+    (void)st;
+    static const mshape sh[] = {
+        {19, 1100}, {13, 37}, {5, 1037}, {7, 532}, {1, 520}, {11, 2100},
+        {6, 1048}, {4, 64}, {2, 13}, {3, 8}, {29, 1100}, {3, 5},
+    };
+    static const size_t Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    if (!cmp_avx512_avx2(sh, sizeof sh / sizeof sh[0], Ts, sizeof Ts / sizeof Ts[0], "decode"))
+        print_message("AVX-512 absent or off (MC_NO_AVX512): the AVX-512 vs "
+                      "AVX2 decode comparison was skipped\n");
 }
 
 /* ---- attention ------------------------------------------------------------ */
@@ -363,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_gemm_rows_bit_identical_to_token_alone_all_formats),
         cmocka_unit_test(test_decode_rows_bit_identical_to_token_alone_all_formats),
         cmocka_unit_test(test_gemm_avx512_bit_identical_to_avx2_all_formats),
+        cmocka_unit_test(test_decode_avx512_bit_identical_to_avx2_all_formats),
         cmocka_unit_test(test_attention_rows_bit_identical_alone_or_in_tiles),
         cmocka_unit_test(test_attention_row_blocking_rows_alone_or_in_tiles),
         cmocka_unit_test(test_attention_avx512_bit_identical_to_avx2),
