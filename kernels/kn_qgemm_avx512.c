@@ -176,22 +176,24 @@ KN_AI void vmicro(const kn_vpanel *P, const uint8_t *xq, const float *xd,
             _mm256_store_ps(acc + ((size_t)i * KN_VP_TP + t0 + (size_t)t) * 8, a[i][t]);
 }
 
+/* Always the full 4-row tile (a short group's missing rows are zero in
+ * the panel and their sums are dropped by the finish): 12 copies of
+ * vmicro instead of 48, for a quarter of the code and of its compile
+ * time; a zero row costs only in a thread's last group of a matrix. */
 static void vmicro_any(const kn_vpanel *P, const uint8_t *xq, const float *xd,
                        size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
-                       float *acc, size_t t0, int fmt, int R, int TT)
+                       float *acc, size_t t0, int fmt, int TT)
 {
-#define KN_VM(f, r, t)                                                         \
-    case (f) * 64 + (r) * 8 + (t):                                             \
-        vmicro(P, xq, xd, xstride, nbrow, b0, nb, acc, t0, f, r, t);           \
+#define KN_VM(f, t)                                                            \
+    case (f) * 8 + (t):                                                        \
+        vmicro(P, xq, xd, xstride, nbrow, b0, nb, acc, t0, f, KN_VP_ROWS, t);  \
         break;
-#define KN_VR(f, r) KN_VM(f, r, 1) KN_VM(f, r, 2) KN_VM(f, r, 3) KN_VM(f, r, 4)
-#define KN_VF(f) KN_VR(f, 1) KN_VR(f, 2) KN_VR(f, 3) KN_VR(f, 4)
-    switch (fmt * 64 + R * 8 + TT) {
+#define KN_VF(f) KN_VM(f, 1) KN_VM(f, 2) KN_VM(f, 3) KN_VM(f, 4)
+    switch (fmt * 8 + TT) {
         KN_VF(KN_W_Q8) KN_VF(KN_W_Q4) KN_VF(KN_W_Q4S)
     default: break;
     }
 #undef KN_VF
-#undef KN_VR
 #undef KN_VM
 }
 
@@ -208,6 +210,10 @@ static void vrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
     const size_t tb = fmt == KN_W_Q8 ? KN_VP_TB8 : KN_VP_TB4;
     const size_t rbytes = fmt == KN_W_Q8 ? W->cols : kn_q4_row_bytes(W->cols);
     memset(acc, 0, (size_t)KN_VP_ROWS * KN_VP_TP * 8 * sizeof(float));
+    for (int i = R; i < KN_VP_ROWS; i++) { /* vmicro_any's zero rows */
+        memset(P->w[i], 0, sizeof P->w[i]);
+        memset(P->s[i], 0, sizeof P->s[i]);
+    }
     for (size_t t = 0; t < tn; t++)
         _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + r), _MM_HINT_T1);
     for (uint32_t b0 = 0; b0 < nfull; b0 += KN_VP_BLK) {
@@ -229,7 +235,7 @@ static void vrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
         for (size_t t = 0; t < tn; t += tb) {
             int TT = tn - t < tb ? (int)(tn - t) : (int)tb;
             vmicro_any(P, xq + t0 * xstride, xd + t0 * nbrow, xstride, nbrow,
-                       b0, nb, acc, t, fmt, R, TT);
+                       b0, nb, acc, t, fmt, TT);
         }
     }
     kn_qgemm_finish(W, xq, xd, Y, r, R, t0, tn, acc, KN_VP_TP);
@@ -303,7 +309,6 @@ KN_AI void d1_run(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
 {
     const __m256i ones = _mm256_set1_epi8(1);
     const uint8_t *p = w0 + (size_t)b0 * 16, *xb = x + (size_t)b0 * KN_QK;
-#pragma GCC unroll 8
     for (uint32_t k = 0; k < n; k++) {
         const uint8_t *q = p + (size_t)k * 16;
         if (((b0 + k) & 3) == 0)
@@ -357,10 +362,7 @@ KN_AI void dec1_rows(const kn_matrix *W, const uint8_t *x, const float *xd,
             d1_tab_fill(&P[cur ^ 1], s0, z0, ng, xd, b1,
                         nb - b1 < KN_D1_BLK ? nb - b1 : KN_D1_BLK, gsh, R);
         }
-        if (n == KN_D1_BLK)
-            d1_run(w0, rb, x, b0, KN_D1_BLK, &P[cur], fmt, acc, R);
-        else
-            d1_run(w0, rb, x, b0, n, &P[cur], fmt, acc, R);
+        d1_run(w0, rb, x, b0, n, &P[cur], fmt, acc, R);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
@@ -432,7 +434,7 @@ KN_AI void dn_run(const uint8_t *w0, size_t rb, const uint8_t *z0, uint32_t ng,
                   const dn_tab *P, int gsh, int fmt, __m256 acc[][8], int R, int TT)
 {
     const __m256i bias = _mm256_set1_epi8((char)0x80);
-#pragma GCC unroll 8
+#pragma GCC unroll 2
     for (uint32_t k = 0; k < n; k++) {
         const uint32_t b = b0 + k;
         __m256i w[KN_DN_MAXR], init[KN_DN_MAXR];
@@ -485,10 +487,7 @@ KN_AI void dec_rows_tab(const kn_matrix *W, const uint8_t *xq, const float *xd,
             dn_tab_fill(&P[cur ^ 1], s0, ng, xd, nb, b1,
                         nb - b1 < KN_D1_BLK ? nb - b1 : KN_D1_BLK, gsh, R, TT);
         }
-        if (n == KN_D1_BLK)
-            dn_run(w0, rb, z0, ng, xq, xs, b0, KN_D1_BLK, &P[cur], gsh, fmt, acc, R, TT);
-        else
-            dn_run(w0, rb, z0, ng, xq, xs, b0, n, &P[cur], gsh, fmt, acc, R, TT);
+        dn_run(w0, rb, z0, ng, xq, xs, b0, n, &P[cur], gsh, fmt, acc, R, TT);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
