@@ -103,23 +103,21 @@ void kn_qact_quantize(kn_qact_kind k, const float *X, size_t T, uint32_t cols,
 /* ---- the product ------------------------------------------------------------- */
 
 /* W[r] . one quantized row (qrow: [nb * 32] of its kind, drow: [nb]),
- * canonical arithmetic, without the bias. */
+ * canonical arithmetic (block sums), without the bias. */
 static float qdot_one(const kn_matrix *W, uint32_t r, const uint8_t *qrow,
                       const float *drow)
 {
     uint32_t nb = kn_qact_blocks(W->cols);
     size_t qb = qblock_bytes(kn_qact_kind_of(W));
-    float acc[8] = { 0 };
+    float acc = 0.0f;
     for (uint32_t b = 0; b < nb; b++) {
-        int32_t lane[8];
+        int32_t lane[8], ib = 0;
         kn_qdot_lanes(W, r, b, qrow + b * qb, lane);
-        float s = kn_qdot_scale(W, r, b, drow[b]);
         for (int l = 0; l < 8; l++)
-            acc[l] = fmaf((float)lane[l], s, acc[l]);
+            ib += lane[l]; /* exact: |ib| < 2^27 */
+        acc = fmaf((float)ib, kn_qdot_scale(W, r, b, drow[b]), acc);
     }
-    float y = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-              ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    return W->fmt == KN_W_Q8 ? y * ((const float *)W->scales)[r] : y;
+    return W->fmt == KN_W_Q8 ? acc * ((const float *)W->scales)[r] : acc;
 }
 
 void kn_ref_matmul_q(const kn_matrix *W, const void *Xq, size_t T, float *Y,

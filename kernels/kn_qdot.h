@@ -19,22 +19,30 @@
  * Buffer layout for T rows:  q[T][nb * 32] (int8 or int16), then
  * float d[T][nb]  (kn_qact_bytes).
  *
- * The product, for weight row r and token t -- THE canonical arithmetic,
- * which the scalar reference (kn_ref_matmul_q), the AVX2 path and the
- * AVX-512 VNNI path (kn_qgemm_avx512.c: prefill, and int4 decode of 1-8
- * tokens) all follow exactly, so they agree bit for bit:
- *   w[c]   = the stored integer: Q8 q, Q4 q - zero, Q4S q - 8
- *   acc[8] = 0 (float32 lanes)
- *   for each block b, lane l < 8:
- *     i    = sum over the lane's 4 columns of w[c] * q[c]  (exact int32;
- *            |i| < 2^24, so (float)i is exact too); the lane's columns
- *            (offsets in the block): I8 the columns at positions
- *            4l .. 4l+3 (maddubs + madd), I16 2l, 2l+1, 16+2l, 17+2l
- *            (two madd_epi16)
- *     s_b  = d[b] (Q8)  or  f16 scale[r][32b / group] * d[b] (Q4, Q4S)
- *     acc[l] = fma((float)i, s_b, acc[l])
- *   y = ((acc0 + acc4) + (acc1 + acc5)) + ((acc2 + acc6) + (acc3 + acc7))
- *   Q8: y *= row scale;   Y[t][r] = bias[r] + y   (bias 0 if NULL)
+ * The product, for weight row r and token t -- THE canonical arithmetic
+ * ("block sums"), which the scalar reference (kn_ref_matmul_q), the AVX2
+ * paths (kn_qdot_avx2.c decode, kn_gemm_avx2.c prefill) and the AVX-512
+ * VNNI paths (kn_qdec_avx512.c decode, kn_qgemm_avx512.c prefill) all
+ * follow exactly, so they agree bit for bit:
+ *   w[c]  = the stored integer: Q8 q, Q4 q - zero, Q4S q - 8
+ *   acc   = 0 (one float32)
+ *   for each block b in order:
+ *     i_b = sum over the block's columns of w[c] * q[c]   (exact int32:
+ *           |i_b| < 2^16 for int4, < 2^27 for Q8; the zero padding of a
+ *           ragged last block adds nothing)
+ *     f_b = (float)i_b, rounded to nearest even (exact for int4; Q8 may
+ *           round past 2^24: _mm*_cvtepi32_ps does the same)
+ *     s_b = d[b] (Q8)  or  f16 scale[r][32b / group] * d[b] (Q4, Q4S),
+ *           one float multiply
+ *     acc = fma(f_b, s_b, acc)
+ *   y = acc;  Q8: y *= row scale;   Y[t][r] = bias[r] + y   (bias 0 if NULL)
+ * One float chain per (row, token) and one fma per block: kernels keep
+ * rows (or tokens) in the vector lanes and reduce each block's integers
+ * to one exact sum, as llama.cpp's repacked Q4_0 does.  (Until session 10
+ * the form kept 8 float lanes per (row, token) and summed them at the
+ * end; the block sums cost one fma per block instead of one per lane
+ * group and measured 1.2-2.5x at prefill; docs/quantization.md has what
+ * the change moved in the logits.)
  * Every output element depends only on its own row of activations and its
  * weight row, never on T or on the thread split: a sequence gives the same
  * logits alone or in a batch, whatever the thread count.

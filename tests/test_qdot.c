@@ -160,7 +160,10 @@ static void test_qdot_gemm_panel_boundaries_bit_identical(void **state)
     kn_pool_free(p3);
 }
 
-static void run_bits_suite(int scalar)
+/* Every format, group and shape above against the reference, with the
+ * token counts of one side of KN_GEMM_MIN_T: gemm = 0 the decode kernels
+ * (T = 1..8), gemm = 1 the prefill GEMM (T = 9, 17). */
+static void run_bits_suite(int scalar, int gemm)
 {
     static const uint32_t shapes[][2] = {
         {5, 172}, {37, 300}, {64, 64}, {9, 33}, {3, 1}, {130, 256}, {17, 96},
@@ -169,6 +172,7 @@ static void run_bits_suite(int scalar)
     };
     static const size_t Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
     static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    size_t ti0 = gemm ? 8 : 0, ti1 = gemm ? 10 : 8;
     kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
     assert_true(p2 && p3);
     kn_set_force_scalar(scalar);
@@ -177,7 +181,7 @@ static void run_bits_suite(int scalar)
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
                 tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0],
                                          shapes[s][1], g);
-                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                for (size_t ti = ti0; ti < ti1; ti++) {
                     check_bits(NULL, &t, Ts[ti]);
                     check_bits(p2, &t, Ts[ti]);
                     check_bits(p3, &t, Ts[ti]);
@@ -189,30 +193,57 @@ static void run_bits_suite(int scalar)
     kn_pool_free(p3);
 }
 
-static void test_qdot_avx2_bit_identical_to_reference(void **state)
+static void test_qdot_avx2_decode_bit_identical_to_reference(void **state)
 {
     (void)state;
     TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
     kn_set_no_avx512(1);
-    run_bits_suite(0);
-    kn_set_no_avx512(0);
+    run_bits_suite(0, 0);
 }
 
-static void test_qdot_avx512_bit_identical_to_reference(void **state)
+static void test_qdot_avx2_gemm_bit_identical_to_reference(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
+    kn_set_no_avx512(1);
+    run_bits_suite(0, 1);
+}
+
+static void test_qdot_avx512_decode_bit_identical_to_reference(void **state)
 {
     (void)state;
     TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI: "
                                      "the AVX-512 kernels are not compared");
-    run_bits_suite(0);
+    run_bits_suite(0, 0);
+}
+
+static void test_qdot_avx512_gemm_bit_identical_to_reference(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI: "
+                                     "the AVX-512 kernels are not compared");
+    run_bits_suite(0, 1);
 }
 
 static void test_qdot_scalar_bit_identical_to_reference(void **state)
 {
     (void)state;
-    run_bits_suite(1);
+    run_bits_suite(1, 0);
+    run_bits_suite(1, 1);
 }
 
-/* The AVX-512 decode kernels (kn_qgemm_avx512.c: int4 batch 1 in passes
+/* A failed test longjmps out before it restores the switches: restore
+ * them here, so that one failure does not skip or fail the next test. */
+static int reset_switches(void **state)
+{
+    (void)state;
+    kn_set_no_avx512(0);
+    kn_set_force_scalar(0);
+    kn_set_float_dot(0);
+    return 0;
+}
+
+/* The AVX-512 decode kernels (kn_qdec_avx512.c: int4 batch 1 in passes
  * of 8 rows, 2-4 tokens in passes of 4 rows with a table of s_b, 5-8 in
  * pairs of rows with the same table; int8 2-4 tokens in passes of 4 rows,
  * 5-8 in pairs, leftover rows alone) against the AVX2 ones, bit for bit:
@@ -531,20 +562,22 @@ static void test_stories_int8_integer_path_kld_under_tenth_of_quant(void **state
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qact_avx2_matches_reference_bytes),
-        cmocka_unit_test(test_qact_known_values),
-        cmocka_unit_test(test_qdot_avx2_bit_identical_to_reference),
-        cmocka_unit_test(test_qdot_avx512_bit_identical_to_reference),
-        cmocka_unit_test(test_qdot_decode_avx512_matches_avx2),
-        cmocka_unit_test(test_qdot_scalar_bit_identical_to_reference),
-        cmocka_unit_test(test_qdot_extreme_codes_exact),
-        cmocka_unit_test(test_qdot_int4_extreme_codes_exact),
-        cmocka_unit_test(test_qdot_refuses_groups_that_are_not_powers_of_two),
-        cmocka_unit_test(test_qdot_close_to_float_matmul),
-        cmocka_unit_test(test_qdot_rows_bit_identical_for_every_T),
-        cmocka_unit_test(test_qdot_gemm_panel_boundaries_bit_identical),
-        cmocka_unit_test(test_stories_int4_integer_path_kld_under_tenth_of_quant),
-        cmocka_unit_test(test_stories_int8_integer_path_kld_under_tenth_of_quant),
+        cmocka_unit_test_teardown(test_qact_avx2_matches_reference_bytes, reset_switches),
+        cmocka_unit_test_teardown(test_qact_known_values, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_decode_bit_identical_to_reference, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_bit_identical_to_reference, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_decode_bit_identical_to_reference, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_gemm_bit_identical_to_reference, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_decode_avx512_matches_avx2, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_scalar_bit_identical_to_reference, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_extreme_codes_exact, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_int4_extreme_codes_exact, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_refuses_groups_that_are_not_powers_of_two, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_close_to_float_matmul, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_rows_bit_identical_for_every_T, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_gemm_panel_boundaries_bit_identical, reset_switches),
+        cmocka_unit_test_teardown(test_stories_int4_integer_path_kld_under_tenth_of_quant, reset_switches),
+        cmocka_unit_test_teardown(test_stories_int8_integer_path_kld_under_tenth_of_quant, reset_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
