@@ -11,6 +11,8 @@ usage: bench-vs-llamacpp.py OURS_BIN LLAMA_BIN WORK ROUNDS SHAPE...
 BASE_BIN in the environment: a second Release tree of ours (an older
 commit with bench_vs.c copied in) run on the same artifacts in the same
 rounds (A B C A B C), printed as the "before" column.
+VS_FORMATS in the environment: a comma-separated subset of the formats'
+names to run (e.g. "int8,int4-sym g32"); default all.
 Prints the table on stdout and writes WORK/bench-vs.json (every raw
 figure, the load averages, the date); --table prints the table of such a
 file again without running anything.
@@ -126,6 +128,12 @@ def main():
     base_bin = os.environ.get("BASE_BIN")
     rounds = int(rounds)
     shapes = sys.argv[5:]
+    pick = os.environ.get("VS_FORMATS")
+    formats = [f for f in FORMATS
+               if not pick or f[0] in [p.strip() for p in pick.split(",")]]
+    if not formats:
+        sys.exit(f"VS_FORMATS={pick!r} names none of "
+                 f"{', '.join(f[0] for f in FORMATS)}")
     report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "threads": THREADS, "rounds": rounds, "shapes": {}}
     load0 = loadavg()
@@ -138,7 +146,7 @@ def main():
             run([sys.executable, os.path.join(HERE, "bench-vs-llamacpp-gen.py"),
                  shape, hf, f16])
         sr = report["shapes"][shape] = {}
-        for name, qargs, ltype, lq in FORMATS:
+        for name, qargs, ltype, lq in formats:
             art = os.path.join(d, name.replace(" ", "") + ".mca")
             lmodel = f16 if lq is None else os.path.join(d, f"{ltype}.gguf")
             q_ours, q_llama = [], []
