@@ -17,8 +17,9 @@
  *  - float: for each KN_KC-column block, one 8-lane FMA chain over the
  *    block's columns in order, kn_hsum256, the scalar tail, added to Y
  *    (the order kn_ops_avx2.c's decode path follows);
- *  - integer: kn_qdot.h's canonical arithmetic (per 32-column block, exact
- *    int32 lanes, one fma with the block's scale), lane for lane.
+ *  - integer: kn_qdot.h's canonical arithmetic (block sums: per 32-column
+ *    block one exact int32 sum, one fma with the block's scale, on one
+ *    float chain per row and token).
  * test_kernels_quant and test_qdot check it for every T and thread count.
  *
  * Tiling (float): X is read in panels of KN_GEMM_TP tokens (L2), the
