@@ -19,8 +19,10 @@
  * The integers, per (16 rows, token, block):
  *   Q4, Q4S: the panel holds, per block and quad k < 8 (positions
  *     4k .. 4k+3 of kn_qdot.h's nibble order), one zmm = 16 rows x 4
- *     UNSIGNED codes q (0..15), transposed from kn_avx2_q4_codes's row
- *     vectors by 24 vpermt2d per (16 rows, block).  8 vpdpbusd (u8 codes
+ *     UNSIGNED codes q (0..15): the 16 rows' raw code bytes transposed
+ *     at dword granularity (8 vpermt2d per 16 rows x block; bytes 4m ..
+ *     4m+3 hold quad m in their low nibbles and quad m + 4 in their high
+ *     ones, split by and / shift).  8 vpdpbusd (u8 codes
  *     x the token's 4 signed activation bytes as an embedded {1to16}
  *     broadcast: exact, -128 included) give sum q * x; the zero's share
  *     is the initial value: Q4S -8 * sx, Q4 -zero * sx (one vpmulld of
@@ -34,21 +36,24 @@
  * past cols get 0 activations (kn_qact_quantize pads) and add nothing.
  *
  * Tiling (the prototype's mode 1, branch i9_blocksum): tokens in panels
- * of up to 64; per panel a table [block][token] of {init, d} (the
+ * of up to 128; per panel a table [block][token] of {init, d} (the
  * activation side of the Q4 init and the block scales), so that a tile
  * reads them through one pointer at constant offsets; per 16-row group
  * the weights are transposed 32 blocks (Q4, 16 KiB) or 16 blocks (Q8,
  * 16 KiB) at a time into a stack panel, used by every token tile of the
  * panel; register tiles of 16 rows x 8 tokens (Q4: 8 weight vectors, 8
- * int and 8 float accumulators) or x 4 tokens (Q8: two int chains each);
- * the float accumulators stay in memory ([token][16]) between column
- * panels.  A short last tile runs the full tile with the missing tokens
- * pointing at a valid one and a zero table entry (results dropped); a
- * short row group has zero weights and scales in its missing lanes and
- * masked stores.  The activations are read in place (token-major).
- * Stack: the table is at most 128 KiB (the token panel shrinks for wide
- * matrices: cols > 65536 would leave under 8 tokens, and take a scalar
- * path instead), the panel 18 KiB.
+ * int and 8 float accumulators; Q8: two int chains of 8 and 8 float
+ * accumulators); the float accumulators stay in memory ([token][16])
+ * between column panels.  A short last tile runs the full tile with the
+ * missing tokens pointing at a valid one and a zero table entry (results
+ * dropped); a short row group has zero weights and scales in its missing
+ * lanes and masked stores.  The activations are read in place
+ * (token-major).  Stack: the table at most 128 KiB (the token panel
+ * shrinks for wide matrices; cols > 65536 would leave under 8 tokens and
+ * take a scalar path instead), the panel 20 KiB, the accumulators 8 KiB.
+ * Against 64-token panels, Q8 tiles of 4 tokens and the prototype's
+ * transpose of the 32 unpacked codes (24 vpermt2d), this measured
+ * 1.00-1.16x (docs/benchmarks.md, i10_p512).
  *
  * Measured: docs/benchmarks.md, section i10_p512.
  */
@@ -56,7 +61,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "kn_avx2.h"
 #include "kn_gemm.h"
 #include "kn_internal.h"
 #include "kn_qdot.h"
@@ -66,9 +70,9 @@
 #define PG_R 16        /* rows per group: the zmm lanes */
 #define PG_BLK4 32     /* blocks per column panel, Q4/Q4S (512 B each) */
 #define PG_BLK8 16     /* blocks per column panel, Q8 (1 KiB each) */
-#define PG_TP 64       /* tokens per panel, at most */
+#define PG_TP 128      /* tokens per panel, at most */
 #define PG_TT4 8       /* register tile, Q4/Q4S: tokens */
-#define PG_TT8 4       /* register tile, Q8: tokens */
+#define PG_TT8 8       /* register tile, Q8: tokens */
 #define PG_TAB 16384   /* table entries (8 bytes each: 128 KiB) */
 
 /* The activation side of one (block, token): Q4S -8 * sx, Q4 sx (sx the
@@ -88,41 +92,12 @@ typedef struct pg_panel {
 
 /* ---- the transposes: row vectors in, one vector per dword column out ----
  * vpermt2d index tables (0..15 the first source, 16..31 the second). */
-static const int32_t pg_i1[2][16] = {
-    {0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27},
-    {4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31}};
-static const int32_t pg_i2[2][16] = {
-    {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23},
-    {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31}};
-static const int32_t pg_i3[2][16] = {
+static const int32_t pg_q1[2][16] = { /* rows 0..7 of two 4-row vectors: dwords 0, 1 | 2, 3 */
+    {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29},
+    {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31}};
+static const int32_t pg_q2[2][16] = { /* 8 rows' dword e | 8 more rows' */
     {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
-
-/* M[m] = rows 2m (dwords 0..7) and 2m+1 (8..15) -> O[k][i] = row i's
- * dword k, for 16 rows x 8 dwords. */
-KN_AI void pg_t16x8(const __m512i M[8], __m512i O[8])
-{
-    const __m512i i10 = _mm512_loadu_si512(pg_i1[0]), i11 = _mm512_loadu_si512(pg_i1[1]);
-    const __m512i i20 = _mm512_loadu_si512(pg_i2[0]), i21 = _mm512_loadu_si512(pg_i2[1]);
-    const __m512i i30 = _mm512_loadu_si512(pg_i3[0]), i31 = _mm512_loadu_si512(pg_i3[1]);
-    __m512i L[4][2], R[2][2][2];
-    /* L[a][p][k*4+q] = row 4a+q, dword 4p+k */
-    for (int a = 0; a < 4; a++) {
-        L[a][0] = _mm512_permutex2var_epi32(M[2 * a], i10, M[2 * a + 1]);
-        L[a][1] = _mm512_permutex2var_epi32(M[2 * a], i11, M[2 * a + 1]);
-    }
-    /* R[c][p][h][e*8+q] = row 8c+q, dword 4p+2h+e */
-    for (int c = 0; c < 2; c++)
-        for (int p = 0; p < 2; p++) {
-            R[c][p][0] = _mm512_permutex2var_epi32(L[2 * c][p], i20, L[2 * c + 1][p]);
-            R[c][p][1] = _mm512_permutex2var_epi32(L[2 * c][p], i21, L[2 * c + 1][p]);
-        }
-    for (int p = 0; p < 2; p++)
-        for (int h = 0; h < 2; h++) {
-            O[4 * p + 2 * h] = _mm512_permutex2var_epi32(R[0][p][h], i30, R[1][p][h]);
-            O[4 * p + 2 * h + 1] = _mm512_permutex2var_epi32(R[0][p][h], i31, R[1][p][h]);
-        }
-}
 
 /* r[i] = row i (16 dwords) -> r[k] = every row's dword k: the standard
  * 16 x 16 transpose (unpack 32, unpack 64, two rounds of 128-bit
@@ -192,34 +167,48 @@ static void pg_fill(pg_panel *P, const kn_matrix *W, uint32_t r, int R,
     const int gsh = __builtin_ctz(W->group) - 5;
     const uint32_t ng = kn_q4_ngroups(cols, W->group);
     const size_t rb = kn_q4_row_bytes(cols);
-    const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m512i i10 = _mm512_loadu_si512(pg_q1[0]), i11 = _mm512_loadu_si512(pg_q1[1]);
+    const __m512i i20 = _mm512_loadu_si512(pg_q2[0]), i21 = _mm512_loadu_si512(pg_q2[1]);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (uint32_t j = 0; j < nb; j++) {
         const uint32_t b = b0 + j;
         const __mmask16 m = pg_mask16(rb - (size_t)b * 16);
-        __m256i c[16];
-        for (int i = 0; i < PG_R; i++) {
-            if (i >= R) {
-                c[i] = _mm256_setzero_si256();
-                P->s[j][i] = 0.0f;
-                P->nz[j][i] = 0;
-                continue;
+        /* Z[a]: rows 4a .. 4a+3, one row's 16 code bytes per 128-bit lane */
+        __m512i Z[4];
+        for (int a = 0; a < 4; a++) {
+            Z[a] = _mm512_setzero_si512();
+            for (int q = 0; q < 4; q++) {
+                const int i = 4 * a + q;
+                if (i >= R) {
+                    P->s[j][i] = 0.0f;
+                    P->nz[j][i] = 0;
+                    continue;
+                }
+                const size_t ri = r + (uint32_t)i, gi = ri * ng + (b >> gsh);
+                __m128i raw = _mm_maskz_loadu_epi8(m, (const uint8_t *)W->data + ri * rb +
+                                                          (size_t)b * 16);
+                Z[a] = _mm512_mask_broadcast_i32x4(Z[a], (__mmask16)(0xf << (4 * q)), raw);
+                P->s[j][i] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+                P->nz[j][i] = W->fmt == KN_W_Q4 ? -(int32_t)W->zeros[gi] : 0;
             }
-            const size_t ri = r + (uint32_t)i, gi = ri * ng + (b >> gsh);
-            __m128i raw = _mm_maskz_loadu_epi8(m, (const uint8_t *)W->data + ri * rb +
-                                                      (size_t)b * 16);
-            /* kn_avx2_q4_codes on a register: low nibbles are positions
-             * 0..15, high ones 16..31 */
-            c[i] = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(raw), sh), m4);
-            P->s[j][i] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
-            P->nz[j][i] = W->fmt == KN_W_Q4 ? -(int32_t)W->zeros[gi] : 0;
         }
-        __m512i M[8], O[8];
-        for (int k = 0; k < 8; k++)
-            M[k] = _mm512_inserti64x4(_mm512_castsi256_si512(c[2 * k]), c[2 * k + 1], 1);
-        pg_t16x8(M, O);
-        for (int k = 0; k < 8; k++)
-            _mm512_store_si512(P->w + (size_t)j * 512 + (size_t)k * 64, O[k]);
+        /* the 16 x 4 dword transpose: O[m] lane i = row i's bytes 4m ..
+         * 4m+3, whose low nibbles are quad m and high ones quad m + 4 */
+        __m512i A[2], B[2], O[4];
+        A[0] = _mm512_permutex2var_epi32(Z[0], i10, Z[1]);
+        A[1] = _mm512_permutex2var_epi32(Z[0], i11, Z[1]);
+        B[0] = _mm512_permutex2var_epi32(Z[2], i10, Z[3]);
+        B[1] = _mm512_permutex2var_epi32(Z[2], i11, Z[3]);
+        for (int h = 0; h < 2; h++) {
+            O[2 * h] = _mm512_permutex2var_epi32(A[h], i20, B[h]);
+            O[2 * h + 1] = _mm512_permutex2var_epi32(A[h], i21, B[h]);
+        }
+        uint8_t *o = P->w + (size_t)j * 512;
+        for (int k = 0; k < 4; k++) {
+            _mm512_store_si512(o + (size_t)k * 64, _mm512_and_si512(O[k], m4));
+            _mm512_store_si512(o + (size_t)(k + 4) * 64,
+                               _mm512_and_si512(_mm512_srli_epi32(O[k], 4), m4));
+        }
     }
 }
 
