@@ -293,20 +293,31 @@ KN_AI void pg_micro(const pg_panel *P, const uint8_t *const *xr, const pg_ent *e
         _mm512_store_ps(acc + (size_t)u * PG_R, a[u]);
 }
 
+/* The tiles of 8 tokens, and of 4 for a short last one (T = 9 would
+ * otherwise pay 16 tokens' work). */
 static void pg_micro_q8(const pg_panel *P, const uint8_t *const *xr,
-                        const pg_ent *e, size_t es, uint32_t nb, float *acc)
+                        const pg_ent *e, size_t es, uint32_t nb, float *acc, int TT)
 {
-    pg_micro(P, xr, e, es, nb, acc, KN_W_Q8, PG_TT8);
+    if (TT == 4)
+        pg_micro(P, xr, e, es, nb, acc, KN_W_Q8, 4);
+    else
+        pg_micro(P, xr, e, es, nb, acc, KN_W_Q8, PG_TT8);
 }
 static void pg_micro_q4(const pg_panel *P, const uint8_t *const *xr,
-                        const pg_ent *e, size_t es, uint32_t nb, float *acc)
+                        const pg_ent *e, size_t es, uint32_t nb, float *acc, int TT)
 {
-    pg_micro(P, xr, e, es, nb, acc, KN_W_Q4, PG_TT4);
+    if (TT == 4)
+        pg_micro(P, xr, e, es, nb, acc, KN_W_Q4, 4);
+    else
+        pg_micro(P, xr, e, es, nb, acc, KN_W_Q4, PG_TT4);
 }
 static void pg_micro_q4s(const pg_panel *P, const uint8_t *const *xr,
-                         const pg_ent *e, size_t es, uint32_t nb, float *acc)
+                         const pg_ent *e, size_t es, uint32_t nb, float *acc, int TT)
 {
-    pg_micro(P, xr, e, es, nb, acc, KN_W_Q4S, PG_TT4);
+    if (TT == 4)
+        pg_micro(P, xr, e, es, nb, acc, KN_W_Q4S, 4);
+    else
+        pg_micro(P, xr, e, es, nb, acc, KN_W_Q4S, PG_TT4);
 }
 
 /* The table of tokens [t0, t0 + tn) into tab[b * es + t] for every block
@@ -395,6 +406,7 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                 const uint32_t nb = nbrow - b0 < blk ? nbrow - b0 : blk;
                 pg_fill(&P, W, r, R, b0, nb);
                 for (size_t t = 0; t < tn; t += tb) {
+                    const int TT = tn - t <= 4 ? 4 : (int)tb;
                     const uint8_t *xr[PG_TT4];
                     for (size_t u = 0; u < tb; u++) {
                         size_t tt = t + u < tn ? t + u : tn - 1;
@@ -403,9 +415,9 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                     const pg_ent *e = tab + (size_t)b0 * es + t;
                     float *a = acc + t * PG_R;
                     switch (fmt) {
-                    case KN_W_Q8: pg_micro_q8(&P, xr, e, es, nb, a); break;
-                    case KN_W_Q4: pg_micro_q4(&P, xr, e, es, nb, a); break;
-                    default: pg_micro_q4s(&P, xr, e, es, nb, a); break;
+                    case KN_W_Q8: pg_micro_q8(&P, xr, e, es, nb, a, TT); break;
+                    case KN_W_Q4: pg_micro_q4(&P, xr, e, es, nb, a, TT); break;
+                    default: pg_micro_q4s(&P, xr, e, es, nb, a, TT); break;
                     }
                 }
             }

@@ -172,7 +172,7 @@ static void test_qdot_avx512_gemm_tiles_bit_identical(void **state)
     TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI: "
                                      "the AVX-512 kernels are not compared");
     static const uint32_t shapes[][3] = { /* rows, cols, T */
-        {37, 32 * 33 + 7, 75}, {16, 32 * 300 + 31, 131}, {18, 9000, 67},
+        {37, 32 * 33 + 7, 77}, {16, 32 * 300 + 31, 131}, {18, 9000, 67},
         {3, 65536 + 40, 9},
     };
     static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
