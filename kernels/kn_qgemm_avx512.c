@@ -55,7 +55,11 @@
  * transpose of the 32 unpacked codes (24 vpermt2d), this measured
  * 1.00-1.16x (docs/benchmarks.md, i10_p512).
  *
- * Measured: docs/benchmarks.md, section i10_p512.
+ * Measured (docs/benchmarks.md, i10_p512; bench_gemm, 1 thread, CPU
+ * time, medians of 5 interleaved A/B rounds against the 8-lane kernel
+ * this replaces, SmolLM and TinyLlama shapes): T = 128/512 int4g32
+ * 2.2-2.7x (TinyLlama 63 -> 140-155 GMAC/s), int4ag32 2.0-2.5x, int8
+ * 1.6-1.9x; T = 9 1.0-1.7x, T = 12-16 1.2-2.0x.
  */
 #include <immintrin.h>
 #include <math.h>
