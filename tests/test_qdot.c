@@ -160,6 +160,35 @@ static void test_qdot_gemm_panel_boundaries_bit_identical(void **state)
     kn_pool_free(p3);
 }
 
+/* The AVX-512 prefill GEMM (kn_qgemm_avx512.c) across its own tiling:
+ * 16-row groups with a short last one, column panels of 32 (int4) and 16
+ * (int8) blocks with a ragged last block, the token panel shrunk for a
+ * wide matrix (its table has room for fewer than 64 tokens) with short
+ * last tiles, and the scalar path of a matrix too wide for the table
+ * (cols > 65536). */
+static void test_qdot_avx512_gemm_tiles_bit_identical(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI: "
+                                     "the AVX-512 kernels are not compared");
+    static const uint32_t shapes[][3] = { /* rows, cols, T */
+        {37, 32 * 33 + 7, 77}, {16, 32 * 300 + 31, 131}, {18, 9000, 67},
+        {3, 65536 + 40, 9},
+    };
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (size_t f = 0; f < 3; f++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0], shapes[s][1],
+                                     fmts[f] == KN_W_Q8 ? 32 : 64);
+            check_bits(NULL, &t, shapes[s][2]);
+            check_bits(p2, &t, shapes[s][2]);
+            tu_tmat_free(&t);
+        }
+    kn_pool_free(p2);
+}
+
 /* Every format, group and shape above against the reference, with the
  * token counts of one side of KN_GEMM_MIN_T: gemm = 0 the decode kernels
  * (T = 1..8), gemm = 1 the prefill GEMM (T = 9, 17). */
@@ -576,6 +605,7 @@ int main(void)
         cmocka_unit_test_teardown(test_qdot_close_to_float_matmul, reset_switches),
         cmocka_unit_test_teardown(test_qdot_rows_bit_identical_for_every_T, reset_switches),
         cmocka_unit_test_teardown(test_qdot_gemm_panel_boundaries_bit_identical, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_gemm_tiles_bit_identical, reset_switches),
         cmocka_unit_test_teardown(test_stories_int4_integer_path_kld_under_tenth_of_quant, reset_switches),
         cmocka_unit_test_teardown(test_stories_int8_integer_path_kld_under_tenth_of_quant, reset_switches),
     };
