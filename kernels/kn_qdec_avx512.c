@@ -88,24 +88,23 @@ static void dq_xsums(const uint8_t *xq, size_t T, uint32_t nb, float *sx)
 
 /* ---- int4, 1 <= TT <= 8 tokens -------------------------------------------- */
 
-/* Rows r .. r+R-1 (R <= 8), all blocks, TT tokens: Y[t][r + i] += chain. */
+/* The 8 lanes of a pass: lane i reads weight row r + i * st (st = 1, or 0
+ * for a matrix of fewer than 8 rows: then every lane reads row r and lane
+ * 0 is stored), all blocks, TT tokens; Y[t][r + i] += lane i for the
+ * lanes in store (a pass may start before the thread's first row: those
+ * lanes are computed and not stored). */
 KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                    const float *sx, float *Y, uint32_t r, int R, int TT)
+                    const float *sx, float *Y, uint32_t r, uint32_t st,
+                    __mmask8 store, int TT)
 {
     const uint32_t nb = W->cols / KN_QK, rows = W->rows;
-    const size_t rb = kn_q4_row_bytes(W->cols);
+    const size_t rb = kn_q4_row_bytes(W->cols), wst = rb * st;
     const int gsh = __builtin_ctz(W->group) - 5;
-    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group), sst = ng * st;
     const int q4 = W->fmt == KN_W_Q4;
-    const uint8_t *wr[DQ_R];
-    const uint16_t *sr[DQ_R];
-    const uint8_t *zr[DQ_R];
-    for (int i = 0; i < DQ_R; i++) {
-        size_t ri = r + (uint32_t)(i < R ? i : R - 1);
-        wr[i] = (const uint8_t *)W->data + ri * rb;
-        sr[i] = (const uint16_t *)W->scales + ri * ng;
-        zr[i] = q4 ? W->zeros + ri * ng : NULL;
-    }
+    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
+    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
+    const uint8_t *z0 = q4 ? W->zeros + (size_t)r * ng : NULL;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i one16 = _mm256_set1_epi16(1);
     __m256 acc[8];
@@ -115,13 +114,14 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     for (uint32_t g0 = 0; g0 < ng; g0 += 8) {
         /* st[k], zt[k]: the 8 rows' scale and zero of group g0 + k */
         const __mmask8 gm = (__mmask8)(ng - g0 >= 8 ? 0xff : (1u << (ng - g0)) - 1);
-        __m256 st[8], zt[8];
+        __m256 sc[8], zt[8];
         for (int i = 0; i < DQ_R; i++)
-            st[i] = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(gm, sr[i] + g0));
-        dq_t8x8(st);
+            sc[i] = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(gm, s0 + (size_t)i * sst + g0));
+        dq_t8x8(sc);
         if (q4) {
             for (int i = 0; i < DQ_R; i++)
-                zt[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_maskz_loadu_epi8(gm, zr[i] + g0)));
+                zt[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_maskz_loadu_epi8(gm, z0 + (size_t)i * sst + g0)));
             dq_t8x8(zt);
         } else {
             for (int i = 0; i < DQ_R; i++)
@@ -132,13 +132,14 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
             const uint32_t k = (b >> gsh) - g0;
             if ((b & 3) == 0)
                 for (int i = 0; i < DQ_R; i++)
-                    _mm_prefetch((const char *)(wr[i] + DQ_PF * rb + (size_t)b * 16), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(w0 + (DQ_PF + i) * rb + (size_t)b * 16), _MM_HINT_T1);
+            const uint8_t *wb = w0 + (size_t)b * 16;
             __m256i lo[4], hi[4];
 #pragma GCC unroll 4
             for (int m = 0; m < 4; m++) {
                 __m256i raw = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(wr[m] + (size_t)b * 16))),
-                    _mm_loadu_si128((const __m128i *)(wr[m + 4] + (size_t)b * 16)), 1);
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(wb + m * wst))),
+                    _mm_loadu_si128((const __m128i *)(wb + (m + 4) * wst)), 1);
                 lo[m] = _mm256_and_si256(raw, m4);
                 hi[m] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
             }
@@ -157,26 +158,47 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 __m256i s = _mm256_madd_epi16(_mm256_packs_epi32(a, c), one16);
                 __m256 f = _mm256_fnmadd_ps(zt[k], _mm256_set1_ps(sx[(size_t)t * nb + b]),
                                             _mm256_cvtepi32_ps(s));
-                acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(st[k], _mm256_set1_ps(xd[(size_t)t * nb + b])),
+                acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(sc[k], _mm256_set1_ps(xd[(size_t)t * nb + b])),
                                          acc[t]);
             }
         }
     }
-    const __mmask8 rm = (__mmask8)((1u << R) - 1);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++) {
         float *y = Y + (size_t)t * rows + r;
-        _mm256_mask_storeu_ps(y, rm, _mm256_add_ps(_mm256_maskz_loadu_ps(rm, y), acc[t]));
+        _mm256_mask_storeu_ps(y, store, _mm256_add_ps(_mm256_maskz_loadu_ps(store, y), acc[t]));
     }
 }
+
+/* Rows [r0, r1) in passes of 8; the last pass starts at r1 - 8 when the
+ * matrix has the rows (reading rows of a neighbouring range, storing
+ * only its own), or takes one row per pass when it has fewer than 8. */
+#define DQ_PASSES(call)                                                        \
+    do {                                                                       \
+        uint32_t r = r0;                                                       \
+        for (; r + DQ_R <= r1; r += DQ_R) {                                    \
+            const uint32_t rp = r, stp = 1;                                    \
+            const __mmask8 sm = 0xff;                                          \
+            call;                                                              \
+        }                                                                      \
+        if (r < r1 && W->rows >= DQ_R) {                                       \
+            const uint32_t rp = r1 - DQ_R, stp = 1;                            \
+            const __mmask8 sm = (__mmask8)(0xffu << (r - rp));                 \
+            call;                                                              \
+        } else                                                                 \
+            for (; r < r1; r++) {                                              \
+                const uint32_t rp = r, stp = 0;                                \
+                const __mmask8 sm = 1;                                         \
+                call;                                                          \
+            }                                                                  \
+    } while (0)
 
 static void dq4_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
                      const float *sx, float *Y, uint32_t r0, uint32_t r1, int TT)
 {
 #define DQ4(tt)                                                                \
     case tt:                                                                   \
-        for (uint32_t r = r0; r < r1; r += DQ_R)                               \
-            dq4_pass(W, xq, xd, sx, Y, r, r1 - r < DQ_R ? (int)(r1 - r) : DQ_R, tt); \
+        DQ_PASSES(dq4_pass(W, xq, xd, sx, Y, rp, stp, sm, tt));                \
         break;
     switch (TT) {
         DQ4(1) DQ4(2) DQ4(3) DQ4(4) DQ4(5) DQ4(6) DQ4(7) default: DQ4(8)
@@ -186,15 +208,15 @@ static void dq4_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
 
 /* ---- int8, 2 <= TT <= 8 tokens -------------------------------------------- */
 
+/* As dq4_pass: lane i = row r + i * st, stored where store says. */
 KN_AI void dq8_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                    float *Y, uint32_t r, int R, int TT)
+                    float *Y, uint32_t r, uint32_t st, __mmask8 store, int TT)
 {
     const uint32_t nb = W->cols / KN_QK, rows = W->rows;
     const size_t rb = W->cols;
     const size_t xs = (size_t)nb * 2 * KN_QK; /* bytes per token */
-    const int8_t *wr[DQ_R];
-    for (int i = 0; i < DQ_R; i++)
-        wr[i] = (const int8_t *)W->data + (r + (uint32_t)(i < R ? i : R - 1)) * rb;
+    const size_t wst = rb * st;
+    const int8_t *w0 = (const int8_t *)W->data + (size_t)r * rb;
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++)
@@ -202,12 +224,12 @@ KN_AI void dq8_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     for (uint32_t b = 0; b < nb; b++) {
         if ((b & 1) == 0)
             for (int i = 0; i < DQ_R; i++)
-                _mm_prefetch((const char *)(wr[i] + DQ_PF * rb + (size_t)b * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(w0 + (DQ_PF + i) * rb + (size_t)b * 32), _MM_HINT_T1);
         /* w[m][j]: columns 8j .. 8j+7 of rows m (low) and m + 4 (high) */
         __m256i w[4][4];
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
-            const int8_t *pa = wr[m] + (size_t)b * 32, *pb = wr[m + 4] + (size_t)b * 32;
+            const int8_t *pa = w0 + m * wst + (size_t)b * 32, *pb = pa + 4 * wst;
             __m256i a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)pa));
             __m256i a1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pa + 16)));
             __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)pb));
@@ -237,12 +259,11 @@ KN_AI void dq8_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(xd[(size_t)t * nb + b]), acc[t]);
         }
     }
-    const __mmask8 rm = (__mmask8)((1u << R) - 1);
-    const __m256 qs = _mm256_maskz_loadu_ps(rm, (const float *)W->scales + r);
+    const __m256 qs = _mm256_maskz_loadu_ps(store, (const float *)W->scales + r);
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++) {
         float *y = Y + (size_t)t * rows + r;
-        _mm256_mask_storeu_ps(y, rm, _mm256_add_ps(_mm256_maskz_loadu_ps(rm, y), _mm256_mul_ps(acc[t], qs)));
+        _mm256_mask_storeu_ps(y, store, _mm256_add_ps(_mm256_maskz_loadu_ps(store, y), _mm256_mul_ps(acc[t], qs)));
     }
 }
 
@@ -251,8 +272,7 @@ static void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
 {
 #define DQ8(tt)                                                                \
     case tt:                                                                   \
-        for (uint32_t r = r0; r < r1; r += DQ_R)                               \
-            dq8_pass(W, xq, xd, Y, r, r1 - r < DQ_R ? (int)(r1 - r) : DQ_R, tt); \
+        DQ_PASSES(dq8_pass(W, xq, xd, Y, rp, stp, sm, tt));                    \
         break;
     switch (TT) {
         DQ8(2) DQ8(3) DQ8(4) DQ8(5) DQ8(6) DQ8(7) default: DQ8(8)
