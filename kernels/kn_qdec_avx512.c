@@ -71,6 +71,17 @@ KN_AI void dq_t8x8(__m256 v[8])
     }
 }
 
+/* p[m] = 4 dwords of row m (low 128 bits) and 4 of row m + 4 (high) ->
+ * [row 0 .. 3 | row 4 .. 7] of their sums: unpack and add, twice (6
+ * shuffles, 3 adds, no multiply: the multiply pipes are busy with the
+ * dot products). */
+KN_AI __m256i dq_fold4(const __m256i p[4])
+{
+    __m256i u01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+    __m256i u23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(u01, u23), _mm256_unpackhi_epi64(u01, u23));
+}
+
 /* sx[t * nb + b] = (float) the sum of token t's block b (int8). */
 static void dq_xsums(const uint8_t *xq, size_t T, uint32_t nb, float *sx)
 {
@@ -106,7 +117,6 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
     const uint8_t *z0 = q4 ? W->zeros + (size_t)r * ng : NULL;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i one16 = _mm256_set1_epi16(1);
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++)
@@ -153,9 +163,7 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 for (int m = 0; m < 4; m++)
                     p[m] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[m], xe),
                                                hi[m], xo);
-                __m256i a = _mm256_madd_epi16(_mm256_packs_epi32(p[0], p[1]), one16);
-                __m256i c = _mm256_madd_epi16(_mm256_packs_epi32(p[2], p[3]), one16);
-                __m256i s = _mm256_madd_epi16(_mm256_packs_epi32(a, c), one16);
+                __m256i s = dq_fold4(p);
                 __m256 f = _mm256_fnmadd_ps(zt[k], _mm256_set1_ps(sx[(size_t)t * nb + b]),
                                             _mm256_cvtepi32_ps(s));
                 acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(sc[k], _mm256_set1_ps(xd[(size_t)t * nb + b])),
@@ -253,9 +261,7 @@ KN_AI void dq8_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 s = _mm256_dpwssd_epi32(s, w[m][2], x[2]);
                 p[m] = _mm256_dpwssd_epi32(s, w[m][3], x[3]);
             }
-            __m256i u01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
-            __m256i u23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
-            __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(u01, u23), _mm256_unpackhi_epi64(u01, u23));
+            __m256i s = dq_fold4(p);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(xd[(size_t)t * nb + b]), acc[t]);
         }
     }
