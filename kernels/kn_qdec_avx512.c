@@ -281,7 +281,7 @@ static void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
         DQ_PASSES(dq8_pass(W, xq, xd, Y, rp, stp, sm, tt));                    \
         break;
     switch (TT) {
-        DQ8(2) DQ8(3) DQ8(4) DQ8(5) DQ8(6) DQ8(7) default: DQ8(8)
+        DQ8(1) DQ8(2) DQ8(3) DQ8(4) DQ8(5) DQ8(6) DQ8(7) default: DQ8(8)
     }
 #undef DQ8
 }
@@ -290,7 +290,7 @@ int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 {
     return T >= 1 && T <= 8 && W->cols % KN_QK == 0 &&
            (((W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S) && W->cols / KN_QK <= DQ_MAXB) ||
-            (W->fmt == KN_W_Q8 && T >= 2));
+            W->fmt == KN_W_Q8);
 }
 
 void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,

@@ -226,7 +226,7 @@ static void test_qdot_avx512_gemm_bit_identical_to_reference(void **state)
 }
 
 /* The AVX-512 integer decode (kn_qdec_avx512.c) alone, in the cases it
- * serves (full blocks; int4 at T = 1..8, Q8 at T = 2..8), so it is
+ * serves (full blocks, T = 1..8, every int format), so it is
  * checked apart from the AVX2 decode that takes the rest: row counts
  * around its 8-row passes (a short last pass reads its last row again
  * and stores only its own), groups of 32..256 (one group wider than the
@@ -247,7 +247,7 @@ static void test_qdot_avx512_int_decode_passes_bit_identical(void **state)
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
                 tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0],
                                          shapes[s][1], g);
-                for (size_t T = fmts[f] == KN_W_Q8 ? 2 : 1; T <= 8; T++) {
+                for (size_t T = 1; T <= 8; T++) {
                     check_bits(NULL, &t, T);
                     check_bits(p3, &t, T);
                 }
