@@ -178,9 +178,10 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     }
 }
 
-/* Rows [r0, r1) in passes of 8; the last pass starts at r1 - 8 when the
- * matrix has the rows (reading rows of a neighbouring range, storing
- * only its own), or takes one row per pass when it has fewer than 8. */
+/* Rows [r0, r1) in passes of 8.  A last pass of fewer rows starts at
+ * min(r, rows - 8), inside the matrix, and stores only its own rows (it
+ * reads rows of a neighbouring thread's range, which that thread writes
+ * to Y, never to W); a matrix of fewer than 8 rows takes one row a pass. */
 #define DQ_PASSES(call)                                                        \
     do {                                                                       \
         uint32_t r = r0;                                                       \
@@ -190,8 +191,10 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
             call;                                                              \
         }                                                                      \
         if (r < r1 && W->rows >= DQ_R) {                                       \
-            const uint32_t rp = r1 - DQ_R, stp = 1;                            \
-            const __mmask8 sm = (__mmask8)(0xffu << (r - rp));                 \
+            const uint32_t rp = r < W->rows - DQ_R ? r : W->rows - DQ_R;       \
+            const uint32_t stp = 1;                                            \
+            const __mmask8 sm = (__mmask8)(((1u << (r1 - rp)) - 1) &            \
+                                           (0xffu << (r - rp)));                \
             call;                                                              \
         } else                                                                 \
             for (; r < r1; r++) {                                              \

@@ -231,13 +231,16 @@ static void test_qdot_avx512_gemm_bit_identical_to_reference(void **state)
  * around its 8-row passes (a short last pass reads its last row again
  * and stores only its own), groups of 32..256 (one group wider than the
  * row), and 9 or 17 groups (its scale tables come 8 groups at a time,
- * the last one short); 1 and 3 threads (row ranges of multiples of 4). */
+ * the last one short); 1 and 3 threads (row ranges of multiples of 4:
+ * 9 rows x 4096 give one thread rows [0, 4), whose pass must not start
+ * before row 0; the split only happens past 2^17 multiply-adds). */
 static void test_qdot_avx512_int_decode_passes_bit_identical(void **state)
 {
     (void)state;
     TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI");
     static const uint32_t shapes[][2] = {
         {1, 32}, {7, 96}, {8, 288}, {9, 256}, {17, 544}, {27, 1024}, {4, 64},
+        {9, 4096}, {13, 4096}, {6, 8192},
     };
     static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
     kn_pool *p3 = kn_pool_create(3);
