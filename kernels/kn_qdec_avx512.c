@@ -204,17 +204,24 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
             }                                                                  \
     } while (0)
 
-static void dq4_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                     const float *sx, float *Y, uint32_t r0, uint32_t r1, int TT)
+/* One pass (dq4_pass) for a token count known at run time: one copy of
+ * the pass per count, called from the three kinds of pass. */
+static void dq4_pass_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                         const float *sx, float *Y, uint32_t r, uint32_t st,
+                         __mmask8 store, int TT)
 {
 #define DQ4(tt)                                                                \
-    case tt:                                                                   \
-        DQ_PASSES(dq4_pass(W, xq, xd, sx, Y, rp, stp, sm, tt));                \
-        break;
+    case tt: dq4_pass(W, xq, xd, sx, Y, r, st, store, tt); break;
     switch (TT) {
         DQ4(1) DQ4(2) DQ4(3) DQ4(4) DQ4(5) DQ4(6) DQ4(7) default: DQ4(8)
     }
 #undef DQ4
+}
+
+static void dq4_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     const float *sx, float *Y, uint32_t r0, uint32_t r1, int TT)
+{
+    DQ_PASSES(dq4_pass_any(W, xq, xd, sx, Y, rp, stp, sm, TT));
 }
 
 /* ---- int8, 2 <= TT <= 8 tokens -------------------------------------------- */
@@ -276,17 +283,21 @@ KN_AI void dq8_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     }
 }
 
-static void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                     float *Y, uint32_t r0, uint32_t r1, int TT)
+static void dq8_pass_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                         float *Y, uint32_t r, uint32_t st, __mmask8 store, int TT)
 {
 #define DQ8(tt)                                                                \
-    case tt:                                                                   \
-        DQ_PASSES(dq8_pass(W, xq, xd, Y, rp, stp, sm, tt));                    \
-        break;
+    case tt: dq8_pass(W, xq, xd, Y, r, st, store, tt); break;
     switch (TT) {
         DQ8(1) DQ8(2) DQ8(3) DQ8(4) DQ8(5) DQ8(6) DQ8(7) default: DQ8(8)
     }
 #undef DQ8
+}
+
+static void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     float *Y, uint32_t r0, uint32_t r1, int TT)
+{
+    DQ_PASSES(dq8_pass_any(W, xq, xd, Y, rp, stp, sm, TT));
 }
 
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
