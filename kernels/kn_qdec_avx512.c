@@ -1,42 +1,61 @@
 /*
  * kn_qdec_avx512.c - integer decode (kn_avx512_matmul_q_dec of
  * kn_internal.h) with AVX-512 VNNI on 256-bit vectors, in kn_qdot.h's
- * block-sum form: int4 (Q4, Q4S) weights against 1-8 tokens, int8 (Q8)
- * against 2-8, full blocks (cols % 32 == 0), row-major weights; called
- * only when kn_cpu_has_avx512().
+ * block-sum form: Q8, Q4 and Q4S weights, row-major as the artifact
+ * stores them, against 1-8 tokens, full blocks (cols % 32 == 0; int4 also
+ * cols <= 32768, the stack table of activation sums); called only when
+ * kn_cpu_has_avx512(), for the rows [r0, r1) of one thread, Y holding
+ * bias or 0 there.
  *
- * Rows in the lanes.  A pass takes 8 weight rows; per block b it builds
- * one exact int32 per (row, token), so one convert and one fma serve the
- * pass's 8 rows, lane i = row i: acc[t] = fma(f_b, s_b, acc[t]), the
- * reference's chain (block order, one fma per block), then Y += acc.
+ * Rows in the lanes.  A pass takes 8 weight rows and walks all blocks;
+ * per block b it makes one exact int32 per (row, token) in a register
+ * whose lane i is row i, so one convert and one fma serve 8 rows:
+ * acc[t] = fma(f_b, s_b, acc[t]), the reference's chain (block order,
+ * one fma per block, from 0), then Y += acc (Q8: Y += acc * row scale).
+ * The integer sums are exact, so the way they are formed does not
+ * matter; the float steps are the reference's own, in its order: the
+ * bits are kn_ref_matmul_q's (test_qdot, every format, group, T and a
+ * thread split, for this path alone).
  *
  * int4: register m < 4 holds rows m (low 128 bits) and m + 4 (high) of
  * the block: their 16 code bytes, one load and an insert; lo = the low
  * nibbles (even columns), hi = the high ones (odd columns).  Each token's
  * activation block is [16 even | 16 odd] (kn_qdot.h's nibble order), so
- * broadcasting either half to both 128-bit lanes lines up with lo / hi:
+ * either half broadcast to both 128-bit lanes lines up with lo or hi:
  *   P_m = dpbusd(dpbusd(0, lo_m, xe), hi_m, xo)      (unsigned codes c)
- * gives 4 dwords per row, each the exact sum of 8 products c * x,
- * |.| <= 8 * 15 * 128 = 15360.  Two rounds of packs_epi32 (no saturation:
- * a sum of 16 products is <= 30720 < 2^15) and madd with ones fold the 4
- * registers into [row 0..3 | row 4..7] of exact sums S = sum c * x over
- * the block: 6 ops for 8 (row, block) pairs, no cross-lane shuffle.
- * Then i_b = S - z * sx (z the row's zero, 8 for Q4S; sx = the block's
- * activation sum), taken in float: S, z * sx and i_b are integers below
- * 2^24, so fnmadd(z, sx, (float)S) IS (float)i_b, the reference's f_b,
- * code -128 (a non-finite input's) included.  s_b = f16 scale * d, the
- * scales of 8 groups x 8 rows converted and transposed once per 8 groups.
+ * gives 4 dwords per row, each an exact sum of 8 products c * x; unpack
+ * and add twice (dq_fold4) make [row 0..3 | row 4..7] of S = the sum of
+ * c * x over the block.  Then i_b = S - z * sx (z the row's zero, 8 for
+ * Q4S; sx the block's activation sum, a table per call), taken in float:
+ * S, z * sx and i_b are integers below 2^24, so fnmadd(z, sx, (float)S)
+ * IS (float)i_b, the reference's f_b, with the code -128 of a non-finite
+ * input too.  s_b = f16 scale * d[b], one multiply as kn_qdot_scale;
+ * the 8 rows' scales (and Q4 zeros) of 8 groups are converted and
+ * transposed 8 x 8 once per 8 groups.
  *
  * int8: register m holds 8 columns of rows m and m + 4 widened to int16
  * (4 per block); 4 vpdpwssd against the token's 8 activations broadcast
- * give 4 dwords per row (8 products, < 2^25), and unpack / add twice
- * fold them into [row 0..3 | row 4..7] of exact block sums (< 2^27);
- * the convert rounds as the reference's (float)i_b does.  s_b = d[b];
- * the row scale multiplies the chain at the end, as in the reference.
+ * give 4 dwords per row (8 products, < 2^25), dq_fold4 makes the exact
+ * block sums (< 2^27); the convert rounds as the reference's (float)i_b
+ * does (nearest even); s_b = d[b].
  *
- * A pass with fewer than 8 rows left reads its last row again in the
- * spare lanes and stores only its rows (masked).  Q8 at T = 1 stays with
- * kn_qdot_avx2.c.
+ * A pass per 8 rows; a short last one starts at min(r, rows - 8) (rows of
+ * a neighbouring thread's range are read, never stored: masked stores);
+ * a matrix of fewer than 8 rows takes one row a pass (all lanes read it,
+ * lane 0 is stored).  The next pass's rows are prefetched into L2, as a
+ * decode streams each matrix once.
+ *
+ * Measured (docs/benchmarks.md, "i10_d512"; bench_gemm, 1 thread, CPU
+ * time, medians of 9 interleaved rounds against the kernels before the
+ * switch, which kept 8 float lanes per (row, token)): T = 2..8 1.2-1.4x
+ * (int4, both shapes), Q8 1.0-1.1x at T = 2, 4 and 1.2-1.4x at T = 8;
+ * T = 1 int4 0.95-1.07x and Q8 (new here; the AVX2 decode before)
+ * 1.1-1.2x.  At T = 1 the row-major layout costs an insert and the
+ * nibble split per row and block and the fold per 8: about the 8 lanes'
+ * convert and fma it saves, so only repacked weights (the i9_blocksum
+ * prototype's mode 2) would gain there.  An earlier fold by packs_epi32
+ * and madd (no overflow: 16 products fit int16) measured 1-7% slower: the
+ * multiply pipes carry the dot products.
  */
 #include <immintrin.h>
 #include <string.h>
