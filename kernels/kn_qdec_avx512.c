@@ -124,8 +124,8 @@ static void dq_xsums(const uint8_t *xq, size_t T, uint32_t nb, float *sx)
  * lanes in store (a pass may start before the thread's first row: those
  * lanes are computed and not stored). */
 KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                    const float *sx, float *Y, uint32_t r, uint32_t st,
-                    __mmask8 store, int TT)
+                    const float *sx, const int32_t *ini, float *Y, uint32_t r,
+                    uint32_t st, __mmask8 store, int TT)
 {
     const uint32_t nb = W->cols / KN_QK, rows = W->rows;
     const size_t rb = kn_q4_row_bytes(W->cols), wst = rb * st;
@@ -180,11 +180,16 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 __m256i p[4];
 #pragma GCC unroll 4
                 for (int m = 0; m < 4; m++)
-                    p[m] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[m], xe),
+                    p[m] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(
+                                                   ini ? _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                                             (const __m128i *)(ini + 4 * (size_t)b)))
+                                                       : _mm256_setzero_si256(),
+                                                   lo[m], xe),
                                                hi[m], xo);
                 __m256i s = dq_fold4(p);
-                __m256 f = _mm256_fnmadd_ps(zt[k], _mm256_set1_ps(sx[(size_t)t * nb + b]),
-                                            _mm256_cvtepi32_ps(s));
+                __m256 f = ini ? _mm256_cvtepi32_ps(s)
+                               : _mm256_fnmadd_ps(zt[k], _mm256_set1_ps(sx[(size_t)t * nb + b]),
+                                                  _mm256_cvtepi32_ps(s));
                 acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(sc[k], _mm256_set1_ps(xd[(size_t)t * nb + b])),
                                          acc[t]);
             }
@@ -226,21 +231,28 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
 /* One pass (dq4_pass) for a token count known at run time: one copy of
  * the pass per count, called from the three kinds of pass. */
 static void dq4_pass_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                         const float *sx, float *Y, uint32_t r, uint32_t st,
-                         __mmask8 store, int TT)
+                         const float *sx, const int32_t *ini, float *Y,
+                         uint32_t r, uint32_t st, __mmask8 store, int TT)
 {
 #define DQ4(tt)                                                                \
-    case tt: dq4_pass(W, xq, xd, sx, Y, r, st, store, tt); break;
+    case tt: dq4_pass(W, xq, xd, sx, NULL, Y, r, st, store, tt); break;
     switch (TT) {
-        DQ4(1) DQ4(2) DQ4(3) DQ4(4) DQ4(5) DQ4(6) DQ4(7) default: DQ4(8)
+    case 1:
+        if (ini)
+            dq4_pass(W, xq, xd, sx, ini, Y, r, st, store, 1);
+        else
+            dq4_pass(W, xq, xd, sx, NULL, Y, r, st, store, 1);
+        break;
+        DQ4(2) DQ4(3) DQ4(4) DQ4(5) DQ4(6) DQ4(7) default: DQ4(8)
     }
 #undef DQ4
 }
 
 static void dq4_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                     const float *sx, float *Y, uint32_t r0, uint32_t r1, int TT)
+                     const float *sx, const int32_t *ini, float *Y, uint32_t r0,
+                     uint32_t r1, int TT)
 {
-    DQ_PASSES(dq4_pass_any(W, xq, xd, sx, Y, rp, stp, sm, TT));
+    DQ_PASSES(dq4_pass_any(W, xq, xd, sx, ini, Y, rp, stp, sm, TT));
 }
 
 /* ---- int8, 2 <= TT <= 8 tokens -------------------------------------------- */
@@ -333,7 +345,23 @@ void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
         dq8_rows(W, xq, xd, Y, r0, r1, (int)T);
         return;
     }
+    const uint32_t nb = W->cols / KN_QK;
+    if (T == 1 && W->fmt == KN_W_Q4S) {
+        /* the dot products start from -8 x the activations' dword sums:
+         * the fold then gives i_b itself */
+        _Alignas(16) int32_t ini[4 * DQ_MAXB];
+        const __m128i ones = _mm_set1_epi8(1);
+        const uint8_t *x = xq;
+        for (uint32_t b = 0; b < nb; b++) {
+            __m128i v = _mm_dpbusd_epi32(_mm_setzero_si128(), ones,
+                                         _mm_loadu_si128((const __m128i *)(x + (size_t)b * KN_QK)));
+            v = _mm_dpbusd_epi32(v, ones, _mm_loadu_si128((const __m128i *)(x + (size_t)b * KN_QK + 16)));
+            _mm_store_si128((__m128i *)(ini + 4 * (size_t)b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(v, 3)));
+        }
+        dq4_rows(W, xq, xd, NULL, ini, Y, r0, r1, 1);
+        return;
+    }
     float sx[8 * DQ_MAXB];
-    dq_xsums(xq, T, W->cols / KN_QK, sx);
-    dq4_rows(W, xq, xd, sx, Y, r0, r1, (int)T);
+    dq_xsums(xq, T, nb, sx);
+    dq4_rows(W, xq, xd, sx, NULL, Y, r0, r1, (int)T);
 }
