@@ -69,6 +69,7 @@
 #define DQ_R 8       /* rows per pass: the lanes */
 #define DQ_PF 8      /* rows ahead for the L2 prefetch: the next pass */
 #define DQ_MAXB 1024 /* blocks of the activation-sum table (cols <= 32768) */
+#define DQ_MAXI 2048 /* token-blocks of the Q4S start table (32 KiB) */
 
 /* v[i] = row i (8 floats) -> v[k] = element k of the 8 rows. */
 KN_AI void dq_t8x8(__m256 v[8])
@@ -182,7 +183,7 @@ KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 for (int m = 0; m < 4; m++)
                     p[m] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(
                                                    ini ? _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                                             (const __m128i *)(ini + 4 * (size_t)b)))
+                                                             (const __m128i *)(ini + 4 * ((size_t)t * nb + b))))
                                                        : _mm256_setzero_si256(),
                                                    lo[m], xe),
                                                hi[m], xo);
@@ -235,15 +236,14 @@ static void dq4_pass_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
                          uint32_t r, uint32_t st, __mmask8 store, int TT)
 {
 #define DQ4(tt)                                                                \
-    case tt: dq4_pass(W, xq, xd, sx, NULL, Y, r, st, store, tt); break;
-    switch (TT) {
-    case 1:
-        if (ini)
-            dq4_pass(W, xq, xd, sx, ini, Y, r, st, store, 1);
-        else
-            dq4_pass(W, xq, xd, sx, NULL, Y, r, st, store, 1);
+    case tt:                                                                   \
+        if (ini)                                                               \
+            dq4_pass(W, xq, xd, NULL, ini, Y, r, st, store, tt);               \
+        else                                                                   \
+            dq4_pass(W, xq, xd, sx, NULL, Y, r, st, store, tt);                \
         break;
-        DQ4(2) DQ4(3) DQ4(4) DQ4(5) DQ4(6) DQ4(7) default: DQ4(8)
+    switch (TT) {
+        DQ4(1) DQ4(2) DQ4(3) DQ4(4) DQ4(5) DQ4(6) DQ4(7) default: DQ4(8)
     }
 #undef DQ4
 }
@@ -346,19 +346,19 @@ void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
         return;
     }
     const uint32_t nb = W->cols / KN_QK;
-    if (T == 1 && W->fmt == KN_W_Q4S) {
+    if (W->fmt == KN_W_Q4S && T * nb <= DQ_MAXI) {
         /* the dot products start from -8 x the activations' dword sums:
          * the fold then gives i_b itself */
-        _Alignas(16) int32_t ini[4 * DQ_MAXB];
+        _Alignas(16) int32_t ini[4 * DQ_MAXI];
         const __m128i ones = _mm_set1_epi8(1);
         const uint8_t *x = xq;
-        for (uint32_t b = 0; b < nb; b++) {
+        for (size_t b = 0; b < T * nb; b++) {
             __m128i v = _mm_dpbusd_epi32(_mm_setzero_si128(), ones,
-                                         _mm_loadu_si128((const __m128i *)(x + (size_t)b * KN_QK)));
-            v = _mm_dpbusd_epi32(v, ones, _mm_loadu_si128((const __m128i *)(x + (size_t)b * KN_QK + 16)));
-            _mm_store_si128((__m128i *)(ini + 4 * (size_t)b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(v, 3)));
+                                         _mm_loadu_si128((const __m128i *)(x + b * KN_QK)));
+            v = _mm_dpbusd_epi32(v, ones, _mm_loadu_si128((const __m128i *)(x + b * KN_QK + 16)));
+            _mm_store_si128((__m128i *)(ini + 4 * b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(v, 3)));
         }
-        dq4_rows(W, xq, xd, NULL, ini, Y, r0, r1, 1);
+        dq4_rows(W, xq, xd, NULL, ini, Y, r0, r1, (int)T);
         return;
     }
     float sx[8 * DQ_MAXB];

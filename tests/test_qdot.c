@@ -240,7 +240,8 @@ static void test_qdot_avx512_int_decode_passes_bit_identical(void **state)
     TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI");
     static const uint32_t shapes[][2] = {
         {1, 32}, {7, 96}, {8, 288}, {9, 256}, {17, 544}, {27, 1024}, {4, 64},
-        {9, 4096}, {13, 4096}, {6, 8192},
+        {9, 4096}, {13, 4096}, {6, 8192}, {9, 16384}, /* Q4S past 2048
+                                    token-blocks: the activation-sum table */
     };
     static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
     kn_pool *p3 = kn_pool_create(3);
