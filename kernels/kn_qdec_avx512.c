@@ -25,13 +25,17 @@
  *   P_m = dpbusd(dpbusd(0, lo_m, xe), hi_m, xo)      (unsigned codes c)
  * gives 4 dwords per row, each an exact sum of 8 products c * x; unpack
  * and add twice (dq_fold4) make [row 0..3 | row 4..7] of S = the sum of
- * c * x over the block.  Then i_b = S - z * sx (z the row's zero, 8 for
- * Q4S; sx the block's activation sum, a table per call), taken in float:
- * S, z * sx and i_b are integers below 2^24, so fnmadd(z, sx, (float)S)
- * IS (float)i_b, the reference's f_b, with the code -128 of a non-finite
- * input too.  s_b = f16 scale * d[b], one multiply as kn_qdot_scale;
- * the 8 rows' scales (and Q4 zeros) of 8 groups are converted and
- * transposed 8 x 8 once per 8 groups.
+ * c * x over the block.  Q4: i_b = S - z * sx (z the row's zero, sx the
+ * block's activation sum, a table per call), taken in float: S, z * sx
+ * and i_b are integers below 2^24, so fnmadd(z, sx, (float)S) IS
+ * (float)i_b, the reference's f_b, with the code -128 of a non-finite
+ * input too.  Q4S: the dot products start from -8 x the activations'
+ * dword sums (a table per call, T x blocks <= 2048; past that as Q4 with
+ * z = 8), so the fold gives i_b itself (each dword then |.| <= 8 * 8 *
+ * 128), one convert: that alone measured 1.07-1.14x at T = 1 (no
+ * fnmadd, no zero table).  s_b = f16 scale * d[b], one multiply as
+ * kn_qdot_scale; the 8 rows' scales (and Q4 zeros) of 8 groups are
+ * converted and transposed 8 x 8 once per 8 groups.
  *
  * int8: register m holds 8 columns of rows m and m + 4 widened to int16
  * (4 per block); 4 vpdpwssd against the token's 8 activations broadcast
@@ -46,16 +50,18 @@
  * decode streams each matrix once.
  *
  * Measured (docs/benchmarks.md, "i10_d512"; bench_gemm, 1 thread, CPU
- * time, medians of 9 interleaved rounds against the kernels before the
- * switch, which kept 8 float lanes per (row, token)): T = 2..8 1.2-1.4x
- * (int4, both shapes), Q8 1.0-1.1x at T = 2, 4 and 1.2-1.4x at T = 8;
- * T = 1 int4 0.95-1.07x and Q8 (new here; the AVX2 decode before)
- * 1.1-1.2x.  At T = 1 the row-major layout costs an insert and the
- * nibble split per row and block and the fold per 8: about the 8 lanes'
- * convert and fma it saves, so only repacked weights (the i9_blocksum
- * prototype's mode 2) would gain there.  An earlier fold by packs_epi32
- * and madd (no overflow: 16 products fit int16) measured 1-7% slower: the
- * multiply pipes carry the dot products.
+ * time, medians of 9 interleaved rounds, TinyLlama and SmolLM shapes,
+ * against the kernels before the switch, which kept 8 float lanes per
+ * (row, token)): int4 T = 1 1.00-1.07x, T = 2..8 1.25-1.43x; Q8 T = 1
+ * (new here; the AVX2 decode before) 1.10-1.17x, T = 2, 4 1.01-1.09x,
+ * T = 8 1.23-1.39x.  At T = 1 the row-major layout costs an insert and
+ * the nibble split per two (row, block) and the fold per 8: about the 8
+ * lanes' convert and fma it saves, so repacked weights (the i9_blocksum
+ * prototype's mode 2) are what would gain more there.  Tried and
+ * dropped: the fold by packs_epi32 + madd (1-7% slower: the multiply
+ * pipes carry the dot products; vphaddd slower still), two blocks a step
+ * at T = 1 from one 32-byte load per row (2% slower: the lane shuffles
+ * cost more than the inserts), an L1 prefetch (slower).
  */
 #include <immintrin.h>
 #include <string.h>
