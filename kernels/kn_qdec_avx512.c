@@ -352,22 +352,28 @@ void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
         return;
     }
     const uint32_t nb = W->cols / KN_QK;
+    /* one 32 KiB stack table: Q4S's start values (4 dwords per token and
+     * block) or the activation sums (one float per token and block) */
+    union {
+        _Alignas(16) int32_t ini[4 * DQ_MAXI];
+        float sx[8 * DQ_MAXB];
+    } tab;
+    _Static_assert(sizeof tab.ini == sizeof tab.sx, "one table, two uses");
     if (W->fmt == KN_W_Q4S && T * nb <= DQ_MAXI) {
         /* the dot products start from -8 x the activations' dword sums:
          * the fold then gives i_b itself */
-        _Alignas(16) int32_t ini[4 * DQ_MAXI];
         const __m128i ones = _mm_set1_epi8(1);
         const uint8_t *x = xq;
         for (size_t b = 0; b < T * nb; b++) {
             __m128i v = _mm_dpbusd_epi32(_mm_setzero_si128(), ones,
                                          _mm_loadu_si128((const __m128i *)(x + b * KN_QK)));
             v = _mm_dpbusd_epi32(v, ones, _mm_loadu_si128((const __m128i *)(x + b * KN_QK + 16)));
-            _mm_store_si128((__m128i *)(ini + 4 * b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(v, 3)));
+            _mm_store_si128((__m128i *)(tab.ini + 4 * b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(v, 3)));
         }
-        dq4_rows(W, xq, xd, NULL, ini, Y, r0, r1, (int)T);
+        dq4_rows(W, xq, xd, NULL, tab.ini, Y, r0, r1, (int)T);
         return;
     }
-    float sx[8 * DQ_MAXB];
+    float *sx = tab.sx;
     dq_xsums(xq, T, nb, sx);
     dq4_rows(W, xq, xd, sx, NULL, Y, r0, r1, (int)T);
 }
