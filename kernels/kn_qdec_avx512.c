@@ -1,11 +1,67 @@
 /*
  * kn_qdec_avx512.c - integer decode (kn_avx512_matmul_q_dec of
- * kn_internal.h) with AVX-512 VNNI on 256-bit vectors: int4 weights
- * against 1-8 tokens, int8 weights against 2-8 tokens, full blocks;
- * called only when kn_cpu_has_avx512().  Same bits as kn_qdot_avx2.c
- * (kn_qdot.h's canonical arithmetic; test_qdot compares them over ragged
- * shapes).  Split from kn_qgemm_avx512.c (the prefill GEMM), whose header
- * records the measurements of these kernels.
+ * kn_internal.h) with AVX-512 VNNI on 256-bit vectors, in kn_qdot.h's
+ * block-sum form: Q8, Q4 and Q4S weights, row-major as the artifact
+ * stores them, against 1-8 tokens, full blocks (cols % 32 == 0; int4 also
+ * cols <= 32768, the stack table of activation sums); called only when
+ * kn_cpu_has_avx512(), for the rows [r0, r1) of one thread, Y holding
+ * bias or 0 there.
+ *
+ * Rows in the lanes.  A pass takes 8 weight rows and walks all blocks;
+ * per block b it makes one exact int32 per (row, token) in a register
+ * whose lane i is row i, so one convert and one fma serve 8 rows:
+ * acc[t] = fma(f_b, s_b, acc[t]), the reference's chain (block order,
+ * one fma per block, from 0), then Y += acc (Q8: Y += acc * row scale).
+ * The integer sums are exact, so the way they are formed does not
+ * matter; the float steps are the reference's own, in its order: the
+ * bits are kn_ref_matmul_q's (test_qdot, every format, group, T and a
+ * thread split, for this path alone).
+ *
+ * int4: register m < 4 holds rows m (low 128 bits) and m + 4 (high) of
+ * the block: their 16 code bytes, one load and an insert; lo = the low
+ * nibbles (even columns), hi = the high ones (odd columns).  Each token's
+ * activation block is [16 even | 16 odd] (kn_qdot.h's nibble order), so
+ * either half broadcast to both 128-bit lanes lines up with lo or hi:
+ *   P_m = dpbusd(dpbusd(0, lo_m, xe), hi_m, xo)      (unsigned codes c)
+ * gives 4 dwords per row, each an exact sum of 8 products c * x; unpack
+ * and add twice (dq_fold4) make [row 0..3 | row 4..7] of S = the sum of
+ * c * x over the block.  Q4: i_b = S - z * sx (z the row's zero, sx the
+ * block's activation sum, a table per call), taken in float: S, z * sx
+ * and i_b are integers below 2^24, so fnmadd(z, sx, (float)S) IS
+ * (float)i_b, the reference's f_b, with the code -128 of a non-finite
+ * input too.  Q4S: the dot products start from -8 x the activations'
+ * dword sums (a table per call, T x blocks <= 2048; past that as Q4 with
+ * z = 8), so the fold gives i_b itself (each dword then |.| <= 8 * 8 *
+ * 128), one convert: that alone measured 1.07-1.14x at T = 1 (no
+ * fnmadd, no zero table).  s_b = f16 scale * d[b], one multiply as
+ * kn_qdot_scale; the 8 rows' scales (and Q4 zeros) of 8 groups are
+ * converted and transposed 8 x 8 once per 8 groups.
+ *
+ * int8: register m holds 8 columns of rows m and m + 4 widened to int16
+ * (4 per block); 4 vpdpwssd against the token's 8 activations broadcast
+ * give 4 dwords per row (8 products, < 2^25), dq_fold4 makes the exact
+ * block sums (< 2^27); the convert rounds as the reference's (float)i_b
+ * does (nearest even); s_b = d[b].
+ *
+ * A pass per 8 rows; a short last one starts at min(r, rows - 8) (rows of
+ * a neighbouring thread's range are read, never stored: masked stores);
+ * a matrix of fewer than 8 rows takes one row a pass (all lanes read it,
+ * lane 0 is stored).  The next pass's rows are prefetched into L2, as a
+ * decode streams each matrix once.
+ *
+ * Measured (docs/benchmarks.md, "i10_d512"; bench_gemm, 1 thread, CPU
+ * time, medians of 9 interleaved rounds, TinyLlama and SmolLM shapes,
+ * against the kernels before the switch, which kept 8 float lanes per
+ * (row, token)): int4 T = 1 1.00-1.07x, T = 2..8 1.25-1.43x; Q8 T = 1
+ * (new here; the AVX2 decode before) 1.10-1.17x, T = 2, 4 1.01-1.09x,
+ * T = 8 1.23-1.39x.  At T = 1 the row-major layout costs an insert and
+ * the nibble split per two (row, block) and the fold per 8: about the 8
+ * lanes' convert and fma it saves, so repacked weights (the i9_blocksum
+ * prototype's mode 2) are what would gain more there.  Tried and
+ * dropped: the fold by packs_epi32 + madd (1-7% slower: the multiply
+ * pipes carry the dot products; vphaddd slower still), two blocks a step
+ * at T = 1 from one 32-byte load per row (2% slower: the lane shuffles
+ * cost more than the inserts), an L1 prefetch (slower).
  */
 #include <immintrin.h>
 #include <string.h>
@@ -16,365 +72,308 @@
 
 #define KN_AI __attribute__((always_inline)) static inline
 
-/* ---- decode, 1 token, int4 -------------------------------------------------
- * kn_qdot_avx2.c's dec1_q4_rows with VNNI.  Per block and row it needs
- * kn_qdot.h's 8 exact int32 lane sums of (q - zero) * x; here the
- * unsigned codes c (kn_avx2_q4_codes) go straight into vpdpbusd against
- * the signed activations:
- *   Q4S: p = dpbusd(init, c, x), init = -8 * (lane sums of x), computed
- *        once per block for all the rows: p IS the canonical integer;
- *   Q4:  A = dpbusd(0, c, x); lane = fnmadd(zero, S, A) as the AVX2
- *        kernel (every term an integer below 2^24: exact);
- * then acc = fma((float)p, s_b, acc), s_b = f16 scale * d the same float
- * product, taken from a per-batch table as an embedded broadcast.  So
- * one vpdpbusd replaces maddubs + madd, and the fma loses its separate
- * broadcast (Q4S also the fnmadd). */
-#define KN_D1_BLK 8  /* blocks per batch of precomputed s_b */
-#define KN_D1_R 8    /* rows per call */
-#define KN_D1_PF 8   /* rows ahead for the L2 prefetch */
+#define DQ_R 8       /* rows per pass: the lanes */
+#define DQ_PF 8      /* rows ahead for the L2 prefetch: the next pass */
+#define DQ_MAXB 1024 /* blocks of the activation-sum table (cols <= 32768) */
+#define DQ_MAXI 2048 /* token-blocks of the Q4S start table (32 KiB) */
 
-typedef struct d1_tab {
-    _Alignas(32) float s[KN_D1_R][KN_D1_BLK];
-    _Alignas(32) float z[KN_D1_R][KN_D1_BLK];
-} d1_tab;
-
-/* s_b (and the zero as a float, Q4) of blocks [b0, b0 + n) of R rows. */
-KN_AI void d1_tab_fill(d1_tab *P, const uint16_t *s0, const uint8_t *z0,
-                       uint32_t ng, const float *xd, uint32_t b0, uint32_t n,
-                       int gsh, int R)
+/* v[i] = row i (8 floats) -> v[k] = element k of the 8 rows. */
+KN_AI void dq_t8x8(__m256 v[8])
 {
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++) {
-        const uint16_t *sr = s0 + (size_t)i * ng;
-        const uint8_t *zr = z0 ? z0 + (size_t)i * ng : NULL;
-        if (n == KN_D1_BLK && gsh == 0) {
-            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + b0)));
-            _mm256_store_ps(P->s[i], _mm256_mul_ps(sv, _mm256_loadu_ps(xd + b0)));
-            if (zr)
-                _mm256_store_ps(P->z[i], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                             _mm_loadl_epi64((const __m128i *)(zr + b0)))));
-            continue;
-        }
-        for (uint32_t k = 0; k < n; k++) {
-            uint32_t g = (b0 + k) >> gsh;
-            P->s[i][k] = _cvtsh_ss(sr[g]) * xd[b0 + k];
-            if (zr)
-                P->z[i][k] = (float)zr[g];
-        }
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xee);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+    }
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
     }
 }
 
-/* Blocks [b0, b0 + n) of the R rows at w0 (row stride rb). */
-KN_AI void d1_run(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
-                  uint32_t n, const d1_tab *P, int fmt, __m256 *acc, int R)
+/* p[m] = 4 dwords of row m (low 128 bits) and 4 of row m + 4 (high) ->
+ * [row 0 .. 3 | row 4 .. 7] of their sums: unpack and add, twice (6
+ * shuffles, 3 adds, no multiply: the multiply pipes are busy with the
+ * dot products). */
+KN_AI __m256i dq_fold4(const __m256i p[4])
 {
-    const __m256i ones = _mm256_set1_epi8(1);
-    const uint8_t *p = w0 + (size_t)b0 * 16, *xb = x + (size_t)b0 * KN_QK;
-    for (uint32_t k = 0; k < n; k++) {
-        const uint8_t *q = p + (size_t)k * 16;
-        if (((b0 + k) & 3) == 0)
-#pragma GCC unroll 8
-            for (int i = 0; i < R; i++)
-                _mm_prefetch((const char *)(q + KN_D1_PF * rb + (size_t)i * rb), _MM_HINT_T1);
-        __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * KN_QK));
-        __m256i sx = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xv);
-        if (fmt == KN_W_Q4S) {
-            __m256i init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sx, 3));
-#pragma GCC unroll 8
-            for (int i = 0; i < R; i++) {
-                __m256i c = kn_avx2_q4_codes(q + (size_t)i * rb);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init, c, xv)),
-                                         _mm256_set1_ps(P->s[i][k]), acc[i]);
-            }
-        } else {
-            __m256 S = _mm256_cvtepi32_ps(sx);
-#pragma GCC unroll 8
-            for (int i = 0; i < R; i++) {
-                __m256i c = kn_avx2_q4_codes(q + (size_t)i * rb);
-                __m256 a = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), c, xv));
-                acc[i] = _mm256_fmadd_ps(_mm256_fnmadd_ps(_mm256_set1_ps(P->z[i][k]), S, a),
-                                         _mm256_set1_ps(P->s[i][k]), acc[i]);
-            }
-        }
-    }
+    __m256i u01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+    __m256i u23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(u01, u23), _mm256_unpackhi_epi64(u01, u23));
 }
 
-/* One token, rows r .. r+R-1: Y[r + i] += W[r + i] . x (cols % 32 == 0). */
-KN_AI void dec1_rows(const kn_matrix *W, const uint8_t *x, const float *xd,
-                     float *Y, uint32_t r, int fmt, int R)
-{
-    const uint32_t nb = W->cols / KN_QK;
-    const size_t rb = kn_q4_row_bytes(W->cols);
-    const int gsh = __builtin_ctz(W->group) - 5;
-    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
-    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
-    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
-    const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)r * ng : NULL;
-    d1_tab P[2];
-    __m256 acc[KN_D1_R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-        acc[i] = _mm256_setzero_ps();
-    d1_tab_fill(&P[0], s0, z0, ng, xd, 0, nb < KN_D1_BLK ? nb : KN_D1_BLK, gsh, R);
-    for (uint32_t b0 = 0, cur = 0; b0 < nb; b0 += KN_D1_BLK, cur ^= 1) {
-        const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
-        if (b0 + KN_D1_BLK < nb) {
-            uint32_t b1 = b0 + KN_D1_BLK;
-            d1_tab_fill(&P[cur ^ 1], s0, z0, ng, xd, b1,
-                        nb - b1 < KN_D1_BLK ? nb - b1 : KN_D1_BLK, gsh, R);
-        }
-        d1_run(w0, rb, x, b0, n, &P[cur], fmt, acc, R);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-        Y[r + (uint32_t)i] += kn_hsum256(acc[i]);
-}
-
-KN_AI void dec1_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                    float *Y, uint32_t r0, uint32_t r1, int fmt)
-{
-    uint32_t r = r0;
-    for (; r + KN_D1_R <= r1; r += KN_D1_R)
-        dec1_rows(W, xq, xd, Y, r, fmt, KN_D1_R);
-    switch (r1 - r) {
-    case 7: dec1_rows(W, xq, xd, Y, r, fmt, 7); break;
-    case 6: dec1_rows(W, xq, xd, Y, r, fmt, 6); break;
-    case 5: dec1_rows(W, xq, xd, Y, r, fmt, 5); break;
-    case 4: dec1_rows(W, xq, xd, Y, r, fmt, 4); break;
-    case 3: dec1_rows(W, xq, xd, Y, r, fmt, 3); break;
-    case 2: dec1_rows(W, xq, xd, Y, r, fmt, 2); break;
-    case 1: dec1_rows(W, xq, xd, Y, r, fmt, 1); break;
-    default: break;
-    }
-}
-
-/* ---- decode, 2 <= T <= 8 tokens, int4, with a table of s_b ----------------
- * kn_qdot_avx2.c's decn_row does one row at a time, sign + maddubs + madd
- * per token; here the rows of a pass share each token's biased
- * activation block (xu = x ^ 0x80: one load and one xor for all), and
- * each (row, token) costs one vpdpbusd against the signed codes
- * w = q - zero from the row's init = -128 * (lane sums of w): the same
- * exact lanes.  s_b = scale * d comes from a table built per batch of 8
- * blocks (8 vector multiplies per row and token, the same float
- * products; a ragged last batch with masked loads) as the fma's embedded
- * broadcast: per (row, token, block) vpdpbusd + convert + fma, no
- * multiply and no broadcast.  Passes of 4 rows for TT <= 4 tokens, 2 rows
- * for 5..8 (4 x 8 = 32 accumulators would spill: that is why the table
- * once measured 0.84-1.15x there; 2 x 8 = 16). */
-#define KN_DN_MAXR 4
-
-typedef struct dn_tab {
-    _Alignas(32) float s[8][KN_DN_MAXR][KN_D1_BLK]; /* [token][row][block] */
-} dn_tab;
-
-KN_AI void dn_tab_fill(dn_tab *P, const uint16_t *s0, uint32_t ng,
-                       const float *xd, uint32_t nb, uint32_t b0, uint32_t n,
-                       int gsh, int R, int TT)
-{
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++) {
-        const uint16_t *sr = s0 + (size_t)i * ng;
-        if (gsh == 0) { /* a ragged batch masked: lanes >= n stay unread */
-            const __mmask8 m = (__mmask8)((1u << n) - 1);
-            __m256 sv = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, sr + b0));
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++)
-                _mm256_store_ps(P->s[t][i], _mm256_mul_ps(sv, _mm256_maskz_loadu_ps(m, xd + (size_t)t * nb + b0)));
-            continue;
-        }
-        for (uint32_t k = 0; k < n; k++) {
-            float sc = _cvtsh_ss(sr[(b0 + k) >> gsh]);
-            for (int t = 0; t < TT; t++)
-                P->s[t][i][k] = sc * xd[(size_t)t * nb + b0 + k];
-        }
-    }
-}
-
-KN_AI void dn_run(const uint8_t *w0, size_t rb, const uint8_t *z0, uint32_t ng,
-                  const uint8_t *xq, size_t xs, uint32_t b0, uint32_t n,
-                  const dn_tab *P, int gsh, int fmt, __m256 acc[][8], int R, int TT)
+/* sx[t * nb + b] = (float) the sum of token t's block b (int8). */
+static void dq_xsums(const uint8_t *xq, size_t T, uint32_t nb, float *sx)
 {
     const __m256i bias = _mm256_set1_epi8((char)0x80);
-#pragma GCC unroll 2
-    for (uint32_t k = 0; k < n; k++) {
-        const uint32_t b = b0 + k;
-        __m256i w[KN_DN_MAXR], init[KN_DN_MAXR];
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            const uint8_t *q = w0 + (size_t)i * rb + (size_t)b * 16;
-            if ((b & 3) == 0)
-                _mm_prefetch((const char *)(q + KN_D1_PF * rb), _MM_HINT_T1);
-            int z = fmt == KN_W_Q4 ? z0[(size_t)i * ng + (b >> gsh)] : KN_Q4_ZERO_SYM;
-            w[i] = _mm256_sub_epi8(kn_avx2_q4_codes(q), _mm256_set1_epi8((char)z));
-            init[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, w[i]));
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t b = 0; b < nb; b++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(xq + (t * nb + b) * KN_QK));
+            /* sums of x + 128 over 8 bytes, in 4 qwords */
+            __m256i s = _mm256_sad_epu8(_mm256_xor_si256(v, bias), _mm256_setzero_si256());
+            __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
+            sx[t * nb + b] = (float)(_mm_cvtsi128_si32(h) - 128 * KN_QK);
         }
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            __m256i xu = _mm256_xor_si256(
-                _mm256_loadu_si256((const __m256i *)(xq + (size_t)t * xs + (size_t)b * KN_QK)), bias);
-#pragma GCC unroll 4
-            for (int i = 0; i < R; i++)
-                acc[i][t] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init[i], xu, w[i])),
-                    _mm256_set1_ps(P->s[t][i][k]), acc[i][t]);
-        }
-    }
 }
 
-KN_AI void dec_rows_tab(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                        float *Y, uint32_t r, int fmt, int R, int TT)
+/* ---- int4, 1 <= TT <= 8 tokens -------------------------------------------- */
+
+/* The 8 lanes of a pass: lane i reads weight row r + i * st (st = 1, or 0
+ * for a matrix of fewer than 8 rows: then every lane reads row r and lane
+ * 0 is stored), all blocks, TT tokens; Y[t][r + i] += lane i for the
+ * lanes in store (a pass may start before the thread's first row: those
+ * lanes are computed and not stored). */
+KN_AI void dq4_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                    const float *sx, const int32_t *ini, float *Y, uint32_t r,
+                    uint32_t st, __mmask8 store, int TT)
 {
     const uint32_t nb = W->cols / KN_QK, rows = W->rows;
-    const size_t rb = kn_q4_row_bytes(W->cols);
-    const size_t xs = (size_t)nb * KN_QK; /* bytes per token */
+    const size_t rb = kn_q4_row_bytes(W->cols), wst = rb * st;
     const int gsh = __builtin_ctz(W->group) - 5;
-    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
+    const uint32_t ng = kn_q4_ngroups(W->cols, W->group), sst = ng * st;
+    const int q4 = W->fmt == KN_W_Q4;
     const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
     const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
-    const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)r * ng : NULL;
-    dn_tab P[2];
-    __m256 acc[KN_DN_MAXR][8];
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
+    const uint8_t *z0 = q4 ? W->zeros + (size_t)r * ng : NULL;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[8];
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            acc[i][t] = _mm256_setzero_ps();
-    dn_tab_fill(&P[0], s0, ng, xd, nb, 0, nb < KN_D1_BLK ? nb : KN_D1_BLK, gsh, R, TT);
-    for (uint32_t b0 = 0, cur = 0; b0 < nb; b0 += KN_D1_BLK, cur ^= 1) {
-        const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
-        if (b0 + KN_D1_BLK < nb) {
-            uint32_t b1 = b0 + KN_D1_BLK;
-            dn_tab_fill(&P[cur ^ 1], s0, ng, xd, nb, b1,
-                        nb - b1 < KN_D1_BLK ? nb - b1 : KN_D1_BLK, gsh, R, TT);
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (uint32_t g0 = 0; g0 < ng; g0 += 8) {
+        /* st[k], zt[k]: the 8 rows' scale and zero of group g0 + k */
+        const __mmask8 gm = (__mmask8)(ng - g0 >= 8 ? 0xff : (1u << (ng - g0)) - 1);
+        __m256 sc[8], zt[8];
+        for (int i = 0; i < DQ_R; i++)
+            sc[i] = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(gm, s0 + (size_t)i * sst + g0));
+        dq_t8x8(sc);
+        if (q4) {
+            for (int i = 0; i < DQ_R; i++)
+                zt[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_maskz_loadu_epi8(gm, z0 + (size_t)i * sst + g0)));
+            dq_t8x8(zt);
+        } else {
+            for (int i = 0; i < DQ_R; i++)
+                zt[i] = _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
         }
-        dn_run(w0, rb, z0, ng, xq, xs, b0, n, &P[cur], gsh, fmt, acc, R, TT);
-    }
+        const uint32_t b1 = ((g0 + 8) << gsh) < nb ? (g0 + 8) << gsh : nb;
+        for (uint32_t b = g0 << gsh; b < b1; b++) {
+            const uint32_t k = (b >> gsh) - g0;
+            if ((b & 3) == 0)
+                for (int i = 0; i < DQ_R; i++)
+                    _mm_prefetch((const char *)(w0 + (DQ_PF + i) * rb + (size_t)b * 16), _MM_HINT_T1);
+            const uint8_t *wb = w0 + (size_t)b * 16;
+            __m256i lo[4], hi[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
+            for (int m = 0; m < 4; m++) {
+                __m256i raw = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(wb + m * wst))),
+                    _mm_loadu_si128((const __m128i *)(wb + (m + 4) * wst)), 1);
+                lo[m] = _mm256_and_si256(raw, m4);
+                hi[m] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            }
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            Y[(size_t)t * rows + r + (uint32_t)i] += kn_hsum256(acc[i][t]);
+            for (int t = 0; t < TT; t++) {
+                const uint8_t *xb = xq + ((size_t)t * nb + b) * KN_QK;
+                const __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb));
+                const __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb + 16)));
+                __m256i p[4];
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++)
+                    p[m] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(
+                                                   ini ? _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                                             (const __m128i *)(ini + 4 * ((size_t)t * nb + b))))
+                                                       : _mm256_setzero_si256(),
+                                                   lo[m], xe),
+                                               hi[m], xo);
+                __m256i s = dq_fold4(p);
+                __m256 f = ini ? _mm256_cvtepi32_ps(s)
+                               : _mm256_fnmadd_ps(zt[k], _mm256_set1_ps(sx[(size_t)t * nb + b]),
+                                                  _mm256_cvtepi32_ps(s));
+                acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(sc[k], _mm256_set1_ps(xd[(size_t)t * nb + b])),
+                                         acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        float *y = Y + (size_t)t * rows + r;
+        _mm256_mask_storeu_ps(y, store, _mm256_add_ps(_mm256_maskz_loadu_ps(store, y), acc[t]));
+    }
 }
 
-KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                   float *Y, uint32_t r0, uint32_t r1, int fmt, int TT)
+/* Rows [r0, r1) in passes of 8.  A last pass of fewer rows starts at
+ * min(r, rows - 8), inside the matrix, and stores only its own rows (it
+ * reads rows of a neighbouring thread's range, which that thread writes
+ * to Y, never to W); a matrix of fewer than 8 rows takes one row a pass. */
+#define DQ_PASSES(call)                                                        \
+    do {                                                                       \
+        uint32_t r = r0;                                                       \
+        for (; r + DQ_R <= r1; r += DQ_R) {                                    \
+            const uint32_t rp = r, stp = 1;                                    \
+            const __mmask8 sm = 0xff;                                          \
+            call;                                                              \
+        }                                                                      \
+        if (r < r1 && W->rows >= DQ_R) {                                       \
+            const uint32_t rp = r < W->rows - DQ_R ? r : W->rows - DQ_R;       \
+            const uint32_t stp = 1;                                            \
+            const __mmask8 sm = (__mmask8)(((1u << (r1 - rp)) - 1) &            \
+                                           (0xffu << (r - rp)));                \
+            call;                                                              \
+        } else                                                                 \
+            for (; r < r1; r++) {                                              \
+                const uint32_t rp = r, stp = 0;                                \
+                const __mmask8 sm = 1;                                         \
+                call;                                                          \
+            }                                                                  \
+    } while (0)
+
+/* One pass (dq4_pass) for a token count known at run time: one copy of
+ * the pass per count, called from the three kinds of pass. */
+static void dq4_pass_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                         const float *sx, const int32_t *ini, float *Y,
+                         uint32_t r, uint32_t st, __mmask8 store, int TT)
 {
-    uint32_t r = r0;
-    if (TT > 4) { /* 4 rows x 5..8 tokens would spill the accumulators */
-        for (; r + 2 <= r1; r += 2)
-            dec_rows_tab(W, xq, xd, Y, r, fmt, 2, TT);
-        if (r < r1)
-            dec_rows_tab(W, xq, xd, Y, r, fmt, 1, TT);
-        return;
+#define DQ4(tt)                                                                \
+    case tt:                                                                   \
+        if (ini)                                                               \
+            dq4_pass(W, xq, xd, NULL, ini, Y, r, st, store, tt);               \
+        else                                                                   \
+            dq4_pass(W, xq, xd, sx, NULL, Y, r, st, store, tt);                \
+        break;
+    switch (TT) {
+        DQ4(1) DQ4(2) DQ4(3) DQ4(4) DQ4(5) DQ4(6) DQ4(7) default: DQ4(8)
     }
-    const int R = 4;
-    for (; r + (uint32_t)R <= r1; r += (uint32_t)R)
-        dec_rows_tab(W, xq, xd, Y, r, fmt, R, TT);
-    switch (r1 - r) {
-    case 3: dec_rows_tab(W, xq, xd, Y, r, fmt, 3, TT); break;
-    case 2: dec_rows_tab(W, xq, xd, Y, r, fmt, 2, TT); break;
-    case 1: dec_rows_tab(W, xq, xd, Y, r, fmt, 1, TT); break;
-    default: break;
-    }
+#undef DQ4
 }
 
-/* ---- decode, 2 <= T <= 8 tokens, int8 -------------------------------------
- * kn_qdot_avx2.c's decn_row does one row at a time: per (token, block)
- * two madd, an add, a broadcast of d, the convert and the fma.  Here a
- * pass of R rows shares each token's activation loads and d, and the
- * lanes take madd + vpdpwssd: lane l = cols 2l, 2l+1 (madd) plus cols
- * 16+2l, 17+2l (the dot-add), the same exact int32 (|sum| < 2^25), so
- * the convert, the fma with d[b], the final kn_hsum256 and the row scale
- * are decn_row's, in its order.  4 rows for TT <= 4 tokens (16
- * accumulators, 8 widened weight vectors), 2 rows for 5..8; leftover
- * rows one at a time.  The weight rows are prefetched into L2 (T1)
- * KN_D1_PF rows ahead, as the int4 kernels do. */
-KN_AI void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                    float *Y, uint32_t r, int R, int TT)
+static void dq4_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     const float *sx, const int32_t *ini, float *Y, uint32_t r0,
+                     uint32_t r1, int TT)
+{
+    DQ_PASSES(dq4_pass_any(W, xq, xd, sx, ini, Y, rp, stp, sm, TT));
+}
+
+/* ---- int8, 2 <= TT <= 8 tokens -------------------------------------------- */
+
+/* As dq4_pass: lane i = row r + i * st, stored where store says. */
+KN_AI void dq8_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                    float *Y, uint32_t r, uint32_t st, __mmask8 store, int TT)
 {
     const uint32_t nb = W->cols / KN_QK, rows = W->rows;
     const size_t rb = W->cols;
     const size_t xs = (size_t)nb * 2 * KN_QK; /* bytes per token */
-    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
-    __m256 acc[KN_DN_MAXR][8];
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
+    const size_t wst = rb * st;
+    const int8_t *w0 = (const int8_t *)W->data + (size_t)r * rb;
+    __m256 acc[8];
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            acc[i][t] = _mm256_setzero_ps();
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm256_setzero_ps();
     for (uint32_t b = 0; b < nb; b++) {
-        __m256i wlo[KN_DN_MAXR], whi[KN_DN_MAXR];
+        if ((b & 1) == 0)
+            for (int i = 0; i < DQ_R; i++)
+                _mm_prefetch((const char *)(w0 + (DQ_PF + i) * rb + (size_t)b * 32), _MM_HINT_T1);
+        /* w[m][j]: columns 8j .. 8j+7 of rows m (low) and m + 4 (high) */
+        __m256i w[4][4];
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            const uint8_t *q = w0 + (size_t)i * rb + (size_t)b * 32;
-            if ((b & 1) == 0)
-                _mm_prefetch((const char *)(q + KN_D1_PF * rb), _MM_HINT_T1);
-            __m256i w = _mm256_loadu_si256((const __m256i *)q);
-            wlo[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
-            whi[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));
+        for (int m = 0; m < 4; m++) {
+            const int8_t *pa = w0 + m * wst + (size_t)b * 32, *pb = pa + 4 * wst;
+            __m256i a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)pa));
+            __m256i a1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pa + 16)));
+            __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)pb));
+            __m256i c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pb + 16)));
+            w[m][0] = _mm256_permute2x128_si256(a0, c0, 0x20);
+            w[m][1] = _mm256_permute2x128_si256(a0, c0, 0x31);
+            w[m][2] = _mm256_permute2x128_si256(a1, c1, 0x20);
+            w[m][3] = _mm256_permute2x128_si256(a1, c1, 0x31);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
-            const __m256i *xp = (const __m256i *)(xq + (size_t)t * xs + (size_t)b * 2 * KN_QK);
-            __m256i xa = _mm256_loadu_si256(xp), xb = _mm256_loadu_si256(xp + 1);
-            __m256 d = _mm256_broadcast_ss(xd + (size_t)t * nb + b);
+            const uint8_t *xb = xq + (size_t)t * xs + (size_t)b * 2 * KN_QK;
+            __m256i x[4], p[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < R; i++) {
-                __m256i p = _mm256_dpwssd_epi32(_mm256_madd_epi16(wlo[i], xa), whi[i], xb);
-                acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[i][t]);
+            for (int j = 0; j < 4; j++)
+                x[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb + 16 * j)));
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                __m256i s = _mm256_dpwssd_epi32(_mm256_setzero_si256(), w[m][0], x[0]);
+                s = _mm256_dpwssd_epi32(s, w[m][1], x[1]);
+                s = _mm256_dpwssd_epi32(s, w[m][2], x[2]);
+                p[m] = _mm256_dpwssd_epi32(s, w[m][3], x[3]);
             }
+            __m256i s = dq_fold4(p);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(xd[(size_t)t * nb + b]), acc[t]);
         }
     }
-    const float *qs = (const float *)W->scales + r;
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
+    const __m256 qs = _mm256_maskz_loadu_ps(store, (const float *)W->scales + r);
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            float y = kn_hsum256(acc[i][t]);
-            y *= qs[i];
-            Y[(size_t)t * rows + r + (uint32_t)i] += y;
-        }
+    for (int t = 0; t < TT; t++) {
+        float *y = Y + (size_t)t * rows + r;
+        _mm256_mask_storeu_ps(y, store, _mm256_add_ps(_mm256_maskz_loadu_ps(store, y), _mm256_mul_ps(acc[t], qs)));
+    }
 }
 
-KN_AI void dq8_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                   float *Y, uint32_t r0, uint32_t r1, int TT)
+static void dq8_pass_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                         float *Y, uint32_t r, uint32_t st, __mmask8 store, int TT)
 {
-    const int R = TT > 4 ? 2 : 4;
-    uint32_t r = r0;
-    for (; r + (uint32_t)R <= r1; r += (uint32_t)R)
-        dq8_rows(W, xq, xd, Y, r, R, TT);
-    for (; r < r1; r++)
-        dq8_rows(W, xq, xd, Y, r, 1, TT);
+#define DQ8(tt)                                                                \
+    case tt: dq8_pass(W, xq, xd, Y, r, st, store, tt); break;
+    switch (TT) {
+        DQ8(1) DQ8(2) DQ8(3) DQ8(4) DQ8(5) DQ8(6) DQ8(7) default: DQ8(8)
+    }
+#undef DQ8
+}
+
+static void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     float *Y, uint32_t r0, uint32_t r1, int TT)
+{
+    DQ_PASSES(dq8_pass_any(W, xq, xd, Y, rp, stp, sm, TT));
 }
 
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 {
     return T >= 1 && T <= 8 && W->cols % KN_QK == 0 &&
-           (W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S || (W->fmt == KN_W_Q8 && T >= 2));
+           (((W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S) && W->cols / KN_QK <= DQ_MAXB) ||
+            W->fmt == KN_W_Q8);
 }
 
 void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
                             size_t T, float *Y, uint32_t r0, uint32_t r1)
 {
-#define KN_DT(tt)                                                              \
-    case tt:                                                                   \
-        if (W->fmt == KN_W_Q8)                                                 \
-            dq8_fmt(W, xq, xd, Y, r0, r1, tt);                                 \
-        else if (W->fmt == KN_W_Q4)                                            \
-            dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4, tt);                        \
-        else                                                                   \
-            dec_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S, tt);                       \
-        break;
-    if (T == 1) {
-        if (W->fmt == KN_W_Q4)
-            dec1_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4);
-        else
-            dec1_fmt(W, xq, xd, Y, r0, r1, KN_W_Q4S);
+    if (W->fmt == KN_W_Q8) {
+        dq8_rows(W, xq, xd, Y, r0, r1, (int)T);
         return;
     }
-    switch (T) {
-        KN_DT(2) KN_DT(3) KN_DT(4) KN_DT(5) KN_DT(6) KN_DT(7) default: KN_DT(8)
+    const uint32_t nb = W->cols / KN_QK;
+    /* one 32 KiB stack table: Q4S's start values (4 dwords per token and
+     * block) or the activation sums (one float per token and block) */
+    union {
+        _Alignas(16) int32_t ini[4 * DQ_MAXI];
+        float sx[8 * DQ_MAXB];
+    } tab;
+    _Static_assert(sizeof tab.ini == sizeof tab.sx, "one table, two uses");
+    if (W->fmt == KN_W_Q4S && T * nb <= DQ_MAXI) {
+        /* the dot products start from -8 x the activations' dword sums:
+         * the fold then gives i_b itself */
+        const __m128i ones = _mm_set1_epi8(1);
+        const uint8_t *x = xq;
+        for (size_t b = 0; b < T * nb; b++) {
+            __m128i v = _mm_dpbusd_epi32(_mm_setzero_si128(), ones,
+                                         _mm_loadu_si128((const __m128i *)(x + b * KN_QK)));
+            v = _mm_dpbusd_epi32(v, ones, _mm_loadu_si128((const __m128i *)(x + b * KN_QK + 16)));
+            _mm_store_si128((__m128i *)(tab.ini + 4 * b), _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(v, 3)));
+        }
+        dq4_rows(W, xq, xd, NULL, tab.ini, Y, r0, r1, (int)T);
+        return;
     }
-#undef KN_DT
+    float *sx = tab.sx;
+    dq_xsums(xq, T, nb, sx);
+    dq4_rows(W, xq, xd, sx, NULL, Y, r0, r1, (int)T);
 }

@@ -254,6 +254,41 @@ static void test_qdot_avx512_gemm_bit_identical_to_reference(void **state)
     run_bits_suite(0, 1);
 }
 
+/* The AVX-512 integer decode (kn_qdec_avx512.c) alone, in the cases it
+ * serves (full blocks, T = 1..8, every int format), so it is
+ * checked apart from the AVX2 decode that takes the rest: row counts
+ * around its 8-row passes (a short last pass reads its last row again
+ * and stores only its own), groups of 32..256 (one group wider than the
+ * row), and 9 or 17 groups (its scale tables come 8 groups at a time,
+ * the last one short); 1 and 3 threads (row ranges of multiples of 4:
+ * 9 rows x 4096 give one thread rows [0, 4), whose pass must not start
+ * before row 0; the split only happens past 2^17 multiply-adds). */
+static void test_qdot_avx512_int_decode_passes_bit_identical(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx512(), "CPU lacks AVX-512 F/BW/DQ/VL/VNNI");
+    static const uint32_t shapes[][2] = {
+        {1, 32}, {7, 96}, {8, 288}, {9, 256}, {17, 544}, {27, 1024}, {4, 64},
+        {9, 4096}, {13, 4096}, {6, 8192}, {9, 16384}, /* Q4S past 2048
+                                    token-blocks: the activation-sum table */
+    };
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    kn_pool *p3 = kn_pool_create(3);
+    assert_non_null(p3);
+    for (size_t f = 0; f < 3; f++)
+        for (uint32_t g = 32; g <= (fmts[f] == KN_W_Q8 ? 32u : 256u); g *= 2)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0],
+                                         shapes[s][1], g);
+                for (size_t T = 1; T <= 8; T++) {
+                    check_bits(NULL, &t, T);
+                    check_bits(p3, &t, T);
+                }
+                tu_tmat_free(&t);
+            }
+    kn_pool_free(p3);
+}
+
 static void test_qdot_scalar_bit_identical_to_reference(void **state)
 {
     (void)state;
@@ -598,6 +633,7 @@ int main(void)
         cmocka_unit_test_teardown(test_qdot_avx512_decode_bit_identical_to_reference, reset_switches),
         cmocka_unit_test_teardown(test_qdot_avx512_gemm_bit_identical_to_reference, reset_switches),
         cmocka_unit_test_teardown(test_qdot_decode_avx512_matches_avx2, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_int_decode_passes_bit_identical, reset_switches),
         cmocka_unit_test_teardown(test_qdot_scalar_bit_identical_to_reference, reset_switches),
         cmocka_unit_test_teardown(test_qdot_extreme_codes_exact, reset_switches),
         cmocka_unit_test_teardown(test_qdot_int4_extreme_codes_exact, reset_switches),
