@@ -66,6 +66,8 @@ void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
 #define KN_D2_CB 64
 /* x sums of a whole call kept when T * blocks fit (floats, 16 KiB). */
 #define KN_D2_SCAP 4096
+/* Q8 blocks widened to int16 at a time for T > 1 (8 rows: 8 KiB). */
+#define KN_D2_WB 16
 /* Rows ahead the weights are prefetched (into L2): the next pass. */
 #define KN_PF_ROWS 8
 
@@ -109,6 +111,16 @@ KN_AI __m256i d2_tree16(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
     return _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), _mm256_set1_epi16(1));
 }
 
+/* The 8 row sums from pr[j]: int32 partials of rows 2j, 2j + 1 in lanes
+ * 0 1 0 1 of each half. */
+KN_AI __m256i d2_tree32_pairs(const __m256i pr[4])
+{
+    /* per lane: 0 1 2 3 and 4 5 6 7, each half a row's partial */
+    __m256i b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(pr[0], pr[1]), _mm256_unpackhi_epi64(pr[0], pr[1]));
+    __m256i b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(pr[2], pr[3]), _mm256_unpackhi_epi64(pr[2], pr[3]));
+    return _mm256_add_epi32(_mm256_blend_epi32(b0, b1, 0xf0), _mm256_permute2x128_si256(b0, b1, 0x21));
+}
+
 /* The 8 sums of m[i]'s 8 int32 lanes, in order (exact: kn_qdot.h bounds
  * a block's sum by 2^27). */
 KN_AI __m256i d2_tree32(const __m256i m[8])
@@ -117,10 +129,8 @@ KN_AI __m256i d2_tree32(const __m256i m[8])
     __m256i a23 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
     __m256i a45 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[4], m[5]), _mm256_unpackhi_epi32(m[4], m[5]));
     __m256i a67 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[6], m[7]), _mm256_unpackhi_epi32(m[6], m[7]));
-    /* per lane: 0 1 2 3 and 4 5 6 7, each half a row's partial */
-    __m256i b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
-    __m256i b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(a45, a67), _mm256_unpackhi_epi64(a45, a67));
-    return _mm256_add_epi32(_mm256_blend_epi32(b0, b1, 0xf0), _mm256_permute2x128_si256(b0, b1, 0x21));
+    const __m256i pr[4] = {a01, a23, a45, a67};
+    return d2_tree32_pairs(pr);
 }
 
 /* Q8 block of row w (32 int8) against int16 activations xl (columns
@@ -252,7 +262,56 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     __m256 acc[8];
     for (size_t t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
-    for (uint32_t b0 = 0; b0 < nb; b0 += KN_D2_CB) {
+    if (fmt == KN_W_Q8 && T > 2) { /* widened once, for all the tokens */
+        _Alignas(32) int16_t wb[KN_D2_WB][4][4][16];
+        for (uint32_t b0 = 0; b0 < nb; b0 += KN_D2_WB) {
+            const uint32_t n = nb - b0 < KN_D2_WB ? nb - b0 : KN_D2_WB;
+            for (uint32_t k = 0; k < n; k++) {
+                const size_t o = (size_t)(b0 + k) * 32;
+                if (((b0 + k) & 1) == 0) {
+                    pf_row(w0 + o + pf), pf_row(w1 + o + pf);
+                    pf_row(w2 + o + pf), pf_row(w3 + o + pf);
+                    pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
+                    pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) /* rows 2j, 2j + 1 */
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) { /* columns 16h .. 16h + 15 */
+                        const uint8_t *w = w0 + (size_t)(2 * j) * rb + o + 16 * (size_t)h;
+                        __m256i u = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+                        __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + rb)));
+                        _mm256_store_si256((__m256i *)wb[k][j][2 * h], _mm256_unpacklo_epi32(u, v));
+                        _mm256_store_si256((__m256i *)wb[k][j][2 * h + 1], _mm256_unpackhi_epi32(u, v));
+                    }
+            }
+            for (size_t t = 0; t < T; t++) {
+                const uint8_t *xt = xq + t * xs;
+                const float *dt = xd + t * nbt;
+                __m256 a = acc[t];
+                for (uint32_t k = 0; k < n; k++) {
+                    const __m256i *xp = (const __m256i *)(xt + (size_t)(b0 + k) * qb);
+                    __m256i xl = _mm256_loadu_si256(xp), xh = _mm256_loadu_si256(xp + 1);
+                    __m256i x[4] = {_mm256_unpacklo_epi32(xl, xl), _mm256_unpackhi_epi32(xl, xl),
+                                    _mm256_unpacklo_epi32(xh, xh), _mm256_unpackhi_epi32(xh, xh)};
+                    __m256i pr[4];
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) {
+                        const __m256i *wv = (const __m256i *)wb[k][j];
+                        pr[j] = _mm256_add_epi32(
+                            _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(wv), x[0]),
+                                             _mm256_madd_epi16(_mm256_load_si256(wv + 1), x[1])),
+                            _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(wv + 2), x[2]),
+                                             _mm256_madd_epi16(_mm256_load_si256(wv + 3), x[3])));
+                    }
+                    a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d2_tree32_pairs(pr)),
+                                        _mm256_broadcast_ss(dt + b0 + k), a);
+                }
+                acc[t] = a;
+            }
+        }
+    }
+    for (uint32_t b0 = 0; b0 < nb && !(fmt == KN_W_Q8 && T > 2); b0 += KN_D2_CB) {
         const uint32_t n = nb - b0 < KN_D2_CB ? nb - b0 : KN_D2_CB;
         const uint32_t gA = b0 >> gsh;
         if (fmt != KN_W_Q8) {
