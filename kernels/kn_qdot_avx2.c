@@ -66,8 +66,12 @@ void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
 #define KN_D2_CB 64
 /* x sums of a whole call kept when T * blocks fit (floats, 16 KiB). */
 #define KN_D2_SCAP 4096
-/* Q8 blocks widened to int16 at a time for T > 1 (8 rows: 8 KiB). */
+/* Blocks of the 8 rows unpacked or widened at a time for T > KN_D2_WT
+ * (int8: 8 KiB, int4: 4 KiB). */
 #define KN_D2_WB 16
+/* Above this many tokens the weights of a sub-chunk are unpacked (int4)
+ * or widened (int8) once for all of them (at T = 2 it measured even). */
+#define KN_D2_WT 2
 /* Rows ahead the weights are prefetched (into L2): the next pass. */
 #define KN_PF_ROWS 8
 
@@ -83,15 +87,26 @@ KN_AI void pf_row(const uint8_t *p)
  * unsigned (the low nibbles are the even columns, kn_quant.h), so each
  * of the 8 int16 per lane is a sum of 4 products c * x, |.| <= 7680
  * (maddubs cannot saturate: a pair is at most 2 * 15 * 128). */
-KN_AI __m256i d2_q4pair(const uint8_t *a, const uint8_t *b, __m256i xe, __m256i xo)
+KN_AI void d2_q4codes(const uint8_t *a, const uint8_t *b, __m256i *lo, __m256i *hi)
 {
     const __m256i m = _mm256_set1_epi8(0x0f);
     __m256i v = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
         _mm_loadu_si128((const __m128i *)b), 1);
-    return _mm256_add_epi16(
-        _mm256_maddubs_epi16(_mm256_and_si256(v, m), xe),
-        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), xo));
+    *lo = _mm256_and_si256(v, m);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+}
+
+KN_AI __m256i d2_q4prod(__m256i lo, __m256i hi, __m256i xe, __m256i xo)
+{
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+}
+
+KN_AI __m256i d2_q4pair(const uint8_t *a, const uint8_t *b, __m256i xe, __m256i xo)
+{
+    __m256i lo, hi;
+    d2_q4codes(a, b, &lo, &hi);
+    return d2_q4prod(lo, hi, xe, xo);
 }
 
 /* The 8 row sums (int32, rows 0..7 in order) of d2_q4pair's p0 (rows 0,
@@ -259,10 +274,11 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)p * ng : NULL;
     d2_tab tab;
     _Alignas(32) float Sc[8][KN_D2_CB];
+    __m256i cb[KN_D2_WB][8]; /* int4 T > 2: codes of pairs j (lo, hi) */
     __m256 acc[8];
     for (size_t t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
-    if (fmt == KN_W_Q8 && T > 2) { /* widened once, for all the tokens */
+    if (fmt == KN_W_Q8 && T > KN_D2_WT) { /* widened once, for all the tokens */
         _Alignas(32) int16_t wb[KN_D2_WB][4][4][16];
         for (uint32_t b0 = 0; b0 < nb; b0 += KN_D2_WB) {
             const uint32_t n = nb - b0 < KN_D2_WB ? nb - b0 : KN_D2_WB;
@@ -311,7 +327,7 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
             }
         }
     }
-    for (uint32_t b0 = 0; b0 < nb && !(fmt == KN_W_Q8 && T > 2); b0 += KN_D2_CB) {
+    for (uint32_t b0 = 0; b0 < nb && !(fmt == KN_W_Q8 && T > KN_D2_WT); b0 += KN_D2_CB) {
         const uint32_t n = nb - b0 < KN_D2_CB ? nb - b0 : KN_D2_CB;
         const uint32_t gA = b0 >> gsh;
         if (fmt != KN_W_Q8) {
@@ -320,15 +336,34 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 for (size_t t = 0; t < T; t++)
                     d2_xsums(xq + t * xs + (size_t)b0 * qb, n, Sc[t]);
         }
+        /* int4, T > 2: the codes unpacked once per sub-chunk, for all the tokens */
+        const int buf = fmt != KN_W_Q8 && T > KN_D2_WT;
+        const uint32_t sub = buf ? KN_D2_WB : n;
+        for (uint32_t k0 = 0; k0 < n; k0 += sub) {
+        const uint32_t k1 = n - k0 < sub ? n : k0 + sub;
+        if (buf)
+            for (uint32_t k = k0; k < k1; k++) {
+                const size_t o = (size_t)(b0 + k) * bs;
+                if (((b0 + k) & lmask) == 0) {
+                    pf_row(w0 + o + pf), pf_row(w1 + o + pf);
+                    pf_row(w2 + o + pf), pf_row(w3 + o + pf);
+                    pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
+                    pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
+                }
+                d2_q4codes(w0 + o, w0 + o + r4, &cb[k - k0][0], &cb[k - k0][1]);
+                d2_q4codes(w1 + o, w1 + o + r4, &cb[k - k0][2], &cb[k - k0][3]);
+                d2_q4codes(w2 + o, w2 + o + r4, &cb[k - k0][4], &cb[k - k0][5]);
+                d2_q4codes(w3 + o, w3 + o + r4, &cb[k - k0][6], &cb[k - k0][7]);
+            }
         for (size_t t = 0; t < T; t++) {
             const uint8_t *xt = xq + t * xs;
             const float *dt = xd + t * nbt;
             const float *St = Sall ? Sall + t * nb + b0 : Sc[t];
             __m256 a = acc[t];
-            for (uint32_t k = 0; k < n; k++) {
+            for (uint32_t k = k0; k < k1; k++) {
                 const uint32_t b = b0 + k;
                 const size_t o = (size_t)b * bs;
-                if (t == 0 && (b & lmask) == 0) {
+                if (!buf && t == 0 && (b & lmask) == 0) {
                     pf_row(w0 + o + pf), pf_row(w1 + o + pf);
                     pf_row(w2 + o + pf), pf_row(w3 + o + pf);
                     pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
@@ -353,10 +388,17 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 } else {
                     __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb));
                     __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb + 16)));
-                    __m256i A = d2_tree16(d2_q4pair(w0 + o, w0 + o + r4, xe, xo),
-                                          d2_q4pair(w1 + o, w1 + o + r4, xe, xo),
-                                          d2_q4pair(w2 + o, w2 + o + r4, xe, xo),
-                                          d2_q4pair(w3 + o, w3 + o + r4, xe, xo));
+                    __m256i A;
+                    if (buf) {
+                        const __m256i *c = cb[k - k0];
+                        A = d2_tree16(d2_q4prod(c[0], c[1], xe, xo), d2_q4prod(c[2], c[3], xe, xo),
+                                      d2_q4prod(c[4], c[5], xe, xo), d2_q4prod(c[6], c[7], xe, xo));
+                    } else {
+                        A = d2_tree16(d2_q4pair(w0 + o, w0 + o + r4, xe, xo),
+                                      d2_q4pair(w1 + o, w1 + o + r4, xe, xo),
+                                      d2_q4pair(w2 + o, w2 + o + r4, xe, xo),
+                                      d2_q4pair(w3 + o, w3 + o + r4, xe, xo));
+                    }
                     const uint32_t j = (b >> gsh) - gA;
                     __m256 z = fmt == KN_W_Q4 ? _mm256_load_ps(tab.zf[j])
                                               : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
@@ -366,6 +408,7 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 a = _mm256_fmadd_ps(f, s, a);
             }
             acc[t] = a;
+        }
         }
     }
     if (nbt > nb) /* the ragged last block: the scalar lanes */
