@@ -1,5 +1,52 @@
 /*
- * kn_qdot_avx2.c - (header rewritten below)
+ * kn_qdot_avx2.c - AVX2 integer dot products (kn_qdot.h), compiled with
+ * -mavx2 -mfma -mf16c and called only when kn_cpu_has_avx2(): the
+ * activation quantization (kn_avx2_qact_quantize_row, the same bytes as
+ * the scalar one) and kn_avx2_matmul_q_rows, which kn_matmul_q runs for
+ * T <= 8 tokens on AVX2-only machines, and with AVX-512 for what the
+ * VNNI decode does not take (int8 at T = 1, ragged rows).
+ *
+ * The product follows kn_qdot.h's block sums with 8 weight rows in the
+ * 8 lanes (a pass; the rows of a thread's range in passes of 8, the last
+ * pass moved back to end at the matrix's last row and only its own lanes
+ * stored).  Per 32-column block and token:
+ *   int4 (Q4, Q4S): two rows' 16 code bytes in the two halves of one
+ *     register (rows j and j + 4); and 0x0f gives their even columns,
+ *     shift-and-and the odd ones, in the activations' nibble order, so
+ *     maddubs(codes, x) against x's even (odd) half broadcast to both
+ *     halves needs no shuffle.  The codes stay unsigned: per lane 4
+ *     products c * x, |.| <= 7680 (maddubs cannot saturate, and the
+ *     code -128 of a non-finite input is no special case).  Two
+ *     unpack-and-add levels in int16 (sums of 16 products, <= 30720),
+ *     one shuffle that puts a row's two halves side by side and one
+ *     madd give A = the 8 rows' exact sums of c * x; then
+ *     f = A - zero * S in float (S = the block's sum of x, per token and
+ *     block, computed once per call when it fits): every term is an
+ *     integer below 2^24, so f == (float)i_b exactly.
+ *   int8 (Q8): per row madd of the widened bytes against the int16
+ *     activations (8 int32 lanes), then an unpack-and-add tree to the 8
+ *     exact int32 row sums and one cvt, the same round-to-nearest-even
+ *     as the reference's (float)i_b.  For T > 2 a 16-block sub-chunk of
+ *     the 8 rows is widened once, two rows interleaved per 32-bit lane,
+ *     so the madds against x with its pairs doubled do the tree's first
+ *     level.
+ *   then acc = fma(f, s_b, acc) for the 8 rows at once, s_b = the f16
+ *     scales of the 8 rows (transposed per 64-block chunk; F16C's
+ *     conversion is exact) times d[b]: kn_qdot_scale's one multiply.
+ * At the end Q8 multiplies by the row scales and Y += acc: Y held the
+ * bias, and bias + y is the reference's sum.  The ragged last block of
+ * a row goes through the scalar lanes helper, matrices of fewer than 8
+ * rows through a scalar loop: the reference's arithmetic, bit for bit.
+ *
+ * Why rows in the lanes: the former kernels kept 8 float lanes per
+ * (row, token) and paid a cvt and an fma per row, token and block (and
+ * would now need a horizontal sum per block); here one cvt and one fma
+ * serve 8 rows.  hadd is no option on Zen 4 (measured 2 cycles per
+ * vphaddd/vphaddw ymm against 0.3 for vpaddd and 0.5 for vpunpck*); a
+ * blend-based int32 tree (fewer shuffles, more µops) measured 7 % slower
+ * for int8 than the unpack tree.  Measured against the former kernels
+ * (1 thread, CPU time; docs/benchmarks.md "i10_d2"): int4 T = 1
+ * 1.2-1.5x, T = 2-8 1.4-1.9x; int8 T = 1 1.1x, T = 2-8 level to 1.4x.
  */
 #include <immintrin.h>
 #include <string.h>
