@@ -325,7 +325,41 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
     __m256 acc[8];
     for (size_t t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
-    if (fmt == KN_W_Q8 && T > KN_D2_WT) { /* widened once, for all the tokens */
+    if (fmt == KN_W_Q8 && T == 2) {
+        /* both tokens from each widened row: rows 0-3 of tokens 0 and 1
+         * in the lanes of one tree, then rows 4-7 */
+        __m256 ah[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (uint32_t b = 0; b < nb; b++) {
+            const size_t o = (size_t)b * 32;
+            if ((b & 1) == 0) {
+                pf_row(w0 + o + pf), pf_row(w1 + o + pf);
+                pf_row(w2 + o + pf), pf_row(w3 + o + pf);
+                pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
+                pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
+            }
+            const __m256i *x0 = (const __m256i *)(xq + (size_t)b * qb);
+            const __m256i *x1 = (const __m256i *)(xq + xs + (size_t)b * qb);
+            __m256i xl0 = _mm256_loadu_si256(x0), xh0 = _mm256_loadu_si256(x0 + 1);
+            __m256i xl1 = _mm256_loadu_si256(x1), xh1 = _mm256_loadu_si256(x1 + 1);
+            __m256 s = _mm256_blend_ps(_mm256_broadcast_ss(xd + b),
+                                       _mm256_broadcast_ss(xd + nbt + b), 0xf0);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i m[8];
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *w = w0 + (size_t)(4 * h + i) * rb + o;
+                    __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+                    __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16)));
+                    m[i] = _mm256_add_epi32(_mm256_madd_epi16(lo, xl0), _mm256_madd_epi16(hi, xh0));
+                    m[4 + i] = _mm256_add_epi32(_mm256_madd_epi16(lo, xl1), _mm256_madd_epi16(hi, xh1));
+                }
+                ah[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d2_tree32(m)), s, ah[h]);
+            }
+        }
+        acc[0] = _mm256_permute2f128_ps(ah[0], ah[1], 0x20);
+        acc[1] = _mm256_permute2f128_ps(ah[0], ah[1], 0x31);
+    } else if (fmt == KN_W_Q8 && T > KN_D2_WT) { /* widened once, for all the tokens */
         _Alignas(32) int16_t wb[KN_D2_WB][4][4][16];
         for (uint32_t b0 = 0; b0 < nb; b0 += KN_D2_WB) {
             const uint32_t n = nb - b0 < KN_D2_WB ? nb - b0 : KN_D2_WB;
@@ -374,7 +408,7 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
             }
         }
     }
-    for (uint32_t b0 = 0; b0 < nb && !(fmt == KN_W_Q8 && T > KN_D2_WT); b0 += KN_D2_CB) {
+    for (uint32_t b0 = 0; b0 < nb && !(fmt == KN_W_Q8 && T > 1); b0 += KN_D2_CB) {
         const uint32_t n = nb - b0 < KN_D2_CB ? nb - b0 : KN_D2_CB;
         const uint32_t gA = b0 >> gsh;
         if (fmt != KN_W_Q8) {
