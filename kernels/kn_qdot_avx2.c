@@ -417,6 +417,46 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 for (size_t t = 0; t < T; t++)
                     d2_xsums(xq + t * xs + (size_t)b0 * qb, n, Sc[t]);
         }
+        if (fmt != KN_W_Q8 && T == 2) { /* each pair's codes for both tokens */
+            const float *S0 = Sall ? Sall + b0 : Sc[0], *S1 = Sall ? Sall + nb + b0 : Sc[1];
+            __m256 a0 = acc[0], a1 = acc[1];
+            for (uint32_t k = 0; k < n; k++) {
+                const uint32_t b = b0 + k;
+                const size_t o = (size_t)b * bs;
+                if ((b & lmask) == 0) {
+                    pf_row(w0 + o + pf), pf_row(w1 + o + pf);
+                    pf_row(w2 + o + pf), pf_row(w3 + o + pf);
+                    pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
+                    pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
+                }
+                const uint8_t *xb0 = xq + (size_t)b * qb, *xb1 = xb0 + xs;
+                __m256i xe0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb0));
+                __m256i xo0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb0 + 16)));
+                __m256i xe1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb1));
+                __m256i xo1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb1 + 16)));
+                __m256i p0[4], p1[4];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    __m256i lo, hi;
+                    const uint8_t *w = w0 + (size_t)j * rb + o;
+                    d2_q4codes(w, w + r4, &lo, &hi);
+                    p0[j] = d2_q4prod(lo, hi, xe0, xo0);
+                    p1[j] = d2_q4prod(lo, hi, xe1, xo1);
+                }
+                const uint32_t j = (b >> gsh) - gA;
+                __m256 z = fmt == KN_W_Q4 ? _mm256_load_ps(tab.zf[j])
+                                          : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
+                __m256 sc = _mm256_load_ps(tab.sc[j]);
+                __m256 f0 = _mm256_fnmadd_ps(z, _mm256_broadcast_ss(S0 + k),
+                                             _mm256_cvtepi32_ps(d2_tree16(p0[0], p0[1], p0[2], p0[3])));
+                __m256 f1 = _mm256_fnmadd_ps(z, _mm256_broadcast_ss(S1 + k),
+                                             _mm256_cvtepi32_ps(d2_tree16(p1[0], p1[1], p1[2], p1[3])));
+                a0 = _mm256_fmadd_ps(f0, _mm256_mul_ps(sc, _mm256_broadcast_ss(xd + b)), a0);
+                a1 = _mm256_fmadd_ps(f1, _mm256_mul_ps(sc, _mm256_broadcast_ss(xd + nbt + b)), a1);
+            }
+            acc[0] = a0, acc[1] = a1;
+            continue;
+        }
         /* int4, T > 2: the codes unpacked once per sub-chunk, for all the tokens */
         const int buf = fmt != KN_W_Q8 && T > KN_D2_WT;
         const uint32_t sub = buf ? KN_D2_WB : n;
