@@ -157,20 +157,19 @@ KN_AI __m256i d2_q4pair(const uint8_t *a, const uint8_t *b, __m256i xe, __m256i 
 }
 
 /* The 8 row sums (int32, rows 0..7 in order) of d2_q4pair's p0 (rows 0,
- * 4), p1 (1, 5), p2 (2, 6), p3 (3, 7): two unpack-and-add levels in
- * int16 (sums of 8, then 16 products: |.| <= 30720, no overflow), then
- * the two halves of each row side by side and one madd to int32. */
+ * 4), p1 (1, 5), p2 (2, 6), p3 (3, 7): two unpack-and-add levels on
+ * int16 pairs (sums of 8, then 16 products: |.| <= 30720, no overflow)
+ * that leave each row's two partials side by side, and one madd to
+ * int32. */
 KN_AI __m256i d2_tree16(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
 {
-    const __m256i pairs = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
-                                           0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
-    /* lane 0: rows 0 1 0 1 ..., lane 1: rows 4 5 4 5 ... */
-    __m256i w0 = _mm256_add_epi16(_mm256_unpacklo_epi16(p0, p1), _mm256_unpackhi_epi16(p0, p1));
-    /* lane 0: rows 2 3 ..., lane 1: rows 6 7 ... */
-    __m256i w1 = _mm256_add_epi16(_mm256_unpacklo_epi16(p2, p3), _mm256_unpackhi_epi16(p2, p3));
-    /* lane 0: rows 0 1 2 3 0 1 2 3, lane 1: rows 4 5 6 7 4 5 6 7 */
-    __m256i x = _mm256_add_epi16(_mm256_unpacklo_epi32(w0, w1), _mm256_unpackhi_epi32(w0, w1));
-    return _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), _mm256_set1_epi16(1));
+    /* lane 0: rows 0 0 1 1 0 0 1 1, lane 1: rows 4 4 5 5 ... */
+    __m256i w0 = _mm256_add_epi16(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
+    /* lane 0: rows 2 2 3 3 ..., lane 1: rows 6 6 7 7 ... */
+    __m256i w1 = _mm256_add_epi16(_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
+    /* lane 0: rows 0 0 1 1 2 2 3 3, lane 1: rows 4 4 5 5 6 6 7 7 */
+    __m256i x = _mm256_add_epi16(_mm256_unpacklo_epi64(w0, w1), _mm256_unpackhi_epi64(w0, w1));
+    return _mm256_madd_epi16(x, _mm256_set1_epi16(1));
 }
 
 /* The 8 row sums from pr[j]: int32 partials of rows 2j, 2j + 1 in lanes
