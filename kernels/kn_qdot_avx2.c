@@ -359,6 +359,9 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
         acc[0] = _mm256_permute2f128_ps(ah[0], ah[1], 0x20);
         acc[1] = _mm256_permute2f128_ps(ah[0], ah[1], 0x31);
     } else if (fmt == KN_W_Q8 && T > KN_D2_WT) { /* widened once, for all the tokens */
+        /* wb[k][j][q]: columns 8q .. 8q+7 of rows j (lane 0) and j + 4
+         * (lane 1), int16, against x's columns 8q .. 8q+7 broadcast to
+         * both lanes (a load, no shuffle) */
         _Alignas(32) int16_t wb[KN_D2_WB][4][4][16];
         for (uint32_t b0 = 0; b0 < nb; b0 += KN_D2_WB) {
             const uint32_t n = nb - b0 < KN_D2_WB ? nb - b0 : KN_D2_WB;
@@ -371,25 +374,28 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                     pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
                 }
 #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) /* rows 2j, 2j + 1 */
-#pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) { /* columns 16h .. 16h + 15 */
-                        const uint8_t *w = w0 + (size_t)(2 * j) * rb + o + 16 * (size_t)h;
-                        __m256i u = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
-                        __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + rb)));
-                        _mm256_store_si256((__m256i *)wb[k][j][2 * h], _mm256_unpacklo_epi32(u, v));
-                        _mm256_store_si256((__m256i *)wb[k][j][2 * h + 1], _mm256_unpackhi_epi32(u, v));
-                    }
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *w = w0 + (size_t)j * rb + o;
+                    __m256i va = _mm256_loadu_si256((const __m256i *)w);
+                    __m256i vb = _mm256_loadu_si256((const __m256i *)(w + r4));
+                    __m256i t0 = _mm256_unpacklo_epi64(va, vb), t1 = _mm256_unpackhi_epi64(va, vb);
+                    __m256i *d = (__m256i *)wb[k][j];
+                    _mm256_store_si256(d, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(t0)));
+                    _mm256_store_si256(d + 1, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(t1)));
+                    _mm256_store_si256(d + 2, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(t0, 1)));
+                    _mm256_store_si256(d + 3, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(t1, 1)));
+                }
             }
             for (size_t t = 0; t < T; t++) {
                 const uint8_t *xt = xq + t * xs;
                 const float *dt = xd + t * nbt;
                 __m256 a = acc[t];
                 for (uint32_t k = 0; k < n; k++) {
-                    const __m256i *xp = (const __m256i *)(xt + (size_t)(b0 + k) * qb);
-                    __m256i xl = _mm256_loadu_si256(xp), xh = _mm256_loadu_si256(xp + 1);
-                    __m256i x[4] = {_mm256_unpacklo_epi32(xl, xl), _mm256_unpackhi_epi32(xl, xl),
-                                    _mm256_unpacklo_epi32(xh, xh), _mm256_unpackhi_epi32(xh, xh)};
+                    const __m128i *xp = (const __m128i *)(xt + (size_t)(b0 + k) * qb);
+                    __m256i x[4];
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+                        x[q] = _mm256_broadcastsi128_si256(_mm_loadu_si128(xp + q));
                     __m256i pr[4];
 #pragma GCC unroll 4
                     for (int j = 0; j < 4; j++) {
@@ -400,8 +406,13 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                             _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(wv + 2), x[2]),
                                              _mm256_madd_epi16(_mm256_load_si256(wv + 3), x[3])));
                     }
-                    a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d2_tree32_pairs(pr)),
-                                        _mm256_broadcast_ss(dt + b0 + k), a);
+                    /* lanes: rows 0 1 0 1 | 4 5 4 5, then 2 3 2 3 | 6 7 6 7 */
+                    __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi32(pr[0], pr[1]),
+                                                 _mm256_unpackhi_epi32(pr[0], pr[1]));
+                    __m256i v = _mm256_add_epi32(_mm256_unpacklo_epi32(pr[2], pr[3]),
+                                                 _mm256_unpackhi_epi32(pr[2], pr[3]));
+                    __m256i A = _mm256_add_epi32(_mm256_unpacklo_epi64(u, v), _mm256_unpackhi_epi64(u, v));
+                    a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A), _mm256_broadcast_ss(dt + b0 + k), a);
                 }
                 acc[t] = a;
             }
