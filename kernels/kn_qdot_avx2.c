@@ -128,6 +128,14 @@ KN_AI void pf_row(const uint8_t *p)
     _mm_prefetch((const char *)p, _MM_HINT_T1);
 }
 
+/* The line at p of 8 rows rb bytes apart (the next pass's rows). */
+KN_AI void d2_pf8(const uint8_t *p, size_t rb)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        pf_row(p + (size_t)i * rb);
+}
+
 /* Int4 block b of rows j (lane 0) and j + 4 (lane 1) against one
  * activation block split into xe (positions 0-15, the even columns) and
  * xo (16-31, the odd ones), both broadcast to the two lanes: the codes
@@ -172,16 +180,6 @@ KN_AI __m256i d2_tree16(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
     return _mm256_madd_epi16(x, _mm256_set1_epi16(1));
 }
 
-/* The 8 row sums from pr[j]: int32 partials of rows 2j, 2j + 1 in lanes
- * 0 1 0 1 of each half. */
-KN_AI __m256i d2_tree32_pairs(const __m256i pr[4])
-{
-    /* per lane: 0 1 2 3 and 4 5 6 7, each half a row's partial */
-    __m256i b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(pr[0], pr[1]), _mm256_unpackhi_epi64(pr[0], pr[1]));
-    __m256i b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(pr[2], pr[3]), _mm256_unpackhi_epi64(pr[2], pr[3]));
-    return _mm256_add_epi32(_mm256_blend_epi32(b0, b1, 0xf0), _mm256_permute2x128_si256(b0, b1, 0x21));
-}
-
 /* The 8 sums of m[i]'s 8 int32 lanes, in order (exact: kn_qdot.h bounds
  * a block's sum by 2^27). */
 KN_AI __m256i d2_tree32(const __m256i m[8])
@@ -190,8 +188,10 @@ KN_AI __m256i d2_tree32(const __m256i m[8])
     __m256i a23 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
     __m256i a45 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[4], m[5]), _mm256_unpackhi_epi32(m[4], m[5]));
     __m256i a67 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[6], m[7]), _mm256_unpackhi_epi32(m[6], m[7]));
-    const __m256i pr[4] = {a01, a23, a45, a67};
-    return d2_tree32_pairs(pr);
+    /* per lane: 0 1 2 3 and 4 5 6 7, each half a row's partial */
+    __m256i b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
+    __m256i b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(a45, a67), _mm256_unpackhi_epi64(a45, a67));
+    return _mm256_add_epi32(_mm256_blend_epi32(b0, b1, 0xf0), _mm256_permute2x128_si256(b0, b1, 0x21));
 }
 
 /* Q8 block of row w (32 int8) against int16 activations xl (columns
@@ -331,10 +331,7 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
         for (uint32_t b = 0; b < nb; b++) {
             const size_t o = (size_t)b * 32;
             if ((b & 1) == 0) {
-                pf_row(w0 + o + pf), pf_row(w1 + o + pf);
-                pf_row(w2 + o + pf), pf_row(w3 + o + pf);
-                pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
-                pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
+                d2_pf8(w0 + o + pf, rb);
             }
             const __m256i *x0 = (const __m256i *)(xq + (size_t)b * qb);
             const __m256i *x1 = (const __m256i *)(xq + xs + (size_t)b * qb);
@@ -368,10 +365,7 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
             for (uint32_t k = 0; k < n; k++) {
                 const size_t o = (size_t)(b0 + k) * 32;
                 if (((b0 + k) & 1) == 0) {
-                    pf_row(w0 + o + pf), pf_row(w1 + o + pf);
-                    pf_row(w2 + o + pf), pf_row(w3 + o + pf);
-                    pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
-                    pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
+                    d2_pf8(w0 + o + pf, rb);
                 }
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
@@ -434,10 +428,7 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
                 const uint32_t b = b0 + k;
                 const size_t o = (size_t)b * bs;
                 if ((b & lmask) == 0) {
-                    pf_row(w0 + o + pf), pf_row(w1 + o + pf);
-                    pf_row(w2 + o + pf), pf_row(w3 + o + pf);
-                    pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
-                    pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
+                    d2_pf8(w0 + o + pf, rb);
                 }
                 const uint8_t *xb0 = xq + (size_t)b * qb, *xb1 = xb0 + xs;
                 __m256i xe0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb0));
@@ -471,75 +462,69 @@ KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
         const int buf = fmt != KN_W_Q8 && T > KN_D2_WT;
         const uint32_t sub = buf ? KN_D2_WB : n;
         for (uint32_t k0 = 0; k0 < n; k0 += sub) {
-        const uint32_t k1 = n - k0 < sub ? n : k0 + sub;
-        if (buf)
-            for (uint32_t k = k0; k < k1; k++) {
-                const size_t o = (size_t)(b0 + k) * bs;
-                if (((b0 + k) & lmask) == 0) {
-                    pf_row(w0 + o + pf), pf_row(w1 + o + pf);
-                    pf_row(w2 + o + pf), pf_row(w3 + o + pf);
-                    pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
-                    pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
-                }
-                d2_q4codes(w0 + o, w0 + o + r4, &cb[k - k0][0], &cb[k - k0][1]);
-                d2_q4codes(w1 + o, w1 + o + r4, &cb[k - k0][2], &cb[k - k0][3]);
-                d2_q4codes(w2 + o, w2 + o + r4, &cb[k - k0][4], &cb[k - k0][5]);
-                d2_q4codes(w3 + o, w3 + o + r4, &cb[k - k0][6], &cb[k - k0][7]);
-            }
-        for (size_t t = 0; t < T; t++) {
-            const uint8_t *xt = xq + t * xs;
-            const float *dt = xd + t * nbt;
-            const float *St = Sall ? Sall + t * nb + b0 : Sc[t];
-            __m256 a = acc[t];
-            for (uint32_t k = k0; k < k1; k++) {
-                const uint32_t b = b0 + k;
-                const size_t o = (size_t)b * bs;
-                if (!buf && t == 0 && (b & lmask) == 0) {
-                    pf_row(w0 + o + pf), pf_row(w1 + o + pf);
-                    pf_row(w2 + o + pf), pf_row(w3 + o + pf);
-                    pf_row(w0 + o + pf + r4), pf_row(w1 + o + pf + r4);
-                    pf_row(w2 + o + pf + r4), pf_row(w3 + o + pf + r4);
-                }
-                const uint8_t *xb = xt + (size_t)b * qb;
-                __m256 f, s;
-                if (fmt == KN_W_Q8) {
-                    __m256i xl = _mm256_loadu_si256((const __m256i *)xb);
-                    __m256i xh = _mm256_loadu_si256((const __m256i *)xb + 1);
-                    __m256i m[8];
-                    m[0] = d2_q8row(w0 + o, xl, xh);
-                    m[1] = d2_q8row(w1 + o, xl, xh);
-                    m[2] = d2_q8row(w2 + o, xl, xh);
-                    m[3] = d2_q8row(w3 + o, xl, xh);
-                    m[4] = d2_q8row(w0 + o + r4, xl, xh);
-                    m[5] = d2_q8row(w1 + o + r4, xl, xh);
-                    m[6] = d2_q8row(w2 + o + r4, xl, xh);
-                    m[7] = d2_q8row(w3 + o + r4, xl, xh);
-                    f = _mm256_cvtepi32_ps(d2_tree32(m));
-                    s = _mm256_broadcast_ss(dt + b);
-                } else {
-                    __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb));
-                    __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb + 16)));
-                    __m256i A;
-                    if (buf) {
-                        const __m256i *c = cb[k - k0];
-                        A = d2_tree16(d2_q4prod(c[0], c[1], xe, xo), d2_q4prod(c[2], c[3], xe, xo),
-                                      d2_q4prod(c[4], c[5], xe, xo), d2_q4prod(c[6], c[7], xe, xo));
-                    } else {
-                        A = d2_tree16(d2_q4pair(w0 + o, w0 + o + r4, xe, xo),
-                                      d2_q4pair(w1 + o, w1 + o + r4, xe, xo),
-                                      d2_q4pair(w2 + o, w2 + o + r4, xe, xo),
-                                      d2_q4pair(w3 + o, w3 + o + r4, xe, xo));
+            const uint32_t k1 = n - k0 < sub ? n : k0 + sub;
+            if (buf)
+                for (uint32_t k = k0; k < k1; k++) {
+                    const size_t o = (size_t)(b0 + k) * bs;
+                    if (((b0 + k) & lmask) == 0) {
+                        d2_pf8(w0 + o + pf, rb);
                     }
-                    const uint32_t j = (b >> gsh) - gA;
-                    __m256 z = fmt == KN_W_Q4 ? _mm256_load_ps(tab.zf[j])
-                                              : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
-                    f = _mm256_fnmadd_ps(z, _mm256_broadcast_ss(St + k), _mm256_cvtepi32_ps(A));
-                    s = _mm256_mul_ps(_mm256_load_ps(tab.sc[j]), _mm256_broadcast_ss(dt + b));
+                    d2_q4codes(w0 + o, w0 + o + r4, &cb[k - k0][0], &cb[k - k0][1]);
+                    d2_q4codes(w1 + o, w1 + o + r4, &cb[k - k0][2], &cb[k - k0][3]);
+                    d2_q4codes(w2 + o, w2 + o + r4, &cb[k - k0][4], &cb[k - k0][5]);
+                    d2_q4codes(w3 + o, w3 + o + r4, &cb[k - k0][6], &cb[k - k0][7]);
                 }
-                a = _mm256_fmadd_ps(f, s, a);
+            for (size_t t = 0; t < T; t++) {
+                const uint8_t *xt = xq + t * xs;
+                const float *dt = xd + t * nbt;
+                const float *St = Sall ? Sall + t * nb + b0 : Sc[t];
+                __m256 a = acc[t];
+                for (uint32_t k = k0; k < k1; k++) {
+                    const uint32_t b = b0 + k;
+                    const size_t o = (size_t)b * bs;
+                    if (!buf && t == 0 && (b & lmask) == 0) {
+                        d2_pf8(w0 + o + pf, rb);
+                    }
+                    const uint8_t *xb = xt + (size_t)b * qb;
+                    __m256 f, s;
+                    if (fmt == KN_W_Q8) {
+                        __m256i xl = _mm256_loadu_si256((const __m256i *)xb);
+                        __m256i xh = _mm256_loadu_si256((const __m256i *)xb + 1);
+                        __m256i m[8];
+                        m[0] = d2_q8row(w0 + o, xl, xh);
+                        m[1] = d2_q8row(w1 + o, xl, xh);
+                        m[2] = d2_q8row(w2 + o, xl, xh);
+                        m[3] = d2_q8row(w3 + o, xl, xh);
+                        m[4] = d2_q8row(w0 + o + r4, xl, xh);
+                        m[5] = d2_q8row(w1 + o + r4, xl, xh);
+                        m[6] = d2_q8row(w2 + o + r4, xl, xh);
+                        m[7] = d2_q8row(w3 + o + r4, xl, xh);
+                        f = _mm256_cvtepi32_ps(d2_tree32(m));
+                        s = _mm256_broadcast_ss(dt + b);
+                    } else {
+                        __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb));
+                        __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb + 16)));
+                        __m256i A;
+                        if (buf) {
+                            const __m256i *c = cb[k - k0];
+                            A = d2_tree16(d2_q4prod(c[0], c[1], xe, xo), d2_q4prod(c[2], c[3], xe, xo),
+                                          d2_q4prod(c[4], c[5], xe, xo), d2_q4prod(c[6], c[7], xe, xo));
+                        } else {
+                            A = d2_tree16(d2_q4pair(w0 + o, w0 + o + r4, xe, xo),
+                                          d2_q4pair(w1 + o, w1 + o + r4, xe, xo),
+                                          d2_q4pair(w2 + o, w2 + o + r4, xe, xo),
+                                          d2_q4pair(w3 + o, w3 + o + r4, xe, xo));
+                        }
+                        const uint32_t j = (b >> gsh) - gA;
+                        __m256 z = fmt == KN_W_Q4 ? _mm256_load_ps(tab.zf[j])
+                                                  : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
+                        f = _mm256_fnmadd_ps(z, _mm256_broadcast_ss(St + k), _mm256_cvtepi32_ps(A));
+                        s = _mm256_mul_ps(_mm256_load_ps(tab.sc[j]), _mm256_broadcast_ss(dt + b));
+                    }
+                    a = _mm256_fmadd_ps(f, s, a);
+                }
+                acc[t] = a;
             }
-            acc[t] = a;
-        }
         }
     }
     if (nbt > nb) /* the ragged last block: the scalar lanes */
