@@ -22,14 +22,18 @@
  *     madd give A = the 8 rows' exact sums of c * x; then
  *     f = A - zero * S in float (S = the block's sum of x, per token and
  *     block, computed once per call when it fits): every term is an
- *     integer below 2^24, so f == (float)i_b exactly.
+ *     integer below 2^24, so f == (float)i_b exactly.  T = 2 unpacks
+ *     each pair's codes once for both tokens; T > 2 a 16-block
+ *     sub-chunk of the 8 rows into L1 once for all the tokens.
  *   int8 (Q8): per row madd of the widened bytes against the int16
  *     activations (8 int32 lanes), then an unpack-and-add tree to the 8
  *     exact int32 row sums and one cvt, the same round-to-nearest-even
- *     as the reference's (float)i_b.  For T > 2 a 16-block sub-chunk of
- *     the 8 rows is widened once, two rows interleaved per 32-bit lane,
- *     so the madds against x with its pairs doubled do the tree's first
- *     level.
+ *     as the reference's (float)i_b.  T = 2 widens each row once for
+ *     both tokens (rows 0-3 of the two tokens in one tree's lanes, then
+ *     rows 4-7); T > 2 widens a 16-block sub-chunk of the 8 rows into L1
+ *     once, rows j and j + 4 in the two 128-bit lanes against x's
+ *     8-column groups broadcast by loads (no x shuffle, no cross-lane
+ *     step in the tree).
  *   then acc = fma(f, s_b, acc) for the 8 rows at once, s_b = the f16
  *     scales of the 8 rows (transposed per 64-block chunk; F16C's
  *     conversion is exact) times d[b]: kn_qdot_scale's one multiply.
@@ -45,8 +49,12 @@
  * vphaddd/vphaddw ymm against 0.3 for vpaddd and 0.5 for vpunpck*); a
  * blend-based int32 tree (fewer shuffles, more µops) measured 7 % slower
  * for int8 than the unpack tree.  Measured against the former kernels
- * (1 thread, CPU time; docs/benchmarks.md "i10_d2"): int4 T = 1
- * 1.2-1.5x, T = 2-8 1.4-1.9x; int8 T = 1 1.1x, T = 2-8 level to 1.4x.
+ * (1 thread, CPU time, TinyLlama and SmolLM shapes; docs/benchmarks.md
+ * "i10_d2"): int4 T = 1 1.23-1.46x, T = 2 1.77-1.93x, T = 4
+ * 1.49-1.59x, T = 8 1.73-1.87x; int8 T = 1 1.15-1.21x, T = 2
+ * 1.01-1.11x, T = 4 0.97-1.13x (0.97 on the 2048-column matrices: the
+ * exact reduction costs more than the former cvt + fma, and 4 tokens
+ * amortize the widening little), T = 8 1.11-1.38x.
  */
 #include <immintrin.h>
 #include <string.h>
