@@ -1,24 +1,60 @@
 /*
  * kn_qdot_avx2.c - AVX2 integer dot products (kn_qdot.h), compiled with
- * -mavx2 -mfma -mf16c and called only when kn_cpu_has_avx2().
+ * -mavx2 -mfma -mf16c and called only when kn_cpu_has_avx2(): the
+ * activation quantization (kn_avx2_qact_quantize_row, the same bytes as
+ * the scalar one) and kn_avx2_matmul_q_rows, which kn_matmul_q runs for
+ * T <= 8 tokens on AVX2-only machines, and with AVX-512 for what the
+ * VNNI decode does not take (int8 at T = 1, ragged rows).
  *
- * Per 32-value block, Q4/Q4S: the nibbles unpacked to column order minus
- * the zero (signed bytes in +-15) against int8 activations:
- *   maddubs(|w|, sign(x, w))  -> 16 x int16 pair sums (no saturation)
- *   madd(., 1)                -> 8 x int32: lane l = columns 4l .. 4l+3
- * Q8: the bytes widened to int16 against int16 activations:
- *   madd(w[0..15], x[0..15]) + madd(w[16..31], x[16..31]) -> 8 x int32
- * then acc = fma(float(lanes), scale, acc)
- * which is the canonical arithmetic of kn_qdot.h lane for lane; the ragged
- * last block of a row goes through the scalar lane helper, so the result
- * is bit-identical to kn_ref_matmul_q.
+ * The product follows kn_qdot.h's block sums with 8 weight rows in the
+ * 8 lanes (a pass; the rows of a thread's range in passes of 8, the last
+ * pass moved back to end at the matrix's last row and only its own lanes
+ * stored).  Per 32-column block and token:
+ *   int4 (Q4, Q4S): two rows' 16 code bytes in the two halves of one
+ *     register (rows j and j + 4); and 0x0f gives their even columns,
+ *     shift-and-and the odd ones, in the activations' nibble order, so
+ *     maddubs(codes, x) against x's even (odd) half broadcast to both
+ *     halves needs no shuffle.  The codes stay unsigned: per lane 4
+ *     products c * x, |.| <= 7680 (maddubs cannot saturate, and the
+ *     code -128 of a non-finite input is no special case).  Two
+ *     unpack-and-add levels in int16 (sums of 16 products, <= 30720),
+ *     one shuffle that puts a row's two halves side by side and one
+ *     madd give A = the 8 rows' exact sums of c * x; then
+ *     f = A - zero * S in float (S = the block's sum of x, per token and
+ *     block, computed once per call when it fits): every term is an
+ *     integer below 2^24, so f == (float)i_b exactly.  T = 2 unpacks
+ *     each pair's codes once for both tokens; T > 2 a 16-block
+ *     sub-chunk of the 8 rows into L1 once for all the tokens.
+ *   int8 (Q8): per row madd of the widened bytes against the int16
+ *     activations (8 int32 lanes), then an unpack-and-add tree to the 8
+ *     exact int32 row sums and one cvt, the same round-to-nearest-even
+ *     as the reference's (float)i_b.  T = 2 widens each row once for
+ *     both tokens (rows 0-3 of the two tokens in one tree's lanes, then
+ *     rows 4-7); T > 2 widens a 16-block sub-chunk of the 8 rows into L1
+ *     once, rows j and j + 4 in the two 128-bit lanes against x's
+ *     8-column groups broadcast by loads (no x shuffle, no cross-lane
+ *     step in the tree).
+ *   then acc = fma(f, s_b, acc) for the 8 rows at once, s_b = the f16
+ *     scales of the 8 rows (transposed per 64-block chunk; F16C's
+ *     conversion is exact) times d[b]: kn_qdot_scale's one multiply.
+ * At the end Q8 multiplies by the row scales and Y += acc: Y held the
+ * bias, and bias + y is the reference's sum.  The ragged last block of
+ * a row goes through the scalar lanes helper, matrices of fewer than 8
+ * rows through a scalar loop: the reference's arithmetic, bit for bit.
  *
- * Decode (T <= 8, full blocks): dec1_rows4 streams 4 rows for one token,
- * decn_row one row for all T tokens, both with named accumulators and a
- * software prefetch (see "decode" below).  Longer steps (prefill) use
- * tiles of R <= 4 weight rows x TT <= 3 tokens: each weight block is
- * loaded and unpacked once for TT tokens, each activation block once for
- * R rows, the 4 rows re-read from L1 while the tokens go by.
+ * Why rows in the lanes: the former kernels kept 8 float lanes per
+ * (row, token) and paid a cvt and an fma per row, token and block (and
+ * would now need a horizontal sum per block); here one cvt and one fma
+ * serve 8 rows.  hadd is no option on Zen 4 (measured 2 cycles per
+ * vphaddd/vphaddw ymm against 0.3 for vpaddd and 0.5 for vpunpck*); a
+ * blend-based int32 tree (fewer shuffles, more µops) measured 7 % slower
+ * for int8 than the unpack tree.  Measured against the former kernels
+ * (1 thread, CPU time, TinyLlama and SmolLM shapes; docs/benchmarks.md
+ * "i10_d2"): int4 T = 1 1.23-1.46x, T = 2 1.77-1.93x, T = 4
+ * 1.49-1.59x, T = 8 1.73-1.87x; int8 T = 1 1.15-1.21x, T = 2
+ * 1.01-1.11x, T = 4 0.97-1.13x (0.97 on the 2048-column matrices: the
+ * exact reduction costs more than the former cvt + fma, and 4 tokens
+ * amortize the widening little), T = 8 1.11-1.38x.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -28,8 +64,6 @@
 #include "kn_qdot.h"
 
 #define KN_AI __attribute__((always_inline)) static inline
-#define KN_QR 4  /* rows per tile */
-#define KN_QT 3  /* tokens per tile */
 
 void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
                                void *q, float *d)
@@ -79,146 +113,22 @@ void kn_avx2_qact_quantize_row(const float *x, uint32_t cols, int i16,
                       (uint8_t *)q + (size_t)nfull * qb, d + nfull);
 }
 
-/* The 32 int4 codes of block b of a row minus the zero, as signed bytes
- * in the activations' nibble order (kn_avx2_q4_codes). */
-KN_AI __m256i load_w4(const uint8_t *row, uint32_t b, int z)
-{
-    return _mm256_sub_epi8(kn_avx2_q4_codes(row + (size_t)b * 16),
-                           _mm256_set1_epi8((char)z));
-}
+/* ---- the product: block sums with 8 weight rows in the lanes ----------- */
 
-/* Y[t][r + i] += W[r + i] . Xq[t] for i < R, t0 <= t < t0 + TT. */
-KN_AI void qtile(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                 float *Y, uint32_t r, size_t t0, int fmt, int R, int TT)
-{
-    const uint32_t cols = W->cols, rows = W->rows, nb = kn_qact_blocks(cols);
-    const uint32_t nfull = cols / KN_QK;
-    const int gsh = fmt == KN_W_Q8 ? 0 : __builtin_ctz(W->group) - 5;
-    const uint32_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(cols, W->group);
-    const size_t rbytes = fmt == KN_W_Q8 ? cols : kn_q4_row_bytes(cols);
-    const __m256i ones = _mm256_set1_epi16(1);
-    const uint8_t *wp[KN_QR];
-    const uint16_t *sp[KN_QR];
-    const uint8_t *zp[KN_QR];
-    __m256 acc[KN_QR][KN_QT];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++) {
-        wp[i] = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rbytes;
-        sp[i] = fmt == KN_W_Q8 ? NULL
-                               : (const uint16_t *)W->scales + (size_t)(r + (uint32_t)i) * ng;
-        zp[i] = fmt == KN_W_Q4 ? W->zeros + (size_t)(r + (uint32_t)i) * ng : NULL;
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            acc[i][t] = _mm256_setzero_ps();
-    }
-    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK; /* int16 / int8 */
-    const uint8_t *xr[KN_QT];
-    const float *dr[KN_QT];
-#pragma GCC unroll 8
-    for (int t = 0; t < TT; t++) {
-        xr[t] = xq + (t0 + (size_t)t) * nb * qb;
-        dr[t] = xd + (t0 + (size_t)t) * nb;
-    }
-    for (uint32_t b = 0; b < nfull; b++) {
-        __m256i xv[KN_QT], xv2[KN_QT];
-        __m256 vd[KN_QT];
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            const __m256i *xp = (const __m256i *)(xr[t] + (size_t)b * qb);
-            xv[t] = _mm256_loadu_si256(xp);
-            if (fmt == KN_W_Q8)
-                xv2[t] = _mm256_loadu_si256(xp + 1);
-            vd[t] = _mm256_broadcast_ss(dr[t] + b);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++) {
-            if (fmt == KN_W_Q8) { /* int8 weights x int16 activations */
-                __m256i w = _mm256_loadu_si256((const __m256i *)(wp[i] + (size_t)b * 32));
-                __m256i wlo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
-                __m256i whi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));
-#pragma GCC unroll 8
-                for (int t = 0; t < TT; t++) {
-                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(wlo, xv[t]),
-                                                 _mm256_madd_epi16(whi, xv2[t]));
-                    acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), vd[t], acc[i][t]);
-                }
-                continue;
-            }
-            uint32_t g = b >> gsh;
-            int z = fmt == KN_W_Q4 ? zp[i][g] : KN_Q4_ZERO_SYM;
-            __m256i w = load_w4(wp[i], b, z);
-            __m256i aw = _mm256_abs_epi8(w);
-            __m256 ws = _mm256_set1_ps(_cvtsh_ss(sp[i][g]));
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                __m256i p = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[t], w)), ones);
-                acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                            _mm256_mul_ps(ws, vd[t]), acc[i][t]);
-            }
-        }
-    }
-    if (nb > nfull) { /* ragged last block: the scalar lanes */
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                int32_t lane[8];
-                kn_qdot_lanes(W, r + (uint32_t)i, nfull, xr[t] + (size_t)nfull * qb, lane);
-                __m256 s = _mm256_set1_ps(kn_qdot_scale(W, r + (uint32_t)i, nfull, dr[t][nfull]));
-                __m256 f = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)lane));
-                acc[i][t] = _mm256_fmadd_ps(f, s, acc[i][t]);
-            }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            float y = kn_hsum256(acc[i][t]);
-            if (fmt == KN_W_Q8)
-                y *= ((const float *)W->scales)[r + (uint32_t)i];
-            float *o = Y + (t0 + (size_t)t) * rows + r + i;
-            *o += y;
-        }
-}
-
-/* ---- decode: T <= 8 --------------------------------------------------------
- * Decode is bound by the weight stream, so these kernels read every weight
- * block from memory once per step for all T tokens, keep the accumulators
- * in named registers (qtile's 2-D array spills them to the stack at -O2:
- * a store and a reload on every FMA), and prefetch the same column of the
- * rows KN_PF_ROWS further on, i.e. the data the next row blocks need: rows
- * are contiguous, so this runs one block of rows ahead of the hardware
- * prefetcher, which rows of a few hundred bytes never let get going.  The
- * arithmetic per output element is qtile's, block for block (kn_qdot.h):
- * the result is bit-identical whichever kernel computes it. */
+/* Blocks per chunk: the tables below cover a chunk, and for T > 1 the
+ * chunk's 8 weight rows (8 KiB int4, 16 KiB int8) stay in L1 while the
+ * tokens go by. */
+#define KN_D2_CB 64
+/* x sums of a whole call kept when T * blocks fit (floats, 16 KiB). */
+#define KN_D2_SCAP 4096
+/* Blocks of the 8 rows unpacked or widened at a time for T > KN_D2_WT
+ * (int8: 8 KiB, int4: 4 KiB). */
+#define KN_D2_WB 16
+/* Above this many tokens the weights of a sub-chunk are unpacked (int4)
+ * or widened (int8) once for all of them (at T = 2 it measured even). */
+#define KN_D2_WT 2
+/* Rows ahead the weights are prefetched (into L2): the next pass. */
 #define KN_PF_ROWS 8
-
-/* Q8 block b of a row against int16 activations xa (columns 0-15), xb
- * (16-31): the 8 lane sums as floats. */
-KN_AI __m256 q8_lanes(const uint8_t *wrow, uint32_t b, __m256i xa, __m256i xb)
-{
-    __m256i w = _mm256_loadu_si256((const __m256i *)(wrow + (size_t)b * 32));
-    __m256i p = _mm256_add_epi32(
-        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), xa),
-        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)), xb));
-    return _mm256_cvtepi32_ps(p);
-}
-
-/* Q4/Q4S: the lane sums of unpacked codes w (aw = |w|) against int8 x. */
-KN_AI __m256 q4_lanes(__m256i w, __m256i aw, __m256i x)
-{
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(
-        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1)));
-}
-
-/* Q4/Q4S block b of row pointers (w4 codes, s f16 scales, z zeros or NULL):
- * the codes minus the zero, and the block's f16 scale as a float. */
-KN_AI __m256i q4_codes(const uint8_t *w4, const uint8_t *z, uint32_t b,
-                       int gsh, int fmt)
-{
-    return load_w4(w4, b, fmt == KN_W_Q4 ? z[b >> gsh] : KN_Q4_ZERO_SYM);
-}
 
 /* Into L2, as kn_ops_avx2.c's decode prefetch (which says why). */
 KN_AI void pf_row(const uint8_t *p)
@@ -226,300 +136,489 @@ KN_AI void pf_row(const uint8_t *p)
     _mm_prefetch((const char *)p, _MM_HINT_T1);
 }
 
-/* Blocks per batch of dec1_q4_rows's block parameters. */
-#define KN_D1_BLK 8
-#define KN_D1_MAXR 8 /* rows per x load, at most */
-
-/* The parameters of one batch of blocks of R <= 8 rows, as the inner loop
- * wants them: s[i][k] = f16 scale * xd[b0 + k] of row i (kn_qdot.h's s_b,
- * the same float product), z[i][k] = its zero as a float (Q4). */
-typedef struct d1_par {
-    _Alignas(32) float s[KN_D1_MAXR][KN_D1_BLK];
-    _Alignas(32) float z[KN_D1_MAXR][KN_D1_BLK];
-} d1_par;
-
-/* Row i's parameters of blocks [b0, b0 + n) (n <= 8) into s, z. */
-KN_AI void d1_params(const uint16_t *sr, const uint8_t *zr, const float *xd,
-                     uint32_t b0, uint32_t n, int gsh, float *s, float *z)
+/* The line at p of 8 rows rb bytes apart (the next pass's rows). */
+KN_AI void d2_pf8(const uint8_t *p, size_t rb)
 {
-    if (n == KN_D1_BLK && gsh == 0) { /* group 32: one vector each */
-        __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + b0)));
-        _mm256_store_ps(s, _mm256_mul_ps(sv, _mm256_loadu_ps(xd + b0)));
-        if (zr)
-            _mm256_store_ps(z, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                   _mm_loadl_epi64((const __m128i *)(zr + b0)))));
-        return;
-    }
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t g = (b0 + k) >> gsh;
-        s[k] = _cvtsh_ss(sr[g]) * xd[b0 + k];
-        if (zr)
-            z[k] = (float)zr[g];
-    }
-}
-
-/* The parameters of blocks [b0, min(b0 + 8, nb)) of R rows into P. */
-KN_AI void d1_params_rows(const uint16_t *s0, const uint8_t *z0, uint32_t ng,
-                          const float *xd, uint32_t b0, uint32_t nb, int gsh,
-                          d1_par *P, int R)
-{
-    const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
 #pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-        d1_params(s0 + (size_t)i * ng, z0 ? z0 + (size_t)i * ng : NULL, xd, b0, n,
-                  gsh, P->s[i], P->z[i]);
+    for (int i = 0; i < 8; i++)
+        pf_row(p + (size_t)i * rb);
 }
 
-/* acc + s * (A - z * S) for one block (blk: its 16 bytes), as below; Q4S
- * (z == NULL) subtracts 8 * S. */
-KN_AI __m256 d1_row(__m256 acc, const uint8_t *blk, __m256i xv, __m256 S,
-                    const float *z, const float *s)
+/* Int4 block b of rows j (lane 0) and j + 4 (lane 1) against one
+ * activation block split into xe (positions 0-15, the even columns) and
+ * xo (16-31, the odd ones), both broadcast to the two lanes: the codes
+ * unsigned (the low nibbles are the even columns, kn_quant.h), so each
+ * of the 8 int16 per lane is a sum of 4 products c * x, |.| <= 7680
+ * (maddubs cannot saturate: a pair is at most 2 * 15 * 128). */
+KN_AI void d2_q4codes(const uint8_t *a, const uint8_t *b, __m256i *lo, __m256i *hi)
 {
-    __m256i p = _mm256_maddubs_epi16(kn_avx2_q4_codes(blk), xv);
-    __m256 a = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-    __m256 zv = z ? _mm256_broadcast_ss(z) : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
-    return _mm256_fmadd_ps(_mm256_fnmadd_ps(zv, S, a), _mm256_broadcast_ss(s), acc);
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+        _mm_loadu_si128((const __m128i *)b), 1);
+    *lo = _mm256_and_si256(v, m);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
 }
 
-/* Blocks [b0, b0 + n) of the R rows w0 + i * rb with parameters P: n is
- * KN_D1_BLK (a constant: the loop unrolls, every address is a base
- * register plus a constant) or the ragged last batch. */
-KN_AI void d1_batch(const uint8_t *w0, size_t rb, const uint8_t *x, uint32_t b0,
-                    uint32_t n, const d1_par *P, int asym, __m256 *a, int R)
+KN_AI __m256i d2_q4prod(__m256i lo, __m256i hi, __m256i xe, __m256i xo)
+{
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+}
+
+KN_AI __m256i d2_q4pair(const uint8_t *a, const uint8_t *b, __m256i xe, __m256i xo)
+{
+    __m256i lo, hi;
+    d2_q4codes(a, b, &lo, &hi);
+    return d2_q4prod(lo, hi, xe, xo);
+}
+
+/* The 8 row sums (int32, rows 0..7 in order) of d2_q4pair's p0 (rows 0,
+ * 4), p1 (1, 5), p2 (2, 6), p3 (3, 7): two unpack-and-add levels on
+ * int16 pairs (sums of 8, then 16 products: |.| <= 30720, no overflow)
+ * that leave each row's two partials side by side, and one madd to
+ * int32. */
+KN_AI __m256i d2_tree16(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
+{
+    /* lane 0: rows 0 0 1 1 0 0 1 1, lane 1: rows 4 4 5 5 ... */
+    __m256i w0 = _mm256_add_epi16(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
+    /* lane 0: rows 2 2 3 3 ..., lane 1: rows 6 6 7 7 ... */
+    __m256i w1 = _mm256_add_epi16(_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
+    /* lane 0: rows 0 0 1 1 2 2 3 3, lane 1: rows 4 4 5 5 6 6 7 7 */
+    __m256i x = _mm256_add_epi16(_mm256_unpacklo_epi64(w0, w1), _mm256_unpackhi_epi64(w0, w1));
+    return _mm256_madd_epi16(x, _mm256_set1_epi16(1));
+}
+
+/* The 8 sums of m[i]'s 8 int32 lanes, in order (exact: kn_qdot.h bounds
+ * a block's sum by 2^27). */
+KN_AI __m256i d2_tree32(const __m256i m[8])
+{
+    __m256i a01 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
+    __m256i a23 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
+    __m256i a45 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[4], m[5]), _mm256_unpackhi_epi32(m[4], m[5]));
+    __m256i a67 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[6], m[7]), _mm256_unpackhi_epi32(m[6], m[7]));
+    /* per lane: 0 1 2 3 and 4 5 6 7, each half a row's partial */
+    __m256i b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
+    __m256i b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(a45, a67), _mm256_unpackhi_epi64(a45, a67));
+    return _mm256_add_epi32(_mm256_blend_epi32(b0, b1, 0xf0), _mm256_permute2x128_si256(b0, b1, 0x21));
+}
+
+/* Q8 block of row w (32 int8) against int16 activations xl (columns
+ * 0-15), xh (16-31): 8 int32 lanes of 4 products each. */
+KN_AI __m256i d2_q8row(const uint8_t *w, __m256i xl, __m256i xh)
+{
+    __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+    __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16)));
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, xl), _mm256_madd_epi16(hi, xh));
+}
+
+/* 8 rows of 8 floats transposed in place. */
+KN_AI void d2_tr8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* rows 0-3, rows 4-7 */
+        u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
+        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* A chunk's per-group parameters of the pass's 8 rows, rows in the
+ * lanes: sc[j][i] = f16 scale of group gA + j of row i as a float (the
+ * F16C conversion is exact, so sc * d is kn_qdot_scale's product),
+ * zf[j][i] its zero as a float (Q4). */
+typedef struct d2_tab {
+    _Alignas(32) float sc[KN_D2_CB][8];
+    _Alignas(32) float zf[KN_D2_CB][8];
+} d2_tab;
+
+/* Groups [gA, gA + n) of the 8 rows with scales s0 + i * ng, zeros
+ * z0 + i * ng (NULL: Q4S) into T. */
+KN_AI void d2_tab_fill(d2_tab *T, const uint16_t *s0, const uint8_t *z0,
+                       size_t ng, uint32_t gA, uint32_t n)
+{
+    uint32_t j = 0;
+    for (; j + 8 <= n; j += 8) { /* 8 groups: a transpose */
+        __m256 r[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            r[i] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s0 + (size_t)i * ng + gA + j)));
+        d2_tr8(r);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            _mm256_store_ps(T->sc[j + (uint32_t)i], r[i]);
+        if (!z0)
+            continue;
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            r[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i *)(z0 + (size_t)i * ng + gA + j))));
+        d2_tr8(r);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            _mm256_store_ps(T->zf[j + (uint32_t)i], r[i]);
+    }
+    for (; j < n; j++)
+        for (int i = 0; i < 8; i++) {
+            T->sc[j][i] = _cvtsh_ss(s0[(size_t)i * ng + gA + j]);
+            if (z0)
+                T->zf[j][i] = (float)z0[(size_t)i * ng + gA + j];
+        }
+}
+
+/* S[k] = sum of the 32 int8 activations of block k, k < n (x: block 0),
+ * as floats (exact: |S| <= 4096). */
+KN_AI void d2_xsums(const uint8_t *x, uint32_t n, float *S)
 {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    const size_t pf = KN_PF_ROWS * rb;
-    const uint8_t *p = w0 + (size_t)b0 * 16, *xb = x + (size_t)b0 * 32;
+    uint32_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256i m[8];
 #pragma GCC unroll 8
-    for (uint32_t k = 0; k < n; k++) {
-        const uint8_t *q = p + (size_t)k * 16;
-        if (((b0 + k) & 3) == 0)
-#pragma GCC unroll 8
-            for (int i = 0; i < R; i++)
-                pf_row(q + pf + (size_t)i * rb);
-        __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * 32));
-        __m256 S = _mm256_cvtepi32_ps(
-            _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16));
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
-            a[i] = d1_row(a[i], q + (size_t)i * rb, xv, S, asym ? &P->z[i][k] : NULL,
-                          &P->s[i][k]);
+        for (int i = 0; i < 8; i++)
+            m[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(
+                ones8, _mm256_loadu_si256((const __m256i *)(x + (size_t)(k + (uint32_t)i) * 32))), ones16);
+        _mm256_storeu_ps(S + k, _mm256_cvtepi32_ps(d2_tree32(m)));
+    }
+    for (; k < n; k++) {
+        int s = 0;
+        for (int i = 0; i < 32; i++)
+            s += ((const int8_t *)x)[(size_t)k * 32 + (size_t)i];
+        S[k] = (float)s;
     }
 }
 
-/* Q4/Q4S, one token, rows r .. r+R-1 (cols % 32 == 0): the batch-1 decode
- * kernel, where int4 is bound by instructions, not bytes.  Per block and
- * row it does what kn_qdot.h's lane sums need and no more:
- *   c = the 32 codes, unsigned, in nibble order (kn_avx2_q4_codes: no
- *       shuffle); A = madd(maddubs(c, x), 1): the lanes of q . x;
- *   S = the lanes of sum x (once per block for the R rows), so
- *   lane = fnmadd(zero, S, A) = A - zero * S: every term is an integer
- *       below 2^24, so this float equals (float) of the canonical integer
- *       lane sum(q - zero) * x exactly (no abs, sign or byte broadcast);
- *   acc = fma(lane, s_b, acc) with s_b from d1_params.
- * Why this order (1 thread, cache-resident 64 x 4096, g32, alternated with
- * the former loop: Q4 21.5 -> 27.0, Q4S 24.8 -> 30.2 Gweights/s;
- * docs/benchmarks.md): the vector ops of a block and row fit in ~2.1
- * cycles on Zen 3's four FP pipes, but the former loop took ~4.8: its
- * block loop ran a variable count with the row pointers, the parameter
- * pointers and x's pointer kept on the stack (reloaded every block, x's
- * advanced by a load-add-store of a stack slot: a chain through memory),
- * and it read each batch's parameters right after storing them.  Now a
- * full batch is a constant 8 blocks, unrolled, every address a register
- * plus a constant; the next batch's parameters are computed before this
- * batch runs (P[2]), so their loads never wait on a store.  What is left
- * (~3.8 cycles) is the block's ~25-cycle dependency chain: each op taken
- * off it (timing only) speeds the loop up; R = 8 rows spills.
- * Bit-identical to the other kernels (test_qdot checks it). */
-KN_AI void dec1_q4_rows(const kn_matrix *W, const uint8_t *x, const float *xd,
-                        float *Y, uint32_t r, int asym, int R)
+/* One pass: rows p .. p+7 (all in the matrix) for T <= 8 tokens, adding
+ * lanes [lo, hi) into Y (the others are a neighbour's rows, computed and
+ * dropped).  Per block and token, kn_qdot.h's arithmetic with rows in the
+ * lanes: A = the 8 exact integer sums of c * x (c the stored code; Q8:
+ * w * x); Q4/Q4S f = A - zero * S with S = the block's sum of x, in
+ * float: every term is an integer below 2^24, so f == (float)i_b
+ * exactly (and the code -128 of a non-finite input is no special case);
+ * Q8 f = cvt(A), the same rounding as the reference's (float)i_b; then
+ * acc = fma(f, s_b, acc), s_b = scale * d (one multiply).  Sall: the x
+ * sums of the call ([T][nb], Q4) or NULL (then per chunk). */
+KN_AI void d2_pass(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                   size_t T, float *Y, uint32_t p, uint32_t lo, uint32_t hi,
+                   int fmt, const float *Sall)
 {
-    const uint32_t nb = W->cols / KN_QK;
-    const size_t rb = kn_q4_row_bytes(W->cols);
-    const int gsh = __builtin_ctz(W->group) - 5;
-    const uint32_t ng = kn_q4_ngroups(W->cols, W->group);
-    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
-    const uint16_t *s0 = (const uint16_t *)W->scales + (size_t)r * ng;
-    const uint8_t *z0 = asym ? W->zeros + (size_t)r * ng : NULL;
-    d1_par P[2];
-    __m256 a[KN_D1_MAXR];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-        a[i] = _mm256_setzero_ps();
-    d1_params_rows(s0, z0, ng, xd, 0, nb, gsh, &P[0], R);
-    for (uint32_t b0 = 0, cur = 0; b0 < nb; b0 += KN_D1_BLK, cur ^= 1) {
-        const uint32_t n = nb - b0 < KN_D1_BLK ? nb - b0 : KN_D1_BLK;
-        if (b0 + KN_D1_BLK < nb)
-            d1_params_rows(s0, z0, ng, xd, b0 + KN_D1_BLK, nb, gsh, &P[cur ^ 1], R);
-        if (n == KN_D1_BLK)
-            d1_batch(w0, rb, x, b0, KN_D1_BLK, &P[cur], asym, a, R);
-        else
-            d1_batch(w0, rb, x, b0, n, &P[cur], asym, a, R);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-        Y[r + (uint32_t)i] += kn_hsum256(a[i]);
-}
-
-/* One token, rows r .. r+3: Y[r + i] += W[r + i] . x (cols % 32 == 0). */
-KN_AI void dec1_rows4(const kn_matrix *W, const uint8_t *x, const float *xd,
-                      float *Y, uint32_t r, int fmt)
-{
-    const uint32_t nb = W->cols / KN_QK;
-    const size_t rb = fmt == KN_W_Q8 ? W->cols : kn_q4_row_bytes(W->cols);
-    const size_t bs = fmt == KN_W_Q8 ? 32 : 16;          /* bytes per block */
-    const uint32_t lmask = fmt == KN_W_Q8 ? 1 : 3;       /* blocks per line - 1 */
-    const size_t pf = KN_PF_ROWS * rb;
-    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)r * rb;
-    const uint8_t *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    if (fmt == KN_W_Q8) {
-        for (uint32_t b = 0; b < nb; b++) {
-            if ((b & lmask) == 0) {
-                size_t o = (size_t)b * bs + pf;
-                pf_row(w0 + o), pf_row(w1 + o), pf_row(w2 + o), pf_row(w3 + o);
-            }
-            const __m256i *xp = (const __m256i *)(x + (size_t)b * 64);
-            __m256i xa = _mm256_loadu_si256(xp), xb = _mm256_loadu_si256(xp + 1);
-            __m256 d = _mm256_broadcast_ss(xd + b);
-            a0 = _mm256_fmadd_ps(q8_lanes(w0, b, xa, xb), d, a0);
-            a1 = _mm256_fmadd_ps(q8_lanes(w1, b, xa, xb), d, a1);
-            a2 = _mm256_fmadd_ps(q8_lanes(w2, b, xa, xb), d, a2);
-            a3 = _mm256_fmadd_ps(q8_lanes(w3, b, xa, xb), d, a3);
-        }
-        const float *qs = (const float *)W->scales + r;
-        Y[r] += kn_hsum256(a0) * qs[0];
-        Y[r + 1] += kn_hsum256(a1) * qs[1];
-        Y[r + 2] += kn_hsum256(a2) * qs[2];
-        Y[r + 3] += kn_hsum256(a3) * qs[3];
-        return;
-    }
-    dec1_q4_rows(W, x, xd, Y, r, fmt == KN_W_Q4, 4);
-}
-
-/* TT <= 8 tokens (a constant after inlining), one row: the row's blocks
- * are loaded and unpacked once for all the tokens (cols % 32 == 0). */
-KN_AI void decn_row(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                    float *Y, uint32_t r, int fmt, int TT)
-{
-    const uint32_t nb = W->cols / KN_QK, rows = W->rows;
+    const uint32_t nb = W->cols / KN_QK, nbt = kn_qact_blocks(W->cols);
     const size_t rb = fmt == KN_W_Q8 ? W->cols : kn_q4_row_bytes(W->cols);
     const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
-    const size_t xs = (size_t)nb * qb;                   /* bytes per token */
-    const size_t bs = fmt == KN_W_Q8 ? 32 : 16;
-    const uint32_t lmask = fmt == KN_W_Q8 ? 1 : 3;
-    const uint8_t *wr = (const uint8_t *)W->data + (size_t)r * rb;
+    const size_t xs = (size_t)nbt * qb;            /* activation bytes per token */
+    const size_t bs = fmt == KN_W_Q8 ? 32 : 16;    /* weight bytes per block */
+    const uint32_t lmask = fmt == KN_W_Q8 ? 1 : 3; /* blocks per line - 1 */
     const int gsh = fmt == KN_W_Q8 ? 0 : __builtin_ctz(W->group) - 5;
-    const uint32_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(W->cols, W->group);
-    const uint16_t *sr = fmt == KN_W_Q8 ? NULL : (const uint16_t *)W->scales + (size_t)r * ng;
-    const uint8_t *zr = fmt == KN_W_Q4 ? W->zeros + (size_t)r * ng : NULL;
+    const size_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(W->cols, W->group);
+    const uint8_t *w0 = (const uint8_t *)W->data + (size_t)p * rb;
+    const uint8_t *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;
+    const size_t r4 = 4 * rb, pf = KN_PF_ROWS * rb;
+    const uint16_t *s0 = fmt == KN_W_Q8 ? NULL : (const uint16_t *)W->scales + (size_t)p * ng;
+    const uint8_t *z0 = fmt == KN_W_Q4 ? W->zeros + (size_t)p * ng : NULL;
+    d2_tab tab;
+    _Alignas(32) float Sc[8][KN_D2_CB];
+    __m256i cb[KN_D2_WB][8]; /* int4 T > 2: codes of pairs j (lo, hi) */
     __m256 acc[8];
-#pragma GCC unroll 8
-    for (int t = 0; t < TT; t++)
+    for (size_t t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
-    for (uint32_t b = 0; b < nb; b++) {
-        if ((b & lmask) == 0)
-            pf_row(wr + (size_t)b * bs + (size_t)KN_PF_ROWS / 2 * rb);
-        const uint8_t *xb = xq + (size_t)b * qb;
-        if (fmt == KN_W_Q8) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(wr + (size_t)b * 32));
-            __m256i wlo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
-            __m256i whi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                const __m256i *xp = (const __m256i *)(xb + (size_t)t * xs);
-                __m256i p = _mm256_add_epi32(
-                    _mm256_madd_epi16(wlo, _mm256_loadu_si256(xp)),
-                    _mm256_madd_epi16(whi, _mm256_loadu_si256(xp + 1)));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                         _mm256_broadcast_ss(xd + (size_t)t * nb + b), acc[t]);
+    if (fmt == KN_W_Q8 && T == 2) {
+        /* both tokens from each widened row: rows 0-3 of tokens 0 and 1
+         * in the lanes of one tree, then rows 4-7 */
+        __m256 ah[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (uint32_t b = 0; b < nb; b++) {
+            const size_t o = (size_t)b * 32;
+            if ((b & 1) == 0) {
+                d2_pf8(w0 + o + pf, rb);
             }
+            const __m256i *x0 = (const __m256i *)(xq + (size_t)b * qb);
+            const __m256i *x1 = (const __m256i *)(xq + xs + (size_t)b * qb);
+            __m256i xl0 = _mm256_loadu_si256(x0), xh0 = _mm256_loadu_si256(x0 + 1);
+            __m256i xl1 = _mm256_loadu_si256(x1), xh1 = _mm256_loadu_si256(x1 + 1);
+            __m256 s = _mm256_blend_ps(_mm256_broadcast_ss(xd + b),
+                                       _mm256_broadcast_ss(xd + nbt + b), 0xf0);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i m[8];
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *w = w0 + (size_t)(4 * h + i) * rb + o;
+                    __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+                    __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16)));
+                    m[i] = _mm256_add_epi32(_mm256_madd_epi16(lo, xl0), _mm256_madd_epi16(hi, xh0));
+                    m[4 + i] = _mm256_add_epi32(_mm256_madd_epi16(lo, xl1), _mm256_madd_epi16(hi, xh1));
+                }
+                ah[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d2_tree32(m)), s, ah[h]);
+            }
+        }
+        acc[0] = _mm256_permute2f128_ps(ah[0], ah[1], 0x20);
+        acc[1] = _mm256_permute2f128_ps(ah[0], ah[1], 0x31);
+    } else if (fmt == KN_W_Q8 && T > KN_D2_WT) { /* widened once, for all the tokens */
+        /* wb[k][j][q]: columns 8q .. 8q+7 of rows j (lane 0) and j + 4
+         * (lane 1), int16, against x's columns 8q .. 8q+7 broadcast to
+         * both lanes (a load, no shuffle) */
+        _Alignas(32) int16_t wb[KN_D2_WB][4][4][16];
+        for (uint32_t b0 = 0; b0 < nb; b0 += KN_D2_WB) {
+            const uint32_t n = nb - b0 < KN_D2_WB ? nb - b0 : KN_D2_WB;
+            for (uint32_t k = 0; k < n; k++) {
+                const size_t o = (size_t)(b0 + k) * 32;
+                if (((b0 + k) & 1) == 0) {
+                    d2_pf8(w0 + o + pf, rb);
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *w = w0 + (size_t)j * rb + o;
+                    __m256i va = _mm256_loadu_si256((const __m256i *)w);
+                    __m256i vb = _mm256_loadu_si256((const __m256i *)(w + r4));
+                    __m256i t0 = _mm256_unpacklo_epi64(va, vb), t1 = _mm256_unpackhi_epi64(va, vb);
+                    __m256i *d = (__m256i *)wb[k][j];
+                    _mm256_store_si256(d, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(t0)));
+                    _mm256_store_si256(d + 1, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(t1)));
+                    _mm256_store_si256(d + 2, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(t0, 1)));
+                    _mm256_store_si256(d + 3, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(t1, 1)));
+                }
+            }
+            for (size_t t = 0; t < T; t++) {
+                const uint8_t *xt = xq + t * xs;
+                const float *dt = xd + t * nbt;
+                __m256 a = acc[t];
+                for (uint32_t k = 0; k < n; k++) {
+                    const __m128i *xp = (const __m128i *)(xt + (size_t)(b0 + k) * qb);
+                    __m256i x[4];
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+                        x[q] = _mm256_broadcastsi128_si256(_mm_loadu_si128(xp + q));
+                    __m256i pr[4];
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) {
+                        const __m256i *wv = (const __m256i *)wb[k][j];
+                        pr[j] = _mm256_add_epi32(
+                            _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(wv), x[0]),
+                                             _mm256_madd_epi16(_mm256_load_si256(wv + 1), x[1])),
+                            _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(wv + 2), x[2]),
+                                             _mm256_madd_epi16(_mm256_load_si256(wv + 3), x[3])));
+                    }
+                    /* lanes: rows 0 1 0 1 | 4 5 4 5, then 2 3 2 3 | 6 7 6 7 */
+                    __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi32(pr[0], pr[1]),
+                                                 _mm256_unpackhi_epi32(pr[0], pr[1]));
+                    __m256i v = _mm256_add_epi32(_mm256_unpacklo_epi32(pr[2], pr[3]),
+                                                 _mm256_unpackhi_epi32(pr[2], pr[3]));
+                    __m256i A = _mm256_add_epi32(_mm256_unpacklo_epi64(u, v), _mm256_unpackhi_epi64(u, v));
+                    a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A), _mm256_broadcast_ss(dt + b0 + k), a);
+                }
+                acc[t] = a;
+            }
+        }
+    }
+    for (uint32_t b0 = 0; b0 < nb && !(fmt == KN_W_Q8 && T > 1); b0 += KN_D2_CB) {
+        const uint32_t n = nb - b0 < KN_D2_CB ? nb - b0 : KN_D2_CB;
+        const uint32_t gA = b0 >> gsh;
+        if (fmt != KN_W_Q8) {
+            d2_tab_fill(&tab, s0, z0, ng, gA, ((b0 + n - 1) >> gsh) - gA + 1);
+            if (!Sall)
+                for (size_t t = 0; t < T; t++)
+                    d2_xsums(xq + t * xs + (size_t)b0 * qb, n, Sc[t]);
+        }
+        if (fmt != KN_W_Q8 && T == 2) { /* each pair's codes for both tokens */
+            const float *S0 = Sall ? Sall + b0 : Sc[0], *S1 = Sall ? Sall + nb + b0 : Sc[1];
+            __m256 a0 = acc[0], a1 = acc[1];
+            for (uint32_t k = 0; k < n; k++) {
+                const uint32_t b = b0 + k;
+                const size_t o = (size_t)b * bs;
+                if ((b & lmask) == 0) {
+                    d2_pf8(w0 + o + pf, rb);
+                }
+                const uint8_t *xb0 = xq + (size_t)b * qb, *xb1 = xb0 + xs;
+                __m256i xe0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb0));
+                __m256i xo0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb0 + 16)));
+                __m256i xe1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb1));
+                __m256i xo1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb1 + 16)));
+                __m256i p0[4], p1[4];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    __m256i lo, hi;
+                    const uint8_t *w = w0 + (size_t)j * rb + o;
+                    d2_q4codes(w, w + r4, &lo, &hi);
+                    p0[j] = d2_q4prod(lo, hi, xe0, xo0);
+                    p1[j] = d2_q4prod(lo, hi, xe1, xo1);
+                }
+                const uint32_t j = (b >> gsh) - gA;
+                __m256 z = fmt == KN_W_Q4 ? _mm256_load_ps(tab.zf[j])
+                                          : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
+                __m256 sc = _mm256_load_ps(tab.sc[j]);
+                __m256 f0 = _mm256_fnmadd_ps(z, _mm256_broadcast_ss(S0 + k),
+                                             _mm256_cvtepi32_ps(d2_tree16(p0[0], p0[1], p0[2], p0[3])));
+                __m256 f1 = _mm256_fnmadd_ps(z, _mm256_broadcast_ss(S1 + k),
+                                             _mm256_cvtepi32_ps(d2_tree16(p1[0], p1[1], p1[2], p1[3])));
+                a0 = _mm256_fmadd_ps(f0, _mm256_mul_ps(sc, _mm256_broadcast_ss(xd + b)), a0);
+                a1 = _mm256_fmadd_ps(f1, _mm256_mul_ps(sc, _mm256_broadcast_ss(xd + nbt + b)), a1);
+            }
+            acc[0] = a0, acc[1] = a1;
             continue;
         }
-        __m256i c = q4_codes(wr, zr, b, gsh, fmt), ac = _mm256_abs_epi8(c);
-        __m256 ws = _mm256_set1_ps(_cvtsh_ss(sr[b >> gsh]));
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)t * xs));
-            acc[t] = _mm256_fmadd_ps(
-                q4_lanes(c, ac, xv),
-                _mm256_mul_ps(ws, _mm256_broadcast_ss(xd + (size_t)t * nb + b)), acc[t]);
+        /* int4, T > 2: the codes unpacked once per sub-chunk, for all the tokens */
+        const int buf = fmt != KN_W_Q8 && T > KN_D2_WT;
+        const uint32_t sub = buf ? KN_D2_WB : n;
+        for (uint32_t k0 = 0; k0 < n; k0 += sub) {
+            const uint32_t k1 = n - k0 < sub ? n : k0 + sub;
+            if (buf)
+                for (uint32_t k = k0; k < k1; k++) {
+                    const size_t o = (size_t)(b0 + k) * bs;
+                    if (((b0 + k) & lmask) == 0) {
+                        d2_pf8(w0 + o + pf, rb);
+                    }
+                    d2_q4codes(w0 + o, w0 + o + r4, &cb[k - k0][0], &cb[k - k0][1]);
+                    d2_q4codes(w1 + o, w1 + o + r4, &cb[k - k0][2], &cb[k - k0][3]);
+                    d2_q4codes(w2 + o, w2 + o + r4, &cb[k - k0][4], &cb[k - k0][5]);
+                    d2_q4codes(w3 + o, w3 + o + r4, &cb[k - k0][6], &cb[k - k0][7]);
+                }
+            for (size_t t = 0; t < T; t++) {
+                const uint8_t *xt = xq + t * xs;
+                const float *dt = xd + t * nbt;
+                const float *St = Sall ? Sall + t * nb + b0 : Sc[t];
+                __m256 a = acc[t];
+                for (uint32_t k = k0; k < k1; k++) {
+                    const uint32_t b = b0 + k;
+                    const size_t o = (size_t)b * bs;
+                    if (!buf && t == 0 && (b & lmask) == 0) {
+                        d2_pf8(w0 + o + pf, rb);
+                    }
+                    const uint8_t *xb = xt + (size_t)b * qb;
+                    __m256 f, s;
+                    if (fmt == KN_W_Q8) {
+                        __m256i xl = _mm256_loadu_si256((const __m256i *)xb);
+                        __m256i xh = _mm256_loadu_si256((const __m256i *)xb + 1);
+                        __m256i m[8];
+                        m[0] = d2_q8row(w0 + o, xl, xh);
+                        m[1] = d2_q8row(w1 + o, xl, xh);
+                        m[2] = d2_q8row(w2 + o, xl, xh);
+                        m[3] = d2_q8row(w3 + o, xl, xh);
+                        m[4] = d2_q8row(w0 + o + r4, xl, xh);
+                        m[5] = d2_q8row(w1 + o + r4, xl, xh);
+                        m[6] = d2_q8row(w2 + o + r4, xl, xh);
+                        m[7] = d2_q8row(w3 + o + r4, xl, xh);
+                        f = _mm256_cvtepi32_ps(d2_tree32(m));
+                        s = _mm256_broadcast_ss(dt + b);
+                    } else {
+                        __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb));
+                        __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb + 16)));
+                        __m256i A;
+                        if (buf) {
+                            const __m256i *c = cb[k - k0];
+                            A = d2_tree16(d2_q4prod(c[0], c[1], xe, xo), d2_q4prod(c[2], c[3], xe, xo),
+                                          d2_q4prod(c[4], c[5], xe, xo), d2_q4prod(c[6], c[7], xe, xo));
+                        } else {
+                            A = d2_tree16(d2_q4pair(w0 + o, w0 + o + r4, xe, xo),
+                                          d2_q4pair(w1 + o, w1 + o + r4, xe, xo),
+                                          d2_q4pair(w2 + o, w2 + o + r4, xe, xo),
+                                          d2_q4pair(w3 + o, w3 + o + r4, xe, xo));
+                        }
+                        const uint32_t j = (b >> gsh) - gA;
+                        __m256 z = fmt == KN_W_Q4 ? _mm256_load_ps(tab.zf[j])
+                                                  : _mm256_set1_ps((float)KN_Q4_ZERO_SYM);
+                        f = _mm256_fnmadd_ps(z, _mm256_broadcast_ss(St + k), _mm256_cvtepi32_ps(A));
+                        s = _mm256_mul_ps(_mm256_load_ps(tab.sc[j]), _mm256_broadcast_ss(dt + b));
+                    }
+                    a = _mm256_fmadd_ps(f, s, a);
+                }
+                acc[t] = a;
+            }
         }
     }
-    float qs = fmt == KN_W_Q8 ? ((const float *)W->scales)[r] : 1.0f;
-#pragma GCC unroll 8
-    for (int t = 0; t < TT; t++) {
-        float y = kn_hsum256(acc[t]);
+    if (nbt > nb) /* the ragged last block: the scalar lanes */
+        for (size_t t = 0; t < T; t++) {
+            _Alignas(32) int32_t ib[8];
+            _Alignas(32) float sb[8];
+            for (uint32_t i = 0; i < 8; i++) {
+                int32_t lane[8];
+                kn_qdot_lanes(W, p + i, nb, xq + t * xs + (size_t)nb * qb, lane);
+                ib[i] = lane[0] + lane[1] + lane[2] + lane[3] + lane[4] + lane[5] + lane[6] + lane[7];
+                sb[i] = kn_qdot_scale(W, p + i, nb, xd[t * nbt + nb]);
+            }
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)ib)),
+                                     _mm256_load_ps(sb), acc[t]);
+        }
+    for (size_t t = 0; t < T; t++) {
+        _Alignas(32) float y[8];
+        __m256 v = acc[t];
         if (fmt == KN_W_Q8)
-            y *= qs;
-        Y[(size_t)t * rows + r] += y;
+            v = _mm256_mul_ps(v, _mm256_loadu_ps((const float *)W->scales + p));
+        _mm256_store_ps(y, v);
+        float *yt = Y + t * W->rows + p;
+        for (uint32_t i = lo; i < hi; i++)
+            yt[i] += y[i];
     }
 }
 
-/* Rows [r0, r1) of T <= 8 tokens on full 32-column blocks. */
-KN_AI void dec_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
+/* Rows [r0, r1) of T <= 8 tokens, passes of 8 rows (W->rows >= 8). */
+KN_AI void d2_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
                    size_t T, float *Y, uint32_t r0, uint32_t r1, int fmt)
 {
-    uint32_t r = r0;
-    if (T == 1) {
-        for (; r + 4 <= r1; r += 4)
-            dec1_rows4(W, xq, xd, Y, r, fmt);
-        for (; r < r1; r++)
-            decn_row(W, xq, xd, Y, r, fmt, 1);
-        return;
+    const uint32_t nb = W->cols / KN_QK, nbt = kn_qact_blocks(W->cols);
+    float Sall[KN_D2_SCAP];
+    const int whole = fmt != KN_W_Q8 && T * nb <= KN_D2_SCAP;
+    if (whole)
+        for (size_t t = 0; t < T; t++)
+            d2_xsums(xq + t * (size_t)nbt * KN_QK, nb, Sall + t * nb);
+    for (uint32_t r = r0; r < r1; r += 8) {
+        uint32_t p = r + 8 <= W->rows ? r : W->rows - 8;
+        uint32_t hi = (r1 < p + 8 ? r1 : p + 8) - p;
+        d2_pass(W, xq, xd, T, Y, p, r - p, hi, fmt, whole ? Sall : NULL);
     }
-#define KN_DN(tt)                                                              \
-    case tt:                                                                   \
-        for (; r < r1; r++)                                                    \
-            decn_row(W, xq, xd, Y, r, fmt, tt);                                \
-        break;
-    switch (T) {
-        KN_DN(2) KN_DN(3) KN_DN(4) KN_DN(5) KN_DN(6) KN_DN(7) default: KN_DN(8)
-    }
-#undef KN_DN
 }
 
-/* Rows [r0, r1) x all tokens for one format: 4-row blocks, 3-token tiles. */
-KN_AI void qrows_fmt(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                     size_t T, float *Y, uint32_t r0, uint32_t r1, int fmt)
+/* Matrices of fewer than 8 rows: the reference's arithmetic, scalar. */
+static void d2_small(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     size_t T, float *Y, uint32_t r0, uint32_t r1)
 {
-    uint32_t r = r0;
-    for (; r + KN_QR <= r1; r += KN_QR) {
-        size_t t = 0;
-        for (; t + KN_QT <= T; t += KN_QT)
-            qtile(W, xq, xd, Y, r, t, fmt, KN_QR, KN_QT);
-        if (T - t == 2)
-            qtile(W, xq, xd, Y, r, t, fmt, KN_QR, 2);
-        else if (T - t == 1)
-            qtile(W, xq, xd, Y, r, t, fmt, KN_QR, 1);
-    }
-    for (; r < r1; r++) {
-        size_t t = 0;
-        for (; t + KN_QT <= T; t += KN_QT)
-            qtile(W, xq, xd, Y, r, t, fmt, 1, KN_QT);
-        if (T - t == 2)
-            qtile(W, xq, xd, Y, r, t, fmt, 1, 2);
-        else if (T - t == 1)
-            qtile(W, xq, xd, Y, r, t, fmt, 1, 1);
-    }
+    const uint32_t nbt = kn_qact_blocks(W->cols);
+    const size_t qb = W->fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t r = r0; r < r1; r++) {
+            float acc = 0.0f;
+            for (uint32_t b = 0; b < nbt; b++) {
+                int32_t lane[8], ib = 0;
+                kn_qdot_lanes(W, r, b, xq + (t * nbt + b) * qb, lane);
+                for (int l = 0; l < 8; l++)
+                    ib += lane[l];
+                acc = fmaf((float)ib, kn_qdot_scale(W, r, b, xd[t * nbt + b]), acc);
+            }
+            if (W->fmt == KN_W_Q8)
+                acc *= ((const float *)W->scales)[r];
+            Y[t * W->rows + r] += acc;
+        }
 }
 
 void kn_avx2_matmul_q_rows(const kn_matrix *W, const void *xq,
                            const float *xd, size_t T, float *Y, uint32_t r0,
                            uint32_t r1)
 {
+    const uint32_t nbt = kn_qact_blocks(W->cols);
+    const size_t xs = (size_t)nbt * (W->fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK);
     const uint8_t *q = xq;
-    if (T <= 8 && W->cols % KN_QK == 0) {
-        switch (W->fmt) {
-        case KN_W_Q8: dec_fmt(W, q, xd, T, Y, r0, r1, KN_W_Q8); break;
-        case KN_W_Q4: dec_fmt(W, q, xd, T, Y, r0, r1, KN_W_Q4); break;
-        default: dec_fmt(W, q, xd, T, Y, r0, r1, KN_W_Q4S); break;
-        }
+    if (W->rows < 8) {
+        d2_small(W, q, xd, T, Y, r0, r1);
         return;
     }
-    switch (W->fmt) {
-    case KN_W_Q8: qrows_fmt(W, q, xd, T, Y, r0, r1, KN_W_Q8); break;
-    case KN_W_Q4: qrows_fmt(W, q, xd, T, Y, r0, r1, KN_W_Q4); break;
-    default: qrows_fmt(W, q, xd, T, Y, r0, r1, KN_W_Q4S); break;
+    for (size_t t0 = 0; t0 < T; t0 += 8) { /* 8 tokens at a time */
+        size_t n = T - t0 < 8 ? T - t0 : 8;
+        const uint8_t *qt = q + t0 * xs;
+        const float *dt = xd + t0 * nbt;
+        float *yt = Y + t0 * W->rows;
+        switch (W->fmt) {
+        case KN_W_Q8: d2_rows(W, qt, dt, n, yt, r0, r1, KN_W_Q8); break;
+        case KN_W_Q4: d2_rows(W, qt, dt, n, yt, r0, r1, KN_W_Q4); break;
+        default: d2_rows(W, qt, dt, n, yt, r0, r1, KN_W_Q4S); break;
+        }
     }
 }

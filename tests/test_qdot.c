@@ -238,6 +238,37 @@ static void test_qdot_avx2_gemm_bit_identical_to_reference(void **state)
     run_bits_suite(0, 1);
 }
 
+/* The AVX2 decode (kn_qdot_avx2.c) where its own boundaries lie: rows in
+ * passes of 8 (13 and 20 rows: a last pass moved back over its
+ * neighbour's rows, thread ranges of 4 and 8), chunks of 64 blocks for
+ * the transposed scales (600 blocks: several chunks and a short one, 600
+ * groups of 32 then 300 of 64), the x sums of the whole call (T * 600 <=
+ * 4096, T <= 6) or of each chunk (T = 7, 8), sub-chunks of 16 blocks for
+ * T > 2, and a ragged last block; 1-3 threads. */
+static void test_qdot_avx2_decode_chunks_bit_identical(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    static const uint32_t rows[] = {13, 20};
+    kn_pool *p2 = kn_pool_create(2), *p3 = kn_pool_create(3);
+    assert_true(p2 && p3);
+    kn_set_no_avx512(1);
+    for (size_t f = 0; f < 3; f++)
+        for (uint32_t g = 32; g <= (fmts[f] == KN_W_Q8 ? 32u : 64u); g *= 2)
+            for (size_t r = 0; r < 2; r++) {
+                tu_tmat t = tu_tmat_make(&g_rng, fmts[f], rows[r], 32 * 599 + 7, g);
+                for (size_t T = 1; T <= 8; T++) {
+                    check_bits(NULL, &t, T);
+                    check_bits(r ? p3 : p2, &t, T);
+                }
+                tu_tmat_free(&t);
+            }
+    kn_set_no_avx512(0);
+    kn_pool_free(p2);
+    kn_pool_free(p3);
+}
+
 static void test_qdot_avx512_decode_bit_identical_to_reference(void **state)
 {
     (void)state;
@@ -629,6 +660,7 @@ int main(void)
         cmocka_unit_test_teardown(test_qact_avx2_matches_reference_bytes, reset_switches),
         cmocka_unit_test_teardown(test_qact_known_values, reset_switches),
         cmocka_unit_test_teardown(test_qdot_avx2_decode_bit_identical_to_reference, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_decode_chunks_bit_identical, reset_switches),
         cmocka_unit_test_teardown(test_qdot_avx2_gemm_bit_identical_to_reference, reset_switches),
         cmocka_unit_test_teardown(test_qdot_avx512_decode_bit_identical_to_reference, reset_switches),
         cmocka_unit_test_teardown(test_qdot_avx512_gemm_bit_identical_to_reference, reset_switches),
