@@ -167,202 +167,302 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 
 /* ---- quantized activations ------------------------------------------------ */
 
-#define KN_QP_ROWS 4   /* weight rows unpacked at once */
-#define KN_QP_BLK 64   /* 32-column blocks unpacked at once */
-#define KN_QP_TP 64    /* tokens per panel */
-#define KN_QP_TMAX 3   /* widest register tile: tokens (qmicro says which) */
-#define KN_QP_TB8 2    /* register tile, Q8: tokens */
-#define KN_QP_TB4 3    /* register tile, Q4/Q4S: tokens */
+#define KN_QP_R 8    /* rows of a weight panel: the 8 lanes of a ymm */
+#define KN_QP_RS 64  /* rows whose float accumulators wait in memory */
+#define KN_QP_BLK 32 /* 32-column blocks of a weight panel */
+#define KN_QP_TP 64  /* tokens per panel */
+#define KN_QP_TT 4   /* register tile: tokens (x 8 rows) */
 
-/* 4 rows x 64 blocks of unpacked weights: Q4/Q4S |w| and w as signed
- * bytes (64 bytes a block), Q8 the bytes widened to int16 (64 bytes); the
- * blocks' f16 scales as floats (Q4/Q4S).  16.5 KiB: stays in L1 while the
- * token tiles go by. */
+/* One weight panel, 8 rows x KN_QP_BLK blocks, transposed so that lane i
+ * of a vector is row i: per block, Q4/Q4S 8 vectors (vector k = the 8
+ * rows' unsigned codes at positions 4k .. 4k+3 of kn_qdot.h's nibble
+ * order), Q8 16 vectors (vector k = the 8 rows' weights of columns 2k,
+ * 2k+1 as int16); Q4/Q4S also the blocks' f16 scales as floats and
+ * -zero in the low int16 of each lane.  Rows past the matrix are zeros.
+ * 17 KiB: in L1 while the token tiles go by. */
 typedef struct kn_qpanel {
-    _Alignas(64) uint8_t w[KN_QP_ROWS][KN_QP_BLK][64];
-    float s[KN_QP_ROWS][KN_QP_BLK];
+    _Alignas(32) uint8_t w[KN_QP_BLK][16][32];
+    _Alignas(32) float s[KN_QP_BLK][KN_QP_R];
+    _Alignas(32) int32_t nz[KN_QP_BLK][KN_QP_R];
 } kn_qpanel;
 
-/* Unpack rows r .. r+R-1, full blocks [b0, b0 + nb) into P. */
-KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
-                       uint32_t b0, uint32_t nb, int fmt)
+/* r[i] = row i's 8 dwords -> r[k] = dword k of rows 0..7. */
+KN_AI void t8x8(__m256i r[8])
 {
-    const uint32_t cols = W->cols;
-    const int gsh = fmt == KN_W_Q8 ? 0 : __builtin_ctz(W->group) - 5;
-    const uint32_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(cols, W->group);
-    const size_t rbytes = fmt == KN_W_Q8 ? cols : kn_q4_row_bytes(cols);
-    for (int i = 0; i < R; i++) {
-        const uint8_t *row = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rbytes;
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* t[2i]: rows 2i, 2i+1 dwords 0, 1 | 4, 5; t[2i+1]: 2, 3 | 6, 7 */
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    /* u[4h + k]: rows 4h .. 4h+3, dword k | dword 4 + k */
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+/* Unpack and transpose rows r .. r+R-1 (R <= 8), blocks [b0, b0 + nb)
+ * into P.  The ragged last block (cols % 32) is copied into a zeroed
+ * buffer first: no read past the row, and its missing columns meet the
+ * activations' zero padding. */
+static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
+                        uint32_t b0, uint32_t nb)
+{
+    const uint32_t cols = W->cols, nfull = cols / KN_QK;
+    if (W->fmt == KN_W_Q8) {
         for (uint32_t j = 0; j < nb; j++) {
-            uint32_t b = b0 + j;
-            __m256i *o = (__m256i *)P->w[i][j];
-            if (fmt == KN_W_Q8) {
-                __m256i w = _mm256_loadu_si256((const __m256i *)(row + (size_t)b * 32));
-                _mm256_store_si256(o, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)));
-                _mm256_store_si256(o + 1, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)));
+            const uint32_t b = b0 + j;
+            __m256i lo[8], hi[8];
+            for (int i = 0; i < KN_QP_R; i++) {
+                __m256i w = _mm256_setzero_si256();
+                if (i < R) {
+                    const int8_t *src = (const int8_t *)W->data +
+                                        (size_t)(r + (uint32_t)i) * cols + (size_t)b * KN_QK;
+                    if (b < nfull) {
+                        w = _mm256_loadu_si256((const __m256i *)src);
+                    } else {
+                        _Alignas(32) int8_t tmp[KN_QK] = {0};
+                        memcpy(tmp, src, cols - b * KN_QK);
+                        w = _mm256_load_si256((const __m256i *)tmp);
+                    }
+                }
+                lo[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
+                hi[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));
+            }
+            t8x8(lo);
+            t8x8(hi);
+            for (int k = 0; k < 8; k++) {
+                _mm256_store_si256((__m256i *)P->w[j][k], lo[k]);
+                _mm256_store_si256((__m256i *)P->w[j][8 + k], hi[k]);
+            }
+        }
+        return;
+    }
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(cols, W->group);
+    const size_t rb = kn_q4_row_bytes(cols);
+    for (uint32_t j = 0; j < nb; j++) {
+        const uint32_t b = b0 + j;
+        __m256i c[8];
+        for (int i = 0; i < KN_QP_R; i++) {
+            if (i >= R) {
+                c[i] = _mm256_setzero_si256();
+                P->s[j][i] = 0.0f;
+                P->nz[j][i] = 0;
                 continue;
             }
-            size_t gi = (size_t)(r + (uint32_t)i) * ng + (b >> gsh);
-            int z = fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
-            __m256i w = _mm256_sub_epi8(kn_avx2_q4_codes(row + (size_t)b * 16),
-                                        _mm256_set1_epi8((char)z));
-            _mm256_store_si256(o, _mm256_abs_epi8(w));
-            _mm256_store_si256(o + 1, w);
-            P->s[i][j] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+            const size_t ri = r + (uint32_t)i, gi = ri * ng + (b >> gsh);
+            const uint8_t *src = (const uint8_t *)W->data + ri * rb + (size_t)b * 16;
+            if (b < nfull) {
+                c[i] = kn_avx2_q4_codes(src);
+            } else {
+                uint8_t tmp[16] = {0};
+                memcpy(tmp, src, rb - (size_t)b * 16);
+                c[i] = kn_avx2_q4_codes(tmp);
+            }
+            int z = W->fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
+            P->s[j][i] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+            P->nz[j][i] = (int32_t)(uint16_t)(int16_t)-z;
+        }
+        t8x8(c);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)P->w[j][k], c[k]);
+    }
+}
+
+/* The 8 int32 sums of the quads (4 bytes) of one int8 activation block. */
+KN_AI __m256i quad_sums(const uint8_t *x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                                  _mm256_loadu_si256((const __m256i *)x)),
+                             _mm256_set1_epi16(1));
+}
+
+/* sx[t][j] = the sum of the 32 int8 activations of token t, block b0 + j
+ * (t < tn, j < nb; xq at the panel's first token): the int4 kernels'
+ * zero correction.  Eight blocks at a time through an hadd tree. */
+static void qsums(const uint8_t *xq, size_t xstride, uint32_t b0, uint32_t nb,
+                  size_t tn, int32_t (*sx)[KN_QP_BLK])
+{
+    for (size_t t = 0; t < tn; t++) {
+        const uint8_t *x = xq + t * xstride + (size_t)b0 * KN_QK;
+        uint32_t j = 0;
+        for (; j + 8 <= nb; j += 8) {
+            __m256i v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = quad_sums(x + (size_t)(j + (uint32_t)k) * KN_QK);
+            __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
+                                           _mm256_hadd_epi32(v[2], v[3]));
+            __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),
+                                           _mm256_hadd_epi32(v[6], v[7]));
+            /* g0: blocks 0..3's low-lane sums | their high-lane sums */
+            _mm256_storeu_si256((__m256i *)&sx[t][j],
+                                _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20),
+                                                 _mm256_permute2x128_si256(g0, g1, 0x31)));
+        }
+        for (; j < nb; j++) {
+            __m256i v = quad_sums(x + (size_t)j * KN_QK);
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+            sx[t][j] = _mm_cvtsi128_si32(h);
         }
     }
 }
 
-/* acc[i][t] (8 floats each, in memory between calls) += blocks [0, nb)
- * of panel P against tokens t0 .. t0+TT-1 at blocks b0 ..: kn_qdot.h's
- * canonical arithmetic, block after block.
- *
- * What bounds it (measured on Zen 3, the machine class of
- * docs/benchmarks.md): the FMA, the float multiply, maddubs, madd, and
- * for the most part sign and the broadcasts, all share the two FMA pipes,
- * while the int32 add and the int->float convert go elsewhere.  Per block,
- * row and token Q8 needs madd + madd + fma (the token's broadcast shared
- * by the rows) and Q4 sign + maddubs + madd + mul (s_b = scale * d) + fma:
- * ~5 pipe ops per 32 multiply-adds against 4 for float FMA (8 a pipe op),
- * so int4 runs near the float GEMM's rate and no faster.  (Taking the
- * scale product out of the loop -- a table of s_b, broadcast from L1 --
- * measured the same: the broadcast costs what the multiply did.)  The tile
- * is KN_QP_ROWS rows x TT tokens, TT <= KN_QP_TB8 = 2 for Q8 (4 x 3 needs
- * 12 accumulators + 6 inputs + 3 scales and spilled; 4 x 2 measured
- * 1.05-1.27x faster at -O2 and -O3) and KN_QP_TB4 = 3 for Q4 (4 x 2 was
- * as fast at -O2 but 0.90-0.94x at -O3, which the Release build uses).
- */
-KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
-                  size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
-                  float *acc, size_t t0, int fmt, int R, int TT)
+KN_AI __m256i bcast32(const uint8_t *p)
 {
-    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* acc[u * KN_QP_RS + i] (u < TT tokens, i < 8 rows; in memory between
+ * column panels) += blocks [0, nb) of panel P, the blocks b0 .. of the
+ * activations of tokens xq, xq + xstride, ... (scales xd, xd + nbrow,
+ * ...; int4: block sums sx[u][j]): kn_qdot.h's block sums, one float
+ * chain per lane.  Per (8 rows, token, block) int4 takes 8 maddubs of
+ * the unsigned codes against the token's 4 activation bytes broadcast,
+ * summed as int16 (|8 x 2 x 15 x 128| < 2^15), one madd to int32, one
+ * madd for -zero x (block sum) -- i_b exact for every code, -128 too --,
+ * then convert, multiply s_b = scale x d, fma; Q8 16 madd of int16 pairs
+ * summed as int32, convert, fma. */
+KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
+                  const float *xd, uint32_t nbrow, const int32_t (*sx)[KN_QP_BLK],
+                  uint32_t b0, uint32_t nb, float *acc, int q8, int TT)
+{
+    const size_t qb = q8 ? 2 * KN_QK : KN_QK;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[KN_QP_ROWS][KN_QP_TMAX];
-    const uint8_t *xr[KN_QP_TMAX];
-    const float *dr[KN_QP_TMAX];
+    __m256 a[KN_QP_TT];
+    const uint8_t *xr[KN_QP_TT];
+    const float *dr[KN_QP_TT];
 #pragma GCC unroll 8
-    for (int t = 0; t < TT; t++) {
-        xr[t] = xq + (t0 + (size_t)t) * xstride + (size_t)b0 * qb;
-        dr[t] = xd + (t0 + (size_t)t) * nbrow + b0;
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
-            a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8);
+    for (int u = 0; u < TT; u++) {
+        a[u] = _mm256_load_ps(acc + (size_t)u * KN_QP_RS);
+        xr[u] = xq + (size_t)u * xstride + (size_t)b0 * qb;
+        dr[u] = xd + (size_t)u * nbrow + b0;
     }
     for (uint32_t j = 0; j < nb; j++) {
-        __m256i xv[KN_QP_TMAX], xv2[KN_QP_TMAX];
-        __m256 vd[KN_QP_TMAX];
+        __m256i p[KN_QP_TT];
+        if (q8) {
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) {
+                __m256i w = _mm256_load_si256((const __m256i *)P->w[j][k]);
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
-            xv[t] = _mm256_loadu_si256(xp);
-            if (fmt == KN_W_Q8)
-                xv2[t] = _mm256_loadu_si256(xp + 1);
-            vd[t] = _mm256_broadcast_ss(dr[t] + j);
+                for (int u = 0; u < TT; u++) {
+                    __m256i m = _mm256_madd_epi16(w, bcast32(xr[u] + (size_t)j * qb + 4 * k));
+                    p[u] = k ? _mm256_add_epi32(p[u], m) : m;
+                }
+            }
+#pragma GCC unroll 8
+            for (int u = 0; u < TT; u++)
+                a[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[u]),
+                                       _mm256_broadcast_ss(dr[u] + j), a[u]);
+            continue;
         }
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) {
-            const __m256i *wp = (const __m256i *)P->w[i][j];
-            if (fmt == KN_W_Q8) {
+        for (int k = 0; k < 8; k++) {
+            __m256i w = _mm256_load_si256((const __m256i *)P->w[j][k]);
 #pragma GCC unroll 8
-                for (int t = 0; t < TT; t++) {
-                    __m256i p = _mm256_add_epi32(
-                        _mm256_madd_epi16(_mm256_load_si256(wp), xv[t]),
-                        _mm256_madd_epi16(_mm256_load_si256(wp + 1), xv2[t]));
-                    a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), vd[t], a[i][t]);
-                }
-                continue;
+            for (int u = 0; u < TT; u++) {
+                __m256i m = _mm256_maddubs_epi16(w, bcast32(xr[u] + (size_t)j * qb + 4 * k));
+                p[u] = k ? _mm256_add_epi16(p[u], m) : m;
             }
-            __m256i aw = _mm256_load_si256(wp), w = _mm256_load_si256(wp + 1);
-            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
+        }
+        const __m256 s = _mm256_load_ps(P->s[j]);
+        const __m256i nz = _mm256_load_si256((const __m256i *)P->nz[j]);
 #pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                __m256i p = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[t], w)), ones);
-                a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
-            }
+        for (int u = 0; u < TT; u++) {
+            __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p[u], ones),
+                                         _mm256_madd_epi16(nz, _mm256_set1_epi32(sx[u][j])));
+            a[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i),
+                                   _mm256_mul_ps(s, _mm256_broadcast_ss(dr[u] + j)), a[u]);
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            _mm256_store_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8, a[i][t]);
+    for (int u = 0; u < TT; u++)
+        _mm256_store_ps(acc + (size_t)u * KN_QP_RS, a[u]);
 }
 
-static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, const float *xd,
-                       size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
-                       float *acc, size_t t0, int fmt, int R, int TT)
+static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
+                       const float *xd, uint32_t nbrow,
+                       const int32_t (*sx)[KN_QP_BLK], uint32_t b0,
+                       uint32_t nb, float *acc, int q8, int TT)
 {
-#define KN_QM(f, r, t)                                                         \
-    case (f) * 64 + (r) * 4 + (t):                                             \
-        qmicro(P, xq, xd, xstride, nbrow, b0, nb, acc, t0, f, r, t);           \
+#define KN_QM(f, t)                                                            \
+    case (f) * 8 + (t):                                                        \
+        qmicro(P, xq, xstride, xd, nbrow, sx, b0, nb, acc, f, t);              \
         break;
-#define KN_QF(f)                                                               \
-    KN_QM(f, 1, 1) KN_QM(f, 1, 2) KN_QM(f, 2, 1) KN_QM(f, 2, 2)                \
-    KN_QM(f, 3, 1) KN_QM(f, 3, 2) KN_QM(f, 4, 1) KN_QM(f, 4, 2)                \
-    KN_QM(f, 1, 3) KN_QM(f, 2, 3) KN_QM(f, 3, 3) KN_QM(f, 4, 3)
-    switch (fmt * 64 + R * 4 + TT) {
-        KN_QF(KN_W_Q8) KN_QF(KN_W_Q4) KN_QF(KN_W_Q4S)
+    switch (q8 * 8 + TT) {
+        KN_QM(0, 1) KN_QM(0, 2) KN_QM(0, 3) KN_QM(0, 4)
+        KN_QM(1, 1) KN_QM(1, 2) KN_QM(1, 3) KN_QM(1, 4)
     default: break;
     }
-#undef KN_QF
 #undef KN_QM
 }
 
-/* Rows r .. r+R-1 x tokens [t0, t1) (t1 - t0 <= KN_QP_TP); rows up to
- * r1 follow (their first weights are prefetched). */
-static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                  float *Y, uint32_t r, int R, uint32_t r1, size_t t0,
-                  size_t t1, kn_qpanel *P, float *acc)
-{
-    const int fmt = W->fmt;
-    const uint32_t nbrow = kn_qact_blocks(W->cols), nfull = W->cols / KN_QK;
-    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
-    const size_t xstride = (size_t)nbrow * qb;
-    const size_t tn = t1 - t0;
-    const size_t tb = fmt == KN_W_Q8 ? KN_QP_TB8 : KN_QP_TB4;
-    memset(acc, 0, (size_t)KN_QP_ROWS * KN_QP_TP * 8 * sizeof(float));
-    /* The Y lines written at the end, one per token and rows x 4 bytes
-     * apart (a cache miss each otherwise): into L2 now, long before. */
-    for (size_t t = 0; t < tn; t++)
-        _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + r), _MM_HINT_T1);
-    for (uint32_t b0 = 0; b0 < nfull; b0 += KN_QP_BLK) {
-        uint32_t nb = nfull - b0 < KN_QP_BLK ? nfull - b0 : KN_QP_BLK;
-        switch (fmt) {
-        case KN_W_Q8: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q8); break;
-        case KN_W_Q4: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4); break;
-        default: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4S); break;
-        }
-        /* the next panel's weights: the rest of these rows, or the
-         * next rows' first blocks */
-        uint32_t bn = b0 + nb, rn = r + (uint32_t)R;
-        kn_wpf pf = bn < nfull
-                        ? wpf_make(W, r, R, bn * KN_QK, KN_QK * (nfull - bn < KN_QP_BLK ? nfull - bn : KN_QP_BLK))
-                        : wpf_make(W, rn, rn < r1 ? (int)(r1 - rn < KN_QP_ROWS ? r1 - rn : KN_QP_ROWS) : 0,
-                                   0, KN_QK * (nfull < KN_QP_BLK ? nfull : KN_QP_BLK));
-        uint32_t per = pf.total / (uint32_t)((tn + tb - 1) / tb) + 1;
-        for (size_t t = 0; t < tn; t += tb) {
-            int TT = tn - t < tb ? (int)(tn - t) : (int)tb;
-            wpf_some(&pf, per);
-            qmicro_any(P, xq + t0 * xstride, xd + t0 * nbrow, xstride, nbrow,
-                       b0, nb, acc, t, fmt, R, TT);
-        }
-    }
-    kn_qgemm_finish(W, xq, xd, Y, r, R, t0, tn, acc, KN_QP_TP);
-}
-
-void kn_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
+/* Token panels of KN_QP_TP outermost; in each, rows in groups of
+ * KN_QP_RS whose float accumulators (16 KiB) wait in memory while the
+ * column panels go by in block order (the chain's order); per column
+ * panel the int4 block sums of the panel's tokens once, then per 8 rows
+ * the weights transposed into P and every token tile against them. */
+void kn_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                     size_t T, float *Y, uint32_t r0, uint32_t r1)
 {
     kn_qpanel P;
-    _Alignas(64) float acc[KN_QP_ROWS * KN_QP_TP * 8];
+    _Alignas(32) float acc[KN_QP_TP * KN_QP_RS];
+    _Alignas(32) int32_t sx[KN_QP_TP][KN_QP_BLK];
+    const uint8_t *xq = xqv;
+    const int q8 = W->fmt == KN_W_Q8;
+    const uint32_t nbrow = kn_qact_blocks(W->cols);
+    const size_t xstride = (size_t)nbrow * (q8 ? 2 * KN_QK : KN_QK);
     for (size_t t0 = 0; t0 < T; t0 += KN_QP_TP) {
-        size_t t1 = T - t0 < KN_QP_TP ? T : t0 + KN_QP_TP;
-        for (uint32_t r = r0; r < r1; r += KN_QP_ROWS) {
-            int R = r1 - r < KN_QP_ROWS ? (int)(r1 - r) : KN_QP_ROWS;
-            qrows(W, xq, xd, Y, r, R, r1, t0, t1, &P, acc);
+        const size_t tn = T - t0 < KN_QP_TP ? T - t0 : KN_QP_TP;
+        const uint8_t *xt = xq + t0 * xstride;
+        const float *dt = xd + t0 * nbrow;
+        for (uint32_t rs = r0; rs < r1; rs += KN_QP_RS) {
+            const int RS = r1 - rs < KN_QP_RS ? (int)(r1 - rs) : KN_QP_RS;
+            memset(acc, 0, sizeof acc);
+            /* the Y lines written at the end, a cache miss each otherwise */
+            for (size_t t = 0; t < tn; t++)
+                for (int i = 0; i < RS; i += 16)
+                    _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + rs + (uint32_t)i),
+                                 _MM_HINT_T1);
+            for (uint32_t b0 = 0; b0 < nbrow; b0 += KN_QP_BLK) {
+                const uint32_t nb = nbrow - b0 < KN_QP_BLK ? nbrow - b0 : KN_QP_BLK;
+                if (!q8)
+                    qsums(xt, xstride, b0, nb, tn, sx);
+                for (int g = 0; g < RS; g += KN_QP_R) {
+                    const int R = RS - g < KN_QP_R ? RS - g : KN_QP_R;
+                    qpanel_fill(&P, W, rs + (uint32_t)g, R, b0, nb);
+                    /* the next panel's weights: the next 8 rows, else
+                     * the next column panel, else the next row group */
+                    uint32_t pr = rs + (uint32_t)g + KN_QP_R, pb = b0, pe = rs + (uint32_t)RS;
+                    if (g + KN_QP_R >= RS) {
+                        pr = rs, pb = b0 + nb;
+                        if (pb >= nbrow)
+                            pr = pe, pb = 0, pe = r1;
+                    }
+                    const uint32_t pn = nbrow - pb < KN_QP_BLK ? nbrow - pb : KN_QP_BLK;
+                    kn_wpf pf = wpf_make(W, pr, pr < pe ? (int)(pe - pr < KN_QP_R ? pe - pr : KN_QP_R) : 0,
+                                         pb * KN_QK, pn * KN_QK);
+                    const uint32_t per = pf.total / (uint32_t)((tn + KN_QP_TT - 1) / KN_QP_TT) + 1;
+                    for (size_t t = 0; t < tn; t += KN_QP_TT) {
+                        const int TT = tn - t < KN_QP_TT ? (int)(tn - t) : KN_QP_TT;
+                        wpf_some(&pf, per);
+                        qmicro_any(&P, xt + t * xstride, xstride, dt + t * nbrow, nbrow,
+                                   sx + t, b0, nb, acc + t * KN_QP_RS + (size_t)g, q8, TT);
+                    }
+                }
+            }
+            kn_qgemm_store(W, Y, rs, RS, t0, tn, acc, KN_QP_RS);
         }
     }
 }

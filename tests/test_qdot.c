@@ -160,6 +160,40 @@ static void test_qdot_gemm_panel_boundaries_bit_identical(void **state)
     kn_pool_free(p3);
 }
 
+/* The AVX2 GEMM's own boundaries (kn_gemm_avx2.c): rows over its
+ * 64-row accumulator groups (75 = 64 + 8 + 3, 130) and ragged 8-row
+ * panels, column panels of 32 blocks with a block-sum tail that is not a
+ * multiple of 8 blocks (33 + 1, 77 + 1) and a ragged last block, token
+ * tiles of 4 with every remainder (65, 66, 131, 10), groups up to 128,
+ * 1 and 3 threads; AVX-512 off.  The half of the test above that runs
+ * the AVX2 path, on more shapes. */
+static void test_qdot_avx2_gemm_panel_boundaries_bit_identical(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
+    static const uint32_t shapes[][2] = {
+        {11, 32 * 77 + 5}, {75, 32 * 33 + 17}, {130, 64}, {9, 31},
+    };
+    static const size_t Ts[] = {131, 65, 66, 10};
+    static const kn_wformat fmts[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
+    kn_pool *p3 = kn_pool_create(3);
+    assert_non_null(p3);
+    kn_set_no_avx512(1);
+    for (size_t f = 0; f < 3; f++)
+        for (uint32_t g = 32; g <= (fmts[f] == KN_W_Q8 ? 32u : 128u); g *= 2)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                tu_tmat t = tu_tmat_make(&g_rng, fmts[f], shapes[s][0], shapes[s][1], g);
+                for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+                    check_bits(NULL, &t, Ts[i]);
+                    if (i == 0)
+                        check_bits(p3, &t, Ts[i]);
+                }
+                tu_tmat_free(&t);
+            }
+    kn_set_no_avx512(0);
+    kn_pool_free(p3);
+}
+
 /* Every format, group and shape above against the reference, with the
  * token counts of one side of KN_GEMM_MIN_T: gemm = 0 the decode kernels
  * (T = 1..8), gemm = 1 the prefill GEMM (T = 9, 17). */
@@ -576,6 +610,7 @@ int main(void)
         cmocka_unit_test_teardown(test_qdot_close_to_float_matmul, reset_switches),
         cmocka_unit_test_teardown(test_qdot_rows_bit_identical_for_every_T, reset_switches),
         cmocka_unit_test_teardown(test_qdot_gemm_panel_boundaries_bit_identical, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_panel_boundaries_bit_identical, reset_switches),
         cmocka_unit_test_teardown(test_stories_int4_integer_path_kld_under_tenth_of_quant, reset_switches),
         cmocka_unit_test_teardown(test_stories_int8_integer_path_kld_under_tenth_of_quant, reset_switches),
     };
