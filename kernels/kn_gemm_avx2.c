@@ -167,23 +167,35 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 
 /* ---- quantized activations ------------------------------------------------ */
 
-#define KN_QP_R 8    /* rows of a weight panel: the 8 lanes of a ymm */
-#define KN_QP_RS 64  /* rows whose float accumulators wait in memory */
-#define KN_QP_BLK 32 /* 32-column blocks of a weight panel */
-#define KN_QP_TP 64  /* tokens per panel */
-#define KN_QP_TT 4   /* register tile: tokens (x 8 rows) */
+#define KN_QP_RG 8    /* rows of a row group: the 8 lanes of a ymm */
+#define KN_QP_NG 2    /* row groups of a weight panel */
+#define KN_QP_RS 64   /* rows whose float accumulators wait in memory */
+#define KN_QP_BLK4 32 /* 32-column blocks of a weight panel, int4 */
+#define KN_QP_BLK8 16 /* the same, Q8 (twice the bytes a block) */
+#define KN_QP_TP 64   /* tokens per panel */
+#ifndef KN_QP_NG4
+#define KN_QP_NG4 2   /* register tile, int4: row groups */
+#endif
+#ifndef KN_QP_TT4
+#define KN_QP_TT4 2   /* register tile, int4: tokens */
+#endif
+#ifndef KN_QP_TT8
+#define KN_QP_TT8 3   /* register tile, Q8: tokens (x 2 row groups) */
+#endif
+#define KN_QP_TTMAX 4
 
-/* One weight panel, 8 rows x KN_QP_BLK blocks, transposed so that lane i
- * of a vector is row i: per block, Q4/Q4S 8 vectors (vector k = the 8
+/* One weight panel, up to 16 rows (2 groups of 8) x KN_QP_BLK4 (int4) or
+ * KN_QP_BLK8 (Q8) blocks, transposed so that lane i of a vector is row i
+ * of its group: per block and group, int4 8 vectors (vector k = the 8
  * rows' unsigned codes at positions 4k .. 4k+3 of kn_qdot.h's nibble
  * order), Q8 16 vectors (vector k = the 8 rows' weights of columns 2k,
- * 2k+1 as int16); Q4/Q4S also the blocks' f16 scales as floats and
- * -zero in the low int16 of each lane.  Rows past the matrix are zeros.
- * 17 KiB: in L1 while the token tiles go by. */
+ * 2k+1 as int16), at w + ((block * 2 + group) * nk + k) * 32; int4 also
+ * the f16 scales as floats and -zero in the low int16 of each lane.  Rows
+ * past the matrix are zeros.  18 KiB: in L1 while the tokens go by. */
 typedef struct kn_qpanel {
-    _Alignas(32) uint8_t w[KN_QP_BLK][16][32];
-    _Alignas(32) float s[KN_QP_BLK][KN_QP_R];
-    _Alignas(32) int32_t nz[KN_QP_BLK][KN_QP_R];
+    _Alignas(32) uint8_t w[KN_QP_BLK4 * KN_QP_NG * 8 * 32];
+    _Alignas(32) float s[KN_QP_BLK4][KN_QP_NG * KN_QP_RG];
+    _Alignas(32) int32_t nz[KN_QP_BLK4][KN_QP_NG * KN_QP_RG];
 } kn_qpanel;
 
 /* r[i] = row i's 8 dwords -> r[k] = dword k of rows 0..7. */
@@ -208,19 +220,19 @@ KN_AI void t8x8(__m256i r[8])
     }
 }
 
-/* Unpack and transpose rows r .. r+R-1 (R <= 8), blocks [b0, b0 + nb)
- * into P.  The ragged last block (cols % 32) is copied into a zeroed
- * buffer first: no read past the row, and its missing columns meet the
- * activations' zero padding. */
+/* Unpack and transpose rows r .. r+R-1 (R <= 8) into row group h of P,
+ * blocks [b0, b0 + nb).  The ragged last block (cols % 32) is copied into
+ * a zeroed buffer first: no read past the row, and its missing columns
+ * meet the activations' zero padding. */
 static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
-                        uint32_t b0, uint32_t nb)
+                        int h, uint32_t b0, uint32_t nb)
 {
     const uint32_t cols = W->cols, nfull = cols / KN_QK;
     if (W->fmt == KN_W_Q8) {
         for (uint32_t j = 0; j < nb; j++) {
             const uint32_t b = b0 + j;
             __m256i lo[8], hi[8];
-            for (int i = 0; i < KN_QP_R; i++) {
+            for (int i = 0; i < KN_QP_RG; i++) {
                 __m256i w = _mm256_setzero_si256();
                 if (i < R) {
                     const int8_t *src = (const int8_t *)W->data +
@@ -238,9 +250,10 @@ static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
             }
             t8x8(lo);
             t8x8(hi);
+            uint8_t *o = P->w + ((size_t)j * KN_QP_NG + (size_t)h) * 16 * 32;
             for (int k = 0; k < 8; k++) {
-                _mm256_store_si256((__m256i *)P->w[j][k], lo[k]);
-                _mm256_store_si256((__m256i *)P->w[j][8 + k], hi[k]);
+                _mm256_store_si256((__m256i *)(o + k * 32), lo[k]);
+                _mm256_store_si256((__m256i *)(o + (8 + k) * 32), hi[k]);
             }
         }
         return;
@@ -251,11 +264,13 @@ static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
     for (uint32_t j = 0; j < nb; j++) {
         const uint32_t b = b0 + j;
         __m256i c[8];
-        for (int i = 0; i < KN_QP_R; i++) {
+        float *s = P->s[j] + h * KN_QP_RG;
+        int32_t *nz = P->nz[j] + h * KN_QP_RG;
+        for (int i = 0; i < KN_QP_RG; i++) {
             if (i >= R) {
                 c[i] = _mm256_setzero_si256();
-                P->s[j][i] = 0.0f;
-                P->nz[j][i] = 0;
+                s[i] = 0.0f;
+                nz[i] = 0;
                 continue;
             }
             const size_t ri = r + (uint32_t)i, gi = ri * ng + (b >> gsh);
@@ -268,12 +283,13 @@ static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
                 c[i] = kn_avx2_q4_codes(tmp);
             }
             int z = W->fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
-            P->s[j][i] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
-            P->nz[j][i] = (int32_t)(uint16_t)(int16_t)-z;
+            s[i] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+            nz[i] = (int32_t)(uint16_t)(int16_t)-z;
         }
         t8x8(c);
+        uint8_t *o = P->w + ((size_t)j * KN_QP_NG + (size_t)h) * 8 * 32;
         for (int k = 0; k < 8; k++)
-            _mm256_store_si256((__m256i *)P->w[j][k], c[k]);
+            _mm256_store_si256((__m256i *)(o + k * 32), c[k]);
     }
 }
 
@@ -289,7 +305,7 @@ KN_AI __m256i quad_sums(const uint8_t *x)
  * (t < tn, j < nb; xq at the panel's first token): the int4 kernels'
  * zero correction.  Eight blocks at a time through an hadd tree. */
 static void qsums(const uint8_t *xq, size_t xstride, uint32_t b0, uint32_t nb,
-                  size_t tn, int32_t (*sx)[KN_QP_BLK])
+                  size_t tn, int32_t (*sx)[KN_QP_BLK4])
 {
     for (size_t t = 0; t < tn; t++) {
         const uint8_t *x = xq + t * xstride + (size_t)b0 * KN_QK;
@@ -324,85 +340,112 @@ KN_AI __m256i bcast32(const uint8_t *p)
     return _mm256_set1_epi32(v);
 }
 
-/* acc[u * KN_QP_RS + i] (u < TT tokens, i < 8 rows; in memory between
- * column panels) += blocks [0, nb) of panel P, the blocks b0 .. of the
- * activations of tokens xq, xq + xstride, ... (scales xd, xd + nbrow,
- * ...; int4: block sums sx[u][j]): kn_qdot.h's block sums, one float
- * chain per lane.  Per (8 rows, token, block) int4 takes 8 maddubs of
- * the unsigned codes against the token's 4 activation bytes broadcast,
- * summed as int16 (|8 x 2 x 15 x 128| < 2^15), one madd to int32, one
- * madd for -zero x (block sum) -- i_b exact for every code, -128 too --,
- * then convert, multiply s_b = scale x d, fma; Q8 16 madd of int16 pairs
- * summed as int32, convert, fma. */
+/* acc[u * KN_QP_RS + 8 h + i] (u < TT tokens, h < NG row groups, i < 8
+ * rows; in memory between column panels) += blocks [0, nb) of panel P,
+ * the blocks b0 .. of the activations of tokens xq, xq + xstride, ...
+ * (scales xd, xd + nbrow, ...; int4: block sums sx[u][j]): kn_qdot.h's
+ * block sums, one float chain per lane.  Per (8 rows, token, block) int4
+ * takes 8 maddubs of the unsigned codes against the token's 4 activation
+ * bytes broadcast, summed as int16 (|8 x 2 x 15 x 128| < 2^15), one madd
+ * to int32, one madd for -zero x (block sum) -- i_b exact for every code,
+ * -128 too --, then convert, multiply s_b = scale x d, fma; Q8 16 madd of
+ * int16 pairs summed as int32, convert, fma.  A broadcast serves NG row
+ * groups. */
 KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
-                  const float *xd, uint32_t nbrow, const int32_t (*sx)[KN_QP_BLK],
-                  uint32_t b0, uint32_t nb, float *acc, int q8, int TT)
+                  const float *xd, uint32_t nbrow, const int32_t (*sx)[KN_QP_BLK4],
+                  uint32_t b0, uint32_t nb, float *acc, int q8, int NG, int TT)
 {
     const size_t qb = q8 ? 2 * KN_QK : KN_QK;
+    const int nk = q8 ? 16 : 8;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[KN_QP_TT];
-    const uint8_t *xr[KN_QP_TT];
-    const float *dr[KN_QP_TT];
+    __m256 a[KN_QP_NG][KN_QP_TTMAX];
+    const uint8_t *xr[KN_QP_TTMAX];
+    const float *dr[KN_QP_TTMAX];
 #pragma GCC unroll 8
     for (int u = 0; u < TT; u++) {
-        a[u] = _mm256_load_ps(acc + (size_t)u * KN_QP_RS);
         xr[u] = xq + (size_t)u * xstride + (size_t)b0 * qb;
         dr[u] = xd + (size_t)u * nbrow + b0;
+#pragma GCC unroll 2
+        for (int h = 0; h < NG; h++)
+            a[h][u] = _mm256_load_ps(acc + (size_t)u * KN_QP_RS + (size_t)h * KN_QP_RG);
     }
     for (uint32_t j = 0; j < nb; j++) {
-        __m256i p[KN_QP_TT];
-        if (q8) {
+        const uint8_t *wj = P->w + (size_t)j * KN_QP_NG * (size_t)nk * 32;
+        __m256i p[KN_QP_NG][KN_QP_TTMAX];
 #pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) {
-                __m256i w = _mm256_load_si256((const __m256i *)P->w[j][k]);
+        for (int k = 0; k < nk; k++) {
+            __m256i w[KN_QP_NG];
+#pragma GCC unroll 2
+            for (int h = 0; h < NG; h++)
+                w[h] = _mm256_load_si256((const __m256i *)(wj + ((size_t)h * nk + k) * 32));
 #pragma GCC unroll 8
-                for (int u = 0; u < TT; u++) {
-                    __m256i m = _mm256_madd_epi16(w, bcast32(xr[u] + (size_t)j * qb + 4 * k));
-                    p[u] = k ? _mm256_add_epi32(p[u], m) : m;
+            for (int u = 0; u < TT; u++) {
+                __m256i x = bcast32(xr[u] + (size_t)j * qb + 4 * k);
+#pragma GCC unroll 2
+                for (int h = 0; h < NG; h++) {
+                    if (q8) {
+                        __m256i m = _mm256_madd_epi16(w[h], x);
+                        p[h][u] = k ? _mm256_add_epi32(p[h][u], m) : m;
+                    } else {
+                        __m256i m = _mm256_maddubs_epi16(w[h], x);
+                        p[h][u] = k ? _mm256_add_epi16(p[h][u], m) : m;
+                    }
                 }
             }
+        }
+        if (q8) {
 #pragma GCC unroll 8
-            for (int u = 0; u < TT; u++)
-                a[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[u]),
-                                       _mm256_broadcast_ss(dr[u] + j), a[u]);
+            for (int u = 0; u < TT; u++) {
+                const __m256 d = _mm256_broadcast_ss(dr[u] + j);
+#pragma GCC unroll 2
+                for (int h = 0; h < NG; h++)
+                    a[h][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[h][u]), d, a[h][u]);
+            }
             continue;
         }
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m256i w = _mm256_load_si256((const __m256i *)P->w[j][k]);
-#pragma GCC unroll 8
-            for (int u = 0; u < TT; u++) {
-                __m256i m = _mm256_maddubs_epi16(w, bcast32(xr[u] + (size_t)j * qb + 4 * k));
-                p[u] = k ? _mm256_add_epi16(p[u], m) : m;
-            }
-        }
-        const __m256 s = _mm256_load_ps(P->s[j]);
-        const __m256i nz = _mm256_load_si256((const __m256i *)P->nz[j]);
-#pragma GCC unroll 8
         for (int u = 0; u < TT; u++) {
-            __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p[u], ones),
-                                         _mm256_madd_epi16(nz, _mm256_set1_epi32(sx[u][j])));
-            a[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i),
-                                   _mm256_mul_ps(s, _mm256_broadcast_ss(dr[u] + j)), a[u]);
+            const __m256 d = _mm256_broadcast_ss(dr[u] + j);
+            const __m256i sxu = _mm256_set1_epi32(sx[u][j]);
+#pragma GCC unroll 2
+            for (int h = 0; h < NG; h++) {
+                const __m256 s = _mm256_load_ps(P->s[j] + h * KN_QP_RG);
+                const __m256i nz = _mm256_load_si256((const __m256i *)(P->nz[j] + h * KN_QP_RG));
+                __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p[h][u], ones),
+                                             _mm256_madd_epi16(nz, sxu));
+                a[h][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s, d), a[h][u]);
+            }
         }
     }
 #pragma GCC unroll 8
     for (int u = 0; u < TT; u++)
-        _mm256_store_ps(acc + (size_t)u * KN_QP_RS, a[u]);
+#pragma GCC unroll 2
+        for (int h = 0; h < NG; h++)
+            _mm256_store_ps(acc + (size_t)u * KN_QP_RS + (size_t)h * KN_QP_RG, a[h][u]);
 }
 
 static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
                        const float *xd, uint32_t nbrow,
-                       const int32_t (*sx)[KN_QP_BLK], uint32_t b0,
-                       uint32_t nb, float *acc, int q8, int TT)
+                       const int32_t (*sx)[KN_QP_BLK4], uint32_t b0,
+                       uint32_t nb, float *acc, int q8, int NG, int TT)
 {
-#define KN_QM(f, t)                                                            \
-    case (f) * 8 + (t):                                                        \
-        qmicro(P, xq, xstride, xd, nbrow, sx, b0, nb, acc, f, t);              \
+#define KN_QM(f, g, t)                                                         \
+    case (f) * 32 + (g) * 8 + (t):                                             \
+        qmicro(P, xq, xstride, xd, nbrow, sx, b0, nb, acc, f, g, t);           \
         break;
-    switch (q8 * 8 + TT) {
-        KN_QM(0, 1) KN_QM(0, 2) KN_QM(0, 3) KN_QM(0, 4)
-        KN_QM(1, 1) KN_QM(1, 2) KN_QM(1, 3) KN_QM(1, 4)
+    switch (q8 * 32 + NG * 8 + TT) {
+        KN_QM(0, 1, 1) KN_QM(0, 1, 2)
+#if KN_QP_TT4 > 2 || KN_QP_NG4 == 1
+        KN_QM(0, 1, 3) KN_QM(0, 1, 4)
+#endif
+#if KN_QP_NG4 == 2
+        KN_QM(0, 2, 1) KN_QM(0, 2, 2)
+#if KN_QP_TT4 > 2
+        KN_QM(0, 2, 3)
+#endif
+#endif
+        KN_QM(1, 1, 1) KN_QM(1, 1, 2) KN_QM(1, 1, 3)
+        KN_QM(1, 2, 1) KN_QM(1, 2, 2) KN_QM(1, 2, 3)
     default: break;
     }
 #undef KN_QM
@@ -418,11 +461,13 @@ void kn_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
 {
     kn_qpanel P;
     _Alignas(32) float acc[KN_QP_TP * KN_QP_RS];
-    _Alignas(32) int32_t sx[KN_QP_TP][KN_QP_BLK];
+    _Alignas(32) int32_t sx[KN_QP_TP][KN_QP_BLK4];
     const uint8_t *xq = xqv;
     const int q8 = W->fmt == KN_W_Q8;
-    const uint32_t nbrow = kn_qact_blocks(W->cols);
+    const int ngmax = q8 ? KN_QP_NG : KN_QP_NG4;
+    const uint32_t nbrow = kn_qact_blocks(W->cols), blk = q8 ? KN_QP_BLK8 : KN_QP_BLK4;
     const size_t xstride = (size_t)nbrow * (q8 ? 2 * KN_QK : KN_QK);
+    const size_t tt = q8 ? KN_QP_TT8 : ngmax == 1 ? 4 : KN_QP_TT4;
     for (size_t t0 = 0; t0 < T; t0 += KN_QP_TP) {
         const size_t tn = T - t0 < KN_QP_TP ? T - t0 : KN_QP_TP;
         const uint8_t *xt = xq + t0 * xstride;
@@ -435,30 +480,36 @@ void kn_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                 for (int i = 0; i < RS; i += 16)
                     _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + rs + (uint32_t)i),
                                  _MM_HINT_T1);
-            for (uint32_t b0 = 0; b0 < nbrow; b0 += KN_QP_BLK) {
-                const uint32_t nb = nbrow - b0 < KN_QP_BLK ? nbrow - b0 : KN_QP_BLK;
+            for (uint32_t b0 = 0; b0 < nbrow; b0 += blk) {
+                const uint32_t nb = nbrow - b0 < blk ? nbrow - b0 : blk;
                 if (!q8)
                     qsums(xt, xstride, b0, nb, tn, sx);
-                for (int g = 0; g < RS; g += KN_QP_R) {
-                    const int R = RS - g < KN_QP_R ? RS - g : KN_QP_R;
-                    qpanel_fill(&P, W, rs + (uint32_t)g, R, b0, nb);
-                    /* the next panel's weights: the next 8 rows, else
-                     * the next column panel, else the next row group */
-                    uint32_t pr = rs + (uint32_t)g + KN_QP_R, pb = b0, pe = rs + (uint32_t)RS;
-                    if (g + KN_QP_R >= RS) {
+                const int pr_rows = ngmax * KN_QP_RG;
+                for (int g = 0; g < RS; g += pr_rows) {
+                    const int R = RS - g < pr_rows ? RS - g : pr_rows;
+                    const int NG = (R + KN_QP_RG - 1) / KN_QP_RG;
+                    for (int h = 0; h < NG; h++) {
+                        int Rh = R - h * KN_QP_RG;
+                        qpanel_fill(&P, W, rs + (uint32_t)(g + h * KN_QP_RG),
+                                    Rh < KN_QP_RG ? Rh : KN_QP_RG, h, b0, nb);
+                    }
+                    /* the next panel's weights: the next rows, else the
+                     * next column panel, else the next row group */
+                    uint32_t pr = rs + (uint32_t)(g + pr_rows), pb = b0, pe = rs + (uint32_t)RS;
+                    if (g + pr_rows >= RS) {
                         pr = rs, pb = b0 + nb;
                         if (pb >= nbrow)
                             pr = pe, pb = 0, pe = r1;
                     }
-                    const uint32_t pn = nbrow - pb < KN_QP_BLK ? nbrow - pb : KN_QP_BLK;
-                    kn_wpf pf = wpf_make(W, pr, pr < pe ? (int)(pe - pr < KN_QP_R ? pe - pr : KN_QP_R) : 0,
+                    const uint32_t pn = nbrow - pb < blk ? nbrow - pb : blk;
+                    kn_wpf pf = wpf_make(W, pr, pr < pe ? (int)(pe - pr < (uint32_t)pr_rows ? pe - pr : (uint32_t)pr_rows) : 0,
                                          pb * KN_QK, pn * KN_QK);
-                    const uint32_t per = pf.total / (uint32_t)((tn + KN_QP_TT - 1) / KN_QP_TT) + 1;
-                    for (size_t t = 0; t < tn; t += KN_QP_TT) {
-                        const int TT = tn - t < KN_QP_TT ? (int)(tn - t) : KN_QP_TT;
+                    const uint32_t per = pf.total / (uint32_t)((tn + tt - 1) / tt) + 1;
+                    for (size_t t = 0; t < tn; t += tt) {
+                        const int TT = tn - t < tt ? (int)(tn - t) : (int)tt;
                         wpf_some(&pf, per);
                         qmicro_any(&P, xt + t * xstride, xstride, dt + t * nbrow, nbrow,
-                                   sx + t, b0, nb, acc + t * KN_QP_RS + (size_t)g, q8, TT);
+                                   sx + t, b0, nb, acc + t * KN_QP_RS + (size_t)g, q8, NG, TT);
                     }
                 }
             }
