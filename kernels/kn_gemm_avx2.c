@@ -168,30 +168,12 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 /* ---- quantized activations ------------------------------------------------ */
 
 #define KN_QP_RG 8    /* rows of a row group: the 8 lanes of a ymm */
-#define KN_QP_NG 2    /* row groups of a weight panel */
+#define KN_QP_NG 2    /* row groups of a weight panel and register tile */
+#define KN_QP_TT 3    /* register tile: tokens (x 2 row groups) */
 #define KN_QP_RS 64   /* rows whose float accumulators wait in memory */
 #define KN_QP_BLK4 32 /* 32-column blocks of a weight panel, int4 */
-#ifndef KN_QP_NG8
-#define KN_QP_NG8 2   /* register tile, Q8: row groups */
-#endif
-#define KN_QP_BLK8 (32 / KN_QP_NG8) /* blocks of a weight panel, Q8 */
+#define KN_QP_BLK8 16 /* the same, Q8 (twice the bytes a block) */
 #define KN_QP_TP 64   /* tokens per panel */
-#ifndef KN_QP_NG4
-#define KN_QP_NG4 1   /* register tile, int4: row groups */
-#endif
-#ifndef KN_QP_TT4
-#define KN_QP_TT4 4   /* register tile, int4: tokens */
-#endif
-#ifndef KN_QP_TT8
-#define KN_QP_TT8 3   /* register tile, Q8: tokens (x 2 row groups) */
-#endif
-#define KN_QP_TTMAX 4
-#ifndef KN_QP_SH
-#define KN_QP_SH 0
-#endif
-#ifndef KN_QP_ZF
-#define KN_QP_ZF 0
-#endif
 
 /* One weight panel, up to 16 rows (2 groups of 8) x KN_QP_BLK4 (int4) or
  * KN_QP_BLK8 (Q8) blocks, transposed so that lane i of a vector is row i
@@ -259,7 +241,7 @@ static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
             }
             t8x8(lo);
             t8x8(hi);
-            uint8_t *o = P->w + ((size_t)j * KN_QP_NG8 + (size_t)h) * 16 * 32;
+            uint8_t *o = P->w + ((size_t)j * KN_QP_NG + (size_t)h) * 16 * 32;
             for (int k = 0; k < 8; k++) {
                 _mm256_store_si256((__m256i *)(o + k * 32), lo[k]);
                 _mm256_store_si256((__m256i *)(o + (8 + k) * 32), hi[k]);
@@ -293,15 +275,10 @@ static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
             }
             int z = W->fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
             s[i] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
-#if KN_QP_ZF
-            float zf = (float)z;
-            memcpy(&nz[i], &zf, 4);
-#else
             nz[i] = (int32_t)(uint16_t)(int16_t)-z;
-#endif
         }
         t8x8(c);
-        uint8_t *o = P->w + ((size_t)j * KN_QP_NG4 + (size_t)h) * 8 * 32;
+        uint8_t *o = P->w + ((size_t)j * KN_QP_NG + (size_t)h) * 8 * 32;
         for (int k = 0; k < 8; k++)
             _mm256_store_si256((__m256i *)(o + k * 32), c[k]);
     }
@@ -335,9 +312,6 @@ static void qsums(const uint8_t *xq, size_t xstride, uint32_t b0, uint32_t nb,
             /* g0: blocks 0..3's low-lane sums | their high-lane sums */
             __m256i v8 = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20),
                                           _mm256_permute2x128_si256(g0, g1, 0x31));
-#if KN_QP_ZF
-            v8 = _mm256_castps_si256(_mm256_cvtepi32_ps(v8));
-#endif
             _mm256_storeu_si256((__m256i *)&sx[t][j], v8);
         }
         for (; j < nb; j++) {
@@ -346,10 +320,7 @@ static void qsums(const uint8_t *xq, size_t xstride, uint32_t b0, uint32_t nb,
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
             sx[t][j] = _mm_cvtsi128_si32(h);
-#if KN_QP_ZF
-            float f = (float)sx[t][j];
-            memcpy(&sx[t][j], &f, 4);
-#endif
+
         }
     }
 }
@@ -379,10 +350,9 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
     const size_t qb = q8 ? 2 * KN_QK : KN_QK;
     const int nk = q8 ? 16 : 8;
     const __m256i ones = _mm256_set1_epi16(1);
-    (void)ones;
-    __m256 a[KN_QP_NG][KN_QP_TTMAX];
-    const uint8_t *xr[KN_QP_TTMAX];
-    const float *dr[KN_QP_TTMAX];
+    __m256 a[KN_QP_NG][KN_QP_TT];
+    const uint8_t *xr[KN_QP_TT];
+    const float *dr[KN_QP_TT];
 #pragma GCC unroll 8
     for (int u = 0; u < TT; u++) {
         xr[u] = xq + (size_t)u * xstride + (size_t)b0 * qb;
@@ -392,8 +362,8 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
             a[h][u] = _mm256_load_ps(acc + (size_t)u * KN_QP_RS + (size_t)h * KN_QP_RG);
     }
     for (uint32_t j = 0; j < nb; j++) {
-        const uint8_t *wj = P->w + (size_t)j * (q8 ? KN_QP_NG8 : KN_QP_NG4) * (size_t)nk * 32;
-        __m256i p[KN_QP_NG][KN_QP_TTMAX];
+        const uint8_t *wj = P->w + (size_t)j * KN_QP_NG * (size_t)nk * 32;
+        __m256i p[KN_QP_NG][KN_QP_TT];
 #pragma GCC unroll 16
         for (int k = 0; k < nk; k++) {
             __m256i w[KN_QP_NG];
@@ -435,19 +405,9 @@ KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
 #pragma GCC unroll 2
             for (int h = 0; h < NG; h++) {
                 const __m256 s = _mm256_load_ps(P->s[j] + h * KN_QP_RG);
-#if KN_QP_SH
-                __m256i A = _mm256_add_epi32(_mm256_srai_epi32(p[h][u], 16),
-                                             _mm256_srai_epi32(_mm256_slli_epi32(p[h][u], 16), 16));
-#else
-                __m256i A = _mm256_madd_epi16(p[h][u], ones);
-#endif
-#if KN_QP_ZF
-                __m256 f = _mm256_fnmadd_ps(_mm256_load_ps((const float *)(P->nz[j] + h * KN_QP_RG)),
-                                            _mm256_castsi256_ps(sxu), _mm256_cvtepi32_ps(A));
-#else
                 const __m256i nz = _mm256_load_si256((const __m256i *)(P->nz[j] + h * KN_QP_RG));
-                __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(A, _mm256_madd_epi16(nz, sxu)));
-#endif
+                __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(p[h][u], ones),
+                                                               _mm256_madd_epi16(nz, sxu)));
                 a[h][u] = _mm256_fmadd_ps(f, _mm256_mul_ps(s, d), a[h][u]);
             }
         }
@@ -469,14 +429,10 @@ static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
         qmicro(P, xq, xstride, xd, nbrow, sx, b0, nb, acc, f, g, t);           \
         break;
     switch (q8 * 32 + NG * 8 + TT) {
-        KN_QM(0, 1, 1) KN_QM(0, 1, 2) KN_QM(0, 1, 3) KN_QM(0, 1, 4)
-#if KN_QP_NG4 == 2
-        KN_QM(0, 2, 1) KN_QM(0, 2, 2) KN_QM(0, 2, 3) KN_QM(0, 2, 4)
-#endif
-        KN_QM(1, 1, 1) KN_QM(1, 1, 2) KN_QM(1, 1, 3) KN_QM(1, 1, 4)
-#if KN_QP_NG8 == 2
-        KN_QM(1, 2, 1) KN_QM(1, 2, 2) KN_QM(1, 2, 3) KN_QM(1, 2, 4)
-#endif
+        KN_QM(0, 1, 1) KN_QM(0, 1, 2) KN_QM(0, 1, 3)
+        KN_QM(0, 2, 1) KN_QM(0, 2, 2) KN_QM(0, 2, 3)
+        KN_QM(1, 1, 1) KN_QM(1, 1, 2) KN_QM(1, 1, 3)
+        KN_QM(1, 2, 1) KN_QM(1, 2, 2) KN_QM(1, 2, 3)
     default: break;
     }
 #undef KN_QM
@@ -495,10 +451,9 @@ void kn_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
     _Alignas(32) int32_t sx[KN_QP_TP][KN_QP_BLK4];
     const uint8_t *xq = xqv;
     const int q8 = W->fmt == KN_W_Q8;
-    const int ngmax = q8 ? KN_QP_NG8 : KN_QP_NG4;
     const uint32_t nbrow = kn_qact_blocks(W->cols), blk = q8 ? KN_QP_BLK8 : KN_QP_BLK4;
     const size_t xstride = (size_t)nbrow * (q8 ? 2 * KN_QK : KN_QK);
-    const size_t tt = q8 ? KN_QP_TT8 : KN_QP_TT4;
+    const size_t tt = KN_QP_TT;
     for (size_t t0 = 0; t0 < T; t0 += KN_QP_TP) {
         const size_t tn = T - t0 < KN_QP_TP ? T - t0 : KN_QP_TP;
         const uint8_t *xt = xq + t0 * xstride;
@@ -515,7 +470,7 @@ void kn_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                 const uint32_t nb = nbrow - b0 < blk ? nbrow - b0 : blk;
                 if (!q8)
                     qsums(xt, xstride, b0, nb, tn, sx);
-                const int pr_rows = ngmax * KN_QP_RG;
+                const int pr_rows = KN_QP_NG * KN_QP_RG;
                 for (int g = 0; g < RS; g += pr_rows) {
                     const int R = RS - g < pr_rows ? RS - g : pr_rows;
                     const int NG = (R + KN_QP_RG - 1) / KN_QP_RG;
