@@ -415,6 +415,48 @@ static void test_qdot_int4_extreme_codes_exact(void **state)
     kn_set_no_avx512(0);
 }
 
+/* The AVX2 GEMM multiplies the unsigned codes by the signed activations
+ * and subtracts zero x (block sum): exact for every code, the -128 of a
+ * non-finite input too (the extreme test above keeps -128 at T = 1, as
+ * the T = 2..8 kernel's sign trick is not exact there).  Q4 and Q4S, the
+ * largest |i_b| (15 x 128 x 32 per block), T = 12, AVX-512 off. */
+static void test_qdot_avx2_gemm_int4_code_minus128_exact(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!kn_cpu_has_avx2(), "CPU lacks AVX2/FMA/F16C");
+    enum { ROWS = 18, COLS = 256, NG = COLS / 32, T = 12 };
+    uint8_t q[ROWS * COLS / 2], z[ROWS * NG];
+    uint16_t sc[ROWS * NG];
+    for (int r = 0; r < ROWS; r++) {
+        memset(q + r * COLS / 2, r & 1 ? 0x00 : 0xff, COLS / 2);
+        memset(z + r * NG, r & 1 ? 15 : 0, NG);
+        for (int g = 0; g < NG; g++)
+            sc[r * NG + g] = 0x3c00; /* 1.0 */
+    }
+    static int8_t xq[T * (COLS + NG * 4)];
+    memset(xq, 0x80, T * COLS);
+    float *d = (float *)(xq + T * COLS);
+    for (size_t b = 0; b < T * NG; b++)
+        d[b] = 1.0f;
+    kn_set_no_avx512(1);
+    for (int f = KN_W_Q4; f <= KN_W_Q4S; f++) {
+        kn_matrix m = {(kn_wformat)f, ROWS, COLS, q, sc, z, 32};
+        float y[ROWS * T], r[ROWS * T];
+        kn_matmul_q(NULL, &m, xq, T, y, NULL);
+        kn_ref_matmul_q(&m, xq, T, r, NULL);
+        for (size_t i = 0; i < ROWS * T; i++) {
+            /* Q4: +-15 per code; Q4S: codes 15 and 0 are 7 and -8 */
+            float w = f == KN_W_Q4 ? ((i % ROWS) & 1 ? -15.0f : 15.0f)
+                                   : ((i % ROWS) & 1 ? -8.0f : 7.0f);
+            if (memcmp(&y[i], &r[i], sizeof y[i]))
+                fail_msg("%s output %zu: %g, the reference %g",
+                         fmt_name((kn_wformat)f), i, y[i], r[i]);
+            assert_true(y[i] == w * -128.0f * COLS);
+        }
+    }
+    kn_set_no_avx512(0);
+}
+
 /* The kernels find a block's group by a shift: a group that is a multiple
  * of 32 but not a power of two (96, 160) must go to the float path, not
  * get the scales of the wrong group. */
@@ -606,6 +648,7 @@ int main(void)
         cmocka_unit_test_teardown(test_qdot_scalar_bit_identical_to_reference, reset_switches),
         cmocka_unit_test_teardown(test_qdot_extreme_codes_exact, reset_switches),
         cmocka_unit_test_teardown(test_qdot_int4_extreme_codes_exact, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_int4_code_minus128_exact, reset_switches),
         cmocka_unit_test_teardown(test_qdot_refuses_groups_that_are_not_powers_of_two, reset_switches),
         cmocka_unit_test_teardown(test_qdot_close_to_float_matmul, reset_switches),
         cmocka_unit_test_teardown(test_qdot_rows_bit_identical_for_every_T, reset_switches),
