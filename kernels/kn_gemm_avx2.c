@@ -2,11 +2,39 @@
  * kn_gemm_avx2.c - the prefill GEMMs of kn_gemm.h (compiled with -mavx2
  * -mfma -mf16c; called only when kn_cpu_has_avx2()).
  *
- * Both keep the decode kernels' per-element summation order (kn_gemm.h)
- * and change only which (row, token) pairs are computed while which data
- * is in which cache.  Register tiles are R rows x TT tokens of independent
- * 8-lane accumulators; the always_inline helpers are instantiated per
- * (format, R, TT) through the switches, so the compiler unrolls every tile.
+ * Float activations (kn_gemm_rows): the decode kernels' per-element
+ * summation order (kn_gemm.h); only which (row, token) pairs are computed
+ * while which data is in which cache changes.  Register tiles are R rows
+ * x TT tokens of independent 8-lane accumulators.
+ *
+ * Quantized activations (kn_gemm_q_rows): kn_qdot.h's block sums, with
+ * ROWS in the vector lanes, so one convert + one fma serves 8 (row,
+ * token) pairs a block.  The weights stay row-major in the artifact; each
+ * 8-row x 32-column block is transposed once per token panel (64 tokens)
+ * into an L1 panel where lane i of vector k holds row i's weights at
+ * activation positions 4k..4k+3 (int4: unsigned codes 0..15) or columns
+ * 2k, 2k+1 (Q8: int16).  Per (8 rows, token, block):
+ *   int4  8 x maddubs(codes, the token's 4 activation bytes broadcast),
+ *         summed as int16 (|8 x 2 x 15 x 128| < 2^15), madd by 1 to int32,
+ *         + madd(-zero, block sum of the activations) = i_b, exact for
+ *         every code including -128 (no sign trick);
+ *   Q8    16 x madd(int16 weight pairs, the broadcast activation pair),
+ *         summed as int32 (|i_b| < 2^27);
+ * then (float)i_b by _mm256_cvtepi32_ps (the reference's (float) cast,
+ * round to nearest even), s_b = scale x d by one multiply (int4), one fma
+ * into the row's float chain, blocks in order; the ragged last block is
+ * the chain's last, its missing columns zero in the panel and in the
+ * activations.  At the end Q8 multiplies by the row scale, and Y += acc
+ * (Y holds bias or 0): the reference's bits (test_qdot checks them).
+ * The block chains are kept in order by an empty asm on the accumulator:
+ * GCC otherwise reassociates the 16 int32 adds into a tree with every
+ * product alive and spills them (Q8 ran at 0.85-1.0x of the old form
+ * that way, 1.5-1.7x without the spills).
+ * Measured (docs/benchmarks.md, i10_g2; 1 thread, AVX2 path): int4
+ * (Q4, Q4S) 2.5-2.9x and Q8 1.5-1.7x the session-9 kernels at T = 128
+ * and 512.  The always_inline helpers are instantiated per (format, row
+ * groups, tokens) through the switches, so the compiler unrolls every
+ * tile.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -182,7 +210,7 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
  * order), Q8 16 vectors (vector k = the 8 rows' weights of columns 2k,
  * 2k+1 as int16), at w + ((block * 2 + group) * nk + k) * 32; int4 also
  * the f16 scales as floats and -zero in the low int16 of each lane.  Rows
- * past the matrix are zeros.  18 KiB: in L1 while the tokens go by. */
+ * past the matrix are zeros.  20 KiB: in L1 while the tokens go by. */
 typedef struct kn_qpanel {
     _Alignas(32) uint8_t w[KN_QP_BLK4 * KN_QP_NG * 8 * 32];
     _Alignas(32) float s[KN_QP_BLK4][KN_QP_NG * KN_QP_RG];
@@ -320,7 +348,6 @@ static void qsums(const uint8_t *xq, size_t xstride, uint32_t b0, uint32_t nb,
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
             sx[t][j] = _mm_cvtsi128_si32(h);
-
         }
     }
 }
@@ -441,8 +468,9 @@ static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
 /* Token panels of KN_QP_TP outermost; in each, rows in groups of
  * KN_QP_RS whose float accumulators (16 KiB) wait in memory while the
  * column panels go by in block order (the chain's order); per column
- * panel the int4 block sums of the panel's tokens once, then per 8 rows
- * the weights transposed into P and every token tile against them. */
+ * panel the int4 block sums of the panel's tokens once (shared by up to
+ * 64 rows), then per 16 rows the weights transposed into P and every
+ * token tile against them. */
 void kn_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                     size_t T, float *Y, uint32_t r0, uint32_t r1)
 {
