@@ -2,11 +2,39 @@
  * kn_gemm_avx2.c - the prefill GEMMs of kn_gemm.h (compiled with -mavx2
  * -mfma -mf16c; called only when kn_cpu_has_avx2()).
  *
- * Both keep the decode kernels' per-element summation order (kn_gemm.h)
- * and change only which (row, token) pairs are computed while which data
- * is in which cache.  Register tiles are R rows x TT tokens of independent
- * 8-lane accumulators; the always_inline helpers are instantiated per
- * (format, R, TT) through the switches, so the compiler unrolls every tile.
+ * Float activations (kn_gemm_rows): the decode kernels' per-element
+ * summation order (kn_gemm.h); only which (row, token) pairs are computed
+ * while which data is in which cache changes.  Register tiles are R rows
+ * x TT tokens of independent 8-lane accumulators.
+ *
+ * Quantized activations (kn_gemm_q_rows): kn_qdot.h's block sums, with
+ * ROWS in the vector lanes, so one convert + one fma serves 8 (row,
+ * token) pairs a block.  The weights stay row-major in the artifact; each
+ * 8-row x 32-column block is transposed once per token panel (64 tokens)
+ * into an L1 panel where lane i of vector k holds row i's weights at
+ * activation positions 4k..4k+3 (int4: unsigned codes 0..15) or columns
+ * 2k, 2k+1 (Q8: int16).  Per (8 rows, token, block):
+ *   int4  8 x maddubs(codes, the token's 4 activation bytes broadcast),
+ *         summed as int16 (|8 x 2 x 15 x 128| < 2^15), madd by 1 to int32,
+ *         + madd(-zero, block sum of the activations) = i_b, exact for
+ *         every code including -128 (no sign trick);
+ *   Q8    16 x madd(int16 weight pairs, the broadcast activation pair),
+ *         summed as int32 (|i_b| < 2^27);
+ * then (float)i_b by _mm256_cvtepi32_ps (the reference's (float) cast,
+ * round to nearest even), s_b = scale x d by one multiply (int4), one fma
+ * into the row's float chain, blocks in order; the ragged last block is
+ * the chain's last, its missing columns zero in the panel and in the
+ * activations.  At the end Q8 multiplies by the row scale, and Y += acc
+ * (Y holds bias or 0): the reference's bits (test_qdot checks them).
+ * The block chains are kept in order by an empty asm on the accumulator:
+ * GCC otherwise reassociates the 16 int32 adds into a tree with every
+ * product alive and spills them (Q8 ran at 0.85-1.0x of the old form
+ * that way, 1.5-1.7x without the spills).
+ * Measured (docs/benchmarks.md, i10_g2; 1 thread, AVX2 path): int4
+ * (Q4, Q4S) 2.5-2.9x and Q8 1.5-1.7x the session-9 kernels at T = 128
+ * and 512.  The always_inline helpers are instantiated per (format, row
+ * groups, tokens) through the switches, so the compiler unrolls every
+ * tile.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -167,202 +195,339 @@ void kn_gemm_rows(const kn_matrix *W, const float *X, size_t T, float *Y,
 
 /* ---- quantized activations ------------------------------------------------ */
 
-#define KN_QP_ROWS 4   /* weight rows unpacked at once */
-#define KN_QP_BLK 64   /* 32-column blocks unpacked at once */
-#define KN_QP_TP 64    /* tokens per panel */
-#define KN_QP_TMAX 3   /* widest register tile: tokens (qmicro says which) */
-#define KN_QP_TB8 2    /* register tile, Q8: tokens */
-#define KN_QP_TB4 3    /* register tile, Q4/Q4S: tokens */
+#define KN_QP_RG 8    /* rows of a row group: the 8 lanes of a ymm */
+#define KN_QP_NG 2    /* row groups of a weight panel and register tile */
+#define KN_QP_TT 3    /* register tile: tokens (x 2 row groups) */
+#define KN_QP_RS 64   /* rows whose float accumulators wait in memory */
+#define KN_QP_BLK4 32 /* 32-column blocks of a weight panel, int4 */
+#define KN_QP_BLK8 16 /* the same, Q8 (twice the bytes a block) */
+#define KN_QP_TP 64   /* tokens per panel */
 
-/* 4 rows x 64 blocks of unpacked weights: Q4/Q4S |w| and w as signed
- * bytes (64 bytes a block), Q8 the bytes widened to int16 (64 bytes); the
- * blocks' f16 scales as floats (Q4/Q4S).  16.5 KiB: stays in L1 while the
- * token tiles go by. */
+/* One weight panel, up to 16 rows (2 groups of 8) x KN_QP_BLK4 (int4) or
+ * KN_QP_BLK8 (Q8) blocks, transposed so that lane i of a vector is row i
+ * of its group: per block and group, int4 8 vectors (vector k = the 8
+ * rows' unsigned codes at positions 4k .. 4k+3 of kn_qdot.h's nibble
+ * order), Q8 16 vectors (vector k = the 8 rows' weights of columns 2k,
+ * 2k+1 as int16), at w + ((block * 2 + group) * nk + k) * 32; int4 also
+ * the f16 scales as floats and -zero in the low int16 of each lane.  Rows
+ * past the matrix are zeros.  20 KiB: in L1 while the tokens go by. */
 typedef struct kn_qpanel {
-    _Alignas(64) uint8_t w[KN_QP_ROWS][KN_QP_BLK][64];
-    float s[KN_QP_ROWS][KN_QP_BLK];
+    _Alignas(32) uint8_t w[KN_QP_BLK4 * KN_QP_NG * 8 * 32];
+    _Alignas(32) float s[KN_QP_BLK4][KN_QP_NG * KN_QP_RG];
+    _Alignas(32) int32_t nz[KN_QP_BLK4][KN_QP_NG * KN_QP_RG];
 } kn_qpanel;
 
-/* Unpack rows r .. r+R-1, full blocks [b0, b0 + nb) into P. */
-KN_AI void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
-                       uint32_t b0, uint32_t nb, int fmt)
+/* r[i] = row i's 8 dwords -> r[k] = dword k of rows 0..7. */
+KN_AI void t8x8(__m256i r[8])
 {
-    const uint32_t cols = W->cols;
-    const int gsh = fmt == KN_W_Q8 ? 0 : __builtin_ctz(W->group) - 5;
-    const uint32_t ng = fmt == KN_W_Q8 ? 0 : kn_q4_ngroups(cols, W->group);
-    const size_t rbytes = fmt == KN_W_Q8 ? cols : kn_q4_row_bytes(cols);
-    for (int i = 0; i < R; i++) {
-        const uint8_t *row = (const uint8_t *)W->data + (size_t)(r + (uint32_t)i) * rbytes;
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* t[2i]: rows 2i, 2i+1 dwords 0, 1 | 4, 5; t[2i+1]: 2, 3 | 6, 7 */
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    /* u[4h + k]: rows 4h .. 4h+3, dword k | dword 4 + k */
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+/* Unpack and transpose rows r .. r+R-1 (R <= 8) into row group h of P,
+ * blocks [b0, b0 + nb).  The ragged last block (cols % 32) is copied into
+ * a zeroed buffer first: no read past the row, and its missing columns
+ * meet the activations' zero padding. */
+static void qpanel_fill(kn_qpanel *P, const kn_matrix *W, uint32_t r, int R,
+                        int h, uint32_t b0, uint32_t nb)
+{
+    const uint32_t cols = W->cols, nfull = cols / KN_QK;
+    if (W->fmt == KN_W_Q8) {
         for (uint32_t j = 0; j < nb; j++) {
-            uint32_t b = b0 + j;
-            __m256i *o = (__m256i *)P->w[i][j];
-            if (fmt == KN_W_Q8) {
-                __m256i w = _mm256_loadu_si256((const __m256i *)(row + (size_t)b * 32));
-                _mm256_store_si256(o, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)));
-                _mm256_store_si256(o + 1, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)));
+            const uint32_t b = b0 + j;
+            __m256i lo[8], hi[8];
+            for (int i = 0; i < KN_QP_RG; i++) {
+                __m256i w = _mm256_setzero_si256();
+                if (i < R) {
+                    const int8_t *src = (const int8_t *)W->data +
+                                        (size_t)(r + (uint32_t)i) * cols + (size_t)b * KN_QK;
+                    if (b < nfull) {
+                        w = _mm256_loadu_si256((const __m256i *)src);
+                    } else {
+                        _Alignas(32) int8_t tmp[KN_QK] = {0};
+                        memcpy(tmp, src, cols - b * KN_QK);
+                        w = _mm256_load_si256((const __m256i *)tmp);
+                    }
+                }
+                lo[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
+                hi[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));
+            }
+            t8x8(lo);
+            t8x8(hi);
+            uint8_t *o = P->w + ((size_t)j * KN_QP_NG + (size_t)h) * 16 * 32;
+            for (int k = 0; k < 8; k++) {
+                _mm256_store_si256((__m256i *)(o + k * 32), lo[k]);
+                _mm256_store_si256((__m256i *)(o + (8 + k) * 32), hi[k]);
+            }
+        }
+        return;
+    }
+    const int gsh = __builtin_ctz(W->group) - 5;
+    const uint32_t ng = kn_q4_ngroups(cols, W->group);
+    const size_t rb = kn_q4_row_bytes(cols);
+    for (uint32_t j = 0; j < nb; j++) {
+        const uint32_t b = b0 + j;
+        __m256i c[8];
+        float *s = P->s[j] + h * KN_QP_RG;
+        int32_t *nz = P->nz[j] + h * KN_QP_RG;
+        for (int i = 0; i < KN_QP_RG; i++) {
+            if (i >= R) {
+                c[i] = _mm256_setzero_si256();
+                s[i] = 0.0f;
+                nz[i] = 0;
                 continue;
             }
-            size_t gi = (size_t)(r + (uint32_t)i) * ng + (b >> gsh);
-            int z = fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
-            __m256i w = _mm256_sub_epi8(kn_avx2_q4_codes(row + (size_t)b * 16),
-                                        _mm256_set1_epi8((char)z));
-            _mm256_store_si256(o, _mm256_abs_epi8(w));
-            _mm256_store_si256(o + 1, w);
-            P->s[i][j] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+            const size_t ri = r + (uint32_t)i, gi = ri * ng + (b >> gsh);
+            const uint8_t *src = (const uint8_t *)W->data + ri * rb + (size_t)b * 16;
+            if (b < nfull) {
+                c[i] = kn_avx2_q4_codes(src);
+            } else {
+                uint8_t tmp[16] = {0};
+                memcpy(tmp, src, rb - (size_t)b * 16);
+                c[i] = kn_avx2_q4_codes(tmp);
+            }
+            int z = W->fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
+            s[i] = _cvtsh_ss(((const uint16_t *)W->scales)[gi]);
+            nz[i] = (int32_t)(uint16_t)(int16_t)-z;
+        }
+        t8x8(c);
+        uint8_t *o = P->w + ((size_t)j * KN_QP_NG + (size_t)h) * 8 * 32;
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)(o + k * 32), c[k]);
+    }
+}
+
+/* The 8 int32 sums of the quads (4 bytes) of one int8 activation block. */
+KN_AI __m256i quad_sums(const uint8_t *x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                                  _mm256_loadu_si256((const __m256i *)x)),
+                             _mm256_set1_epi16(1));
+}
+
+/* sx[t][j] = the sum of the 32 int8 activations of token t, block b0 + j
+ * (t < tn, j < nb; xq at the panel's first token): the int4 kernels'
+ * zero correction.  Eight blocks at a time through an hadd tree. */
+static void qsums(const uint8_t *xq, size_t xstride, uint32_t b0, uint32_t nb,
+                  size_t tn, int32_t (*sx)[KN_QP_BLK4])
+{
+    for (size_t t = 0; t < tn; t++) {
+        const uint8_t *x = xq + t * xstride + (size_t)b0 * KN_QK;
+        uint32_t j = 0;
+        for (; j + 8 <= nb; j += 8) {
+            __m256i v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = quad_sums(x + (size_t)(j + (uint32_t)k) * KN_QK);
+            __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
+                                           _mm256_hadd_epi32(v[2], v[3]));
+            __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),
+                                           _mm256_hadd_epi32(v[6], v[7]));
+            /* g0: blocks 0..3's low-lane sums | their high-lane sums */
+            __m256i v8 = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20),
+                                          _mm256_permute2x128_si256(g0, g1, 0x31));
+            _mm256_storeu_si256((__m256i *)&sx[t][j], v8);
+        }
+        for (; j < nb; j++) {
+            __m256i v = quad_sums(x + (size_t)j * KN_QK);
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+            sx[t][j] = _mm_cvtsi128_si32(h);
         }
     }
 }
 
-/* acc[i][t] (8 floats each, in memory between calls) += blocks [0, nb)
- * of panel P against tokens t0 .. t0+TT-1 at blocks b0 ..: kn_qdot.h's
- * canonical arithmetic, block after block.
- *
- * What bounds it (measured on Zen 3, the machine class of
- * docs/benchmarks.md): the FMA, the float multiply, maddubs, madd, and
- * for the most part sign and the broadcasts, all share the two FMA pipes,
- * while the int32 add and the int->float convert go elsewhere.  Per block,
- * row and token Q8 needs madd + madd + fma (the token's broadcast shared
- * by the rows) and Q4 sign + maddubs + madd + mul (s_b = scale * d) + fma:
- * ~5 pipe ops per 32 multiply-adds against 4 for float FMA (8 a pipe op),
- * so int4 runs near the float GEMM's rate and no faster.  (Taking the
- * scale product out of the loop -- a table of s_b, broadcast from L1 --
- * measured the same: the broadcast costs what the multiply did.)  The tile
- * is KN_QP_ROWS rows x TT tokens, TT <= KN_QP_TB8 = 2 for Q8 (4 x 3 needs
- * 12 accumulators + 6 inputs + 3 scales and spilled; 4 x 2 measured
- * 1.05-1.27x faster at -O2 and -O3) and KN_QP_TB4 = 3 for Q4 (4 x 2 was
- * as fast at -O2 but 0.90-0.94x at -O3, which the Release build uses).
- */
-KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, const float *xd,
-                  size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
-                  float *acc, size_t t0, int fmt, int R, int TT)
+KN_AI __m256i bcast32(const uint8_t *p)
 {
-    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* acc[u * KN_QP_RS + 8 h + i] (u < TT tokens, h < NG row groups, i < 8
+ * rows; in memory between column panels) += blocks [0, nb) of panel P,
+ * the blocks b0 .. of the activations of tokens xq, xq + xstride, ...
+ * (scales xd, xd + nbrow, ...; int4: block sums sx[u][j]): kn_qdot.h's
+ * block sums, one float chain per lane.  Per (8 rows, token, block) int4
+ * takes 8 maddubs of the unsigned codes against the token's 4 activation
+ * bytes broadcast, summed as int16 (|8 x 2 x 15 x 128| < 2^15), one madd
+ * to int32, one madd for -zero x (block sum) -- i_b exact for every code,
+ * -128 too --, then convert, multiply s_b = scale x d, fma; Q8 16 madd of
+ * int16 pairs summed as int32, convert, fma.  A broadcast serves NG row
+ * groups. */
+KN_AI void qmicro(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
+                  const float *xd, uint32_t nbrow, const int32_t (*sx)[KN_QP_BLK4],
+                  uint32_t b0, uint32_t nb, float *acc, int q8, int NG, int TT)
+{
+    const size_t qb = q8 ? 2 * KN_QK : KN_QK;
+    const int nk = q8 ? 16 : 8;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[KN_QP_ROWS][KN_QP_TMAX];
-    const uint8_t *xr[KN_QP_TMAX];
-    const float *dr[KN_QP_TMAX];
+    __m256 a[KN_QP_NG][KN_QP_TT];
+    const uint8_t *xr[KN_QP_TT];
+    const float *dr[KN_QP_TT];
 #pragma GCC unroll 8
-    for (int t = 0; t < TT; t++) {
-        xr[t] = xq + (t0 + (size_t)t) * xstride + (size_t)b0 * qb;
-        dr[t] = xd + (t0 + (size_t)t) * nbrow + b0;
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++)
-            a[i][t] = _mm256_load_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8);
+    for (int u = 0; u < TT; u++) {
+        xr[u] = xq + (size_t)u * xstride + (size_t)b0 * qb;
+        dr[u] = xd + (size_t)u * nbrow + b0;
+#pragma GCC unroll 2
+        for (int h = 0; h < NG; h++)
+            a[h][u] = _mm256_load_ps(acc + (size_t)u * KN_QP_RS + (size_t)h * KN_QP_RG);
     }
     for (uint32_t j = 0; j < nb; j++) {
-        __m256i xv[KN_QP_TMAX], xv2[KN_QP_TMAX];
-        __m256 vd[KN_QP_TMAX];
+        const uint8_t *wj = P->w + (size_t)j * KN_QP_NG * (size_t)nk * 32;
+        __m256i p[KN_QP_NG][KN_QP_TT];
+#pragma GCC unroll 16
+        for (int k = 0; k < nk; k++) {
+            __m256i w[KN_QP_NG];
+#pragma GCC unroll 2
+            for (int h = 0; h < NG; h++)
+                w[h] = _mm256_load_si256((const __m256i *)(wj + ((size_t)h * nk + k) * 32));
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            const __m256i *xp = (const __m256i *)(xr[t] + (size_t)j * qb);
-            xv[t] = _mm256_loadu_si256(xp);
-            if (fmt == KN_W_Q8)
-                xv2[t] = _mm256_loadu_si256(xp + 1);
-            vd[t] = _mm256_broadcast_ss(dr[t] + j);
+            for (int u = 0; u < TT; u++) {
+                __m256i x = bcast32(xr[u] + (size_t)j * qb + 4 * k);
+#pragma GCC unroll 2
+                for (int h = 0; h < NG; h++) {
+                    if (q8) {
+                        __m256i m = _mm256_madd_epi16(w[h], x);
+                        p[h][u] = k ? _mm256_add_epi32(p[h][u], m) : m;
+                    } else {
+                        __m256i m = _mm256_maddubs_epi16(w[h], x);
+                        p[h][u] = k ? _mm256_add_epi16(p[h][u], m) : m;
+                    }
+                    /* keep the chain: GCC's reassociation would make it a
+                     * tree with every product alive, and spill them */
+                    __asm__("" : "+x"(p[h][u]));
+                }
+            }
+        }
+        if (q8) {
+#pragma GCC unroll 8
+            for (int u = 0; u < TT; u++) {
+                const __m256 d = _mm256_broadcast_ss(dr[u] + j);
+#pragma GCC unroll 2
+                for (int h = 0; h < NG; h++)
+                    a[h][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[h][u]), d, a[h][u]);
+            }
+            continue;
         }
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) {
-            const __m256i *wp = (const __m256i *)P->w[i][j];
-            if (fmt == KN_W_Q8) {
-#pragma GCC unroll 8
-                for (int t = 0; t < TT; t++) {
-                    __m256i p = _mm256_add_epi32(
-                        _mm256_madd_epi16(_mm256_load_si256(wp), xv[t]),
-                        _mm256_madd_epi16(_mm256_load_si256(wp + 1), xv2[t]));
-                    a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), vd[t], a[i][t]);
-                }
-                continue;
-            }
-            __m256i aw = _mm256_load_si256(wp), w = _mm256_load_si256(wp + 1);
-            __m256 ws = _mm256_broadcast_ss(&P->s[i][j]);
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                __m256i p = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[t], w)), ones);
-                a[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                          _mm256_mul_ps(ws, vd[t]), a[i][t]);
+        for (int u = 0; u < TT; u++) {
+            const __m256 d = _mm256_broadcast_ss(dr[u] + j);
+            const __m256i sxu = _mm256_set1_epi32(sx[u][j]);
+#pragma GCC unroll 2
+            for (int h = 0; h < NG; h++) {
+                const __m256 s = _mm256_load_ps(P->s[j] + h * KN_QP_RG);
+                const __m256i nz = _mm256_load_si256((const __m256i *)(P->nz[j] + h * KN_QP_RG));
+                __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(p[h][u], ones),
+                                                               _mm256_madd_epi16(nz, sxu)));
+                a[h][u] = _mm256_fmadd_ps(f, _mm256_mul_ps(s, d), a[h][u]);
             }
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++)
-            _mm256_store_ps(acc + ((size_t)i * KN_QP_TP + t0 + (size_t)t) * 8, a[i][t]);
+    for (int u = 0; u < TT; u++)
+#pragma GCC unroll 2
+        for (int h = 0; h < NG; h++)
+            _mm256_store_ps(acc + (size_t)u * KN_QP_RS + (size_t)h * KN_QP_RG, a[h][u]);
 }
 
-static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, const float *xd,
-                       size_t xstride, uint32_t nbrow, uint32_t b0, uint32_t nb,
-                       float *acc, size_t t0, int fmt, int R, int TT)
+static void qmicro_any(const kn_qpanel *P, const uint8_t *xq, size_t xstride,
+                       const float *xd, uint32_t nbrow,
+                       const int32_t (*sx)[KN_QP_BLK4], uint32_t b0,
+                       uint32_t nb, float *acc, int q8, int NG, int TT)
 {
-#define KN_QM(f, r, t)                                                         \
-    case (f) * 64 + (r) * 4 + (t):                                             \
-        qmicro(P, xq, xd, xstride, nbrow, b0, nb, acc, t0, f, r, t);           \
+#define KN_QM(f, g, t)                                                         \
+    case (f) * 32 + (g) * 8 + (t):                                             \
+        qmicro(P, xq, xstride, xd, nbrow, sx, b0, nb, acc, f, g, t);           \
         break;
-#define KN_QF(f)                                                               \
-    KN_QM(f, 1, 1) KN_QM(f, 1, 2) KN_QM(f, 2, 1) KN_QM(f, 2, 2)                \
-    KN_QM(f, 3, 1) KN_QM(f, 3, 2) KN_QM(f, 4, 1) KN_QM(f, 4, 2)                \
-    KN_QM(f, 1, 3) KN_QM(f, 2, 3) KN_QM(f, 3, 3) KN_QM(f, 4, 3)
-    switch (fmt * 64 + R * 4 + TT) {
-        KN_QF(KN_W_Q8) KN_QF(KN_W_Q4) KN_QF(KN_W_Q4S)
+    switch (q8 * 32 + NG * 8 + TT) {
+        KN_QM(0, 1, 1) KN_QM(0, 1, 2) KN_QM(0, 1, 3)
+        KN_QM(0, 2, 1) KN_QM(0, 2, 2) KN_QM(0, 2, 3)
+        KN_QM(1, 1, 1) KN_QM(1, 1, 2) KN_QM(1, 1, 3)
+        KN_QM(1, 2, 1) KN_QM(1, 2, 2) KN_QM(1, 2, 3)
     default: break;
     }
-#undef KN_QF
 #undef KN_QM
 }
 
-/* Rows r .. r+R-1 x tokens [t0, t1) (t1 - t0 <= KN_QP_TP); rows up to
- * r1 follow (their first weights are prefetched). */
-static void qrows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                  float *Y, uint32_t r, int R, uint32_t r1, size_t t0,
-                  size_t t1, kn_qpanel *P, float *acc)
-{
-    const int fmt = W->fmt;
-    const uint32_t nbrow = kn_qact_blocks(W->cols), nfull = W->cols / KN_QK;
-    const size_t qb = fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
-    const size_t xstride = (size_t)nbrow * qb;
-    const size_t tn = t1 - t0;
-    const size_t tb = fmt == KN_W_Q8 ? KN_QP_TB8 : KN_QP_TB4;
-    memset(acc, 0, (size_t)KN_QP_ROWS * KN_QP_TP * 8 * sizeof(float));
-    /* The Y lines written at the end, one per token and rows x 4 bytes
-     * apart (a cache miss each otherwise): into L2 now, long before. */
-    for (size_t t = 0; t < tn; t++)
-        _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + r), _MM_HINT_T1);
-    for (uint32_t b0 = 0; b0 < nfull; b0 += KN_QP_BLK) {
-        uint32_t nb = nfull - b0 < KN_QP_BLK ? nfull - b0 : KN_QP_BLK;
-        switch (fmt) {
-        case KN_W_Q8: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q8); break;
-        case KN_W_Q4: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4); break;
-        default: qpanel_fill(P, W, r, R, b0, nb, KN_W_Q4S); break;
-        }
-        /* the next panel's weights: the rest of these rows, or the
-         * next rows' first blocks */
-        uint32_t bn = b0 + nb, rn = r + (uint32_t)R;
-        kn_wpf pf = bn < nfull
-                        ? wpf_make(W, r, R, bn * KN_QK, KN_QK * (nfull - bn < KN_QP_BLK ? nfull - bn : KN_QP_BLK))
-                        : wpf_make(W, rn, rn < r1 ? (int)(r1 - rn < KN_QP_ROWS ? r1 - rn : KN_QP_ROWS) : 0,
-                                   0, KN_QK * (nfull < KN_QP_BLK ? nfull : KN_QP_BLK));
-        uint32_t per = pf.total / (uint32_t)((tn + tb - 1) / tb) + 1;
-        for (size_t t = 0; t < tn; t += tb) {
-            int TT = tn - t < tb ? (int)(tn - t) : (int)tb;
-            wpf_some(&pf, per);
-            qmicro_any(P, xq + t0 * xstride, xd + t0 * nbrow, xstride, nbrow,
-                       b0, nb, acc, t, fmt, R, TT);
-        }
-    }
-    kn_qgemm_finish(W, xq, xd, Y, r, R, t0, tn, acc, KN_QP_TP);
-}
-
-void kn_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
+/* Token panels of KN_QP_TP outermost; in each, rows in groups of
+ * KN_QP_RS whose float accumulators (16 KiB) wait in memory while the
+ * column panels go by in block order (the chain's order); per column
+ * panel the int4 block sums of the panel's tokens once (shared by up to
+ * 64 rows), then per 16 rows the weights transposed into P and every
+ * token tile against them. */
+void kn_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                     size_t T, float *Y, uint32_t r0, uint32_t r1)
 {
     kn_qpanel P;
-    _Alignas(64) float acc[KN_QP_ROWS * KN_QP_TP * 8];
+    _Alignas(32) float acc[KN_QP_TP * KN_QP_RS];
+    _Alignas(32) int32_t sx[KN_QP_TP][KN_QP_BLK4];
+    const uint8_t *xq = xqv;
+    const int q8 = W->fmt == KN_W_Q8;
+    const uint32_t nbrow = kn_qact_blocks(W->cols), blk = q8 ? KN_QP_BLK8 : KN_QP_BLK4;
+    const size_t xstride = (size_t)nbrow * (q8 ? 2 * KN_QK : KN_QK);
+    const size_t tt = KN_QP_TT;
     for (size_t t0 = 0; t0 < T; t0 += KN_QP_TP) {
-        size_t t1 = T - t0 < KN_QP_TP ? T : t0 + KN_QP_TP;
-        for (uint32_t r = r0; r < r1; r += KN_QP_ROWS) {
-            int R = r1 - r < KN_QP_ROWS ? (int)(r1 - r) : KN_QP_ROWS;
-            qrows(W, xq, xd, Y, r, R, r1, t0, t1, &P, acc);
+        const size_t tn = T - t0 < KN_QP_TP ? T - t0 : KN_QP_TP;
+        const uint8_t *xt = xq + t0 * xstride;
+        const float *dt = xd + t0 * nbrow;
+        for (uint32_t rs = r0; rs < r1; rs += KN_QP_RS) {
+            const int RS = r1 - rs < KN_QP_RS ? (int)(r1 - rs) : KN_QP_RS;
+            memset(acc, 0, sizeof acc);
+            /* the Y lines written at the end, a cache miss each otherwise */
+            for (size_t t = 0; t < tn; t++)
+                for (int i = 0; i < RS; i += 16)
+                    _mm_prefetch((const char *)(Y + (t0 + t) * W->rows + rs + (uint32_t)i),
+                                 _MM_HINT_T1);
+            for (uint32_t b0 = 0; b0 < nbrow; b0 += blk) {
+                const uint32_t nb = nbrow - b0 < blk ? nbrow - b0 : blk;
+                if (!q8)
+                    qsums(xt, xstride, b0, nb, tn, sx);
+                const int pr_rows = KN_QP_NG * KN_QP_RG;
+                for (int g = 0; g < RS; g += pr_rows) {
+                    const int R = RS - g < pr_rows ? RS - g : pr_rows;
+                    const int NG = (R + KN_QP_RG - 1) / KN_QP_RG;
+                    for (int h = 0; h < NG; h++) {
+                        int Rh = R - h * KN_QP_RG;
+                        qpanel_fill(&P, W, rs + (uint32_t)(g + h * KN_QP_RG),
+                                    Rh < KN_QP_RG ? Rh : KN_QP_RG, h, b0, nb);
+                    }
+                    /* the next panel's weights: the next rows, else the
+                     * next column panel, else the next row group */
+                    uint32_t pr = rs + (uint32_t)(g + pr_rows), pb = b0, pe = rs + (uint32_t)RS;
+                    if (g + pr_rows >= RS) {
+                        pr = rs, pb = b0 + nb;
+                        if (pb >= nbrow)
+                            pr = pe, pb = 0, pe = r1;
+                    }
+                    const uint32_t pn = nbrow - pb < blk ? nbrow - pb : blk;
+                    kn_wpf pf = wpf_make(W, pr, pr < pe ? (int)(pe - pr < (uint32_t)pr_rows ? pe - pr : (uint32_t)pr_rows) : 0,
+                                         pb * KN_QK, pn * KN_QK);
+                    const uint32_t per = pf.total / (uint32_t)((tn + tt - 1) / tt) + 1;
+                    for (size_t t = 0; t < tn; t += tt) {
+                        const int TT = tn - t < tt ? (int)(tn - t) : (int)tt;
+                        wpf_some(&pf, per);
+                        qmicro_any(&P, xt + t * xstride, xstride, dt + t * nbrow, nbrow,
+                                   sx + t, b0, nb, acc + t * KN_QP_RS + (size_t)g, q8, NG, TT);
+                    }
+                }
+            }
+            kn_qgemm_store(W, Y, rs, RS, t0, tn, acc, KN_QP_RS);
         }
     }
 }
