@@ -160,7 +160,6 @@ static void test_qdot_gemm_panel_boundaries_bit_identical(void **state)
     kn_pool_free(p3);
 }
 
-<<<<<<< HEAD
 /* The AVX-512 prefill GEMM (kn_qgemm_avx512.c) across its own tiling:
  * 16-row groups with a short last one, column panels of 32 (int4) and 16
  * (int8) blocks with a ragged last block, the token panel shrunk for a
@@ -188,7 +187,8 @@ static void test_qdot_avx512_gemm_tiles_bit_identical(void **state)
             tu_tmat_free(&t);
         }
     kn_pool_free(p2);
-=======
+}
+
 /* The AVX2 GEMM's own boundaries (kn_gemm_avx2.c): rows over its
  * 64-row accumulator groups (75 = 64 + 8 + 3, 130) and ragged 8-row
  * panels, column panels of 32 blocks with a block-sum tail that is not a
@@ -221,7 +221,6 @@ static void test_qdot_avx2_gemm_panel_boundaries_bit_identical(void **state)
             }
     kn_set_no_avx512(0);
     kn_pool_free(p3);
->>>>>>> i10_g2
 }
 
 /* Every format, group and shape above against the reference, with the
@@ -746,18 +745,15 @@ int main(void)
         cmocka_unit_test_teardown(test_qdot_scalar_bit_identical_to_reference, reset_switches),
         cmocka_unit_test_teardown(test_qdot_extreme_codes_exact, reset_switches),
         cmocka_unit_test_teardown(test_qdot_int4_extreme_codes_exact, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx2_gemm_int4_code_minus128_exact, reset_switches),
         cmocka_unit_test_teardown(test_qdot_refuses_groups_that_are_not_powers_of_two, reset_switches),
         cmocka_unit_test_teardown(test_qdot_close_to_float_matmul, reset_switches),
         cmocka_unit_test_teardown(test_qdot_rows_bit_identical_for_every_T, reset_switches),
         cmocka_unit_test_teardown(test_qdot_gemm_panel_boundaries_bit_identical, reset_switches),
-<<<<<<< HEAD
         cmocka_unit_test_teardown(test_qdot_avx512_gemm_tiles_bit_identical, reset_switches),
-=======
-        cmocka_unit_test_teardown(test_qdot_avx2_gemm_panel_boundaries_bit_identical, reset_switches),
->>>>>>> i10_g2
         cmocka_unit_test_teardown(test_stories_int4_integer_path_kld_under_tenth_of_quant, reset_switches),
         cmocka_unit_test_teardown(test_stories_int8_integer_path_kld_under_tenth_of_quant, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_int4_code_minus128_exact, reset_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_panel_boundaries_bit_identical, reset_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
