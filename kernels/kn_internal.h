@@ -246,9 +246,10 @@ void kn_avx2_matmul_q_rows(const kn_matrix *W, const void *xq,
  * (kn_qgemm_avx512.c; only call when kn_cpu_has_avx512()). */
 void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
                            size_t T, float *Y, uint32_t r0, uint32_t r1);
-/* Rows [r0, r1) of kn_matmul_q for 1 <= T <= 8 tokens of int4 weights
- * and 2 <= T <= 8 of int8 ones, full blocks (kn_avx512_matmul_q_dec_ok), the same bits as kn_avx2_matmul_q_rows
- * (kn_qgemm_avx512.c; only call when kn_cpu_has_avx512()). */
+/* Rows [r0, r1) of kn_matmul_q for 1 <= T <= 8 tokens, full blocks
+ * (kn_avx512_matmul_q_dec_ok says which formats and sizes), the same bits
+ * as kn_avx2_matmul_q_rows (kn_qdec_avx512.c; only call when
+ * kn_cpu_has_avx512()). */
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T);
 void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
                             size_t T, float *Y, uint32_t r0, uint32_t r1);
