@@ -253,6 +253,12 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xq, const float *xd,
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T);
 void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
                             size_t T, float *Y, uint32_t r0, uint32_t r1);
+/* Y[t][r] += W[r] . Xq[t] for rows [r0, r1), t < T, in the scalar
+ * reference's arithmetic (kn_qdot.c): the SIMD kernels' fallback for the
+ * shapes they do not take (xq: the quantized rows, xd: their scales). */
+void kn_ref_matmul_q_rows(const kn_matrix *W, const uint8_t *xq,
+                          const float *xd, size_t T, float *Y, uint32_t r0,
+                          uint32_t r1);
 /* One activation block of n <= 32 values (zero-padded to 32), scalar;
  * q: int8 [32] (i16 = 0) or int16 [32] (i16 = 1). */
 void kn_qact_block(const float *x, uint32_t n, int i16, void *q, float *d);

@@ -144,15 +144,15 @@ typedef struct kn_mq_ctx {
     int avx512;
 } kn_mq_ctx;
 
-/* Scalar rows [r0, r1), the reference's arithmetic. */
-static void mq_scalar_rows(const kn_mq_ctx *c, uint32_t r0, uint32_t r1)
+void kn_ref_matmul_q_rows(const kn_matrix *W, const uint8_t *xq,
+                          const float *xd, size_t T, float *Y, uint32_t r0,
+                          uint32_t r1)
 {
-    uint32_t nb = kn_qact_blocks(c->W->cols);
-    size_t qb = qblock_bytes(kn_qact_kind_of(c->W));
-    for (size_t t = 0; t < c->T; t++)
+    uint32_t nb = kn_qact_blocks(W->cols);
+    size_t qb = qblock_bytes(kn_qact_kind_of(W));
+    for (size_t t = 0; t < T; t++)
         for (uint32_t r = r0; r < r1; r++)
-            c->Y[t * c->W->rows + r] +=
-                qdot_one(c->W, r, c->q + t * nb * qb, c->d + t * nb);
+            Y[t * W->rows + r] += qdot_one(W, r, xq + t * nb * qb, xd + t * nb);
 }
 
 static void mq_task(void *vctx, int tid, int nth)
@@ -170,7 +170,7 @@ static void mq_task(void *vctx, int tid, int nth)
     else if (c->avx2)
         kn_avx2_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else
-        mq_scalar_rows(c, r0, r1);
+        kn_ref_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
 }
 
 /* Same threshold as kn_matmul: below it one thread does the product. */

@@ -577,28 +577,6 @@ KN_AI void d2_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
     }
 }
 
-/* Matrices of fewer than 8 rows: the reference's arithmetic, scalar. */
-static void d2_small(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                     size_t T, float *Y, uint32_t r0, uint32_t r1)
-{
-    const uint32_t nbt = kn_qact_blocks(W->cols);
-    const size_t qb = W->fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
-    for (size_t t = 0; t < T; t++)
-        for (uint32_t r = r0; r < r1; r++) {
-            float acc = 0.0f;
-            for (uint32_t b = 0; b < nbt; b++) {
-                int32_t lane[8], ib = 0;
-                kn_qdot_lanes(W, r, b, xq + (t * nbt + b) * qb, lane);
-                for (int l = 0; l < 8; l++)
-                    ib += lane[l];
-                acc = fmaf((float)ib, kn_qdot_scale(W, r, b, xd[t * nbt + b]), acc);
-            }
-            if (W->fmt == KN_W_Q8)
-                acc *= ((const float *)W->scales)[r];
-            Y[t * W->rows + r] += acc;
-        }
-}
-
 void kn_avx2_matmul_q_rows(const kn_matrix *W, const void *xq,
                            const float *xd, size_t T, float *Y, uint32_t r0,
                            uint32_t r1)
@@ -607,7 +585,7 @@ void kn_avx2_matmul_q_rows(const kn_matrix *W, const void *xq,
     const size_t xs = (size_t)nbt * (W->fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK);
     const uint8_t *q = xq;
     if (W->rows < 8) {
-        d2_small(W, q, xd, T, Y, r0, r1);
+        kn_ref_matmul_q_rows(W, q, xd, T, Y, r0, r1);
         return;
     }
     for (size_t t0 = 0; t0 < T; t0 += 8) { /* 8 tokens at a time */

@@ -356,28 +356,6 @@ static void pg_table(const kn_matrix *W, const uint8_t *xq, const float *xd,
         }
 }
 
-/* Rows [r0, r1) x every token, the reference's arithmetic in scalar:
- * only for matrices too wide for the table (cols > 65536). */
-static void pg_scalar_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
-                           size_t T, float *Y, uint32_t r0, uint32_t r1)
-{
-    const uint32_t nbrow = kn_qact_blocks(W->cols);
-    const size_t qb = W->fmt == KN_W_Q8 ? 2 * KN_QK : KN_QK;
-    for (size_t t = 0; t < T; t++)
-        for (uint32_t r = r0; r < r1; r++) {
-            float acc = 0.0f;
-            for (uint32_t b = 0; b < nbrow; b++) {
-                int32_t lane[8], ib = 0;
-                kn_qdot_lanes(W, r, b, xq + (t * nbrow + b) * qb, lane);
-                for (int l = 0; l < 8; l++)
-                    ib += lane[l];
-                acc = fmaf((float)ib, kn_qdot_scale(W, r, b, xd[t * nbrow + b]), acc);
-            }
-            if (W->fmt == KN_W_Q8)
-                acc *= ((const float *)W->scales)[r];
-            Y[t * W->rows + r] += acc;
-        }
-}
 
 void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
                            size_t T, float *Y, uint32_t r0, uint32_t r1)
@@ -393,7 +371,7 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
     size_t tp = PG_TAB / nbrow / tb * tb;
     tp = tp < PG_TP ? tp : PG_TP;
     if (tp == 0) {
-        pg_scalar_rows(W, xq, xd, T, Y, r0, r1);
+        kn_ref_matmul_q_rows(W, xq, xd, T, Y, r0, r1);
         return;
     }
     pg_panel P;
