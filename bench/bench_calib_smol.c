@@ -273,7 +273,7 @@ int main(int argc, char **argv)
     for (int i = extra; i < argc; i++)
         printf(" %s", argv[i]);
     printf("\n  compile wall %.1f s  cpu %.1f s  peak RSS %.1f MiB  artifact "
-           "%.1f MB  | eval kld %.5f top1 %.4f  | load %.2f %.2f %.2f\n",
+           "%.1f MB  | eval kld %.6g top1 %.4f  | load %.2f %.2f %.2f\n",
            wall, cpu, rss / 1024.0, json_num(out, "file_bytes") / 1e6,
            json_num(ev, "kld_mean"), json_num(ev, "top1"), load[0], load[1],
            load[2]);
