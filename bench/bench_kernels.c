@@ -59,7 +59,7 @@ static int bmat_make(bmat *b, kn_wformat f, uint32_t rows, uint32_t cols,
     if (zb)
         memset(b->z, 8, zb);
     kn_matrix m = { f, rows, cols, b->d, b->s, (const uint8_t *)b->z,
-                    (f == KN_W_Q4 || f == KN_W_Q4S) ? g : 0 };
+                    (f == KN_W_Q4 || f == KN_W_Q4S) ? g : 0, KN_LAYOUT_ROWS };
     b->m = m;
     b->bytes = (double)(db + sb + zb);
     return 0;

@@ -254,7 +254,7 @@ static void bench_decode(int quick, kn_pool *pool)
     for (uint32_t i = 0; i < C; i++)
         x[i] = frand();
     for (int k = 0; k < 3; k++) {
-        kn_matrix m = {fs[k], R, C, NULL, NULL, NULL, fs[k] == KN_W_Q4 ? 32 : 0};
+        kn_matrix m = {fs[k], R, C, NULL, NULL, NULL, fs[k] == KN_W_Q4 ? 32 : 0, KN_LAYOUT_ROWS};
         void *data = malloc(kn_wformat_data_bytes(fs[k], R, C));
         void *sc = NULL, *z = NULL;
         if (fs[k] == KN_W_F16) {

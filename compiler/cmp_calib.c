@@ -121,7 +121,7 @@ void cmp_calib_result_block(const cmp_calib_result *r, uint32_t l,
         if (cmp_quant_is_quantized(t->fmt)) {
             *mats[s] = cmp_qbuf_matrix(&t->q);
         } else {
-            kn_matrix m = {KN_W_F32, t->q.rows, t->q.cols, t->f32, NULL, NULL, 0};
+            kn_matrix m = {KN_W_F32, t->q.rows, t->q.cols, t->f32, NULL, NULL, 0, KN_LAYOUT_ROWS};
             *mats[s] = m;
         }
         *bs[s] = r->bias[(size_t)l * CMP_LIN_COUNT + s];
@@ -269,8 +269,8 @@ mc_status cmp_calib_view(const rt_model *base, const cmp_calib_result *r,
     }
     if (r->rotated) {
         uint32_t V = base->embed.rows, H = base->embed.cols;
-        kn_matrix e = {KN_W_F32, V, H, r->embed, NULL, NULL, 0};
-        kn_matrix lm = {KN_W_F32, V, H, r->lm_head_f32, NULL, NULL, 0};
+        kn_matrix e = {KN_W_F32, V, H, r->embed, NULL, NULL, 0, KN_LAYOUT_ROWS};
+        kn_matrix lm = {KN_W_F32, V, H, r->lm_head_f32, NULL, NULL, 0, KN_LAYOUT_ROWS};
         view->embed = e;
         view->lm_head = lm;
         view->final_norm = r->final_norm;

@@ -90,7 +90,7 @@ static void mixed_block(const layer_ctx *c, const int *done,
                                       &w->w_gate, &w->w_up, &w->w_down};
     for (int s = 0; s < CMP_LIN_COUNT; s++)
         if (!done[s] || !cmp_quant_is_quantized(c->fmt[s])) {
-            kn_matrix m = {KN_W_F32, c->rows[s], c->cols[s], c->w[s], NULL, NULL, 0};
+            kn_matrix m = {KN_W_F32, c->rows[s], c->cols[s], c->w[s], NULL, NULL, 0, KN_LAYOUT_ROWS};
             *mats[s] = m;
         }
 }

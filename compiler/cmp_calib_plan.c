@@ -44,7 +44,7 @@ static double measure_rate(kn_pool *pool, uint32_t H, uint32_t F, size_t maxT)
             w[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
         for (size_t i = 0; i < T * K; i++)
             x[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
-        kn_matrix W = {KN_W_F32, R, K, w, NULL, NULL, 0};
+        kn_matrix W = {KN_W_F32, R, K, w, NULL, NULL, 0, KN_LAYOUT_ROWS};
         kn_matmul(pool, &W, x, T, y, NULL); /* warm-up */
         double threads = cmp_par_threads(pool);
         for (int rep = 0; rep < PLAN_RATE_REPS; rep++) {

@@ -149,7 +149,7 @@ static mc_status apply_merge(cmp_calib_stage *s, cmp_merge *merge,
         if (st != MC_OK)
             return st;
         if (mat) {
-            kn_matrix f = {KN_W_F32, mat->rows, mat->cols, buf, NULL, NULL, 0};
+            kn_matrix f = {KN_W_F32, mat->rows, mat->cols, buf, NULL, NULL, 0, KN_LAYOUT_ROWS};
             *mat = f;
         } else {
             *vec = buf;

@@ -30,30 +30,52 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
     return kn_attention_scratch_floats(nthreads, max_ctx, d->head_dim);
 }
 
-/* Y[i] = X W[i]^T + B[i] for n matrices sharing the input X [T][cols].  On
- * the integer path X is quantized into qbuf, an idle scratch buffer of
- * qwidth floats per row (for as many rows as X), once per kind the
- * matrices need (one in practice); a matrix the integer path does not
- * take (f16, odd groups), or whose kind does not fit qbuf, gets the float
- * X.  Which path a matrix takes depends on the model alone, never on T. */
+/* Y[i] = X W[i]^T + B[i] for n <= KN_MATMUL_MULTI_MAX matrices sharing the
+ * input X [T][cols].  On the integer path X is quantized into qbuf, an idle
+ * scratch buffer of qwidth floats per row (for as many rows as X), once
+ * for the kind the first integer matrix needs; the matrices of that kind
+ * run as one job over the pool (kn_matmul_q_multi), the float ones as
+ * another (kn_matmul_multi).  A matrix the integer path does not take
+ * (f16, odd groups), or whose kind does not fit qbuf, gets the float X; one
+ * of a second kind (no model mixes them in practice) is quantized after the
+ * first group ran.  Which path a matrix takes depends on the model alone,
+ * never on T. */
 static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
                     size_t T, size_t cols, void *qbuf, size_t qwidth, int n,
                     const kn_matrix *const W[], float *const Y[],
                     const float *const B[])
 {
     int on = s->int_dot && !kn_float_dot();
-    int have = -1; /* the kind qbuf holds */
+    const kn_matrix *qw[KN_MATMUL_MULTI_MAX], *fw[KN_MATMUL_MULTI_MAX];
+    float *qy[KN_MATMUL_MULTI_MAX], *fy[KN_MATMUL_MULTI_MAX];
+    const float *qb[KN_MATMUL_MULTI_MAX], *fb[KN_MATMUL_MULTI_MAX];
+    int nq = 0, nf = 0, rest[KN_MATMUL_MULTI_MAX], nrest = 0;
+    int kind = -1; /* the kind of the integer group */
     for (int i = 0; i < n; i++) {
         kn_qact_kind k = kn_qact_kind_of(W[i]);
         if (on && kn_qdot_supported(W[i]) &&
             kn_qact_bytes(k, 1, (uint32_t)cols) <= (uint64_t)qwidth * sizeof(float)) {
-            if (have != (int)k)
-                kn_qact_quantize(k, X, T, (uint32_t)cols, qbuf);
-            have = (int)k;
-            kn_matmul_q(pool, W[i], qbuf, T, Y[i], B[i]);
+            if (kind < 0)
+                kind = (int)k;
+            if (kind != (int)k) {
+                rest[nrest++] = i;
+                continue;
+            }
+            qw[nq] = W[i], qy[nq] = Y[i], qb[nq++] = B[i];
         } else {
-            kn_matmul(pool, W[i], X, T, Y[i], B[i]);
+            fw[nf] = W[i], fy[nf] = Y[i], fb[nf++] = B[i];
         }
+    }
+    if (nq) {
+        kn_qact_quantize((kn_qact_kind)kind, X, T, (uint32_t)cols, qbuf);
+        kn_matmul_q_multi(pool, nq, qw, qbuf, T, qy, qb);
+    }
+    if (nf)
+        kn_matmul_multi(pool, nf, fw, X, T, fy, fb);
+    for (int j = 0; j < nrest; j++) {
+        int i = rest[j];
+        kn_qact_quantize(kn_qact_kind_of(W[i]), X, T, (uint32_t)cols, qbuf);
+        kn_matmul_q(pool, W[i], qbuf, T, Y[i], B[i]);
     }
 }
 

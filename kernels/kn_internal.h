@@ -12,19 +12,45 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fmt_dtype.h"
 #include "kn_ops.h"
 
+/* Byte k of row r's int4 codes (the row layout's data[r][k]), in either
+ * layout (kn_quant.h). */
+static inline uint8_t kn_q4_byte(const kn_matrix *W, uint32_t r, uint32_t k)
+{
+    if (W->layout == KN_LAYOUT_P16) {
+        uint32_t b = k / 16, kb = k % 16;
+        const uint8_t *panel = (const uint8_t *)W->data +
+                               (size_t)(r / 16) * kn_p16_panel_bytes(W->cols, W->group);
+        return panel[kn_p16_block_off(b, W->group) + (kb / 4) * 64 + (r % 16) * 4 + kb % 4];
+    }
+    return ((const uint8_t *)W->data)[(size_t)r * kn_q4_row_bytes(W->cols) + k];
+}
+
+/* The f16 bits of row r's scale of group j, in either layout. */
+static inline uint16_t kn_q4_scale_bits(const kn_matrix *W, uint32_t r, uint32_t j)
+{
+    if (W->layout == KN_LAYOUT_P16) {
+        const uint8_t *panel = (const uint8_t *)W->data +
+                               (size_t)(r / 16) * kn_p16_panel_bytes(W->cols, W->group);
+        uint16_t v;
+        memcpy(&v, panel + kn_p16_scale_off(j, W->group) + (r % 16) * 2, 2);
+        return v;
+    }
+    return ((const uint16_t *)W->scales)[(size_t)r * kn_q4_ngroups(W->cols, W->group) + j];
+}
+
 static inline float kn_q4_at(const kn_matrix *W, uint32_t r, uint32_t c)
 {
     uint32_t ng = kn_q4_ngroups(W->cols, W->group);
-    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * kn_q4_row_bytes(W->cols);
-    uint8_t b = row[c / 2];
+    uint8_t b = kn_q4_byte(W, r, c / 2);
     int q = (c & 1) ? (b >> 4) : (b & 15);
     size_t gi = (size_t)r * ng + c / W->group;
     int z = W->fmt == KN_W_Q4 ? W->zeros[gi] : KN_Q4_ZERO_SYM;
-    float s = fmt_f16_to_f32(((const uint16_t *)W->scales)[gi]);
+    float s = fmt_f16_to_f32(kn_q4_scale_bits(W, r, c / W->group));
     return (float)(q - z) * s;
 }
 
@@ -81,16 +107,17 @@ static inline int64_t kn_attn_first(int64_t p, uint64_t window)
 }
 
 /* The rows [*r0, *r1) thread tid of nth computes in a matmul: contiguous
- * ranges, multiples of 4 (the AVX2 row blocks), so each thread streams its
- * own part of the matrix and writes its own outputs (two threads share at
- * most the cache line where their ranges meet).  Returns 0 when the thread
- * has no rows.  Y rows of the range are set to bias (or 0) for T tokens. */
+ * ranges, multiples of 16 (the AVX2 row blocks are 4, the AVX-512 ones 8
+ * or 16, a KN_LAYOUT_P16 panel 16), so each thread streams its own part
+ * of the matrix and writes its own outputs (a range's output is whole
+ * cache lines).  Returns 0 when the thread has no rows.  Y rows of the
+ * range are set to bias (or 0) for T tokens. */
 static inline int kn_task_rows(float *Y, size_t T, uint32_t rows,
                                const float *bias, int tid, int nth,
                                uint32_t *r0, uint32_t *r1)
 {
     uint32_t chunk = (uint32_t)(((uint64_t)rows + (uint64_t)nth - 1) / (uint64_t)nth);
-    chunk = (chunk + 3) & ~3u;
+    chunk = (chunk + 15) & ~15u;
     uint64_t a = (uint64_t)chunk * (uint64_t)tid;
     if (a >= rows)
         return 0;
@@ -182,8 +209,7 @@ static inline int kn_w_int(const kn_matrix *W, uint32_t r, uint32_t c)
 {
     if (W->fmt == KN_W_Q8)
         return ((const int8_t *)W->data)[(size_t)r * W->cols + c];
-    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * kn_q4_row_bytes(W->cols);
-    uint8_t b = row[c / 2];
+    uint8_t b = kn_q4_byte(W, r, c / 2);
     int q = (c & 1) ? (b >> 4) : (b & 15);
     int z = W->fmt == KN_W_Q4
                 ? W->zeros[(size_t)r * kn_q4_ngroups(W->cols, W->group) + c / W->group]
@@ -233,8 +259,7 @@ static inline float kn_qdot_scale(const kn_matrix *W, uint32_t r, uint32_t b,
 {
     if (W->fmt == KN_W_Q8)
         return xd;
-    size_t gi = (size_t)r * kn_q4_ngroups(W->cols, W->group) + 32 * b / W->group;
-    return fmt_f16_to_f32(((const uint16_t *)W->scales)[gi]) * xd;
+    return fmt_f16_to_f32(kn_q4_scale_bits(W, r, 32 * b / W->group)) * xd;
 }
 
 /* Rows [r0, r1) of kn_matmul_q for T tokens; Y already holds bias or 0.

@@ -85,6 +85,45 @@ void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
     kn_pool_run(p, mm_task, &c);
 }
 
+/* n products in one job: each thread takes its share of every matrix. */
+typedef struct kn_mm_multi_ctx {
+    int n;
+    kn_mm_ctx c[KN_MATMUL_MULTI_MAX];
+} kn_mm_multi_ctx;
+
+static void mm_multi_task(void *vctx, int tid, int nth)
+{
+    kn_mm_multi_ctx *m = vctx;
+    for (int i = 0; i < m->n; i++)
+        mm_task(&m->c[i], tid, nth);
+}
+
+void kn_matmul_multi(kn_pool *p, int n, const kn_matrix *const W[],
+                     const float *X, size_t T, float *const Y[],
+                     const float *const B[])
+{
+    if (n == 1) {
+        kn_matmul(p, W[0], X, T, Y[0], B[0]);
+        return;
+    }
+    kn_mm_multi_ctx m = {0, {{0}}};
+    uint64_t work = 0;
+    for (int i = 0; i < n && i < KN_MATMUL_MULTI_MAX; i++) {
+        if (T == 0 || W[i]->rows == 0)
+            continue;
+        kn_mm_ctx c = { W[i], X, T, Y[i], B[i], use_avx2() && kn_avx2_matmul_supported(W[i]), 0, 0 };
+        c.avx512 = c.avx2 && kn_cpu_has_avx512();
+        c.dec512 = c.avx512 && kn_dec_avx512_supported(W[i]);
+        m.c[m.n++] = c;
+        work += (uint64_t)W[i]->rows * W[i]->cols * T;
+    }
+    if (m.n == 0)
+        return;
+    if (work < KN_PARALLEL_MIN_WORK)
+        p = NULL;
+    kn_pool_run(p, mm_multi_task, &m);
+}
+
 /* ---- elementwise ------------------------------------------------------------- */
 
 void kn_rmsnorm(float *out, const float *x, const float *w, size_t T,

@@ -47,15 +47,25 @@ void kn_pool_run(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
 
 /* ---- weights ------------------------------------------------------------- */
 
+/* How a matrix's bytes are arranged (kn_quant.h).  Every file and every
+ * API outside the CPU runtime sees KN_LAYOUT_ROWS; KN_LAYOUT_P16 is built
+ * at load by the runtime (kn_q4s_pack16) for the AVX-512 kernels. */
+typedef enum kn_layout {
+    KN_LAYOUT_ROWS = 0,       /* row-major data, scales/zeros beside it */
+    KN_LAYOUT_P16 = 1,        /* Q4S only: 16-row panels, scales inside */
+} kn_layout;
+
 /* A read-only view of a weight matrix (layouts in kn_quant.h). */
 typedef struct kn_matrix {
     kn_wformat fmt;
     uint32_t rows;            /* out_features */
     uint32_t cols;            /* in_features */
     const void *data;         /* see kn_quant.h for each format */
-    const void *scales;       /* Q8: float[rows]; Q4/Q4S: u16 half [rows][ngroups] */
+    const void *scales;       /* Q8: float[rows]; Q4/Q4S: u16 half [rows][ngroups];
+                                 KN_LAYOUT_P16: NULL (inside data) */
     const uint8_t *zeros;     /* Q4: [rows][ngroups]; else NULL */
     uint32_t group;           /* Q4/Q4S group size; 0 otherwise */
+    kn_layout layout;         /* KN_LAYOUT_ROWS but after kn_q4s_pack16 */
 } kn_matrix;
 
 /* Y[t][r] = sum_c W[r][c] * X[t][c] (+ bias[r] if bias) for t < T.
@@ -64,6 +74,17 @@ void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
                float *Y, const float *bias);
 void kn_ref_matmul(const kn_matrix *W, const float *X, size_t T, float *Y,
                    const float *bias);
+
+/* kn_matmul for n <= KN_MATMUL_MULTI_MAX matrices sharing the input X
+ * (each W[i]->cols columns): Y[i] = X W[i]^T + B[i] (B[i] may be NULL), in
+ * one job over the pool where each thread computes its rows of every
+ * matrix.  The same bits as n kn_matmul calls; what it saves is n - 1
+ * wake-ups and waits, and small matrices (a GQA model's k and v) no
+ * longer run on the calling thread alone while the others wait. */
+#define KN_MATMUL_MULTI_MAX 4
+void kn_matmul_multi(kn_pool *p, int n, const kn_matrix *const W[],
+                     const float *X, size_t T, float *const Y[],
+                     const float *const B[]);
 
 /* Row r of W as float32 (embedding lookup; any format). out: [cols]. */
 void kn_matrix_row(const kn_matrix *W, uint32_t r, float *out);

@@ -100,6 +100,8 @@ KN_AI void deq32(const kn_rowp *rp, uint32_t c, int gshift, int fmt, __m256 w[4]
 
 int kn_avx2_matmul_supported(const kn_matrix *W)
 {
+    if (W->layout != KN_LAYOUT_ROWS)
+        return 0; /* panels: the scalar path (kn_pack16.h) */
     switch (W->fmt) {
     case KN_W_F32: case KN_W_F16: case KN_W_BF16: case KN_W_Q8: return 1;
     case KN_W_Q4: case KN_W_Q4S:

@@ -37,6 +37,11 @@
  * kn_qdot_scale; the 8 rows' scales (and Q4 zeros) of 8 groups are
  * converted and transposed 8 x 8 once per 8 groups.
  *
+ * int4-sym in 16-row panels (KN_LAYOUT_P16, kn_pack16.h; the CPU
+ * runtime's layout on these CPUs): a zmm per 16 rows x 4 code bytes, 8
+ * vpdpbusd per (panel, token, block) from -8 x the block sum, no insert,
+ * fold or transpose, one stream per thread (dp16_panel).
+ *
  * int8: register m holds 8 columns of rows m and m + 4 widened to int16
  * (4 per block); 4 vpdpwssd against the token's 8 activations broadcast
  * give 4 dwords per row (8 products, < 2^25), dq_fold4 makes the exact
@@ -337,8 +342,85 @@ static void dq8_rows(const kn_matrix *W, const uint8_t *xq, const float *xd,
     DQ_PASSES(dq8_pass_any(W, xq, xd, Y, rp, stp, sm, TT));
 }
 
+/* ---- int4-sym panels (KN_LAYOUT_P16), 1 <= TT <= 8 tokens ---------------- */
+
+static inline int32_t dp_ld32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Panel p (rows 16p .. 16p+15 in the 16 lanes of a zmm), all blocks, TT
+ * tokens, read as one stream: per group its 16 scales, per block 4 loads
+ * of 16 rows x 4 code bytes split into 8 vectors of unsigned codes (low
+ * nibbles: positions 4m .. 4m+3, high: 16 + 4m ..), 8 vpdpbusd per token
+ * from ini = -8 x the token's block sum (so the sum is i_b itself), one
+ * convert and one fma by scale x d: the GEMM's pg_micro on a panel that
+ * needs no transpose, the reference's bits. */
+KN_AI void dp16_panel(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                      const int32_t *ini, float *Y, uint32_t p, int TT)
+{
+    const uint32_t nb = W->cols / KN_QK, rows = W->rows, bpg = W->group / KN_QK;
+    const uint64_t pb = kn_p16_panel_bytes(W->cols, W->group);
+    const uint8_t *q = (const uint8_t *)W->data + (size_t)p * pb;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[8], sc = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint32_t b = 0; b < nb; b++) {
+        if (b % bpg == 0) {
+            sc = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
+            q += 32;
+        }
+        /* 4 KiB ahead into L2, across into the next panel (a thread's
+         * panels are one stream); prefetches never fault past the end.
+         * 1 KiB into L1 measured no better at TinyLlama's widths. */
+        _mm_prefetch((const char *)(q + 4096), _MM_HINT_T1);
+        __m512i w[8];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            __m512i o = _mm512_loadu_si512(q + 64 * m);
+            w[m] = _mm512_and_si512(o, m4);
+            w[m + 4] = _mm512_and_si512(_mm512_srli_epi32(o, 4), m4);
+        }
+        q += 256;
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const uint8_t *x = xq + ((size_t)t * nb + b) * KN_QK;
+            __m512i sum = _mm512_set1_epi32(ini[(size_t)t * nb + b]);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                sum = _mm512_dpbusd_epi32(sum, w[k], _mm512_set1_epi32(dp_ld32(x + 4 * k)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                     _mm512_mul_ps(sc, _mm512_set1_ps(xd[(size_t)t * nb + b])),
+                                     acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        float *y = Y + (size_t)t * rows + 16 * (size_t)p;
+        _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), acc[t]));
+    }
+}
+
+static void dp16_panel_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                           const int32_t *ini, float *Y, uint32_t p, int TT)
+{
+#define DP16(tt) case tt: dp16_panel(W, xq, xd, ini, Y, p, tt); break;
+    switch (TT) {
+        DP16(1) DP16(2) DP16(3) DP16(4) DP16(5) DP16(6) DP16(7) default: DP16(8)
+    }
+#undef DP16
+}
+
+#define DP16_MAXI 8192 /* token-blocks of the panel kernel's start table */
+
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 {
+    if (W->layout == KN_LAYOUT_P16)
+        return T >= 1 && T <= 8 && T * (W->cols / KN_QK) <= DP16_MAXI;
     return T >= 1 && T <= 8 && W->cols % KN_QK == 0 &&
            (((W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S) && W->cols / KN_QK <= DQ_MAXB) ||
             W->fmt == KN_W_Q8);
@@ -347,6 +429,27 @@ int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
                             size_t T, float *Y, uint32_t r0, uint32_t r1)
 {
+    if (W->layout == KN_LAYOUT_P16 && (r0 % 16 || r1 % 16)) {
+        kn_ref_matmul_q_rows(W, xq, xd, T, Y, r0, r1); /* not kn_task_rows' */
+        return;
+    }
+    if (W->layout == KN_LAYOUT_P16) {
+        /* r0, r1: multiples of 16 (kn_task_rows; rows % 16 == 0) */
+        const uint32_t nb = W->cols / KN_QK;
+        _Alignas(64) int32_t ini[DP16_MAXI];
+        const __m256i ones = _mm256_set1_epi8(1);
+        for (size_t i = 0; i < T * nb; i++) {
+            __m256i v = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones,
+                                            _mm256_loadu_si256((const __m256i *)((const uint8_t *)xq + i * KN_QK)));
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+            ini[i] = -KN_Q4_ZERO_SYM * _mm_cvtsi128_si32(h);
+        }
+        for (uint32_t p = r0 / 16; p < r1 / 16; p++)
+            dp16_panel_any(W, xq, xd, ini, Y, p, (int)T);
+        return;
+    }
     if (W->fmt == KN_W_Q8) {
         dq8_rows(W, xq, xd, Y, r0, r1, (int)T);
         return;

@@ -165,6 +165,8 @@ static void mq_task(void *vctx, int tid, int nth)
         kn_avx512_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else if (c->avx512 && kn_avx512_matmul_q_dec_ok(c->W, c->T))
         kn_avx512_matmul_q_dec(c->W, c->q, c->d, c->T, c->Y, r0, r1);
+    else if (c->W->layout != KN_LAYOUT_ROWS) /* panels: AVX-512 or scalar */
+        kn_ref_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else if (c->avx2 && c->T > KN_GEMM_MIN_T)
         kn_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else if (c->avx2)
@@ -189,4 +191,44 @@ void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
     if ((uint64_t)W->rows * W->cols * T < KN_QDOT_PARALLEL_MIN_WORK)
         p = NULL;
     kn_pool_run(p, mq_task, &c);
+}
+
+typedef struct kn_mq_multi_ctx {
+    int n;
+    kn_mq_ctx c[KN_MATMUL_MULTI_MAX];
+} kn_mq_multi_ctx;
+
+static void mq_multi_task(void *vctx, int tid, int nth)
+{
+    const kn_mq_multi_ctx *m = vctx;
+    for (int i = 0; i < m->n; i++)
+        mq_task((void *)&m->c[i], tid, nth);
+}
+
+void kn_matmul_q_multi(kn_pool *p, int n, const kn_matrix *const W[],
+                       const void *Xq, size_t T, float *const Y[],
+                       const float *const B[])
+{
+    if (n == 1) {
+        kn_matmul_q(p, W[0], Xq, T, Y[0], B[0]);
+        return;
+    }
+    kn_mq_multi_ctx m = {0, {{0}}};
+    uint64_t work = 0;
+    int avx2 = !kn_force_scalar() && kn_cpu_has_avx2();
+    for (int i = 0; i < n && i < KN_MATMUL_MULTI_MAX; i++) {
+        if (T == 0 || W[i]->rows == 0)
+            continue;
+        uint32_t nb = kn_qact_blocks(W[i]->cols);
+        size_t qb = qblock_bytes(kn_qact_kind_of(W[i]));
+        kn_mq_ctx c = { W[i], Xq, (const float *)((const uint8_t *)Xq + T * nb * qb),
+                        T, Y[i], B[i], avx2, avx2 && kn_cpu_has_avx512() };
+        m.c[m.n++] = c;
+        work += (uint64_t)W[i]->rows * W[i]->cols * T;
+    }
+    if (m.n == 0)
+        return;
+    if (work < KN_QDOT_PARALLEL_MIN_WORK)
+        p = NULL;
+    kn_pool_run(p, mq_multi_task, &m);
 }

@@ -113,4 +113,11 @@ void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
 void kn_ref_matmul_q(const kn_matrix *W, const void *Xq, size_t T, float *Y,
                      const float *bias);
 
+/* kn_matmul_q for n <= KN_MATMUL_MULTI_MAX matrices of one activation
+ * kind sharing Xq, in one job over the pool (as kn_matmul_multi): the
+ * same bits as n kn_matmul_q calls. */
+void kn_matmul_q_multi(kn_pool *p, int n, const kn_matrix *const W[],
+                       const void *Xq, size_t T, float *const Y[],
+                       const float *const B[]);
+
 #endif /* KN_QDOT_H */

@@ -171,9 +171,29 @@ static void pg_fill(pg_panel *P, const kn_matrix *W, uint32_t r, int R,
     const int gsh = __builtin_ctz(W->group) - 5;
     const uint32_t ng = kn_q4_ngroups(cols, W->group);
     const size_t rb = kn_q4_row_bytes(cols);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (W->layout == KN_LAYOUT_P16) {
+        /* r a multiple of 16 and R = 16 (kn_task_rows, kn_pack16.h): the
+         * panel's dword columns are stored as they are, split by nibble */
+        const uint8_t *panel = (const uint8_t *)W->data +
+                               (size_t)(r / 16) * kn_p16_panel_bytes(cols, W->group);
+        for (uint32_t j = 0; j < nb; j++) {
+            const uint32_t b = b0 + j;
+            const uint8_t *src = panel + kn_p16_block_off(b, W->group);
+            _mm512_store_ps(P->s[j], _mm512_cvtph_ps(_mm256_loadu_si256(
+                                         (const __m256i *)(panel + kn_p16_scale_off(b >> gsh, W->group)))));
+            uint8_t *o = P->w + (size_t)j * 512;
+            for (int k = 0; k < 4; k++) {
+                __m512i v = _mm512_loadu_si512(src + (size_t)k * 64);
+                _mm512_store_si512(o + (size_t)k * 64, _mm512_and_si512(v, m4));
+                _mm512_store_si512(o + (size_t)(k + 4) * 64,
+                                   _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
+            }
+        }
+        return;
+    }
     const __m512i i10 = _mm512_loadu_si512(pg_q1[0]), i11 = _mm512_loadu_si512(pg_q1[1]);
     const __m512i i20 = _mm512_loadu_si512(pg_q2[0]), i21 = _mm512_loadu_si512(pg_q2[1]);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (uint32_t j = 0; j < nb; j++) {
         const uint32_t b = b0 + j;
         const __mmask16 m = pg_mask16(rb - (size_t)b * 16);
@@ -370,8 +390,8 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
     /* token panel: a multiple of the tile whose table fits */
     size_t tp = PG_TAB / nbrow / tb * tb;
     tp = tp < PG_TP ? tp : PG_TP;
-    if (tp == 0) {
-        kn_ref_matmul_q_rows(W, xq, xd, T, Y, r0, r1);
+    if (tp == 0 || (W->layout == KN_LAYOUT_P16 && (r0 % PG_R || r1 % PG_R))) {
+        kn_ref_matmul_q_rows(W, xq, xd, T, Y, r0, r1); /* panels: whole ones */
         return;
     }
     pg_panel P;

@@ -18,6 +18,18 @@
  *   zeros:  u8  [rows][ngroups], 0..15 (KN_W_Q4); absent for KN_W_Q4S,
  *           whose zero is 8 (q - 8 in [-8, 7])
  *
+ * int4 symmetric in 16-row panels (KN_W_Q4S with kn_matrix.layout =
+ * KN_LAYOUT_P16; never in a file: the CPU runtime builds it at load, see
+ * kn_pack16.h).  Needs rows % 16 == 0, cols % 32 == 0, g a power of two
+ * >= 32; nb = cols / 32 blocks, bpg = g / 32 blocks per group.  The same
+ * bytes as the row layout's data + scales, in one array: panel P (rows
+ * 16P .. 16P+15) is kn_p16_panel_bytes(cols, g) bytes at P * that; in a
+ * panel, per group j in order: the 16 rows' u16 scales of group j (32
+ * bytes), then the group's blocks b (up to bpg, the last group may have
+ * fewer), 256 bytes each: for m < 4, for row i < 16, the row layout's
+ * bytes 16b + 4m .. 16b + 4m + 3 of row 16P + i (nibbles as above).  So
+ * a 512-bit load is 16 rows x 4 code bytes, and decode reads one stream.
+ *
  * int8 KV cache (KN_KV_I8): per token and per KV head, symmetric:
  *   x[h][d] = scale[h] * q[h][d], scale = max|x[h][:]| / 127 (f32).
  */
@@ -100,6 +112,21 @@ KN_HOST_DEVICE static inline uint64_t kn_wformat_scale_bytes(kn_wformat f, uint3
     default: return 0;
     }
 }
+/* KN_LAYOUT_P16 (above): bytes of one 16-row panel; the offset in a panel
+ * of group j's scales and of block b's 256 bytes. */
+KN_HOST_DEVICE static inline uint64_t kn_p16_panel_bytes(uint32_t cols, uint32_t group)
+{
+    return (uint64_t)kn_q4_ngroups(cols, group) * 32 + (uint64_t)(cols / 32) * 256;
+}
+KN_HOST_DEVICE static inline uint64_t kn_p16_scale_off(uint32_t j, uint32_t group)
+{
+    return (uint64_t)j * (32 + (uint64_t)(group / 32) * 256);
+}
+KN_HOST_DEVICE static inline uint64_t kn_p16_block_off(uint32_t b, uint32_t group)
+{
+    return (uint64_t)(b / (group / 32) + 1) * 32 + (uint64_t)b * 256;
+}
+
 KN_HOST_DEVICE static inline uint64_t kn_wformat_zero_bytes(kn_wformat f, uint32_t rows,
                                              uint32_t cols, uint32_t group)
 {

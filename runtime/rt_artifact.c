@@ -2,10 +2,15 @@
 #include "rt_artifact.h"
 #include "rt_plan.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fmt_artifact.h"
+#include "fmt_mapguard.h"
+#include "kn_pack16.h"
+#include "kn_qdot.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -13,6 +18,8 @@ typedef struct art_owner {
     fmt_art *a;
     uint8_t *zbuf;            /* decompressed zstd sections, one block */
     const uint8_t **base;     /* [nsections] raw bytes of each section */
+    uint8_t *packed;          /* the int4-sym matrices in 16-row panels
+                                 (pack_for_cpu), one block, or NULL */
 } art_owner;
 
 static void owner_free(void *p)
@@ -22,6 +29,7 @@ static void owner_free(void *p)
         return;
     fmt_art_close(o->a);
     mc_free(o->zbuf);
+    mc_free(o->packed);
     mc_free((void *)o->base);
     mc_free(o);
 }
@@ -286,6 +294,73 @@ static mc_status load_weights(loader *L, mc_error *err)
     return st;
 }
 
+/* The matrices pack_for_cpu may rearrange: every layer's seven, the
+ * embedding, and an untied output layer.  n: filled entries. */
+static size_t model_matrices(rt_model *m, kn_matrix **out)
+{
+    size_t n = 0;
+    for (uint32_t l = 0; l < m->cfg.num_layers; l++) {
+        kn_block_weights *w = &m->layers[l].w;
+        kn_matrix *ms[] = {&w->wq, &w->wk, &w->wv, &w->wo,
+                           &w->w_gate, &w->w_up, &w->w_down};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+            out[n++] = ms[i];
+    }
+    out[n++] = &m->embed;
+    if (!m->cfg.tie_word_embeddings)
+        out[n++] = &m->lm_head;
+    return n;
+}
+
+/* On a CPU with AVX-512 VNNI, copy the int4-sym matrices into 16-row
+ * panels (kn_pack16.h: decode reads one stream, the prefill GEMM skips
+ * its transposes) unless the plan is for the GPU or MC_NO_REPACK is set.
+ * Each source range is dropped from the resident set once copied (a
+ * mapped section: it is read back from the file if touched), so the
+ * process holds the weights once, as the plan counts them.  Results are
+ * bit for bit those of the row layout.  A failed allocation keeps the
+ * row layout (slower, not wrong).  Not with the float path switched on
+ * (MC_FLOAT_DOT): its AVX2 kernels read the row layout. */
+static void pack_for_cpu(loader *L)
+{
+    rt_model *m = L->m;
+    const char *off = getenv("MC_NO_REPACK");
+    if ((m->has_plan && m->plan.cuda) || (off && *off && *off != '0') ||
+        !kn_cpu_has_avx512() || kn_float_dot())
+        return;
+    size_t cap = (size_t)m->cfg.num_layers * 7 + 2;
+    kn_matrix **ms = mc_malloc_array(cap, sizeof *ms);
+    if (!ms)
+        return;
+    size_t n = model_matrices(m, ms);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (kn_q4s_pack16_ok(ms[i]))
+            total += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
+    if (total == 0 || total > SIZE_MAX - 64 ||
+        !(L->o->packed = mc_malloc((size_t)total + 64))) {
+        mc_free(ms);
+        return;
+    }
+    uint8_t *at = (uint8_t *)(((uintptr_t)L->o->packed + 63) & ~(uintptr_t)63);
+    for (size_t i = 0; i < n; i++) {
+        kn_matrix *w = ms[i];
+        if (!kn_q4s_pack16_ok(w))
+            continue;
+        uint64_t bytes = kn_q4s_pack16_bytes(w);
+        const void *data = w->data, *scales = w->scales;
+        uint64_t db = kn_wformat_data_bytes(w->fmt, w->rows, w->cols);
+        uint64_t sb = kn_wformat_scale_bytes(w->fmt, w->rows, w->cols, w->group);
+        kn_q4s_pack16(w, at, w);
+        fmt_mapguard_drop(data, (size_t)db);
+        fmt_mapguard_drop(scales, (size_t)sb);
+        at += (bytes + 63) & ~(uint64_t)63;
+    }
+    if (m->cfg.tie_word_embeddings)
+        m->lm_head = m->embed;
+    mc_free(ms);
+}
+
 mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
                                     rt_model **out, mc_error *err)
 {
@@ -321,6 +396,8 @@ mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
     if (st == MC_OK && L.next != L.owned_end)
         st = mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
                      "norm/bias tensors do not match the config");
+    if (st == MC_OK)
+        pack_for_cpu(&L);
     if (st != MC_OK) {
         rt_model_free(m);
         return st;

@@ -13,6 +13,7 @@
 
 #include "kn_block.h"
 #include "kn_ops.h"
+#include "kn_pack16.h"
 #include "mc_alloc.h"
 
 #ifdef MC_CUDA_MODULE
@@ -71,6 +72,31 @@ static const void *put(wput *w, const void *host, uint64_t bytes)
 
 static void put_matrix(wput *w, const kn_matrix *h, kn_matrix *d)
 {
+    if (h->layout == KN_LAYOUT_P16) {
+        /* the CPU runtime's panels (an artifact planned for the CPU, run
+         * here on request): the device kernels read the row layout */
+        uint64_t db = kn_wformat_data_bytes(h->fmt, h->rows, h->cols);
+        uint64_t sb = kn_wformat_scale_bytes(h->fmt, h->rows, h->cols, h->group);
+        kn_matrix r = *h;
+        r.layout = KN_LAYOUT_ROWS;
+        uint8_t *tmp = NULL;
+        if (w->base && !w->failed) {
+            tmp = mc_malloc((size_t)(db + sb));
+            if (!tmp) {
+                w->failed = 1;
+                w->cuda_error = 2; /* cudaErrorMemoryAllocation */
+            } else {
+                kn_q4s_unpack16(h, tmp, tmp + db);
+            }
+        }
+        /* counting (no base) or a failure: any non-NULL view sizes it */
+        r.data = tmp ? tmp : h->data;
+        r.scales = tmp ? tmp + db : h->data;
+        put_matrix(w, &r, d);
+        d->layout = KN_LAYOUT_ROWS;
+        mc_free(tmp);
+        return;
+    }
     *d = *h;
     d->data = put(w, h->data, kn_wformat_data_bytes(h->fmt, h->rows, h->cols));
     d->scales = put(w, h->scales,

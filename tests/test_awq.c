@@ -77,9 +77,9 @@ static void test_awq_folding_preserves_function(void **state)
         s2[j] = 0.1f + 3.0f * urand();
 
     float xb[5 * 48], gt[5 * 40], up[5 * 40], y1[5 * 48], y2[5 * 48];
-    kn_matrix mW = {KN_W_F32, ffn, hidden, W, NULL, NULL, 0};
-    kn_matrix mU = {KN_W_F32, ffn, hidden, U, NULL, NULL, 0};
-    kn_matrix mD = {KN_W_F32, hidden, ffn, D, NULL, NULL, 0};
+    kn_matrix mW = {KN_W_F32, ffn, hidden, W, NULL, NULL, 0, KN_LAYOUT_ROWS};
+    kn_matrix mU = {KN_W_F32, ffn, hidden, U, NULL, NULL, 0, KN_LAYOUT_ROWS};
+    kn_matrix mD = {KN_W_F32, hidden, ffn, D, NULL, NULL, 0, KN_LAYOUT_ROWS};
     kn_ref_rmsnorm(xb, x, g, T, hidden, 1e-5f);
     kn_ref_matmul(&mW, xb, T, gt, NULL);
     kn_ref_matmul(&mU, xb, T, up, NULL);

@@ -184,7 +184,7 @@ static cmat cmat_make(kn_wformat f, uint32_t rows, uint32_t cols, uint32_t g)
     }
     }
     kn_matrix k = { f, rows, cols, m.hd, m.hs, m.hz,
-                    (f == KN_W_Q4 || f == KN_W_Q4S) ? g : 0 };
+                    (f == KN_W_Q4 || f == KN_W_Q4S) ? g : 0, KN_LAYOUT_ROWS };
     m.h = k;
     m.d = k;
     m.d.data = up(m.hd, db);
@@ -316,7 +316,7 @@ static void test_cuda_entries_reject_bad_arguments(void **state)
     assert_true(n >= 0);
     assert_int_equal(kn_cuda_device_count(NULL), MC_ERR_INVALID_ARG);
     float dummy[4];
-    kn_matrix m = { KN_W_Q4, 4, 4, dummy, dummy, NULL, 0 };
+    kn_matrix m = { KN_W_Q4, 4, 4, dummy, dummy, NULL, 0, KN_LAYOUT_ROWS };
     assert_int_equal(kn_cuda_matvec(&m, dummy, 1, dummy, NULL, NULL),
                      MC_ERR_INVALID_ARG); /* group 0 */
     m.group = 32;

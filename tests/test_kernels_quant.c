@@ -149,7 +149,7 @@ static void test_matrix_row_known_values_q4(void **state)
     uint8_t data[2] = { 0x21, 0x03 };
     uint16_t sc = fmt_f32_to_f16(0.5f);
     uint8_t z = 1;
-    kn_matrix m = { KN_W_Q4, 1, 3, data, &sc, &z, 32 };
+    kn_matrix m = { KN_W_Q4, 1, 3, data, &sc, &z, 32, KN_LAYOUT_ROWS };
     float out[3];
     kn_matrix_row(&m, 0, out);
     assert_true(out[0] == 0.0f && out[1] == 0.5f && out[2] == 1.0f);
@@ -165,16 +165,16 @@ static void test_matrix_row_known_values_q8_f16_bf16(void **state)
     (void)state;
     int8_t q[4] = { -127, 0, 1, 127, };
     float s[2] = { 0.25f, 2.0f };
-    kn_matrix m = { KN_W_Q8, 2, 2, q, s, NULL, 0 };
+    kn_matrix m = { KN_W_Q8, 2, 2, q, s, NULL, 0, KN_LAYOUT_ROWS };
     float out[2];
     kn_matrix_row(&m, 1, out);
     assert_true(out[0] == 2.0f && out[1] == 254.0f);
     uint16_t h[2] = { 0x3c00, 0xc000 }; /* 1, -2 in f16 */
-    kn_matrix mh = { KN_W_F16, 1, 2, h, NULL, NULL, 0 };
+    kn_matrix mh = { KN_W_F16, 1, 2, h, NULL, NULL, 0, KN_LAYOUT_ROWS };
     kn_matrix_row(&mh, 0, out);
     assert_true(out[0] == 1.0f && out[1] == -2.0f);
     uint16_t b[2] = { 0x3f80, 0x4040 }; /* 1, 3 in bf16 */
-    kn_matrix mb = { KN_W_BF16, 1, 2, b, NULL, NULL, 0 };
+    kn_matrix mb = { KN_W_BF16, 1, 2, b, NULL, NULL, 0, KN_LAYOUT_ROWS };
     kn_matrix_row(&mb, 0, out);
     assert_true(out[0] == 1.0f && out[1] == 3.0f);
 }

@@ -363,15 +363,6 @@ static void test_qdot_scalar_bit_identical_to_reference(void **state)
 
 /* A failed test longjmps out before it restores the switches: restore
  * them here, so that one failure does not skip or fail the next test. */
-static int reset_switches(void **state)
-{
-    (void)state;
-    kn_set_no_avx512(0);
-    kn_set_force_scalar(0);
-    kn_set_float_dot(0);
-    return 0;
-}
-
 /* The AVX-512 decode kernels (kn_qdec_avx512.c: int4 batch 1 in passes
  * of 8 rows, 2-4 tokens in passes of 4 rows with a table of s_b, 5-8 in
  * pairs of rows with the same table; int8 2-4 tokens in passes of 4 rows,
@@ -442,7 +433,7 @@ static void test_qdot_extreme_codes_exact(void **state)
         q[i] = (int8_t)(i & 1 ? -127 : 127);
         q[COLS + i] = -128;
     }
-    kn_matrix m = {KN_W_Q8, 2, COLS, q, sc, NULL, 0};
+    kn_matrix m = {KN_W_Q8, 2, COLS, q, sc, NULL, 0, KN_LAYOUT_ROWS};
     float x[T * COLS];
     for (int i = 0; i < T * COLS; i++)
         x[i] = i & 1 ? -1.0f : 1.0f; /* q = +-32767, d = 1/32767 */
@@ -479,7 +470,7 @@ static void test_qdot_int4_extreme_codes_exact(void **state)
         for (int g = 0; g < NG; g++)
             sc[r * NG + g] = 0x3c00; /* 1.0 */
     }
-    kn_matrix m = {KN_W_Q4, ROWS, COLS, q, sc, z, 32};
+    kn_matrix m = {KN_W_Q4, ROWS, COLS, q, sc, z, 32, KN_LAYOUT_ROWS};
     static int8_t xq[T * (COLS + NG * 4)];
     /* T = 1: the decode kernels; T = 12: the GEMM; each SIMD path.  -128
      * only at T = 1: it is the code of a non-finite input, whose block
@@ -535,7 +526,7 @@ static void test_qdot_avx2_gemm_int4_code_minus128_exact(void **state)
         d[b] = 1.0f;
     kn_set_no_avx512(1);
     for (int f = KN_W_Q4; f <= KN_W_Q4S; f++) {
-        kn_matrix m = {(kn_wformat)f, ROWS, COLS, q, sc, z, 32};
+        kn_matrix m = {(kn_wformat)f, ROWS, COLS, q, sc, z, 32, KN_LAYOUT_ROWS};
         float y[ROWS * T], r[ROWS * T];
         kn_matmul_q(NULL, &m, xq, T, y, NULL);
         kn_ref_matmul_q(&m, xq, T, r, NULL);
@@ -562,11 +553,11 @@ static void test_qdot_refuses_groups_that_are_not_powers_of_two(void **state)
     static const uint32_t no[] = {16, 48, 96, 160, 192, 4064};
     for (int f = KN_W_Q4; f <= KN_W_Q4S; f++) {
         for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, ok[i]};
+            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, ok[i], KN_LAYOUT_ROWS};
             assert_int_equal(kn_qdot_supported(&m), 1);
         }
         for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
-            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, no[i]};
+            kn_matrix m = {(kn_wformat)f, 1, 4096, NULL, NULL, NULL, no[i], KN_LAYOUT_ROWS};
             assert_int_equal(kn_qdot_supported(&m), 0);
         }
     }
@@ -639,6 +630,66 @@ static void test_qdot_rows_bit_identical_for_every_T(void **state)
     kn_pool_free(pool);
 }
 
+/* kn_matmul_q_multi and kn_matmul_multi (one pool job for a block's q/k/v
+ * or gate/up) give the bits of one call per matrix: matrices of different
+ * row counts (a GQA model's q and k), one under the single-thread
+ * threshold alone, 1-3 threads, decode and prefill sizes, with a bias. */
+static void test_qdot_multi_matches_one_call_per_matrix(void **state)
+{
+    (void)state;
+    const uint32_t C = 192, rows[3] = {96, 32, 40};
+    for (int f = 0; f < 2; f++) {
+        kn_wformat fmt = f ? KN_W_Q8 : KN_W_Q4S;
+        tu_tmat t[3];
+        const kn_matrix *W[3];
+        for (int i = 0; i < 3; i++) {
+            t[i] = tu_tmat_make(&g_rng, fmt, rows[i], C, f ? 0 : 32);
+            W[i] = &t[i].m;
+        }
+        float *bias = malloc(96 * sizeof(float));
+        assert_non_null(bias);
+        tu_rng_fill(&g_rng, bias, 96, 1.0f);
+        for (int th = 1; th <= 3; th++) {
+            kn_pool *p = kn_pool_create(th);
+            assert_non_null(p);
+            const size_t Ts[] = {1, 4, 20};
+            for (size_t k = 0; k < 3; k++) {
+                size_t T = Ts[k];
+                float *x = make_x(T, C);
+                kn_qact_kind kind = kn_qact_kind_of(W[0]);
+                void *xq = malloc((size_t)kn_qact_bytes(kind, T, C));
+                assert_non_null(xq);
+                kn_qact_quantize(kind, x, T, C, xq);
+                float *y1[3], *y2[3];
+                const float *B[3] = {bias, NULL, bias};
+                for (int i = 0; i < 3; i++) {
+                    y1[i] = malloc(T * rows[i] * sizeof(float));
+                    y2[i] = malloc(T * rows[i] * sizeof(float));
+                    assert_true(y1[i] && y2[i]);
+                    kn_matmul_q(p, W[i], xq, T, y1[i], B[i]);
+                }
+                kn_matmul_q_multi(p, 3, W, xq, T, y2, B);
+                for (int i = 0; i < 3; i++)
+                    assert_memory_equal(y1[i], y2[i], T * rows[i] * sizeof(float));
+                for (int i = 0; i < 3; i++)
+                    kn_matmul(p, W[i], x, T, y1[i], B[i]);
+                kn_matmul_multi(p, 3, W, x, T, y2, B);
+                for (int i = 0; i < 3; i++) {
+                    assert_memory_equal(y1[i], y2[i], T * rows[i] * sizeof(float));
+                    free(y1[i]);
+                    free(y2[i]);
+                }
+                free(x);
+                free(xq);
+            }
+            kn_pool_free(p);
+        }
+        free(bias);
+        for (int i = 0; i < 3; i++)
+            tu_tmat_free(&t[i]);
+    }
+}
+
 /* ---- stories260k: what the integer path does to the logits ---------------- */
 
 enum { NTOK = 256 };
@@ -646,18 +697,7 @@ enum { NTOK = 256 };
 /* Logits [NTOK][vocab] of the stories reference ids through model m. */
 static float *stories_logits(const rt_model *m, const int32_t *ids)
 {
-    rt_limits L = {.max_batch = 1, .max_seq = NTOK, .prefill_chunk = 64,
-                   .kv_type = KN_KV_F32, .threads = 2};
-    rt_session *s;
-    mc_error e;
-    assert_int_equal(rt_session_create(m, &L, NULL, &s, &e), MC_OK);
-    float *lg = malloc((size_t)NTOK * m->cfg.vocab_size * sizeof(float));
-    assert_non_null(lg);
-    rt_prompt p = {ids, NTOK};
-    float *outs[1] = {lg};
-    assert_int_equal(rt_session_logits(s, &p, 1, outs, &e), MC_OK);
-    rt_session_free(s);
-    return lg;
+    return tu_prompt_logits(m, ids, NTOK, 64);
 }
 
 static double kld(const float *p, const float *q, uint32_t vocab)
@@ -733,27 +773,28 @@ static void test_stories_int8_integer_path_kld_under_tenth_of_quant(void **state
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_qact_avx2_matches_reference_bytes, reset_switches),
-        cmocka_unit_test_teardown(test_qact_known_values, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx2_decode_bit_identical_to_reference, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx2_decode_chunks_bit_identical, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx2_gemm_bit_identical_to_reference, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx512_decode_bit_identical_to_reference, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx512_gemm_bit_identical_to_reference, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_decode_avx512_matches_avx2, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx512_int_decode_passes_bit_identical, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_scalar_bit_identical_to_reference, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_extreme_codes_exact, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_int4_extreme_codes_exact, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_refuses_groups_that_are_not_powers_of_two, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_close_to_float_matmul, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_rows_bit_identical_for_every_T, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_gemm_panel_boundaries_bit_identical, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx512_gemm_tiles_bit_identical, reset_switches),
-        cmocka_unit_test_teardown(test_stories_int4_integer_path_kld_under_tenth_of_quant, reset_switches),
-        cmocka_unit_test_teardown(test_stories_int8_integer_path_kld_under_tenth_of_quant, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx2_gemm_int4_code_minus128_exact, reset_switches),
-        cmocka_unit_test_teardown(test_qdot_avx2_gemm_panel_boundaries_bit_identical, reset_switches),
+        cmocka_unit_test_teardown(test_qact_avx2_matches_reference_bytes, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qact_known_values, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_decode_bit_identical_to_reference, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_decode_chunks_bit_identical, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_bit_identical_to_reference, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_decode_bit_identical_to_reference, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_gemm_bit_identical_to_reference, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_decode_avx512_matches_avx2, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_int_decode_passes_bit_identical, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_scalar_bit_identical_to_reference, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_extreme_codes_exact, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_int4_extreme_codes_exact, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_refuses_groups_that_are_not_powers_of_two, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_close_to_float_matmul, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_rows_bit_identical_for_every_T, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_gemm_panel_boundaries_bit_identical, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx512_gemm_tiles_bit_identical, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_stories_int4_integer_path_kld_under_tenth_of_quant, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_stories_int8_integer_path_kld_under_tenth_of_quant, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_int4_code_minus128_exact, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_avx2_gemm_panel_boundaries_bit_identical, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qdot_multi_matches_one_call_per_matrix, tu_reset_kernel_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

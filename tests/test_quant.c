@@ -343,7 +343,7 @@ static void test_kernel_matmul_matches_dequantized_reference(void **state)
         float *d = malloc((size_t)rows * cols * sizeof(float));
         cmp_dequant_matrix(&m.b, d);
         kn_matrix km = cmp_qbuf_matrix(&m.b);
-        kn_matrix kf = {KN_W_F32, rows, cols, d, NULL, NULL, 0};
+        kn_matrix kf = {KN_W_F32, rows, cols, d, NULL, NULL, 0, KN_LAYOUT_ROWS};
         float y1[72], y2[72];
         kn_matmul(NULL, &km, x, T, y1, NULL);
         kn_ref_matmul(&kf, x, T, y2, NULL);

@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include "kn_ops.h"
+#include "kn_qdot.h"
 #include "mcrt.h"
 #include "rt_model.h"
 
@@ -304,4 +305,30 @@ int tu_file_is(const char *path, const void *want, size_t len)
     int same = got && n == len && memcmp(got, want, len) == 0;
     free(got);
     return same;
+}
+
+float *tu_prompt_logits(const rt_model *m, const int32_t *ids, uint32_t n,
+                        uint32_t chunk)
+{
+    rt_limits L = {.max_batch = 1, .max_seq = n, .prefill_chunk = chunk,
+                   .kv_type = KN_KV_F32, .threads = 2};
+    rt_session *s;
+    mc_error e;
+    assert_int_equal(rt_session_create(m, &L, NULL, &s, &e), MC_OK);
+    float *lg = malloc((size_t)n * m->cfg.vocab_size * sizeof(float));
+    assert_non_null(lg);
+    rt_prompt p = {ids, n};
+    float *outs[1] = {lg};
+    assert_int_equal(rt_session_logits(s, &p, 1, outs, &e), MC_OK);
+    rt_session_free(s);
+    return lg;
+}
+
+int tu_reset_kernel_switches(void **state)
+{
+    (void)state;
+    kn_set_no_avx512(0);
+    kn_set_force_scalar(0);
+    kn_set_float_dot(0);
+    return 0;
 }

@@ -75,6 +75,18 @@ struct rt_model *tu_fixture_open(const char *name, size_t nseq, size_t T,
                                  char **path, int32_t **tok, size_t **off);
 void tu_fixture_close(struct rt_model *m, char *path, int32_t *tok, size_t *off);
 
+/* A cmocka setup/teardown that switches the kernels back to their defaults
+ * (kn_set_no_avx512(0), kn_set_force_scalar(0), kn_set_float_dot(0)), so
+ * a test that flips one does not leak it into the next. */
+int tu_reset_kernel_switches(void **state);
+
+/* Logits [n][vocab] of one prompt of n ids through m (malloc'ed), from a
+ * session of one sequence of n positions, f32 KV cache, 2 threads and
+ * prefill chunks of `chunk` tokens (up to 8: the decode kernels; more:
+ * the prefill GEMM).  Fails the test on any error. */
+float *tu_prompt_logits(const struct rt_model *m, const int32_t *ids,
+                        uint32_t n, uint32_t chunk);
+
 /* A xorshift64 generator; each test seeds its own (static tu_rng g = {seed})
  * so that its inputs do not depend on other tests. */
 typedef struct tu_rng {
