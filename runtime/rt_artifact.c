@@ -2,10 +2,13 @@
 #include "rt_artifact.h"
 #include "rt_plan.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fmt_artifact.h"
 #include "fmt_mapguard.h"
@@ -312,6 +315,35 @@ static size_t model_matrices(rt_model *m, kn_matrix **out)
     return n;
 }
 
+/* The packing work, shared by the threads of pack_for_cpu: matrix i goes
+ * to dst[i] (NULL: stays in rows); threads take the next index. */
+typedef struct pack_job {
+    kn_matrix **ms;
+    uint8_t **dst;
+    size_t n;
+    atomic_size_t next;
+} pack_job;
+
+static void *pack_worker(void *arg)
+{
+    pack_job *j = arg;
+    size_t i;
+    while ((i = atomic_fetch_add(&j->next, 1)) < j->n) {
+        kn_matrix *w = j->ms[i];
+        if (!j->dst[i])
+            continue;
+        const void *data = w->data, *scales = w->scales;
+        uint64_t db = kn_wformat_data_bytes(w->fmt, w->rows, w->cols);
+        uint64_t sb = kn_wformat_scale_bytes(w->fmt, w->rows, w->cols, w->group);
+        kn_q4s_pack16(w, j->dst[i], w);
+        /* whole pages, rounded out: a neighbour's page dropped here is read
+         * back from the file when touched, the same bytes */
+        fmt_mapguard_drop(data, (size_t)db);
+        fmt_mapguard_drop(scales, (size_t)sb);
+    }
+    return NULL;
+}
+
 /* On a CPU with AVX-512 VNNI, copy the int4-sym matrices into 16-row
  * panels (kn_pack16.h: decode reads one stream, the prefill GEMM skips
  * its transposes) unless the plan is for the GPU or MC_NO_REPACK is set.
@@ -320,7 +352,9 @@ static size_t model_matrices(rt_model *m, kn_matrix **out)
  * process holds the weights once, as the plan counts them.  Results are
  * bit for bit those of the row layout.  A failed allocation keeps the
  * row layout (slower, not wrong).  Not with the float path switched on
- * (MC_FLOAT_DOT): its AVX2 kernels read the row layout. */
+ * (MC_FLOAT_DOT): its AVX2 kernels read the row layout.  The copy runs on
+ * up to 4 threads: most of its time is the kernel zeroing the new pages,
+ * which each faulting thread does for itself. */
 static void pack_for_cpu(loader *L)
 {
     rt_model *m = L->m;
@@ -330,35 +364,42 @@ static void pack_for_cpu(loader *L)
         return;
     size_t cap = (size_t)m->cfg.num_layers * 7 + 2;
     kn_matrix **ms = mc_malloc_array(cap, sizeof *ms);
-    if (!ms)
+    uint8_t **dst = mc_calloc(cap, sizeof *dst);
+    if (!ms || !dst) {
+        mc_free(ms);
+        mc_free(dst);
         return;
-    size_t n = model_matrices(m, ms);
+    }
+    pack_job job = {ms, dst, model_matrices(m, ms), 0};
     uint64_t total = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < job.n; i++)
         if (kn_q4s_pack16_ok(ms[i]))
             total += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
     if (total == 0 || total > SIZE_MAX - 64 ||
         !(L->o->packed = mc_malloc((size_t)total + 64))) {
         mc_free(ms);
+        mc_free(dst);
         return;
     }
     uint8_t *at = (uint8_t *)(((uintptr_t)L->o->packed + 63) & ~(uintptr_t)63);
-    for (size_t i = 0; i < n; i++) {
-        kn_matrix *w = ms[i];
-        if (!kn_q4s_pack16_ok(w))
-            continue;
-        uint64_t bytes = kn_q4s_pack16_bytes(w);
-        const void *data = w->data, *scales = w->scales;
-        uint64_t db = kn_wformat_data_bytes(w->fmt, w->rows, w->cols);
-        uint64_t sb = kn_wformat_scale_bytes(w->fmt, w->rows, w->cols, w->group);
-        kn_q4s_pack16(w, at, w);
-        fmt_mapguard_drop(data, (size_t)db);
-        fmt_mapguard_drop(scales, (size_t)sb);
-        at += (bytes + 63) & ~(uint64_t)63;
-    }
+    for (size_t i = 0; i < job.n; i++)
+        if (kn_q4s_pack16_ok(ms[i])) {
+            dst[i] = at;
+            at += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
+        }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nth = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu, started = 0;
+    pthread_t th[3];
+    for (int t = 0; t < nth - 1; t++)
+        if (pthread_create(&th[t], NULL, pack_worker, &job) == 0)
+            started++;
+    pack_worker(&job); /* this thread too; alone if none started */
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
     if (m->cfg.tie_word_embeddings)
         m->lm_head = m->embed;
     mc_free(ms);
+    mc_free(dst);
 }
 
 mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
