@@ -15,7 +15,7 @@
  * layer and the extrapolation to 32 layers, and skips the eval unless
  * --eval 1.
  *
- * usage: bench_calib_smol [--dir DIR] [--tokens N] [--seq L] [--layers K]
+ * usage: bench_calib_smol [--dir DIR] [--tokens N] [--seq L] [--layers K] [--tag NAME]
  *                         [--quant int8|int4] [--threads N]
  *                         [--shape smol|mistral7b] [--eval 0|1] [-- ARGS...]
  *   --dir DIR    where the model and token files live (kept between runs;
@@ -23,6 +23,9 @@
  *   --tokens N   calibration tokens (default 32768), in sequences of L
  *                (default 512); the eval set is 8 other sequences of L
  *   --layers K   layers of the generated model (default 30)
+ *   --tag NAME   name the run's files NAME.mca, NAME.json, NAME-eval.json
+ *                (default out.mca, out.json, eval.json: overwritten by
+ *                the next run), so the runs of an A/B all stay
  *   ARGS         more mcompile options (--method, --group 128, -v ...)
  * Prints the figures of the run, the load average, the calibration's
  * phases in wall and CPU seconds (mcompile's calibration.phase_seconds and
@@ -152,7 +155,7 @@ static void print_plan_check(const char *out, uint32_t layers, double wall,
 
 int main(int argc, char **argv)
 {
-    const char *dir = "build/smol-bench", *quant = "int8";
+    const char *dir = "build/smol-bench", *quant = "int8", *tag = NULL;
     size_t tokens = 32768, len = 512;
     uint32_t layers = 30;
     int threads = 0, extra = argc, m7 = 0, do_eval = -1;
@@ -174,6 +177,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--shape")) m7 = !strcmp(v, "mistral7b");
         else if (!strcmp(a, "--eval")) do_eval = atoi(v);
+        else if (!strcmp(a, "--tag")) {
+            if (!*v || strchr(v, '/')) {
+                fprintf(stderr, "bench_calib_smol: --tag needs a file name "
+                                "without '/'\n");
+                return 2;
+            }
+            tag = v;
+        }
         else {
             fprintf(stderr, "bench_calib_smol: unknown option %s\n", a);
             return 2;
@@ -188,8 +199,8 @@ int main(int argc, char **argv)
              layers);
     snprintf(calib, sizeof calib, "%s/calib-%zu-%zu.ids", dir, tokens, len);
     snprintf(eval, sizeof eval, "%s/eval-%zu.ids", dir, len);
-    snprintf(art, sizeof art, "%s/out.mca", dir);
-    snprintf(out, sizeof out, "%s/out.json", dir);
+    snprintf(art, sizeof art, "%s/%.200s.mca", dir, tag ? tag : "out");
+    snprintf(out, sizeof out, "%s/%.200s.json", dir, tag ? tag : "out");
     /* mcompile beside this program's directory (build/bench/..) */
     ssize_t k = readlink("/proc/self/exe", mc, sizeof mc - 32);
     if (k <= 0)
@@ -256,7 +267,8 @@ int main(int argc, char **argv)
         return 1;
     }
     char ev[4200];
-    snprintf(ev, sizeof ev, "%s/eval.json", dir);
+    snprintf(ev, sizeof ev, "%s/%.200s%s", dir, tag ? tag : "",
+             tag ? "-eval.json" : "eval.json");
     char *ea[] = {mc, "eval", art, "--ref", model, "--tokens", eval, "--json", NULL};
     double ew, ec;
     long er;
