@@ -315,6 +315,9 @@ static size_t model_matrices(rt_model *m, kn_matrix **out)
     return n;
 }
 
+#define PACK_ROWS 128u /* rows a packing step copies (a multiple of 16; the
+                        * test fixture's 160-row matrices take two) */
+
 /* The packing work, shared by the threads of pack_for_cpu: matrix i goes
  * to dst[i] (NULL: stays in rows); threads take the next index. */
 typedef struct pack_job {
@@ -332,14 +335,28 @@ static void *pack_worker(void *arg)
         kn_matrix *w = j->ms[i];
         if (!j->dst[i])
             continue;
-        const void *data = w->data, *scales = w->scales;
-        uint64_t db = kn_wformat_data_bytes(w->fmt, w->rows, w->cols);
-        uint64_t sb = kn_wformat_scale_bytes(w->fmt, w->rows, w->cols, w->group);
-        kn_q4s_pack16(w, j->dst[i], w);
-        /* whole pages, rounded out: a neighbour's page dropped here is read
-         * back from the file when touched, the same bytes */
-        fmt_mapguard_drop(data, (size_t)db);
-        fmt_mapguard_drop(scales, (size_t)sb);
+        /* PACK_ROWS rows at a time (panels are independent), each piece's
+         * source dropped once copied: the load holds at most a piece per
+         * thread twice, never a whole matrix.  Whole pages, rounded out:
+         * a neighbour's page dropped here is read back from the file when
+         * touched, the same bytes. */
+        const uint64_t rb = kn_wformat_data_bytes(w->fmt, 1, w->cols);
+        const uint64_t sr = kn_wformat_scale_bytes(w->fmt, 1, w->cols, w->group);
+        const uint64_t pb = kn_p16_panel_bytes(w->cols, w->group);
+        for (uint32_t r = 0; r < w->rows; r += PACK_ROWS) {
+            kn_matrix piece = *w;
+            piece.rows = w->rows - r < PACK_ROWS ? w->rows - r : PACK_ROWS;
+            piece.data = (const uint8_t *)w->data + r * rb;
+            piece.scales = (const uint8_t *)w->scales + r * sr;
+            kn_q4s_pack16(&piece, j->dst[i] + (uint64_t)(r / 16) * pb, &piece);
+            fmt_mapguard_drop((const uint8_t *)w->data + r * rb, (size_t)(piece.rows * rb));
+            fmt_mapguard_drop((const uint8_t *)w->scales + r * sr, (size_t)(piece.rows * sr));
+        }
+        kn_matrix v = *w;
+        v.data = j->dst[i];
+        v.scales = NULL;
+        v.layout = KN_LAYOUT_P16;
+        *w = v;
     }
     return NULL;
 }
