@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The side-by-side run of scripts/bench-vs-llamacpp (read that first):
-both systems on the same weights, interleaved A B A B, medians, one table.
+both systems on the same weights, interleaved A B B A ..., medians and the
+per-round ratio range, one table.
 
 usage: bench-vs-llamacpp.py OURS_BIN LLAMA_BIN WORK ROUNDS SHAPE...
        bench-vs-llamacpp.py --table WORK/bench-vs.json
@@ -18,6 +19,7 @@ figure, the load averages, the date); --table prints the table of such a
 file again without running anything.
 """
 import json
+import math
 import os
 import re
 import statistics
@@ -161,10 +163,14 @@ def main():
             for r in range(rounds):
                 print(f"== {shape} {name}: run round {r + 1} (load "
                       f"{loadavg():.1f})", file=sys.stderr)
-                ours.append(ours_round(ours_bin, art))
-                llama.append(llama_round(llama_bin, lmodel))
+                # odd rounds in the reverse order: whoever runs first in a
+                # round does not always get the same state of the machine
+                steps = [lambda: ours.append(ours_round(ours_bin, art)),
+                         lambda: llama.append(llama_round(llama_bin, lmodel))]
                 if base_bin:
-                    base.append(ours_round(base_bin, art))
+                    steps.append(lambda: base.append(ours_round(base_bin, art)))
+                for step in (steps if r % 2 == 0 else steps[::-1]):
+                    step()
             sr[name] = {
                 "llama_type": ltype,
                 "ours_raw": ours, "llama_raw": llama, "before_raw": base,
@@ -186,7 +192,8 @@ def print_table(rep):
     for shape, sr in rep["shapes"].items():
         print(f"\n{shape}")
         print(f"  {'format':<20} {'figure':<16} {'ours':>9} {'llama.cpp':>9} "
-              f"{'ratio':>6} {'ours/bound':>10} {'llama/bound':>11} {'before':>9}")
+              f"{'ratio':>6} {'ours/bound':>10} {'llama/bound':>11} {'before':>9} "
+              f"{'rounds':>11}")
         for name, r in sr.items():
             o, l = r["ours_raw"], r["llama_raw"]
             bw = med([x["read_gbs"] for x in o]) * 1e9
@@ -205,8 +212,14 @@ def print_table(rep):
                 before = ""
                 if r.get("before_raw"):
                     before = f"{med([x[key] for x in r['before_raw']]):9.2f}"
+                # the ratio of each round's own pair: its spread is how far
+                # one round's verdict can be trusted on this machine
+                per = [(y[key] / x[key] if key == "load_s" else x[key] / y[key])
+                       for x, y in zip(o, l)
+                       if x[key] and y[key] and math.isfinite(x[key] / y[key])]
+                spread = f"{min(per):5.2f}-{max(per):<5.2f}" if per else ""
                 print(f"  {label:<20} {fig:<16} {a:9.2f} {b:9.2f} {ratio:6.2f} "
-                      f"{bound} {before}")
+                      f"{bound} {before or '':>9} {spread:>11}")
                 label = ""
             if r["quant_s_llama"]:
                 a, b = med(r["quant_s_ours"]), med(r["quant_s_llama"])
@@ -224,7 +237,9 @@ def print_table(rep):
                       f"spinning included)")
     print("\nratio: ours/llama.cpp (load: llama.cpp/ours), higher is better for "
           "us; bound: the read bandwidth of this run / bytes a step reads; "
-          "before: BASE_BIN's runtime on the same artifacts")
+          "before: BASE_BIN's runtime on the same artifacts; rounds: the "
+          "lowest and highest ratio of a single round (rounds alternate the "
+          "order of the systems)")
 
 
 if __name__ == "__main__":
