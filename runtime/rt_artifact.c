@@ -315,6 +315,18 @@ static size_t model_matrices(rt_model *m, kn_matrix **out)
     return n;
 }
 
+/* 1 if pack_for_cpu copies w: packable, and its bytes are a view of the
+ * mapped file (what fmt_mapguard_drop can drop).  A zstd section was
+ * decompressed onto the heap, which cannot be given back piece by piece:
+ * copying it would hold those weights twice, over the plan. */
+static int pack_wanted(const kn_matrix *w)
+{
+    return kn_q4s_pack16_ok(w) &&
+           fmt_mapguard_covers(w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols)) &&
+           fmt_mapguard_covers(w->scales, (size_t)kn_wformat_scale_bytes(w->fmt, w->rows, w->cols,
+                                                                         w->group));
+}
+
 #define PACK_ROWS 128u /* rows a packing step copies (a multiple of 16; the
                         * test fixture's 160-row matrices take two) */
 
@@ -366,7 +378,8 @@ static void *pack_worker(void *arg)
  * its transposes) unless the plan is for the GPU or MC_NO_REPACK is set.
  * Each source range is dropped from the resident set once copied (a
  * mapped section: it is read back from the file if touched), so the
- * process holds the weights once, as the plan counts them.  Results are
+ * process holds the weights once, as the plan counts them; matrices in
+ * zstd sections stay in rows (pack_wanted).  Results are
  * bit for bit those of the row layout.  A failed allocation keeps the
  * row layout (slower, not wrong).  Not with the float path switched on
  * (MC_FLOAT_DOT): its AVX2 kernels read the row layout.  The copy runs on
@@ -390,7 +403,7 @@ static void pack_for_cpu(loader *L)
     pack_job job = {ms, dst, model_matrices(m, ms), 0};
     uint64_t total = 0;
     for (size_t i = 0; i < job.n; i++)
-        if (kn_q4s_pack16_ok(ms[i]))
+        if (pack_wanted(ms[i]))
             total += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
     if (total == 0 || total > SIZE_MAX - 64 ||
         !(L->o->packed = mc_malloc((size_t)total + 64))) {
@@ -400,7 +413,7 @@ static void pack_for_cpu(loader *L)
     }
     uint8_t *at = (uint8_t *)(((uintptr_t)L->o->packed + 63) & ~(uintptr_t)63);
     for (size_t i = 0; i < job.n; i++)
-        if (kn_q4s_pack16_ok(ms[i])) {
+        if (pack_wanted(ms[i])) {
             dst[i] = at;
             at += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
         }
@@ -408,7 +421,7 @@ static void pack_for_cpu(loader *L)
     int nth = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu, started = 0;
     pthread_t th[3];
     for (int t = 0; t < nth - 1; t++)
-        if (pthread_create(&th[t], NULL, pack_worker, &job) == 0)
+        if (pthread_create(&th[started], NULL, pack_worker, &job) == 0)
             started++;
     pack_worker(&job); /* this thread too; alone if none started */
     for (int t = 0; t < started; t++)
