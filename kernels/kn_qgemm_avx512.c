@@ -31,6 +31,10 @@
  *   Q8: the panel holds 16 rows x 2 int16 weights per dword, 16 vpdpwssd
  *     per block against the int16 activations (column order) broadcast
  *     as dwords, in two chains added at the end (exact: |i_b| < 2^27).
+ * Q4S in 16-row panels (KN_LAYOUT_P16, kn_pack16.h: the CPU runtime's
+ * layout on these CPUs) is already transposed: pg_fill loads its 16 rows
+ * x 4 code bytes as they are and splits the nibbles (thread ranges are
+ * whole panels; other ranges take the reference).
  * A ragged last block is a panel block like the others: its weight bytes
  * are read with a masked load (no byte past a row's end), the columns
  * past cols get 0 activations (kn_qact_quantize pads) and add nothing.
