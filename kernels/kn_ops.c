@@ -69,22 +69,6 @@ static void mm_task(void *vctx, int tid, int nth)
 /* Multiply-adds below which an op runs on the calling thread alone. */
 #define KN_PARALLEL_MIN_WORK (1u << 17)
 
-void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
-               float *Y, const float *bias)
-{
-    if (T == 0 || W->rows == 0)
-        return;
-    kn_mm_ctx c = { W, X, T, Y, bias, use_avx2() && kn_avx2_matmul_supported(W), 0, 0 };
-    c.avx512 = c.avx2 && kn_cpu_has_avx512();
-    c.dec512 = c.avx512 && kn_dec_avx512_supported(W);
-    /* Small products are not worth waking the workers for: a wake-up costs
-     * microseconds, and far more when the machine is busy and a worker has
-     * been descheduled.  2^17 multiply-adds take ~20-40 us on one core. */
-    if ((uint64_t)W->rows * W->cols * T < KN_PARALLEL_MIN_WORK)
-        p = NULL;
-    kn_pool_run(p, mm_task, &c);
-}
-
 /* n products in one job: each thread takes its share of every matrix. */
 typedef struct kn_mm_multi_ctx {
     int n;
@@ -102,26 +86,34 @@ void kn_matmul_multi(kn_pool *p, int n, const kn_matrix *const W[],
                      const float *X, size_t T, float *const Y[],
                      const float *const B[])
 {
-    if (n == 1) {
-        kn_matmul(p, W[0], X, T, Y[0], B[0]);
-        return;
-    }
-    kn_mm_multi_ctx m = {0, {{0}}};
-    uint64_t work = 0;
-    for (int i = 0; i < n && i < KN_MATMUL_MULTI_MAX; i++) {
-        if (T == 0 || W[i]->rows == 0)
+    /* KN_MATMUL_MULTI_MAX matrices a job; more take more jobs */
+    for (int i0 = 0; i0 < n; i0 += KN_MATMUL_MULTI_MAX) {
+        kn_mm_multi_ctx m = {0, {{0}}};
+        uint64_t work = 0;
+        for (int i = i0; i < n && i < i0 + KN_MATMUL_MULTI_MAX; i++) {
+            if (T == 0 || W[i]->rows == 0)
+                continue;
+            kn_mm_ctx c = { W[i], X, T, Y[i], B[i],
+                            use_avx2() && kn_avx2_matmul_supported(W[i]), 0, 0 };
+            c.avx512 = c.avx2 && kn_cpu_has_avx512();
+            c.dec512 = c.avx512 && kn_dec_avx512_supported(W[i]);
+            m.c[m.n++] = c;
+            work += (uint64_t)W[i]->rows * W[i]->cols * T;
+        }
+        if (m.n == 0)
             continue;
-        kn_mm_ctx c = { W[i], X, T, Y[i], B[i], use_avx2() && kn_avx2_matmul_supported(W[i]), 0, 0 };
-        c.avx512 = c.avx2 && kn_cpu_has_avx512();
-        c.dec512 = c.avx512 && kn_dec_avx512_supported(W[i]);
-        m.c[m.n++] = c;
-        work += (uint64_t)W[i]->rows * W[i]->cols * T;
+        /* Small products are not worth waking the workers for: a wake-up
+         * costs microseconds, and far more when the machine is busy and a
+         * worker has been descheduled.  2^17 multiply-adds take ~20-40 us
+         * on one core. */
+        kn_pool_run(work < KN_PARALLEL_MIN_WORK ? NULL : p, mm_multi_task, &m);
     }
-    if (m.n == 0)
-        return;
-    if (work < KN_PARALLEL_MIN_WORK)
-        p = NULL;
-    kn_pool_run(p, mm_multi_task, &m);
+}
+
+void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
+               float *Y, const float *bias)
+{
+    kn_matmul_multi(p, 1, &W, X, T, &Y, &bias);
 }
 
 /* ---- elementwise ------------------------------------------------------------- */

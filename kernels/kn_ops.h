@@ -75,12 +75,13 @@ void kn_matmul(kn_pool *p, const kn_matrix *W, const float *X, size_t T,
 void kn_ref_matmul(const kn_matrix *W, const float *X, size_t T, float *Y,
                    const float *bias);
 
-/* kn_matmul for n <= KN_MATMUL_MULTI_MAX matrices sharing the input X
- * (each W[i]->cols columns): Y[i] = X W[i]^T + B[i] (B[i] may be NULL), in
- * one job over the pool where each thread computes its rows of every
- * matrix.  The same bits as n kn_matmul calls; what it saves is n - 1
- * wake-ups and waits, and small matrices (a GQA model's k and v) no
- * longer run on the calling thread alone while the others wait. */
+/* kn_matmul for n matrices sharing the input X (each W[i]->cols columns):
+ * Y[i] = X W[i]^T + B[i] (B[i] may be NULL), KN_MATMUL_MULTI_MAX of them
+ * per job over the pool, each thread computing its rows of every matrix
+ * of the job.  The same bits as n kn_matmul calls (kn_matmul is the n = 1
+ * case); what it saves is the wake-ups and waits between them, and small
+ * matrices (a GQA model's k and v) no longer run on the calling thread
+ * alone while the others wait. */
 #define KN_MATMUL_MULTI_MAX 4
 void kn_matmul_multi(kn_pool *p, int n, const kn_matrix *const W[],
                      const float *X, size_t T, float *const Y[],

@@ -178,21 +178,6 @@ static void mq_task(void *vctx, int tid, int nth)
 /* Same threshold as kn_matmul: below it one thread does the product. */
 #define KN_QDOT_PARALLEL_MIN_WORK (1u << 17)
 
-void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
-                 float *Y, const float *bias)
-{
-    if (T == 0 || W->rows == 0)
-        return;
-    uint32_t nb = kn_qact_blocks(W->cols);
-    size_t qb = qblock_bytes(kn_qact_kind_of(W));
-    kn_mq_ctx c = { W, Xq, (const float *)((const uint8_t *)Xq + T * nb * qb),
-                    T, Y, bias, !kn_force_scalar() && kn_cpu_has_avx2(), 0 };
-    c.avx512 = c.avx2 && kn_cpu_has_avx512();
-    if ((uint64_t)W->rows * W->cols * T < KN_QDOT_PARALLEL_MIN_WORK)
-        p = NULL;
-    kn_pool_run(p, mq_task, &c);
-}
-
 typedef struct kn_mq_multi_ctx {
     int n;
     kn_mq_ctx c[KN_MATMUL_MULTI_MAX];
@@ -209,26 +194,30 @@ void kn_matmul_q_multi(kn_pool *p, int n, const kn_matrix *const W[],
                        const void *Xq, size_t T, float *const Y[],
                        const float *const B[])
 {
-    if (n == 1) {
-        kn_matmul_q(p, W[0], Xq, T, Y[0], B[0]);
-        return;
-    }
-    kn_mq_multi_ctx m = {0, {{0}}};
-    uint64_t work = 0;
     int avx2 = !kn_force_scalar() && kn_cpu_has_avx2();
-    for (int i = 0; i < n && i < KN_MATMUL_MULTI_MAX; i++) {
-        if (T == 0 || W[i]->rows == 0)
+    /* KN_MATMUL_MULTI_MAX matrices a job; more take more jobs */
+    for (int i0 = 0; i0 < n; i0 += KN_MATMUL_MULTI_MAX) {
+        kn_mq_multi_ctx m = {0, {{0}}};
+        uint64_t work = 0;
+        for (int i = i0; i < n && i < i0 + KN_MATMUL_MULTI_MAX; i++) {
+            if (T == 0 || W[i]->rows == 0)
+                continue;
+            uint32_t nb = kn_qact_blocks(W[i]->cols);
+            size_t qb = qblock_bytes(kn_qact_kind_of(W[i]));
+            kn_mq_ctx c = { W[i], Xq, (const float *)((const uint8_t *)Xq + T * nb * qb),
+                            T, Y[i], B[i], avx2, avx2 && kn_cpu_has_avx512() };
+            m.c[m.n++] = c;
+            work += (uint64_t)W[i]->rows * W[i]->cols * T;
+        }
+        if (m.n == 0)
             continue;
-        uint32_t nb = kn_qact_blocks(W[i]->cols);
-        size_t qb = qblock_bytes(kn_qact_kind_of(W[i]));
-        kn_mq_ctx c = { W[i], Xq, (const float *)((const uint8_t *)Xq + T * nb * qb),
-                        T, Y[i], B[i], avx2, avx2 && kn_cpu_has_avx512() };
-        m.c[m.n++] = c;
-        work += (uint64_t)W[i]->rows * W[i]->cols * T;
+        /* same threshold as kn_matmul: below it one thread does the work */
+        kn_pool_run(work < KN_QDOT_PARALLEL_MIN_WORK ? NULL : p, mq_multi_task, &m);
     }
-    if (m.n == 0)
-        return;
-    if (work < KN_QDOT_PARALLEL_MIN_WORK)
-        p = NULL;
-    kn_pool_run(p, mq_multi_task, &m);
+}
+
+void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
+                 float *Y, const float *bias)
+{
+    kn_matmul_q_multi(p, 1, &W, Xq, T, &Y, &bias);
 }

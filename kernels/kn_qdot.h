@@ -113,9 +113,9 @@ void kn_matmul_q(kn_pool *p, const kn_matrix *W, const void *Xq, size_t T,
 void kn_ref_matmul_q(const kn_matrix *W, const void *Xq, size_t T, float *Y,
                      const float *bias);
 
-/* kn_matmul_q for n <= KN_MATMUL_MULTI_MAX matrices of one activation
- * kind sharing Xq, in one job over the pool (as kn_matmul_multi): the
- * same bits as n kn_matmul_q calls. */
+/* kn_matmul_q for n matrices of one activation kind sharing Xq, in jobs
+ * of KN_MATMUL_MULTI_MAX over the pool (as kn_matmul_multi): the same
+ * bits as n kn_matmul_q calls (kn_matmul_q is the n = 1 case). */
 void kn_matmul_q_multi(kn_pool *p, int n, const kn_matrix *const W[],
                        const void *Xq, size_t T, float *const Y[],
                        const float *const B[]);

@@ -171,15 +171,27 @@ static void test_pack16_float_path_and_row_lookup_match(void **state)
     tu_tmat_free(&t);
 }
 
+/* The llama fixture compiled int4-sym g32 (with `extra` options) into
+ * dir/name; the path is malloc'ed.  Fails the test if mcompile does. */
+static char *compile_fixture(const char *dir, const char *name, const char *extra)
+{
+    char *art = tu_fmt("%s/%s", dir, name);
+    char *cmd = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int4-sym "
+                       "--group 32 %s -o %s -q", MC_BIN_DIR, MC_FIXTURE_DIR,
+                       extra, art);
+    char *out, *err;
+    assert_int_equal(tu_run(cmd, &out, &err), 0);
+    free(cmd);
+    free(out);
+    free(err);
+    return art;
+}
+
 static void test_pack16_artifact_logits_match_row_layout(void **state)
 {
     (void)state;
     char *tmp = tu_mkdtemp("pack16");
-    char *art = tu_fmt("%s/s.mca", tmp);
-    char *cmd = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int4-sym "
-                       "--group 32 -o %s -q", MC_BIN_DIR, MC_FIXTURE_DIR, art);
-    char *out, *err;
-    assert_int_equal(tu_run(cmd, &out, &err), 0);
+    char *art = compile_fixture(tmp, "s.mca", "");
     enum { N = 40 };
     int32_t ids[N];
     for (int i = 0; i < N; i++)
@@ -211,26 +223,15 @@ static void test_pack16_artifact_logits_match_row_layout(void **state)
     rt_model_free(rm);
     /* zstd sections live on the heap, which cannot be given back piece by
      * piece: those matrices stay in rows (the weights held once) */
-    char *zart = tu_fmt("%s/z.mca", tmp);
-    char *zcmd = tu_fmt("%s/mcompile %s/llama --target 64MiB --quant int4-sym "
-                        "--group 32 --compress -o %s -q", MC_BIN_DIR,
-                        MC_FIXTURE_DIR, zart);
-    char *zout, *zerr;
-    assert_int_equal(tu_run(zcmd, &zout, &zerr), 0);
+    char *zart = compile_fixture(tmp, "z.mca", "--compress");
     rt_model *zm;
     assert_int_equal(rt_model_open_artifact(zart, &zm, &e), MC_OK);
     assert_int_equal(zm->layers[0].w.wq.layout, KN_LAYOUT_ROWS);
     rt_model_free(zm);
     free(zart);
-    free(zcmd);
-    free(zout);
-    free(zerr);
     tu_rmtree(tmp);
     free(tmp);
     free(art);
-    free(cmd);
-    free(out);
-    free(err);
 }
 
 int main(void)
