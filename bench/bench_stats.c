@@ -8,7 +8,9 @@
  * (Hq + Hf + C), the CPU seconds of both sums (the machine may be shared:
  * GFLOP per CPU-second is the steadier figure), and the
  * largest relative difference of the sums against a double reference on
- * the first sequence.
+ * the first sequence.  Each configuration runs with float products (f32,
+ * the baseline) and with bfloat16 products (bf16, the calibration's
+ * default: kn_gram_tri_bf16), and prints bf16's speed-up in CPU seconds.
  * Usage: bench_stats [--threads N] [--quick]   (N default 2; --quick: 4
  * sequences) */
 #include <math.h>
@@ -58,12 +60,15 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int run(uint32_t n, size_t nseq, size_t T, kn_pool *pool)
+/* One configuration; its CPU seconds in *cpu_out. */
+static int run(uint32_t n, size_t nseq, size_t T, kn_pool *pool, int bf16,
+               double *cpu_out)
 {
     float *xf = inputs(nseq * T, n, 1), *xq = inputs(nseq * T, n, 2);
     cmp_hessian h;
     if (cmp_hessian_init(&h, n, NULL) != MC_OK)
         return 1;
+    h.bf16 = bf16;
     double *c = calloc((size_t)n * n, sizeof(double));
     /* accuracy on one sequence */
     cmp_hessian_add_par(pool, &h, xq, T);
@@ -75,15 +80,17 @@ static int run(uint32_t n, size_t nseq, size_t T, kn_pool *pool)
     double th = bench_now() - t0;
     t0 = bench_now();
     for (size_t s = 0; s < nseq; s++)
-        cmp_cross_add(pool, c, xf + s * T * n, xq + s * T * n, T, n, h.xt);
+        cmp_cross_add(pool, c, xf + s * T * n, xq + s * T * n, T, n, h.xt, bf16);
     double tc = bench_now() - t0, cpu = cpu_now() - c0;
     double tok = (double)(nseq * T);
     double fh = (double)n * (n + 1) / 2 * 2 * tok, fc = (double)n * n * 2 * tok;
-    printf("width %4u threads %d: Hq %.3f s (%.1f GFLOP/s)  C %.3f s (%.1f GFLOP/s)"
+    printf("%-4s width %4u threads %d: Hq %.3f s (%.1f GFLOP/s)  C %.3f s (%.1f GFLOP/s)"
            "  per 1K tokens %.2f ms (Hq+Hf+C)  CPU %.3f s (%.1f GFLOP/CPU-s)"
            "  rel.err %.1e\n",
-           n, kn_pool_threads(pool), th, fh / th * 1e-9, tc, fc / tc * 1e-9,
-           (2 * th + tc) / tok * 1e6, cpu, (fh + fc) / cpu * 1e-9, e);
+           bf16 ? "bf16" : "f32", n, kn_pool_threads(pool), th, fh / th * 1e-9,
+           tc, fc / tc * 1e-9, (2 * th + tc) / tok * 1e6, cpu,
+           (fh + fc) / cpu * 1e-9, e);
+    *cpu_out = cpu;
     cmp_hessian_free(&h);
     free(c);
     free(xf);
@@ -110,10 +117,17 @@ int main(int argc, char **argv)
         return 1;
     static const uint32_t widths[2] = {576, 1536};
     int rc = 0;
-    for (int k = 0; k < 2; k++) {
-        rc |= run(widths[k], nseq, 512, p1);
-        rc |= run(widths[k], nseq, 512, pn);
-    }
+    if (!kn_cpu_has_avx512bf16())
+        printf("no AVX512_BF16 here (or MC_NO_BF16): bf16 runs the float "
+               "tiles' emulation\n");
+    for (int k = 0; k < 2; k++)
+        for (int pk = 0; pk < 2; pk++) {
+            double c32 = 0.0, c16 = 0.0;
+            rc |= run(widths[k], nseq, 512, pk ? pn : p1, 0, &c32);
+            rc |= run(widths[k], nseq, 512, pk ? pn : p1, 1, &c16);
+            printf("     width %4u threads %d: bf16 / f32 speed-up %.2fx (CPU s)\n",
+                   widths[k], kn_pool_threads(pk ? pn : p1), c16 > 0 ? c32 / c16 : 0.0);
+        }
     kn_pool_free(p1);
     kn_pool_free(pn);
     return rc;

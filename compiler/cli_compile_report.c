@@ -228,6 +228,9 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
             if (c)
                 json_object_set_new(c, "rotated", json_boolean(r->rotated));
             if (c)
+                json_object_set_new(c, "statistics",
+                                    json_string(o->calib_stats_f32 ? "f32" : "bf16"));
+            if (c)
                 json_object_set_new(
                     c, "phase_seconds",
                     json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "total",

@@ -64,6 +64,11 @@ static void print_calibration(const json_t *cal)
            "out), ids xxh3 %s\n", gets(cal, "method"), geti(cal, "tokens"),
            geti(cal, "sequences"), geti(cal, "heldout_sequences"),
            gets(cal, "ids_xxh3"));
+    /* named only when bfloat16 (cmp_compile.c): older artifacts and
+     * --calib-stats f32 summed float products */
+    printf("  statistics: %s products\n",
+           json_is_string(json_object_get(cal, "statistics")) ? gets(cal, "statistics")
+                                                             : "float");
     const json_t *rot = json_object_get(cal, "rotation");
     if (json_is_object(rot))
         printf("  rotated: Hadamard blocks of %lld (value heads %lld), seed "

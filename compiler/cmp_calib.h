@@ -165,6 +165,11 @@ typedef struct cmp_calib_opts {
                                 then MLP (gate/up, down) (5 passes); 1 =
                                 all four from the float block (3 passes);
                                 0 -> CMP_CALIB_STAGES_DEFAULT */
+    int stats_f32;           /* 1: the statistics' products in float
+                                (kn_gram_tri); 0 (the default): the inputs
+                                rounded to bfloat16 (kn_gram_tri_bf16:
+                                twice the rate where the CPU has
+                                AVX512_BF16, the same bits on every CPU) */
     int stats_on_gpu;        /* 1: accumulate Hq, Hf and C on a CUDA GPU
                                 (cmp_gpu_stats.h); MC_ERR_UNSUPPORTED when
                                 there is none.  Same sums up to summation

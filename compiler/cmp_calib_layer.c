@@ -69,7 +69,7 @@ static void tap_sums(tap_acc *a, kn_tap_point where, const float *x,
         return;
     /* C += x_f x_q^T; hf's transposed-chunk scratch is free in this pass */
     cmp_cross_add(a->pool, a->c[where], a->xf[where], x, T, (uint32_t)width,
-                  a->hf[where].xt);
+                  a->hf[where].xt, a->h[where].bf16);
 }
 
 /* ---- one layer ------------------------------------------------------------ */
@@ -120,8 +120,10 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
     mc_status st = cmp_hessian_init(&c->acc.h[p], w, err);
     if (st != MC_OK)
         return st;
+    c->acc.h[p].bf16 = !c->o->stats_f32;
     if (full && (st = cmp_hessian_init(&c->acc.hf[p], w, err)) != MC_OK)
         return st;
+    c->acc.hf[p].bf16 = !c->o->stats_f32;
     c->acc.abs_sum[p] = mc_calloc(w, sizeof(double));
     c->xabs[p] = mc_malloc_array(w, sizeof(float));
     int gpu = c->o->stats_on_gpu;
@@ -129,7 +131,8 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
         c->acc.c[p] = mc_calloc((size_t)w * w, sizeof(double));
         c->acc.xf[p] = gpu ? NULL : mc_malloc_array(maxT * w, sizeof(float));
     }
-    if (gpu && (st = cmp_gpu_stats_create(w, maxT, full, &c->acc.gpu[p], err)) != MC_OK)
+    if (gpu && (st = cmp_gpu_stats_create(w, maxT, full, !c->o->stats_f32,
+                                          &c->acc.gpu[p], err)) != MC_OK)
         return st;
     if (!c->acc.abs_sum[p] || !c->xabs[p] ||
         (full && (!c->acc.c[p] || (!gpu && !c->acc.xf[p]))))

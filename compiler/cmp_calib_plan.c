@@ -83,9 +83,14 @@ static uint64_t src_bytes(const kn_matrix *w)
  * finished runs in docs/benchmarks.md ("The calibration's estimate
  * against finished runs").  The statistics and factorizations are
  * double-precision kernels; the search is mostly matrix-vector work
- * against a double Hessian. */
+ * against a double Hessian.  The statistics' bfloat16 products (the
+ * default) run at about 1.25x the float ones' efficiency where the CPU
+ * has AVX512_BF16 (SmolLM2 shape, 8K tokens: estimate 23.4 s at 0.81
+ * against 18.4 CPU-s per thread; docs/benchmarks.md); elsewhere their
+ * emulation runs the float tiles. */
 #define EFF_FORWARD 0.75
 #define EFF_STATS 0.81
+#define EFF_STATS_BF16 1.0
 #define EFF_FACTOR 0.42
 #define EFF_SEARCH 0.14
 
@@ -337,9 +342,10 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
                                      : measure_rate(o->pool, c->hidden_size,
                                                     c->intermediate_size, maxT))
                               : 0.0;
-    static const double eff[CMP_PH_COUNT] = {EFF_FORWARD, EFF_STATS,
-                                             EFF_FACTOR, EFF_SEARCH,
-                                             EFF_FORWARD};
+    double eff_stats = !o->stats_f32 && !o->stats_on_gpu && kn_cpu_has_avx512bf16()
+                       ? EFF_STATS_BF16 : EFF_STATS;
+    const double eff[CMP_PH_COUNT] = {EFF_FORWARD, eff_stats, EFF_FACTOR,
+                                      EFF_SEARCH, EFF_FORWARD};
     for (int p = 0; p < CMP_PH_COUNT; p++) {
         out->seconds[p] = out->rate > 0.0 ? out->madds[p] / (out->rate * eff[p]) : 0.0;
         out->total_s += out->seconds[p];

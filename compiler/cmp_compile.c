@@ -341,6 +341,13 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
         json_decref(c);
         return NULL;
     }
+    /* Likewise only the bfloat16 products are named (--calib-stats f32
+     * gives the bytes of the compilers before the option). */
+    if (c && !o->calib_stats_f32 &&
+        json_object_set_new(c, "statistics", json_string("bf16"))) {
+        json_decref(c);
+        return NULL;
+    }
     if (c && json_object_set_new(
                  c, "rotation",
                  r->rotated ? json_pack("{s:s, s:I, s:I, s:o}", "kind",

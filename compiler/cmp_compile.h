@@ -82,6 +82,8 @@ typedef struct cmp_compile_opts {
     int threads;                       /* calibration threads: 0 all CPUs,
                                           1 the calling thread only (the
                                           result does not depend on it) */
+    int calib_stats_f32;               /* with calib: float products in the
+                                          statistics (0: bfloat16) */
     int calib_gpu;                     /* with calib: statistics on a CUDA
                                           GPU (cmp_gpu_stats.h) */
     uint64_t calib_memory;             /* with calib: the calibration's

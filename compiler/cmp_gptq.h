@@ -61,6 +61,9 @@ typedef struct cmp_hessian {
                          [cols*(cols+1)/2] (layout above) */
     float *xt;        /* scratch for the blocked sums: a chunk of tokens
                          packed, kn_gram_scratch_floats(cols) floats */
+    int bf16;         /* 1: cmp_hessian_add* sums bfloat16 products
+                         (kn_gram_tri_bf16, the calibration's default);
+                         0 after cmp_hessian_init: float products */
 } cmp_hessian;
 
 /* Index in h->h of element (i, i), the start of packed row i (i <= cols;
@@ -97,9 +100,10 @@ void cmp_hessian_add_par(kn_pool *p, cmp_hessian *h, const float *X, size_t T);
  * float within a chunk of tokens, double across chunks), the tiles split
  * over the pool's threads (p NULL = the calling thread; the same sums for
  * any pool).  xt: scratch of kn_gram_scratch_floats(width) floats (a
- * Hessian's xt of this width serves). */
+ * Hessian's xt of this width serves).  bf16: bfloat16 products
+ * (kn_gram_cross_bf16), as a Hessian with bf16 set sums. */
 void cmp_cross_add(kn_pool *p, double *c, const float *xf, const float *xq,
-                   size_t T, uint32_t width, float *xt);
+                   size_t T, uint32_t width, float *xt, int bf16);
 /* Element (i, j) of the symmetric sum, i and j in any order (< cols).
  * For tests and slow paths; hot loops walk the packed rows. */
 double cmp_hessian_get(const cmp_hessian *h, uint32_t i, uint32_t j);

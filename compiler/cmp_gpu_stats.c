@@ -31,7 +31,7 @@ int cmp_gpu_stats_available(void)
     return kn_cuda_device_count(&n) == MC_OK && n > 0;
 }
 
-mc_status cmp_gpu_stats_create(uint32_t cols, size_t max_T, int full,
+mc_status cmp_gpu_stats_create(uint32_t cols, size_t max_T, int full, int bf16,
                                cmp_gpu_stats **out, mc_error *err)
 {
     *out = NULL;
@@ -43,7 +43,7 @@ mc_status cmp_gpu_stats_create(uint32_t cols, size_t max_T, int full,
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "GPU statistics");
     g->cols = cols;
     g->full = full;
-    mc_status st = kn_cuda_stats_create(cols, max_T, full, &g->k);
+    mc_status st = kn_cuda_stats_create(cols, max_T, full, bf16, &g->k);
     if (st != MC_OK) {
         mc_free(g);
         return mc_fail(err, st, NULL, "--calib-device", -1,
@@ -119,12 +119,13 @@ int cmp_gpu_stats_available(void)
     return 0;
 }
 
-mc_status cmp_gpu_stats_create(uint32_t cols, size_t max_T, int full,
+mc_status cmp_gpu_stats_create(uint32_t cols, size_t max_T, int full, int bf16,
                                cmp_gpu_stats **out, mc_error *err)
 {
     (void)cols;
     (void)max_T;
     (void)full;
+    (void)bf16;
     *out = NULL;
     return mc_fail(err, MC_ERR_UNSUPPORTED, NULL, "--calib-device", -1,
                    "built without CUDA (configure with -DMC_CUDA=ON on a "

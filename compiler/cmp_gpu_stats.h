@@ -26,9 +26,10 @@ typedef struct cmp_gpu_stats cmp_gpu_stats;
 int cmp_gpu_stats_available(void);
 
 /* Accumulators for one input of width cols, sequences of up to max_T
- * tokens; full: also Hf and C.  MC_ERR_UNSUPPORTED (no CUDA or device),
- * MC_ERR_CUDA (device memory, cuBLAS), MC_ERR_NOMEM. */
-mc_status cmp_gpu_stats_create(uint32_t cols, size_t max_T, int full,
+ * tokens; full: also Hf and C; bf16: the inputs rounded to bfloat16 as
+ * cmp_hessian's bf16 sums round them.  MC_ERR_UNSUPPORTED (no CUDA or
+ * device), MC_ERR_CUDA (device memory, cuBLAS), MC_ERR_NOMEM. */
+mc_status cmp_gpu_stats_create(uint32_t cols, size_t max_T, int full, int bf16,
                                cmp_gpu_stats **out, mc_error *err);
 /* pass 0: x is the sequence's x_f (Hf; kept for C); pass 1: x_q (Hq, and
  * C with the x_f of the same sequence).  x [T][cols] host floats. */

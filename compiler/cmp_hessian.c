@@ -74,7 +74,10 @@ void cmp_hessian_set(cmp_hessian *h, uint32_t i, uint32_t j, double v)
 
 void cmp_hessian_add_par(kn_pool *p, cmp_hessian *h, const float *X, size_t T)
 {
-    kn_gram_tri(p, h->h, X, T, h->cols, h->xt);
+    if (h->bf16)
+        kn_gram_tri_bf16(p, h->h, X, T, h->cols, h->xt);
+    else
+        kn_gram_tri(p, h->h, X, T, h->cols, h->xt);
     h->n += T;
 }
 
@@ -84,9 +87,12 @@ void cmp_hessian_add(cmp_hessian *h, const float *X, size_t T)
 }
 
 void cmp_cross_add(kn_pool *p, double *c, const float *xf, const float *xq,
-                   size_t T, uint32_t width, float *xt)
+                   size_t T, uint32_t width, float *xt, int bf16)
 {
-    kn_gram_cross(p, c, xf, xq, T, width, xt);
+    if (bf16)
+        kn_gram_cross_bf16(p, c, xf, xq, T, width, xt);
+    else
+        kn_gram_cross(p, c, xf, xq, T, width, xt);
 }
 
 void cmp_hessian_diag_mean(const cmp_hessian *h, float *out)

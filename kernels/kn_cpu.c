@@ -10,6 +10,7 @@
 
 static atomic_int g_force_scalar;
 static atomic_int g_no_avx512;
+static atomic_int g_no_bf16;
 
 #if defined(__x86_64__) || defined(__i386__)
 /* cpuid directly rather than __builtin_cpu_supports: clang 14 does not know
@@ -72,6 +73,32 @@ int kn_cpu_has_avx512(void)
 void kn_set_no_avx512(int on)
 {
     atomic_store(&g_no_avx512, on ? 1 : 0);
+}
+
+int kn_cpu_has_avx512bf16(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a = 0, b, c, d;
+        const char *off = getenv("MC_NO_BF16");
+        /* leaf 7 subleaf 1 EAX bit 5: AVX512_BF16 (subleaf 0's EAX is
+         * the last subleaf) */
+        v = !(off && *off && *off != '0') && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+            a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v && kn_cpu_has_avx512() &&
+           !atomic_load_explicit(&g_no_bf16, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
+
+void kn_set_no_bf16(int on)
+{
+    atomic_store(&g_no_bf16, on ? 1 : 0);
 }
 
 int kn_cpu_has_avx2(void)

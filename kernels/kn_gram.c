@@ -5,6 +5,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 _Static_assert(KN_GRAM_FC == KN_STATS_CHUNK,
                "the GPU's float chunk is the CPU's (kn_stats_bytes.h)");
@@ -21,7 +24,10 @@ _Static_assert(KN_GRAM_KC % KN_GRAM_FC == 0,
  * fit the L2 of one core (1 MiB on Zen 4, 2 MiB on Zen 5). */
 #define GRAM_GROUP 8
 
-enum { GRAM_SCALAR, GRAM_AVX2, GRAM_AVX512 };
+/* GRAM_BF16: kn_avx512bf16_gram_tile on pair-packed panels (the bfloat16
+ * sums only); the others run float tiles, in the bfloat16 sums on rounded
+ * inputs with the tokens of each pair swapped. */
+enum { GRAM_SCALAR, GRAM_AVX2, GRAM_AVX512, GRAM_BF16 };
 
 static size_t ceil_div(size_t a, size_t b)
 {
@@ -31,7 +37,7 @@ static size_t ceil_div(size_t a, size_t b)
 uint64_t kn_gram_scratch_floats(uint32_t n)
 {
     return ((uint64_t)ceil_div(n, KN_GRAM_MR) * KN_GRAM_MR +
-            (uint64_t)ceil_div(n, KN_GRAM_NR) * KN_GRAM_NR) * KN_GRAM_KC;
+            (uint64_t)ceil_div(n, KN_GRAM_NR) * KN_GRAM_NR) * KN_GRAM_KC_BF16;
 }
 
 /* Start of packed row i of an n-wide triangle (cmp_hessian_row_offset). */
@@ -65,8 +71,16 @@ typedef struct gram_job {
     double *out;         /* packed triangle (tri) or [n][n] (cross) */
     const float *a, *b;  /* the chunk's rows [m][n] (b == a for tri) */
     size_t n, m;
+    size_t mt;           /* rows of the packed panels: m, or m rounded up
+                            to pairs (bfloat16) */
+    size_t pe;           /* elements per panel row: tokens (KN_GRAM_KC or,
+                            bfloat16, KN_GRAM_KC_BF16) or pairs */
+    uint32_t *xpa, *xpb; /* GRAM_BF16: the chunk's rows of a and b as
+                            pairs (convert), in the scratch past the
+                            panels (they take half of it) */
     int tri;
-    int path;            /* GRAM_SCALAR, GRAM_AVX2 or GRAM_AVX512 */
+    int bf16;            /* inputs rounded to bfloat16 (kn_gram_tri_bf16) */
+    int path;            /* GRAM_SCALAR, GRAM_AVX2, GRAM_AVX512, GRAM_BF16 */
     float *ap, *bp;      /* packed panels (scratch) */
     size_t nbi, nbj;     /* row / column panels */
 } gram_job;
@@ -107,17 +121,103 @@ static void pack_panel(const float *x, size_t n, size_t m, size_t c0,
     }
 }
 
+/* The bfloat16 of x (kn_gram.h): round to nearest even, float and
+ * bfloat16 subnormals to signed zero (DAZ: a float below FLT_MIN never
+ * rounds up into the normal range here), NaN kept quiet.  Branch-free
+ * selects, so that the packing loops vectorize. */
+static inline uint32_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t mag = u & 0x7fffffffu;
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    r = mag < 0x00800000u ? (u >> 16) & 0x8000u : r;
+    r = mag > 0x7f800000u ? (u >> 16) | 0x0040u : r;
+    return r;
+}
+
+float kn_bf16_round(float x)
+{
+    uint32_t u = bf16_bits(x) << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* As pack_panel, for the native bfloat16 tile, from the chunk's pairs
+ * xp [mt / 2][n] (convert below): columns [c0, c0 + pw), zero past n. */
+static void pack_pairs(const uint32_t *xp, size_t n, size_t np, size_t c0,
+                       size_t pw, uint32_t *d)
+{
+    size_t w = n - c0 < pw ? n - c0 : pw;
+    for (size_t p = 0; p < np; p++) {
+        memcpy(d + p * pw, xp + p * n + c0, w * sizeof(uint32_t));
+        for (size_t c = w; c < pw; c++)
+            d[p * pw + c] = 0;
+    }
+}
+
+/* As pack_panel, for the float tiles' bfloat16 sums: the rounded inputs,
+ * each pair's tokens swapped (row 2p holds token 2p + 1, zero past m), so
+ * that a float chain adds them in vdpbf16ps's order. */
+static void pack_swapped(const float *x, size_t n, size_t m, size_t c0,
+                         size_t pw, float *d)
+{
+    size_t w = n - c0 < pw ? n - c0 : pw;
+    for (size_t t = 0; t < m + (m & 1); t++) {
+        size_t src = t ^ 1u;
+        float *dt = d + t * pw;
+        size_t c = 0;
+        if (src < m)
+            for (const float *r = x + src * n + c0; c < w; c++)
+                dt[c] = kn_bf16_round(r[c]);
+        for (; c < pw; c++)
+            dt[c] = 0.0f;
+    }
+}
+
+static void pack_one(const gram_job *j, const float *x, const uint32_t *xp,
+                     size_t c0, size_t pw, float *d)
+{
+    if (!j->bf16)
+        pack_panel(x, j->n, j->m, c0, pw, d);
+    else if (j->path == GRAM_BF16)
+        pack_pairs(xp, j->n, j->mt / 2, c0, pw, (uint32_t *)(void *)d);
+    else
+        pack_swapped(x, j->n, j->m, c0, pw, d);
+}
+
+/* The native path's first step: thread tid's share of the chunk's token
+ * pairs converted once into xpa (and xpb for a cross sum), [mt / 2][n],
+ * so that the panels below are copies (a tri sum's A and B panels would
+ * otherwise convert every input twice, the 6-wide A panels one lane in
+ * three of a vector). */
+static void convert(void *ctx, int tid, int nth)
+{
+    const gram_job *j = ctx;
+    size_t np = j->mt / 2, n = j->n;
+    for (size_t p = np * tid / nth; p < np * (tid + 1) / nth; p++) {
+        int whole = 2 * p + 1 < j->m;
+        kn_avx512_bf16_pairs(j->a + 2 * p * n, whole ? j->a + (2 * p + 1) * n : NULL,
+                             n, j->xpa + p * n);
+        if (!j->tri)
+            kn_avx512_bf16_pairs(j->b + 2 * p * n,
+                                 whole ? j->b + (2 * p + 1) * n : NULL, n,
+                                 j->xpb + p * n);
+    }
+}
+
 /* Thread tid's share of the A panels ([ib][t][MR]) and B panels
  * ([jb][t][NR]). */
 static void pack(void *ctx, int tid, int nth)
 {
     const gram_job *j = ctx;
     for (size_t ib = j->nbi * tid / nth; ib < j->nbi * (tid + 1) / nth; ib++)
-        pack_panel(j->a, j->n, j->m, ib * KN_GRAM_MR, KN_GRAM_MR,
-                   j->ap + ib * KN_GRAM_MR * KN_GRAM_KC);
+        pack_one(j, j->a, j->xpa, ib * KN_GRAM_MR, KN_GRAM_MR,
+                 j->ap + ib * KN_GRAM_MR * j->pe);
     for (size_t jb = j->nbj * tid / nth; jb < j->nbj * (tid + 1) / nth; jb++)
-        pack_panel(j->b, j->n, j->m, jb * KN_GRAM_NR, KN_GRAM_NR,
-                   j->bp + jb * KN_GRAM_NR * KN_GRAM_KC);
+        pack_one(j, j->b, j->xpb, jb * KN_GRAM_NR, KN_GRAM_NR,
+                 j->bp + jb * KN_GRAM_NR * j->pe);
 }
 
 /* Adds the tile's rows [i0, i0 + mr) x columns [j0, j1) (row stride ldt
@@ -151,8 +251,17 @@ static void compute(void *ctx, int tid, int nth)
 {
     const gram_job *j = ctx;
     size_t n = j->n;
-    size_t step = j->path == GRAM_AVX512 ? 2 : 1;
-    size_t ldt = j->path == GRAM_AVX512 ? KN_GRAM_TILE512_NC : KN_GRAM_NR;
+    int wide = j->path == GRAM_AVX512 || j->path == GRAM_BF16;
+    size_t step = wide ? 2 : 1;
+    size_t ldt = wide ? KN_GRAM_TILE512_NC : KN_GRAM_NR;
+#if defined(__x86_64__) || defined(__i386__)
+    /* The float tiles' bfloat16 sums: vdpbf16ps flushes subnormal operands
+     * and results (DAZ, FTZ); this thread's MXCSR does the same for them
+     * (restored below: pool threads run other work). */
+    unsigned csr = _mm_getcsr();
+    if (j->bf16 && j->path != GRAM_BF16)
+        _mm_setcsr(csr | 0x8040u);
+#endif
     double tile[KN_GRAM_TILE512];
     size_t jend = panel_split(j, tid + 1, nth);
     for (size_t jg = panel_split(j, tid, nth); jg < jend; jg += GRAM_GROUP) {
@@ -162,7 +271,7 @@ static void compute(void *ctx, int tid, int nth)
         size_t nbi = j->tri ? ceil_div(jmax, KN_GRAM_MR) : j->nbi;
         for (size_t ib = 0; ib < nbi; ib += step) {
             size_t i0 = ib * KN_GRAM_MR;
-            const float *ap = j->ap + ib * KN_GRAM_MR * KN_GRAM_KC;
+            const float *ap = j->ap + ib * KN_GRAM_MR * j->pe;
             for (size_t jb = jg; jb < jgend; jb += step) {
                 size_t nb = jgend - jb < step ? jgend - jb : step;
                 size_t j0 = jb * KN_GRAM_NR;
@@ -172,44 +281,68 @@ static void compute(void *ctx, int tid, int nth)
                 size_t na = nbi - ib < step ? nbi - ib : step;
                 if (j->tri && na == 2 && i0 + KN_GRAM_MR >= j1)
                     na = 1; /* the second row panel is all below */
-                const float *bp = j->bp + jb * KN_GRAM_NR * KN_GRAM_KC;
-                if (j->path == GRAM_AVX512)
-                    kn_avx512_gram_tile(ap, (int)na, bp, (int)nb, j->m, tile);
+                const float *bp = j->bp + jb * KN_GRAM_NR * j->pe;
+                if (j->path == GRAM_BF16)
+                    kn_avx512bf16_gram_tile((const uint32_t *)(const void *)ap,
+                                            (int)na,
+                                            (const uint32_t *)(const void *)bp,
+                                            (int)nb, j->mt / 2, j->pe, tile);
+                else if (j->path == GRAM_AVX512)
+                    kn_avx512_gram_tile(ap, (int)na, bp, (int)nb, j->mt, j->pe,
+                                        tile);
                 else if (j->path == GRAM_AVX2)
-                    kn_avx2_gram_tile(ap, bp, j->m, tile);
+                    kn_avx2_gram_tile(ap, bp, j->mt, tile);
                 else
-                    tile_scalar(ap, bp, j->m, tile);
+                    tile_scalar(ap, bp, j->mt, tile);
                 add_tile(j, tile, ldt, i0, na * KN_GRAM_MR, j0, j1);
             }
         }
     }
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(csr);
+#endif
 }
 
 static void gram(kn_pool *p, double *out, const float *a, const float *b,
-                 size_t T, uint32_t n, int tri, float *scratch)
+                 size_t T, uint32_t n, int tri, int bf16, float *scratch)
 {
     gram_job j;
     memset(&j, 0, sizeof j);
     j.out = out;
     j.n = n;
     j.tri = tri;
+    j.bf16 = bf16;
     j.path = kn_force_scalar() || !kn_cpu_has_avx2() ? GRAM_SCALAR
+             : bf16 && kn_cpu_has_avx512bf16()       ? GRAM_BF16
              : kn_cpu_has_avx512()                   ? GRAM_AVX512
                                                      : GRAM_AVX2;
     j.nbi = ceil_div(n, KN_GRAM_MR);
     j.nbj = ceil_div(n, KN_GRAM_NR);
     j.ap = scratch;
-    j.bp = scratch + j.nbi * KN_GRAM_MR * KN_GRAM_KC;
-    for (size_t t0 = 0; t0 < T; t0 += KN_GRAM_KC) {
-        j.m = T - t0 < KN_GRAM_KC ? T - t0 : KN_GRAM_KC;
+    size_t kc = bf16 ? KN_GRAM_KC_BF16 : KN_GRAM_KC;
+    j.pe = j.path == GRAM_BF16 ? kc / 2 : kc;
+    j.bp = scratch + j.nbi * KN_GRAM_MR * j.pe;
+    if (j.path == GRAM_BF16) {
+        /* the panels take (nbi MR + nbj NR) kc / 2 of the scratch's
+         * (nbi MR + nbj NR) kc floats; the pairs need n kc / 2 each */
+        j.xpa = (uint32_t *)(void *)(j.bp + j.nbj * KN_GRAM_NR * j.pe);
+        j.xpb = tri ? j.xpa : j.xpa + (size_t)n * (kc / 2);
+    }
+    for (size_t t0 = 0; t0 < T; t0 += kc) {
+        j.m = T - t0 < kc ? T - t0 : kc;
+        j.mt = bf16 ? j.m + (j.m & 1) : j.m;
         j.a = a + t0 * n;
         j.b = b + t0 * n;
         int par = p && kn_pool_threads(p) > 1 &&
                   (size_t)n * n * j.m / (tri ? 2 : 1) >= GRAM_PAR_MIN;
         if (par) {
+            if (j.path == GRAM_BF16)
+                kn_pool_run(p, convert, &j);
             kn_pool_run(p, pack, &j);
             kn_pool_run(p, compute, &j);
         } else {
+            if (j.path == GRAM_BF16)
+                convert(&j, 0, 1);
             pack(&j, 0, 1);
             compute(&j, 0, 1);
         }
@@ -219,13 +352,25 @@ static void gram(kn_pool *p, double *out, const float *a, const float *b,
 void kn_gram_tri(kn_pool *p, double *h, const float *x, size_t T, uint32_t n,
                  float *scratch)
 {
-    gram(p, h, x, x, T, n, 1, scratch);
+    gram(p, h, x, x, T, n, 1, 0, scratch);
 }
 
 void kn_gram_cross(kn_pool *p, double *c, const float *a, const float *b,
                    size_t T, uint32_t n, float *scratch)
 {
-    gram(p, c, a, b, T, n, 0, scratch);
+    gram(p, c, a, b, T, n, 0, 0, scratch);
+}
+
+void kn_gram_tri_bf16(kn_pool *p, double *h, const float *x, size_t T,
+                      uint32_t n, float *scratch)
+{
+    gram(p, h, x, x, T, n, 1, 1, scratch);
+}
+
+void kn_gram_cross_bf16(kn_pool *p, double *c, const float *a, const float *b,
+                        size_t T, uint32_t n, float *scratch)
+{
+    gram(p, c, a, b, T, n, 0, 1, scratch);
 }
 
 void kn_ref_gram_tri(double *h, const float *x, size_t T, uint32_t n)

@@ -59,11 +59,17 @@
 
 #define KN_GRAM_FC 128 /* tokens per float chunk (float sums) */
 #define KN_GRAM_KC 512 /* tokens per packed chunk (one add to h or c) */
+/* Tokens per packed chunk of the bfloat16 sums: twice as many, since their
+ * tiles run twice as fast and the adds to h or c would otherwise weigh
+ * twice as much (their pair panels take the float panels' bytes). */
+#define KN_GRAM_KC_BF16 (2 * KN_GRAM_KC)
 #define KN_GRAM_MR 6   /* tile rows (i) */
 #define KN_GRAM_NR 16  /* tile columns (j): two AVX vectors */
 
 /* Floats of scratch the sums below need for width n: both packed panels
- * of one packed chunk, (ceil(n / MR) * MR + ceil(n / NR) * NR) * KC. */
+ * of one packed chunk, (ceil(n / MR) * MR + ceil(n / NR) * NR) *
+ * KN_GRAM_KC_BF16 (the bfloat16 sums' emulation packs that many tokens as
+ * floats). */
 uint64_t kn_gram_scratch_floats(uint32_t n);
 
 /* h (packed upper triangle of an n x n sum, layout above) += sum over T
@@ -75,6 +81,32 @@ void kn_gram_tri(kn_pool *p, double *h, const float *x, size_t T, uint32_t n,
  * c[i][j] += sum_t a[t][i] b[t][j]; a, b: [T][n]. */
 void kn_gram_cross(kn_pool *p, double *c, const float *a, const float *b,
                    size_t T, uint32_t n, float *scratch);
+
+/* The same sums with bfloat16 products (the calibration's default,
+ * cmp_calib.h): each input is rounded to bfloat16 (round to nearest even;
+ * float subnormals and bfloat16 subnormals to signed zero, NaN stays NaN)
+ * and each element's float chain over a float chunk takes the tokens in
+ * pairs, the odd token then the even one, each product (exact in float)
+ * added with one rounding, a result below FLT_MIN flushed to zero: the
+ * arithmetic of AVX512_BF16's vdpbf16ps, which runs it at twice the float
+ * FMA's multiply-adds per instruction.  Where the CPU lacks it (or with
+ * kn_set_no_bf16 / MC_NO_BF16=1) the float tiles run on the rounded inputs
+ * in that order with MXCSR's FTZ and DAZ set, which gives the same bits
+ * (checked on Zen 4 against vdpbf16ps, including subnormal operands, and
+ * by test_gram); the scalar tile gives them too except where a product is
+ * itself below FLT_MIN (it rounds the product before the add).  The
+ * inputs keep 8 significant bits: the sums' relative error per term is
+ * ~2^-8, random in sign, against ~2^-24 for the float sums; measured,
+ * this moves the calibrated quality by less than its noise
+ * (docs/quantization.md).  A call of an odd count pads a zero token. */
+void kn_gram_tri_bf16(kn_pool *p, double *h, const float *x, size_t T,
+                      uint32_t n, float *scratch);
+void kn_gram_cross_bf16(kn_pool *p, double *c, const float *a, const float *b,
+                        size_t T, uint32_t n, float *scratch);
+
+/* x rounded to bfloat16 as above, returned as the float it stands for
+ * (the tests' references use it). */
+float kn_bf16_round(float x);
 
 /* The plain references: every product and sum in double, tokens in
  * order.  Tests compare the blocked sums with them by normalized error. */
@@ -91,12 +123,28 @@ void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
 
 /* The AVX-512 tile (kn_gram_avx512.c; run only when kn_cpu_has_avx512()):
  * the same sums over na (1 or 2) consecutive A panels from ap and nb (1 or
- * 2) consecutive B panels from bp (panels KN_GRAM_KC tokens apart, as
- * packed), i.e. rows r < na * MR, columns c < nb * NR, into out[r *
- * KN_GRAM_TILE512_NC + c]; every element bit for bit the AVX2 tile's. */
+ * 2) consecutive B panels from bp (panels of kc tokens, as packed), i.e.
+ * rows r < na * MR, columns c < nb * NR, into out[r * KN_GRAM_TILE512_NC +
+ * c]; every element bit for bit the AVX2 tile's. */
 #define KN_GRAM_TILE512_NC (2 * KN_GRAM_NR)
 #define KN_GRAM_TILE512 (2 * KN_GRAM_MR * KN_GRAM_TILE512_NC)
 void kn_avx512_gram_tile(const float *ap, int na, const float *bp, int nb,
-                         size_t m, double out[KN_GRAM_TILE512]);
+                         size_t m, size_t kc, double out[KN_GRAM_TILE512]);
+
+/* The AVX512_BF16 tile (kn_gram_avx512.c; run only when
+ * kn_cpu_has_avx512bf16()): the bfloat16 sums over `pairs` token pairs of
+ * na (1 or 2) A panels and nb (1 or 2) B panels packed as pairs (a 32-bit
+ * element holds token 2p in its low half and 2p + 1 in its high half;
+ * panels of kcp pairs), the float sums restarted every KN_GRAM_FC / 2
+ * pairs, into out as kn_avx512_gram_tile. */
+void kn_avx512bf16_gram_tile(const uint32_t *ap, int na, const uint32_t *bp,
+                             int nb, size_t pairs, size_t kcp,
+                             double out[KN_GRAM_TILE512]);
+
+/* The native path's conversion (kn_gram_avx512.c; AVX-512 F/BW): out[j]
+ * = bfloat16 of hi[j] in the high half, of lo[j] in the low half (the
+ * rounding of kn_bf16_round), j < n; hi NULL: a zero high half. */
+void kn_avx512_bf16_pairs(const float *lo, const float *hi, size_t n,
+                          uint32_t *out);
 
 #endif /* KN_GRAM_H */

@@ -32,8 +32,6 @@ _Static_assert(KN_GRAM_MR == 6 && KN_GRAM_NR == 16,
 _Static_assert(KN_GRAM_TILE512_NC == 2 * KN_GRAM_NR,
                "the tile's double rows are two B panels wide");
 
-#define AP_STRIDE ((size_t)KN_GRAM_MR * KN_GRAM_KC) /* floats per A panel */
-#define BP_STRIDE ((size_t)KN_GRAM_NR * KN_GRAM_KC) /* floats per B panel */
 
 /* out[0..15] += the 16 float sums of acc, in double. */
 static inline void widen_add(double *out, __m512 acc)
@@ -124,17 +122,138 @@ static void sub_tile(const float *ap0, const float *ap1, const float *bp0,
 }
 
 void kn_avx512_gram_tile(const float *ap, int na, const float *bp, int nb,
-                         size_t m, double out[KN_GRAM_TILE512])
+                         size_t m, size_t kc, double out[KN_GRAM_TILE512])
 {
     /* a missing second panel repeats the first: its sums are computed
      * and not used (edges only: a width not a multiple of 12 rows or 32
      * columns, the triangle's diagonal) */
-    const float *ap1 = na == 2 ? ap + AP_STRIDE : ap;
-    const float *bp1 = nb == 2 ? bp + BP_STRIDE : bp;
+    const float *ap1 = na == 2 ? ap + KN_GRAM_MR * kc : ap;
+    const float *bp1 = nb == 2 ? bp + KN_GRAM_NR * kc : bp;
     for (size_t k = 0; k < KN_GRAM_TILE512; k++)
         out[k] = 0.0;
     for (size_t t0 = 0; t0 < m; t0 += KN_GRAM_FC)
         sub_tile(ap + t0 * KN_GRAM_MR, ap1 + t0 * KN_GRAM_MR,
                  bp + t0 * KN_GRAM_NR, bp1 + t0 * KN_GRAM_NR,
                  m - t0 < KN_GRAM_FC ? m - t0 : KN_GRAM_FC, out);
+}
+
+/* ---- the bfloat16 tile (kn_gram_tri_bf16) -------------------------------- */
+
+/* kn_bf16_round's bits of 16 floats, at the top of each 32-bit lane (the
+ * low half zero): round to nearest even, subnormals to signed zero, NaN
+ * kept quiet (kn_gram.c's bf16_bits, lane by lane). */
+static inline __m512i bf16_top(__m512i u)
+{
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+    r = _mm512_and_si512(r, top);
+    __mmask16 sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x00800000));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, sub,
+                              _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)));
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
+                                               top));
+    return r;
+}
+
+void kn_avx512_bf16_pairs(const float *lo, const float *hi, size_t n,
+                          uint32_t *out)
+{
+    for (size_t j = 0; j < n; j += 16) {
+        __mmask16 k = n - j >= 16 ? (__mmask16)0xffff
+                                  : (__mmask16)((1u << (n - j)) - 1u);
+        __m512i l = bf16_top(_mm512_maskz_loadu_epi32(k, lo + j));
+        __m512i h = hi ? bf16_top(_mm512_maskz_loadu_epi32(k, hi + j))
+                       : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(out + j, k,
+                                 _mm512_or_si512(h, _mm512_srli_epi32(l, 16)));
+    }
+}
+
+/* vdpbf16ps needs AVX512_BF16 beyond this file's flags: the functions that
+ * use it carry the target themselves, and run only when
+ * kn_cpu_has_avx512bf16(). */
+#define BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
+
+/* c += the pair products of the broadcast pair a against b (16 lanes). */
+#define DP(c, a, b) c = _mm512_dpbf16_ps(c, (__m512bh)(a), (__m512bh)(b))
+
+/* The float sums of `pairs` <= KN_GRAM_FC / 2 token pairs of the 12 x 32
+ * tile, added to out (sub_tile's structure, one pair per step). */
+static BF16_TARGET void sub_tile_bf16(const uint32_t *ap0, const uint32_t *ap1,
+                                      const uint32_t *bp0, const uint32_t *bp1,
+                                      size_t pairs, double *out)
+{
+    __m512 z = _mm512_setzero_ps();
+    __m512 c00a = z, c00b = z, c01a = z, c01b = z, c02a = z, c02b = z,
+           c03a = z, c03b = z, c04a = z, c04b = z, c05a = z, c05b = z,
+           c06a = z, c06b = z, c07a = z, c07b = z, c08a = z, c08b = z,
+           c09a = z, c09b = z, c10a = z, c10b = z, c11a = z, c11b = z;
+    for (size_t p = 0; p < pairs; p++) {
+        const uint32_t *a0 = ap0 + p * KN_GRAM_MR, *a1 = ap1 + p * KN_GRAM_MR;
+        __m512i b0 = _mm512_loadu_si512(bp0 + p * KN_GRAM_NR);
+        __m512i b1 = _mm512_loadu_si512(bp1 + p * KN_GRAM_NR);
+        __m512i x;
+        x = _mm512_set1_epi32((int)a0[0]);
+        DP(c00a, x, b0);
+        DP(c00b, x, b1);
+        x = _mm512_set1_epi32((int)a0[1]);
+        DP(c01a, x, b0);
+        DP(c01b, x, b1);
+        x = _mm512_set1_epi32((int)a0[2]);
+        DP(c02a, x, b0);
+        DP(c02b, x, b1);
+        x = _mm512_set1_epi32((int)a0[3]);
+        DP(c03a, x, b0);
+        DP(c03b, x, b1);
+        x = _mm512_set1_epi32((int)a0[4]);
+        DP(c04a, x, b0);
+        DP(c04b, x, b1);
+        x = _mm512_set1_epi32((int)a0[5]);
+        DP(c05a, x, b0);
+        DP(c05b, x, b1);
+        x = _mm512_set1_epi32((int)a1[0]);
+        DP(c06a, x, b0);
+        DP(c06b, x, b1);
+        x = _mm512_set1_epi32((int)a1[1]);
+        DP(c07a, x, b0);
+        DP(c07b, x, b1);
+        x = _mm512_set1_epi32((int)a1[2]);
+        DP(c08a, x, b0);
+        DP(c08b, x, b1);
+        x = _mm512_set1_epi32((int)a1[3]);
+        DP(c09a, x, b0);
+        DP(c09b, x, b1);
+        x = _mm512_set1_epi32((int)a1[4]);
+        DP(c10a, x, b0);
+        DP(c10b, x, b1);
+        x = _mm512_set1_epi32((int)a1[5]);
+        DP(c11a, x, b0);
+        DP(c11b, x, b1);
+    }
+    __m512 acc[24] = {c00a, c00b, c01a, c01b, c02a, c02b, c03a, c03b,
+                      c04a, c04b, c05a, c05b, c06a, c06b, c07a, c07b,
+                      c08a, c08b, c09a, c09b, c10a, c10b, c11a, c11b};
+    for (int k = 0; k < 24; k++)
+        widen_add(out + (k / 2) * KN_GRAM_TILE512_NC + (k % 2) * KN_GRAM_NR,
+                  acc[k]);
+}
+#undef DP
+
+void kn_avx512bf16_gram_tile(const uint32_t *ap, int na, const uint32_t *bp,
+                             int nb, size_t pairs, size_t kcp,
+                             double out[KN_GRAM_TILE512])
+{
+    const uint32_t *ap1 = na == 2 ? ap + KN_GRAM_MR * kcp : ap;
+    const uint32_t *bp1 = nb == 2 ? bp + KN_GRAM_NR * kcp : bp;
+    const size_t fc = KN_GRAM_FC / 2;
+    for (size_t k = 0; k < KN_GRAM_TILE512; k++)
+        out[k] = 0.0;
+    for (size_t p0 = 0; p0 < pairs; p0 += fc)
+        sub_tile_bf16(ap + p0 * KN_GRAM_MR, ap1 + p0 * KN_GRAM_MR,
+                      bp + p0 * KN_GRAM_NR, bp1 + p0 * KN_GRAM_NR,
+                      pairs - p0 < fc ? pairs - p0 : fc, out);
 }

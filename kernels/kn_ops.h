@@ -31,6 +31,12 @@ int kn_cpu_has_avx2(void);           /* AVX2 + FMA + F16C all present */
  * kn_set_no_avx512(1), makes it 0 (to compare the two paths). */
 int kn_cpu_has_avx512(void);
 void kn_set_no_avx512(int on);
+/* kn_cpu_has_avx512() and AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4
+ * and later): kn_gram's bfloat16 tile.  Its emulation gives the same bits,
+ * so this too changes speed only.  MC_NO_BF16=1 or kn_set_no_bf16(1) makes
+ * it 0. */
+int kn_cpu_has_avx512bf16(void);
+void kn_set_no_bf16(int on);
 void kn_set_force_scalar(int on);    /* 1: optimized entry points use scalar */
 int kn_force_scalar(void);
 

@@ -21,6 +21,7 @@
 #include "cmp_calib.h"
 #include "cmp_eval.h"
 #include "cmp_gpu_stats.h"
+#include "kn_gram.h"
 #include "rt_model.h"
 #include "testutil.h"
 
@@ -41,7 +42,7 @@ static void test_cuda_calib_refused_without_device(void **state)
         skip(); /* a device is here: the other tests cover it */
     cmp_gpu_stats *g = NULL;
     mc_error e;
-    assert_int_equal(cmp_gpu_stats_create(64, 16, 1, &g, &e), MC_ERR_UNSUPPORTED);
+    assert_int_equal(cmp_gpu_stats_create(64, 16, 1, 0, &g, &e), MC_ERR_UNSUPPORTED);
     assert_null(g);
     char *path;
     int32_t *tok;
@@ -67,10 +68,10 @@ static double max_abs(const double *a, size_t n)
     return m;
 }
 
-/* The three sums over three sequences, CPU vs GPU. */
-static void test_cuda_calib_sums_match_cpu(void **state)
+/* The three sums over three sequences, CPU vs GPU, with float products
+ * or (bf16) bfloat16 products on both. */
+static void sums_match_cpu(int bf16)
 {
-    (void)state;
     if (!have_gpu())
         skip();
     uint32_t cols = 96;
@@ -82,11 +83,12 @@ static void test_cuda_calib_sums_match_cpu(void **state)
     assert_int_equal(cmp_hessian_init(&hf, cols, NULL), MC_OK);
     assert_int_equal(cmp_hessian_init(&gq, cols, NULL), MC_OK);
     assert_int_equal(cmp_hessian_init(&gf, cols, NULL), MC_OK);
+    hq.bf16 = hf.bf16 = bf16;
     double *c = calloc((size_t)cols * cols, sizeof(double));
     double *gc = calloc((size_t)cols * cols, sizeof(double));
     cmp_gpu_stats *gs = NULL;
     mc_error e;
-    assert_int_equal(cmp_gpu_stats_create(cols, T, 1, &gs, &e), MC_OK);
+    assert_int_equal(cmp_gpu_stats_create(cols, T, 1, bf16, &gs, &e), MC_OK);
     for (size_t s = 0; s < nseq; s++) {
         for (size_t i = 0; i < T * cols; i++) {
             xf[i] = 2.0f * tu_rng_f(&g) - 1.0f;
@@ -97,7 +99,10 @@ static void test_cuda_calib_sums_match_cpu(void **state)
         for (size_t t = 0; t < T; t++)
             for (uint32_t i = 0; i < cols; i++)
                 for (uint32_t j = 0; j < cols; j++)
-                    c[(size_t)i * cols + j] += (double)xf[t * cols + i] * xq[t * cols + j];
+                    c[(size_t)i * cols + j] +=
+                        bf16 ? (double)kn_bf16_round(xf[t * cols + i]) *
+                                   kn_bf16_round(xq[t * cols + j])
+                             : (double)xf[t * cols + i] * xq[t * cols + j];
         assert_int_equal(cmp_gpu_stats_add(gs, 0, xf, T), MC_OK);
         assert_int_equal(cmp_gpu_stats_add(gs, 1, xq, T), MC_OK);
     }
@@ -109,7 +114,8 @@ static void test_cuda_calib_sums_match_cpu(void **state)
             worst = fmax(worst, fabs(cmp_hessian_get(&hf, i, j) - cmp_hessian_get(&gf, i, j)));
             worst = fmax(worst, fabs(c[(size_t)i * cols + j] - gc[(size_t)i * cols + j]));
         }
-    printf("# CPU vs GPU sums: max |diff| %.3g of max |value| %.3g\n", worst, scale);
+    printf("# CPU vs GPU sums (%s products): max |diff| %.3g of max |value| %.3g\n",
+           bf16 ? "bfloat16" : "float", worst, scale);
     assert_true(worst <= 1e-5 * scale);
     cmp_gpu_stats_free(gs);
     cmp_hessian_free(&hq);
@@ -120,6 +126,18 @@ static void test_cuda_calib_sums_match_cpu(void **state)
     free(gc);
     free(xf);
     free(xq);
+}
+
+static void test_cuda_calib_sums_match_cpu(void **state)
+{
+    (void)state;
+    sums_match_cpu(0);
+}
+
+static void test_cuda_calib_bf16_sums_match_cpu(void **state)
+{
+    (void)state;
+    sums_match_cpu(1);
 }
 
 static double calibrate(const rt_model *m, const int32_t *tok, const size_t *off,
@@ -166,6 +184,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_calib_refused_without_device),
         cmocka_unit_test(test_cuda_calib_sums_match_cpu),
+        cmocka_unit_test(test_cuda_calib_bf16_sums_match_cpu),
         cmocka_unit_test(test_cuda_calib_matches_cpu_calibration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

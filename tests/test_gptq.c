@@ -201,7 +201,7 @@ static void test_hessian_packed_row_offsets(void **state)
     assert_true(cmp_hessian_row_offset(65536, 65536) == 65536ull * 65537 / 2);
     assert_true(cmp_hessian_bytes(28672) ==
                 28672ull * 28673 / 2 * sizeof(double) +
-                (28674ull + 28672ull) * KN_GRAM_KC * sizeof(float));
+                (28674ull + 28672ull) * KN_GRAM_KC_BF16 * sizeof(float));
 }
 
 /* GPTQ must reduce the output error well below RTN's on correlated inputs;

@@ -201,13 +201,13 @@ static void test_threads_give_identical_results(void **state)
             }
         for (size_t e = 0; e < (size_t)cols * cols; e++)
             cmax = fmax(cmax, fabs(c1[e]));
-        cmp_cross_add(pool, c3, xf, xq, nt, cols, h3.xt);
+        cmp_cross_add(pool, c3, xf, xq, nt, cols, h3.xt, 0);
         for (size_t e = 0; e < (size_t)cols * cols; e++)
             assert_true(fabs(c3[e] - c1[e]) <= 1e-6 * cmax);
         /* the same sums, bit for bit, without the pool */
         memcpy(c1, c3, (size_t)cols * cols * sizeof(double));
         memset(c3, 0, (size_t)cols * cols * sizeof(double));
-        cmp_cross_add(NULL, c3, xf, xq, nt, cols, h3.xt);
+        cmp_cross_add(NULL, c3, xf, xq, nt, cols, h3.xt, 0);
         assert_memory_equal(c1, c3, (size_t)cols * cols * sizeof(double));
         free(c1);
         free(c3);

@@ -3,7 +3,11 @@
  * widths that are not multiples of the tile, chunks that are not full,
  * sums accumulated over many calls; the thread count not changing a
  * bit; and the AVX-512 tile giving the AVX2 tile's bits (skipped, and
- * said so, on a machine without AVX-512). */
+ * said so, on a machine without AVX-512).  The bfloat16 sums: the
+ * rounding, every path (vdpbf16ps where the CPU has it, the float tiles'
+ * emulation, the scalar tile) giving the same bits, subnormal operands and
+ * results included, and the sums against the double reference of the
+ * rounded inputs. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -245,6 +249,217 @@ static void test_gram_avx512_matches_avx2_bit_for_bit(void **state)
     kn_pool_free(p2);
 }
 
+/* ---- bfloat16 sums ------------------------------------------------------ */
+
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static void test_bf16_round_cases(void **state)
+{
+    (void)state;
+    assert_true(kn_bf16_round(1.0f) == 1.0f);
+    /* halfway: to even (down from 1 + 2^-8, up from 1 + 3 * 2^-8) */
+    assert_true(kn_bf16_round(1.0f + 0x1p-8f) == 1.0f);
+    assert_true(kn_bf16_round(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+    assert_true(kn_bf16_round(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+    assert_true(kn_bf16_round(-3.0f) == -3.0f);
+    /* subnormal float and bfloat16: signed zero */
+    assert_int_equal(bits_of(kn_bf16_round(1e-39f)), 0u);
+    assert_int_equal(bits_of(kn_bf16_round(-1e-39f)), 0x80000000u);
+    assert_int_equal(bits_of(kn_bf16_round(from_bits(0x007fffffu))), 0u);
+    assert_true(kn_bf16_round(0x1p-126f) == 0x1p-126f);
+    assert_true(isinf(kn_bf16_round(3.4e38f)));
+    assert_true(isnan(kn_bf16_round(from_bits(0x7f800001u))));
+    assert_true(isnan(kn_bf16_round(from_bits(0xffffffffu))));
+    assert_true(isinf(kn_bf16_round(INFINITY)));
+}
+
+enum { BF_NATIVE, BF_EMU512, BF_EMU2, BF_SCALAR, BF_PATHS };
+
+static int bf16_path_runs(int path)
+{
+    switch (path) {
+    case BF_NATIVE: return kn_cpu_has_avx512bf16();
+    case BF_EMU512: return kn_cpu_has_avx512();
+    case BF_EMU2: return kn_cpu_has_avx2();
+    default: return 1;
+    }
+}
+
+/* The bfloat16 sums of T tokens in two calls on one path. */
+static void bf16_sums(kn_pool *p, int path, int tri, double *out,
+                      const float *a, const float *b, size_t T, uint32_t n,
+                      float *scr)
+{
+    kn_set_no_bf16(path != BF_NATIVE);
+    kn_set_no_avx512(path > BF_EMU512);
+    kn_set_force_scalar(path == BF_SCALAR);
+    size_t t1 = T / 3;
+    if (tri) {
+        kn_gram_tri_bf16(p, out, a, t1, n, scr);
+        kn_gram_tri_bf16(p, out, a + t1 * n, T - t1, n, scr);
+    } else {
+        kn_gram_cross_bf16(p, out, a, b, t1, n, scr);
+        kn_gram_cross_bf16(p, out, a + t1 * n, b + t1 * n, T - t1, n, scr);
+    }
+    kn_set_no_bf16(0);
+    kn_set_no_avx512(0);
+    kn_set_force_scalar(0);
+}
+
+/* Every path on the same inputs, sums starting from the same values: the
+ * same bits.  tiny: the sums start at zero (a tiny sum added to a start
+ * value would vanish in it) and the scalar tile is not compared. */
+static void bf16_paths_agree(kn_pool *p, int tri, const float *a, const float *b,
+                             size_t T, uint32_t n, float *scr, int tiny,
+                             const char *what)
+{
+    size_t cnt = tri ? tri_count(n) : (size_t)n * n;
+    double *s[BF_PATHS];
+    for (int k = 0; k < BF_PATHS; k++) {
+        s[k] = malloc(cnt * sizeof(double));
+        assert_non_null(s[k]);
+    }
+    for (size_t e = 0; e < cnt; e++)
+        s[0][e] = tiny ? 0.0 : (double)tu_rng_f(&g_rng);
+    int nonzero = 0;
+    for (int k = 1; k < BF_PATHS; k++)
+        memcpy(s[k], s[0], cnt * sizeof(double));
+    int ref = -1;
+    for (int k = 0; k < BF_PATHS; k++) {
+        if (!bf16_path_runs(k) || (k == BF_SCALAR && tiny))
+            continue;
+        bf16_sums(p, k, tri, s[k], a, b, T, n, scr);
+        for (size_t e = 0; e < cnt; e++)
+            nonzero += s[k][e] != 0.0;
+        if (ref < 0)
+            ref = k;
+        else if (memcmp(s[ref], s[k], cnt * sizeof(double)) != 0)
+            fail_msg("%s %s n %u T %zu: bfloat16 path %d differs from path %d",
+                     what, tri ? "tri" : "cross", n, T, k, ref);
+    }
+    assert_true(nonzero > 0);
+    for (int k = 0; k < BF_PATHS; k++)
+        free(s[k]);
+}
+
+static void test_gram_bf16_paths_give_the_same_bits(void **state)
+{
+    (void)state;
+    if (!kn_cpu_has_avx512bf16())
+        print_message("vdpbf16ps not run: this CPU (or MC_NO_BF16) has no "
+                      "AVX512_BF16; the emulations are compared with each "
+                      "other\n");
+    static const uint32_t widths[] = {1, 6, 13, 33, 47, 129, 203};
+    static const size_t tokens[] = {1, 2, 37, KN_GRAM_FC + 1, KN_GRAM_KC + 1,
+                                    2 * KN_GRAM_KC + 38};
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+        uint32_t n = widths[w];
+        float *scr = malloc(kn_gram_scratch_floats(n) * sizeof(float));
+        assert_non_null(scr);
+        for (size_t k = 0; k < sizeof tokens / sizeof *tokens; k++) {
+            size_t T = tokens[k];
+            float *a = inputs(T, n), *b = inputs(T, n);
+            for (int tri = 0; tri < 2; tri++)
+                for (int th = 1; th <= 2; th++)
+                    bf16_paths_agree(th == 2 ? p2 : NULL, tri, a, b, T, n, scr,
+                                     0, "normal");
+            free(a);
+            free(b);
+        }
+        free(scr);
+    }
+    kn_pool_free(p2);
+}
+
+/* Operands and results near and below FLT_MIN: the flushes (DAZ on the
+ * inputs, FTZ on every add) agree between vdpbf16ps and the emulation. */
+static void test_gram_bf16_subnormals_agree(void **state)
+{
+    (void)state;
+    uint32_t n = 40;
+    size_t T = 301;
+    float *a = inputs(T, n), *b = inputs(T, n);
+    for (size_t k = 0; k < T * n; k++) {
+        /* magnitudes 2^-69 to 2^-61: the products, and most float
+         * chains, stay below FLT_MIN (2^-126), where the flushes decide
+         * (a larger term would keep a chain normal) */
+        a[k] = ldexpf(a[k], -61 - (int)(k % 9));
+        b[k] = ldexpf(b[k], -61 - (int)((k / 7) % 9));
+        if (k % 11 == 0)
+            a[k] = from_bits(0x00400000u | (uint32_t)(k & 0xffff)); /* subnormal */
+    }
+    float *scr = malloc(kn_gram_scratch_floats(n) * sizeof(float));
+    assert_non_null(scr);
+    for (int tri = 0; tri < 2; tri++)
+        bf16_paths_agree(NULL, tri, a, b, T, n, scr, 1, "tiny");
+    free(scr);
+    free(a);
+    free(b);
+}
+
+/* The sums against the double reference of the rounded inputs: the
+ * float-chunk accuracy of the float sums. */
+static void test_gram_bf16_matches_rounded_reference(void **state)
+{
+    (void)state;
+    uint32_t n = 100;
+    size_t T = 3 * KN_GRAM_KC + 77;
+    float *a = inputs(T, n), *b = inputs(T, n);
+    float *ar = malloc(T * n * sizeof(float)), *br = malloc(T * n * sizeof(float));
+    assert_non_null(ar);
+    assert_non_null(br);
+    for (size_t k = 0; k < T * n; k++) {
+        ar[k] = kn_bf16_round(a[k]);
+        br[k] = kn_bf16_round(b[k]);
+    }
+    float *scr = malloc(kn_gram_scratch_floats(n) * sizeof(float));
+    double *h = calloc(tri_count(n), sizeof(double));
+    double *hr = calloc(tri_count(n), sizeof(double));
+    double *hf = calloc(tri_count(n), sizeof(double));
+    double *c = calloc((size_t)n * n, sizeof(double));
+    double *cr = calloc((size_t)n * n, sizeof(double));
+    assert_non_null(scr);
+    assert_non_null(h);
+    assert_non_null(hr);
+    assert_non_null(hf);
+    assert_non_null(c);
+    assert_non_null(cr);
+    kn_gram_tri_bf16(NULL, h, a, T, n, scr);
+    kn_ref_gram_tri(hr, ar, T, n);
+    kn_ref_gram_tri(hf, a, T, n);
+    assert_true(norm_err(h, hr, tri_count(n)) < 2e-7);
+    /* and against the unrounded inputs: bfloat16's 8 bits */
+    double e = norm_err(h, hf, tri_count(n));
+    assert_true(e > 1e-6 && e < 1e-2);
+    kn_gram_cross_bf16(NULL, c, a, b, T, n, scr);
+    kn_ref_gram_cross(cr, ar, br, T, n);
+    assert_true(norm_err(c, cr, (size_t)n * n) < 2e-7);
+    free(a);
+    free(b);
+    free(ar);
+    free(br);
+    free(scr);
+    free(h);
+    free(hr);
+    free(hf);
+    free(c);
+    free(cr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +468,10 @@ int main(void)
         cmocka_unit_test(test_gram_threads_give_identical_sums),
         cmocka_unit_test(test_gram_error_does_not_grow_with_tokens),
         cmocka_unit_test(test_gram_avx512_matches_avx2_bit_for_bit),
+        cmocka_unit_test(test_bf16_round_cases),
+        cmocka_unit_test(test_gram_bf16_paths_give_the_same_bits),
+        cmocka_unit_test(test_gram_bf16_subnormals_agree),
+        cmocka_unit_test(test_gram_bf16_matches_rounded_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

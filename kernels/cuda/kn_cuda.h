@@ -98,9 +98,11 @@ typedef struct kn_cuda_stats kn_cuda_stats;
 typedef enum { KN_STATS_HQ = 0, KN_STATS_HF = 1, KN_STATS_C = 2 } kn_stats_which;
 /* Device bytes kn_cuda_stats_create allocates. */
 uint64_t kn_cuda_stats_device_bytes(uint32_t cols, size_t max_T, int full);
-/* MC_ERR_CUDA (no device, out of device memory, cuBLAS), MC_ERR_NOMEM,
+/* bf16: each uploaded input is rounded to bfloat16 first (kn_bf16_round's
+ * rounding: the products of kn_gram_tri_bf16, exact in float).
+ * MC_ERR_CUDA (no device, out of device memory, cuBLAS), MC_ERR_NOMEM,
  * MC_ERR_INVALID_ARG (cols or max_T 0, or over 2^31). */
-mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T, int full,
+mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T, int full, int bf16,
                                kn_cuda_stats **out);
 mc_status kn_cuda_stats_add_f(kn_cuda_stats *s, const float *xf, size_t T);
 mc_status kn_cuda_stats_add_q(kn_cuda_stats *s, const float *xq, size_t T);

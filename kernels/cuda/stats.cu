@@ -18,6 +18,7 @@ struct kn_cuda_stats {
     uint32_t cols;
     size_t max_T;
     int full;
+    int bf16;                /* inputs rounded to bfloat16 on upload */
     cublasHandle_t blas;
     double *hq, *hf, *c;     /* [cols][cols] double sums */
     float *part;             /* one chunk's float product, a panel of
@@ -55,6 +56,22 @@ __global__ void kn_stats_accumulate_kernel(double *sum, const float *part,
     }
 }
 
+/* x[e] rounded to bfloat16 in place, as kn_gram.c's bf16_bits rounds on
+ * the CPU: to nearest even, subnormals to signed zero, NaN kept quiet. */
+__global__ void kn_stats_bf16_kernel(float *x, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        uint32_t u = __float_as_uint(x[e]), mag = u & 0x7fffffffu;
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        if (mag < 0x00800000u)
+            r = u & 0x80000000u;
+        else if (mag > 0x7f800000u)
+            r = (u | 0x00400000u) & 0xffff0000u;
+        x[e] = __uint_as_float(r);
+    }
+}
+
 static unsigned stats_grid(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -87,7 +104,7 @@ static mc_status zeroed(void **p, uint64_t bytes)
 }
 
 extern "C" mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T,
-                                          int full, kn_cuda_stats **out)
+                                          int full, int bf16, kn_cuda_stats **out)
 {
     *out = NULL;
     if (cols == 0 || max_T == 0 || cols > 0x7fffffffu || max_T > 0x7fffffffu)
@@ -98,6 +115,7 @@ extern "C" mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T,
     s->cols = cols;
     s->max_T = max_T;
     s->full = full;
+    s->bf16 = bf16;
     uint64_t x = (uint64_t)max_T * cols * sizeof(float);
     uint64_t part = kn_stats_part_bytes(cols);
     mc_status st = cublasCreate(&s->blas) == CUBLAS_STATUS_SUCCESS ? MC_OK : MC_ERR_CUDA;
@@ -125,8 +143,13 @@ extern "C" mc_status kn_cuda_stats_create(uint32_t cols, size_t max_T,
 
 static mc_status upload(kn_cuda_stats *s, const float *x, size_t T, float *dst)
 {
-    return cudaMemcpy(dst, x, T * s->cols * sizeof(float),
-                      cudaMemcpyHostToDevice) == cudaSuccess ? MC_OK : MC_ERR_CUDA;
+    size_t n = T * s->cols;
+    if (cudaMemcpy(dst, x, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+        return MC_ERR_CUDA;
+    if (!s->bf16)
+        return MC_OK;
+    kn_stats_bf16_kernel<<<stats_grid(n), 256>>>(dst, n);
+    return kn_cuda_launched();
 }
 
 /* Add the panel in part (rows x ncols at (row0, col0)) to sum. */

@@ -1,8 +1,13 @@
-/* test_compile_awq_grid.c - `mcompile ... --calib FILE --awq-grid
- * coarse|full` (issue 17): the option needs --calib and names its values
+/* test_compile_calib_opts.c - the calibration's effort options of issue
+ * 17 on the command line.
+ * `--awq-grid coarse|full`: the option needs --calib and names its values
  * when refused; the manifest's calibration object says "awq_grid":
  * "coarse" for the default walk and nothing for the full grid, whose
- * artifact is the one compilers before the option wrote; both verify. */
+ * artifact is the one compilers before the option wrote; both verify.
+ * `--calib-stats bf16|f32`: the same refusals; the default sums bfloat16
+ * products and the manifest says "statistics": "bf16" (so does `inspect`);
+ * f32 names nothing, as the compilers before the option wrote; the two
+ * artifacts differ, both verify, and bf16 given is the default's bytes. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -22,7 +27,7 @@ static char *g_ids; /* 10 sequences of 24 ids < 256 */
 static int setup(void **state)
 {
     (void)state;
-    g_dir = tu_mkdtemp("awqgrid");
+    g_dir = tu_mkdtemp("calibopts");
     g_ids = tu_fmt("%s/ids.txt", g_dir);
     int32_t *tok = NULL;
     size_t *off = NULL;
@@ -114,11 +119,80 @@ static void test_awq_grid_recorded_only_for_the_coarse_walk(void **state)
     }
 }
 
+static void test_calib_stats_needs_calib_and_names_its_values(void **state)
+{
+    (void)state;
+    char *out = NULL, *err = NULL;
+    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                "%s/llama --target 64MiB --quant int8 "
+                                "--calib-stats f32 -o %s/x.mca",
+                                MC_FIXTURE_DIR, g_dir), 2);
+    assert_non_null(strstr(err, "--calib-stats needs --calib"));
+    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                "%s/llama --target 64MiB --quant int8 --calib "
+                                "%s --calib-stats f16 -o %s/x.mca",
+                                MC_FIXTURE_DIR, g_ids, g_dir), 2);
+    assert_non_null(strstr(err, "bf16"));
+    assert_non_null(strstr(err, "f32"));
+    assert_non_null(strstr(err, "f16"));
+    char *x = tu_fmt("%s/x.mca", g_dir);
+    assert_int_equal(tu_exists(x), 0);
+    free(x);
+    free(out);
+    free(err);
+}
+
+static void test_calib_stats_recorded_only_for_bf16(void **state)
+{
+    (void)state;
+    const char *opt[3] = {"", "--calib-stats bf16", "--calib-stats f32"};
+    char *art[3], *text[3];
+    for (int k = 0; k < 3; k++) {
+        art[k] = tu_fmt("%s/s%d.mca", g_dir, k);
+        text[k] = NULL;
+        char *out = NULL, *err = NULL;
+        int rc = tu_run_bin(&out, &err, "mcompile",
+                            "%s/llama --target 64MiB --quant int4 --group 32 "
+                            "--calib %s %s -q -o %s",
+                            MC_FIXTURE_DIR, g_ids, opt[k], art[k]);
+        if (rc != 0)
+            print_message("%s\n", err ? err : "");
+        assert_int_equal(rc, 0);
+        assert_int_equal(tu_run_bin(&text[k], &err, "mcompile", "inspect %s", art[k]), 0);
+        free(out);
+        free(err);
+        json_t *c = calibration(art[k]);
+        json_t *s = json_object_get(c, "statistics");
+        if (k < 2) {
+            assert_string_equal(json_string_value(s), "bf16");
+            assert_non_null(strstr(text[k], "statistics: bf16 products"));
+        } else {
+            assert_null(s);
+            assert_non_null(strstr(text[k], "statistics: float products"));
+        }
+        json_decref(c);
+    }
+    size_t n0 = 0, n2 = 0;
+    char *a0 = tu_read_file(art[0], &n0), *a2 = tu_read_file(art[2], &n2);
+    assert_non_null(a0);
+    assert_non_null(a2);
+    assert_int_equal(tu_file_is(art[1], a0, n0), 1);
+    assert_false(n0 == n2 && memcmp(a0, a2, n0) == 0);
+    free(a0);
+    free(a2);
+    for (int k = 0; k < 3; k++) {
+        free(art[k]);
+        free(text[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_awq_grid_needs_calib_and_names_its_values),
         cmocka_unit_test(test_awq_grid_recorded_only_for_the_coarse_walk),
+        cmocka_unit_test(test_calib_stats_needs_calib_and_names_its_values),
+        cmocka_unit_test(test_calib_stats_recorded_only_for_bf16),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
