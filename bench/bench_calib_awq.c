@@ -36,7 +36,7 @@ typedef struct timed {
 static int run(const cmp_hessian *h, const float *xa, const cmp_awq_linear *l,
                size_t n, kn_pool *pool, int coarse, timed *t)
 {
-    cmp_awq_search_opts so = {pool, coarse};
+    cmp_awq_search_opts so = {pool, coarse, 0};
     double w0 = bench_now(), c0 = cpu_now();
     mc_status st = cmp_awq_search(h, xa, l, n, KN_W_Q8, 0, &so, t->s,
                                   &t->alpha, &t->e, NULL, NULL);

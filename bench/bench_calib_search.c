@@ -216,7 +216,7 @@ int main(int argc, char **argv)
     }
     if (wanted(only, "awq")) {
         cmp_awq_linear l = {w, R};
-        cmp_awq_search_opts so = {pool, 1};
+        cmp_awq_search_opts so = {pool, 1, 0};
         float *s = malloc((size_t)K * sizeof(float));
         double alpha = 0.0, e = 0.0;
         double c0 = bench_cpu_now();

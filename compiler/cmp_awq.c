@@ -66,18 +66,29 @@ static size_t search_chunk(uint32_t maxrows, uint32_t cols, int threads)
     return (size_t)(c < share ? c : share);
 }
 
+/* Every how many rows of a linear the search measures (cmp_awq.h). */
+static uint32_t row_stride(uint32_t rows, uint32_t sample_rows)
+{
+    if (!sample_rows || rows < 2 * sample_rows)
+        return 1;
+    uint32_t s = rows / sample_rows;
+    return s < CMP_AWQ_MAX_STRIDE ? s : CMP_AWQ_MAX_STRIDE;
+}
+
 /* Bytes mc_malloc takes for a request: 0 counts as 1. */
 static uint64_t req(uint64_t bytes)
 {
     return bytes ? bytes : 1;
 }
 
-uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads)
+uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads,
+                                   uint32_t sample_rows)
 {
     uint64_t n = cols, T = threads > 1 ? (uint64_t)threads : 1;
+    uint64_t copy = req(T * search_chunk(maxrows, cols, threads) * n * sizeof(float));
     return req(n * sizeof(float)) +                                 /* s */
            req((uint64_t)maxrows * sizeof(double)) +                /* terms */
-           req(T * search_chunk(maxrows, cols, threads) * n * sizeof(float)) +
+           (row_stride(maxrows, sample_rows) > 1 ? 2 : 1) * copy +   /* ws, wg */
            req(T * cmp_qform_work_doubles(cols, (uint32_t)search_chunk(maxrows, cols, threads)) *
                sizeof(double));                                     /* work */
 }
@@ -90,7 +101,9 @@ typedef struct awq_job {
     kn_wformat fmt;
     uint32_t group;
     size_t chunk;    /* rows per pass of one thread (search_chunk) */
+    uint32_t stride; /* the linear's rows measured: every stride-th */
     float *ws;       /* [threads][chunk * cols]: W s, Q(W s), Q(W s) / s */
+    float *wg;       /* [threads][chunk * cols]: the sampled rows of w */
     double *d;       /* [threads][cmp_qform_work_doubles(cols, chunk)] */
     double *terms;   /* [rows] each row's error */
 } awq_job;
@@ -104,6 +117,14 @@ static void awq_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
     for (uint32_t a = r0; a < r1; a += (uint32_t)j->chunk) {
         uint32_t R = r1 - a < j->chunk ? r1 - a : (uint32_t)j->chunk;
         const float *wr = j->w + (size_t)a * cols;
+        if (j->stride > 1) { /* sampled rows a .. a + R - 1: gather them */
+            float *wg = j->wg + (size_t)slot * j->chunk * cols;
+            for (uint32_t r = 0; r < R; r++)
+                memcpy(wg + (size_t)r * cols,
+                       j->w + (size_t)(a + r) * j->stride * cols,
+                       cols * sizeof(float));
+            wr = wg;
+        }
         memcpy(ws, wr, (size_t)R * cols * sizeof(float));
         cmp_awq_scale_cols(ws, R, cols, j->s);
         cmp_quant_fake(j->fmt, j->group, ws, NULL, R, cols, ws);
@@ -133,19 +154,21 @@ static void alpha_scales(const float *xabs, uint32_t cols, int k, float *s)
 }
 
 /* The summed output error of the n linears under scales j->s: each
- * linear's row terms added in row order, then the linears in order (the
- * sums one thread forms alone). */
+ * linear's (sampled) row terms added in row order and scaled by its
+ * stride, then the linears in order (the sums one thread forms alone). */
 static double alpha_error(awq_job *j, kn_pool *pool, const cmp_awq_linear *lin,
-                          size_t n)
+                          size_t n, uint32_t sample_rows)
 {
     double e = 0.0;
     for (size_t i = 0; i < n; i++) {
         j->w = lin[i].w;
-        cmp_par_rows(pool, lin[i].rows, CMP_OERR_ROWS, awq_rows, j);
+        j->stride = row_stride(lin[i].rows, sample_rows);
+        uint32_t nr = (lin[i].rows + j->stride - 1) / j->stride;
+        cmp_par_rows(pool, nr, CMP_OERR_ROWS, awq_rows, j);
         double ei = 0.0;
-        for (uint32_t r = 0; r < lin[i].rows; r++)
+        for (uint32_t r = 0; r < nr; r++)
             ei += j->terms[r];
-        e += ei;
+        e += (double)j->stride * ei;
     }
     return e;
 }
@@ -163,17 +186,24 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
             maxrows = lin[i].rows;
     kn_pool *pool = so ? so->pool : NULL;
     int T = cmp_par_threads(pool);
-    awq_job j = {h, NULL, NULL, fmt, group, search_chunk(maxrows, cols, T),
-                 NULL, NULL, NULL};
+    uint32_t sample = so ? so->sample_rows : 0;
+    int sampled = 0;
+    for (size_t i = 0; i < n; i++)
+        sampled |= row_stride(lin[i].rows, sample) > 1;
+    awq_job j = {h, NULL, NULL, fmt, group, search_chunk(maxrows, cols, T), 1,
+                 NULL, NULL, NULL, NULL};
     float *s = mc_malloc_array(cols, sizeof(float));
     j.terms = mc_malloc_array(maxrows ? maxrows : 1, sizeof(double));
     j.ws = mc_malloc_array((size_t)T * j.chunk * cols, sizeof(float));
+    if (sampled)
+        j.wg = mc_malloc_array((size_t)T * j.chunk * cols, sizeof(float));
     j.d = mc_malloc_array((size_t)T * cmp_qform_work_doubles(cols, (uint32_t)j.chunk),
                           sizeof(double));
-    if (!s || !j.terms || !j.ws || !j.d) {
+    if (!s || !j.terms || !j.ws || !j.d || (sampled && !j.wg)) {
         mc_free(s);
         mc_free(j.terms);
         mc_free(j.ws);
+        mc_free(j.wg);
         mc_free(j.d);
         return mc_fail(err, MC_ERR_NOMEM, NULL, "awq", -1,
                        "cannot allocate AWQ work space");
@@ -188,7 +218,7 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
      * in alpha (the usual case) the pick equals the full grid's. */
     for (int k = 0; k < K; k += coarse ? CMP_AWQ_COARSE_STEP : 1) {
         alpha_scales(xabs, cols, k, s);
-        e[k] = alpha_error(&j, pool, lin, n);
+        e[k] = alpha_error(&j, pool, lin, n, sample);
         done[k] = 1;
     }
     if (coarse) {
@@ -199,7 +229,7 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
         for (int k = kb - 2; k <= kb + 2; k++)
             if (k >= 0 && k < K && !done[k]) {
                 alpha_scales(xabs, cols, k, s);
-                e[k] = alpha_error(&j, pool, lin, n);
+                e[k] = alpha_error(&j, pool, lin, n, sample);
                 done[k] = 1;
             }
     }
@@ -221,6 +251,7 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
     mc_free(s);
     mc_free(j.terms);
     mc_free(j.ws);
+    mc_free(j.wg);
     mc_free(j.d);
     return MC_OK;
 }

@@ -63,16 +63,30 @@ typedef struct cmp_awq_search_opts {
                       every row's error is formed as alone and the rows are
                       added in order */
     int coarse;    /* 1: the coarse walk of the grid (above) */
+    uint32_t sample_rows; /* 0: every row's error is measured.  Else a
+                             linear of at least 2 * sample_rows rows is
+                             measured on every stride-th row, stride =
+                             min(CMP_AWQ_MAX_STRIDE, rows / sample_rows),
+                             its error scaled by stride (an estimate of
+                             the whole sum: the grid point it picks can
+                             differ from the whole rows' pick where two
+                             points are within the sample's noise) */
 } cmp_awq_search_opts;
+
+/* The calibration's sample (cmp_calib_layer.c, cmp_calib_group.c): 128
+ * rows at least, every fourth row at most.  The grid is a third of the
+ * calibration's search time at SmolLM2 widths when every row counts. */
+#define CMP_AWQ_SAMPLE_ROWS 128
+#define CMP_AWQ_MAX_STRIDE 4
 
 /* Search the AWQ scales of a group of n linears over input width h->cols.
  * xabs: mean |x_j| [cols].  fmt/group: the target format.  s_out [cols]
  * receives the best scales (all 1 if alpha 0 wins); *alpha_out and
  * *err_out (both optional) the chosen alpha and its output error (summed
  * over the linears), *err0_out (optional) the error at alpha 0 (RTN).
- * Cost: rows * cols^2 per linear and grid point tried, split over the
- * pool's threads.  Allocates work space (MC_ERR_NOMEM;
- * cmp_awq_search_work_bytes). */
+ * Cost: rows * cols^2 per linear and grid point tried (rows / stride
+ * with so->sample_rows), split over the pool's threads.  Allocates work
+ * space (MC_ERR_NOMEM; cmp_awq_search_work_bytes). */
 mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
                          const cmp_awq_linear *lin, size_t n, kn_wformat fmt,
                          uint32_t group, const cmp_awq_search_opts *so,
@@ -86,8 +100,11 @@ mc_status cmp_awq_search(const cmp_hessian *h, const float *xabs,
  * (threads * cols * 4)))) and the tiled error's work space
  * (cmp_qform_work_doubles(cols, c) doubles):
  *   cols * 4 + maxrows * 8 + threads * (c * cols * 4 + work * 8),
- * each of the four allocations at least 1 byte. */
-uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads);
+ * each of the four allocations at least 1 byte; when sample_rows (the
+ * search's opts) samples a linear of maxrows rows, a second float copy of
+ * c rows per thread (the sampled rows gathered). */
+uint64_t cmp_awq_search_work_bytes(uint32_t maxrows, uint32_t cols, int threads,
+                                   uint32_t sample_rows);
 
 /* Clipping search on a weight already in the scaled space, in place:
  * w [rows][cols] is clamped per row and group (per row for Q8) to the best

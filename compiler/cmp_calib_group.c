@@ -255,7 +255,7 @@ static mc_status awq_scales(layer_ctx *c, const int *slots, int n, int first_q,
     *s = mc_malloc_array(C, sizeof(float));
     if (!*s)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
-    cmp_awq_search_opts so = {c->o->pool, c->o->awq_coarse};
+    cmp_awq_search_opts so = {c->o->pool, c->o->awq_coarse, CMP_AWQ_SAMPLE_ROWS};
     return cmp_awq_search(&c->acc.h[tp], c->xabs[tp], lin, (size_t)nl,
                           c->fmt[slots[first_q]], c->o->group, &so, *s, alpha,
                           e_awq, e_rtn, err);

@@ -275,7 +275,7 @@ static mc_status prescale(layer_ctx *c, int slot, int producer,
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "AWQ scales");
     cmp_awq_linear lin = {c->w[slot], c->rows[slot]};
     double alpha = 0.0;
-    cmp_awq_search_opts so = {c->o->pool, c->o->awq_coarse};
+    cmp_awq_search_opts so = {c->o->pool, c->o->awq_coarse, CMP_AWQ_SAMPLE_ROWS};
     mc_status st = cmp_awq_search(&c->acc.h[tp], c->xabs[tp], &lin, 1,
                                   c->fmt[slot], c->o->group, &so, s, &alpha,
                                   NULL, NULL, err);

@@ -179,7 +179,8 @@ static uint64_t group_bytes(const mem_ctx *m, uint32_t l, const int *slots,
     cmp_qmethod meth = m->o->method;
     if (allow_scale && (cmp_calib_is_best(meth) || cmp_calib_is_awq(meth))) {
         uint64_t s = blk((uint64_t)C * sizeof(float));
-        uint64_t search = s + work(cmp_awq_search_work_bytes(maxrows, C, m->threads));
+        uint64_t search = s + work(cmp_awq_search_work_bytes(maxrows, C, m->threads,
+                                                             CMP_AWQ_SAMPLE_ROWS));
         uint64_t scaled = s + work(cmp_hessian_bytes(C)) + cand;
         return bufs + u64max(u64max(search, scaled), cand);
     }
@@ -257,10 +258,12 @@ static uint64_t layer_phases(const mem_ctx *m, unsigned lean, uint32_t l,
         uint64_t ps = 0;
         if (cmp_quant_is_quantized(fmt_of(m, l, CMP_LIN_DOWN)))
             ps = blk(F * sizeof(float)) +
-                 work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)F, m->threads));
+                 work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)F, m->threads,
+                                                CMP_AWQ_SAMPLE_ROWS));
         if (mha && cmp_quant_is_quantized(fmt_of(m, l, CMP_LIN_O)))
             ps = u64max(ps, blk(qd * sizeof(float)) +
-                                work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)qd, m->threads)));
+                                work(cmp_awq_search_work_bytes((uint32_t)H, (uint32_t)qd, m->threads,
+                                                          CMP_AWQ_SAMPLE_ROWS)));
         cur->work = ps;
     }
     take(out, cur);

@@ -286,7 +286,7 @@ static void test_awq_work_bytes_match_measured_peak(void **state)
     assert_int_equal(cmp_awq_search(&s.h, s.xa, l, 2, KN_W_Q4, 32, NULL, sc, NULL,
                                     NULL, NULL, NULL), MC_OK);
     int64_t peak = measure(&live0);
-    uint64_t f = cmp_awq_search_work_bytes(40, 128, 1);
+    uint64_t f = cmp_awq_search_work_bytes(40, 128, 1, 0);
     print_message("search: formula %llu, measured %lld\n", (unsigned long long)f,
                   (long long)peak);
     assert_true(f == 128 * 4 + 40 * 8 + 40 * 128 * 4 + cmp_qform_work_doubles(128, 40) * 8);
@@ -314,7 +314,7 @@ static void test_awq_work_bytes_match_measured_peak(void **state)
     /* a 70B model's down_proj (8192 x 28672): the float copy is a 64 MiB
      * chunk of rows, not the whole 0.9 GiB matrix */
     uint64_t c = CMP_GPTQ_CHUNK_BYTES / (28672 * 4);
-    assert_true(cmp_awq_search_work_bytes(8192, 28672, 1) ==
+    assert_true(cmp_awq_search_work_bytes(8192, 28672, 1, 0) ==
                 28672 * 4 + 8192 * 8 + c * 28672 * 4 +
                     cmp_qform_work_doubles(28672, (uint32_t)c) * 8);
     cmp_hessian_free(&hs);

@@ -4,7 +4,8 @@
  * the coarse walk picks the smallest of the points it visits (the full
  * grid's pick where the error is unimodal); its work space with threads
  * matches the formula the memory plan uses; the output error's AVX2 path
- * gives the scalar path's bits. */
+ * gives the scalar path's bits; the row sample (sample_rows) measures
+ * every stride-th row and scales it, and leaves small linears whole. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -80,7 +81,7 @@ static void search(setup *s, kn_wformat f, kn_pool *pool, int coarse,
                    found *out)
 {
     cmp_awq_linear l[2] = {{s->w[0], s->rows[0]}, {s->w[1], s->rows[1]}};
-    cmp_awq_search_opts so = {pool, coarse};
+    cmp_awq_search_opts so = {pool, coarse, 0};
     memset(out, 0, sizeof *out);
     assert_int_equal(cmp_awq_search(&s->h, s->xa, l, 2, f, 32, &so, out->sc,
                                     &out->alpha, &out->e, &out->e0, NULL),
@@ -217,7 +218,7 @@ static void test_awq_search_work_bytes_count_every_thread(void **state)
         assert_int_equal(mc_alloc_live_bytes(), live0);
         mc_alloc_track(0);
         kn_pool_free(pool);
-        uint64_t f = cmp_awq_search_work_bytes(45, 96, sizes[p]);
+        uint64_t f = cmp_awq_search_work_bytes(45, 96, sizes[p], 0);
         /* one thread copies all 45 rows; with T, whole 8-row blocks:
          * 6 blocks -> 3 (24 rows) each for 2, 2 (16 rows) each for 3 */
         uint64_t c = sizes[p] == 1 ? 45 : sizes[p] == 2 ? 24 : 16;
@@ -231,7 +232,7 @@ static void test_awq_search_work_bytes_count_every_thread(void **state)
     /* a 70B down_proj over 4 threads: the float copies together stay
      * within one CMP_GPTQ_CHUNK_BYTES */
     uint64_t c4 = CMP_GPTQ_CHUNK_BYTES / (28672ull * 4 * 4);
-    assert_true(cmp_awq_search_work_bytes(8192, 28672, 4) ==
+    assert_true(cmp_awq_search_work_bytes(8192, 28672, 4, 0) ==
                 28672 * 4 + 8192 * 8 +
                     4 * (c4 * 28672 * 4 + cmp_qform_work_doubles(28672, (uint32_t)c4) * 8));
     rm(&s);
@@ -285,6 +286,85 @@ static void test_output_error_avx2_same_bits_as_scalar(void **state)
     }
 }
 
+/* A linear whose rows repeat in fours (row r is base row r / 4): the
+ * stride-4 sample sees each base row once, so the sampled search's
+ * errors are the whole rows' to rounding and its pick is theirs; with
+ * every row distinct the sample's pick stays near the whole rows' and its
+ * error estimate close; under 2 * sample_rows rows nothing is sampled
+ * (bits equal); and a pool gives the same bits. */
+static void test_awq_search_row_sample(void **state)
+{
+    (void)state;
+    setup s;
+    mk(&s);
+    uint32_t base = 45, rows = 4 * base;
+    float *rep4 = malloc((size_t)rows * s.cols * sizeof(float));
+    float *big = malloc((size_t)rows * s.cols * sizeof(float));
+    assert_non_null(rep4);
+    assert_non_null(big);
+    for (uint32_t r = 0; r < rows; r++)
+        memcpy(rep4 + (size_t)r * s.cols, s.w[0] + (size_t)(r / 4) * s.cols,
+               s.cols * sizeof(float));
+    for (size_t k = 0; k < (size_t)rows * s.cols; k++)
+        big[k] = 0.05f * rnd();
+    kn_wformat fs[2] = {KN_W_Q4, KN_W_Q8};
+    kn_pool *pool = tu_pool_warm(3);
+    for (int f = 0; f < 2; f++) {
+        float sc_all[96], sc_smp[96], sc_pool[96];
+        double a_all, a_smp, a_pool, e_all, e_smp, e_pool, e0_all, e0_smp, e0_pool;
+        /* repeated rows: 180 >= 2 * 45, stride min(4, 180 / 45) = 4 */
+        cmp_awq_linear l = {rep4, rows};
+        cmp_awq_search_opts all = {NULL, 0, 0}, smp = {NULL, 0, base};
+        assert_int_equal(cmp_awq_search(&s.h, s.xa, &l, 1, fs[f], 32, &all, sc_all,
+                                        &a_all, &e_all, &e0_all, NULL), MC_OK);
+        assert_int_equal(cmp_awq_search(&s.h, s.xa, &l, 1, fs[f], 32, &smp, sc_smp,
+                                        &a_smp, &e_smp, &e0_smp, NULL), MC_OK);
+        assert_true(a_all == a_smp);
+        assert_true(fabs(e_smp - e_all) <= 1e-12 * e_all);
+        assert_true(fabs(e0_smp - e0_all) <= 1e-12 * e0_all);
+        /* distinct rows: an estimate */
+        l.w = big;
+        assert_int_equal(cmp_awq_search(&s.h, s.xa, &l, 1, fs[f], 32, &all, sc_all,
+                                        &a_all, &e_all, &e0_all, NULL), MC_OK);
+        assert_int_equal(cmp_awq_search(&s.h, s.xa, &l, 1, fs[f], 32, &smp, sc_smp,
+                                        &a_smp, &e_smp, &e0_smp, NULL), MC_OK);
+        assert_true(fabs(e0_smp - e0_all) <= 0.15 * e0_all);
+        /* the sampled pick costs the whole rows little over their own */
+        setup b = s;
+        b.w[0] = big;
+        b.rows[0] = rows;
+        b.rows[1] = 0;
+        double at_smp = point_error(&b, fs[f], (int)lround(a_smp / CMP_AWQ_ALPHA_STEP));
+        double at_all = point_error(&b, fs[f], (int)lround(a_all / CMP_AWQ_ALPHA_STEP));
+        print_message("%s: whole rows pick alpha %.2f (error %.6g), the sample "
+                      "%.2f (error %.6g on the whole rows)\n",
+                      f ? "int8" : "int4", a_all, at_all, a_smp, at_smp);
+        assert_true(fabs(at_all - e_all) <= 1e-9 * e_all);
+        assert_true(at_smp <= 1.05 * at_all);
+        cmp_awq_search_opts smp_pool = {pool, 0, base};
+        assert_int_equal(cmp_awq_search(&s.h, s.xa, &l, 1, fs[f], 32, &smp_pool,
+                                        sc_pool, &a_pool, &e_pool, &e0_pool, NULL),
+                         MC_OK);
+        assert_memory_equal(&e_pool, &e_smp, sizeof e_pool);
+        assert_memory_equal(sc_pool, sc_smp, sizeof sc_pool);
+        /* s.w's 45 and 13 rows are under 2 * 64: no sample, the same bits */
+        found whole, under;
+        search(&s, fs[f], NULL, 0, &whole);
+        cmp_awq_linear l2[2] = {{s.w[0], s.rows[0]}, {s.w[1], s.rows[1]}};
+        cmp_awq_search_opts so = {NULL, 0, 64};
+        memset(&under, 0, sizeof under);
+        assert_int_equal(cmp_awq_search(&s.h, s.xa, l2, 2, fs[f], 32, &so, under.sc,
+                                        &under.alpha, &under.e, &under.e0, NULL),
+                         MC_OK);
+        assert_memory_equal(&whole.e, &under.e, sizeof whole.e);
+        assert_true(whole.alpha == under.alpha);
+    }
+    kn_pool_free(pool);
+    free(rep4);
+    free(big);
+    rm(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -292,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_awq_search_picks_the_first_smallest_point),
         cmocka_unit_test(test_awq_search_work_bytes_count_every_thread),
         cmocka_unit_test(test_output_error_avx2_same_bits_as_scalar),
+        cmocka_unit_test(test_awq_search_row_sample),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
