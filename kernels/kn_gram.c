@@ -183,6 +183,8 @@ static void pack_one(const gram_job *j, const float *x, const uint32_t *xp,
         pack_panel(x, j->n, j->m, c0, pw, d);
     else if (j->path == GRAM_BF16)
         pack_pairs(xp, j->n, j->mt / 2, c0, pw, (uint32_t *)(void *)d);
+    else if (j->path != GRAM_SCALAR)
+        kn_avx2_gram_pack_swapped(x, j->n, j->m, c0, pw, d);
     else
         pack_swapped(x, j->n, j->m, c0, pw, d);
 }

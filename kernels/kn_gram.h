@@ -141,6 +141,13 @@ void kn_avx512bf16_gram_tile(const uint32_t *ap, int na, const uint32_t *bp,
                              int nb, size_t pairs, size_t kcp,
                              double out[KN_GRAM_TILE512]);
 
+/* The emulation's packing with AVX2 (kn_gram_avx2.c; kn_cpu_has_avx2()):
+ * columns [c0, c0 + pw) of x [m][n] rounded to bfloat16 as kn_bf16_round
+ * into d [m + m % 2][pw], each pair's tokens swapped (row t holds token
+ * t ^ 1; zero past m and past column n). */
+void kn_avx2_gram_pack_swapped(const float *x, size_t n, size_t m, size_t c0,
+                               size_t pw, float *d);
+
 /* The native path's conversion (kn_gram_avx512.c; AVX-512 F/BW): out[j]
  * = bfloat16 of hi[j] in the high half, of lo[j] in the low half (the
  * rounding of kn_bf16_round), j < n; hi NULL: a zero high half. */

@@ -285,6 +285,65 @@ static void test_bf16_round_cases(void **state)
     assert_true(isinf(kn_bf16_round(INFINITY)));
 }
 
+/* The vector conversions (the AVX2 packing of the emulation, the AVX-512
+ * pairs of the native path) round every special value as kn_bf16_round:
+ * ties both ways, the largest values, infinities, NaNs (quiet and
+ * signalling, both signs), subnormals and zeros, over widths with and
+ * without a tail. */
+static void test_bf16_vector_rounding_matches_scalar(void **state)
+{
+    (void)state;
+    static const uint32_t special[] = {
+        0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu,
+        0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+        0xffffffffu, 0x7fffffffu, 0x00000001u, 0x807fffffu, 0x00800000u,
+        0x80800000u, 0x00000000u, 0x80000000u, 0x3f800000u, 0xc0490fdbu};
+    size_t ns = sizeof special / sizeof *special;
+    for (uint32_t n = 1; n <= 37; n += 6) {
+        size_t m = 7; /* odd: a padded last pair */
+        float *x = malloc(m * n * sizeof(float));
+        float *d = malloc((m + 1) * 16 * sizeof(float));
+        uint32_t *pr = malloc(((m + 1) / 2) * n * sizeof(uint32_t));
+        assert_non_null(x);
+        assert_non_null(d);
+        assert_non_null(pr);
+        for (size_t k = 0; k < m * n; k++)
+            x[k] = from_bits(special[(k * 7) % ns]);
+        if (kn_cpu_has_avx2())
+            for (size_t c0 = 0; c0 < n; c0 += 16) {
+                kn_avx2_gram_pack_swapped(x, n, m, c0, 16, d);
+                for (size_t t = 0; t < m + 1; t++)
+                    for (size_t c = 0; c < 16; c++) {
+                        size_t src = t ^ 1u;
+                        uint32_t want = src < m && c0 + c < n
+                                            ? bits_of(kn_bf16_round(x[src * n + c0 + c]))
+                                            : 0u;
+                        if (bits_of(d[t * 16 + c]) != want)
+                            fail_msg("AVX2 packing: n %u row %zu column %zu: %08x, "
+                                     "want %08x", n, t, c0 + c,
+                                     bits_of(d[t * 16 + c]), want);
+                    }
+            }
+        if (kn_cpu_has_avx512()) {
+            for (size_t p = 0; 2 * p < m; p++)
+                kn_avx512_bf16_pairs(x + 2 * p * n,
+                                     2 * p + 1 < m ? x + (2 * p + 1) * n : NULL, n,
+                                     pr + p * n);
+            for (size_t p = 0; 2 * p < m; p++)
+                for (size_t c = 0; c < n; c++) {
+                    uint32_t lo = bits_of(kn_bf16_round(x[2 * p * n + c])) >> 16;
+                    uint32_t hi = 2 * p + 1 < m
+                                      ? bits_of(kn_bf16_round(x[(2 * p + 1) * n + c])) >> 16
+                                      : 0u;
+                    assert_int_equal(pr[p * n + c], hi << 16 | lo);
+                }
+        }
+        free(x);
+        free(d);
+        free(pr);
+    }
+}
+
 enum { BF_NATIVE, BF_EMU512, BF_EMU2, BF_SCALAR, BF_PATHS };
 
 static int bf16_path_runs(int path)
@@ -469,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_gram_error_does_not_grow_with_tokens),
         cmocka_unit_test(test_gram_avx512_matches_avx2_bit_for_bit),
         cmocka_unit_test(test_bf16_round_cases),
+        cmocka_unit_test(test_bf16_vector_rounding_matches_scalar),
         cmocka_unit_test(test_gram_bf16_paths_give_the_same_bits),
         cmocka_unit_test(test_gram_bf16_subnormals_agree),
         cmocka_unit_test(test_gram_bf16_matches_rounded_reference),
