@@ -52,24 +52,51 @@ static int teardown(void **state)
     return 0;
 }
 
-static void test_awq_grid_needs_calib_and_names_its_values(void **state)
+/* OPT with a valid VALUE is refused without --calib (exit 2, "OPT needs
+ * --calib"); with --calib and a BAD value it is refused naming the values
+ * it takes (values, NULL-ended) and the bad one. */
+static void refused(const char *opt, const char *value, const char *bad,
+                    const char *const *values)
 {
-    (void)state;
     char *out = NULL, *err = NULL;
     assert_int_equal(tu_run_bin(&out, &err, "mcompile",
                                 "%s/llama --target 64MiB --quant int8 "
-                                "--awq-grid full -o %s/x.mca",
-                                MC_FIXTURE_DIR, g_dir), 2);
-    assert_non_null(strstr(err, "--awq-grid needs --calib"));
+                                "%s %s -o %s/x.mca",
+                                MC_FIXTURE_DIR, opt, value, g_dir), 2);
+    char *needs = tu_fmt("%s needs --calib", opt);
+    assert_non_null(strstr(err, needs));
+    free(needs);
     assert_int_equal(tu_run_bin(&out, &err, "mcompile",
                                 "%s/llama --target 64MiB --quant int8 --calib "
-                                "%s --awq-grid fine -o %s/x.mca",
-                                MC_FIXTURE_DIR, g_ids, g_dir), 2);
-    assert_non_null(strstr(err, "coarse"));
-    assert_non_null(strstr(err, "full"));
-    assert_non_null(strstr(err, "fine"));
+                                "%s %s %s -o %s/x.mca",
+                                MC_FIXTURE_DIR, g_ids, opt, bad, g_dir), 2);
+    for (const char *const *v = values; *v; v++)
+        assert_non_null(strstr(err, *v));
+    assert_non_null(strstr(err, bad));
     free(out);
     free(err);
+}
+
+/* Compile the llama fixture int4 g32 with --calib and EXTRA into ART. */
+static void compile_with(const char *extra, const char *art)
+{
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_bin(&out, &err, "mcompile",
+                        "%s/llama --target 64MiB --quant int4 --group 32 "
+                        "--calib %s %s -q -o %s",
+                        MC_FIXTURE_DIR, g_ids, extra, art);
+    if (rc != 0)
+        print_message("%s\n", err ? err : "");
+    assert_int_equal(rc, 0);
+    free(out);
+    free(err);
+}
+
+static void test_awq_grid_needs_calib_and_names_its_values(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"coarse", "full", NULL};
+    refused("--awq-grid", "full", "fine", values);
 }
 
 /* The manifest's calibration object of ART (verified). */
@@ -93,17 +120,11 @@ static json_t *calibration(const char *art)
 static void test_awq_grid_recorded_only_for_the_coarse_walk(void **state)
 {
     (void)state;
-    const char *grid[3] = {"", "--awq-grid coarse", "--awq-grid full"};
+    const char *grid[3] = {"--method awq", "--method awq --awq-grid coarse",
+                           "--method awq --awq-grid full"};
     for (int k = 0; k < 3; k++) {
         char *art = tu_fmt("%s/g%d.mca", g_dir, k);
-        char *out = NULL, *err = NULL;
-        int rc = tu_run_bin(&out, &err, "mcompile",
-                            "%s/llama --target 64MiB --quant int4 --group 32 "
-                            "--calib %s --method awq %s -q -o %s",
-                            MC_FIXTURE_DIR, g_ids, grid[k], art);
-        if (rc != 0)
-            print_message("%s\n", err ? err : "");
-        assert_int_equal(rc, 0);
+        compile_with(grid[k], art);
         json_t *c = calibration(art);
         json_t *g = json_object_get(c, "awq_grid");
         if (k < 2)
@@ -113,8 +134,6 @@ static void test_awq_grid_recorded_only_for_the_coarse_walk(void **state)
         assert_string_equal(json_string_value(json_object_get(c, "method")),
                             "awq");
         json_decref(c);
-        free(out);
-        free(err);
         free(art);
     }
 }
@@ -122,24 +141,11 @@ static void test_awq_grid_recorded_only_for_the_coarse_walk(void **state)
 static void test_calib_stats_needs_calib_and_names_its_values(void **state)
 {
     (void)state;
-    char *out = NULL, *err = NULL;
-    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
-                                "%s/llama --target 64MiB --quant int8 "
-                                "--calib-stats f32 -o %s/x.mca",
-                                MC_FIXTURE_DIR, g_dir), 2);
-    assert_non_null(strstr(err, "--calib-stats needs --calib"));
-    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
-                                "%s/llama --target 64MiB --quant int8 --calib "
-                                "%s --calib-stats f16 -o %s/x.mca",
-                                MC_FIXTURE_DIR, g_ids, g_dir), 2);
-    assert_non_null(strstr(err, "bf16"));
-    assert_non_null(strstr(err, "f32"));
-    assert_non_null(strstr(err, "f16"));
+    static const char *const values[] = {"bf16", "f32", NULL};
+    refused("--calib-stats", "f32", "f16", values);
     char *x = tu_fmt("%s/x.mca", g_dir);
     assert_int_equal(tu_exists(x), 0);
     free(x);
-    free(out);
-    free(err);
 }
 
 static void test_calib_stats_recorded_only_for_bf16(void **state)
@@ -150,16 +156,9 @@ static void test_calib_stats_recorded_only_for_bf16(void **state)
     for (int k = 0; k < 3; k++) {
         art[k] = tu_fmt("%s/s%d.mca", g_dir, k);
         text[k] = NULL;
-        char *out = NULL, *err = NULL;
-        int rc = tu_run_bin(&out, &err, "mcompile",
-                            "%s/llama --target 64MiB --quant int4 --group 32 "
-                            "--calib %s %s -q -o %s",
-                            MC_FIXTURE_DIR, g_ids, opt[k], art[k]);
-        if (rc != 0)
-            print_message("%s\n", err ? err : "");
-        assert_int_equal(rc, 0);
+        compile_with(opt[k], art[k]);
+        char *err = NULL;
         assert_int_equal(tu_run_bin(&text[k], &err, "mcompile", "inspect %s", art[k]), 0);
-        free(out);
         free(err);
         json_t *c = calibration(art[k]);
         json_t *s = json_object_get(c, "statistics");
