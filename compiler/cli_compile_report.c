@@ -161,6 +161,10 @@ static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
             "(rtn %.5f)\n", n, r->calib_tokens, rep->calib_seqs,
             rep->heldout_seqs, nf[0], nf[1], nf[2], n ? e / n : 0.0,
             n ? erq / n : 0.0);
+    if (r->prescale_tokens && r->prescale_tokens < r->calib_tokens)
+        fprintf(out, "AWQ pre-scaling statistics from %zu of the tokens "
+                "(every %zu-th sequence)\n", r->prescale_tokens,
+                cmp_calib_prescale_stride(r->calib_tokens));
     {
         /* what the calibration planned to hold (cmp_calib_memory) */
         const cmp_calib_mem *mm = &r->mem;
@@ -227,6 +231,9 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                                     json_real(r->heldout.kld_mean));
             if (c)
                 json_object_set_new(c, "rotated", json_boolean(r->rotated));
+            if (c && r->prescale_tokens)
+                json_object_set_new(c, "prescale_tokens",
+                                    json_integer((json_int_t)r->prescale_tokens));
             if (c)
                 json_object_set_new(c, "statistics",
                                     json_string(o->calib_stats_f32 ? "f32" : "bf16"));

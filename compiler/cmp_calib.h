@@ -119,6 +119,18 @@ typedef struct cmp_calib_progress {
 /* Stages of a block's statistics by default (cmp_calib_opts.stages). */
 #define CMP_CALIB_STAGES_DEFAULT 4u
 
+/* AWQ's pre-scaling of down (and, under MHA, o) needs the statistics of
+ * their inputs before anything of the block is quantized: a pass through
+ * the block as far as down's input, in stage 0, where no group reads them
+ * (stages 2 and 4; with 1 stage they are the group's own and every
+ * sequence runs).  That pass was 28 % of the forward at SmolLM2-135M's
+ * widths (32K tokens), and its Hq of the FFN width 15 % of the
+ * statistics, for one alpha per linear: so it runs on every stride-th
+ * calibration sequence, stride = tokens / CMP_CALIB_PRESCALE_TOKENS
+ * (at least 1): about that many tokens, spread over the set. */
+#define CMP_CALIB_PRESCALE_TOKENS 8192u
+size_t cmp_calib_prescale_stride(size_t tokens);
+
 /* A bit of cmp_calib_opts.force_lean and cmp_calib_mem.lean beside the
  * tap points: no store of down's inputs.  With 4 stages, down's
  * quantized statistics pass runs the block as its final move will, up to
@@ -324,11 +336,13 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
 
 /* The forward's multiply-adds per calibration token for one block, pass
  * by pass as cmp_calib_layer runs them: stages (0: default), lean tap
- * points, pre (the method pre-scales down and o: awq or best), rot (the
+ * points, pre (the method pre-scales down and o, awq or best: the share
+ * of the sequences whose stage-0 pass collects for it, 1 /
+ * cmp_calib_prescale_stride; 0: no pre-scaling), rot (the
  * model is rotated), store_down (down's inputs are stored).  Exposed for
  * the tests. */
 double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
-                                  uint32_t stages, unsigned lean, int pre,
+                                  uint32_t stages, unsigned lean, double pre,
                                   int rot, int store_down);
 
 /* Where the calibration's time went, in wall and CPU seconds (cmp_clock,
@@ -368,6 +382,10 @@ typedef struct cmp_calib_result {
     double *layer_seconds;   /* [layers] calibration time per layer */
     cmp_calib_times times;   /* the run's time by phase */
     size_t calib_tokens;     /* tokens calibrated on */
+    size_t prescale_tokens;  /* tokens AWQ's pre-scaling of down (and o)
+                                was searched on: a sample of every
+                                cmp_calib_prescale_stride-th sequence; 0:
+                                the method does not pre-scale */
     cmp_calib_mem mem;       /* the memory plan followed */
     cmp_calib_plan plan;     /* the plan given to progress at the start */
     struct cmp_spill *spill; /* the spill file holding the buffers, or NULL */

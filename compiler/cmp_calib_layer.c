@@ -150,9 +150,13 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
  * instead of on a copy.  store_down (mask: down's point alone, qw: all
  * but down quantized): each sequence's down input goes to S->down_in and
  * its residual at that point (the state plus the attention) replaces its
- * quantized state, for the final move (cmp_calib_layer). */
+ * quantized state, for the final move (cmp_calib_layer).  sampled (points
+ * of mask, none of full): collected on every stride-th sequence only
+ * (cmp_calib_prescale_stride); the other sequences' passes stop at the
+ * last of the rest. */
 static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
                          const seqs *S, unsigned mask, unsigned full,
+                         unsigned sampled, size_t stride,
                          int move_f, int store_down, const kn_block_weights *qw,
                          const cmp_stage_span *sp, mc_error *err)
 {
@@ -178,23 +182,27 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
             (st = stats_alloc(c, p, (full >> p) & 1u, S->maxT, err)) != MC_OK)
             return st;
     }
-    c->acc.mask = mask;
     c->acc.full = full;
     /* Each pass stops after the last tap point it serves (the rest of the
      * block would be thrown away with the copy): the collection of q/k/v
      * costs a norm, not a block. */
-    int stop_f = 0, stop_q = 0;
+    unsigned rest = mask & ~sampled;
+    int stop_f = 0, stop_q = 0, stop_rest = 0;
     for (int p = 0; p < 4; p++) {
         if ((full >> p) & 1u)
             stop_f = 1 + p;
         if ((mask >> p) & 1u)
             stop_q = 1 + p;
+        if ((rest >> p) & 1u)
+            stop_rest = 1 + p;
     }
     c->acc.stats = &c->times->stats;
     cmp_clock t0 = cmp_par_clock(), s0 = c->times->stats;
     size_t at = 0;
     for (size_t i = 0; i < S->n; i++) {
         size_t T = S->len[i];
+        int in_sample = stride <= 1 || i % stride == 0;
+        c->acc.mask = in_sample ? mask : rest;
         /* x_f is needed only for Hf and C */
         if (full || move_f) {
             int in_place = move_f || sp->inplace_f;
@@ -212,7 +220,7 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         if (!sp->inplace_q)
             memcpy(xq, S->states + at * H, T * H * sizeof(float));
         cmp_fwd_block_span(f, qw, &L->dims, xq, T, tap_collect, &c->acc,
-                           sp->start_q, stop_q,
+                           sp->start_q, in_sample ? stop_q : stop_rest,
                            att_q ? S->down_in + (ntok + at) * Q : NULL);
         if (store_down && !sp->inplace_q)
             memcpy(S->states + at * H, xq, T * H * sizeof(float));
@@ -361,6 +369,12 @@ static int prescales(const layer_ctx *c)
     return cmp_calib_is_awq(c->o->method) || cmp_calib_is_best(c->o->method);
 }
 
+size_t cmp_calib_prescale_stride(size_t tokens)
+{
+    size_t stride = tokens / CMP_CALIB_PRESCALE_TOKENS;
+    return stride ? stride : 1;
+}
+
 unsigned cmp_calib_stage_points(uint32_t stages, unsigned k)
 {
     static const unsigned one[1] = {0xFu}, two[2] = {0x3u, 0xCu};
@@ -413,7 +427,8 @@ void cmp_calib_stage_span(uint32_t stages, unsigned k, unsigned lean, int rot,
  * of a stage, one pair of passes collects every point of the stage from
  * the block as it stands (the groups of earlier stages quantized).  The
  * first stage also collects down's and o's Hq for the AWQ pre-scaling
- * when they are not in it; a pre-scaled point whose statistics stay for
+ * when they are not in it, from a sample of the sequences
+ * (cmp_calib_prescale_stride); a pre-scaled point whose statistics stay for
  * its quantization (in the first stage) is rescaled with the fold.  With
  * fewer than four stages the last stage's full-precision pass moves the
  * full-precision states on.  A group's statistics are freed once it is
@@ -434,6 +449,10 @@ static mc_status groups_staged(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     int reuse = cmp_calib_reuses(stages, S->down_in != NULL,
                                  (uint64_t)m->cfg.num_heads * m->cfg.head_dim,
                                  m->cfg.intermediate_size);
+    size_t ntok = 0;
+    for (size_t i = 0; i < S->n; i++)
+        ntok += S->len[i];
+    size_t stride = cmp_calib_prescale_stride(ntok);
     mc_status st = MC_OK;
     for (unsigned k = 0; k < stages && st == MC_OK; k++) {
         unsigned pts = cmp_calib_stage_points(stages, k), mask = pts;
@@ -455,11 +474,12 @@ static mc_status groups_staged(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         mixed_block(c, done, &qw);
         cmp_stage_span sp;
         cmp_calib_stage_span(stages, k, c->lean, c->rot != NULL, reuse, &sp);
-        if ((st = collect(c, m, f, S, mask, full & pts, move_f, store, &qw,
-                          &sp, err)) != MC_OK)
+        if ((st = collect(c, m, f, S, mask, full & pts, mask & ~pts, stride,
+                          move_f, store, &qw, &sp, err)) != MC_OK)
             return st;
         if (k == 0 && pre) {
             int keep_down = (pts >> KN_TAP_DOWN_IN) & 1u;
+            c->r->prescale_tokens = c->acc.h[KN_TAP_DOWN_IN].n;
             if ((st = prescale(c, CMP_LIN_DOWN, CMP_LIN_UP, bias[CMP_LIN_UP],
                                keep_down, err)) != MC_OK)
                 return st;

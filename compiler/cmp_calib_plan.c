@@ -126,10 +126,11 @@ static int stage_mask(const fmt_model_config *c, uint32_t stages, unsigned k,
  * cmp_calib_layer runs them (groups_staged, then the final moves): each
  * stage's full-precision pass up to the last full point it serves (the
  * whole block when it moves the states), its quantized pass up to the
- * last point in its mask, each from where cmp_calib_stage_span begins it;
- * then the moves that are left. */
+ * last point in its mask (the pre-scaling's points on the sampled share
+ * pre of the sequences, cmp_calib_prescale_stride), each from where
+ * cmp_calib_stage_span begins it; then the moves that are left. */
 double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
-                                  uint32_t stages, unsigned lean, int pre,
+                                  uint32_t stages, unsigned lean, double pre,
                                   int rot, int store_down)
 {
     double cum[5];
@@ -141,7 +142,7 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
     int reuse = cmp_calib_reuses(stages, store_down, fmt_config_q_dim(c),
                                  c->intermediate_size);
     double total = 0.0;
-    for (unsigned k = 0; stage_mask(c, stages, k, pre, &pts, &mask); k++) {
+    for (unsigned k = 0; stage_mask(c, stages, k, pre > 0.0, &pts, &mask); k++) {
         cmp_stage_span sp;
         cmp_calib_stage_span(stages, k, lean, rot, reuse, &sp);
         /* a pass that begins at point p skips cum[p] (p: o's 1, gate/up's 2) */
@@ -152,18 +153,23 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
                      (stages < 4 || rot);
         moved_f |= move_f;
         stored |= store_down && stages == 4 && k == 3;
-        int stop_f = 0, stop_q = 0;
+        int stop_f = 0, stop_q = 0, stop_pts = 0;
         for (int p = 0; p < 4; p++) {
             if ((full >> p) & 1u)
                 stop_f = p;
             if ((mask >> p) & 1u)
                 stop_q = p;
+            if ((pts >> p) & 1u)
+                stop_pts = p;
         }
         if (move_f)
             total += cum[4] - skip_f;
         else if (full)
             total += cum[stop_f] - skip_f;
-        total += cum[stop_q] - skip_q;
+        /* the pre-scaling's points: the sampled sequences' passes only */
+        double share = mask == pts ? 1.0 : pre;
+        total += share * (cum[stop_q] - skip_q) +
+                 (1.0 - share) * (cum[stop_pts] - skip_q);
     }
     if (!moved_f && (lean & 0xFu) != 0xFu)
         total += cum[4];
@@ -175,7 +181,7 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
  * point of its mask, Hq (symmetric: width^2 / 2); where the point is
  * full, Hf (width^2 / 2) and C (width^2) too. */
 static double stats_madds(const fmt_model_config *c, uint32_t stages,
-                          unsigned lean, int pre)
+                          unsigned lean, double pre)
 {
     double width[4] = {c->hidden_size, (double)fmt_config_q_dim(c),
                        c->hidden_size, c->intermediate_size};
@@ -183,11 +189,13 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
         stages = CMP_CALIB_STAGES_DEFAULT;
     unsigned pts, mask;
     double total = 0.0;
-    for (unsigned k = 0; stage_mask(c, stages, k, pre, &pts, &mask); k++) {
+    for (unsigned k = 0; stage_mask(c, stages, k, pre > 0.0, &pts, &mask); k++) {
         for (int p = 0; p < 4; p++) {
             double w2 = width[p] * width[p];
-            if ((mask >> p) & 1u)
+            if ((pts >> p) & 1u)
                 total += 0.5 * w2;
+            else if ((mask >> p) & 1u)
+                total += pre * 0.5 * w2; /* the pre-scaling's sample */
             if ((pts >> p) & 1u && !((lean >> p) & 1u))
                 total += 1.5 * w2;
         }
@@ -311,7 +319,9 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
 
     /* time: multiply-adds per phase over all layers */
     double T = (double)ntok, L = c->num_layers;
-    int pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method);
+    /* the share of the tokens whose stage-0 pass serves the pre-scaling */
+    double pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method)
+                     ? 1.0 / (double)cmp_calib_prescale_stride(ntok) : 0.0;
     int rot = o->rotate && cmp_rotation_applies(c->hidden_size);
     out->madds[CMP_PH_FORWARD] =
         L * T * cmp_calib_plan_block_madds(c, maxT, o->stages, mem->lean, pre,

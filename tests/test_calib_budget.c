@@ -61,6 +61,10 @@ static void test_block_madds_follow_the_passes(void **state)
     assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 1, 1, 1) ==
                 c3 + 2 * c1 + 2 * (c2 - c1) + (c4 - c2) + (c3 - c2) + (c4 - c3));
     assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 1, 1, 1) == c3 + 2 * c4);
+    /* the pre-scaling's statistics from a quarter of the sequences: the
+     * others' stage-0 q-pass stops at q/k/v's input (a norm) */
+    assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 0.25, 1, 1) ==
+                0.25 * c3 + 2 * c4);
     /* the same not rotated: stage 2's f-pass runs on a copy, so stage 3's
      * begins at the input and the final move is a whole block */
     assert_true(cmp_calib_plan_block_madds(&c, 8, 4, 0, 1, 0, 1) ==
@@ -85,6 +89,17 @@ static void test_block_madds_follow_the_passes(void **state)
     /* fewer stages are cheaper (the budget's first steps rest on it) */
     assert_true(cmp_calib_plan_block_madds(&c, 8, 1, 0, 1, 1, 0) <
                 cmp_calib_plan_block_madds(&c, 8, 2, 0, 1, 1, 0));
+}
+
+static void test_prescale_stride(void **state)
+{
+    (void)state;
+    /* about CMP_CALIB_PRESCALE_TOKENS tokens for the pre-scaling: every
+     * sequence up to twice that, then every stride-th */
+    assert_int_equal(cmp_calib_prescale_stride(0), 1);
+    assert_int_equal(cmp_calib_prescale_stride(2 * CMP_CALIB_PRESCALE_TOKENS - 1), 1);
+    assert_int_equal(cmp_calib_prescale_stride(2 * CMP_CALIB_PRESCALE_TOKENS), 2);
+    assert_int_equal(cmp_calib_prescale_stride(32768), 4);
 }
 
 static void test_subset_keeps_the_heldout(void **state)
@@ -242,6 +257,41 @@ static void test_source_pages_dropped(void **state)
     assert_true(r->source_dropped >= all);
     cmp_calib_result_free(r);
     tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
+}
+
+/* AWQ's pre-scaling statistics come from every stride-th sequence where
+ * no group of stage 0 reads them (4 stages), from every sequence where
+ * they are the group's own (1 stage), and not at all without
+ * pre-scaling. */
+static void test_prescale_sample(void **state)
+{
+    (void)state;
+    const size_t nseq = 66, T = 250; /* 16,500 tokens: stride 2 */
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    rt_model *m = tu_fixture_open("llama", nseq, T, &path, &tok, &off);
+    cmp_calib_opts o;
+    memset(&o, 0, sizeof o);
+    o.fmt = KN_W_Q8;
+    o.method = CMP_QM_BEST;
+    o.rotate = 1;
+    o.awq_coarse = 1;
+    assert_int_equal(cmp_calib_prescale_stride(nseq * T), 2);
+    static const uint32_t stages[3] = {4, 1, 4};
+    static const cmp_qmethod method[3] = {CMP_QM_BEST, CMP_QM_BEST, CMP_QM_GPTAQ};
+    const size_t want[3] = {(nseq + 1) / 2 * T, nseq * T, 0};
+    for (int k = 0; k < 3; k++) {
+        o.stages = stages[k];
+        o.method = method[k];
+        cmp_calib_result *r = NULL;
+        mc_error e;
+        assert_int_equal(cmp_calib_run(m, tok, off, nseq, &o, &r, &e), MC_OK);
+        assert_int_equal(r->calib_tokens, nseq * T);
+        assert_int_equal(r->prescale_tokens, want[k]);
+        cmp_calib_result_free(r);
+    }
+    tu_fixture_close(m, path, tok, off);
 }
 
 /* mcompile ARGS --json: its calibration.effort object (new ref). */
@@ -431,6 +481,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_madds_follow_the_passes),
+        cmocka_unit_test(test_prescale_stride),
+        cmocka_unit_test(test_prescale_sample),
         cmocka_unit_test(test_subset_keeps_the_heldout),
         cmocka_unit_test(test_choice_walks_the_ladder),
         cmocka_unit_test(test_source_pages_dropped),
