@@ -182,6 +182,17 @@ typedef struct cmp_calib_opts {
                                 rounded to bfloat16 (kn_gram_tri_bf16:
                                 twice the rate where the CPU has
                                 AVX512_BF16, the same bits on every CPU) */
+    int down_full_c;         /* 1: down_proj's statistics as every other
+                                point's, Hf and C (width^2 each); 0 (the
+                                default): where its stage's full-precision
+                                pass runs through down, W C = sum y_f x_q^T
+                                and tr(W Hf W^T) = sum ||y_f||^2 from its
+                                outputs y_f = W x_f (rows x width and
+                                rows per token instead of 1.5 width^2: at
+                                SmolLM2's widths half the statistics'
+                                multiply-adds), and the retarget and the
+                                cross term from W C
+                                (cmp_calib_down_from_outputs) */
     int stats_on_gpu;        /* 1: accumulate Hq, Hf and C on a CUDA GPU
                                 (cmp_gpu_stats.h); MC_ERR_UNSUPPORTED when
                                 there is none.  Same sums up to summation

@@ -89,7 +89,9 @@ static mc_status group_energies(const layer_ctx *c, const int *slots, int n,
             continue;
         g->dl[i] = cmp_hessian_output_error_par(c->o->pool, &c->acc.h[tp], c->w[sl],
                                                 NULL, c->rows[sl]);
-        if (c->acc.c[tp])
+        if (tp == KN_TAP_DOWN_IN && c->acc.wc)
+            g->ef[i] = c->acc.y_energy; /* sum ||W x_f||^2 */
+        else if (c->acc.c[tp])
             g->ef[i] = cmp_hessian_output_error_par(c->o->pool, &c->acc.hf[tp],
                                                     c->w[sl], NULL, c->rows[sl]);
         if (isnan(g->dl[i]) || isnan(g->ef[i]))
@@ -97,6 +99,16 @@ static mc_status group_energies(const layer_ctx *c, const int *slots, int n,
                            "output error work space");
     }
     return MC_OK;
+}
+
+/* sum_t (W x_f,t) . (Q x_q,t) = sum of W C (wc: [rows][cols]) times Q,
+ * element by element, in order. */
+static double wc_cross(const double *wc, const float *q, size_t n)
+{
+    double s = 0.0;
+    for (size_t k = 0; k < n; k++)
+        s += wc[k] * q[k];
+    return s;
 }
 
 /* Quantize n linears of one input group with one candidate method.  s:
@@ -115,6 +127,8 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
     int tp = LIN_TAP[slots[0]];
     const cmp_hessian *h = &c->acc.h[tp];
     const double *C = c->acc.c[tp];
+    /* down from its outputs: W C instead of C (cmp_calib_down_from_outputs) */
+    const double *WC = tp == KN_TAP_DOWN_IN ? c->acc.wc : NULL;
     const cmp_hessian *hq = s ? hs : h;
     mc_status st = MC_OK;
     for (int i = 0; i < n; i++) {
@@ -134,7 +148,8 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
         }
         if (is_retarget(m)) {
             cmp_clock t0 = cmp_par_clock();
-            st = cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, c->o->pool, err);
+            st = WC ? cmp_gptq_retarget_wc(h, WC, R, 1e-4, ws, c->o->pool, err)
+                    : cmp_gptq_retarget(h, C, c->w[sl], R, 1e-4, ws, c->o->pool, err);
             cmp_par_clock_add(&c->times->factor, t0);
         } else
             memcpy(ws, c->w[sl], nel * sizeof(float));
@@ -195,9 +210,10 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
             double dl = g->dl[i];
             loc[i] = dl > 0.0 ? el / dl : 0.0;
             double cross = 0.0, eq = 0.0;
-            if (C) {
+            if (C || WC) {
                 double ef = g->ef[i];
-                cross = cmp_qform_cross_par(p, C, K, c->w[sl], wc, R);
+                cross = WC ? wc_cross(WC, wc, nel)
+                           : cmp_qform_cross_par(p, C, K, c->w[sl], wc, R);
                 eq = cmp_hessian_output_error_par(p, h, wc, NULL, R);
                 double e = ef - 2.0 * cross + eq;
                 rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;

@@ -42,6 +42,15 @@ typedef struct tap_acc {
     cmp_clock *stats;       /* time spent in the taps (the sums) is
                                added here */
     float *down_dst;        /* pass 1: where down's input goes, or NULL */
+    /* down's point from its outputs (cmp_calib_down_from_outputs): no Hf,
+     * C or x_f there; instead */
+    int down_out;           /* 1: this mode */
+    uint32_t down_rows;     /* rows of down (the hidden width) */
+    float *yf;              /* [maxT][down_rows] this sequence's y_f =
+                               W x_f, down's output in the full-precision
+                               pass */
+    double *wc;             /* [down_rows][width] sum y_f x_q^T = W C */
+    double y_energy;        /* sum ||y_f||^2 = tr(W Hf W^T) */
 } tap_acc;
 
 /* One layer being calibrated. */
@@ -90,6 +99,15 @@ typedef struct seqs {
                                    partly quantized model, or NULL (no
                                    store: cmp_calib_stores_down) */
 } seqs;
+
+/* 1 when down's statistics take W C = sum y_f x_q^T and sum ||y_f||^2
+ * from its outputs y_f = W x_f instead of C and Hf (cmp_calib.h,
+ * cmp_calib_opts.down_full_c): down full (not lean), the sums on the CPU,
+ * no wider than its input (rows <= ffn: the scratch), and its stage's
+ * full-precision pass running through down (it moves the states: fewer
+ * than 4 stages, or rotated). */
+int cmp_calib_down_from_outputs(const cmp_calib_opts *o, unsigned lean, int rot,
+                                uint32_t hidden, uint32_t ffn);
 
 /* 1 when the run stores down's inputs (CMP_CALIB_LEAN_DOWN_STORE): 4
  * stages and the bit not in lean. */

@@ -7,6 +7,7 @@
 #include "cmp_awq.h"
 #include "cmp_calib_internal.h"
 #include "cmp_par.h"
+#include "kn_gram.h"
 #include "mc_alloc.h"
 
 /* ---- taps ---------------------------------------------------------------- */
@@ -32,6 +33,19 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
                         size_t T, size_t width)
 {
     tap_acc *a = ctx;
+    if (where == KN_TAP_DOWN_OUT) {
+        /* down's output in its stage's full-precision pass: y_f */
+        if (a->pass != 0 || !a->yf)
+            return;
+        cmp_clock t0 = cmp_par_clock();
+        memcpy(a->yf, x, T * width * sizeof(float));
+        double e = 0.0;
+        for (size_t k = 0; k < T * width; k++)
+            e += (double)x[k] * x[k];
+        a->y_energy += e;
+        cmp_par_clock_add(a->stats, t0);
+        return;
+    }
     if (a->pass == 1 && where == KN_TAP_DOWN_IN && a->down_dst)
         memcpy(a->down_dst, x, T * width * sizeof(float));
     if (!(a->mask & (1u << where)))
@@ -51,6 +65,8 @@ static void tap_sums(tap_acc *a, kn_tap_point where, const float *x,
             return;
         if (gpu) {
             gpu_add(a, where, x, T);
+        } else if (where == KN_TAP_DOWN_IN && a->wc) {
+            return; /* y_f is taken at down's output */
         } else {
             cmp_hessian_add_par(a->pool, &a->hf[where], x, T);
             memcpy(a->xf[where], x, T * width * sizeof(float));
@@ -67,6 +83,12 @@ static void tap_sums(tap_acc *a, kn_tap_point where, const float *x,
             s[j] += fabs(x[t * width + j]);
     if (!full || gpu)
         return;
+    if (where == KN_TAP_DOWN_IN && a->wc) {
+        /* W C += y_f x_q^T; Hq's scratch is free again (rows <= width) */
+        kn_gram_cross_rect(a->pool, a->wc, a->yf, a->down_rows, x, (uint32_t)width,
+                           T, a->h[where].bf16, a->h[where].xt);
+        return;
+    }
     /* C += x_f x_q^T; hf's transposed-chunk scratch is free in this pass */
     cmp_cross_add(a->pool, a->c[where], a->xf[where], x, T, (uint32_t)width,
                   a->hf[where].xt, a->h[where].bf16);
@@ -106,6 +128,13 @@ static void stats_free(layer_ctx *c, int p)
     mc_free(c->acc.c[p]);
     mc_free(c->acc.xf[p]);
     mc_free(c->xabs[p]);
+    if (p == KN_TAP_DOWN_IN) {
+        mc_free(c->acc.yf);
+        mc_free(c->acc.wc);
+        c->acc.yf = NULL;
+        c->acc.wc = NULL;
+        c->acc.y_energy = 0.0;
+    }
     c->acc.abs_sum[p] = c->acc.c[p] = NULL;
     c->acc.xf[p] = NULL;
     c->xabs[p] = NULL;
@@ -121,6 +150,19 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
     if (st != MC_OK)
         return st;
     c->acc.h[p].bf16 = !c->o->stats_f32;
+    if (full && p == KN_TAP_DOWN_IN && c->acc.down_out) {
+        /* from down's outputs: W C and sum ||y_f||^2, no Hf, C or x_f */
+        uint32_t R = c->acc.down_rows;
+        c->acc.abs_sum[p] = mc_calloc(w, sizeof(double));
+        c->xabs[p] = mc_malloc_array(w, sizeof(float));
+        c->acc.wc = mc_calloc((size_t)R * w, sizeof(double));
+        c->acc.yf = mc_malloc_array(maxT * R, sizeof(float));
+        c->acc.y_energy = 0.0;
+        if (!c->acc.abs_sum[p] || !c->xabs[p] || !c->acc.wc || !c->acc.yf)
+            return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                           "statistics of a %u-wide input", w);
+        return MC_OK;
+    }
     if (full && (st = cmp_hessian_init(&c->acc.hf[p], w, err)) != MC_OK)
         return st;
     c->acc.hf[p].bf16 = !c->o->stats_f32;
@@ -197,6 +239,12 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
             stop_rest = 1 + p;
     }
     c->acc.stats = &c->times->stats;
+    /* down from its outputs: this stage's full-precision pass must run
+     * through down (cmp_calib_down_from_outputs chose so) */
+    if (c->acc.wc && !move_f)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
+                       "down_proj's outputs are not computed in its stage");
+    cmp_fwd_set_down_out(f, c->acc.wc != NULL);
     cmp_clock t0 = cmp_par_clock(), s0 = c->times->stats;
     size_t at = 0;
     for (size_t i = 0; i < S->n; i++) {
@@ -227,6 +275,7 @@ static mc_status collect(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         at += T;
     }
     c->acc.down_dst = NULL;
+    cmp_fwd_set_down_out(f, 0);
     cmp_par_clock_add_outer(&c->times->forward, t0, &c->times->stats, s0);
     if (c->acc.gpu_st != MC_OK)
         return mc_fail(err, c->acc.gpu_st, NULL, "--calib-device", -1,
@@ -259,6 +308,11 @@ static void rescale_stats(layer_ctx *c, int p, const float *s)
         for (uint32_t i = 0; i < w; i++)
             for (uint32_t j = 0; j < w; j++)
                 c->acc.c[p][(size_t)i * w + j] /= (double)s[i] * s[j];
+    /* W C -> (W S)(D C D) = W C D; sum ||y_f||^2 does not change */
+    if (p == KN_TAP_DOWN_IN && c->acc.wc)
+        for (uint32_t r = 0; r < c->acc.down_rows; r++)
+            for (uint32_t j = 0; j < w; j++)
+                c->acc.wc[(size_t)r * w + j] /= s[j];
     for (uint32_t j = 0; j < w; j++) {
         c->acc.abs_sum[p][j] /= s[j];
         c->xabs[p][j] /= s[j];
@@ -369,6 +423,15 @@ static int prescales(const layer_ctx *c)
     return cmp_calib_is_awq(c->o->method) || cmp_calib_is_best(c->o->method);
 }
 
+int cmp_calib_down_from_outputs(const cmp_calib_opts *o, unsigned lean, int rot,
+                                uint32_t hidden, uint32_t ffn)
+{
+    uint32_t stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
+    return !o->down_full_c && !o->stats_on_gpu &&
+           !((lean >> KN_TAP_DOWN_IN) & 1u) && hidden <= ffn &&
+           (stages < 4 || rot);
+}
+
 size_t cmp_calib_prescale_stride(size_t tokens)
 {
     size_t stride = tokens / CMP_CALIB_PRESCALE_TOKENS;
@@ -453,6 +516,10 @@ static mc_status groups_staged(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     for (size_t i = 0; i < S->n; i++)
         ntok += S->len[i];
     size_t stride = cmp_calib_prescale_stride(ntok);
+    c->acc.down_rows = c->rows[CMP_LIN_DOWN];
+    c->acc.down_out = cmp_calib_down_from_outputs(c->o, c->lean, c->rot != NULL,
+                                                  c->rows[CMP_LIN_DOWN],
+                                                  c->cols[CMP_LIN_DOWN]);
     mc_status st = MC_OK;
     for (unsigned k = 0; k < stages && st == MC_OK; k++) {
         unsigned pts = cmp_calib_stage_points(stages, k), mask = pts;

@@ -40,6 +40,7 @@ typedef struct mem_ctx {
     uint32_t width[4];
     size_t maxT;
     int threads; /* the pool's: the row-parallel work space per thread */
+    int down_out; /* cmp_calib_down_from_outputs for this lean */
 } mem_ctx;
 
 static uint64_t qbytes(kn_wformat f, uint32_t rows, uint32_t cols,
@@ -75,6 +76,11 @@ static uint64_t stats_bytes(const mem_ctx *m, int p, int full)
 {
     uint64_t w = m->width[p];
     uint64_t b = work(cmp_hessian_bytes((uint32_t)w)) + blk(w * 8) + blk(w * 4);
+    if (full && p == KN_TAP_DOWN_IN && m->down_out) {
+        /* W C and this sequence's y_f instead of Hf, C and x_f */
+        uint64_t R = m->rows[CMP_LIN_DOWN];
+        return b + blk(R * w * 8) + blk(m->maxT * R * 4);
+    }
     if (full)
         b += work(cmp_hessian_bytes((uint32_t)w)) + blk(w * w * 8);
     if (m->o->stats_on_gpu) /* x_f lives on the device; a read buffer here */
@@ -340,6 +346,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     int threads = o->pool ? kn_pool_threads(o->pool) : 1;
     m.threads = threads;
     int rotate = o->rotate && cmp_rotation_applies(cfg->hidden_size);
+    m.down_out = cmp_calib_down_from_outputs(o, lean, rotate, (uint32_t)H, (uint32_t)F);
 
     /* result_create: tables, the folded vectors; the rotation's signs */
     uint64_t per = qd + 2 * kvd + H + 2 * F + H + 2 * H;

@@ -179,9 +179,10 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
 
 /* Multiply-adds per token and block of the statistics: per stage and
  * point of its mask, Hq (symmetric: width^2 / 2); where the point is
- * full, Hf (width^2 / 2) and C (width^2) too. */
+ * full, Hf (width^2 / 2) and C (width^2) too, or, down from its outputs
+ * (down_out), W C (hidden x width) and ||y_f||^2 (hidden). */
 static double stats_madds(const fmt_model_config *c, uint32_t stages,
-                          unsigned lean, double pre)
+                          unsigned lean, double pre, int down_out)
 {
     double width[4] = {c->hidden_size, (double)fmt_config_q_dim(c),
                        c->hidden_size, c->intermediate_size};
@@ -197,7 +198,10 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
             else if ((mask >> p) & 1u)
                 total += pre * 0.5 * w2; /* the pre-scaling's sample */
             if ((pts >> p) & 1u && !((lean >> p) & 1u))
-                total += 1.5 * w2;
+                total += p == KN_TAP_DOWN_IN && down_out
+                             /* W C from down's outputs, ||y_f||^2 */
+                             ? (double)c->hidden_size * (width[p] + 1.0)
+                             : 1.5 * w2;
         }
     }
     return total;
@@ -326,7 +330,10 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     out->madds[CMP_PH_FORWARD] =
         L * T * cmp_calib_plan_block_madds(c, maxT, o->stages, mem->lean, pre,
                                            rot, cmp_calib_stores_down(o, mem->lean));
-    out->madds[CMP_PH_STATS] = L * T * stats_madds(c, o->stages, mem->lean, pre);
+    out->madds[CMP_PH_STATS] =
+        L * T * stats_madds(c, o->stages, mem->lean, pre,
+                            cmp_calib_down_from_outputs(o, mem->lean, rot, c->hidden_size,
+                                                        c->intermediate_size));
     double fac = 0.0, sea = 0.0;
     quant_madds(c, o, mem->lean, &fac, &sea);
     out->madds[CMP_PH_FACTOR] = L * fac;

@@ -176,6 +176,11 @@ void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
     cmp_fwd_block_span(f, w, d, x, T, tap, tap_ctx, 0, stop, NULL);
 }
 
+void cmp_fwd_set_down_out(cmp_fwd *f, int on)
+{
+    f->s.tap_down_out = on;
+}
+
 void cmp_fwd_block_span(cmp_fwd *f, const kn_block_weights *w,
                         const kn_block_dims *d, float *x, size_t T,
                         kn_tap_fn tap, void *tap_ctx, int start, int stop,

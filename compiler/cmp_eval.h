@@ -55,6 +55,10 @@ void cmp_fwd_block(cmp_fwd *f, const kn_block_weights *w,
 void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
                          const kn_block_dims *d, float *x, size_t T,
                          kn_tap_fn tap, void *tap_ctx, int stop);
+/* 1: the block passes below also call their tap with down's output
+ * (KN_TAP_DOWN_OUT, kn_block.h); 0 (the default): not. */
+void cmp_fwd_set_down_out(cmp_fwd *f, int on);
+
 /* The same from point start (kn_block_scratch.tap_start: 0 = the block's
  * input; 1 + KN_TAP_O_IN: x is the block's input and att holds the
  * attention output of an earlier pass of the same q/k/v weights over the

@@ -306,6 +306,13 @@ uint64_t cmp_hessian_output_error_par_work_bytes(uint32_t cols, uint32_t rows,
 mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
                             const float *w, uint32_t rows, double damp,
                             float *out, kn_pool *pool, mc_error *err);
+/* The same from W C given (wc: [rows][cols], e.g. sum y_f x_q^T with y_f
+ * = W x_f the linear's full-precision outputs): W* = W C (Hq + lambda
+ * I)^-1 without the product. */
+mc_status cmp_gptq_retarget_wc(const cmp_hessian *hq, const double *wc,
+                               uint32_t rows, double damp, float *out,
+                               kn_pool *pool, mc_error *err);
+
 /* Rows of W retargeted together: their products with C and their solves
  * share each pass over C and the factor (192 rows: a thread's block of
  * right-hand sides, 22 MB at 14336 columns). */

@@ -26,7 +26,8 @@ uint64_t cmp_gptq_retarget_work_bytes(uint32_t cols, int threads)
 
 typedef struct retarget_job {
     const double *A; /* L in the lower triangle, L^T mirrored above */
-    const double *c;
+    const double *c; /* C, or NULL: */
+    const double *wc; /* W C given [rows][cols] */
     const float *w;
     float *out;
     double *z;       /* [threads][CMP_RETARGET_ROWS][cols] */
@@ -51,6 +52,13 @@ static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
     double *y = jb->z + (size_t)slot * n * CMP_RETARGET_ROWS;
     for (uint32_t rb = r0; rb < r1; rb += CMP_RETARGET_ROWS) {
         size_t nr = r1 - rb < CMP_RETARGET_ROWS ? r1 - rb : CMP_RETARGET_ROWS;
+        if (!c) {
+            memcpy(y, jb->wc + (size_t)rb * n, nr * n * sizeof(double));
+            cmp_chol_solve_rows(jb->A, n, y, nr);
+            for (size_t r = 0; r < nr * n; r++)
+                jb->out[(size_t)rb * n + r] = (float)y[r];
+            continue;
+        }
         const float *wb = jb->w + (size_t)rb * n;
         memset(y, 0, nr * n * sizeof(double));
         size_t n8 = n / NR * NR;
@@ -76,9 +84,9 @@ static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
     }
 }
 
-mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
-                            const float *w, uint32_t rows, double damp,
-                            float *out, kn_pool *pool, mc_error *err)
+static mc_status retarget(const cmp_hessian *hq, const double *c,
+                          const double *wc, const float *w, uint32_t rows,
+                          double damp, float *out, kn_pool *pool, mc_error *err)
 {
     size_t n = hq->cols;
     int T = cmp_par_threads(pool);
@@ -124,11 +132,25 @@ mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
     /* L^T into the upper triangle, so that the back substitution reads
      * rows (cmp_chol_solve_rows). */
     cmp_chol_mirror_upper(A, n);
-    retarget_job j = {A, c, w, out, z, n};
+    retarget_job j = {A, c, wc, w, out, z, n};
     cmp_par_rows(pool, rows, CMP_LANES, retarget_rows, &j);
     mc_free(A);
     mc_free(z);
     return MC_OK;
+}
+
+mc_status cmp_gptq_retarget(const cmp_hessian *hq, const double *c,
+                            const float *w, uint32_t rows, double damp,
+                            float *out, kn_pool *pool, mc_error *err)
+{
+    return retarget(hq, c, NULL, w, rows, damp, out, pool, err);
+}
+
+mc_status cmp_gptq_retarget_wc(const cmp_hessian *hq, const double *wc,
+                               uint32_t rows, double damp, float *out,
+                               kn_pool *pool, mc_error *err)
+{
+    return retarget(hq, NULL, wc, NULL, rows, damp, out, pool, err);
 }
 
 /* Solve the symmetric positive (semi)definite system M x = b in place

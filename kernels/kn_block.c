@@ -151,5 +151,7 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
     linears(pool, s, s->hb, T, ffn, s->hb2, ffn, 1,
             (const kn_matrix *const[]){&w->w_down}, (float *const[]){s->xb},
             (const float *const[]){w->b_down});
+    if (tap && s->tap_down_out)
+        tap(tap_ctx, KN_TAP_DOWN_OUT, s->xb, T, hidden);
     kn_add(x, s->xb, T * hidden);
 }

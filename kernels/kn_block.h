@@ -104,6 +104,8 @@ typedef struct kn_block_scratch {
                                    partly updated: a calibration pass that
                                    needs no later input); 0: the whole
                                    block */
+    int tap_down_out;           /* 1: with a tap, also call it with
+                                   down's output (KN_TAP_DOWN_OUT) */
     int tap_start;              /* where the block begins: 0 (or 1 +
                                    KN_TAP_QKV_IN): at its input;
                                    1 + KN_TAP_O_IN: att already holds the
@@ -127,7 +129,11 @@ typedef enum kn_tap_point {
     KN_TAP_O_IN = 1,            /* attention output, input of o, [T][q_dim] */
     KN_TAP_GATE_UP_IN = 2,      /* normed x, input of gate/up, [T][hidden] */
     KN_TAP_DOWN_IN = 3,         /* silu(gate)*up, input of down, [T][ffn] */
-    KN_TAP_COUNT_
+    KN_TAP_COUNT_,              /* the input points above */
+    /* down's output before the residual add, [T][hidden]: called only
+     * when the scratch's tap_down_out is set (the calibration's cross
+     * term of down from its outputs) */
+    KN_TAP_DOWN_OUT = KN_TAP_COUNT_
 } kn_tap_point;
 
 typedef void (*kn_tap_fn)(void *ctx, kn_tap_point where, const float *x,

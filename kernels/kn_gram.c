@@ -36,8 +36,13 @@ static size_t ceil_div(size_t a, size_t b)
 
 uint64_t kn_gram_scratch_floats(uint32_t n)
 {
-    return ((uint64_t)ceil_div(n, KN_GRAM_MR) * KN_GRAM_MR +
-            (uint64_t)ceil_div(n, KN_GRAM_NR) * KN_GRAM_NR) * KN_GRAM_KC_BF16;
+    return kn_gram_rect_scratch_floats(n, n);
+}
+
+uint64_t kn_gram_rect_scratch_floats(uint32_t na, uint32_t nb)
+{
+    return ((uint64_t)ceil_div(na, KN_GRAM_MR) * KN_GRAM_MR +
+            (uint64_t)ceil_div(nb, KN_GRAM_NR) * KN_GRAM_NR) * KN_GRAM_KC_BF16;
 }
 
 /* Start of packed row i of an n-wide triangle (cmp_hessian_row_offset). */
@@ -68,9 +73,10 @@ static void tile_scalar(const float *ap, const float *bp, size_t m,
 }
 
 typedef struct gram_job {
-    double *out;         /* packed triangle (tri) or [n][n] (cross) */
-    const float *a, *b;  /* the chunk's rows [m][n] (b == a for tri) */
-    size_t n, m;
+    double *out;         /* packed triangle (tri) or [na][n] (cross) */
+    const float *a, *b;  /* the chunk's rows [m][na] and [m][n] (b == a,
+                            na == n for tri) */
+    size_t na, n, m;
     size_t mt;           /* rows of the packed panels: m, or m rounded up
                             to pairs (bfloat16) */
     size_t pe;           /* elements per panel row: tokens (KN_GRAM_KC or,
@@ -176,17 +182,18 @@ static void pack_swapped(const float *x, size_t n, size_t m, size_t c0,
     }
 }
 
+/* x: rows of n (A: j->na, B: j->n). */
 static void pack_one(const gram_job *j, const float *x, const uint32_t *xp,
-                     size_t c0, size_t pw, float *d)
+                     size_t n, size_t c0, size_t pw, float *d)
 {
     if (!j->bf16)
-        pack_panel(x, j->n, j->m, c0, pw, d);
+        pack_panel(x, n, j->m, c0, pw, d);
     else if (j->path == GRAM_BF16)
-        pack_pairs(xp, j->n, j->mt / 2, c0, pw, (uint32_t *)(void *)d);
+        pack_pairs(xp, n, j->mt / 2, c0, pw, (uint32_t *)(void *)d);
     else if (j->path != GRAM_SCALAR)
-        kn_avx2_gram_pack_swapped(x, j->n, j->m, c0, pw, d);
+        kn_avx2_gram_pack_swapped(x, n, j->m, c0, pw, d);
     else
-        pack_swapped(x, j->n, j->m, c0, pw, d);
+        pack_swapped(x, n, j->m, c0, pw, d);
 }
 
 /* The native path's first step: thread tid's share of the chunk's token
@@ -197,11 +204,11 @@ static void pack_one(const gram_job *j, const float *x, const uint32_t *xp,
 static void convert(void *ctx, int tid, int nth)
 {
     const gram_job *j = ctx;
-    size_t np = j->mt / 2, n = j->n;
+    size_t np = j->mt / 2, n = j->n, na = j->na;
     for (size_t p = np * tid / nth; p < np * (tid + 1) / nth; p++) {
         int whole = 2 * p + 1 < j->m;
-        kn_avx512_bf16_pairs(j->a + 2 * p * n, whole ? j->a + (2 * p + 1) * n : NULL,
-                             n, j->xpa + p * n);
+        kn_avx512_bf16_pairs(j->a + 2 * p * na, whole ? j->a + (2 * p + 1) * na : NULL,
+                             na, j->xpa + p * na);
         if (!j->tri)
             kn_avx512_bf16_pairs(j->b + 2 * p * n,
                                  whole ? j->b + (2 * p + 1) * n : NULL, n,
@@ -215,10 +222,10 @@ static void pack(void *ctx, int tid, int nth)
 {
     const gram_job *j = ctx;
     for (size_t ib = j->nbi * tid / nth; ib < j->nbi * (tid + 1) / nth; ib++)
-        pack_one(j, j->a, j->xpa, ib * KN_GRAM_MR, KN_GRAM_MR,
+        pack_one(j, j->a, j->xpa, j->na, ib * KN_GRAM_MR, KN_GRAM_MR,
                  j->ap + ib * KN_GRAM_MR * j->pe);
     for (size_t jb = j->nbj * tid / nth; jb < j->nbj * (tid + 1) / nth; jb++)
-        pack_one(j, j->b, j->xpb, jb * KN_GRAM_NR, KN_GRAM_NR,
+        pack_one(j, j->b, j->xpb, j->n, jb * KN_GRAM_NR, KN_GRAM_NR,
                  j->bp + jb * KN_GRAM_NR * j->pe);
 }
 
@@ -228,7 +235,7 @@ static void add_tile(const gram_job *j, const double *tile, size_t ldt,
                      size_t i0, size_t mr, size_t j0, size_t j1)
 {
     size_t n = j->n;
-    for (size_t r = 0; r < mr && i0 + r < n; r++) {
+    for (size_t r = 0; r < mr && i0 + r < j->na; r++) {
         size_t i = i0 + r, js = j0;
         double *row;
         if (j->tri) {
@@ -305,12 +312,14 @@ static void compute(void *ctx, int tid, int nth)
 #endif
 }
 
-static void gram(kn_pool *p, double *out, const float *a, const float *b,
-                 size_t T, uint32_t n, int tri, int bf16, float *scratch)
+static void gram(kn_pool *p, double *out, const float *a, uint32_t na,
+                 const float *b, size_t T, uint32_t n, int tri, int bf16,
+                 float *scratch)
 {
     gram_job j;
     memset(&j, 0, sizeof j);
     j.out = out;
+    j.na = na;
     j.n = n;
     j.tri = tri;
     j.bf16 = bf16;
@@ -318,7 +327,7 @@ static void gram(kn_pool *p, double *out, const float *a, const float *b,
              : bf16 && kn_cpu_has_avx512bf16()       ? GRAM_BF16
              : kn_cpu_has_avx512()                   ? GRAM_AVX512
                                                      : GRAM_AVX2;
-    j.nbi = ceil_div(n, KN_GRAM_MR);
+    j.nbi = ceil_div(na, KN_GRAM_MR);
     j.nbj = ceil_div(n, KN_GRAM_NR);
     j.ap = scratch;
     size_t kc = bf16 ? KN_GRAM_KC_BF16 : KN_GRAM_KC;
@@ -326,17 +335,17 @@ static void gram(kn_pool *p, double *out, const float *a, const float *b,
     j.bp = scratch + j.nbi * KN_GRAM_MR * j.pe;
     if (j.path == GRAM_BF16) {
         /* the panels take (nbi MR + nbj NR) kc / 2 of the scratch's
-         * (nbi MR + nbj NR) kc floats; the pairs need n kc / 2 each */
+         * (nbi MR + nbj NR) kc floats; the pairs need (na + n) kc / 2 */
         j.xpa = (uint32_t *)(void *)(j.bp + j.nbj * KN_GRAM_NR * j.pe);
-        j.xpb = tri ? j.xpa : j.xpa + (size_t)n * (kc / 2);
+        j.xpb = tri ? j.xpa : j.xpa + (size_t)na * (kc / 2);
     }
     for (size_t t0 = 0; t0 < T; t0 += kc) {
         j.m = T - t0 < kc ? T - t0 : kc;
         j.mt = bf16 ? j.m + (j.m & 1) : j.m;
-        j.a = a + t0 * n;
+        j.a = a + t0 * na;
         j.b = b + t0 * n;
         int par = p && kn_pool_threads(p) > 1 &&
-                  (size_t)n * n * j.m / (tri ? 2 : 1) >= GRAM_PAR_MIN;
+                  (size_t)na * n * j.m / (tri ? 2 : 1) >= GRAM_PAR_MIN;
         if (par) {
             if (j.path == GRAM_BF16)
                 kn_pool_run(p, convert, &j);
@@ -354,25 +363,32 @@ static void gram(kn_pool *p, double *out, const float *a, const float *b,
 void kn_gram_tri(kn_pool *p, double *h, const float *x, size_t T, uint32_t n,
                  float *scratch)
 {
-    gram(p, h, x, x, T, n, 1, 0, scratch);
+    gram(p, h, x, n, x, T, n, 1, 0, scratch);
 }
 
 void kn_gram_cross(kn_pool *p, double *c, const float *a, const float *b,
                    size_t T, uint32_t n, float *scratch)
 {
-    gram(p, c, a, b, T, n, 0, 0, scratch);
+    gram(p, c, a, n, b, T, n, 0, 0, scratch);
 }
 
 void kn_gram_tri_bf16(kn_pool *p, double *h, const float *x, size_t T,
                       uint32_t n, float *scratch)
 {
-    gram(p, h, x, x, T, n, 1, 1, scratch);
+    gram(p, h, x, n, x, T, n, 1, 1, scratch);
 }
 
 void kn_gram_cross_bf16(kn_pool *p, double *c, const float *a, const float *b,
                         size_t T, uint32_t n, float *scratch)
 {
-    gram(p, c, a, b, T, n, 0, 1, scratch);
+    gram(p, c, a, n, b, T, n, 0, 1, scratch);
+}
+
+void kn_gram_cross_rect(kn_pool *p, double *c, const float *a, uint32_t na,
+                        const float *b, uint32_t nb, size_t T, int bf16,
+                        float *scratch)
+{
+    gram(p, c, a, na, b, T, nb, 0, bf16, scratch);
 }
 
 void kn_ref_gram_tri(double *h, const float *x, size_t T, uint32_t n)

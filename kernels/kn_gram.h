@@ -104,6 +104,16 @@ void kn_gram_tri_bf16(kn_pool *p, double *h, const float *x, size_t T,
 void kn_gram_cross_bf16(kn_pool *p, double *c, const float *a, const float *b,
                         size_t T, uint32_t n, float *scratch);
 
+/* c [na][nb] (row-major) += sum over T rows of a_t b_t^T, a: [T][na], b:
+ * [T][nb]: kn_gram_cross (bf16 = 0) or kn_gram_cross_bf16 (1) for inputs
+ * of two widths, with the same tiles and order (each element the same
+ * bits as the square sum of zero-padded inputs).  scratch:
+ * kn_gram_rect_scratch_floats(na, nb). */
+void kn_gram_cross_rect(kn_pool *p, double *c, const float *a, uint32_t na,
+                        const float *b, uint32_t nb, size_t T, int bf16,
+                        float *scratch);
+uint64_t kn_gram_rect_scratch_floats(uint32_t na, uint32_t nb);
+
 /* x rounded to bfloat16 as above, returned as the float it stands for
  * (the tests' references use it). */
 float kn_bf16_round(float x);

@@ -37,6 +37,7 @@ typedef struct run_case {
     int threads;      /* > 1: a pool of this many (forward passes and the
                          row-parallel quantization, each thread its own
                          work space) */
+    int down_full_c;  /* cmp_calib_opts.down_full_c */
 } run_case;
 
 /* Calibrate one case with tracking on; check measured <= planned and that
@@ -58,6 +59,7 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
     o.rotate = rc->rotate;
     o.heldout = rc->heldout;
     o.lm_head_q8 = rc->lm_head_q8;
+    o.down_full_c = rc->down_full_c;
     o.spill_dir = dir;
     kn_pool *pool = NULL;
     if (rc->threads > 1) {
@@ -157,11 +159,13 @@ static void test_calib_memory_bounds_measured_peak(void **state)
 
 /* A budget between the full plan and the lean-down plan: down_proj's
  * inputs go lean, the run stays under the budget, GPTAQ is not used
- * there, and the quality stays close to the full run's. */
+ * there, and the quality stays close to the full run's.  With down's
+ * full Hf and C (down_full_c): from its outputs, down's sums are small
+ * beside the first stage's. */
 static void test_calib_memory_lean_fits_budget(void **state)
 {
     (void)state;
-    run_case full = {"llama", KN_W_Q4, 32, CMP_QM_BEST, 1, 0, 1, 0, 0};
+    run_case full = {"llama", KN_W_Q4, 32, CMP_QM_BEST, 1, 0, 1, 0, 0, 0, 1};
     run_case lean = full;
     lean.force_lean = 1;
     cmp_calib_mem pf, pl;

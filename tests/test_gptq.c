@@ -154,6 +154,22 @@ static void test_retarget_solves_normal_equations_blockwise(void **state)
             assert_memory_equal(one, all + (size_t)r * cols, cols * sizeof(float));
         }
     }
+    /* from W C given (down's outputs, cmp_calib_down_from_outputs): the
+     * same solution, from the rows' W C summed in double here */
+    double *wc = calloc((size_t)maxrows * cols, sizeof(double));
+    float *from_wc = malloc((size_t)maxrows * cols * sizeof(float));
+    assert_non_null(wc);
+    assert_non_null(from_wc);
+    for (uint32_t r = 0; r < maxrows; r++)
+        for (uint32_t k = 0; k < cols; k++)
+            for (uint32_t j = 0; j < cols; j++)
+                wc[(size_t)r * cols + j] += (double)w[(size_t)r * cols + k] * C[k * cols + j];
+    assert_int_equal(cmp_gptq_retarget_wc(&hq, wc, maxrows, damp, from_wc, NULL, NULL),
+                     MC_OK);
+    for (size_t k = 0; k < (size_t)maxrows * cols; k++)
+        assert_float_equal(from_wc[k], all[k], 1e-5 * (fabs(all[k]) + 1e-3));
+    free(wc);
+    free(from_wc);
     for (uint32_t r = 0; r < maxrows; r++)
         for (uint32_t j = 0; j < cols; j++) {
             double lhs = 0.0, rhs = 0.0, scale = 0.0;

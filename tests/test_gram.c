@@ -444,6 +444,66 @@ static void test_gram_bf16_paths_give_the_same_bits(void **state)
     kn_pool_free(p2);
 }
 
+/* The sum of inputs of two widths gives, bit for bit, the rows of the
+ * square sum whose narrower input is padded with zero columns (float and
+ * bfloat16 products, 1-2 threads, each kernel path), and so the double
+ * reference within the square sum's tolerance. */
+static void test_gram_cross_rect_is_the_padded_square(void **state)
+{
+    (void)state;
+    static const uint32_t shapes[][2] = {{37, 70}, {70, 37}, {6, 16}, {1, 203}};
+    static const size_t tokens[] = {1, 131, 2 * KN_GRAM_KC + 38};
+    kn_pool *p2 = kn_pool_create(2);
+    assert_non_null(p2);
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        uint32_t na = shapes[sh][0], nb = shapes[sh][1];
+        uint32_t n = na > nb ? na : nb;
+        float *scr = malloc(kn_gram_scratch_floats(n) * sizeof(float));
+        assert_non_null(scr);
+        assert_true(kn_gram_rect_scratch_floats(na, nb) <= kn_gram_scratch_floats(n));
+        for (size_t k = 0; k < sizeof tokens / sizeof *tokens; k++) {
+            size_t T = tokens[k];
+            float *a = inputs(T, na), *b = inputs(T, nb);
+            float *pa = calloc(T * n, sizeof(float)), *pb = calloc(T * n, sizeof(float));
+            assert_non_null(pa);
+            assert_non_null(pb);
+            for (size_t t = 0; t < T; t++) {
+                memcpy(pa + t * n, a + t * na, na * sizeof(float));
+                memcpy(pb + t * n, b + t * nb, nb * sizeof(float));
+            }
+            double *got = calloc((size_t)na * nb, sizeof(double));
+            double *sq = calloc((size_t)n * n, sizeof(double));
+            assert_non_null(got);
+            assert_non_null(sq);
+            for (int bf16 = 0; bf16 < 2; bf16++)
+                for (int th = 1; th <= 2; th++)
+                    FOR_BOTH_PATHS(sc) {
+                        kn_set_force_scalar(sc);
+                        memset(got, 0, (size_t)na * nb * sizeof(double));
+                        memset(sq, 0, (size_t)n * n * sizeof(double));
+                        kn_pool *p = th == 2 ? p2 : NULL;
+                        kn_gram_cross_rect(p, got, a, na, b, nb, T, bf16, scr);
+                        if (bf16)
+                            kn_gram_cross_bf16(p, sq, pa, pb, T, n, scr);
+                        else
+                            kn_gram_cross(p, sq, pa, pb, T, n, scr);
+                        for (uint32_t i = 0; i < na; i++)
+                            assert_memory_equal(got + (size_t)i * nb, sq + (size_t)i * n,
+                                                nb * sizeof(double));
+                    }
+            kn_set_force_scalar(0);
+            free(a);
+            free(b);
+            free(pa);
+            free(pb);
+            free(got);
+            free(sq);
+        }
+        free(scr);
+    }
+    kn_pool_free(p2);
+}
+
 /* Operands and results near and below FLT_MIN: the flushes (DAZ on the
  * inputs, FTZ on every add) agree between vdpbf16ps and the emulation. */
 static void test_gram_bf16_subnormals_agree(void **state)
@@ -531,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_bf16_vector_rounding_matches_scalar),
         cmocka_unit_test(test_gram_bf16_paths_give_the_same_bits),
         cmocka_unit_test(test_gram_bf16_subnormals_agree),
+        cmocka_unit_test(test_gram_cross_rect_is_the_padded_square),
         cmocka_unit_test(test_gram_bf16_matches_rounded_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
