@@ -39,48 +39,52 @@ typedef struct retarget_job {
 #define RT_IC 64
 #define RT_JC 512
 
-/* Rows [r0, r1), CMP_RETARGET_ROWS at a time: b = w C into z (kn_daxpy
- * tiles: each element a chain of fused multiply-adds in ascending i),
- * then the solves (cmp_chol_solve_rows: each row as alone), so the result
- * does not depend on how the rows are split. */
-static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+/* y [nr][n] = rows rb .. rb + nr - 1 of w times C (kn_daxpy tiles: each
+ * element a chain of fused multiply-adds in ascending i). */
+static void product_rows(const retarget_job *jb, uint32_t rb, size_t nr,
+                         double *y)
 {
     enum { MR = KN_DAXPY_MR, NR = KN_DAXPY_NR };
-    const retarget_job *jb = ctx;
     size_t n = jb->n;
     const double *c = jb->c;
+    const float *wb = jb->w + (size_t)rb * n;
+    memset(y, 0, nr * n * sizeof(double));
+    size_t n8 = n / NR * NR;
+    for (size_t i0 = 0; i0 < n; i0 += RT_IC) {
+        size_t m = n - i0 < RT_IC ? n - i0 : RT_IC;
+        for (size_t j0 = 0; j0 < n; j0 += RT_JC) {
+            size_t j1 = n8 - j0 < RT_JC ? n8 : j0 + RT_JC;
+            for (size_t r = 0; r < nr; r += MR) {
+                int mr = nr - r < MR ? (int)(nr - r) : MR;
+                for (size_t j = j0; j < j1; j += NR)
+                    kn_daxpy_tile(wb + r * n + i0, n, c + i0 * n + j, n, m,
+                                  mr, y + r * n + j, n);
+            }
+        }
+        if (n8 < n)
+            kn_ref_daxpy_cols(wb + i0, n, c + i0 * n + n8, n, m, (int)nr,
+                              n - n8, y + n8, n);
+    }
+}
+
+/* Rows [r0, r1), CMP_RETARGET_ROWS at a time: b = w C (product_rows, or
+ * the given W C's rows) into z, then the solves (cmp_chol_solve_rows:
+ * each row as alone), so the result does not depend on how the rows are
+ * split. */
+static void retarget_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
+{
+    const retarget_job *jb = ctx;
+    size_t n = jb->n;
     double *y = jb->z + (size_t)slot * n * CMP_RETARGET_ROWS;
     for (uint32_t rb = r0; rb < r1; rb += CMP_RETARGET_ROWS) {
         size_t nr = r1 - rb < CMP_RETARGET_ROWS ? r1 - rb : CMP_RETARGET_ROWS;
-        if (!c) {
+        if (jb->c)
+            product_rows(jb, rb, nr, y);
+        else /* W C given */
             memcpy(y, jb->wc + (size_t)rb * n, nr * n * sizeof(double));
-            cmp_chol_solve_rows(jb->A, n, y, nr);
-            for (size_t r = 0; r < nr * n; r++)
-                jb->out[(size_t)rb * n + r] = (float)y[r];
-            continue;
-        }
-        const float *wb = jb->w + (size_t)rb * n;
-        memset(y, 0, nr * n * sizeof(double));
-        size_t n8 = n / NR * NR;
-        for (size_t i0 = 0; i0 < n; i0 += RT_IC) {
-            size_t m = n - i0 < RT_IC ? n - i0 : RT_IC;
-            for (size_t j0 = 0; j0 < n; j0 += RT_JC) {
-                size_t j1 = n8 - j0 < RT_JC ? n8 : j0 + RT_JC;
-                for (size_t r = 0; r < nr; r += MR) {
-                    int mr = nr - r < MR ? (int)(nr - r) : MR;
-                    for (size_t j = j0; j < j1; j += NR)
-                        kn_daxpy_tile(wb + r * n + i0, n, c + i0 * n + j, n, m,
-                                      mr, y + r * n + j, n);
-                }
-            }
-            if (n8 < n)
-                kn_ref_daxpy_cols(wb + i0, n, c + i0 * n + n8, n, m, (int)nr,
-                                  n - n8, y + n8, n);
-        }
         cmp_chol_solve_rows(jb->A, n, y, nr);
-        for (size_t r = 0; r < nr; r++)
-            for (size_t j = 0; j < n; j++)
-                jb->out[(rb + r) * n + j] = (float)y[r * n + j];
+        for (size_t r = 0; r < nr * n; r++)
+            jb->out[(size_t)rb * n + r] = (float)y[r];
     }
 }
 
