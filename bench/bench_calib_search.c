@@ -2,7 +2,7 @@
  * (issue 17): each search-phase function on one linear of K columns and R
  * rows, a synthetic Hessian (a random symmetric matrix with a dominant
  * diagonal: the cost does not depend on the values) and random weights
- * quantized int4 g32 by RTN.  Times, in CPU seconds of the process:
+ * quantized by RTN, int4 g32 (--group G: int4 gG; 0: int8).  Times, in CPU seconds of the process:
  *   oerr     the output error tr(D H D^T) (cmp_hessian_output_error_par),
  *            and "oerr8", the eight-row passes it replaced (the reference
  *            cmp_hessian_output_error_terms over the pool's rows);
@@ -16,9 +16,9 @@
  * not).  Every cost is linear in R: the line "per 4096 rows" scales each
  * figure to a real 7B linear (Mistral-7B: q 4096 rows, down 4096 rows of
  * 14336 columns).
- * usage: bench_calib_search [--cols K] [--rows R] [--threads N]
+ * usage: bench_calib_search [--cols K] [--rows R] [--group G] [--threads N]
  *                           [--only oerr,cross,refit,descend,awq]
- * (defaults: K 4096, R 256, every CPU, all) */
+ * (defaults: K 4096, R 256, G 32, every CPU, all) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,12 +113,12 @@ static int wanted(const char *only, const char *name)
 
 int main(int argc, char **argv)
 {
-    uint32_t K = 4096, R = 256;
+    uint32_t K = 4096, R = 256, G = 32;
     int threads = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            printf("usage: bench_calib_search [--cols K] [--rows R] [--threads N] "
+            printf("usage: bench_calib_search [--cols K] [--rows R] [--group G] [--threads N] "
                    "[--only oerr,cross,refit,descend,awq]\n");
             return 0;
         }
@@ -128,6 +128,8 @@ int main(int argc, char **argv)
             K = (uint32_t)bench_arg_u64("--cols", argv[++i], 64, 65536);
         else if (!strcmp(argv[i], "--rows"))
             R = (uint32_t)bench_arg_u64("--rows", argv[++i], 8, 1u << 20);
+        else if (!strcmp(argv[i], "--group"))
+            G = (uint32_t)bench_arg_u64("--group", argv[++i], 0, 65536);
         else if (!strcmp(argv[i], "--threads"))
             threads = (int)bench_arg_u64("--threads", argv[++i], 1, 256);
         else if (!strcmp(argv[i], "--only"))
@@ -135,6 +137,7 @@ int main(int argc, char **argv)
         else
             goto usage;
     }
+    kn_wformat fmt = G ? KN_W_Q4 : KN_W_Q8;
     kn_pool *pool = kn_pool_create(threads);
     int nth = pool ? kn_pool_threads(pool) : 1;
     uint64_t rs = 29;
@@ -144,7 +147,7 @@ int main(int argc, char **argv)
     float *xa = malloc((size_t)K * sizeof(float));
     cmp_qbuf q;
     if (!w || !deq || !xa || cmp_hessian_init(&h, K, NULL) != MC_OK ||
-        cmp_calib_qbuf_alloc(&q, KN_W_Q4, R, K, 32) != MC_OK)
+        cmp_calib_qbuf_alloc(&q, fmt, R, K, G) != MC_OK)
         return 1;
     for (uint32_t i = 0; i < K; i++) {
         double *row = h.h + cmp_hessian_row_offset(K, i);
@@ -159,7 +162,10 @@ int main(int argc, char **argv)
     if (cmp_quant_matrix(w, NULL, &q, NULL) != MC_OK)
         return 1;
     cmp_dequant_matrix(&q, deq);
-    printf("bench_calib_search: K %u, R %u, int4 g32, %d threads\n", K, R, nth);
+    if (G)
+        printf("bench_calib_search: K %u, R %u, int4 g%u, %d threads\n", K, R, G, nth);
+    else
+        printf("bench_calib_search: K %u, R %u, int8, %d threads\n", K, R, nth);
     int rc = 0;
     double scale = 4096.0 / R;
     { /* untimed: the pool's threads started and H read once */
@@ -220,7 +226,7 @@ int main(int argc, char **argv)
         float *s = malloc((size_t)K * sizeof(float));
         double alpha = 0.0, e = 0.0;
         double c0 = bench_cpu_now();
-        mc_status st = s ? cmp_awq_search(&h, xa, &l, 1, KN_W_Q4, 32, &so, s, &alpha,
+        mc_status st = s ? cmp_awq_search(&h, xa, &l, 1, fmt, G, &so, s, &alpha,
                                           &e, NULL, NULL)
                          : MC_ERR_NOMEM;
         double c1 = bench_cpu_now();
@@ -241,7 +247,7 @@ int main(int argc, char **argv)
     kn_pool_free(pool);
     return rc;
 usage:
-    fprintf(stderr, "usage: bench_calib_search [--cols K] [--rows R] [--threads N] "
+    fprintf(stderr, "usage: bench_calib_search [--cols K] [--rows R] [--group G] [--threads N] "
                     "[--only oerr,cross,refit,descend,awq]\n");
     return 2;
 }

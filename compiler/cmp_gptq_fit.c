@@ -289,6 +289,81 @@ static void refit_diag(double *M, uint32_t G, uint32_t gi, double hii,
         M[(size_t)r * G * G + (size_t)gi * G + gi] += hii * ai[r] * ai[r];
 }
 
+/* One block's view of the tiled sums (cmp_gptq_refit_sums_tiled). */
+typedef struct refit_blk {
+    const cmp_hessian *h;
+    uint32_t span, G;
+    size_t K;
+    const double *a, *wd; /* the block's codes and weights [K][CMP_LANES] */
+    double *hw, *M, *sap, *hwp;
+    int avx;
+} refit_blk;
+
+static size_t group_end(const refit_blk *x, size_t k)
+{
+    size_t e = (k / x->span + 1) * (size_t)x->span;
+    return e < x->K ? e : x->K;
+}
+
+/* Row i's segment of group g closes: its M terms (row i's diagonal term
+ * just before its own group's), and the open sum restarts. */
+static void refit_close(const refit_blk *x, size_t i, uint32_t g)
+{
+    uint32_t G = x->G, gi = (uint32_t)(i / x->span);
+    const double *ai = x->a + i * CMP_LANES;
+    double *sa = x->sap + i * CMP_LANES;
+    if (g == gi)
+        refit_diag(x->M, G, gi, hrow(x->h, i)[i], ai);
+    for (uint32_t r = 0; r < CMP_LANES; r++) {
+        double *Mr = x->M + (size_t)r * G * G;
+        Mr[(size_t)gi * G + g] += ai[r] * sa[r];
+        Mr[(size_t)g * G + gi] += ai[r] * sa[r];
+        sa[r] = 0.0;
+    }
+}
+
+/* Row i over columns [k, k1), segment by segment. */
+static void refit_row(const refit_blk *x, size_t i, size_t k, size_t k1)
+{
+    enum { B = CMP_LANES };
+    const double *Ui = hrow(x->h, i), *wi = x->wd + i * B;
+    double *sa = x->sap + i * B, *hwi = x->hwp + i * B;
+    while (k < k1) {
+        size_t e = group_end(x, k), s1 = e < k1 ? e : k1;
+        if (x->avx) {
+            kn_avx2_refit_step(Ui, x->a, x->wd, x->hw, wi, k, s1, sa, hwi);
+        } else {
+            cmp_lanes_dot(sa, 1.0, Ui, x->a, B, 1, k, s1);
+            cmp_lanes_dot(hwi, 1.0, Ui, x->wd, B, 1, k, s1);
+            cmp_lanes_axpy(x->hw + k * B, wi, Ui + k, s1 - k);
+        }
+        if (s1 == e)
+            refit_close(x, i, (uint32_t)(k / x->span));
+        k = s1;
+    }
+}
+
+/* Rows i and i + 1 over the same columns [k, k1) (AVX2): each row's
+ * chains and each M and hw element see the one-row order, row i's term
+ * before row i + 1's. */
+static void refit_pair(const refit_blk *x, size_t i, size_t k, size_t k1)
+{
+    enum { B = CMP_LANES };
+    const double *u[2] = {hrow(x->h, i), hrow(x->h, i + 1)};
+    const double *w[2] = {x->wd + i * B, x->wd + (i + 1) * B};
+    double *sa[2] = {x->sap + i * B, x->sap + (i + 1) * B};
+    double *hwi[2] = {x->hwp + i * B, x->hwp + (i + 1) * B};
+    while (k < k1) {
+        size_t e = group_end(x, k), s1 = e < k1 ? e : k1;
+        kn_avx2_refit_step2(u, x->a, x->wd, x->hw, w, k, s1, sa, hwi);
+        if (s1 == e) {
+            refit_close(x, i, (uint32_t)(k / x->span));
+            refit_close(x, i + 1, (uint32_t)(k / x->span));
+        }
+        k = s1;
+    }
+}
+
 /* The same sums for nb blocks (block b's a, wd, hw, sap, hwp at b * K *
  * CMP_LANES, its M at b * G * G * CMP_LANES), with H read in tiles of
  * CMP_QFORM_TI x CMP_QFORM_TJ that serve all nb blocks.  Each lane's
@@ -299,7 +374,10 @@ static void refit_diag(double *M, uint32_t G, uint32_t gi, double hii,
  * (where the reference adds it: before anything else of row i touches
  * M_{gi gi}, after every earlier row of the group); the rows' H w parts
  * go to hw[i] at the end of their row tile, after every earlier row's
- * axpy reached it. */
+ * axpy reached it.  With AVX2 the rows go in pairs over their shared
+ * columns (refit_pair): row i alone over column i + 1 first, and row
+ * i + 1's diagonal term (its own segment empty) after that, where the
+ * one-row order has it: no other element is touched by both. */
 void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
                                uint32_t nb, const double *a, const double *wd,
                                double *M, double *hw, double *sap, double *hwp)
@@ -319,38 +397,26 @@ void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
         for (size_t j0 = i0; j0 < K; j0 += TJ) {
             size_t j1 = K - j0 < TJ ? K : j0 + TJ;
             for (uint32_t b = 0; b < nb; b++) {
-                const double *ab = a + b * kb, *wb = wd + b * kb;
-                double *hb = hw + b * kb, *Mb = M + b * gb;
-                for (size_t i = i0; i < i1; i++) {
-                    const double *Ui = hrow(h, i), *ai = ab + i * B, *wi = wb + i * B;
-                    uint32_t gi = (uint32_t)(i / span);
-                    double *sa = sap + b * kb + i * B, *hwi = hwp + b * kb + i * B;
-                    size_t end_gi = ((size_t)gi + 1) * span < K ? ((size_t)gi + 1) * span : K;
-                    if (j0 == i0 && i + 1 == end_gi) /* its own segment is empty */
-                        refit_diag(Mb, G, gi, Ui[i], ai);
-                    for (size_t k = j0 > i + 1 ? j0 : i + 1; k < j1;) {
-                        uint32_t g = (uint32_t)(k / span);
-                        size_t e = ((size_t)g + 1) * span < K ? ((size_t)g + 1) * span : K;
-                        size_t s1 = e < j1 ? e : j1;
-                        if (avx) {
-                            kn_avx2_refit_step(Ui, ab, wb, hb, wi, k, s1, sa, hwi);
-                        } else {
-                            cmp_lanes_dot(sa, 1.0, Ui, ab, B, 1, k, s1);
-                            cmp_lanes_dot(hwi, 1.0, Ui, wb, B, 1, k, s1);
-                            cmp_lanes_axpy(hb + k * B, wi, Ui + k, s1 - k);
-                        }
-                        if (s1 == e) { /* the segment (i, g) closes */
-                            if (g == gi)
-                                refit_diag(Mb, G, gi, Ui[i], ai);
-                            for (uint32_t r = 0; r < B; r++) {
-                                double *Mr = Mb + (size_t)r * G * G;
-                                Mr[(size_t)gi * G + g] += ai[r] * sa[r];
-                                Mr[(size_t)g * G + gi] += ai[r] * sa[r];
-                                sa[r] = 0.0;
-                            }
-                        }
-                        k = s1;
-                    }
+                refit_blk x = {h, span, G, K, a + b * kb, wd + b * kb, hw + b * kb,
+                               M + b * gb, sap + b * kb, hwp + b * kb, avx};
+                size_t i = i0;
+                for (; avx && i + 1 < i1; i += 2) {
+                    size_t k0 = j0 > i + 1 ? j0 : i + 1; /* row i's first column */
+                    size_t k1 = j0 > i + 2 ? j0 : i + 2; /* row i + 1's */
+                    if (j0 == i0 && i + 1 == group_end(&x, i)) /* own segment empty */
+                        refit_diag(x.M, G, (uint32_t)(i / span), hrow(h, i)[i],
+                                   x.a + i * B);
+                    refit_row(&x, i, k0, k1 < j1 ? k1 : j1);
+                    if (j0 == i0 && i + 2 == group_end(&x, i + 1))
+                        refit_diag(x.M, G, (uint32_t)((i + 1) / span),
+                                   hrow(h, i + 1)[i + 1], x.a + (i + 1) * B);
+                    refit_pair(&x, i, k1, j1);
+                }
+                for (; i < i1; i++) {
+                    if (j0 == i0 && i + 1 == group_end(&x, i))
+                        refit_diag(x.M, G, (uint32_t)(i / span), hrow(h, i)[i],
+                                   x.a + i * B);
+                    refit_row(&x, i, j0 > i + 1 ? j0 : i + 1, j1);
                 }
             }
         }

@@ -50,4 +50,16 @@ void kn_avx2_refit_step(const double *u, const double *a, const double *wd,
                         size_t k1, double sa[KN_QUAD_LANES],
                         double hwi[KN_QUAD_LANES]);
 
+/* Two rows u[0], u[1] of H over the same columns at once: for k = k0 ..
+ * k1 - 1 ascending, exactly kn_avx2_refit_step for row 0 (sa[0], hwi[0],
+ * w[0]) and for row 1 (sa[1], hwi[1], w[1]), with each hw[k * 8 + r]
+ * receiving row 0's term before row 1's, as two one-row calls over the
+ * whole range would leave it.  The codes, weights and hw are read once
+ * for both rows: one row's step waits on the second-level cache for them
+ * (three lines per column for six multiply-adds per lane). */
+void kn_avx2_refit_step2(const double *const u[2], const double *a,
+                         const double *wd, double *hw,
+                         const double *const w[2], size_t k0, size_t k1,
+                         double *const sa[2], double *const hwi[2]);
+
 #endif /* KN_LANES_H */

@@ -111,3 +111,45 @@ void kn_avx2_refit_step(const double *u, const double *a, const double *wd,
     _mm256_storeu_pd(hwi, h0);
     _mm256_storeu_pd(hwi + 4, h1);
 }
+
+void kn_avx2_refit_step2(const double *const u[2], const double *a,
+                         const double *wd, double *hw,
+                         const double *const w[2], size_t k0, size_t k1,
+                         double *const sa[2], double *const hwi[2])
+{
+    const double *u0 = u[0], *u1 = u[1];
+    __m256d s00 = _mm256_loadu_pd(sa[0]), s01 = _mm256_loadu_pd(sa[0] + 4);
+    __m256d s10 = _mm256_loadu_pd(sa[1]), s11 = _mm256_loadu_pd(sa[1] + 4);
+    __m256d h00 = _mm256_loadu_pd(hwi[0]), h01 = _mm256_loadu_pd(hwi[0] + 4);
+    __m256d h10 = _mm256_loadu_pd(hwi[1]), h11 = _mm256_loadu_pd(hwi[1] + 4);
+    const __m256d w00 = _mm256_loadu_pd(w[0]), w01 = _mm256_loadu_pd(w[0] + 4);
+    const __m256d w10 = _mm256_loadu_pd(w[1]), w11 = _mm256_loadu_pd(w[1] + 4);
+    for (size_t k = k0; k < k1; k++) {
+        const __m256d c0 = _mm256_set1_pd(u0[k]), c1 = _mm256_set1_pd(u1[k]);
+        const double *ak = a + k * KN_QUAD_LANES, *dk = wd + k * KN_QUAD_LANES;
+        double *hk = hw + k * KN_QUAD_LANES;
+        const __m256d a0 = _mm256_loadu_pd(ak), a1 = _mm256_loadu_pd(ak + 4);
+        const __m256d d0 = _mm256_loadu_pd(dk), d1 = _mm256_loadu_pd(dk + 4);
+        s00 = _mm256_add_pd(s00, _mm256_mul_pd(c0, a0));
+        s01 = _mm256_add_pd(s01, _mm256_mul_pd(c0, a1));
+        h00 = _mm256_add_pd(h00, _mm256_mul_pd(c0, d0));
+        h01 = _mm256_add_pd(h01, _mm256_mul_pd(c0, d1));
+        s10 = _mm256_add_pd(s10, _mm256_mul_pd(c1, a0));
+        s11 = _mm256_add_pd(s11, _mm256_mul_pd(c1, a1));
+        h10 = _mm256_add_pd(h10, _mm256_mul_pd(c1, d0));
+        h11 = _mm256_add_pd(h11, _mm256_mul_pd(c1, d1));
+        /* row u0's term first, then u1's: the order of the one-row steps */
+        __m256d x0 = _mm256_add_pd(_mm256_loadu_pd(hk), _mm256_mul_pd(w00, c0));
+        __m256d x1 = _mm256_add_pd(_mm256_loadu_pd(hk + 4), _mm256_mul_pd(w01, c0));
+        _mm256_storeu_pd(hk, _mm256_add_pd(x0, _mm256_mul_pd(w10, c1)));
+        _mm256_storeu_pd(hk + 4, _mm256_add_pd(x1, _mm256_mul_pd(w11, c1)));
+    }
+    _mm256_storeu_pd(sa[0], s00);
+    _mm256_storeu_pd(sa[0] + 4, s01);
+    _mm256_storeu_pd(sa[1], s10);
+    _mm256_storeu_pd(sa[1] + 4, s11);
+    _mm256_storeu_pd(hwi[0], h00);
+    _mm256_storeu_pd(hwi[0] + 4, h01);
+    _mm256_storeu_pd(hwi[1], h10);
+    _mm256_storeu_pd(hwi[1] + 4, h11);
+}

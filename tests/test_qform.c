@@ -238,12 +238,15 @@ static void test_qform_par_same_bits_on_any_pool(void **state)
 
 /* The scale refit's tiled sums give the one-pass reference's bits, block
  * by block: group spans that divide a tile, straddle it, and span the
- * whole row (Q8), ragged last groups, zero codes, one to five blocks. */
+ * whole row (Q8), ragged last groups, zero codes, one to five blocks;
+ * spans of 1-3 columns, where rows paired by the AVX2 path straddle
+ * groups and a row's own segment is empty. */
 static void test_qform_refit_sums_tiled_give_the_reference_bits(void **state)
 {
     (void)state;
     static const struct { uint32_t K, span; } cs[] = {
-        {5, 5}, {67, 32}, {64, 64}, {600, 32}, {600, 600}, {1100, 128}, {1100, 96}};
+        {5, 5}, {67, 32}, {64, 64}, {600, 32}, {600, 600}, {1100, 128}, {1100, 96},
+        {70, 1}, {131, 2}, {97, 3}};
     for (int scalar = 0; scalar < 2; scalar++) {
         kn_set_force_scalar(scalar);
         for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
