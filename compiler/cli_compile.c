@@ -119,8 +119,9 @@ static const mc_opt compile_opts[] = {
     {.kind = MC_OPT_CALL, .flags = "--calib-memory", .value = "SIZE",
      .off = F(o.calib_memory), .ulo = 1, .call = cmp_cli_on_size,
      .help = "memory budget of the calibration (default 75%\n"
-             "of RAM); over it, the widest inputs keep lean\n"
-             "statistics (no GPTAQ there)"},
+             "of RAM); over it, first slower scale refits and\n"
+             "whole-block moves, then the widest inputs keep\n"
+             "lean statistics (no GPTAQ there)"},
     {.kind = MC_OPT_CALL, .flags = "--method", .value = "M",
      .call = on_method,
      .help = "rtn | awq | gptq | gptaq | awq+gptq | awq+gptaq |\n"

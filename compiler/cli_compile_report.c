@@ -176,12 +176,14 @@ static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
                 snprintf(lean + strlen(lean), sizeof lean - strlen(lean),
                          "%s%s", lean[0] ? ", " : "", tap[p]);
         fprintf(out, "calibration memory: planned peak %.1f MiB (at %s), "
-                "spilled %.1f MiB to disk; lean statistics: %s%s\n",
+                "spilled %.1f MiB to disk; lean statistics: %s%s%s\n",
                 mm->peak / 1048576.0, mm->phase ? mm->phase : "-",
                 mm->spill / 1048576.0, lean[0] ? lean : "none",
                 (mm->lean & CMP_CALIB_LEAN_DOWN_STORE)
                     ? "; down_proj's inputs not stored (whole-block final moves)"
-                    : "");
+                    : "",
+                (mm->lean & CMP_CALIB_LEAN_REFIT_HW)
+                    ? "; no H w kept between scale refits" : "");
         if (mm->device)
             fprintf(out, "calibration device memory: statistics %.1f MiB (at %s)\n",
                     mm->device / 1048576.0, mm->device_phase ? mm->device_phase : "-");

@@ -143,6 +143,12 @@ size_t cmp_calib_prescale_stride(size_t tokens);
  * final move runs the whole block. */
 #define CMP_CALIB_LEAN_DOWN_STORE (1u << 4)
 
+/* Lean bit: no H w kept between a GPTQ candidate's scale refits
+ * (cmp_refit_hw: rows x cols doubles of the linear being quantized, for
+ * the refits after the first, which then cost a third).  The same bits
+ * either way; the first thing a plan over its budget gives up. */
+#define CMP_CALIB_LEAN_REFIT_HW (1u << 5)
+
 typedef struct cmp_calib_opts {
     kn_wformat fmt;          /* format of every linear (Q8, Q4, Q4S) */
     uint32_t group;          /* Q4/Q4S group: 32, 64 or 128 */
@@ -201,7 +207,8 @@ typedef struct cmp_calib_opts {
                                 whatever the budget: for a caller that
                                 reads only err_local (auto precision);
                                 CMP_CALIB_LEAN_DOWN_STORE: no store of
-                                down's inputs */
+                                down's inputs; CMP_CALIB_LEAN_REFIT_HW: no
+                                H w kept between refits */
     int awq_coarse;          /* 1: AWQ's alpha search walks its grid
                                 coarse to fine (cmp_awq.h): 11 of the 20
                                 points, the same pick where the error is
@@ -262,8 +269,9 @@ typedef struct cmp_calib_mem {
     const char *phase; /* where the peak is: "statistics", "qkv", "o",
                           "gate/up", "down", "ends", "held-out" */
     unsigned lean;     /* tap points (bit KN_TAP_*) with lean statistics,
-                          and CMP_CALIB_LEAN_DOWN_STORE when down's inputs
-                          are not stored */
+                          CMP_CALIB_LEAN_DOWN_STORE when down's inputs
+                          are not stored, CMP_CALIB_LEAN_REFIT_HW when
+                          the refits keep no H w */
     uint64_t spill;    /* bytes the spill file will hold (0 without one) */
     uint64_t device;   /* with stats_on_gpu: the most device memory the
                           statistics hold at once (kn_stats_bytes.h; the
@@ -282,7 +290,9 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                            unsigned lean, cmp_calib_mem *out, mc_error *err);
 
 /* The plan cmp_calib_run follows: lean = o->force_lean when o->mem_budget
- * is 0 or the estimate fits; else the store of down's inputs goes
+ * is 0 or the estimate fits; else the refits' H w goes
+ * (CMP_CALIB_LEAN_REFIT_HW; kept after all when what went after it made
+ * room), then the store of down's inputs
  * (CMP_CALIB_LEAN_DOWN_STORE), then more tap points go lean, widest input
  * first (down, then o, qkv, gate/up), until it fits.  MC_ERR_NOMEM with the breakdown when
  * nothing fits the budget. */

@@ -33,10 +33,11 @@ static int is_retarget(cmp_qmethod m)
  * codes chosen anew, the error compensation now seeing the better grid),
  * then refit again.  Kept only if the output error on h drops; q and deq
  * (the dequantized q) are updated in place then.  Work: one more set of
- * quantized buffers and one more R x K float matrix. */
+ * quantized buffers and one more R x K float matrix.  hwc: the refits' H w
+ * (NULL: none). */
 static mc_status regptq(const float *w, const cmp_hessian *h,
                         const cmp_gptq_opts *go, cmp_qbuf *q, float *deq,
-                        uint32_t R, mc_error *err)
+                        uint32_t R, cmp_refit_hw *hwc, mc_error *err)
 {
     uint32_t K = q->cols;
     cmp_qbuf t;
@@ -54,7 +55,7 @@ static mc_status regptq(const float *w, const cmp_hessian *h,
     o.keep_params = 1;
     st = cmp_gptq_quantize(w, h, &o, &t, d, NULL, err);
     if (st == MC_OK)
-        st = cmp_gptq_refit_scales(w, h, &t, d, go->pool, err);
+        st = cmp_gptq_refit_scales_cached(w, h, &t, d, hwc, go->pool, err);
     double e_new = st == MC_OK ? cmp_hessian_output_error_par(go->pool, h, w, d, R) : 0.0;
     double e_old = st == MC_OK ? cmp_hessian_output_error_par(go->pool, h, w, deq, R) : 0.0;
     if (isnan(e_new) || isnan(e_old))
@@ -138,6 +139,7 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
         if (!cmp_quant_is_quantized(c->fmt[sl]))
             continue;
         size_t nel = (size_t)R * K;
+        cmp_refit_hw hwc = {NULL, 0};
         float *ws = mc_malloc_array(nel, sizeof(float));
         float *wc = mc_malloc_array(nel, sizeof(float));
         if (!ws || !wc) {
@@ -177,12 +179,21 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                                     &c->times->factor, fk};
                 if (st == MC_OK)
                     st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
+                /* the refits below share H ws (unless the plan gave the
+                 * cache up: CMP_CALIB_LEAN_REFIT_HW) */
+                if (st == MC_OK && !(c->lean & CMP_CALIB_LEAN_REFIT_HW)) {
+                    hwc.hw = mc_malloc(cmp_gptq_refit_hw_bytes(R, K));
+                    if (!hwc.hw)
+                        st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
+                                     "scale refit H w");
+                }
+                cmp_refit_hw *hp = hwc.hw ? &hwc : NULL;
                 /* the group parameters were fixed at each group start;
                  * refitting the scales to the whole row never loses */
                 if (st == MC_OK)
-                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, c->o->pool, err);
+                    st = cmp_gptq_refit_scales_cached(ws, hq, &q[i], wc, hp, c->o->pool, err);
                 if (st == MC_OK && c->fmt[sl] != KN_W_Q8)
-                    st = regptq(ws, hq, &go, &q[i], wc, R, err);
+                    st = regptq(ws, hq, &go, &q[i], wc, R, hp, err);
                 /* alone in its group: the factor is not needed again, and
                  * the descent's copy of H takes its place */
                 if (nq == 1)
@@ -192,7 +203,9 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                 if (st == MC_OK)
                     st = cmp_descend_codes(ws, hq, &q[i], wc, 0, NULL, c->o->pool, err);
                 if (st == MC_OK)
-                    st = cmp_gptq_refit_scales(ws, hq, &q[i], wc, c->o->pool, err);
+                    st = cmp_gptq_refit_scales_cached(ws, hq, &q[i], wc, hp, c->o->pool, err);
+                mc_free(hwc.hw);
+                hwc.hw = NULL;
             } else {
                 st = cmp_quant_matrix(wc, NULL, &q[i], err);
                 if (st == MC_OK)
@@ -227,6 +240,7 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
         }
         mc_free(ws);
         mc_free(wc);
+        mc_free(hwc.hw);
         if (st != MC_OK) {
             if (err)
                 snprintf(err->field, sizeof err->field, "%s",

@@ -41,6 +41,7 @@ typedef struct mem_ctx {
     size_t maxT;
     int threads; /* the pool's: the row-parallel work space per thread */
     int down_out; /* cmp_calib_down_from_outputs for this lean */
+    int refit_hw; /* the refits keep H w (no CMP_CALIB_LEAN_REFIT_HW) */
 } mem_ctx;
 
 static uint64_t qbytes(kn_wformat f, uint32_t rows, uint32_t cols,
@@ -118,7 +119,7 @@ static unsigned stage_of(uint32_t stages, int p)
  * retarget, AWQ clipping, GPTQ, the scale refit, the code descent and the
  * error measures. */
 static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
-                                int lean, int multi)
+                                int lean, int multi, int refit_hw)
 {
     uint32_t R = m->rows[slot], K = m->cols[slot];
     cmp_qmethod meth = m->o->method;
@@ -146,12 +147,18 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
          * (quantize then allocates none) */
         uint64_t fb = blk((uint64_t)K * K * sizeof(double)) + blk((uint64_t)K * 4);
         uint64_t fm = multi ? fb : 0;
-        uint64_t g = u64max(work(cmp_gptq_work_bytes(R, K, 128, T)),
-                            work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb);
+        /* from the first refit to the last, the refits' H w
+         * (CMP_CALIB_LEAN_REFIT_HW): through int4's second pass too */
+        uint64_t hw = refit_hw ? blk(cmp_gptq_refit_hw_bytes(R, K)) : 0;
+        uint64_t quant = work(cmp_gptq_work_bytes(R, K, 128, T));
+        uint64_t g = work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb;
         g = u64max(g, work(cmp_descend_work_bytes(K, T)) + fm);
         /* int4's second pass measures its two errors with the factor
          * still held, whatever the group */
         g = u64max(g, measure + (f != KN_W_Q8 ? fb : fm));
+        if (f != KN_W_Q8)
+            g = u64max(g, quant);
+        g = u64max(g + hw, quant);
         /* int4: regptq's second set of buffers and dequantized copy */
         if (f != KN_W_Q8)
             g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));
@@ -176,7 +183,7 @@ static uint64_t group_bytes(const mem_ctx *m, uint32_t l, const int *slots,
         if (!cmp_quant_is_quantized(f))
             continue;
         bufs += 2 * qbytes(f, m->rows[slots[i]], C, m->o->group);
-        cand = u64max(cand, candidate_bytes(m, slots[i], f, lean, nq > 1));
+        cand = u64max(cand, candidate_bytes(m, slots[i], f, lean, nq > 1, m->refit_hw));
         if (m->rows[slots[i]] > maxrows)
             maxrows = m->rows[slots[i]];
     }
@@ -347,6 +354,7 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     m.threads = threads;
     int rotate = o->rotate && cmp_rotation_applies(cfg->hidden_size);
     m.down_out = cmp_calib_down_from_outputs(o, lean, rotate, (uint32_t)H, (uint32_t)F);
+    m.refit_hw = !(lean & CMP_CALIB_LEAN_REFIT_HW);
 
     /* result_create: tables, the folded vectors; the rotation's signs */
     uint64_t per = qd + 2 * kvd + H + 2 * F + H + 2 * H;
@@ -436,16 +444,31 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
     /* widest input first: down, o, qkv, gate/up */
     static const unsigned order[4] = {1u << KN_TAP_DOWN_IN, 1u << KN_TAP_O_IN,
                                       1u << KN_TAP_QKV_IN, 1u << KN_TAP_GATE_UP_IN};
-    unsigned lean = o->force_lean & (0xFu | CMP_CALIB_LEAN_DOWN_STORE);
+    unsigned lean = o->force_lean &
+                    (0xFu | CMP_CALIB_LEAN_DOWN_STORE | CMP_CALIB_LEAN_REFIT_HW);
     mc_status st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
-    if (st == MC_OK && o->mem_budget && out->peak > o->mem_budget &&
-        !(lean & CMP_CALIB_LEAN_DOWN_STORE)) {
-        lean |= CMP_CALIB_LEAN_DOWN_STORE;
-        st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
-    }
+    /* what costs no quality first: the refits' H w, down's input store */
+    static const unsigned free_first[2] = {CMP_CALIB_LEAN_REFIT_HW,
+                                           CMP_CALIB_LEAN_DOWN_STORE};
+    for (int k = 0; k < 2; k++)
+        if (st == MC_OK && o->mem_budget && out->peak > o->mem_budget &&
+            !(lean & free_first[k])) {
+            lean |= free_first[k];
+            st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
+        }
     for (int k = 0; st == MC_OK && o->mem_budget && out->peak > o->mem_budget && k < 4; k++) {
         lean |= order[k];
         st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
+    }
+    /* the refits' H w back if what went after it made room (it is
+     * work space, the peak may be elsewhere) */
+    if (st == MC_OK && o->mem_budget && out->peak <= o->mem_budget &&
+        (lean & CMP_CALIB_LEAN_REFIT_HW) && !(o->force_lean & CMP_CALIB_LEAN_REFIT_HW)) {
+        cmp_calib_mem with;
+        if (cmp_calib_memory(cfg, off, nseq, o, lean & ~CMP_CALIB_LEAN_REFIT_HW,
+                             &with, NULL) == MC_OK &&
+            with.peak <= o->mem_budget)
+            *out = with;
     }
     if (st != MC_OK || !o->mem_budget || out->peak <= o->mem_budget)
         return st;

@@ -241,6 +241,28 @@ mc_status cmp_hessian_check_qbuf(const cmp_hessian *h, const cmp_qbuf *q,
 mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, kn_pool *pool,
                                 mc_error *err);
+/* H w kept between the scale refits of one target w under one Hessian:
+ * the refit forms H w and the codes' sums in the same pass, and H w is a
+ * function of w and H alone, so a later refit of the same pair (after a
+ * second GPTQ pass or the code descent changed the codes) forms only the
+ * codes' sums, a third of the work.  hw: cmp_gptq_refit_hw_bytes(rows,
+ * cols) bytes, owned by the caller; ready: 0 until the first refit
+ * through it filled it (it is then read, never written).  Reuse it only
+ * for the same w and h: nothing checks that. */
+typedef struct cmp_refit_hw {
+    double *hw;
+    int ready;
+} cmp_refit_hw;
+
+/* Bytes of a cmp_refit_hw's hw for a [rows][cols] matrix: rows rounded
+ * up to CMP_LANES (8), doubles (at least 1 byte). */
+uint64_t cmp_gptq_refit_hw_bytes(uint32_t rows, uint32_t cols);
+
+/* cmp_gptq_refit_scales through the cache hwc (NULL: none, the same
+ * call); the same bits either way. */
+mc_status cmp_gptq_refit_scales_cached(const float *w, const cmp_hessian *h,
+                                       cmp_qbuf *q, float *deq, cmp_refit_hw *hwc,
+                                       kn_pool *pool, mc_error *err);
 /* Peak bytes cmp_gptq_refit_scales allocates with `threads` threads
  * (groups = parameter sets per row, 1 for Q8; L = 4 * CMP_LANES, the
  * rows of one tiled pass), each thread its own set: threads * (cols * L *

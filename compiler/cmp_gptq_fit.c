@@ -364,6 +364,51 @@ static void refit_pair(const refit_blk *x, size_t i, size_t k, size_t k1)
     }
 }
 
+/* Rows i .. i + n - 1 (n <= 4) over the same columns [k, k1), the M sums
+ * alone (H w given): four rows as kn_avx2_quad4_acc's chains, fewer one
+ * by one; closes in row order. */
+static void refit_rows_m(const refit_blk *x, size_t i, unsigned n, size_t k,
+                         size_t k1)
+{
+    enum { B = CMP_LANES };
+    const double *u[4];
+    for (unsigned m = 0; m < n; m++)
+        u[m] = hrow(x->h, i + m);
+    while (k < k1) {
+        size_t e = group_end(x, k), s1 = e < k1 ? e : k1;
+        if (n == 4 && x->avx)
+            kn_avx2_quad4_acc(u, x->a, k, s1, x->sap + i * B);
+        else
+            for (unsigned m = 0; m < n; m++)
+                cmp_lanes_dot(x->sap + (i + m) * B, 1.0, u[m], x->a, B, 1, k, s1);
+        if (s1 == e)
+            for (unsigned m = 0; m < n; m++)
+                refit_close(x, i + m, (uint32_t)(k / x->span));
+        k = s1;
+    }
+}
+
+/* One row tile's M sums against a j tile, H w given: rows in fours, each
+ * joining where its columns start (row r at r + 1 in the diagonal tile,
+ * its empty-segment diagonal term just before), so every M element sees
+ * the one-row order as in refit_pair. */
+static void refit_tile_m(const refit_blk *x, size_t i0, size_t i1, size_t j0,
+                         size_t j1)
+{
+    for (size_t i = i0; i < i1; i += 4) {
+        unsigned n = i1 - i < 4 ? (unsigned)(i1 - i) : 4u;
+        for (unsigned m = 0; m < n; m++) {
+            size_t r = i + m;
+            if (j0 == i0 && r + 1 == group_end(x, r))
+                refit_diag(x->M, x->G, (uint32_t)(r / x->span), hrow(x->h, r)[r],
+                           x->a + r * CMP_LANES);
+            size_t k0 = j0 > r + 1 ? j0 : r + 1;
+            size_t k1 = m + 1 < n ? (j0 > r + 2 ? j0 : r + 2) : j1;
+            refit_rows_m(x, i, m + 1, k0, k1 < j1 ? k1 : j1);
+        }
+    }
+}
+
 /* The same sums for nb blocks (block b's a, wd, hw, sap, hwp at b * K *
  * CMP_LANES, its M at b * G * G * CMP_LANES), with H read in tiles of
  * CMP_QFORM_TI x CMP_QFORM_TJ that serve all nb blocks.  Each lane's
@@ -377,19 +422,32 @@ static void refit_pair(const refit_blk *x, size_t i, size_t k, size_t k1)
  * axpy reached it.  With AVX2 the rows go in pairs over their shared
  * columns (refit_pair): row i alone over column i + 1 first, and row
  * i + 1's diagonal term (its own segment empty) after that, where the
- * one-row order has it: no other element is touched by both. */
+ * one-row order has it: no other element is touched by both.  hw_given:
+ * hw holds H w already (an earlier call's, the same h and wd): only M is
+ * formed (refit_tile_m), a third of the work; wd and hwp are not read. */
 void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
                                uint32_t nb, const double *a, const double *wd,
-                               double *M, double *hw, double *sap, double *hwp)
+                               double *M, double *hw, double *sap, double *hwp,
+                               int hw_given)
 {
     enum { B = CMP_LANES, TI = CMP_QFORM_TI, TJ = CMP_QFORM_TJ };
     size_t K = h->cols, kb = K * B, gb = (size_t)G * G * B;
     int avx = kn_cpu_has_avx2() && !kn_force_scalar();
     memset(M, 0, nb * gb * sizeof(double));
-    memset(hw, 0, nb * kb * sizeof(double));
+    if (!hw_given)
+        memset(hw, 0, nb * kb * sizeof(double));
     memset(sap, 0, nb * kb * sizeof(double));
     for (size_t i0 = 0; i0 < K; i0 += TI) {
         size_t i1 = K - i0 < TI ? K : i0 + TI;
+        if (hw_given) {
+            for (size_t j0 = i0; j0 < K; j0 += TJ)
+                for (uint32_t b = 0; b < nb; b++) {
+                    refit_blk x = {h, span, G, K, a + b * kb, NULL, NULL,
+                                   M + b * gb, sap + b * kb, NULL, avx};
+                    refit_tile_m(&x, i0, i1, j0, K - j0 < TJ ? K : j0 + TJ);
+                }
+            continue;
+        }
         for (uint32_t b = 0; b < nb; b++)
             for (size_t i = i0; i < i1; i++)
                 for (uint32_t r = 0; r < B; r++)
@@ -443,8 +501,15 @@ typedef struct refit_job {
     const float *w;
     const cmp_hessian *h;
     cmp_qbuf *q;
-    refit_ws *ws; /* [threads] */
+    refit_ws *ws;       /* [threads] */
+    cmp_refit_hw *hwc;  /* NULL: H w per call in ws */
 } refit_job;
+
+uint64_t cmp_gptq_refit_hw_bytes(uint32_t rows, uint32_t cols)
+{
+    uint64_t blocks = ((uint64_t)rows + CMP_LANES - 1) / CMP_LANES;
+    return req(blocks * CMP_LANES * cols * sizeof(double));
+}
 
 /* Refit rows [r0, r1), REFIT_BLOCKS blocks of CMP_LANES at a time. */
 static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
@@ -456,9 +521,12 @@ static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
     const float *w = j->w;
     uint32_t K = q->cols, G = cmp_qbuf_nparams(q), span = cmp_qbuf_span(q);
     size_t kb = (size_t)K * B, gb = (size_t)G * G * B;
+    int given = j->hwc && j->hwc->ready;
     for (uint32_t c0 = r0; c0 < r1; c0 += REFIT_BLOCKS * B) {
         uint32_t nc = r1 - c0 < REFIT_BLOCKS * B ? r1 - c0 : REFIT_BLOCKS * B;
         uint32_t nb = (nc + B - 1) / B;
+        /* r0 is a multiple of B (cmp_par_rows' alignment): block c0 / B */
+        double *hw = j->hwc ? j->hwc->hw + (size_t)(c0 / B) * kb : x->hw;
         /* a: the codes at unit scale (group g holds columns g*span ..) */
         for (uint32_t b = 0; b < nb; b++) {
             uint32_t rb = c0 + b * B, nr = c0 + nc - rb < B ? c0 + nc - rb : B;
@@ -472,16 +540,17 @@ static void refit_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
                     for (uint32_t c = g * span; c < cl; c++) {
                         size_t at = b * kb + (size_t)c * B + r;
                         x->a[at] = r < nr ? (double)(cmp_qbuf_get_code(q, rb + r, c) - pg.zero) : 0.0;
-                        x->wd[at] = r < nr ? (double)w[(size_t)(rb + r) * K + c] : 0.0;
+                        if (!given)
+                            x->wd[at] = r < nr ? (double)w[(size_t)(rb + r) * K + c] : 0.0;
                     }
                 }
         }
-        cmp_gptq_refit_sums_tiled(j->h, span, G, nb, x->a, x->wd, x->M, x->hw,
-                                  x->sap, x->hwp);
+        cmp_gptq_refit_sums_tiled(j->h, span, G, nb, x->a, x->wd, x->M, hw,
+                                  x->sap, x->hwp, given);
         for (uint32_t rr = 0; rr < nc; rr++) {
             uint32_t b = rr / B, r = rr % B;
             const double *Mr = x->M + b * gb + (size_t)r * G * G;
-            const double *ab = x->a + b * kb, *hb = x->hw + b * kb;
+            const double *ab = x->a + b * kb, *hb = hw + b * kb;
             const cmp_qparam *pr = x->p0 + (size_t)rr * G;
             for (uint32_t g = 0; g < G; g++) {
                 x->s0[g] = pr[g].scale;
@@ -519,6 +588,13 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
                                 cmp_qbuf *q, float *deq, kn_pool *pool,
                                 mc_error *err)
 {
+    return cmp_gptq_refit_scales_cached(w, h, q, deq, NULL, pool, err);
+}
+
+mc_status cmp_gptq_refit_scales_cached(const float *w, const cmp_hessian *h,
+                                       cmp_qbuf *q, float *deq, cmp_refit_hw *hwc,
+                                       kn_pool *pool, mc_error *err)
+{
     enum { B = CMP_LANES * REFIT_BLOCKS };
     mc_status st = cmp_hessian_check_qbuf(h, q, err);
     if (st != MC_OK)
@@ -548,8 +624,10 @@ mc_status cmp_gptq_refit_scales(const float *w, const cmp_hessian *h,
     if (!ok) {
         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "scale refit work space");
     } else {
-        refit_job j = {w, h, q, ws};
+        refit_job j = {w, h, q, ws, hwc};
         cmp_par_rows(pool, q->rows, CMP_LANES, refit_rows, &j);
+        if (hwc)
+            hwc->ready = 1;
         if (deq)
             cmp_dequant_matrix(q, deq);
     }

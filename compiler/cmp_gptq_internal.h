@@ -54,12 +54,14 @@ int cmp_gptq_cholesky_lower(double *a, size_t n, kn_pool *p);
  * columns per group, G groups) -> M [CMP_LANES][G][G] (a_g^T H a_k per
  * lane) and hw [cols][CMP_LANES] (H w).  _ref: one pass over H per
  * block, the reference; _tiled: nb blocks (arrays [nb][..] of the sizes
- * above; sap, hwp: scratch as hw) over a tiled H, the reference's bits. */
+ * above; sap, hwp: scratch as hw) over a tiled H, the reference's bits;
+ * hw_given: hw holds H w on entry (left as it is) and only M is formed. */
 void cmp_gptq_refit_sums_ref(const cmp_hessian *h, uint32_t span, uint32_t G,
                              const double *a, const double *wd, double *M,
                              double *hw);
 void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
                                uint32_t nb, const double *a, const double *wd,
-                               double *M, double *hw, double *sap, double *hwp);
+                               double *M, double *hw, double *sap, double *hwp,
+                               int hw_given);
 
 #endif /* CMP_GPTQ_INTERNAL_H */

@@ -133,7 +133,8 @@ static void calib_pair(const rt_model *m, const int32_t *tok, const size_t *off,
  * of each block as down's product on the stored inputs gives the result
  * of the whole block run again, bit for bit (on a pool: the same
  * kernels); the plan counts the store (tokens x FFN floats) and gives it
- * up first under a budget; with 2 stages there is nothing to store. */
+ * up first under a budget (the refits' H w goes before it, and comes back
+ * when the store made room); with 2 stages there is nothing to store. */
 static void check_down_store(const rt_model *m, const int32_t *tok,
                              const size_t *off, kn_pool *pool)
 {
@@ -166,11 +167,27 @@ static void check_down_store(const rt_model *m, const int32_t *tok,
     cmp_calib_result_free(r[1]);
 }
 
+/* H w kept between the scale refits (the default) or not
+ * (CMP_CALIB_LEAN_REFIT_HW): the same tensors and errors, bit for bit.
+ * (test_calib_memory measures the plan, which counts the cache, against
+ * the run's peak.) */
+static void check_refit_hw(const rt_model *m, const int32_t *tok,
+                           const size_t *off, kn_pool *pool)
+{
+    cmp_calib_result *r[2] = {NULL, NULL};
+    calib_pair(m, tok, off, (kn_pool *const[2]){pool, pool},
+               (const unsigned[2]){0, CMP_CALIB_LEAN_REFIT_HW}, r);
+    assert_int_equal(r[0]->mem.lean, 0);
+    assert_int_equal(r[1]->mem.lean, CMP_CALIB_LEAN_REFIT_HW);
+    cmp_calib_result_free(r[0]);
+    cmp_calib_result_free(r[1]);
+}
+
 /* A whole calibration (best, rotated, int4) on a pool of three threads
  * gives the same quantized tensors and errors, bit for bit, as on the
  * calling thread alone: an artifact does not depend on the machine's
- * core count.  And the store of down's inputs (check_down_store) does
- * not change it either. */
+ * core count.  And the store of down's inputs (check_down_store) and the
+ * refits' H w (check_refit_hw) do not change it either. */
 static void test_calib_threads_do_not_change_the_result(void **state)
 {
     (void)state;
@@ -185,6 +202,7 @@ static void test_calib_threads_do_not_change_the_result(void **state)
     cmp_calib_result_free(r[0]);
     cmp_calib_result_free(r[1]);
     check_down_store(m, tok, off, pool);
+    check_refit_hw(m, tok, off, pool);
     kn_pool_free(pool);
     tu_fixture_close(m, path, tok, off);
 }

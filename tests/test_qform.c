@@ -264,11 +264,25 @@ static void test_qform_refit_sums_tiled_give_the_reference_bits(void **state)
                 a[i] = (double)(int)(tu_rng_u32(&g_rng) % 16) - 8.0; /* zeros too */
                 wd[i] = rnd53();
             }
-            cmp_gptq_refit_sums_tiled(&h, span, G, nb, a, wd, M, hw, sap, hwp);
+            cmp_gptq_refit_sums_tiled(&h, span, G, nb, a, wd, M, hw, sap, hwp, 0);
             for (uint32_t b = 0; b < nb; b++) {
                 cmp_gptq_refit_sums_ref(&h, span, G, a + b * kb, wd + b * kb, Mr, hr);
                 assert_memory_equal(Mr, M + b * gb, gb * sizeof(double));
                 assert_memory_equal(hr, hw + b * kb, kb * sizeof(double));
+            }
+            /* H w given (new codes, the weights not read): M alone, the
+             * same bits, hw left as it was */
+            for (size_t i = 0; i < nb * kb; i++) {
+                a[i] = (double)(int)(tu_rng_u32(&g_rng) % 16) - 8.0;
+                wd[i] = NAN;
+            }
+            memcpy(hwp, hw, nb * kb * sizeof(double));
+            cmp_gptq_refit_sums_tiled(&h, span, G, nb, a, NULL, M, hw, sap, NULL, 1);
+            assert_memory_equal(hwp, hw, nb * kb * sizeof(double));
+            for (uint32_t b = 0; b < nb; b++) {
+                /* any finite weights: M does not read them */
+                cmp_gptq_refit_sums_ref(&h, span, G, a + b * kb, hwp + b * kb, Mr, hr);
+                assert_memory_equal(Mr, M + b * gb, gb * sizeof(double));
             }
             free(a);
             free(wd);
