@@ -11,6 +11,7 @@
 #include "cmp_lanes.h"
 #include "cmp_par.h"
 #include "kn_gram.h"
+#include "kn_lanes.h"
 #include "mc_alloc.h"
 
 /* The blocked factorization (cmp_chol.h); kept under this name for the
@@ -181,6 +182,7 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
     const float *imp = j->imp;
     const double *U = j->U;
     float *W = j->W[slot], *E = j->E[slot], *gbuf = j->gbuf[slot];
+    int avx = kn_cpu_has_avx2() && !kn_force_scalar();
     for (size_t r0 = ra; r0 < rb; r0 += j->chunk) {
         size_t R = rb - r0 < j->chunk ? rb - r0 : j->chunk;
         memcpy(W, j->w + r0 * n, R * n * sizeof(float));
@@ -238,9 +240,15 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
              * doubles, 256 KiB) stays in L2 for all R rows, where a row at
              * a time streamed block x n doubles of U per row (at n = 14336,
              * 15 MB a row).  Each element still takes the block's updates
-             * one by one, k ascending: the same bits as row by row. */
+             * one by one, k ascending: the same bits as row by row
+             * (kn_avx2_gptq_update with AVX2, four rows at a time). */
             for (size_t c0 = i2; c0 < n; c0 += GPTQ_CC) {
                 size_t c1 = n - c0 < GPTQ_CC ? n : c0 + GPTQ_CC;
+                if (avx && i2 - i1 <= KN_GPTQ_UPDATE_MAX) {
+                    kn_avx2_gptq_update(W, n, R, E, block, U + i1 * n, n, i2 - i1,
+                                        c0, c1);
+                    continue;
+                }
                 for (size_t r = 0; r < R; r++) {
                     float *wr = W + r * n;
                     for (size_t k = i1; k < i2; k++) {

@@ -17,6 +17,7 @@
 #define KN_LANES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Lanes of one difference column: d[k * KN_QUAD_LANES + r]. */
 #define KN_QUAD_LANES 8
@@ -61,5 +62,19 @@ void kn_avx2_refit_step2(const double *const u[2], const double *a,
                          const double *wd, double *hw,
                          const double *const w[2], size_t k0, size_t k1,
                          double *const sa[2], double *const hwi[2]);
+
+/* GPTQ's update of later columns by a block's errors (compiler/
+ * cmp_gptq.c): for rows r < nr, columns c in [c0, c1) and t = 0 .. ne - 1
+ * ascending (ne <= KN_GPTQ_UPDATE_MAX), with e = (double)E[r * lde + t]:
+ *   if (e != 0) W[r * ldw + c] -= (float)(e * U[t * ldu + c])
+ * (U: the block's first factor row, each value rounded to float before
+ * the subtraction), each value's chain in that order: the scalar loop's
+ * bits.  Four rows share each load of U, and each row's eight values
+ * stay in registers across the block, where the scalar loop loaded and
+ * stored W once per error. */
+#define KN_GPTQ_UPDATE_MAX 128
+void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
+                         size_t lde, const double *U, size_t ldu, size_t ne,
+                         size_t c0, size_t c1);
 
 #endif /* KN_LANES_H */

@@ -153,3 +153,65 @@ void kn_avx2_refit_step2(const double *const u[2], const double *a,
     _mm256_storeu_pd(hwi[1], h10);
     _mm256_storeu_pd(hwi[1] + 4, h11);
 }
+
+/* Rows r0 .. r0 + NR - 1 (NR <= 4) of kn_avx2_gptq_update over columns
+ * [c, c + 8): the rows' eight values stay in registers across the
+ * block's errors (U's eight doubles loaded once for all rows). */
+static inline __attribute__((always_inline)) void
+gptq_cols8(float *W, size_t ldw, int nr, const double *ed, const int32_t *em,
+           size_t ne, const double *U, size_t ldu, size_t c)
+{
+    __m256 w[4];
+    for (int j = 0; j < nr; j++)
+        w[j] = _mm256_loadu_ps(W + (size_t)j * ldw + c);
+    for (size_t t = 0; t < ne; t++) {
+        const double *u = U + t * ldu + c;
+        __m256d ulo = _mm256_loadu_pd(u), uhi = _mm256_loadu_pd(u + 4);
+        for (int j = 0; j < nr; j++) {
+            __m256d e = _mm256_broadcast_sd(ed + (size_t)j * KN_GPTQ_UPDATE_MAX + t);
+            __m128 plo = _mm256_cvtpd_ps(_mm256_mul_pd(e, ulo));
+            __m128 phi = _mm256_cvtpd_ps(_mm256_mul_pd(e, uhi));
+            __m256 p = _mm256_insertf128_ps(_mm256_castps128_ps256(plo), phi, 1);
+            /* a zero error leaves the value as it is (not w - (-0)) */
+            p = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(
+                                     em[(size_t)j * KN_GPTQ_UPDATE_MAX + t])));
+            w[j] = _mm256_sub_ps(w[j], p);
+        }
+    }
+    for (int j = 0; j < nr; j++)
+        _mm256_storeu_ps(W + (size_t)j * ldw + c, w[j]);
+}
+
+void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
+                         size_t lde, const double *U, size_t ldu, size_t ne,
+                         size_t c0, size_t c1)
+{
+    double ed[4 * KN_GPTQ_UPDATE_MAX];
+    int32_t em[4 * KN_GPTQ_UPDATE_MAX];
+    for (size_t r0 = 0; r0 < nr; r0 += 4) {
+        int rows = nr - r0 < 4 ? (int)(nr - r0) : 4;
+        for (int j = 0; j < rows; j++)
+            for (size_t t = 0; t < ne; t++) {
+                double e = E[(r0 + (size_t)j) * lde + t];
+                ed[(size_t)j * KN_GPTQ_UPDATE_MAX + t] = e;
+                em[(size_t)j * KN_GPTQ_UPDATE_MAX + t] = e == 0.0 ? 0 : -1;
+            }
+        float *Wr = W + r0 * ldw;
+        size_t c = c0;
+        for (; c + 8 <= c1; c += 8) {
+            if (rows == 4)
+                gptq_cols8(Wr, ldw, 4, ed, em, ne, U, ldu, c);
+            else
+                gptq_cols8(Wr, ldw, rows, ed, em, ne, U, ldu, c);
+        }
+        for (; c < c1; c++) /* the ragged end: the same chain per value */
+            for (int j = 0; j < rows; j++) {
+                float *wv = Wr + (size_t)j * ldw + c;
+                for (size_t t = 0; t < ne; t++) {
+                    double e = ed[(size_t)j * KN_GPTQ_UPDATE_MAX + t];
+                    if (e != 0.0)
+                        *wv -= (float)(e * U[t * ldu + c]);
+                }
+            }
+    }
+}

@@ -16,6 +16,7 @@
 
 #include "cmp_gptq.h"
 #include "cmp_quant.h"
+#include "kn_lanes.h"
 #include "gptq_fixture.h"
 #include "kn_gram.h"
 #include "kn_ops.h"
@@ -538,7 +539,8 @@ static void test_gptq_inverse_factor_matches_reference(void **state)
 }
 
 /* Rows in chunks: the float work copy holds chunk_rows rows at a time, and
- * the result is bit for bit the whole-matrix one (ragged last chunk too). */
+ * the result is bit for bit the whole-matrix one (ragged last chunk too),
+ * and so is the scalar path's. */
 static void test_gptq_row_chunks_give_identical_results(void **state)
 {
     (void)state;
@@ -556,7 +558,10 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
         int act, search;
     } cs[4] = {{KN_W_Q4, 32, 128, 0, 0}, {KN_W_Q4, 32, 64, 1, 1},
                {KN_W_Q8, 0, 48, 0, 0}, {KN_W_Q4S, 64, 0, 0, 1}};
-    uint32_t chunks[2] = {5, 1};
+    /* the last: the whole matrix on the scalar path (the AVX2 update
+     * takes four rows at a time, then the rest; columns in eights, then
+     * the ragged end) */
+    uint32_t chunks[3] = {5, 1, 0};
     size_t nel = (size_t)rows * cols;
     for (int c = 0; c < 4; c++) {
         tu_gq_qm a;
@@ -564,12 +569,14 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
         float *da = malloc(nel * sizeof(float));
         cmp_gptq_opts o = {0.01, cs[c].act, cs[c].block, cs[c].search, 0};
         assert_int_equal(cmp_gptq_quantize(w, &h, &o, &a.b, da, NULL, NULL), MC_OK);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
             tu_gq_qm b;
             tu_gq_qm_init(&b, cs[c].f, rows, cols, cs[c].g);
             float *db = malloc(nel * sizeof(float));
             o.chunk_rows = chunks[k];
+            kn_set_force_scalar(k == 2);
             assert_int_equal(cmp_gptq_quantize(w, &h, &o, &b.b, db, NULL, NULL), MC_OK);
+            kn_set_force_scalar(0);
             assert_memory_equal(a.data, b.data, kn_wformat_data_bytes(cs[c].f, rows, cols));
             assert_memory_equal(a.scales, b.scales,
                                 kn_wformat_scale_bytes(cs[c].f, rows, cols, cs[c].g));
@@ -678,10 +685,50 @@ static void test_gptq_shared_factor_gives_identical_codes(void **state)
     free(w);
 }
 
+/* GPTQ's update of later columns (kn_avx2_gptq_update) gives the scalar
+ * loop's bits: each value's chain over the block's errors in order, a
+ * zero error skipped (a -0.0 value stays -0.0), four rows at a time then
+ * the rest, columns in eights then the ragged end. */
+static void test_gptq_update_kernel_gives_the_scalar_bits(void **state)
+{
+    (void)state;
+    if (!kn_cpu_has_avx2()) {
+        print_message("no AVX2 on this CPU: the kernel is not used\n");
+        return;
+    }
+    enum { NR = 7, LDW = 53, NE = 37, LDE = 40, LDU = 61, C0 = 3, C1 = 50 };
+    float *W = malloc(NR * LDW * sizeof(float)), *ref = malloc(NR * LDW * sizeof(float));
+    float *E = malloc(NR * LDE * sizeof(float));
+    double *U = malloc(NE * LDU * sizeof(double));
+    assert_true(W && ref && E && U);
+    for (int i = 0; i < NR * LDW; i++)
+        W[i] = i % 11 == 0 ? -0.0f : tu_gq_nrand();
+    for (int i = 0; i < NR * LDE; i++)
+        E[i] = i % 5 == 0 || i / LDE == 2 ? 0.0f : 0.1f * tu_gq_nrand(); /* row 2: all */
+    for (int i = 0; i < NE * LDU; i++)
+        U[i] = i % 7 == 0 ? -1.0 : (double)tu_gq_nrand();
+    memcpy(ref, W, NR * LDW * sizeof(float));
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NE; t++) {
+            double e = E[r * LDE + t];
+            if (e == 0.0)
+                continue;
+            for (int c = C0; c < C1; c++)
+                ref[r * LDW + c] -= (float)(e * U[t * LDU + c]);
+        }
+    kn_avx2_gptq_update(W, LDW, NR, E, LDE, U, LDU, NE, C0, C1);
+    assert_memory_equal(W, ref, NR * LDW * sizeof(float));
+    free(W);
+    free(ref);
+    free(E);
+    free(U);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hessian_accumulates_x_transpose_x),
+        cmocka_unit_test(test_gptq_update_kernel_gives_the_scalar_bits),
         cmocka_unit_test(test_hessian_packed_row_offsets),
         cmocka_unit_test(test_output_error_rows_are_independent_of_blocking),
         cmocka_unit_test(test_retarget_solves_normal_equations_blockwise),
