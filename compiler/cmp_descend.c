@@ -13,13 +13,15 @@
 uint64_t cmp_descend_work_bytes(uint32_t cols, int threads)
 {
     uint64_t n = cols, T = threads > 1 ? threads : 1;
-    return n * n * sizeof(double) + T * 2 * CMP_QFORM_CHUNK * n * sizeof(double) +
+    return (n * n + n) * sizeof(double) + T * 2 * CMP_QFORM_CHUNK * n * sizeof(double) +
            (T > 1 ? T * sizeof(uint64_t) : 0);
 }
 
-/* Descend one row: codes and deq of row r, g = H d (n, updated). */
-static uint64_t descend_row(const double *H, size_t n, cmp_qbuf *q,
-                            uint32_t r, float *deqr, double *g,
+/* Descend one row: codes and deq of row r, g = H d (n, updated); diag:
+ * H's diagonal, contiguous (H's own is a column stride apart: a cache
+ * line, and at 7B widths a page, per column and sweep). */
+static uint64_t descend_row(const double *H, const double *diag, size_t n,
+                            cmp_qbuf *q, uint32_t r, float *deqr, double *g,
                             uint32_t sweeps)
 {
     int lo = q->fmt == KN_W_Q8 ? -127 : 0, hi = q->fmt == KN_W_Q8 ? 127 : 15;
@@ -27,11 +29,13 @@ static uint64_t descend_row(const double *H, size_t n, cmp_qbuf *q,
     uint64_t moves = 0;
     for (uint32_t s = 0; s < sweeps; s++) {
         uint64_t before = moves;
+        cmp_qparam p = {0.0f, 0};
         for (size_t c = 0; c < n; c++) {
-            double hcc = H[c * n + c];
+            if (c % span == 0) /* the group's parameters, once per group */
+                p = cmp_qbuf_get_param(q, r, (uint32_t)(c / span));
+            double hcc = diag[c];
             if (!(hcc > 0.0))
                 continue; /* a dead input: no move changes the error */
-            cmp_qparam p = cmp_qbuf_get_param(q, r, (uint32_t)(c / span));
             if (p.scale == 0.0f)
                 continue;
             int code = cmp_qbuf_get_code(q, r, (uint32_t)c);
@@ -69,7 +73,7 @@ static uint64_t descend_row(const double *H, size_t n, cmp_qbuf *q,
 }
 
 typedef struct descend_job {
-    const double *H; /* the full H */
+    const double *H; /* the full H, then its diagonal */
     const float *w;
     cmp_qbuf *q;
     float *deq;
@@ -107,7 +111,7 @@ static void descend_rows(void *ctx, uint32_t r0, uint32_t r1, int slot)
             for (size_t c = 0; c < n; c++)
                 x[(size_t)r * n + c] = t[((size_t)(r / B) * n + c) * B + r % B];
         for (uint32_t r = 0; r < nr; r++)
-            j->moves[slot] += descend_row(j->H, n, j->q, c0 + r,
+            j->moves[slot] += descend_row(j->H, j->H + n * n, n, j->q, c0 + r,
                                           j->deq + (size_t)(c0 + r) * n,
                                           x + (size_t)r * n, j->sweeps);
     }
@@ -127,7 +131,7 @@ mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
     int T = cmp_par_threads(pool);
     uint64_t one = 0;
     descend_job j = {NULL, w, q, deq, NULL, NULL, T > 1 ? NULL : &one, sweeps};
-    double *H = mc_malloc_array(n * n, sizeof(double));
+    double *H = mc_malloc_array(n * n + n, sizeof(double));
     j.x = mc_malloc_array((size_t)T * CMP_QFORM_CHUNK * n, sizeof(double));
     j.t = mc_malloc_array((size_t)T * CMP_QFORM_CHUNK * n, sizeof(double));
     if (T > 1)
@@ -142,6 +146,7 @@ mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
         const double *pi = h->h + cmp_hessian_row_offset(h->cols, (uint32_t)i);
         for (size_t k = i; k < n; k++)
             H[i * n + k] = H[k * n + i] = pi[k - i];
+        H[n * n + i] = pi[0];
     }
     j.H = H;
     cmp_par_rows(pool, q->rows, B, descend_rows, &j);

@@ -387,7 +387,8 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
         probe_start(&p);
         assert_int_equal(cmp_descend_codes(q, &h, &m.b, qd, 0, NULL, pool3, NULL), MC_OK);
         probe_check(&p, "descent x3", cmp_descend_work_bytes(100, 3), 4, 0);
-        assert_true(cmp_descend_work_bytes(100, 1) == 100 * 100 * 8 + 2 * CMP_QFORM_CHUNK * 100 * 8);
+        assert_true(cmp_descend_work_bytes(100, 1) ==
+                    (100 * 100 + 100) * 8 + 2 * CMP_QFORM_CHUNK * 100 * 8);
         tu_gq_qm_free(&m);
         free(q);
         free(qd);
