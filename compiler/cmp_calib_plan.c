@@ -92,7 +92,7 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define EFF_STATS 0.81
 #define EFF_STATS_BF16 1.0
 #define EFF_FACTOR 0.42
-#define EFF_SEARCH 0.14
+#define EFF_SEARCH 0.16
 
 /* Multiply-adds per token of a block run up to tap point p (0: q/k/v's
  * input, a norm; 1: o's; 2: gate/up's; 3: down's; 4: the whole block),
@@ -217,15 +217,19 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
  * scale refit's speed (the SEARCH_W_* weights: each kind of pass's cost
  * against the refit's, measured with bench_calib_search at K = 4096 and
  * 14336, the same within 1.3x at both): the energies and each
- * candidate's error measures, GPTQ's column loop, the refits, the int4
- * second pass, the descent, the AWQ grid (a point costs the group's
- * R K^2). */
-#define SEARCH_W_OERR 0.2    /* an output error (d^T H d, tiled) */
-#define SEARCH_W_CROSS 0.33  /* the cross term a^T C b (tiled) */
-#define SEARCH_W_GPTQ 0.5    /* GPTQ's column loop */
-#define SEARCH_W_REFIT 1.0   /* a scale refit */
-#define SEARCH_W_DESCENT 0.9 /* the descent: H d and the moves */
-#define SEARCH_W_AWQ 0.15    /* a point of AWQ's grid */
+ * candidate's error measures, GPTQ's column loop, the refits (after the
+ * first, a third of the work with H w kept: CMP_CALIB_LEAN_REFIT_HW), the
+ * int4 second pass, the descent, the AWQ grid (a point costs the group's
+ * R K^2).  Re-measured in session 15 at K = 4096, int4 g128, against the
+ * paired refit (9.7 CPU-s per 4096 rows; kept H w 4.2, an output error
+ * 3.0, the descent 9.9, GPTQ's loop 7.7). */
+#define SEARCH_W_OERR 0.23     /* an output error (d^T H d, tiled) */
+#define SEARCH_W_CROSS 0.38    /* the cross term a^T C b (tiled) */
+#define SEARCH_W_GPTQ 0.40     /* GPTQ's column loop */
+#define SEARCH_W_REFIT 1.0     /* a scale refit forming H w */
+#define SEARCH_W_REFIT_KEPT 0.43 /* one with H w kept from the first */
+#define SEARCH_W_DESCENT 1.0   /* the descent: H d and the moves */
+#define SEARCH_W_AWQ 0.17      /* a point of AWQ's grid */
 static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
                         unsigned lean, double *factor, double *search)
 {
@@ -264,10 +268,11 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
         for (int i = 0; i < gn[g]; i++)
             *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
         double measures = full ? 2.0 * SEARCH_W_OERR + SEARCH_W_CROSS : SEARCH_W_OERR;
+        double later = lean & CMP_CALIB_LEAN_REFIT_HW ? SEARCH_W_REFIT
+                                                      : SEARCH_W_REFIT_KEPT;
         double per_gptq = SEARCH_W_GPTQ + SEARCH_W_REFIT +
-                          (int4 ? SEARCH_W_GPTQ + SEARCH_W_REFIT + 2.0 * SEARCH_W_OERR
-                                : 0.0) +
-                          SEARCH_W_DESCENT + SEARCH_W_REFIT;
+                          (int4 ? SEARCH_W_GPTQ + later + 2.0 * SEARCH_W_OERR : 0.0) +
+                          SEARCH_W_DESCENT + later;
         double awq_points = awq * grid + (o->method == CMP_QM_AWQ ? grid : 0.0);
         *search += rkk * ((full ? 2.0 : 1.0) * SEARCH_W_OERR + ncand * measures +
                           ng * per_gptq + awq_points * SEARCH_W_AWQ);
