@@ -296,6 +296,7 @@ typedef struct refit_blk {
     size_t K;
     const double *a, *wd; /* the block's codes and weights [K][CMP_LANES] */
     double *hw, *M, *sap, *hwp;
+    int m_only;           /* H w given: the M sums alone (wd, hwp unused) */
     int avx;
 } refit_blk;
 
@@ -322,65 +323,54 @@ static void refit_close(const refit_blk *x, size_t i, uint32_t g)
     }
 }
 
-/* Row i over columns [k, k1), segment by segment. */
-static void refit_row(const refit_blk *x, size_t i, size_t k, size_t k1)
+/* Row i's step over columns [k, s1) of one segment: the codes' sum, and
+ * unless m_only its H w chain and its terms of later rows' H w. */
+static void refit_step1(const refit_blk *x, size_t i, size_t k, size_t s1)
 {
     enum { B = CMP_LANES };
-    const double *Ui = hrow(x->h, i), *wi = x->wd + i * B;
-    double *sa = x->sap + i * B, *hwi = x->hwp + i * B;
-    while (k < k1) {
-        size_t e = group_end(x, k), s1 = e < k1 ? e : k1;
-        if (x->avx) {
-            kn_avx2_refit_step(Ui, x->a, x->wd, x->hw, wi, k, s1, sa, hwi);
-        } else {
-            cmp_lanes_dot(sa, 1.0, Ui, x->a, B, 1, k, s1);
-            cmp_lanes_dot(hwi, 1.0, Ui, x->wd, B, 1, k, s1);
-            cmp_lanes_axpy(x->hw + k * B, wi, Ui + k, s1 - k);
-        }
-        if (s1 == e)
-            refit_close(x, i, (uint32_t)(k / x->span));
-        k = s1;
+    const double *Ui = hrow(x->h, i);
+    double *sa = x->sap + i * B;
+    if (x->m_only) {
+        cmp_lanes_dot(sa, 1.0, Ui, x->a, B, 1, k, s1);
+    } else if (x->avx) {
+        kn_avx2_refit_step(Ui, x->a, x->wd, x->hw, x->wd + i * B, k, s1, sa,
+                           x->hwp + i * B);
+    } else {
+        cmp_lanes_dot(sa, 1.0, Ui, x->a, B, 1, k, s1);
+        cmp_lanes_dot(x->hwp + i * B, 1.0, Ui, x->wd, B, 1, k, s1);
+        cmp_lanes_axpy(x->hw + k * B, x->wd + i * B, Ui + k, s1 - k);
     }
 }
 
-/* Rows i and i + 1 over the same columns [k, k1) (AVX2): each row's
- * chains and each M and hw element see the one-row order, row i's term
- * before row i + 1's. */
-static void refit_pair(const refit_blk *x, size_t i, size_t k, size_t k1)
-{
-    enum { B = CMP_LANES };
-    const double *u[2] = {hrow(x->h, i), hrow(x->h, i + 1)};
-    const double *w[2] = {x->wd + i * B, x->wd + (i + 1) * B};
-    double *sa[2] = {x->sap + i * B, x->sap + (i + 1) * B};
-    double *hwi[2] = {x->hwp + i * B, x->hwp + (i + 1) * B};
-    while (k < k1) {
-        size_t e = group_end(x, k), s1 = e < k1 ? e : k1;
-        kn_avx2_refit_step2(u, x->a, x->wd, x->hw, w, k, s1, sa, hwi);
-        if (s1 == e) {
-            refit_close(x, i, (uint32_t)(k / x->span));
-            refit_close(x, i + 1, (uint32_t)(k / x->span));
-        }
-        k = s1;
-    }
-}
-
-/* Rows i .. i + n - 1 (n <= 4) over the same columns [k, k1), the M sums
- * alone (H w given): four rows as kn_avx2_quad4_acc's chains, fewer one
- * by one; closes in row order. */
-static void refit_rows_m(const refit_blk *x, size_t i, unsigned n, size_t k,
+/* Rows i .. i + n - 1 over the same columns [k, k1), segment by segment:
+ * with AVX2 four rows' M sums as kn_avx2_quad4_acc's chains (m_only) or
+ * two rows' full steps as kn_avx2_refit_step2, else row by row; each
+ * row's chains and each M and hw element see the one-row order (row i's
+ * term before row i + 1's); closes in row order. */
+static void refit_rows_n(const refit_blk *x, size_t i, unsigned n, size_t k,
                          size_t k1)
 {
     enum { B = CMP_LANES };
     const double *u[4];
-    for (unsigned m = 0; m < n; m++)
+    const double *w[2];
+    double *sa[2], *hwi[2];
+    for (unsigned m = 0; m < n; m++) {
         u[m] = hrow(x->h, i + m);
+        if (m < 2 && !x->m_only) {
+            w[m] = x->wd + (i + m) * B;
+            sa[m] = x->sap + (i + m) * B;
+            hwi[m] = x->hwp + (i + m) * B;
+        }
+    }
     while (k < k1) {
         size_t e = group_end(x, k), s1 = e < k1 ? e : k1;
-        if (n == 4 && x->avx)
+        if (x->avx && x->m_only && n == 4)
             kn_avx2_quad4_acc(u, x->a, k, s1, x->sap + i * B);
+        else if (x->avx && !x->m_only && n == 2)
+            kn_avx2_refit_step2(u, x->a, x->wd, x->hw, w, k, s1, sa, hwi);
         else
             for (unsigned m = 0; m < n; m++)
-                cmp_lanes_dot(x->sap + (i + m) * B, 1.0, u[m], x->a, B, 1, k, s1);
+                refit_step1(x, i + m, k, s1);
         if (s1 == e)
             for (unsigned m = 0; m < n; m++)
                 refit_close(x, i + m, (uint32_t)(k / x->span));
@@ -388,15 +378,17 @@ static void refit_rows_m(const refit_blk *x, size_t i, unsigned n, size_t k,
     }
 }
 
-/* One row tile's M sums against a j tile, H w given: rows in fours, each
- * joining where its columns start (row r at r + 1 in the diagonal tile,
- * its empty-segment diagonal term just before), so every M element sees
- * the one-row order as in refit_pair. */
-static void refit_tile_m(const refit_blk *x, size_t i0, size_t i1, size_t j0,
-                         size_t j1)
+/* One row tile [i0, i1) of one block against the j tile [j0, j1): rows
+ * in sets of `per`, each row joining its set where its columns start
+ * (row r at r + 1 in the diagonal tile, its diagonal term just before
+ * when its own segment is empty), so the rows before it in the set have
+ * gone over the columns it does not have, and no element is touched by
+ * two rows out of the one-row order. */
+static void refit_tile(const refit_blk *x, size_t i0, size_t i1, size_t j0,
+                       size_t j1, unsigned per)
 {
-    for (size_t i = i0; i < i1; i += 4) {
-        unsigned n = i1 - i < 4 ? (unsigned)(i1 - i) : 4u;
+    for (size_t i = i0; i < i1; i += per) {
+        unsigned n = i1 - i < per ? (unsigned)(i1 - i) : per;
         for (unsigned m = 0; m < n; m++) {
             size_t r = i + m;
             if (j0 == i0 && r + 1 == group_end(x, r))
@@ -404,7 +396,7 @@ static void refit_tile_m(const refit_blk *x, size_t i0, size_t i1, size_t j0,
                            x->a + r * CMP_LANES);
             size_t k0 = j0 > r + 1 ? j0 : r + 1;
             size_t k1 = m + 1 < n ? (j0 > r + 2 ? j0 : r + 2) : j1;
-            refit_rows_m(x, i, m + 1, k0, k1 < j1 ? k1 : j1);
+            refit_rows_n(x, i, m + 1, k0, k1 < j1 ? k1 : j1);
         }
     }
 }
@@ -420,11 +412,11 @@ static void refit_tile_m(const refit_blk *x, size_t i0, size_t i1, size_t j0,
  * M_{gi gi}, after every earlier row of the group); the rows' H w parts
  * go to hw[i] at the end of their row tile, after every earlier row's
  * axpy reached it.  With AVX2 the rows go in pairs over their shared
- * columns (refit_pair): row i alone over column i + 1 first, and row
- * i + 1's diagonal term (its own segment empty) after that, where the
- * one-row order has it: no other element is touched by both.  hw_given:
- * hw holds H w already (an earlier call's, the same h and wd): only M is
- * formed (refit_tile_m), a third of the work; wd and hwp are not read. */
+ * columns (refit_tile, refit_rows_n): row i alone over column i + 1
+ * first, and row i + 1's diagonal term (its own segment empty) after
+ * that, where the one-row order has it.  hw_given: hw holds H w already
+ * (an earlier call's, the same h and wd): only M is formed, rows in
+ * fours, a third of the work; wd and hwp are not read. */
 void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
                                uint32_t nb, const double *a, const double *wd,
                                double *M, double *hw, double *sap, double *hwp,
@@ -439,49 +431,26 @@ void cmp_gptq_refit_sums_tiled(const cmp_hessian *h, uint32_t span, uint32_t G,
     memset(sap, 0, nb * kb * sizeof(double));
     for (size_t i0 = 0; i0 < K; i0 += TI) {
         size_t i1 = K - i0 < TI ? K : i0 + TI;
-        if (hw_given) {
-            for (size_t j0 = i0; j0 < K; j0 += TJ)
-                for (uint32_t b = 0; b < nb; b++) {
-                    refit_blk x = {h, span, G, K, a + b * kb, NULL, NULL,
-                                   M + b * gb, sap + b * kb, NULL, avx};
-                    refit_tile_m(&x, i0, i1, j0, K - j0 < TJ ? K : j0 + TJ);
-                }
-            continue;
-        }
-        for (uint32_t b = 0; b < nb; b++)
-            for (size_t i = i0; i < i1; i++)
-                for (uint32_t r = 0; r < B; r++)
-                    hwp[b * kb + i * B + r] = hdiag(h, i) * wd[b * kb + i * B + r];
+        if (!hw_given)
+            for (uint32_t b = 0; b < nb; b++)
+                for (size_t i = i0; i < i1; i++)
+                    for (uint32_t r = 0; r < B; r++)
+                        hwp[b * kb + i * B + r] = hdiag(h, i) * wd[b * kb + i * B + r];
         for (size_t j0 = i0; j0 < K; j0 += TJ) {
             size_t j1 = K - j0 < TJ ? K : j0 + TJ;
             for (uint32_t b = 0; b < nb; b++) {
-                refit_blk x = {h, span, G, K, a + b * kb, wd + b * kb, hw + b * kb,
-                               M + b * gb, sap + b * kb, hwp + b * kb, avx};
-                size_t i = i0;
-                for (; avx && i + 1 < i1; i += 2) {
-                    size_t k0 = j0 > i + 1 ? j0 : i + 1; /* row i's first column */
-                    size_t k1 = j0 > i + 2 ? j0 : i + 2; /* row i + 1's */
-                    if (j0 == i0 && i + 1 == group_end(&x, i)) /* own segment empty */
-                        refit_diag(x.M, G, (uint32_t)(i / span), hrow(h, i)[i],
-                                   x.a + i * B);
-                    refit_row(&x, i, k0, k1 < j1 ? k1 : j1);
-                    if (j0 == i0 && i + 2 == group_end(&x, i + 1))
-                        refit_diag(x.M, G, (uint32_t)((i + 1) / span),
-                                   hrow(h, i + 1)[i + 1], x.a + (i + 1) * B);
-                    refit_pair(&x, i, k1, j1);
-                }
-                for (; i < i1; i++) {
-                    if (j0 == i0 && i + 1 == group_end(&x, i))
-                        refit_diag(x.M, G, (uint32_t)(i / span), hrow(h, i)[i],
-                                   x.a + i * B);
-                    refit_row(&x, i, j0 > i + 1 ? j0 : i + 1, j1);
-                }
+                refit_blk x = {h, span, G, K, a + b * kb,
+                               hw_given ? NULL : wd + b * kb, hw + b * kb, M + b * gb,
+                               sap + b * kb, hw_given ? NULL : hwp + b * kb,
+                               hw_given, avx};
+                refit_tile(&x, i0, i1, j0, j1, hw_given ? 4u : avx ? 2u : 1u);
             }
         }
-        for (uint32_t b = 0; b < nb; b++)
-            for (size_t i = i0; i < i1; i++)
-                for (uint32_t r = 0; r < B; r++)
-                    hw[b * kb + i * B + r] += hwp[b * kb + i * B + r];
+        if (!hw_given)
+            for (uint32_t b = 0; b < nb; b++)
+                for (size_t i = i0; i < i1; i++)
+                    for (uint32_t r = 0; r < B; r++)
+                        hw[b * kb + i * B + r] += hwp[b * kb + i * B + r];
     }
 }
 
