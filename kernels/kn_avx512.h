@@ -30,4 +30,24 @@ kn_hsum8_512(__m512 z0, __m512 z1, __m512 z2, __m512 z3)
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, s));
 }
 
+/* kn_bf16_round's bits of 16 floats, at the top of each 32-bit lane (the
+ * low half zero): round to nearest even, subnormals to signed zero, NaN
+ * kept quiet (kn_internal.h's kn_bf16_bits, lane by lane). */
+static inline __m512i kn_bf16_top512(__m512i u)
+{
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+    r = _mm512_and_si512(r, top);
+    __mmask16 sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x00800000));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, sub,
+                              _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)));
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
+                                               top));
+    return r;
+}
+
 #endif /* KN_AVX512_H */

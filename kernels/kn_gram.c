@@ -1,6 +1,7 @@
 /* kn_gram.c - blocked Gram sums (see kn_gram.h): packing, the threads, the
  * scalar tile and the double references. */
 #include "kn_gram.h"
+#include "kn_internal.h"
 #include "kn_stats_bytes.h"
 
 #include <math.h>
@@ -127,24 +128,9 @@ static void pack_panel(const float *x, size_t n, size_t m, size_t c0,
     }
 }
 
-/* The bfloat16 of x (kn_gram.h): round to nearest even, float and
- * bfloat16 subnormals to signed zero (DAZ: a float below FLT_MIN never
- * rounds up into the normal range here), NaN kept quiet.  Branch-free
- * selects, so that the packing loops vectorize. */
-static inline uint32_t bf16_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    uint32_t mag = u & 0x7fffffffu;
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    r = mag < 0x00800000u ? (u >> 16) & 0x8000u : r;
-    r = mag > 0x7f800000u ? (u >> 16) | 0x0040u : r;
-    return r;
-}
-
 float kn_bf16_round(float x)
 {
-    uint32_t u = bf16_bits(x) << 16;
+    uint32_t u = kn_bf16_bits(x) << 16;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;

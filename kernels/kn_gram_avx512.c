@@ -25,6 +25,7 @@
  * h or c and the packing (kn_gram.h). */
 #include <immintrin.h>
 
+#include "kn_avx512.h"
 #include "kn_gram.h"
 
 _Static_assert(KN_GRAM_MR == 6 && KN_GRAM_NR == 16,
@@ -139,34 +140,14 @@ void kn_avx512_gram_tile(const float *ap, int na, const float *bp, int nb,
 
 /* ---- the bfloat16 tile (kn_gram_tri_bf16) -------------------------------- */
 
-/* kn_bf16_round's bits of 16 floats, at the top of each 32-bit lane (the
- * low half zero): round to nearest even, subnormals to signed zero, NaN
- * kept quiet (kn_gram.c's bf16_bits, lane by lane). */
-static inline __m512i bf16_top(__m512i u)
-{
-    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
-    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-    r = _mm512_and_si512(r, top);
-    __mmask16 sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x00800000));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, sub,
-                              _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)));
-    r = _mm512_mask_mov_epi32(r, nan,
-                              _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
-                                               top));
-    return r;
-}
-
 void kn_avx512_bf16_pairs(const float *lo, const float *hi, size_t n,
                           uint32_t *out)
 {
     for (size_t j = 0; j < n; j += 16) {
         __mmask16 k = n - j >= 16 ? (__mmask16)0xffff
                                   : (__mmask16)((1u << (n - j)) - 1u);
-        __m512i l = bf16_top(_mm512_maskz_loadu_epi32(k, lo + j));
-        __m512i h = hi ? bf16_top(_mm512_maskz_loadu_epi32(k, hi + j))
+        __m512i l = kn_bf16_top512(_mm512_maskz_loadu_epi32(k, lo + j));
+        __m512i h = hi ? kn_bf16_top512(_mm512_maskz_loadu_epi32(k, hi + j))
                        : _mm512_setzero_si512();
         _mm512_mask_storeu_epi32(out + j, k,
                                  _mm512_or_si512(h, _mm512_srli_epi32(l, 16)));

@@ -30,6 +30,21 @@ static inline uint8_t kn_q4_byte(const kn_matrix *W, uint32_t r, uint32_t k)
     return ((const uint8_t *)W->data)[(size_t)r * kn_q4_row_bytes(W->cols) + k];
 }
 
+/* The bfloat16 bits of x (kn_gram.h, kn_gemm_bf16.h): round to nearest
+ * even, float and bfloat16 subnormals to signed zero (DAZ: a float below
+ * FLT_MIN never rounds up into the normal range here), NaN kept quiet.
+ * Branch-free selects, so that the packing loops vectorize. */
+static inline uint32_t kn_bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t mag = u & 0x7fffffffu;
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    r = mag < 0x00800000u ? (u >> 16) & 0x8000u : r;
+    r = mag > 0x7f800000u ? (u >> 16) | 0x0040u : r;
+    return r;
+}
+
 /* The f16 bits of row r's scale of group j, in either layout. */
 static inline uint16_t kn_q4_scale_bits(const kn_matrix *W, uint32_t r, uint32_t j)
 {
