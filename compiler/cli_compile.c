@@ -26,6 +26,7 @@ typedef struct compile_cli {
     int awq_grid;          /* -1 not given, 0 coarse, 1 full */
     int calib_stages;      /* 0 not given, else 1, 2 or 4 */
     int calib_stats;       /* -1 not given, 0 bf16 (the default), 1 f32 */
+    int calib_fwd;         /* -1 not given, 0 bf16 (the default), 1 f32 */
     uint64_t calib_seqs;   /* 0 not given */
     int method_set;        /* --method given */
     int no_rotate, json, quiet, verbose;
@@ -158,6 +159,14 @@ static const mc_opt compile_opts[] = {
              "128 tokens and in double across: the same bits on\n"
              "every CPU, ~1.5x faster where it has AVX512_BF16;\n"
              "f32: float inputs, the artifacts of before)"},
+    {.kind = MC_OPT_CHOICE, .flags = "--calib-forward", .value = "bf16|f32",
+     .off = F(calib_fwd), .choices = stats_choices,
+     .help = "products of the quantized pass's int8/int4\n"
+             "linears (default bf16: activations rounded to\n"
+             "bfloat16, codes exact, scales after: the same bits\n"
+             "on every CPU, ~1.9x the rate where it has\n"
+             "AVX512_BF16; f32: float activations, the artifacts\n"
+             "of before).  The full-precision pass stays float"},
     {.kind = MC_OPT_U64, .flags = "--calib-seqs", .value = "N",
      .off = F(calib_seqs), .ulo = 1, .uhi = 1u << 30,
      .help = "calibrate on the first N sequences not held out\n"
@@ -226,6 +235,8 @@ static int check_args(compile_cli *c)
         return cmp_cli_usage(cmd, "--awq-grid needs --calib FILE");
     if (c->calib_stats >= 0 && !o->calib)
         return cmp_cli_usage(cmd, "--calib-stats needs --calib FILE");
+    if (c->calib_fwd >= 0 && !o->calib)
+        return cmp_cli_usage(cmd, "--calib-forward needs --calib FILE");
     if ((o->calib_time_s > 0.0 || c->calib_stages || c->calib_seqs) && !o->calib)
         return cmp_cli_usage(cmd, "--calib-time, --calib-stages and "
                              "--calib-seqs need --calib FILE");
@@ -243,6 +254,7 @@ static int check_args(compile_cli *c)
         o->heldout = c->heldout ? (long)c->heldout : -1; /* 0: none */
     o->calib_gpu = c->calib_device == 1;
     o->calib_stats_f32 = c->calib_stats == 1;
+    o->calib_fwd_f32 = c->calib_fwd == 1;
     o->rotate = o->calib && !c->no_rotate;
     if (o->calib && !c->method_set)
         o->method = CMP_QM_BEST;
@@ -280,6 +292,7 @@ int cmp_cli_compile(int argc, char **argv)
     c.calib_device = -1;
     c.awq_grid = -1;
     c.calib_stats = -1;
+    c.calib_fwd = -1;
     char *out_owned = NULL;
     int rc = cmp_cli_parse(&cmp_cli_compile_cmd, argc, argv, &c);
     if (rc < 0)

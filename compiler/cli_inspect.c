@@ -69,6 +69,10 @@ static void print_calibration(const json_t *cal)
     printf("  statistics: %s products\n",
            json_is_string(json_object_get(cal, "statistics")) ? gets(cal, "statistics")
                                                              : "float");
+    /* likewise the quantized pass's products (--calib-forward) */
+    printf("  quantized pass: %s products\n",
+           json_is_string(json_object_get(cal, "forward")) ? gets(cal, "forward")
+                                                          : "float");
     const json_t *rot = json_object_get(cal, "rotation");
     if (json_is_object(rot))
         printf("  rotated: Hadamard blocks of %lld (value heads %lld), seed "

@@ -51,6 +51,7 @@ mc_status cmp_auto_measure(const rt_model *m, const int32_t *tok,
             o.spill_dir = base->spill_dir;
             o.stats_on_gpu = base->stats_on_gpu;
             o.stats_f32 = base->stats_f32;
+            o.fwd_f32 = base->fwd_f32;
         }
         o.fmt = AUTO_FMT[k];
         o.group = group;

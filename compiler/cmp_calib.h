@@ -188,6 +188,15 @@ typedef struct cmp_calib_opts {
                                 rounded to bfloat16 (kn_gram_tri_bf16:
                                 twice the rate where the CPU has
                                 AVX512_BF16, the same bits on every CPU) */
+    int fwd_f32;             /* 1: the quantized pass's linears multiply
+                                float activations (kn_gemm, the
+                                artifacts of before); 0 (the default):
+                                their quantized matrices multiply
+                                activations rounded to bfloat16
+                                (kn_gemm_bf16.h: codes exact, scales
+                                after; twice the rate where the CPU has
+                                AVX512_BF16, the same bits on every CPU).
+                                The full-precision pass stays float. */
     int down_full_c;         /* 1: down_proj's statistics as every other
                                 point's, Hf and C (width^2 each); 0 (the
                                 default): where its stage's full-precision
@@ -365,6 +374,13 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
 double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
                                   uint32_t stages, unsigned lean, double pre,
                                   int rot, int store_down);
+/* Of those, the linears' that the quantized passes run on quantized
+ * weights (the groups of the stages before, every group in the final
+ * move): what cmp_calib_opts.fwd_f32 = 0 multiplies with bfloat16
+ * products.  Exposed for the tests. */
+double cmp_calib_plan_qlin_madds(const fmt_model_config *c, uint32_t stages,
+                                 unsigned lean, double pre, int rot,
+                                 int store_down);
 
 /* Where the calibration's time went, in wall and CPU seconds (cmp_clock,
  * cmp_par.h; the phases do not overlap; their sum is the run's time up to

@@ -614,8 +614,8 @@ mc_status cmp_calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
         if (stored_down) {
             /* the rest of the block as kn_block_forward runs it (the
              * calibration's forward has no integer dot products) */
-            kn_matmul(c->o->pool, &qw.w_down, S->down_in + at * L->dims.ffn, T,
-                      S->xtmp, qw.b_down);
+            cmp_fwd_linear(f, &qw.w_down, S->down_in + at * L->dims.ffn, T,
+                           S->xtmp, qw.b_down);
             kn_add(S->states + at * H, S->xtmp, T * H);
         } else {
             cmp_fwd_block(f, &qw, &L->dims, S->states + at * H, T, NULL, NULL);

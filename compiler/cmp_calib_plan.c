@@ -93,6 +93,7 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define EFF_STATS_BF16 1.0
 #define EFF_FACTOR 0.42
 #define EFF_SEARCH 0.16
+#define FWD_BF16_SPEEDUP 1.9
 
 /* Multiply-adds per token of a block run up to tap point p (0: q/k/v's
  * input, a norm; 1: o's; 2: gate/up's; 3: down's; 4: the whole block),
@@ -174,6 +175,44 @@ double cmp_calib_plan_block_madds(const fmt_model_config *c, size_t maxT,
     if (!moved_f && (lean & 0xFu) != 0xFu)
         total += cum[4];
     total += stored ? cum[4] - cum[3] : cum[4];
+    return total;
+}
+
+/* The same walk over the stages as cmp_calib_plan_block_madds. */
+double cmp_calib_plan_qlin_madds(const fmt_model_config *c, uint32_t stages,
+                                 unsigned lean, double pre, int rot,
+                                 int store_down)
+{
+    double H = c->hidden_size, F = c->intermediate_size;
+    double Q = (double)fmt_config_q_dim(c), KV = (double)fmt_config_kv_dim(c);
+    const double lin[4] = {(Q + 2.0 * KV) * H, H * Q, 2.0 * F * H, H * F};
+    if (!stages)
+        stages = CMP_CALIB_STAGES_DEFAULT;
+    int reuse = cmp_calib_reuses(stages, store_down, fmt_config_q_dim(c),
+                                 c->intermediate_size);
+    unsigned pts, mask, done = 0;
+    int stored = 0;
+    double total = 0.0;
+    for (unsigned k = 0; stage_mask(c, stages, k, pre > 0.0, &pts, &mask); k++) {
+        cmp_stage_span sp;
+        cmp_calib_stage_span(stages, k, lean, rot, reuse, &sp);
+        int g0 = sp.start_q ? sp.start_q - 1 : 0, stop_q = 0, stop_pts = 0;
+        for (int p = 0; p < 4; p++) {
+            if ((mask >> p) & 1u)
+                stop_q = p;
+            if ((pts >> p) & 1u)
+                stop_pts = p;
+        }
+        double share = mask == pts ? 1.0 : pre;
+        for (int g = g0; g < 4; g++)
+            if ((done >> g) & 1u)
+                total += lin[g] * ((g < stop_q ? share : 0.0) +
+                                   (g < stop_pts ? 1.0 - share : 0.0));
+        stored |= store_down && stages == 4 && k == 3;
+        done |= pts;
+    }
+    for (int g = stored ? 3 : 0; g < 4; g++)
+        total += lin[g];
     return total;
 }
 
@@ -364,12 +403,23 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
                                      : measure_rate(o->pool, c->hidden_size,
                                                     c->intermediate_size, maxT))
                               : 0.0;
+    /* the quantized pass's bfloat16 products (--calib-forward bf16) run
+     * at ~1.9x the float GEMM's rate where the CPU has AVX512_BF16
+     * (perf, SmolLM2 shape: kn_avx512bf16_gemm_tile against
+     * kn_gemm_rows_avx512 per multiply-add); elsewhere the emulation
+     * runs at the float rate */
+    double fwd_time = out->madds[CMP_PH_FORWARD];
+    if (!o->fwd_f32 && kn_cpu_has_avx512bf16())
+        fwd_time -= (1.0 - 1.0 / FWD_BF16_SPEEDUP) * L * T *
+                    cmp_calib_plan_qlin_madds(c, o->stages, mem->lean, pre, rot,
+                               cmp_calib_stores_down(o, mem->lean));
     double eff_stats = !o->stats_f32 && !o->stats_on_gpu && kn_cpu_has_avx512bf16()
                        ? EFF_STATS_BF16 : EFF_STATS;
     const double eff[CMP_PH_COUNT] = {EFF_FORWARD, eff_stats, EFF_FACTOR,
                                       EFF_SEARCH, EFF_FORWARD};
     for (int p = 0; p < CMP_PH_COUNT; p++) {
-        out->seconds[p] = out->rate > 0.0 ? out->madds[p] / (out->rate * eff[p]) : 0.0;
+        double madds = p == CMP_PH_FORWARD ? fwd_time : out->madds[p];
+        out->seconds[p] = out->rate > 0.0 ? madds / (out->rate * eff[p]) : 0.0;
         out->total_s += out->seconds[p];
     }
 }

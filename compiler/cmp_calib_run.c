@@ -192,6 +192,8 @@ static mc_status states_setup(const rt_model *m, const int32_t *tok,
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                        "calibration states (%zu tokens x %u)", ntok, H);
     mc_status st = cmp_fwd_create(m, maxT, o->pool, &rb->f, err);
+    if (st == MC_OK)
+        cmp_fwd_set_bf16_dot(rb->f, !o->fwd_f32);
     size_t at = 0;
     for (size_t i = 0; i < ncal && st == MC_OK; i++) {
         rb->len[i] = off[i + 1] - off[i];

@@ -348,6 +348,12 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
         json_decref(c);
         return NULL;
     }
+    /* and the bfloat16 quantized pass (--calib-forward f32: before it) */
+    if (c && !o->calib_fwd_f32 &&
+        json_object_set_new(c, "forward", json_string("bf16"))) {
+        json_decref(c);
+        return NULL;
+    }
     if (c && json_object_set_new(
                  c, "rotation",
                  r->rotated ? json_pack("{s:s, s:I, s:I, s:o}", "kind",

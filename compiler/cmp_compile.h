@@ -84,6 +84,9 @@ typedef struct cmp_compile_opts {
                                           result does not depend on it) */
     int calib_stats_f32;               /* with calib: float products in the
                                           statistics (0: bfloat16) */
+    int calib_fwd_f32;                 /* with calib: float activations in
+                                          the quantized pass's linears
+                                          (0: bfloat16) */
     int calib_gpu;                     /* with calib: statistics on a CUDA
                                           GPU (cmp_gpu_stats.h) */
     uint64_t calib_memory;             /* with calib: the calibration's

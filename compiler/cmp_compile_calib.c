@@ -312,6 +312,7 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     co.mem_budget = calib_budget(o);
     co.stats_on_gpu = o->calib_gpu;
     co.stats_f32 = o->calib_stats_f32;
+    co.fwd_f32 = o->calib_fwd_f32;
     char dir[4096];
     co.spill_dir = o->out ? dir_of(o->out, dir, sizeof dir) : NULL;
     if (o->quant_auto) {

@@ -181,6 +181,19 @@ void cmp_fwd_set_down_out(cmp_fwd *f, int on)
     f->s.tap_down_out = on;
 }
 
+void cmp_fwd_set_bf16_dot(cmp_fwd *f, int on)
+{
+    f->s.bf16_dot = on;
+}
+
+void cmp_fwd_linear(cmp_fwd *f, const kn_matrix *W, const float *X, size_t T,
+                    float *Y, const float *bias)
+{
+    /* hb2 is idle outside a block pass and ffn floats wide */
+    kn_block_linear(f->pool, &f->s, W, X, T, Y, bias, f->s.hb2,
+                    f->m->cfg.intermediate_size);
+}
+
 void cmp_fwd_block_span(cmp_fwd *f, const kn_block_weights *w,
                         const kn_block_dims *d, float *x, size_t T,
                         kn_tap_fn tap, void *tap_ctx, int start, int stop,

@@ -2,6 +2,7 @@
  * kn_block.h).  Reads top to bottom like the forward pass it is. */
 #include "kn_block.h"
 
+#include "kn_gemm_bf16.h"
 #include "kn_qdot.h"
 
 uint64_t kn_block_xb_floats(const kn_block_dims *d, uint64_t T)
@@ -40,11 +41,42 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
  * of a second kind (no model mixes them in practice) is quantized after the
  * first group ran.  Which path a matrix takes depends on the model alone,
  * never on T. */
+/* linears() with bf16_dot: the matrices kn_gemm_bf16 takes (when a row
+ * of its packed input fits qbuf's qwidth floats) as one job on X rounded
+ * once into qbuf, the rest as another on the float X. */
+static void linears_bf16(kn_pool *pool, const float *X, size_t T, size_t cols,
+                         void *qbuf, size_t qwidth, int n,
+                         const kn_matrix *const W[], float *const Y[],
+                         const float *const B[])
+{
+    const kn_matrix *bw[KN_MATMUL_MULTI_MAX], *fw[KN_MATMUL_MULTI_MAX];
+    float *by[KN_MATMUL_MULTI_MAX], *fy[KN_MATMUL_MULTI_MAX];
+    const float *bb[KN_MATMUL_MULTI_MAX], *fb[KN_MATMUL_MULTI_MAX];
+    int nb = 0, nf = 0;
+    int fits = kn_bf16_act_bytes(1, (uint32_t)cols) <= (uint64_t)qwidth * sizeof(float);
+    for (int i = 0; i < n; i++) {
+        if (fits && kn_bf16_dot_supported(W[i]))
+            bw[nb] = W[i], by[nb] = Y[i], bb[nb++] = B[i];
+        else
+            fw[nf] = W[i], fy[nf] = Y[i], fb[nf++] = B[i];
+    }
+    if (nb) {
+        kn_bf16_act_pack(X, T, (uint32_t)cols, qbuf);
+        kn_matmul_bf16_multi(pool, nb, bw, qbuf, T, by, bb);
+    }
+    if (nf)
+        kn_matmul_multi(pool, nf, fw, X, T, fy, fb);
+}
+
 static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
                     size_t T, size_t cols, void *qbuf, size_t qwidth, int n,
                     const kn_matrix *const W[], float *const Y[],
                     const float *const B[])
 {
+    if (s->bf16_dot && !s->int_dot) {
+        linears_bf16(pool, X, T, cols, qbuf, qwidth, n, W, Y, B);
+        return;
+    }
     int on = s->int_dot && !kn_float_dot();
     const kn_matrix *qw[KN_MATMUL_MULTI_MAX], *fw[KN_MATMUL_MULTI_MAX];
     float *qy[KN_MATMUL_MULTI_MAX], *fy[KN_MATMUL_MULTI_MAX];
@@ -77,6 +109,15 @@ static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
         kn_qact_quantize(kn_qact_kind_of(W[i]), X, T, (uint32_t)cols, qbuf);
         kn_matmul_q(pool, W[i], qbuf, T, Y[i], B[i]);
     }
+}
+
+void kn_block_linear(kn_pool *pool, const kn_block_scratch *s,
+                     const kn_matrix *W, const float *X, size_t T, float *Y,
+                     const float *bias, void *qbuf, size_t qwidth)
+{
+    linears(pool, s, X, T, W->cols, qbuf, qwidth, 1,
+            (const kn_matrix *const[]){W}, (float *const[]){Y},
+            (const float *const[]){bias});
 }
 
 void kn_block_forward(kn_pool *pool, const kn_block_weights *w,

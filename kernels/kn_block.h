@@ -99,6 +99,12 @@ typedef struct kn_block_scratch {
                                    activations (kn_qdot.h), the runtime's
                                    choice; 0: float activations (exact
                                    work: calibration, eval) */
+    int bf16_dot;               /* 1 (int_dot 0): Q8/Q4/Q4S matrices
+                                   multiply bfloat16-rounded activations
+                                   (kn_gemm_bf16.h), quantized once per
+                                   group into the idle buffer int_dot
+                                   uses: the calibration's quantized
+                                   pass; float matrices keep float */
     int tap_stop;               /* 1 + a kn_tap_point: with a tap, return
                                    right after calling it there (x is then
                                    partly updated: a calibration pass that
@@ -138,6 +144,15 @@ typedef enum kn_tap_point {
 
 typedef void (*kn_tap_fn)(void *ctx, kn_tap_point where, const float *x,
                           size_t T, size_t width);
+
+/* Y [T][W->rows] = X W^T + bias for T rows of X [T][W->cols], as
+ * kn_block_forward runs a linear under s's int_dot / bf16_dot: with
+ * qbuf, an idle buffer of qwidth floats per row, for the quantized input
+ * (the calibration's moves that run a block's last linear on their own
+ * give the block's bits). */
+void kn_block_linear(kn_pool *pool, const kn_block_scratch *s,
+                     const kn_matrix *W, const float *X, size_t T, float *Y,
+                     const float *bias, void *qbuf, size_t qwidth);
 
 /* Floats of each scratch buffer for T rows (the runtime's layout uses the
  * same numbers).  attn_floats is for nthreads and contexts up to max_ctx. */

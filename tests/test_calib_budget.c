@@ -91,6 +91,26 @@ static void test_block_madds_follow_the_passes(void **state)
                 cmp_calib_plan_block_madds(&c, 8, 2, 0, 1, 1, 0));
 }
 
+/* The quantized passes' linears on quantized weights (the bfloat16
+ * products' share): each linear once under the default 4 stages (stage
+ * k's q-pass runs the groups before it, the final move down), the whole
+ * block's linears in the final move under 1 stage; the pre-scaling's
+ * stage-0 pass runs none (nothing is quantized yet). */
+static void test_qlin_madds(void **state)
+{
+    (void)state;
+    fmt_model_config c = small_cfg();
+    const double lin = 8192 + 4096 + 16384 + 8192; /* q/k/v, o, gate/up, down */
+    assert_true(cmp_calib_plan_qlin_madds(&c, 4, 0, 1, 1, 1) == lin);
+    assert_true(cmp_calib_plan_qlin_madds(&c, 4, 0, 0.25, 1, 1) == lin);
+    assert_true(cmp_calib_plan_qlin_madds(&c, 1, 0, 0, 1, 0) == lin);
+    /* never more than the forward's own multiply-adds */
+    assert_true(cmp_calib_plan_qlin_madds(&c, 4, 0, 0, 0, 0) <
+                cmp_calib_plan_block_madds(&c, 8, 4, 0, 0, 0, 0));
+    assert_true(cmp_calib_plan_qlin_madds(&c, 2, 0, 0, 1, 0) <
+                cmp_calib_plan_block_madds(&c, 8, 2, 0, 0, 1, 0));
+}
+
 static void test_prescale_stride(void **state)
 {
     (void)state;
@@ -481,6 +501,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_madds_follow_the_passes),
+        cmocka_unit_test(test_qlin_madds),
         cmocka_unit_test(test_prescale_stride),
         cmocka_unit_test(test_prescale_sample),
         cmocka_unit_test(test_subset_keeps_the_heldout),

@@ -7,7 +7,9 @@
  * `--calib-stats bf16|f32`: the same refusals; the default sums bfloat16
  * products and the manifest says "statistics": "bf16" (so does `inspect`);
  * f32 names nothing, as the compilers before the option wrote; the two
- * artifacts differ, both verify, and bf16 given is the default's bytes. */
+ * artifacts differ, both verify, and bf16 given is the default's bytes.
+ * `--calib-forward bf16|f32` (the quantized pass's products): likewise,
+ * "forward": "bf16", inspect's "quantized pass: ... products". */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -148,27 +150,30 @@ static void test_calib_stats_needs_calib_and_names_its_values(void **state)
     free(x);
 }
 
-static void test_calib_stats_recorded_only_for_bf16(void **state)
+/* flag bf16 (given or the default) names "bf16" under key in the
+ * manifest's calibration object and "<label>: bf16 products" in inspect;
+ * flag f32 names nothing (the bytes of before) and inspect says float. */
+static void recorded_only_for_bf16(const char *flag, const char *key,
+                                   const char *label)
 {
-    (void)state;
-    const char *opt[3] = {"", "--calib-stats bf16", "--calib-stats f32"};
+    char *opt[3] = {tu_fmt("%s", ""), tu_fmt("%s bf16", flag), tu_fmt("%s f32", flag)};
     char *art[3], *text[3];
     for (int k = 0; k < 3; k++) {
-        art[k] = tu_fmt("%s/s%d.mca", g_dir, k);
+        art[k] = tu_fmt("%s/%s%d.mca", g_dir, key, k);
         text[k] = NULL;
         compile_with(opt[k], art[k]);
         char *err = NULL;
         assert_int_equal(tu_run_bin(&text[k], &err, "mcompile", "inspect %s", art[k]), 0);
         free(err);
         json_t *c = calibration(art[k]);
-        json_t *s = json_object_get(c, "statistics");
-        if (k < 2) {
+        json_t *s = json_object_get(c, key);
+        char *want = tu_fmt("%s: %s products", label, k < 2 ? "bf16" : "float");
+        if (k < 2)
             assert_string_equal(json_string_value(s), "bf16");
-            assert_non_null(strstr(text[k], "statistics: bf16 products"));
-        } else {
+        else
             assert_null(s);
-            assert_non_null(strstr(text[k], "statistics: float products"));
-        }
+        assert_non_null(strstr(text[k], want));
+        free(want);
         json_decref(c);
     }
     size_t n0 = 0, n2 = 0;
@@ -180,9 +185,32 @@ static void test_calib_stats_recorded_only_for_bf16(void **state)
     free(a0);
     free(a2);
     for (int k = 0; k < 3; k++) {
+        free(opt[k]);
         free(art[k]);
         free(text[k]);
     }
+}
+
+static void test_calib_stats_recorded_only_for_bf16(void **state)
+{
+    (void)state;
+    recorded_only_for_bf16("--calib-stats", "statistics", "statistics");
+}
+
+static void test_calib_forward_needs_calib_and_names_its_values(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"bf16", "f32", NULL};
+    refused("--calib-forward", "f32", "f16", values);
+    char *x = tu_fmt("%s/x.mca", g_dir);
+    assert_int_equal(tu_exists(x), 0);
+    free(x);
+}
+
+static void test_calib_forward_recorded_only_for_bf16(void **state)
+{
+    (void)state;
+    recorded_only_for_bf16("--calib-forward", "forward", "quantized pass");
 }
 
 int main(void)
@@ -192,6 +220,8 @@ int main(void)
         cmocka_unit_test(test_awq_grid_recorded_only_for_the_coarse_walk),
         cmocka_unit_test(test_calib_stats_needs_calib_and_names_its_values),
         cmocka_unit_test(test_calib_stats_recorded_only_for_bf16),
+        cmocka_unit_test(test_calib_forward_needs_calib_and_names_its_values),
+        cmocka_unit_test(test_calib_forward_recorded_only_for_bf16),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
