@@ -104,16 +104,12 @@ float cmp_quant_value(kn_wformat fmt, cmp_qparam p, int q)
     return (float)(q - p.zero) * p.scale;
 }
 
-/* Error of n values under p, weighted by imp (NULL = 1). */
+/* Error of n values under p, weighted by imp (NULL = 1): kn_rtn_err,
+ * whose eight chains take the sum off one add's latency per value. */
 static double param_error(kn_wformat fmt, cmp_qparam p, const float *x,
                           const float *imp, size_t n)
 {
-    double e = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)x[i] - cmp_quant_value(fmt, p, cmp_quant_code(fmt, p, x[i]));
-        e += (imp ? (double)imp[i] : 1.0) * d * d;
-    }
-    return e;
+    return kn_rtn_err(x, imp, n, fmt == KN_W_Q8, p.scale, p.zero);
 }
 
 /* Plain parameters for values whose (possibly shrunk) range is [mn, mx]

@@ -70,6 +70,55 @@ void kn_ref_rtn_codes_q8(const float *x, size_t n, float scale, int8_t *q)
     }
 }
 
+/* Values [i0, n) into their chains (kn_rtn_err). */
+static void err_tail(const float *x, const float *imp, size_t i0, size_t n,
+                     int q8, float scale, int zero, double c[KN_RTN_ERR_LANES])
+{
+    for (size_t i = i0; i < n; i++) {
+        float v = 0.0f;
+        if (scale != 0.0f) {
+            float q = nearbyintf(x[i] / scale);
+            float lo = q8 ? -127.0f : 0.0f, hi = q8 ? 127.0f : 15.0f;
+            if (!q8)
+                q += (float)zero;
+            if (!(q >= lo))
+                q = lo;
+            if (q > hi)
+                q = hi;
+            v = q8 ? scale * q : (q - (float)zero) * scale;
+        }
+        double d = (double)x[i] - (double)v;
+        double t = (imp ? (double)imp[i] : 1.0) * d;
+        c[i % KN_RTN_ERR_LANES] += t * d;
+    }
+}
+
+static double err_join(const double c[KN_RTN_ERR_LANES])
+{
+    return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
+}
+
+double kn_ref_rtn_err(const float *x, const float *imp, size_t n, int q8,
+                      float scale, int zero)
+{
+    double c[KN_RTN_ERR_LANES] = {0};
+    err_tail(x, imp, 0, n, q8, scale, zero, c);
+    return err_join(c);
+}
+
+double kn_rtn_err(const float *x, const float *imp, size_t n, int q8,
+                  float scale, int zero)
+{
+    double c[KN_RTN_ERR_LANES] = {0};
+    size_t n8 = 0;
+    if (use_avx2()) {
+        n8 = n - n % KN_RTN_ERR_LANES;
+        kn_avx2_rtn_err(x, imp, n8, q8, scale, zero, c);
+    }
+    err_tail(x, imp, n8, n, q8, scale, zero, c);
+    return err_join(c);
+}
+
 void kn_rtn_codes_q8(const float *x, size_t n, float scale, int8_t *q)
 {
     if (use_avx2())

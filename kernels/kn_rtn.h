@@ -70,6 +70,23 @@ void kn_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g, uint16_t *scales,
 void kn_ref_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g,
                         uint16_t *scales, uint8_t *out);
 
+/* The weighted error of n values under the parameters (scale, zero;
+ * q8: int8, else int4 with that zero): sum of imp[i] (1 when imp is
+ * NULL) * d_i * d_i, d_i = (double)x[i] - (double)(the value of x[i]'s
+ * code), the code as kn_rtn_codes_* give it (scale 0: every code is the
+ * zero, every value 0), the value as cmp_quant_value (Q8: scale * q;
+ * int4: (q - zero) * scale, in float).  The sum runs in KN_RTN_ERR_LANES
+ * double chains, element i in chain i % 8 (each term (imp * d) * d, each
+ * multiply and add rounded on its own), then ((c0 + c1) + (c2 + c3)) +
+ * ((c4 + c5) + (c6 + c7)): one chain's latency bound 8 adds wide, the
+ * same bits on every path.  cmp_quant's choice of parameters calls it
+ * some 20 times per row or group. */
+#define KN_RTN_ERR_LANES 8
+double kn_rtn_err(const float *x, const float *imp, size_t n, int q8,
+                  float scale, int zero);
+double kn_ref_rtn_err(const float *x, const float *imp, size_t n, int q8,
+                      float scale, int zero);
+
 /* AVX2 bodies (kn_rtn_avx2.c); call only when kn_cpu_has_avx2().  Each
  * handles the whole n (its tail with the plain loop). */
 int kn_avx2_rtn_to_f32(const void *src, int type, size_t n, float *out);
@@ -81,5 +98,9 @@ void kn_avx2_rtn_q4_row(const float *x, uint32_t ng, uint32_t g,
                         uint16_t *scales, uint8_t *zeros, uint8_t *out);
 void kn_avx2_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g,
                          uint16_t *scales, uint8_t *out);
+/* kn_rtn_err's chains over the first n8 = n - n % 8 values into c[8]
+ * (added to c). */
+void kn_avx2_rtn_err(const float *x, const float *imp, size_t n8, int q8,
+                     float scale, int zero, double c[KN_RTN_ERR_LANES]);
 
 #endif /* KN_RTN_H */

@@ -330,3 +330,39 @@ void kn_avx2_rtn_q4s_row(const float *x, uint32_t ng, uint32_t g,
         }
     }
 }
+
+/* One half (4 lanes) of kn_rtn_err's step: c += ((imp * d) * d). */
+static inline __m256d err_half(__m128 x, __m128 v, __m128 w, int has_imp,
+                               __m256d c)
+{
+    __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(x), _mm256_cvtps_pd(v));
+    __m256d t = has_imp ? _mm256_mul_pd(_mm256_cvtps_pd(w), d) : d;
+    return _mm256_add_pd(c, _mm256_mul_pd(t, d));
+}
+
+void kn_avx2_rtn_err(const float *x, const float *imp, size_t n8, int q8,
+                     float scale, int zero, double c[KN_RTN_ERR_LANES])
+{
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps((float)zero);
+    const __m256 lo = _mm256_set1_ps(q8 ? -127.0f : 0.0f);
+    const __m256 hi = _mm256_set1_ps(q8 ? 127.0f : 15.0f);
+    __m256d c0 = _mm256_loadu_pd(c), c1 = _mm256_loadu_pd(c + 4);
+    for (size_t i = 0; i < n8; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i), v = _mm256_setzero_ps();
+        if (scale != 0.0f) {
+            __m256 q = rdiv(x + i, s);
+            if (!q8)
+                q = _mm256_add_ps(q, z);
+            /* max first: a NaN quotient becomes lo, as the scalar clamp */
+            q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
+            v = q8 ? _mm256_mul_ps(s, q) : _mm256_mul_ps(_mm256_sub_ps(q, z), s);
+        }
+        __m256 w = imp ? _mm256_loadu_ps(imp + i) : xv;
+        c0 = err_half(_mm256_castps256_ps128(xv), _mm256_castps256_ps128(v),
+                      _mm256_castps256_ps128(w), imp != NULL, c0);
+        c1 = err_half(_mm256_extractf128_ps(xv, 1), _mm256_extractf128_ps(v, 1),
+                      _mm256_extractf128_ps(w, 1), imp != NULL, c1);
+    }
+    _mm256_storeu_pd(c, c0);
+    _mm256_storeu_pd(c + 4, c1);
+}

@@ -229,6 +229,43 @@ static void test_rtn_rows_match_cmp_quant_matrix(void **state)
     kn_set_force_scalar(0);
 }
 
+/* kn_rtn_err: the AVX2 chains give the reference's bits (int8, int4 and
+ * int4-sym, with and without importances, scale 0, values past the
+ * clamp, every tail length), and the reference is the plain sum up to
+ * the order of its additions. */
+static void test_rtn_err_avx2_matches_reference(void **state)
+{
+    (void)state;
+    enum { N = 203 };
+    float x[N], imp[N];
+    fill_awkward(x, N, 0.01f);
+    for (size_t i = 0; i < N; i++)
+        imp[i] = 0.5f + tu_rng_f(&g_rng);
+    static const struct { int q8; float scale; int zero; } ps[] = {
+        {1, 0.01f, 0}, {1, 0.004f, 0}, {1, 0.0f, 0}, {0, 0.09f, 7},
+        {0, 0.05f, 8}, {0, 0.2f, 0}, {0, 0.0f, 3},
+    };
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
+        for (size_t n = 0; n <= N; n += n < 20 ? 1 : 37)
+            for (int wi = 0; wi < 2; wi++) {
+                const float *w = wi ? imp : NULL;
+                double ref = kn_ref_rtn_err(x, w, n, ps[k].q8, ps[k].scale, ps[k].zero);
+                kn_set_force_scalar(0);
+                double got = kn_rtn_err(x, w, n, ps[k].q8, ps[k].scale, ps[k].zero);
+                assert_memory_equal(&got, &ref, sizeof got);
+                /* the plain loop of cmp_quant's values */
+                double plain = 0.0;
+                cmp_qparam p = {ps[k].scale, ps[k].zero};
+                kn_wformat f = ps[k].q8 ? KN_W_Q8 : KN_W_Q4;
+                for (size_t i = 0; i < n; i++) {
+                    double d = (double)x[i] -
+                               (double)cmp_quant_value(f, p, cmp_quant_code(f, p, x[i]));
+                    plain += (w ? (double)w[i] : 1.0) * d * d;
+                }
+                assert_true(fabs(got - plain) <= 1e-12 * fabs(plain) + 1e-300);
+            }
+}
+
 static void test_rtn_rows_refuse_nonfinite(void **state)
 {
     (void)state;
@@ -253,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_rtn_q4_rows_avx2_match_reference_bitwise),
         cmocka_unit_test(test_rtn_rows_match_cmp_quant_matrix),
         cmocka_unit_test(test_rtn_rows_refuse_nonfinite),
+        cmocka_unit_test(test_rtn_err_avx2_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
