@@ -97,14 +97,22 @@ void kn_avx2_gemm_bf16_pack(const kn_matrix *W, uint32_t r0, uint32_t nr,
         a = _mm256_fmadd_ps(we0, xe, a);                               \
         b = _mm256_fmadd_ps(we1, xe, b);                               \
     } while (0)
+/* A full panel takes plain loads and stores: masked stores are slow on
+ * AMD (microcoded), and every panel but a matrix's last is full. */
 #define FLUSH(t, a, b)                                                         \
     do {                                                                       \
         if (nt > t) {                                                          \
             float *yt = Y + t * ystride;                                       \
-            _mm256_maskstore_ps(yt, m0, _mm256_fmadd_ps(sa, a,                 \
-                                _mm256_maskload_ps(yt, m0)));                  \
-            _mm256_maskstore_ps(yt + 8, m1, _mm256_fmadd_ps(sb, b,             \
-                                _mm256_maskload_ps(yt + 8, m1)));              \
+            if (nr == 16) {                                                    \
+                _mm256_storeu_ps(yt, _mm256_fmadd_ps(sa, a, _mm256_loadu_ps(yt)));  \
+                _mm256_storeu_ps(yt + 8, _mm256_fmadd_ps(sb, b,                \
+                                 _mm256_loadu_ps(yt + 8)));                    \
+            } else {                                                           \
+                _mm256_maskstore_ps(yt, m0, _mm256_fmadd_ps(sa, a,             \
+                                    _mm256_maskload_ps(yt, m0)));              \
+                _mm256_maskstore_ps(yt + 8, m1, _mm256_fmadd_ps(sb, b,         \
+                                    _mm256_maskload_ps(yt + 8, m1)));          \
+            }                                                                  \
         }                                                                      \
     } while (0)
 
