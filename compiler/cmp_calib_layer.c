@@ -612,8 +612,8 @@ mc_status cmp_calib_layer(layer_ctx *c, const rt_model *m, cmp_fwd *f,
     for (size_t i = 0; i < S->n; i++) {
         size_t T = S->len[i];
         if (stored_down) {
-            /* the rest of the block as kn_block_forward runs it (the
-             * calibration's forward has no integer dot products) */
+            /* the rest of the block as kn_block_forward runs it
+             * (cmp_fwd_linear: its bfloat16 products included) */
             cmp_fwd_linear(f, &qw.w_down, S->down_in + at * L->dims.ffn, T,
                            S->xtmp, qw.b_down);
             kn_add(S->states + at * H, S->xtmp, T * H);

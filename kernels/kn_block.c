@@ -31,16 +31,6 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
     return kn_attention_scratch_floats(nthreads, max_ctx, d->head_dim);
 }
 
-/* Y[i] = X W[i]^T + B[i] for n <= KN_MATMUL_MULTI_MAX matrices sharing the
- * input X [T][cols].  On the integer path X is quantized into qbuf, an idle
- * scratch buffer of qwidth floats per row (for as many rows as X), once
- * for the kind the first integer matrix needs; the matrices of that kind
- * run as one job over the pool (kn_matmul_q_multi), the float ones as
- * another (kn_matmul_multi).  A matrix the integer path does not take
- * (f16, odd groups), or whose kind does not fit qbuf, gets the float X; one
- * of a second kind (no model mixes them in practice) is quantized after the
- * first group ran.  Which path a matrix takes depends on the model alone,
- * never on T. */
 /* linears() with bf16_dot: the matrices kn_gemm_bf16 takes (when a row
  * of its packed input fits qbuf's qwidth floats) as one job on X rounded
  * once into qbuf, the rest as another on the float X. */
@@ -68,6 +58,16 @@ static void linears_bf16(kn_pool *pool, const float *X, size_t T, size_t cols,
         kn_matmul_multi(pool, nf, fw, X, T, fy, fb);
 }
 
+/* Y[i] = X W[i]^T + B[i] for n <= KN_MATMUL_MULTI_MAX matrices sharing the
+ * input X [T][cols].  On the integer path X is quantized into qbuf, an idle
+ * scratch buffer of qwidth floats per row (for as many rows as X), once
+ * for the kind the first integer matrix needs; the matrices of that kind
+ * run as one job over the pool (kn_matmul_q_multi), the float ones as
+ * another (kn_matmul_multi).  A matrix the integer path does not take
+ * (f16, odd groups), or whose kind does not fit qbuf, gets the float X; one
+ * of a second kind (no model mixes them in practice) is quantized after the
+ * first group ran.  Which path a matrix takes depends on the model alone,
+ * never on T. */
 static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
                     size_t T, size_t cols, void *qbuf, size_t qwidth, int n,
                     const kn_matrix *const W[], float *const Y[],
