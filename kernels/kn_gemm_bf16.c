@@ -31,12 +31,6 @@ int kn_bf16_dot_supported(const kn_matrix *W)
            W->group % 32 == 0 && KN_BF16_KC % W->group == 0;
 }
 
-/* Columns of one chain (kn_gemm_bf16.h's blocks). */
-static uint32_t block_cols(const kn_matrix *W)
-{
-    return W->fmt == KN_W_Q8 ? KN_BF16_Q8_BLOCK : W->group;
-}
-
 int kn_bf16_code(const kn_matrix *W, uint32_t r, uint32_t c)
 {
     if (W->fmt == KN_W_Q8)
@@ -75,7 +69,7 @@ static inline float ftz(float v)
  * unchanged): the arithmetic of kn_gemm_bf16.h with the flushes by hand. */
 static float element(const kn_matrix *W, uint32_t r, const float *xr, float y)
 {
-    uint32_t bc = block_cols(W);
+    uint32_t bc = kn_bf16_block_cols(W);
     y = ftz(y);
     for (uint32_t c0 = 0; c0 < W->cols; c0 += bc) {
         uint32_t c1 = W->cols - c0 < bc ? W->cols : c0 + bc;
@@ -164,7 +158,7 @@ static void vector_rows(const bf16_ctx *c, uint32_t r0, uint32_t r1)
                               : kn_bf16_act_stride(W->cols);
     _Alignas(64) uint32_t wbuf[KN_BF16_KC / 2 * 32];
     _Alignas(64) float sbuf[KN_BF16_KC / 32 * 32];
-    kn_bf16_panel P = {wbuf, sbuf, 0, block_cols(W) / 2};
+    kn_bf16_panel P = {wbuf, sbuf, 0, kn_bf16_block_cols(W) / 2};
     for (uint32_t p0 = r0; p0 < r1; p0 += pr) {
         uint32_t nr = r1 - p0 < pr ? r1 - p0 : pr;
         for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_BF16_KC) {

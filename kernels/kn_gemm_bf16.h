@@ -45,6 +45,13 @@
 #define KN_BF16_Q8_BLOCK 128
 #define KN_BF16_KC 256
 
+/* Columns of one of W's chains (a block above): the int4 group, or
+ * KN_BF16_Q8_BLOCK for int8. */
+static inline uint32_t kn_bf16_block_cols(const kn_matrix *W)
+{
+    return W->fmt == KN_W_Q8 ? KN_BF16_Q8_BLOCK : W->group;
+}
+
 /* Whether W takes this path: Q8, or Q4 / Q4S in the row layout with a
  * group that divides KN_BF16_KC. */
 int kn_bf16_dot_supported(const kn_matrix *W);

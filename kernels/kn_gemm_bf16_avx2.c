@@ -82,7 +82,7 @@ void kn_avx2_gemm_bf16_pack(const kn_matrix *W, uint32_t r0, uint32_t nr,
         for (uint32_t j = 0; j < 16; j++)
             slot(w, k, j / 8)[j % 8] =
                 j < nr && k < span ? (float)kn_bf16_code(W, r0 + j, c0 + k) : 0.0f;
-    uint32_t bc = W->fmt == KN_W_Q8 ? KN_BF16_Q8_BLOCK : W->group;
+    uint32_t bc = kn_bf16_block_cols(W);
     for (uint32_t b = 0; b * bc < span; b++)
         for (uint32_t j = 0; j < 16; j++)
             s[b * 16 + j] = j < nr ? kn_bf16_scale(W, r0 + j, c0 + b * bc) : 0.0f;

@@ -90,7 +90,7 @@ void kn_avx512bf16_gemm_pack(const kn_matrix *W, uint32_t r0, uint32_t nr,
         _mm512_store_si512(w + p * 32 + 16,
                            _mm512_i32gather_epi32(at, rowmajor + 16 * PAIRS, 4));
     }
-    uint32_t bc = W->fmt == KN_W_Q8 ? KN_BF16_Q8_BLOCK : W->group;
+    uint32_t bc = kn_bf16_block_cols(W);
     for (uint32_t b = 0; b * bc < span; b++)
         for (uint32_t j = 0; j < 32; j++)
             s[b * 32 + j] = j < nr ? kn_bf16_scale(W, r0 + j, c0 + b * bc) : 0.0f;

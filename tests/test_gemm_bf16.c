@@ -64,11 +64,10 @@ static float *activations(size_t T, uint32_t cols, int tiny)
     return x;
 }
 
-/* Run kn_matmul_bf16_multi on path p with nth threads. */
-static void run(int p, kn_pool *pool, const kn_matrix *W, const float *X,
+/* Pack X and run kn_matmul_bf16_multi on the path selected. */
+static void run(kn_pool *pool, const kn_matrix *W, const float *X,
                 size_t T, float *Y, const float *bias)
 {
-    (void)p;
     void *xb = malloc(kn_bf16_act_bytes(T, W->cols) + 64);
     assert_non_null(xb);
     kn_bf16_act_pack(X, T, W->cols, xb);
@@ -95,7 +94,7 @@ static void check_case(kn_pool *pool, kn_wformat f, uint32_t group,
         if (!use_path(p))
             continue;
         memset(got, 0xcd, T * rows * sizeof(float));
-        run(p, pool, &t.m, X, T, got, bias);
+        run(pool, &t.m, X, T, got, bias);
         if (memcmp(got, ref, T * rows * sizeof(float)) != 0) {
             for (size_t i = 0; i < T * rows; i++)
                 if (memcmp(&got[i], &ref[i], sizeof(float)) != 0) {
