@@ -43,8 +43,8 @@ mc_status cmp_descend_codes(const float *w, const cmp_hessian *h,
 /* Peak bytes cmp_descend_codes allocates for this width with `threads`
  * threads: (cols^2 + cols) * 8 (H in full, and its diagonal) + threads *
  * 2 * CMP_QFORM_CHUNK * cols * 8 (a chunk of rows' differences and
- * products, cmp_qform.h), and with more than one thread their move
- * counters (threads * 8). */
+ * products, cmp_qform.h) + threads * cols (a row's codes), and with more
+ * than one thread their move counters (threads * 8). */
 uint64_t cmp_descend_work_bytes(uint32_t cols, int threads);
 
 #endif /* CMP_DESCEND_H */

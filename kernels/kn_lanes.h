@@ -77,4 +77,18 @@ void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
                          size_t lde, const double *U, size_t ldu, size_t ne,
                          size_t c0, size_t c1);
 
+/* The code descent's scan (compiler/cmp_descend.c): the first column c in
+ * [c0, c1) of one row where one code step lowers the row's error, c1 when
+ * there is none.  With v(k) = (float)(k - zero) * scale (zero 0 for Q8:
+ * the same product as scale * (float)k), dv = (double)v(codes[c] + step) -
+ * (double)deq[c] and de = (dv * dv) * diag[c] - (2.0 * dv) * g[c], each
+ * operation rounded on its own, a step moves when diag[c] > 0, lo <=
+ * codes[c] + step <= hi and de < 0 (step -1 or +1).  The descent's own
+ * per-column test computes the same values in the same way, so the two
+ * agree on every column; test_gptq_work compares the descent on both
+ * paths. */
+size_t kn_avx2_descend_scan(const int8_t *codes, const float *deq,
+                            const double *g, const double *diag, size_t c0,
+                            size_t c1, float scale, int zero, int lo, int hi);
+
 #endif /* KN_LANES_H */

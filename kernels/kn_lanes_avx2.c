@@ -215,3 +215,76 @@ void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
             }
     }
 }
+
+/* The lanes of de < 0 for four columns' step values v (float, widened)
+ * against their deq, g and diag. */
+static inline __attribute__((always_inline)) __m256d
+step_gain(__m128 v, __m128 dq, __m256d g, __m256d hcc)
+{
+    __m256d dv = _mm256_sub_pd(_mm256_cvtps_pd(v), _mm256_cvtps_pd(dq));
+    __m256d a = _mm256_mul_pd(_mm256_mul_pd(dv, dv), hcc);
+    __m256d b = _mm256_mul_pd(_mm256_mul_pd(_mm256_set1_pd(2.0), dv), g);
+    return _mm256_cmp_pd(_mm256_sub_pd(a, b), _mm256_setzero_pd(), _CMP_LT_OQ);
+}
+
+/* The moving lanes (a bit per column) of four columns at c. */
+static inline __attribute__((always_inline)) int
+scan4(__m128i code, const float *deq, const double *g, const double *diag,
+      size_t c, __m128 scale, __m128i zero, __m128i lo, __m128i hi)
+{
+    const __m128i one = _mm_set1_epi32(1);
+    __m128i cm = _mm_sub_epi32(code, one), cp = _mm_add_epi32(code, one);
+    __m128 vm = _mm_mul_ps(_mm_cvtepi32_ps(_mm_sub_epi32(cm, zero)), scale);
+    __m128 vp = _mm_mul_ps(_mm_cvtepi32_ps(_mm_sub_epi32(cp, zero)), scale);
+    __m128 dq = _mm_loadu_ps(deq + c);
+    __m256d gc = _mm256_loadu_pd(g + c), hcc = _mm256_loadu_pd(diag + c);
+    __m256d live = _mm256_cmp_pd(hcc, _mm256_setzero_pd(), _CMP_GT_OQ);
+    /* in range: cm >= lo and cp <= hi */
+    __m128i okm = _mm_xor_si128(_mm_cmpgt_epi32(lo, cm), _mm_set1_epi32(-1));
+    __m128i okp = _mm_xor_si128(_mm_cmpgt_epi32(cp, hi), _mm_set1_epi32(-1));
+    __m256d mm = _mm256_and_pd(step_gain(vm, dq, gc, hcc),
+                               _mm256_castsi256_pd(_mm256_cvtepi32_epi64(okm)));
+    __m256d mp = _mm256_and_pd(step_gain(vp, dq, gc, hcc),
+                               _mm256_castsi256_pd(_mm256_cvtepi32_epi64(okp)));
+    return _mm256_movemask_pd(_mm256_and_pd(live, _mm256_or_pd(mm, mp)));
+}
+
+size_t kn_avx2_descend_scan(const int8_t *codes, const float *deq,
+                            const double *g, const double *diag, size_t c0,
+                            size_t c1, float scale, int zero, int lo, int hi)
+{
+    const __m128 vs = _mm_set1_ps(scale);
+    const __m128i vz = _mm_set1_epi32(zero), vlo = _mm_set1_epi32(lo),
+                  vhi = _mm_set1_epi32(hi);
+    size_t c = c0;
+    for (; c + 8 <= c1; c += 8) {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(codes + c));
+        __m128i k0 = _mm_cvtepi8_epi32(b), k1 = _mm_cvtepi8_epi32(_mm_srli_si128(b, 4));
+        int m = scan4(k0, deq, g, diag, c, vs, vz, vlo, vhi) |
+                scan4(k1, deq, g, diag, c + 4, vs, vz, vlo, vhi) << 4;
+        if (m)
+            return c + (size_t)__builtin_ctz((unsigned)m);
+    }
+    for (; c + 4 <= c1; c += 4) {
+        int32_t w;
+        __builtin_memcpy(&w, codes + c, 4);
+        int m = scan4(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(w)), deq, g, diag, c, vs,
+                      vz, vlo, vhi);
+        if (m)
+            return c + (size_t)__builtin_ctz((unsigned)m);
+    }
+    for (; c < c1; c++) { /* the last columns: the same test in C */
+        double hcc = diag[c];
+        if (!(hcc > 0.0))
+            continue;
+        for (int step = -1; step <= 1; step += 2) {
+            int k = codes[c] + step;
+            if (k < lo || k > hi)
+                continue;
+            double dv = (double)((float)(k - zero) * scale) - (double)deq[c];
+            if (dv * dv * hcc - 2.0 * dv * g[c] < 0.0)
+                return c;
+        }
+    }
+    return c1;
+}
