@@ -155,7 +155,7 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
         uint32_t R = c->acc.down_rows;
         c->acc.abs_sum[p] = mc_calloc(w, sizeof(double));
         c->xabs[p] = mc_malloc_array(w, sizeof(float));
-        c->acc.wc = mc_calloc((size_t)R * w, sizeof(double));
+        c->acc.wc = mc_zeroed((size_t)R * w, sizeof(double));
         c->acc.yf = mc_malloc_array(maxT * R, sizeof(float));
         c->acc.y_energy = 0.0;
         if (!c->acc.abs_sum[p] || !c->xabs[p] || !c->acc.wc || !c->acc.yf)
@@ -170,7 +170,7 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
     c->xabs[p] = mc_malloc_array(w, sizeof(float));
     int gpu = c->o->stats_on_gpu;
     if (full) {
-        c->acc.c[p] = mc_calloc((size_t)w * w, sizeof(double));
+        c->acc.c[p] = mc_zeroed((size_t)w * w, sizeof(double));
         c->acc.xf[p] = gpu ? NULL : mc_malloc_array(maxT * w, sizeof(float));
     }
     if (gpu && (st = cmp_gpu_stats_create(w, maxT, full, !c->o->stats_f32,

@@ -29,10 +29,11 @@ mc_status cmp_hessian_init(cmp_hessian *h, uint32_t cols, mc_error *err)
                        "Hessian of zero columns");
     h->cols = cols;
     /* The count cols*(cols+1)/2 is below 2^63 for any uint32_t cols;
-     * mc_calloc checks count * 8 against SIZE_MAX. */
+     * mc_zeroed checks count * 8 against SIZE_MAX (zeros written now:
+     * the sums' threads read each line before they add to it). */
     uint64_t packed = (uint64_t)cols * (cols + 1) / 2;
     if (packed <= SIZE_MAX)
-        h->h = mc_calloc((size_t)packed, sizeof(double));
+        h->h = mc_zeroed((size_t)packed, sizeof(double));
     h->xt = mc_malloc_array((size_t)kn_gram_scratch_floats(cols), sizeof(float));
     if (!h->h || !h->xt) {
         cmp_hessian_free(h);

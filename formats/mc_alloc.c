@@ -68,6 +68,14 @@ void *mc_calloc(size_t n, size_t size)
     return p;
 }
 
+void *mc_zeroed(size_t n, size_t size)
+{
+    void *p = mc_malloc_array(n ? n : 1, size ? size : 1);
+    if (p)
+        memset(p, 0, (n ? n : 1) * (size ? size : 1));
+    return p;
+}
+
 void *mc_realloc(void *p, size_t size)
 {
     if (should_fail())

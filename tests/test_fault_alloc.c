@@ -700,6 +700,27 @@ static void test_alloc_tracking_counts_live_and_peak(void **state)
     mc_alloc_track(0);
 }
 
+/* mc_zeroed: zeros, counted like mc_calloc, NULL on overflow and under an
+ * injected failure. */
+static void test_zeroed_allocation(void **state)
+{
+    (void)state;
+    mc_alloc_track(1);
+    int64_t base = mc_alloc_live_bytes();
+    double *z = mc_zeroed(300000, sizeof(double));
+    assert_non_null(z);
+    assert_true(mc_alloc_live_bytes() - base >= 300000 * (int64_t)sizeof(double));
+    for (size_t i = 0; i < 300000; i++)
+        assert_true(z[i] == 0.0);
+    mc_free(z);
+    assert_int_equal(mc_alloc_live_bytes(), base);
+    assert_null(mc_zeroed(SIZE_MAX / 4, 8));
+    mc_alloc_fail_after(0);
+    assert_null(mc_zeroed(16, 8));
+    mc_alloc_fail_after(-1);
+    mc_alloc_track(0);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -739,6 +760,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fault_alloc_artifact_session_generate),
         cmocka_unit_test(test_fault_alloc_tokenizer_load),
         cmocka_unit_test(test_alloc_tracking_counts_live_and_peak),
+        cmocka_unit_test(test_zeroed_allocation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
