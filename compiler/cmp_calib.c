@@ -41,6 +41,11 @@ int cmp_calib_is_best(cmp_qmethod m)
     return m == CMP_QM_BEST || m == CMP_QM_BEST_ALL;
 }
 
+int cmp_calib_method_asymmetric(cmp_qmethod m)
+{
+    return cmp_calib_is_best(m) || m == CMP_QM_GPTAQ || m == CMP_QM_AWQ_GPTAQ;
+}
+
 int cmp_qmethod_parse(const char *s, cmp_qmethod *out)
 {
     for (int m = 0; m <= CMP_QM_BEST_ALL; m++)

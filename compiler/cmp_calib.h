@@ -96,6 +96,13 @@ const char *cmp_qmethod_name(cmp_qmethod m);
 int cmp_qmethod_parse(const char *s, cmp_qmethod *out);
 /* 1 for best and best-all (the methods that choose per group). */
 int cmp_calib_is_best(cmp_qmethod m);
+/* 1 for the methods that fit the full-precision model's outputs: gptaq,
+ * awq+gptaq, and best and best-all, which try them.  Only these need the
+ * full-precision forward pass and its statistics (Hf, C); the others
+ * collect every point lean (cmp_calib_plan_memory): Hq alone, their
+ * errors measured on their own inputs, and no full-precision pass (at
+ * SmolLM2-135M's shape with 32K tokens about half the compile). */
+int cmp_calib_method_asymmetric(cmp_qmethod m);
 
 /* Linear slots of a block, in the order of the per-layer table. */
 enum { CMP_LIN_Q, CMP_LIN_K, CMP_LIN_V, CMP_LIN_O, CMP_LIN_GATE, CMP_LIN_UP,
@@ -298,7 +305,8 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
                            size_t nseq, const cmp_calib_opts *o,
                            unsigned lean, cmp_calib_mem *out, mc_error *err);
 
-/* The plan cmp_calib_run follows: lean = o->force_lean when o->mem_budget
+/* The plan cmp_calib_run follows: lean = o->force_lean (every point too
+ * for a method that is not cmp_calib_method_asymmetric) when o->mem_budget
  * is 0 or the estimate fits; else the refits' H w goes
  * (CMP_CALIB_LEAN_REFIT_HW; kept after all when what went after it made
  * room), then the store of down's inputs

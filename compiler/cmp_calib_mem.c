@@ -446,6 +446,8 @@ mc_status cmp_calib_plan_memory(const fmt_model_config *cfg, const size_t *off,
                                       1u << KN_TAP_QKV_IN, 1u << KN_TAP_GATE_UP_IN};
     unsigned lean = o->force_lean &
                     (0xFu | CMP_CALIB_LEAN_DOWN_STORE | CMP_CALIB_LEAN_REFIT_HW);
+    if (!cmp_calib_method_asymmetric(o->method))
+        lean |= 0xFu; /* Hf and C would serve only the errors' report */
     mc_status st = cmp_calib_memory(cfg, off, nseq, o, lean, out, err);
     /* what costs no quality first: the refits' H w, down's input store */
     static const unsigned free_first[2] = {CMP_CALIB_LEAN_REFIT_HW,
