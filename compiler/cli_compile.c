@@ -129,7 +129,10 @@ static const mc_opt compile_opts[] = {
              "best | best-all (default best with --calib: gptaq,\n"
              "and awq+gptaq or act-order only where a cheap proxy\n"
              "says they can win; best-all tries every method on\n"
-             "every group; without --calib, plain round-to-nearest)"},
+             "every group; without --calib, plain round-to-nearest;\n"
+             "only gptaq, awq+gptaq and the best ones run the\n"
+             "full-precision pass: the others are about twice as\n"
+             "fast and report errors on their own inputs)"},
     {.kind = MC_OPT_CHOICE, .flags = "--awq-grid", .value = "coarse|full",
      .off = F(awq_grid), .choices = awq_grid_choices,
      .help = "AWQ's alpha search (awq and best methods): coarse\n"
@@ -140,8 +143,8 @@ static const mc_opt compile_opts[] = {
      .off = F(o.calib_time_s), .flo = 0.0, .fhi = 1e9,
      .fflags = MC_PARSE_LO_OPEN,
      .help = "a time budget for the calibration: the effort\n"
-             "(--calib-stages, then --method gptaq, then\n"
-             "--calib-seqs) is cut until the estimate fits; the\n"
+             "(--method gptaq, then gptq, then --calib-stages,\n"
+             "then --calib-seqs) is cut until the estimate fits; the\n"
              "estimate rests on a rate measured at start, so the\n"
              "choice depends on the machine and its load: the\n"
              "options printed reproduce the artifact without it"},

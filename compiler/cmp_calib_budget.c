@@ -72,36 +72,38 @@ static mc_status estimate(const rt_model *m, const size_t *off, size_t nseq,
     return st;
 }
 
-/* Effort k of the ladder (cmp_calib_budget.h) into *e; 0 past its end. */
-static int ladder(const cmp_calib_opts *o, int method_fixed, size_t ncal,
-                  unsigned k, cmp_calib_effort *e)
+/* Move k of the ladder (cmp_calib_budget.h) applied to *e, which is the
+ * effort accepted so far; 0 past the ladder's end.  A move that does not
+ * apply (a stage count not below the options', a method the user named)
+ * leaves *e as it is. */
+static int ladder_move(const cmp_calib_opts *o, int method_fixed, unsigned k,
+                       cmp_calib_effort *e)
 {
     uint32_t s0 = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
-    static const uint32_t down[3] = {4, 2, 1};
-    memset(e, 0, sizeof *e);
-    e->stages = s0;
-    e->method = o->method;
-    e->seqs = ncal;
-    if (k == 0)
+    int best = !method_fixed && cmp_calib_is_best(o->method);
+    switch (k) {
+    case 0:
+        if (best)
+            e->method = CMP_QM_GPTAQ;
         return 1;
-    unsigned i = 1;
-    for (int d = 0; d < 3; d++)
-        if (down[d] < s0) {
-            e->stages = down[d];
-            if (i++ == k)
-                return 1;
-        }
-    if (!method_fixed && cmp_calib_is_best(o->method)) {
-        e->method = CMP_QM_GPTAQ;
-        if (i++ == k)
-            return 1;
+    case 1:
+        if (best)
+            e->method = CMP_QM_GPTQ; /* no full-precision pass */
+        return 1;
+    case 2:
+        if (2 < s0)
+            e->stages = 2;
+        return 1;
+    case 3:
+        if (1 < s0)
+            e->stages = 1;
+        return 1;
+    default:
+        if (e->seqs < 2)
+            return 0;
+        e->seqs /= 2; /* the first half, a quarter, ... one */
+        return 1;
     }
-    for (size_t n = ncal / 2; n >= 1; n /= 2) {
-        e->seqs = n;
-        if (i++ == k)
-            return 1;
-    }
-    return 0;
 }
 
 mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
@@ -114,34 +116,40 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib-time", -1,
                        "a budget needs a positive rate and budget and a "
                        "calibration sequence");
-    size_t ncal = nseq - o->heldout;
-    cmp_calib_effort e, last, first;
-    memset(&last, 0, sizeof last);
-    memset(&first, 0, sizeof first);
-    for (unsigned k = 0; ladder(o, method_fixed, ncal, k, &e); k++) {
-        mc_status st = estimate(m, off, nseq, o, rate, &e, err);
-        if (st != MC_OK)
+    cmp_calib_effort cur, first;
+    memset(&cur, 0, sizeof cur);
+    cur.stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
+    cur.method = o->method;
+    cur.seqs = nseq - o->heldout;
+    mc_status st = estimate(m, off, nseq, o, rate, &cur, err);
+    if (st != MC_OK)
+        return st;
+    first = cur;
+    if (most)
+        *most = cur;
+    cmp_calib_effort e = cur;
+    for (unsigned k = 0; cur.estimate_s > budget_s && ladder_move(o, method_fixed, k, &e);
+         k++) {
+        if (memcmp(&e, &cur, sizeof e) == 0)
+            continue; /* the move did not apply */
+        if ((st = estimate(m, off, nseq, o, rate, &e, err)) != MC_OK)
             return st;
-        if (k == 0) {
-            first = e;
-            if (most)
-                *most = e;
-        } else if (!(e.estimate_s < last.estimate_s)) {
-            continue; /* less effort for no less time: never chosen */
-        }
-        if (e.estimate_s <= budget_s) {
-            *out = e;
-            return MC_OK;
-        }
-        last = e;
+        if (e.estimate_s < cur.estimate_s)
+            cur = e;  /* accepted: later moves start from it */
+        else
+            e = cur;  /* less effort for no less time: never taken */
+    }
+    if (cur.estimate_s <= budget_s) {
+        *out = cur;
+        return MC_OK;
     }
     char opts[128];
     return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib-time", -1,
                    "%.3g s is below the cheapest calibration's estimate, "
                    "%.3g s (%s, at %.1f G multiply-adds/s measured now); "
                    "the options as given are estimated at %.3g s",
-                   budget_s, last.estimate_s,
-                   cmp_calib_effort_options(&last, opts, sizeof opts),
+                   budget_s, cur.estimate_s,
+                   cmp_calib_effort_options(&cur, opts, sizeof opts),
                    rate / 1e9, first.estimate_s);
 }
 

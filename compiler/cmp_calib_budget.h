@@ -6,14 +6,20 @@
  * The efforts, most first (each a step down from the one before):
  *   1. the options as given (stages S0, default 4; the method; every
  *      calibration sequence);
- *   2. fewer statistics stages: 2, then 1 (each below S0 only);
- *   3. the method best (or best-all) becomes gptaq, unless the user named
- *      the method;
+ *   2. the method best (or best-all) becomes gptaq, then gptq, unless the
+ *      user named the method (gptq needs no full-precision pass and no
+ *      Hf or C: cmp_calib_method_asymmetric, about half the time at
+ *      SmolLM2-135M's shape);
+ *   3. fewer statistics stages: 2, then 1 (each below S0 only);
  *   4. the first half of the calibration sequences, then a quarter, ...
  *      down to one sequence.
  * A step whose estimate is not below the effort before it is skipped:
  * with 4 stages reusing their passes (cmp_calib_stage_span) fewer stages
- * run no fewer multiply-adds, only worse statistics.
+ * run no fewer multiply-adds, only worse statistics.  Why this order
+ * (docs/benchmarks.md): on stories260k gptaq for best costs +1-2 % KLD
+ * and gptq +17-22 %, for about half the time at SmolLM2's shape; 2 stages
+ * cost +9-14 % and save time only where the passes are not reused; half
+ * the sequences costs +4-5 % there but +36 % at SmolLM2's widths.
  * The first effort whose estimate fits the budget is chosen.  The choice
  * depends only on the estimate (so on the rate measured at start: on
  * machine load), never on a clock read during the run; its effort is

@@ -181,18 +181,20 @@ static void test_choice_walks_the_ladder(void **state)
     assert_int_equal(got.seqs, 16);
     assert_true(got.estimate_s == most.estimate_s && most.estimate_s > 0.0);
     /* each budget just under the effort chosen steps down the ladder:
-     * stages 1, gptaq, then 8, 4, 2, 1 sequences.  Stages 2 is skipped:
-     * with the 4 stages' passes reused (cmp_calib_stage_span) it runs
-     * more multiply-adds than 4 (stage 0's passes cannot be reused) */
+     * gptaq, gptq (no full-precision pass), then 8, 4, 2, 1 sequences.
+     * The stage steps are not taken: with the 4 stages' passes reused
+     * (cmp_calib_stage_span) 2 or 1 stages run more multiply-adds than 4
+     * (stage 0's passes cannot be reused), and a move that saves no time
+     * is never taken nor kept for the moves after it */
     cmp_calib_opts o2 = lc.o;
     o2.stages = 2;
     cmp_calib_effort two;
     assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &o2, 1, 1e12,
                                              rate, &two, NULL, &e), MC_OK);
     assert_true(two.estimate_s > most.estimate_s);
-    static const uint32_t st[6] = {1, 1, 1, 1, 1, 1};
-    static const cmp_qmethod me[6] = {CMP_QM_BEST, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
-                                      CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ};
+    static const uint32_t st[6] = {4, 4, 4, 4, 4, 4};
+    static const cmp_qmethod me[6] = {CMP_QM_GPTAQ, CMP_QM_GPTQ, CMP_QM_GPTQ,
+                                      CMP_QM_GPTQ, CMP_QM_GPTQ, CMP_QM_GPTQ};
     static const size_t sq[6] = {16, 16, 8, 4, 2, 1};
     for (int k = 0; k < 6; k++) {
         prev = got;
@@ -219,12 +221,21 @@ static void test_choice_walks_the_ladder(void **state)
     const char *msg = mc_error_format(&e, buf, sizeof buf);
     assert_non_null(strstr(msg, "cheapest"));
     assert_non_null(strstr(msg, want));
-    /* a named method is kept: the step to gptaq is skipped */
+    /* a named method is kept: the steps to gptaq and gptq are skipped */
     assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1,
                                              1e12, rate, &most, NULL, &e), MC_OK);
     cmp_calib_effort s1;
     assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
                                              1e12, rate, &s1, NULL, &e), MC_OK);
+    /* best kept: a stage move is taken where it saves time (1 stage is
+     * estimated below 4 for best on this fixture) */
+    cmp_calib_effort kept;
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1,
+                                             most.estimate_s * 0.999, rate, &kept,
+                                             NULL, &e), MC_OK);
+    assert_int_equal(kept.method, CMP_QM_BEST);
+    assert_int_equal(kept.stages, 1);
+    assert_int_equal(kept.seqs, 16);
     lc.o.stages = 1;
     assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1, 1e12,
                                              rate, &s1, NULL, &e), MC_OK);
