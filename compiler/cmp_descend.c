@@ -49,7 +49,7 @@ static int column_move(double hcc, double gc, float deqc, int code, cmp_qparam p
 /* Descend one row: codes and deq of row r, g = H d (n, updated); diag:
  * H's diagonal, contiguous (H's own is a column stride apart: a cache
  * line, and at 7B widths a page, per column and sweep).  codes: n bytes
- * of scratch for the row's codes, or NULL.  With it and AVX2, the
+ * of scratch for the row's codes.  With AVX2, the
  * columns where no step moves (~98 % of them on stories260k) are passed
  * over by kn_avx2_descend_scan, whose test is column_move's arithmetic:
  * the same moves in the same order. */
@@ -59,7 +59,7 @@ static uint64_t descend_row(const double *H, const double *diag, size_t n,
 {
     int lo = q->fmt == KN_W_Q8 ? -127 : 0, hi = q->fmt == KN_W_Q8 ? 127 : 15;
     size_t span = cmp_qbuf_span(q);
-    int scan = codes && kn_cpu_has_avx2() && !kn_force_scalar();
+    int scan = kn_cpu_has_avx2() && !kn_force_scalar();
     if (scan)
         for (size_t c = 0; c < n; c++)
             codes[c] = (int8_t)cmp_qbuf_get_code(q, r, (uint32_t)c);
