@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "kn_cpus.h"
 #include "rt_plan.h"
 
 /* Run argv with stderr to err_path (may be NULL); returns the exit code,
@@ -202,7 +203,7 @@ int main(int argc, char **argv)
         return 1;
     char th[16];
     snprintf(th, sizeof th, "%d",
-             threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+             threads > 0 ? threads : kn_cpu_count());
     char dir[1024], model[1100], job[1100], out_c[1100], out_w[1100];
     if (bench_mkdtemp(dir, sizeof dir, "batch") != 0) {
         perror("bench_batch: a scratch folder under $TMPDIR or /tmp");

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "kn_cpus.h"
 
 static int write_ids(const char *path, size_t nseq, size_t len, uint32_t vocab,
                      uint64_t seed)
@@ -298,7 +299,7 @@ int main(int argc, char **argv)
     printf("\n");
     /* the plan's estimate (seconds on cores of its own) against each
      * phase's CPU seconds over the threads that ran it */
-    double nth = threads > 0 ? threads : (double)sysconf(_SC_NPROCESSORS_ONLN);
+    double nth = threads > 0 ? threads : (double)kn_cpu_count();
     printf("  estimate / (CPU s / %.0f threads), rate %.1f G/s:", nth,
            json_num_in(out, "plan", "rate_madds_per_s") / 1e9);
     for (int p = 0; p < 4; p++) {

@@ -36,7 +36,7 @@ static const mc_opt eval_opts[] = {
      .help = "use only the first N sequences"},
     {.kind = MC_OPT_INT, .flags = "--threads", .value = "N",
      .off = offsetof(eval_cli, threads), .ulo = 1, .uhi = 256,
-     .help = "worker threads (default: all CPUs)"},
+     .help = "worker threads (default: the CPUs this process may use)"},
     {.kind = MC_OPT_SET, .flags = "--json", .off = offsetof(eval_cli, json),
      .help = "one JSON object on stdout: kld_mean, kld_p99, top1,\n"
              "ppl_ref, ppl, tokens"},

@@ -16,6 +16,7 @@
 #include "fmt_dtype.h"
 #include "fmt_file.h"
 #include "fmt_model.h"
+#include "kn_cpus.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -435,8 +436,7 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         goto done;
     /* the fast path's threads and their row scratch (any count gives the
      * same bytes) */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nthreads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;
+    int nthreads = o->threads > 0 ? o->threads : kn_cpu_count();
     nthreads = nthreads > CMP_RTN_MAX_THREADS ? CMP_RTN_MAX_THREADS : nthreads;
     if (!man || !tj || !(wbuf = mc_malloc_array((size_t)maxn, sizeof(float))) ||
         !(rows = mc_malloc_array((size_t)maxcols * (size_t)nthreads,

@@ -79,7 +79,8 @@ typedef struct cmp_compile_opts {
                                           (needs calib, req.max_batch and
                                           req.max_seq; req.policy.group is
                                           the int4 group) */
-    int threads;                       /* calibration threads: 0 all CPUs,
+    int threads;                       /* calibration threads: 0 every CPU
+                                          this process may use (kn_cpus.h),
                                           1 the calling thread only (the
                                           result does not depend on it) */
     int calib_stats_f32;               /* with calib: float products in the

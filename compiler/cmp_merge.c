@@ -11,6 +11,7 @@
 
 #include "cmp_par.h"
 #include "fmt_json_strict.h"
+#include "kn_cpus.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
 
@@ -407,11 +408,10 @@ mc_status cmp_merge_open(const fmt_model *base, const cmp_adapter_spec *adapters
     if (!m)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     m->base = base;
-    /* Every online CPU computes rows, on threads started per chunk
+    /* Every CPU this process may use (kn_cpus.h) computes rows, on threads started per chunk
      * (cmp_par_spawn: nothing spins beside the writer thread). */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    m->threads = ncpu < 1 ? 1 : ncpu > CMP_PAR_MAX_SPAWN ? CMP_PAR_MAX_SPAWN
-                                                         : (int)ncpu;
+    int ncpu = kn_cpu_count();
+    m->threads = ncpu > CMP_PAR_MAX_SPAWN ? CMP_PAR_MAX_SPAWN : ncpu;
     mc_status st = open_into(m, adapters, n, err);
     if (st) {
         cmp_merge_close(m);

@@ -47,8 +47,9 @@
  * adapters' A/B (as double), O(8 rows) scratch per thread, and the
  * caller's output.  The writer streams rows in chunks of a few MiB and
  * drops mapped pages it has consumed, so peak RSS stays near one chunk,
- * not the model.  Rows are computed on all online CPUs (16-row blocks
- * taken in turn; AVX-512 where the CPU has it, MC_NO_AVX512=1 for AVX2);
+ * not the model.  Rows are computed on every CPU the process may use
+ * (kn_cpus.h; 16-row blocks taken in turn; AVX-512 where the CPU has it,
+ * MC_NO_AVX512=1 for AVX2);
  * the result does not depend on the number of threads or the CPU's SIMD.
  * Writeback to disk starts as the shards are written (fmt_atomic), so the
  * commit does not wait for a whole shard.

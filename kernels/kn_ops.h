@@ -41,8 +41,9 @@ void kn_set_force_scalar(int on);    /* 1: optimized entry points use scalar */
 int kn_force_scalar(void);
 
 typedef struct kn_pool kn_pool;
-/* A pool of nthreads workers (the calling thread is one of them; 0 = number
- * of online CPUs).  Returns NULL on failure. */
+/* A pool of nthreads workers (the calling thread is one of them; 0 =
+ * kn_cpu_count(), the CPUs this process may use: kn_cpus.h says why not
+ * the CPUs online).  Returns NULL on failure. */
 kn_pool *kn_pool_create(int nthreads);
 void kn_pool_free(kn_pool *p);       /* NULL is a no-op */
 int kn_pool_threads(const kn_pool *p);

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "kn_cpus.h"
 #include "mc_alloc.h"
 
 /* Iterations of the brief spin before sleeping (a few microseconds). */
@@ -76,10 +77,8 @@ static void *kn_worker_main(void *arg)
 
 kn_pool *kn_pool_create(int nthreads)
 {
-    if (nthreads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        nthreads = n > 0 ? (int)n : 1;
-    }
+    if (nthreads <= 0)
+        nthreads = kn_cpu_count();
     if (nthreads > 256)
         nthreads = 256;
     kn_pool *p = mc_calloc(1, sizeof *p);

@@ -42,7 +42,9 @@ typedef struct mcrt mcrt;
  * batch 8 / max_seq min(max_position, 2048) / chunk 256 / f32 KV / all
  * CPUs for a Hugging Face directory). */
 typedef struct mcrt_options {
-    int threads;               /* 0: online CPUs */
+    int threads;               /* 0: the plan's, at most the CPUs this
+                                  process may use (kn_cpus.h: affinity
+                                  and cgroup limit); no plan: those CPUs */
     uint32_t max_batch;        /* 0: default */
     uint64_t max_seq;          /* 0: default */
     uint32_t prefill_chunk;    /* 0: default (raised to max_batch) */

@@ -284,7 +284,7 @@ static const mc_opt mrun_opts[] = {
     {.kind = MC_OPT_SECTION, .help = "Plan and machine:"},
     {.kind = MC_OPT_INT, .flags = "--threads", .value = "N",
      .off = F(opts.threads), .ulo = 1, .uhi = 256,
-     .help = "worker threads (default: all CPUs)"},
+     .help = "worker threads (default: the CPUs this process may use, at most the plan's)"},
     {.kind = MC_OPT_U32, .flags = "--max-batch", .value = "N",
      .off = F(opts.max_batch), .ulo = 1, .uhi = 65536,
      .help = "sequences per step (default: the plan's)"},

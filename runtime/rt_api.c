@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fmt_mapguard.h"
+#include "kn_cpus.h"
 #include "kn_quant.h"
 #include "mc_alloc.h"
 #include "rt_api_internal.h"
@@ -258,8 +259,18 @@ int mcrt_open(const char *path, const mcrt_options *opts, mcrt **out)
         L.kv_type = (kn_kvtype)(o.kv_type - 1);
         changed = 1;
     }
-    if (o.threads > 0)
+    if (o.threads > 0) {
         L.threads = o.threads;
+    } else if (L.threads > 0) {
+        /* A plan sized for more threads than this process may use (it is
+         * made for 4, whatever machine compiled it): one more thread than
+         * CPUs makes every step wait on a parked one (kn_cpus.h), so run
+         * on the CPUs there are; the plan's per-thread scratch just goes
+         * partly unused. */
+        int cpus = kn_cpu_count();
+        if (L.threads > cpus)
+            L.threads = cpus;
+    }
     const rt_layout *plan = m->has_plan && !changed ? &m->plan.layout : NULL;
     if (o.device < MCRT_DEVICE_DEFAULT || o.device > MCRT_DEVICE_CUDA) {
         mcrt_close(h);

@@ -12,6 +12,7 @@
 
 #include "fmt_artifact.h"
 #include "fmt_mapguard.h"
+#include "kn_cpus.h"
 #include "kn_pack16.h"
 #include "kn_qdot.h"
 #include "mc_alloc.h"
@@ -417,8 +418,8 @@ static void pack_for_cpu(loader *L)
             dst[i] = at;
             at += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
         }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nth = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu, started = 0;
+    int ncpu = kn_cpu_count();
+    int nth = ncpu > 4 ? 4 : ncpu, started = 0;
     pthread_t th[3];
     for (int t = 0; t < nth - 1; t++)
         if (pthread_create(&th[started], NULL, pack_worker, &job) == 0)

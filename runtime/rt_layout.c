@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "kn_block.h"
+#include "kn_cpus.h"
 #include "kn_ops.h"
 #include "mc_checked.h"
 
@@ -146,10 +147,8 @@ static mc_status resolve_limits(const fmt_model_config *cfg,
     L->prefill_chunk = lim->prefill_chunk;
     L->kv_type = lim->kv_type;
     L->threads = lim->threads;
-    if (L->threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        L->threads = n > 0 ? (int)n : 1;
-    }
+    if (L->threads <= 0)
+        L->threads = kn_cpu_count();
     if (L->threads > 256)
         L->threads = 256;
     if (L->max_batch < 1)

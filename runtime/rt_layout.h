@@ -85,7 +85,7 @@ typedef struct rt_limits {
     uint32_t prefill_chunk;  /* token rows per step (>= max_batch; resolved
                                 to <= max_batch x max_seq) */
     kn_kvtype kv_type;       /* KV cache element type */
-    int threads;             /* worker threads (0 = online CPUs) */
+    int threads;             /* worker threads (0 = kn_cpu_count()) */
 } rt_limits;
 
 /* Phases of a step (see the table above). */
