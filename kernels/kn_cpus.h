@@ -1,13 +1,15 @@
 /*
  * kn_cpus.h - how many CPUs this process may keep busy.
  *
- * The thread pool (kn_ops.h) splits each job statically and spins between
- * jobs, so a thread more than the process's CPUs does not just share a
- * core: every matrix product waits for whichever thread the scheduler has
- * parked, a time slice each.  Measured on 2 CPUs (SmolLM2-135M shape, int4,
- * batch-1 decode): 2 threads 209 tok/s, 3 threads 9.8, 4 threads 7.1.  So
- * the default thread counts (the pools, mrun, mcompile, merge) come from
- * here, not from the CPUs online:
+ * The thread pool (kn_ops.h) splits each job statically, so threads beyond
+ * the process's CPUs do not just share cores: every matrix product waits
+ * for whichever thread the scheduler has parked.  Measured on 2 CPUs
+ * (SmolLM2-135M shape, int4, batch-1 decode), with a pool that spun
+ * without yielding: 2 threads 209 tok/s, 3 threads 9.8, 4 threads 7.1
+ * (kn_pool.c now yields in its spin, which keeps 4 threads near 2's, but
+ * no thread count above the CPUs is faster).  So the default thread
+ * counts (the pools, mrun, mcompile, merge) come from here, not from the
+ * CPUs online:
  *
  *   kn_cpu_count() = min(the CPUs in the affinity mask (taskset, cpusets),
  *                        the cgroup CPU limit rounded up (docker --cpus,
