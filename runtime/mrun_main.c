@@ -12,6 +12,7 @@
 
 #include "fmt_input.h"
 #include "fmt_mapguard.h"
+#include "kn_cpus.h"
 #include "mcrt.h"
 #include "mrun_job.h"
 #include "mrun_opts.h"
@@ -126,6 +127,30 @@ static char *decode(const rt_tokenizer *tok, const int32_t *ids, size_t n,
 }
 
 /* Sizes a plan-less session for the request (an artifact's plan wins). */
+/* An artifact's plan caps the threads (their scratch is in its arena):
+ * say so when that leaves CPUs idle, since prefill is compute-bound, and
+ * how to plan for more. */
+static void note_threads(const mrun_cli *c, mcrt *h)
+{
+    mcrt_info in;
+    if (mcrt_get_info(h, &in) != 0 || in.device != MCRT_DEVICE_CPU ||
+        in.plan_source == MCRT_PLAN_RUNTIME)
+        return;
+    int cpus = kn_cpu_count(), want = c->opts.threads > 0 ? c->opts.threads : cpus;
+    if (want > cpus)
+        want = cpus; /* more would not run faster (kn_cpus.h) */
+    if (in.threads >= want)
+        return;
+    if (c->opts.threads > 0)
+        fprintf(stderr, "mrun: note: running %d thread%s, not the %d asked for: ",
+                in.threads, in.threads == 1 ? "" : "s", c->opts.threads);
+    else
+        fprintf(stderr, "mrun: note: running %d thread%s on %d CPUs: ", in.threads,
+                in.threads == 1 ? "" : "s", cpus);
+    fprintf(stderr, "the artifact's plan is sized for %d (`mcompile ... --threads %d` "
+            "plans for more)\n", in.threads, want);
+}
+
 static int open_model(const mrun_cli *c, mcrt **h)
 {
     uint64_t longest = 0;
@@ -142,6 +167,8 @@ static int open_model(const mrun_cli *c, mcrt **h)
     int rc = mcrt_open(c->model, &o, h);
     if (rc)
         fprintf(stderr, "mrun: %s\n", mcrt_last_error(NULL));
+    else if (!c->quiet)
+        note_threads(c, *h);
     return rc;
 }
 

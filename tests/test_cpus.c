@@ -206,7 +206,25 @@ static void test_a_plan_for_more_threads_runs_on_the_cpus_there_are(void **st)
     assert_non_null(j);
     assert_int_equal(json_integer_value(json_object_get(j, "threads")), 1);
     json_decref(j);
+    /* no idle CPU under the mask: no note */
+    assert_null(strstr(err, "note:"));
     assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
+    /* a plan for 1 thread on a machine with more CPUs says so, unless -q */
+    char *one = tu_fmt("%s/one.mca", tmp);
+    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                "%s/llama --target 64MiB --threads 1 -q -o %s",
+                                MC_FIXTURE_DIR, one), 0);
+    const char *cmd = "%s --device cpu --tokens '1 2 3' --max-new-tokens 2 %s";
+    assert_int_equal(tu_run_bin(&out, &err, "mrun", cmd, one, ""), 0);
+    if (kn_cpu_count() > 1) {
+        assert_non_null(strstr(err, "plan is sized for 1"));
+        assert_non_null(strstr(err, "--threads"));
+    } else {
+        assert_null(strstr(err, "note:"));
+    }
+    assert_int_equal(tu_run_bin(&out, &err, "mrun", cmd, one, "-q"), 0);
+    assert_null(strstr(err, "note:"));
+    free(one);
     free(out);
     free(err);
     free(art);
