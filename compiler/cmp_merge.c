@@ -408,8 +408,9 @@ mc_status cmp_merge_open(const fmt_model *base, const cmp_adapter_spec *adapters
     if (!m)
         return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     m->base = base;
-    /* Every CPU this process may use (kn_cpus.h) computes rows, on threads started per chunk
-     * (cmp_par_spawn: nothing spins beside the writer thread). */
+    /* Every CPU this process may use (kn_cpus.h) computes rows, on
+     * threads started per chunk (cmp_par_spawn: nothing spins beside the
+     * writer thread). */
     int ncpu = kn_cpu_count();
     m->threads = ncpu > CMP_PAR_MAX_SPAWN ? CMP_PAR_MAX_SPAWN : ncpu;
     mc_status st = open_into(m, adapters, n, err);

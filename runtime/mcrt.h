@@ -39,8 +39,8 @@ extern "C" {
 typedef struct mcrt mcrt;
 
 /* Zero-initialized options mean defaults (from the artifact's plan, or
- * batch 8 / max_seq min(max_position, 2048) / chunk 256 / f32 KV / all
- * CPUs for a Hugging Face directory). */
+ * batch 8 / max_seq min(max_position, 2048) / chunk 256 / f32 KV / the
+ * CPUs this process may use for a Hugging Face directory). */
 typedef struct mcrt_options {
     int threads;               /* 0: the plan's, at most the CPUs this
                                   process may use (kn_cpus.h: affinity

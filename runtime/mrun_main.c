@@ -126,7 +126,6 @@ static char *decode(const rt_tokenizer *tok, const int32_t *ids, size_t n,
     return b;
 }
 
-/* Sizes a plan-less session for the request (an artifact's plan wins). */
 /* An artifact's plan caps the threads (their scratch is in its arena):
  * say so when that leaves CPUs idle, since prefill is compute-bound, and
  * how to plan for more. */
@@ -151,6 +150,7 @@ static void note_threads(const mrun_cli *c, mcrt *h)
             "plans for more)\n", in.threads, want);
 }
 
+/* Sizes a plan-less session for the request (an artifact's plan wins). */
 static int open_model(const mrun_cli *c, mcrt **h)
 {
     uint64_t longest = 0;
