@@ -3,11 +3,13 @@
  * run the portable scalar code below (float accumulation, like the AVX2
  * path, but no intrinsics). */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kn_gemm.h"
 #include "kn_internal.h"
 #include "kn_ops.h"
+#include "kn_steal.h"
 
 static int use_avx2(void)
 {
@@ -25,6 +27,8 @@ typedef struct kn_mm_ctx {
     int avx2;
     int avx512;           /* the prefill GEMM may use AVX-512 */
     int dec512;           /* the 2-8-token decode may use AVX-512 */
+    kn_steal *steal;      /* decode: rows shared with stealing; NULL:
+                             kn_task_rows' static shares */
 } kn_mm_ctx;
 
 /* Scalar rows [r0, r1): dequantize 256 columns at a time, then dot them
@@ -48,12 +52,9 @@ static void mm_scalar_rows(const kn_matrix *W, const float *X, size_t T,
     }
 }
 
-static void mm_task(void *vctx, int tid, int nth)
+/* Rows [r0, r1) of c's product (Y there holds bias or 0). */
+static void mm_rows(const kn_mm_ctx *c, uint32_t r0, uint32_t r1)
 {
-    const kn_mm_ctx *c = vctx;
-    uint32_t r0, r1;
-    if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
-        return;
     if (c->avx512 && c->T > KN_GEMM_MIN_T)
         kn_gemm_rows_avx512(c->W, c->X, c->T, c->Y, r0, r1);
     else if (c->avx2 && c->T > KN_GEMM_MIN_T)
@@ -64,6 +65,20 @@ static void mm_task(void *vctx, int tid, int nth)
         kn_avx2_matmul_rows(c->W, c->X, c->T, c->Y, r0, r1);
     else
         mm_scalar_rows(c->W, c->X, c->T, c->Y, r0, r1);
+}
+
+static void mm_task(void *vctx, int tid, int nth)
+{
+    const kn_mm_ctx *c = vctx;
+    uint32_t r0, r1;
+    if (c->steal) {
+        int victim = 0;
+        while (kn_steal_next(c->steal, tid, &victim, c->Y, c->T, c->bias, &r0, &r1))
+            mm_rows(c, r0, r1);
+        return;
+    }
+    if (kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
+        mm_rows(c, r0, r1);
 }
 
 /* Multiply-adds below which an op runs on the calling thread alone. */
@@ -89,12 +104,13 @@ void kn_matmul_multi(kn_pool *p, int n, const kn_matrix *const W[],
     /* KN_MATMUL_MULTI_MAX matrices a job; more take more jobs */
     for (int i0 = 0; i0 < n; i0 += KN_MATMUL_MULTI_MAX) {
         kn_mm_multi_ctx m = {0, {{0}}};
+        kn_steal st[KN_MATMUL_MULTI_MAX];
         uint64_t work = 0;
         for (int i = i0; i < n && i < i0 + KN_MATMUL_MULTI_MAX; i++) {
             if (T == 0 || W[i]->rows == 0)
                 continue;
             kn_mm_ctx c = { W[i], X, T, Y[i], B[i],
-                            use_avx2() && kn_avx2_matmul_supported(W[i]), 0, 0 };
+                            use_avx2() && kn_avx2_matmul_supported(W[i]), 0, 0, NULL };
             c.avx512 = c.avx2 && kn_cpu_has_avx512();
             c.dec512 = c.avx512 && kn_dec_avx512_supported(W[i]);
             m.c[m.n++] = c;
@@ -106,7 +122,18 @@ void kn_matmul_multi(kn_pool *p, int n, const kn_matrix *const W[],
          * costs microseconds, and far more when the machine is busy and a
          * worker has been descheduled.  2^17 multiply-adds take ~20-40 us
          * on one core. */
-        kn_pool_run(work < KN_PARALLEL_MIN_WORK ? NULL : p, mm_multi_task, &m);
+        kn_pool *use = work < KN_PARALLEL_MIN_WORK ? NULL : p;
+        /* decode: rows claimed as the threads go (kn_steal.h), so a
+         * thread another process holds off its CPU does not hold the step */
+        if (T <= KN_GEMM_MIN_T && kn_steal_ok(kn_pool_threads(use))) {
+            for (int i = 0; i < m.n; i++) {
+                kn_steal_init(&st[i], m.c[i].W->rows, kn_pool_threads(use));
+                m.c[i].steal = &st[i];
+            }
+            kn_pool_run_shared(use, mm_multi_task, &m);
+        } else {
+            kn_pool_run(use, mm_multi_task, &m);
+        }
     }
 }
 
@@ -277,6 +304,7 @@ typedef struct kn_att_ctx {
     uint64_t nctx_r;      /* score row length rounded to 16 */
     int avx2;
     int avx512;           /* the tiles may run kn_avx512_attend_block */
+    atomic_size_t next;   /* the next item to claim (kn_pool_run_shared) */
 } kn_att_ctx;
 
 static void attend_scalar(const kn_kv *kv, const float *q, int64_t p,
@@ -310,17 +338,21 @@ static void attend_scalar(const kn_kv *kv, const float *q, int64_t p,
     }
 }
 
+/* Items are claimed one at a time in ascending order, so any subset of the
+ * threads does them all (kn_pool_run_shared); each item's result does not
+ * depend on the thread that computes it. */
 static void att_task(void *vctx, int tid, int nth)
 {
-    const kn_att_ctx *c = vctx;
+    (void)nth;
+    kn_att_ctx *c = vctx;
     uint32_t hd = c->kv->head_dim;
     uint32_t grp = c->n_heads / c->kv->n_kv_heads;
     if (c->avx2) {
-        /* Tiles of (KV head, tokens), interleaved over the threads: later
-         * tokens of a causal prefill attend more positions. */
+        /* Tiles of (KV head, tokens), claimed in order: later tokens of a
+         * causal prefill attend more positions, so the load evens out. */
         size_t tq = KN_FA_M / grp, ntile = (c->T + tq - 1) / tq;
         size_t nitem = ntile * c->kv->n_kv_heads;
-        for (size_t i = (size_t)tid; i < nitem; i += (size_t)nth) {
+        for (size_t i; (i = atomic_fetch_add(&c->next, 1)) < nitem;) {
             size_t t0 = (i / c->kv->n_kv_heads) * tq;
             size_t tn = c->T - t0 < tq ? c->T - t0 : tq;
             kn_avx2_attend_tile(c->kv, c->q, t0, tn, c->n_heads,
@@ -331,9 +363,8 @@ static void att_task(void *vctx, int tid, int nth)
     }
     float *sc = c->scratch + (size_t)tid * c->stride;
     size_t npairs = c->T * c->n_heads;
-    /* Interleaved (token, head) pairs: later tokens of a causal prefill
-     * attend more positions, so striding balances the threads. */
-    for (size_t i = (size_t)tid; i < npairs; i += (size_t)nth) {
+    /* (token, head) pairs claimed in order, as the tiles above */
+    for (size_t i; (i = atomic_fetch_add(&c->next, 1)) < npairs;) {
         size_t t = i / c->n_heads;
         uint32_t h = (uint32_t)(i % c->n_heads);
         int64_t p = c->pos0 + (int64_t)t;
@@ -355,12 +386,12 @@ void kn_attention(kn_pool *p, const kn_kv *kv, const float *q, size_t T,
     kn_att_ctx c = { kv, q, T, n_heads, pos0, window, out, scratch,
                      kn_attn_thread_floats(nctx, kv->head_dim),
                      (nctx + 15) & ~(uint64_t)15,
-                     use_avx2() && kn_avx2_attn_tiled_ok(kv, n_heads), 0 };
+                     use_avx2() && kn_avx2_attn_tiled_ok(kv, n_heads), 0, 0 };
     c.avx512 = c.avx2 && kn_cpu_has_avx512();
     /* Same rule as kn_matmul: roughly T x heads x context x head_dim x 2
      * multiply-adds. */
     if (T * n_heads < 2 ||
         (uint64_t)T * n_heads * nctx * kv->head_dim * 2 < KN_PARALLEL_MIN_WORK)
         p = NULL;
-    kn_pool_run(p, att_task, &c);
+    kn_pool_run_shared(p, att_task, &c);
 }

@@ -51,6 +51,14 @@ int kn_pool_threads(const kn_pool *p);
  * one thread.  Not reentrant. */
 void kn_pool_run(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
                  void *ctx);
+/* The same for a job whose threads claim its work as they go (kn_steal.h):
+ * fn must leave nothing undone when only some threads, or only the caller
+ * (tid 0), run it.  Returns when the caller's call has returned and every
+ * worker that started the job has; a worker the scheduler parked until
+ * then skips it, so a busy machine does not hold the job for a time
+ * slice. */
+void kn_pool_run_shared(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
+                        void *ctx);
 
 /* ---- weights ------------------------------------------------------------- */
 

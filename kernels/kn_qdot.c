@@ -2,6 +2,7 @@
  * activation quantization, the scalar reference of the canonical
  * arithmetic, and the dispatching entry point. */
 #include "kn_qdot.h"
+#include "kn_steal.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -142,6 +143,8 @@ typedef struct kn_mq_ctx {
     const float *bias;    /* [rows] or NULL */
     int avx2;
     int avx512;
+    kn_steal *steal;      /* decode: rows shared with stealing (kn_steal.h);
+                             NULL: kn_task_rows' static shares */
 } kn_mq_ctx;
 
 void kn_ref_matmul_q_rows(const kn_matrix *W, const uint8_t *xq,
@@ -155,12 +158,9 @@ void kn_ref_matmul_q_rows(const kn_matrix *W, const uint8_t *xq,
             Y[t * W->rows + r] += qdot_one(W, r, xq + t * nb * qb, xd + t * nb);
 }
 
-static void mq_task(void *vctx, int tid, int nth)
+/* Rows [r0, r1) of c's product (Y there holds bias or 0). */
+static void mq_rows(const kn_mq_ctx *c, uint32_t r0, uint32_t r1)
 {
-    const kn_mq_ctx *c = vctx;
-    uint32_t r0, r1;
-    if (!kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
-        return;
     if (c->avx512 && c->T > KN_GEMM_MIN_T)
         kn_avx512_gemm_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else if (c->avx512 && kn_avx512_matmul_q_dec_ok(c->W, c->T))
@@ -173,6 +173,20 @@ static void mq_task(void *vctx, int tid, int nth)
         kn_avx2_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
     else
         kn_ref_matmul_q_rows(c->W, c->q, c->d, c->T, c->Y, r0, r1);
+}
+
+static void mq_task(void *vctx, int tid, int nth)
+{
+    const kn_mq_ctx *c = vctx;
+    uint32_t r0, r1;
+    if (c->steal) {
+        int victim = 0;
+        while (kn_steal_next(c->steal, tid, &victim, c->Y, c->T, c->bias, &r0, &r1))
+            mq_rows(c, r0, r1);
+        return;
+    }
+    if (kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
+        mq_rows(c, r0, r1);
 }
 
 /* Same threshold as kn_matmul: below it one thread does the product. */
@@ -198,6 +212,7 @@ void kn_matmul_q_multi(kn_pool *p, int n, const kn_matrix *const W[],
     /* KN_MATMUL_MULTI_MAX matrices a job; more take more jobs */
     for (int i0 = 0; i0 < n; i0 += KN_MATMUL_MULTI_MAX) {
         kn_mq_multi_ctx m = {0, {{0}}};
+        kn_steal st[KN_MATMUL_MULTI_MAX];
         uint64_t work = 0;
         for (int i = i0; i < n && i < i0 + KN_MATMUL_MULTI_MAX; i++) {
             if (T == 0 || W[i]->rows == 0)
@@ -205,14 +220,24 @@ void kn_matmul_q_multi(kn_pool *p, int n, const kn_matrix *const W[],
             uint32_t nb = kn_qact_blocks(W[i]->cols);
             size_t qb = qblock_bytes(kn_qact_kind_of(W[i]));
             kn_mq_ctx c = { W[i], Xq, (const float *)((const uint8_t *)Xq + T * nb * qb),
-                            T, Y[i], B[i], avx2, avx2 && kn_cpu_has_avx512() };
+                            T, Y[i], B[i], avx2, avx2 && kn_cpu_has_avx512(), NULL };
             m.c[m.n++] = c;
             work += (uint64_t)W[i]->rows * W[i]->cols * T;
         }
         if (m.n == 0)
             continue;
         /* same threshold as kn_matmul: below it one thread does the work */
-        kn_pool_run(work < KN_QDOT_PARALLEL_MIN_WORK ? NULL : p, mq_multi_task, &m);
+        kn_pool *use = work < KN_QDOT_PARALLEL_MIN_WORK ? NULL : p;
+        /* decode: as kn_matmul_multi, rows claimed as the threads go */
+        if (T <= KN_GEMM_MIN_T && kn_steal_ok(kn_pool_threads(use))) {
+            for (int i = 0; i < m.n; i++) {
+                kn_steal_init(&st[i], m.c[i].W->rows, kn_pool_threads(use));
+                m.c[i].steal = &st[i];
+            }
+            kn_pool_run_shared(use, mq_multi_task, &m);
+        } else {
+            kn_pool_run(use, mq_multi_task, &m);
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,66 @@ static void test_pool_runs_every_thread_once_per_call(void **state)
         assert_int_equal(c.nth_seen, n);
         kn_pool_free(p);
     }
+}
+
+/* A shared job: items claimed in order until none are left. */
+typedef struct shared_ctx {
+    atomic_int next;
+    int n;
+    atomic_int items[64];
+    atomic_int tids; /* bit per thread that claimed an item */
+} shared_ctx;
+
+static void shared_fn(void *v, int tid, int nth)
+{
+    (void)nth;
+    shared_ctx *c = v;
+    for (int i; (i = atomic_fetch_add(&c->next, 1)) < c->n;) {
+        atomic_fetch_add(&c->items[i], 1);
+        atomic_fetch_or(&c->tids, 1 << tid);
+    }
+}
+
+/* Shared jobs between ordinary ones: every item once per shared job, every
+ * thread once per ordinary job, also when a worker that missed a shared job
+ * (parked: 4 threads on one CPU) wakes into the next ones. */
+static void test_pool_shared_jobs_do_every_item_once(void **state)
+{
+    (void)state;
+    cpu_set_t saved, one;
+    assert_int_equal(sched_getaffinity(0, sizeof saved, &saved), 0);
+    for (int pin = 0; pin < 2; pin++) {
+        if (pin) {
+            int first = 0;
+            while (!CPU_ISSET(first, &saved))
+                first++;
+            CPU_ZERO(&one);
+            CPU_SET(first, &one);
+            assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+        }
+        kn_pool *p = kn_pool_create(4);
+        assert_non_null(p);
+        pool_ctx c;
+        memset(&c, 0, sizeof c);
+        int alone = 0;
+        for (int it = 0; it < 3000; it++) {
+            shared_ctx s;
+            memset(&s, 0, sizeof s);
+            s.n = 1 + it % 64;
+            kn_pool_run_shared(p, shared_fn, &s);
+            for (int i = 0; i < 64; i++)
+                assert_int_equal(atomic_load(&s.items[i]), i < s.n);
+            alone += atomic_load(&s.tids) == 1;
+            kn_pool_run(p, pool_fn, &c);
+        }
+        for (int t = 0; t < 4; t++)
+            assert_int_equal(atomic_load(&c.hits[t]), 3000);
+        print_message("shared jobs the caller did alone (%s): %d of 3000\n",
+                      pin ? "4 threads on 1 CPU" : "4 threads", alone);
+        kn_pool_run_shared(NULL, shared_fn, &(shared_ctx){.n = 3});
+        kn_pool_free(p);
+    }
+    assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
 static void test_pool_null_runs_inline_and_free_null_is_noop(void **state)
@@ -549,6 +610,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_runs_every_thread_once_per_call),
+        cmocka_unit_test(test_pool_shared_jobs_do_every_item_once),
         cmocka_unit_test(test_pool_null_runs_inline_and_free_null_is_noop),
         cmocka_unit_test(test_force_scalar_switch_round_trips),
         cmocka_unit_test(test_rmsnorm_matches_reference_odd_sizes),
