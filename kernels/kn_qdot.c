@@ -179,13 +179,8 @@ static void mq_task(void *vctx, int tid, int nth)
 {
     const kn_mq_ctx *c = vctx;
     uint32_t r0, r1;
-    if (c->steal) {
-        int victim = 0;
-        while (kn_steal_next(c->steal, tid, &victim, c->Y, c->T, c->bias, &r0, &r1))
-            mq_rows(c, r0, r1);
-        return;
-    }
-    if (kn_task_rows(c->Y, c->T, c->W->rows, c->bias, tid, nth, &r0, &r1))
+    for (int it = 0; kn_rows_next(c->steal, tid, nth, &it, c->Y, c->T, c->W->rows,
+                                  c->bias, &r0, &r1);)
         mq_rows(c, r0, r1);
 }
 
@@ -229,15 +224,9 @@ void kn_matmul_q_multi(kn_pool *p, int n, const kn_matrix *const W[],
         /* same threshold as kn_matmul: below it one thread does the work */
         kn_pool *use = work < KN_QDOT_PARALLEL_MIN_WORK ? NULL : p;
         /* decode: as kn_matmul_multi, rows claimed as the threads go */
-        if (T <= KN_GEMM_MIN_T && kn_steal_ok(kn_pool_threads(use))) {
-            for (int i = 0; i < m.n; i++) {
-                kn_steal_init(&st[i], m.c[i].W->rows, kn_pool_threads(use));
-                m.c[i].steal = &st[i];
-            }
-            kn_pool_run_shared(use, mq_multi_task, &m);
-        } else {
-            kn_pool_run(use, mq_multi_task, &m);
-        }
+        for (int i = 0; i < m.n; i++)
+            m.c[i].steal = kn_steal_for(&st[i], m.c[i].W->rows, T, use);
+        (m.c[0].steal ? kn_pool_run_shared : kn_pool_run)(use, mq_multi_task, &m);
     }
 }
 

@@ -28,6 +28,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kn_gemm.h"
+#include "kn_internal.h"
+#include "kn_ops.h"
+
 #define KN_STEAL_ROWS 96u   /* rows per claim: a multiple of 16 (panels,
                                kn_task_rows) and of 6 (kn_dec_avx512's tile) */
 #define KN_STEAL_THREADS 16 /* more threads than this split statically */
@@ -114,6 +118,34 @@ static inline int kn_steal_next(kn_steal *st, int tid, int *victim, float *Y,
         for (uint32_t r = *r0; r < *r1; r++)
             Y[t * st->rows + r] = bias ? bias[r] : 0.0f;
     return 1;
+}
+
+/* st set up for a product of `rows` rows of T tokens on pool `use` when it
+ * is a decode product (T <= KN_GEMM_MIN_T) over kn_steal_ok threads: run
+ * it with kn_pool_run_shared.  NULL otherwise: kn_pool_run, static shares
+ * (the prefill GEMM packs its panels per range, so it keeps one range). */
+static inline kn_steal *kn_steal_for(kn_steal *st, uint32_t rows, size_t T,
+                                     const kn_pool *use)
+{
+    int nth = kn_pool_threads(use);
+    if (T > KN_GEMM_MIN_T || !kn_steal_ok(nth))
+        return NULL;
+    kn_steal_init(st, rows, nth);
+    return st;
+}
+
+/* Thread tid's next range of a product's rows: kn_steal_next's claims with
+ * st, kn_task_rows' one share without (Y set to bias or 0 either way).
+ * *it starts at 0.  0 when the thread has no more rows. */
+static inline int kn_rows_next(kn_steal *st, int tid, int nth, int *it, float *Y,
+                               size_t T, uint32_t rows, const float *bias,
+                               uint32_t *r0, uint32_t *r1)
+{
+    if (st)
+        return kn_steal_next(st, tid, it, Y, T, bias, r0, r1);
+    if ((*it)++)
+        return 0;
+    return kn_task_rows(Y, T, rows, bias, tid, nth, r0, r1);
 }
 
 #endif
