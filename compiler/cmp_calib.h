@@ -190,6 +190,16 @@ typedef struct cmp_calib_opts {
                                 then MLP (gate/up, down) (5 passes); 1 =
                                 all four from the float block (3 passes);
                                 0 -> CMP_CALIB_STAGES_DEFAULT */
+    uint32_t full_layers;    /* the asymmetric methods' full-precision pass
+                                and its statistics (Hf, C: GPTAQ's
+                                retarget) on the first full_layers blocks
+                                only; the blocks after them collect every
+                                point lean (GPTQ on their own inputs,
+                                their errors marked so), and the
+                                full-precision states stop there.  A
+                                cheaper effort than gptaq on every block
+                                and a better one than gptq
+                                (cmp_calib_budget.h); 0 -> every block */
     int stats_f32;           /* 1: the statistics' products in float
                                 (kn_gram_tri); 0 (the default): the inputs
                                 rounded to bfloat16 (kn_gram_tri_bf16:

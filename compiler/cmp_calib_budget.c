@@ -55,6 +55,7 @@ static mc_status estimate(const rt_model *m, const size_t *off, size_t nseq,
     cmp_calib_opts oe = *o;
     oe.stages = e->stages;
     oe.method = e->method;
+    oe.full_layers = e->full_layers;
     cmp_calib_mem mem;
     size_t nn = e->seqs + o->heldout;
     st = cmp_calib_plan_memory(&m->cfg, o2, nn, &oe, &mem, err);
@@ -76,8 +77,8 @@ static mc_status estimate(const rt_model *m, const size_t *off, size_t nseq,
  * effort accepted so far; 0 past the ladder's end.  A move that does not
  * apply (a stage count not below the options', a method the user named)
  * leaves *e as it is. */
-static int ladder_move(const cmp_calib_opts *o, int method_fixed, unsigned k,
-                       cmp_calib_effort *e)
+static int ladder_move(const cmp_calib_opts *o, int method_fixed,
+                       uint32_t layers, unsigned k, cmp_calib_effort *e)
 {
     uint32_t s0 = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
     int best = !method_fixed && cmp_calib_is_best(o->method);
@@ -86,15 +87,26 @@ static int ladder_move(const cmp_calib_opts *o, int method_fixed, unsigned k,
         if (best)
             e->method = CMP_QM_GPTAQ;
         return 1;
-    case 1:
-        if (best)
-            e->method = CMP_QM_GPTQ; /* no full-precision pass */
+    case 1: case 2: case 3: {
+        /* the full-precision statistics on the first 3/4, 1/2, 1/4 of
+         * the blocks (at least one, below what is taken already) */
+        uint32_t f = (uint32_t)((uint64_t)layers * (4 - k) / 4);
+        uint32_t now = e->full_layers ? e->full_layers : layers;
+        if (best && f >= 1 && f < now)
+            e->full_layers = f;
         return 1;
-    case 2:
+    }
+    case 4:
+        if (best) {
+            e->method = CMP_QM_GPTQ; /* no full-precision pass */
+            e->full_layers = 0;
+        }
+        return 1;
+    case 5:
         if (2 < s0)
             e->stages = 2;
         return 1;
-    case 3:
+    case 6:
         if (1 < s0)
             e->stages = 1;
         return 1;
@@ -121,6 +133,7 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
     cur.stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
     cur.method = o->method;
     cur.seqs = nseq - o->heldout;
+    cur.full_layers = o->full_layers < m->cfg.num_layers ? o->full_layers : 0;
     mc_status st = estimate(m, off, nseq, o, rate, &cur, err);
     if (st != MC_OK)
         return st;
@@ -128,7 +141,7 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
     if (most)
         *most = cur;
     cmp_calib_effort e = cur;
-    for (unsigned k = 0; cur.estimate_s > budget_s && ladder_move(o, method_fixed, k, &e);
+    for (unsigned k = 0; cur.estimate_s > budget_s && ladder_move(o, method_fixed, m->cfg.num_layers, k, &e);
          k++) {
         if (memcmp(&e, &cur, sizeof e) == 0)
             continue; /* the move did not apply */
@@ -156,7 +169,10 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
 const char *cmp_calib_effort_options(const cmp_calib_effort *e, char *buf,
                                      size_t n)
 {
-    snprintf(buf, n, "--method %s --calib-stages %u --calib-seqs %zu",
-             cmp_qmethod_name(e->method), e->stages, e->seqs);
+    int w = snprintf(buf, n, "--method %s --calib-stages %u --calib-seqs %zu",
+                     cmp_qmethod_name(e->method), e->stages, e->seqs);
+    if (e->full_layers && w >= 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, " --calib-full-layers %u",
+                 e->full_layers);
     return buf;
 }

@@ -6,10 +6,13 @@
  * The efforts, most first (each a step down from the one before):
  *   1. the options as given (stages S0, default 4; the method; every
  *      calibration sequence);
- *   2. the method best (or best-all) becomes gptaq, then gptq, unless the
- *      user named the method (gptq needs no full-precision pass and no
- *      Hf or C: cmp_calib_method_asymmetric, about half the time at
- *      SmolLM2-135M's shape);
+ *   2. the method best (or best-all) becomes gptaq; then gptaq keeps the
+ *      full-precision statistics on the first 3/4, 1/2 and 1/4 of the
+ *      blocks only (cmp_calib_opts.full_layers: the full-precision pass
+ *      stops there); then gptq -- all unless the user named the method
+ *      (gptq needs no full-precision pass and no Hf or C:
+ *      cmp_calib_method_asymmetric, about half the time at SmolLM2-135M's
+ *      shape);
  *   3. fewer statistics stages: 2, then 1 (each below S0 only);
  *   4. the first half of the calibration sequences, then a quarter, ...
  *      down to one sequence.
@@ -24,7 +27,8 @@
  * depends only on the estimate (so on the rate measured at start: on
  * machine load), never on a clock read during the run; its effort is
  * reproduced exactly, budget or not, by the options
- * `--method M --calib-stages S --calib-seqs N` (cmp_calib_effort_options),
+ * `--method M --calib-stages S --calib-seqs N [--calib-full-layers F]`
+ * (cmp_calib_effort_options),
  * which is what an artifact's options must say (the budget itself is not
  * recorded: it would not reproduce the bytes on another machine).
  */
@@ -42,6 +46,8 @@ typedef struct cmp_calib_effort {
     uint32_t stages;     /* statistics stages: 1, 2 or 4 */
     cmp_qmethod method;
     size_t seqs;         /* calibration sequences used: the first seqs */
+    uint32_t full_layers; /* blocks with the full-precision statistics
+                            (cmp_calib_opts.full_layers); 0: all */
     double estimate_s;   /* the plan's total at this effort */
 } cmp_calib_effort;
 
@@ -69,7 +75,8 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                                   double rate, cmp_calib_effort *out,
                                   cmp_calib_effort *most, mc_error *err);
 
-/* "--method gptaq --calib-stages 1 --calib-seqs 12" into buf (always
+/* "--method gptaq --calib-stages 1 --calib-seqs 12" into buf, with
+ * " --calib-full-layers F" when e->full_layers is set (always
  * NUL-terminated); returns buf. */
 const char *cmp_calib_effort_options(const cmp_calib_effort *e, char *buf,
                                      size_t n);

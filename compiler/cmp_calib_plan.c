@@ -371,17 +371,34 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     double pre = cmp_calib_is_awq(o->method) || cmp_calib_is_best(o->method)
                      ? 1.0 / (double)cmp_calib_prescale_stride(ntok) : 0.0;
     int rot = o->rotate && cmp_rotation_applies(c->hidden_size);
-    out->madds[CMP_PH_FORWARD] =
-        L * T * cmp_calib_plan_block_madds(c, maxT, o->stages, mem->lean, pre,
-                                           rot, cmp_calib_stores_down(o, mem->lean));
-    out->madds[CMP_PH_STATS] =
-        L * T * stats_madds(c, o->stages, mem->lean, pre,
-                            cmp_calib_down_from_outputs(o, mem->lean, rot, c->hidden_size,
-                                                        c->intermediate_size));
-    double fac = 0.0, sea = 0.0;
-    quant_madds(c, o, mem->lean, &fac, &sea);
-    out->madds[CMP_PH_FACTOR] = L * fac;
-    out->madds[CMP_PH_SEARCH] = L * sea;
+    /* the layers past o->full_layers collect every point lean
+     * (cmp_calib_layer_lean) */
+    double Lf = o->full_layers && o->full_layers < c->num_layers
+                    ? (double)o->full_layers : L;
+    const double nl[2] = {Lf, L - Lf};
+    const unsigned ln[2] = {mem->lean, mem->lean | 0xFu};
+    int store = cmp_calib_stores_down(o, mem->lean);
+    double qlin = 0.0;
+    for (int i = 0; i < CMP_PH_COUNT; i++)
+        out->madds[i] = 0.0;
+    for (int i = 0; i < 2; i++) {
+        if (nl[i] <= 0.0)
+            continue;
+        double fac = 0.0, sea = 0.0;
+        out->madds[CMP_PH_FORWARD] +=
+            nl[i] * T * cmp_calib_plan_block_madds(c, maxT, o->stages, ln[i],
+                                                   pre, rot, store);
+        out->madds[CMP_PH_STATS] +=
+            nl[i] * T * stats_madds(c, o->stages, ln[i], pre,
+                                    cmp_calib_down_from_outputs(o, ln[i], rot,
+                                                                c->hidden_size,
+                                                                c->intermediate_size));
+        quant_madds(c, o, ln[i], &fac, &sea);
+        out->madds[CMP_PH_FACTOR] += nl[i] * fac;
+        out->madds[CMP_PH_SEARCH] += nl[i] * sea;
+        qlin += nl[i] * T * cmp_calib_plan_qlin_madds(c, o->stages, ln[i], pre,
+                                                      rot, store);
+    }
     /* the held-out evaluation as cmp_calib_heldout.c runs it: both models
      * over each sequence that has a next token, block by block with the
      * layers (attention over that sequence's own length), then both
@@ -410,9 +427,7 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
      * runs at the float rate */
     double fwd_time = out->madds[CMP_PH_FORWARD];
     if (!o->fwd_f32 && kn_cpu_has_avx512bf16())
-        fwd_time -= (1.0 - 1.0 / FWD_BF16_SPEEDUP) * L * T *
-                    cmp_calib_plan_qlin_madds(c, o->stages, mem->lean, pre, rot,
-                               cmp_calib_stores_down(o, mem->lean));
+        fwd_time -= (1.0 - 1.0 / FWD_BF16_SPEEDUP) * qlin;
     double eff_stats = !o->stats_f32 && !o->stats_on_gpu && kn_cpu_has_avx512bf16()
                        ? EFF_STATS_BF16 : EFF_STATS;
     const double eff[CMP_PH_COUNT] = {EFF_FORWARD, eff_stats, EFF_FACTOR,

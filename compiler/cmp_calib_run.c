@@ -226,7 +226,10 @@ static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
         c.rot = rot;
         c.r = r;
         c.l = l;
-        c.lean = r->mem.lean;
+        /* past o->full_layers no later block reads the full-precision
+         * states: every point lean, and they are not moved on */
+        c.lean = r->mem.lean |
+                 (o->full_layers && l >= o->full_layers ? 0xFu : 0u);
         c.acc.pool = o->pool;
         c.times = &r->times;
         seqs S = {rb->states, rb->states_f, rb->len, ncal, maxT, rb->xtmp,

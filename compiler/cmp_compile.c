@@ -335,6 +335,14 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
         json_decref(c);
         return NULL;
     }
+    /* A cut of the full-precision statistics is named (every block, the
+     * default, keeps the manifest of before) */
+    if (c && cs->effort.full_layers &&
+        json_object_set_new(c, "full_layers",
+                            json_integer(cs->effort.full_layers))) {
+        json_decref(c);
+        return NULL;
+    }
     /* Only the coarse walk is named: a full-grid artifact keeps the
      * manifest, and so the bytes, of the compilers before it existed. */
     if (c && !o->awq_full_grid &&

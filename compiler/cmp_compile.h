@@ -22,7 +22,9 @@
  * The manifest then also records, per linear, "method", "err", "err_rtn"
  * and "alpha", and a "calibration" object (method, id file checksum,
  * sequences, the held-out summary; "awq_grid": "coarse" unless the full
- * grid was asked, which writes what compilers before the option wrote).  Memory on this path: what
+ * grid was asked, which writes what compilers before the option wrote;
+ * "stages" when not 4 and "full_layers" when the full-precision
+ * statistics were cut, --calib-full-layers).  Memory on this path: what
  * cmp_calib_memory counts (the quantized result goes block by block into a
  * spill file beside the output and comes back mapped, so it is not held),
  * planned to fit calib_memory, plus a float32 copy of every tensor an
@@ -100,6 +102,10 @@ typedef struct cmp_compile_opts {
                                           2 or 4; 0: the default, 4) */
     size_t calib_seqs;                 /* with calib: calibrate on the first
                                           N sequences not held out (0: all) */
+    uint32_t calib_full_layers;        /* with calib: the full-precision
+                                          statistics on the first N blocks
+                                          only (cmp_calib_opts.full_layers;
+                                          0: all) */
     double calib_time_s;               /* with calib: a time budget in
                                           seconds (0: none): the effort is
                                           chosen from the plan's estimate

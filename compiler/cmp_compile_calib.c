@@ -361,11 +361,16 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     s->effort.stages = o->calib_stages ? o->calib_stages : CMP_CALIB_STAGES_DEFAULT;
     s->effort.method = o->method;
     s->effort.seqs = o->calib_seqs ? o->calib_seqs : ncal;
+    /* every block (or more) is the default: no option to reproduce */
+    s->effort.full_layers = o->calib_full_layers < s->m->cfg.num_layers
+                                ? o->calib_full_layers : 0;
+    co.full_layers = s->effort.full_layers;
     if (o->calib_time_s > 0.0 &&
         (st = choose_effort(o, s, &co, off, nseq, ncal, err)) != MC_OK)
         return st;
     co.stages = s->effort.stages;
     co.method = s->effort.method;
+    co.full_layers = s->effort.full_layers;
     if (s->effort.seqs < ncal) {
         if ((st = cmp_calib_subset(tok, off, nseq, ncal, s->effort.seqs,
                                    &s->sub_tok, &s->sub_off, err)) != MC_OK)

@@ -181,7 +181,9 @@ static void test_choice_walks_the_ladder(void **state)
     assert_int_equal(got.seqs, 16);
     assert_true(got.estimate_s == most.estimate_s && most.estimate_s > 0.0);
     /* each budget just under the effort chosen steps down the ladder:
-     * gptaq, gptq (no full-precision pass), then 8, 4, 2, 1 sequences.
+     * gptaq, gptaq with the full-precision statistics on the first 3, 2,
+     * 1 of the 4 blocks, gptq (no full-precision pass), then 8, 4, 2, 1
+     * sequences.
      * The stage steps are not taken: with the 4 stages' passes reused
      * (cmp_calib_stage_span) 2 or 1 stages run more multiply-adds than 4
      * (stage 0's passes cannot be reused), and a move that saves no time
@@ -192,11 +194,14 @@ static void test_choice_walks_the_ladder(void **state)
     assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &o2, 1, 1e12,
                                              rate, &two, NULL, &e), MC_OK);
     assert_true(two.estimate_s > most.estimate_s);
-    static const uint32_t st[6] = {4, 4, 4, 4, 4, 4};
-    static const cmp_qmethod me[6] = {CMP_QM_GPTAQ, CMP_QM_GPTQ, CMP_QM_GPTQ,
+    assert_int_equal(lc.m->cfg.num_layers, 4);
+    static const uint32_t st[9] = {4, 4, 4, 4, 4, 4, 4, 4, 4};
+    static const cmp_qmethod me[9] = {CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
+                                      CMP_QM_GPTAQ, CMP_QM_GPTQ, CMP_QM_GPTQ,
                                       CMP_QM_GPTQ, CMP_QM_GPTQ, CMP_QM_GPTQ};
-    static const size_t sq[6] = {16, 16, 8, 4, 2, 1};
-    for (int k = 0; k < 6; k++) {
+    static const uint32_t fl[9] = {0, 3, 2, 1, 0, 0, 0, 0, 0};
+    static const size_t sq[9] = {16, 16, 16, 16, 16, 8, 4, 2, 1};
+    for (int k = 0; k < 9; k++) {
         prev = got;
         assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
                                                  prev.estimate_s * 0.999, rate,
@@ -204,7 +209,12 @@ static void test_choice_walks_the_ladder(void **state)
         assert_int_equal(got.stages, st[k]);
         assert_int_equal(got.method, me[k]);
         assert_int_equal(got.seqs, sq[k]);
+        assert_int_equal(got.full_layers, fl[k]);
         assert_true(got.estimate_s < prev.estimate_s);
+        /* the options name the blocks only where they are cut */
+        char opts[160];
+        cmp_calib_effort_options(&got, opts, sizeof opts);
+        assert_true((strstr(opts, "--calib-full-layers") != NULL) == (fl[k] != 0));
         /* deterministic: the same inputs, the same choice */
         cmp_calib_effort again;
         assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
@@ -250,6 +260,70 @@ static void test_choice_walks_the_ladder(void **state)
                                              2 * rate, &fast, NULL, &e), MC_OK);
     assert_true(fast.estimate_s > 0.49 * s1.estimate_s &&
                 fast.estimate_s < 0.51 * s1.estimate_s);
+    tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
+}
+
+/* The full-precision statistics on the first F blocks only
+ * (cmp_calib_opts.full_layers): F >= the block count is the default's
+ * result bit for bit; F = 1 collects blocks 1.. lean (their tensors say
+ * so), changes their bytes, and the plan's estimate drops with F. */
+static int same_tensor(const cmp_calib_tensor *a, const cmp_calib_tensor *b)
+{
+    const cmp_qbuf *x = &a->q, *y = &b->q;
+    if (a->fmt != b->fmt || x->fmt != y->fmt)
+        return 0;
+    size_t db = (size_t)kn_wformat_data_bytes(x->fmt, x->rows, x->cols);
+    size_t sb = (size_t)kn_wformat_scale_bytes(x->fmt, x->rows, x->cols, x->group);
+    return memcmp(x->data, y->data, db) == 0 && memcmp(x->scales, y->scales, sb) == 0;
+}
+
+static void test_full_layers(void **state)
+{
+    (void)state;
+    ladder_case lc;
+    ladder_open(&lc);
+    lc.o.method = CMP_QM_GPTAQ;
+    mc_error e;
+    cmp_calib_result *r[3] = {NULL, NULL, NULL};
+    static const uint32_t F[3] = {0, 4, 1};
+    for (int i = 0; i < 3; i++) {
+        lc.o.full_layers = F[i];
+        assert_int_equal(cmp_calib_run(lc.m, lc.tok, lc.off, 18, &lc.o, &r[i], &e),
+                         MC_OK);
+    }
+    uint32_t L = lc.m->cfg.num_layers;
+    int differ = 0;
+    for (uint32_t l = 0; l < L; l++)
+        for (int s = 0; s < CMP_LIN_COUNT; s++) {
+            size_t k = (size_t)l * CMP_LIN_COUNT + s;
+            assert_true(same_tensor(&r[0]->t[k], &r[1]->t[k]));
+            assert_int_equal(r[1]->t[k].err_own_inputs, 0);
+            assert_int_equal(r[2]->t[k].err_own_inputs, l >= 1);
+            if (l == 0)
+                assert_true(same_tensor(&r[0]->t[k], &r[2]->t[k]));
+            else
+                differ += !same_tensor(&r[0]->t[k], &r[2]->t[k]);
+        }
+    assert_true(differ > 0);
+    for (int i = 0; i < 3; i++)
+        cmp_calib_result_free(r[i]);
+    /* the estimate: fewer full blocks, less time; F >= L is every block */
+    double prev = 0.0;
+    for (uint32_t f = L + 1; f >= 1; f--) {
+        cmp_calib_effort most;
+        lc.o.full_layers = f;
+        assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1, 1e12,
+                                                 1e6, &most, NULL, &e), MC_OK);
+        if (f >= L) {
+            assert_int_equal(most.full_layers, 0);
+            if (f == L)
+                assert_true(most.estimate_s == prev);
+        } else {
+            assert_int_equal(most.full_layers, f);
+            assert_true(most.estimate_s < prev);
+        }
+        prev = most.estimate_s;
+    }
     tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
 }
 
@@ -517,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_prescale_sample),
         cmocka_unit_test(test_subset_keeps_the_heldout),
         cmocka_unit_test(test_choice_walks_the_ladder),
+        cmocka_unit_test(test_full_layers),
         cmocka_unit_test(test_source_pages_dropped),
         cmocka_unit_test(test_budget_end_to_end_reproduces),
     };
