@@ -182,8 +182,9 @@ static const mc_opt compile_opts[] = {
              "statistics on the first N blocks only; the blocks\n"
              "after them calibrate on their own inputs (as\n"
              "gptq): less time than gptaq on every block, less\n"
-             "error than gptq (default all; --calib-time steps\n"
-             "down to 3/4, 1/2 and 1/4 of the blocks)"},
+             "error than gptq (default: the first half, rounded\n"
+             "up, with int8 linears; every block with int4;\n"
+             "--calib-time steps down to 3/4, 1/2 and 1/4)"},
     {.kind = MC_OPT_SET, .flags = "--no-rotate", .off = F(no_rotate),
      .help = "with --calib, do not rotate the model first (the\n"
              "default rotates the residual stream and value heads\n"

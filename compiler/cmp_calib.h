@@ -126,6 +126,17 @@ typedef struct cmp_calib_progress {
 /* Stages of a block's statistics by default (cmp_calib_opts.stages). */
 #define CMP_CALIB_STAGES_DEFAULT 4u
 
+/* The blocks that keep the full-precision statistics when the user does
+ * not say (cmp_calib_opts.full_layers, 0: all): the first half, rounded
+ * up, when every linear is int8; all of them otherwise.  Measured
+ * (docs/benchmarks.md, session 19): with int8 linears the cut changes
+ * stories260k's KLD by -1.3 % and the SmolLM2-135M shape's by -4.8 %
+ * (32K tokens) for 35 % less time; with int4 it costs stories260k
+ * +7-9 %, so int4 keeps every block.  Only the methods that run the
+ * full-precision pass (cmp_calib_method_asymmetric) take it. */
+uint32_t cmp_calib_default_full_layers(kn_wformat fmt, int mixed,
+                                       uint32_t layers);
+
 /* AWQ's pre-scaling of down (and, under MHA, o) needs the statistics of
  * their inputs before anything of the block is quantized: a pass through
  * the block as far as down's input, in stage 0, where no group reads them

@@ -166,6 +166,14 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                    rate / 1e9, first.estimate_s);
 }
 
+uint32_t cmp_calib_default_full_layers(kn_wformat fmt, int mixed,
+                                       uint32_t layers)
+{
+    if (mixed || fmt != KN_W_Q8 || layers < 2)
+        return 0;
+    return (layers + 1) / 2;
+}
+
 const char *cmp_calib_effort_options(const cmp_calib_effort *e, char *buf,
                                      size_t n)
 {

@@ -527,6 +527,32 @@ static void test_budget_end_to_end_reproduces(void **state)
     }
     assert_true(hits);
     unsetenv("MC_CALIB_RATE");
+    /* the default cut (cmp_calib_default_full_layers): the first half of
+     * the 4 blocks with int8 linears, none with int4 or for gptq; a
+     * number at or above the block count asks for all of them */
+    static const struct {
+        const char *opts;
+        json_int_t full; /* 0: none named */
+    } cut[5] = {{"--quant int8", 2}, {"--quant int8 --calib-full-layers 9", 0},
+                {"--quant int8 --calib-full-layers 1", 1},
+                {"--quant int8 --method gptq", 0}, {"--quant int4", 0}};
+    for (int i = 0; i < 5; i++) {
+        char *a = tu_fmt("%s --target 1GiB %s --calib %s --calib-seqs 4 -o %s/c.mca",
+                         model, cut[i].opts, ids, dir);
+        json_t *eff = compile_effort(a);
+        json_t *fl = json_object_get(eff, "full_layers");
+        const char *o = json_string_value(json_object_get(eff, "options"));
+        assert_int_equal(fl ? json_integer_value(fl) : 0, cut[i].full);
+        assert_true((strstr(o, "--calib-full-layers") != NULL) == (cut[i].full != 0));
+        json_decref(eff);
+        free(a);
+    }
+    assert_int_equal(cmp_calib_default_full_layers(KN_W_Q8, 0, 30), 15);
+    assert_int_equal(cmp_calib_default_full_layers(KN_W_Q8, 0, 5), 3);
+    assert_int_equal(cmp_calib_default_full_layers(KN_W_Q8, 0, 1), 0);
+    assert_int_equal(cmp_calib_default_full_layers(KN_W_Q8, 1, 30), 0);
+    assert_int_equal(cmp_calib_default_full_layers(KN_W_Q4, 0, 30), 0);
+    assert_int_equal(cmp_calib_default_full_layers(KN_W_Q4S, 0, 30), 0);
     /* --calib-seqs beyond the file, and the options without --calib */
     char *c5 = tu_fmt("%s/mcompile %s --calib-seqs 19 -o %s/x.mca", MC_BIN_DIR,
                       base, dir);
