@@ -372,7 +372,7 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
                      ? 1.0 / (double)cmp_calib_prescale_stride(ntok) : 0.0;
     int rot = o->rotate && cmp_rotation_applies(c->hidden_size);
     /* the layers past o->full_layers collect every point lean
-     * (cmp_calib_layer_lean) */
+     * (cmp_calib_run.c, layers_run) */
     double Lf = o->full_layers && o->full_layers < c->num_layers
                     ? (double)o->full_layers : L;
     const double nl[2] = {Lf, L - Lf};

@@ -361,12 +361,13 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     s->effort.stages = o->calib_stages ? o->calib_stages : CMP_CALIB_STAGES_DEFAULT;
     s->effort.method = o->method;
     s->effort.seqs = o->calib_seqs ? o->calib_seqs : ncal;
-    /* every block (or more): no cut, and no option to reproduce it */
-    uint32_t full = o->calib_full_layers ? o->calib_full_layers
-                    : cmp_calib_method_asymmetric(o->method)
-                        ? cmp_calib_default_full_layers(co.fmt, s->is_auto,
-                                                        s->m->cfg.num_layers)
-                        : 0;
+    /* every block (or more): no cut, and no option to reproduce it; a
+     * method without the full-precision pass has nothing to cut */
+    uint32_t full = !cmp_calib_method_asymmetric(o->method) ? 0
+                    : o->calib_full_layers
+                        ? o->calib_full_layers
+                        : cmp_calib_default_full_layers(co.fmt, s->is_auto,
+                                                        s->m->cfg.num_layers);
     s->effort.full_layers = full < s->m->cfg.num_layers ? full : 0;
     co.full_layers = s->effort.full_layers;
     if (o->calib_time_s > 0.0 &&

@@ -528,15 +528,18 @@ static void test_budget_end_to_end_reproduces(void **state)
     assert_true(hits);
     unsetenv("MC_CALIB_RATE");
     /* the default cut (cmp_calib_default_full_layers): the first half of
-     * the 4 blocks with int8 linears, none with int4 or for gptq; a
-     * number at or above the block count asks for all of them */
+     * the 4 blocks with int8 linears, none with int4 or for gptq (which
+     * has nothing to cut, asked or not); a number at or above the block
+     * count asks for all of them */
     static const struct {
         const char *opts;
         json_int_t full; /* 0: none named */
-    } cut[5] = {{"--quant int8", 2}, {"--quant int8 --calib-full-layers 9", 0},
+    } cut[6] = {{"--quant int8", 2}, {"--quant int8 --calib-full-layers 9", 0},
                 {"--quant int8 --calib-full-layers 1", 1},
-                {"--quant int8 --method gptq", 0}, {"--quant int4", 0}};
-    for (int i = 0; i < 5; i++) {
+                {"--quant int8 --method gptq", 0},
+                {"--quant int8 --method gptq --calib-full-layers 1", 0},
+                {"--quant int4", 0}};
+    for (int i = 0; i < 6; i++) {
         char *a = tu_fmt("%s --target 1GiB %s --calib %s --calib-seqs 4 -o %s/c.mca",
                          model, cut[i].opts, ids, dir);
         json_t *eff = compile_effort(a);
