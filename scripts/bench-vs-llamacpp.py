@@ -15,13 +15,17 @@ rounds (A B C A B C), printed as the "before" column.
 VS_FORMATS in the environment: a comma-separated subset of the formats'
 names to run (e.g. "int8,int4-sym g32"); default all.
 Prints the table on stdout and writes WORK/bench-vs.json (every raw
-figure, the load averages, the date); --table prints the table of such a
-file again without running anything.
+figure, the load averages, the date, and per round the share of the
+machine's CPU time other processes took, from /proc/stat less both
+systems' own: over 10 % in any round of a format, the table says
+DISTURBED under it); --table prints the table of such a file again
+without running anything.
 """
 import json
 import math
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,6 +46,30 @@ FORMATS = [  # (ours, --quant args, llama.cpp type, llama-quantize type)
 
 def loadavg():
     return os.getloadavg()[0]
+
+
+def busy_cpu_s():
+    """CPU seconds every process on the machine has run since boot
+    (/proc/stat: all but idle and iowait), or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return (sum(v[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+# A round in which other processes took more than this share of the
+# machine's CPU time is flagged as disturbed in the table: the load
+# average cannot tell (our own 2 threads hold it near 2), and a build or
+# a test run beside one round has moved its figures 4x on this host.
+FOREIGN_MAX = 0.10
 
 
 def run(cmd, **kw):
@@ -159,7 +187,7 @@ def main():
                 q_ours.append(ours_compile(ours_bin, hf, qargs, art))
                 if lq:
                     q_llama.append(llama_quantize(llama_bin, f16, lmodel, lq))
-            ours, llama, base = [], [], []
+            ours, llama, base, foreign = [], [], [], []
             for r in range(rounds):
                 print(f"== {shape} {name}: run round {r + 1} (load "
                       f"{loadavg():.1f})", file=sys.stderr)
@@ -169,8 +197,14 @@ def main():
                          lambda: llama.append(llama_round(llama_bin, lmodel))]
                 if base_bin:
                     steps.append(lambda: base.append(ours_round(base_bin, art)))
+                b0, c0, t0 = busy_cpu_s(), children_cpu_s(), time.monotonic()
                 for step in (steps if r % 2 == 0 else steps[::-1]):
                     step()
+                # CPU time the machine ran that was not ours or llama.cpp's
+                if b0 is not None:
+                    wall = time.monotonic() - t0
+                    other = (busy_cpu_s() - b0) - (children_cpu_s() - c0)
+                    foreign.append(max(other, 0.0) / (wall * (os.cpu_count() or 1)))
             sr[name] = {
                 "llama_type": ltype,
                 "ours_raw": ours, "llama_raw": llama, "before_raw": base,
@@ -178,6 +212,7 @@ def main():
                 "f16_bytes": os.path.getsize(os.path.join(hf, "model.safetensors")),
                 "weight_bytes_ours": ours[0]["weight_bytes"],
                 "weight_bytes_llama": gguf_step_bytes(lmodel),
+                "foreign_cpu_share": foreign,
             }
     report["load_avg"] = [load0, loadavg()]
     with open(os.path.join(work, "bench-vs.json"), "w") as f:
@@ -226,6 +261,11 @@ def print_table(rep):
                 mb = r["f16_bytes"] / 1e6
                 print(f"  {'':<20} {'quantize MB/s':<16} {mb / a:9.1f} {mb / b:9.1f} "
                       f"{b / a:6.2f}   ({a:.2f} s vs {b:.2f} s from f16)")
+            fs = r.get("foreign_cpu_share") or []
+            if fs and max(fs) > FOREIGN_MAX:
+                print(f"  {'':<20} DISTURBED: other processes took "
+                      f"{', '.join(f'{100 * x:.0f}' for x in fs)} % of the CPU "
+                      f"in the rounds (over {100 * FOREIGN_MAX:.0f} %): rerun")
             print(f"  {'':<20} {'step bytes MB':<16} {r['weight_bytes_ours'] / 1e6:9.1f} "
                   f"{r['weight_bytes_llama'] / 1e6:9.1f}   read bw "
                   f"{bw / 1e9:.2f} GB/s (this run); our pool wake-up "
