@@ -34,7 +34,7 @@ static int is_retarget(cmp_qmethod m)
  * then refit again.  Kept only if the output error on h drops; q and deq
  * (the dequantized q) are updated in place then.  Work: one more set of
  * quantized buffers and one more R x K float matrix.  hwc: the refits' H w
- * (NULL: none). */
+ * (NULL: none).  Where it runs: cmp_calib_second_pass. */
 static mc_status regptq(const float *w, const cmp_hessian *h,
                         const cmp_gptq_opts *go, cmp_qbuf *q, float *deq,
                         uint32_t R, cmp_refit_hw *hwc, mc_error *err)
@@ -192,7 +192,7 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                  * refitting the scales to the whole row never loses */
                 if (st == MC_OK)
                     st = cmp_gptq_refit_scales_cached(ws, hq, &q[i], wc, hp, c->o->pool, err);
-                if (st == MC_OK && c->fmt[sl] != KN_W_Q8)
+                if (st == MC_OK && cmp_calib_second_pass(c->fmt[sl], c->o->method))
                     st = regptq(ws, hq, &go, &q[i], wc, R, hp, err);
                 /* alone in its group: the factor is not needed again, and
                  * the descent's copy of H takes its place */

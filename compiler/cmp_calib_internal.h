@@ -20,6 +20,21 @@
 #define CMP_BEST_AWQ_GAIN 0.10
 #define CMP_BEST_ACT_ORDER_SPREAD 20.0
 
+/* 1 when a GPTQ candidate of format fmt under method m runs the second
+ * pass (cmp_calib_group.c regptq: GPTQ again on the refit grid, kept when
+ * its error is lower): int4 under every method but best, the default.
+ * Measured (session 20, docs/benchmarks.md): at SmolLM2-135M's shape the
+ * pass is a quarter of best's int4 search (~14 s of a 32K-token compile)
+ * for -1.9 % KLD there, and on stories260k it moves best's KLD by -0.8 %
+ * to +1.2 %, inside that model's spread between calibration subsets; so
+ * the default, which runs under a time goal, leaves it out.  A method
+ * asked by name (and best-all, which spends anything) keeps it: there it
+ * measured -0.5 % to +2.9 % and its bytes stay what they were. */
+static inline int cmp_calib_second_pass(kn_wformat fmt, cmp_qmethod m)
+{
+    return fmt != KN_W_Q8 && m != CMP_QM_BEST;
+}
+
 /* Tap point (input group) of each linear slot. */
 static const int LIN_TAP[CMP_LIN_COUNT] = {0, 0, 0, 1, 2, 2, 3};
 

@@ -148,19 +148,20 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
         uint64_t fb = blk((uint64_t)K * K * sizeof(double)) + blk((uint64_t)K * 4);
         uint64_t fm = multi ? fb : 0;
         /* from the first refit to the last, the refits' H w
-         * (CMP_CALIB_LEAN_REFIT_HW): through int4's second pass too */
+         * (CMP_CALIB_LEAN_REFIT_HW): through the second pass too */
+        int second = cmp_calib_second_pass(f, meth);
         uint64_t hw = refit_hw ? blk(cmp_gptq_refit_hw_bytes(R, K)) : 0;
         uint64_t quant = work(cmp_gptq_work_bytes(R, K, 128, T));
         uint64_t g = work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb;
         g = u64max(g, work(cmp_descend_work_bytes(K, T)) + fm);
-        /* int4's second pass measures its two errors with the factor
-         * still held, whatever the group */
-        g = u64max(g, measure + (f != KN_W_Q8 ? fb : fm));
-        if (f != KN_W_Q8)
+        /* the second pass (cmp_calib_second_pass) measures its two errors
+         * with the factor still held, whatever the group */
+        g = u64max(g, measure + (second ? fb : fm));
+        if (second)
             g = u64max(g, quant);
         g = u64max(g + hw, quant);
-        /* int4: regptq's second set of buffers and dequantized copy */
-        if (f != KN_W_Q8)
+        /* the second pass's second set of buffers and dequantized copy */
+        if (second)
             g += qbytes(f, R, K, m->o->group) + blk((uint64_t)R * K * sizeof(float));
         inner = u64max(inner, g);
     }

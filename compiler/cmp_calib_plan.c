@@ -258,7 +258,7 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
  * 14336, the same within 1.3x at both): the energies and each
  * candidate's error measures, GPTQ's column loop, the refits (after the
  * first, a third of the work with H w kept: CMP_CALIB_LEAN_REFIT_HW), the
- * int4 second pass, the descent, the AWQ grid (a point costs the group's
+ * second pass (cmp_calib_second_pass), the descent, the AWQ grid (a point costs the group's
  * R K^2).  Re-measured in session 15 at K = 4096, int4 g128, against the
  * paired refit (9.7 CPU-s per 4096 rows; kept H w 4.2, an output error
  * 3.0, the descent 9.9, GPTQ's loop 7.7). */
@@ -280,7 +280,7 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
     int best = cmp_calib_is_best(o->method), all = o->method == CMP_QM_BEST_ALL;
     int awq_m = o->method == CMP_QM_AWQ || o->method == CMP_QM_AWQ_GPTQ ||
                 o->method == CMP_QM_AWQ_GPTAQ;
-    int int4 = o->fmt != KN_W_Q8;
+    int second = cmp_calib_second_pass(o->fmt, o->method);
     double grid = o->awq_coarse ? 11.0 : 20.0;
     *factor = *search = 0.0;
     for (int g = 0; g < 4; g++) {
@@ -310,7 +310,7 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
         double later = lean & CMP_CALIB_LEAN_REFIT_HW ? SEARCH_W_REFIT
                                                       : SEARCH_W_REFIT_KEPT;
         double per_gptq = SEARCH_W_GPTQ + SEARCH_W_REFIT +
-                          (int4 ? SEARCH_W_GPTQ + later + 2.0 * SEARCH_W_OERR : 0.0) +
+                          (second ? SEARCH_W_GPTQ + later + 2.0 * SEARCH_W_OERR : 0.0) +
                           SEARCH_W_DESCENT + later;
         double awq_points = awq * grid + (o->method == CMP_QM_AWQ ? grid : 0.0);
         *search += rkk * ((full ? 2.0 : 1.0) * SEARCH_W_OERR + ncand * measures +
