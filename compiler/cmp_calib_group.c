@@ -192,7 +192,8 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                  * refitting the scales to the whole row never loses */
                 if (st == MC_OK)
                     st = cmp_gptq_refit_scales_cached(ws, hq, &q[i], wc, hp, c->o->pool, err);
-                if (st == MC_OK && cmp_calib_second_pass(c->fmt[sl], c->o->method))
+                if (st == MC_OK &&
+                    cmp_calib_second_pass(c->fmt[sl], c->o->method))
                     st = regptq(ws, hq, &go, &q[i], wc, R, hp, err);
                 /* alone in its group: the factor is not needed again, and
                  * the descent's copy of H takes its place */

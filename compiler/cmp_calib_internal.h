@@ -25,11 +25,11 @@
  * its error is lower): int4 under every method but best, the default.
  * Measured (session 20, docs/benchmarks.md): at SmolLM2-135M's shape the
  * pass is a quarter of best's int4 search (~14 s of a 32K-token compile)
- * for -1.9 % KLD there, and on stories260k it moves best's KLD by -0.8 %
- * to +1.2 %, inside that model's spread between calibration subsets; so
- * the default, which runs under a time goal, leaves it out.  A method
- * asked by name (and best-all, which spends anything) keeps it: there it
- * measured -0.5 % to +2.9 % and its bytes stay what they were. */
+ * for -1.8 % KLD there, and on stories260k leaving it out moves best's
+ * KLD by -0.8 % to +1.2 %, inside that model's spread between calibration
+ * subsets; so the default, which runs under a time goal, leaves it out.
+ * A method asked by name (and best-all, which spends anything) keeps it
+ * and its bytes: leaving it out there measured -0.5 % to +2.9 %. */
 static inline int cmp_calib_second_pass(kn_wformat fmt, cmp_qmethod m)
 {
     return fmt != KN_W_Q8 && m != CMP_QM_BEST;

@@ -258,8 +258,8 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
  * 14336, the same within 1.3x at both): the energies and each
  * candidate's error measures, GPTQ's column loop, the refits (after the
  * first, a third of the work with H w kept: CMP_CALIB_LEAN_REFIT_HW), the
- * second pass (cmp_calib_second_pass), the descent, the AWQ grid (a point costs the group's
- * R K^2).  Re-measured in session 15 at K = 4096, int4 g128, against the
+ * second pass (cmp_calib_second_pass), the descent, the AWQ grid (a point
+ * costs the group's R K^2).  Re-measured in session 15 at K = 4096, int4 g128, against the
  * paired refit (9.7 CPU-s per 4096 rows; kept H w 4.2, an output error
  * 3.0, the descent 9.9, GPTQ's loop 7.7). */
 #define SEARCH_W_OERR 0.23     /* an output error (d^T H d, tiled) */

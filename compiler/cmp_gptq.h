@@ -118,7 +118,8 @@ void cmp_hessian_diag_mean(const cmp_hessian *h, float *out);
  * order and the dampening that succeeded), made once and given to every
  * cmp_gptq_quantize on that Hessian with the same act-order (the linears
  * of a group share their input; the calibration's second pass repeats
- * the first's factor): the results are bit for bit those of quantize's own factor. */
+ * the first's factor): the results are bit for bit those of quantize's
+ * own factor. */
 typedef struct cmp_gptq_factor {
     uint32_t cols;      /* width of the Hessian */
     int act_order;      /* 1: perm is the descending diag(H) order */
