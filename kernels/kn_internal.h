@@ -30,6 +30,28 @@ static inline uint8_t kn_q4_byte(const kn_matrix *W, uint32_t r, uint32_t k)
     return ((const uint8_t *)W->data)[(size_t)r * kn_q4_row_bytes(W->cols) + k];
 }
 
+/* Row r's int8 code of column c and its scale, in either layout
+ * (kn_quant.h). */
+static inline int8_t kn_q8_code(const kn_matrix *W, uint32_t r, uint32_t c)
+{
+    if (W->layout == KN_LAYOUT_P16) {
+        const int8_t *panel = (const int8_t *)W->data +
+                              (size_t)(r / 16) * kn_p16_q8_panel_bytes(W->cols);
+        return panel[kn_p16_q8_block_off(c / 32) + ((c % 32) / 2) * 32 + (r % 16) * 2 + c % 2];
+    }
+    return ((const int8_t *)W->data)[(size_t)r * W->cols + c];
+}
+static inline float kn_q8_scale(const kn_matrix *W, uint32_t r)
+{
+    if (W->layout == KN_LAYOUT_P16) {
+        float v;
+        memcpy(&v, (const uint8_t *)W->data + (size_t)(r / 16) * kn_p16_q8_panel_bytes(W->cols) +
+                       (r % 16) * 4, 4);
+        return v;
+    }
+    return ((const float *)W->scales)[r];
+}
+
 /* The bfloat16 bits of x (kn_gram.h, kn_gemm_bf16.h): round to nearest
  * even, float and bfloat16 subnormals to signed zero (DAZ: a float below
  * FLT_MIN never rounds up into the normal range here), NaN kept quiet.
@@ -77,8 +99,7 @@ static inline float kn_w_at(const kn_matrix *W, uint32_t r, uint32_t c)
     case KN_W_F32: return ((const float *)W->data)[i];
     case KN_W_F16: return fmt_f16_to_f32(((const uint16_t *)W->data)[i]);
     case KN_W_BF16: return fmt_bf16_to_f32(((const uint16_t *)W->data)[i]);
-    case KN_W_Q8:
-        return ((const float *)W->scales)[r] * (float)((const int8_t *)W->data)[i];
+    case KN_W_Q8: return kn_q8_scale(W, r) * (float)kn_q8_code(W, r, c);
     case KN_W_Q4: case KN_W_Q4S: return kn_q4_at(W, r, c);
     default: return 0.0f;
     }
@@ -223,7 +244,7 @@ void kn_avx2_softmax(float *x, size_t n);
 static inline int kn_w_int(const kn_matrix *W, uint32_t r, uint32_t c)
 {
     if (W->fmt == KN_W_Q8)
-        return ((const int8_t *)W->data)[(size_t)r * W->cols + c];
+        return kn_q8_code(W, r, c);
     uint8_t b = kn_q4_byte(W, r, c / 2);
     int q = (c & 1) ? (b >> 4) : (b & 15);
     int z = W->fmt == KN_W_Q4

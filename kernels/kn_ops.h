@@ -64,10 +64,10 @@ void kn_pool_run_shared(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
 
 /* How a matrix's bytes are arranged (kn_quant.h).  Every file and every
  * API outside the CPU runtime sees KN_LAYOUT_ROWS; KN_LAYOUT_P16 is built
- * at load by the runtime (kn_q4s_pack16) for the AVX-512 kernels. */
+ * at load by the runtime (kn_pack16) for the AVX-512 kernels. */
 typedef enum kn_layout {
     KN_LAYOUT_ROWS = 0,       /* row-major data, scales/zeros beside it */
-    KN_LAYOUT_P16 = 1,        /* Q4S only: 16-row panels, scales inside */
+    KN_LAYOUT_P16 = 1,        /* Q4S, Q8: 16-row panels, scales inside */
 } kn_layout;
 
 /* A read-only view of a weight matrix (layouts in kn_quant.h). */
@@ -80,7 +80,7 @@ typedef struct kn_matrix {
                                  KN_LAYOUT_P16: NULL (inside data) */
     const uint8_t *zeros;     /* Q4: [rows][ngroups]; else NULL */
     uint32_t group;           /* Q4/Q4S group size; 0 otherwise */
-    kn_layout layout;         /* KN_LAYOUT_ROWS but after kn_q4s_pack16 */
+    kn_layout layout;         /* KN_LAYOUT_ROWS but after kn_pack16 */
 } kn_matrix;
 
 /* Y[t][r] = sum_c W[r][c] * X[t][c] (+ bias[r] if bias) for t < T.

@@ -40,7 +40,10 @@
  * int4-sym in 16-row panels (KN_LAYOUT_P16, kn_pack16.h; the CPU
  * runtime's layout on these CPUs): a zmm per 16 rows x 4 code bytes, 8
  * vpdpbusd per (panel, token, block) from -8 x the block sum, no insert,
- * fold or transpose, one stream per thread (dp16_panel).
+ * fold or transpose, one stream per thread (dp16_panel).  int8 in
+ * panels: per (panel, block) 16 loads of 16 rows x 2 codes widened to
+ * int16 and 16 vpdpwssd per token (dp8_panel); SmolLM-shape batch-1
+ * decode 1.20x the row layout's (docs/quantization.md).
  *
  * int8: register m holds 8 columns of rows m and m + 4 widened to int16
  * (4 per block); 4 vpdpwssd against the token's 8 activations broadcast
@@ -415,12 +418,83 @@ static void dp16_panel_any(const kn_matrix *W, const uint8_t *xq, const float *x
 #undef DP16
 }
 
+/* ---- int8 panels (KN_LAYOUT_P16), 1 <= TT <= 8 tokens -------------------- */
+
+/* Panel p of a Q8 matrix (rows 16p .. 16p+15 in the lanes), all blocks, TT
+ * tokens, one stream: per block 16 loads of 16 rows x 2 codes widened to
+ * int16 (vpmovsxbw), each multiplied by the token's 2 int16 activations
+ * of that column pair broadcast (vpdpwssd) into NC independent integer
+ * chains (NC = 4 at T = 1, where the 16 products of a block would
+ * otherwise wait on each other's latency), added exactly (|i_b| < 2^27);
+ * then the reference's convert and fma by d, and the row scales at the
+ * end: dq8_pass's bits, without its permutes and fold. */
+KN_AI void dp8_panel(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                     float *Y, uint32_t p, int TT)
+{
+    enum { NC_MAX = 4 };
+    const int NC = TT == 1 ? 4 : TT == 2 ? 2 : 1;
+    const uint32_t nb = W->cols / KN_QK, rows = W->rows;
+    const size_t xs = (size_t)nb * 2 * KN_QK; /* activation bytes per token */
+    const uint8_t *q = (const uint8_t *)W->data + (size_t)p * kn_p16_q8_panel_bytes(W->cols);
+    const __m512 rs = _mm512_loadu_ps(q);
+    q += 64;
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (uint32_t b = 0; b < nb; b++, q += 512) {
+        /* 4 KiB ahead into L2, as dp16_panel: one line per 256 bytes */
+        _mm_prefetch((const char *)(q + 4096), _MM_HINT_T1);
+        _mm_prefetch((const char *)(q + 4096 + 256), _MM_HINT_T1);
+        __m512i s[8][NC_MAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++)
+                s[t][c] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * k)));
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                const uint8_t *x = xq + (size_t)t * xs + (size_t)b * 2 * KN_QK;
+                s[t][k % NC] = _mm512_dpwssd_epi32(s[t][k % NC], w,
+                                                   _mm512_set1_epi32(dp_ld32(x + 4 * k)));
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            __m512i i_b = s[t][0];
+#pragma GCC unroll 4
+            for (int c = 1; c < NC; c++)
+                i_b = _mm512_add_epi32(i_b, s[t][c]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_b),
+                                     _mm512_set1_ps(xd[(size_t)t * nb + b]), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        float *y = Y + (size_t)t * rows + 16 * (size_t)p;
+        _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_mul_ps(acc[t], rs)));
+    }
+}
+
+static void dp8_panel_any(const kn_matrix *W, const uint8_t *xq, const float *xd,
+                          float *Y, uint32_t p, int TT)
+{
+#define DP8(tt) case tt: dp8_panel(W, xq, xd, Y, p, tt); break;
+    switch (TT) {
+        DP8(1) DP8(2) DP8(3) DP8(4) DP8(5) DP8(6) DP8(7) default: DP8(8)
+    }
+#undef DP8
+}
+
 #define DP16_MAXI 8192 /* token-blocks of the panel kernel's start table */
 
 int kn_avx512_matmul_q_dec_ok(const kn_matrix *W, size_t T)
 {
     if (W->layout == KN_LAYOUT_P16)
-        return T >= 1 && T <= 8 && T * (W->cols / KN_QK) <= DP16_MAXI;
+        return T >= 1 && T <= 8 && (W->fmt == KN_W_Q8 || T * (W->cols / KN_QK) <= DP16_MAXI);
     return T >= 1 && T <= 8 && W->cols % KN_QK == 0 &&
            (((W->fmt == KN_W_Q4 || W->fmt == KN_W_Q4S) && W->cols / KN_QK <= DQ_MAXB) ||
             W->fmt == KN_W_Q8);
@@ -431,6 +505,11 @@ void kn_avx512_matmul_q_dec(const kn_matrix *W, const void *xq, const float *xd,
 {
     if (W->layout == KN_LAYOUT_P16 && (r0 % 16 || r1 % 16)) {
         kn_ref_matmul_q_rows(W, xq, xd, T, Y, r0, r1); /* not kn_task_rows' */
+        return;
+    }
+    if (W->layout == KN_LAYOUT_P16 && W->fmt == KN_W_Q8) {
+        for (uint32_t p = r0 / 16; p < r1 / 16; p++)
+            dp8_panel_any(W, xq, xd, Y, p, (int)T);
         return;
     }
     if (W->layout == KN_LAYOUT_P16) {

@@ -118,7 +118,7 @@ static float qdot_one(const kn_matrix *W, uint32_t r, const uint8_t *qrow,
             ib += lane[l]; /* exact: |ib| < 2^27 */
         acc = fmaf((float)ib, kn_qdot_scale(W, r, b, drow[b]), acc);
     }
-    return W->fmt == KN_W_Q8 ? acc * ((const float *)W->scales)[r] : acc;
+    return W->fmt == KN_W_Q8 ? acc * kn_q8_scale(W, r) : acc;
 }
 
 void kn_ref_matmul_q(const kn_matrix *W, const void *Xq, size_t T, float *Y,

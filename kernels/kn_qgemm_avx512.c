@@ -31,10 +31,11 @@
  *   Q8: the panel holds 16 rows x 2 int16 weights per dword, 16 vpdpwssd
  *     per block against the int16 activations (column order) broadcast
  *     as dwords, in two chains added at the end (exact: |i_b| < 2^27).
- * Q4S in 16-row panels (KN_LAYOUT_P16, kn_pack16.h: the CPU runtime's
- * layout on these CPUs) is already transposed: pg_fill loads its 16 rows
- * x 4 code bytes as they are and splits the nibbles (thread ranges are
- * whole panels; other ranges take the reference).
+ * Q4S and Q8 in 16-row panels (KN_LAYOUT_P16, kn_pack16.h: the CPU
+ * runtime's layout on these CPUs) are already transposed: pg_fill loads
+ * a Q4S panel's 16 rows x 4 code bytes as they are and splits the
+ * nibbles, a Q8 panel's 16 rows x 2 codes and widens them (thread ranges
+ * are whole panels; other ranges take the reference).
  * A ragged last block is a panel block like the others: its weight bytes
  * are read with a masked load (no byte past a row's end), the columns
  * past cols get 0 activations (kn_qact_quantize pads) and add nothing.
@@ -156,6 +157,20 @@ static void pg_fill(pg_panel *P, const kn_matrix *W, uint32_t r, int R,
                     uint32_t b0, uint32_t nb)
 {
     const uint32_t cols = W->cols;
+    if (W->fmt == KN_W_Q8 && W->layout == KN_LAYOUT_P16) {
+        /* r a multiple of 16 and R = 16: the panel's column pairs are
+         * stored as they are, widened */
+        const uint8_t *panel = (const uint8_t *)W->data +
+                               (size_t)(r / 16) * kn_p16_q8_panel_bytes(cols);
+        for (uint32_t j = 0; j < nb; j++) {
+            const uint8_t *src = panel + kn_p16_q8_block_off(b0 + j);
+            for (int k = 0; k < 16; k++)
+                _mm512_store_si512(P->w + (size_t)j * 1024 + (size_t)k * 64,
+                                   _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                                       (const __m256i *)(src + 32 * k))));
+        }
+        return;
+    }
     if (W->fmt == KN_W_Q8) {
         for (uint32_t j = 0; j < nb; j++) {
             const size_t c0 = (size_t)(b0 + j) * KN_QK;
@@ -429,9 +444,12 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
             }
             /* y = acc (Q8: * row scale); Y += y for the group's R rows */
             const __mmask16 m = (__mmask16)((1u << R) - 1);
-            const __m512 rs = fmt == KN_W_Q8
-                                  ? _mm512_maskz_loadu_ps(m, (const float *)W->scales + r)
-                                  : _mm512_setzero_ps();
+            const float *rsp = fmt != KN_W_Q8 ? NULL
+                               : W->layout == KN_LAYOUT_P16
+                                   ? (const float *)((const uint8_t *)W->data +
+                                                     (size_t)(r / 16) * kn_p16_q8_panel_bytes(W->cols))
+                                   : (const float *)W->scales + r;
+            const __m512 rs = rsp ? _mm512_maskz_loadu_ps(m, rsp) : _mm512_setzero_ps();
             for (size_t t = 0; t < tn; t++) {
                 __m512 y = _mm512_load_ps(acc + t * PG_R);
                 if (fmt == KN_W_Q8)

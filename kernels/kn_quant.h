@@ -30,6 +30,15 @@
  * bytes 16b + 4m .. 16b + 4m + 3 of row 16P + i (nibbles as above).  So
  * a 512-bit load is 16 rows x 4 code bytes, and decode reads one stream.
  *
+ * int8 in 16-row panels (KN_W_Q8 with layout KN_LAYOUT_P16; also built at
+ * load only).  Needs rows % 16 == 0, cols % 32 == 0; nb = cols / 32.  The
+ * same bytes as data + scales: panel P (rows 16P .. 16P+15) is
+ * kn_p16_q8_panel_bytes(cols) bytes at P * that: the 16 rows' f32 scales
+ * (64 bytes), then per block b, 512 bytes: for pair k < 16, for row i <
+ * 16, the row layout's bytes 32b + 2k, 32b + 2k + 1 of row 16P + i.  So
+ * a 256-bit load sign-extended to 16-bit is 16 rows x 2 columns, the
+ * dword of two int16 activations that vpdpwssd multiplies.
+ *
  * int8 KV cache (KN_KV_I8): per token and per KV head, symmetric:
  *   x[h][d] = scale[h] * q[h][d], scale = max|x[h][:]| / 127 (f32).
  */
@@ -125,6 +134,17 @@ KN_HOST_DEVICE static inline uint64_t kn_p16_scale_off(uint32_t j, uint32_t grou
 KN_HOST_DEVICE static inline uint64_t kn_p16_block_off(uint32_t b, uint32_t group)
 {
     return (uint64_t)(b / (group / 32) + 1) * 32 + (uint64_t)b * 256;
+}
+
+/* KN_W_Q8 in KN_LAYOUT_P16 (above): bytes of one panel; the offset in a
+ * panel of block b's 512 bytes (the scales are at 0). */
+KN_HOST_DEVICE static inline uint64_t kn_p16_q8_panel_bytes(uint32_t cols)
+{
+    return 64 + (uint64_t)cols * 16;
+}
+KN_HOST_DEVICE static inline uint64_t kn_p16_q8_block_off(uint32_t b)
+{
+    return 64 + (uint64_t)b * 512;
 }
 
 KN_HOST_DEVICE static inline uint64_t kn_wformat_zero_bytes(kn_wformat f, uint32_t rows,

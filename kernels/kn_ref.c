@@ -28,6 +28,12 @@ void kn_dequant_span(const kn_matrix *W, uint32_t r, uint32_t c0, uint32_t n,
         return;
     }
     case KN_W_Q8: {
+        if (W->layout == KN_LAYOUT_P16) {
+            const float sc = kn_q8_scale(W, r);
+            for (uint32_t i = 0; i < n; i++)
+                out[i] = sc * (float)kn_q8_code(W, r, c0 + i);
+            return;
+        }
         const int8_t *s = (const int8_t *)W->data + (size_t)r * W->cols + c0;
         float sc = ((const float *)W->scales)[r];
         for (uint32_t i = 0; i < n; i++)

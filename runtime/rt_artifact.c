@@ -22,7 +22,7 @@ typedef struct art_owner {
     fmt_art *a;
     uint8_t *zbuf;            /* decompressed zstd sections, one block */
     const uint8_t **base;     /* [nsections] raw bytes of each section */
-    uint8_t *packed;          /* the int4-sym matrices in 16-row panels
+    uint8_t *packed;          /* int4-sym and int8 matrices in 16-row panels
                                  (pack_for_cpu), one block, or NULL */
 } art_owner;
 
@@ -322,7 +322,7 @@ static size_t model_matrices(rt_model *m, kn_matrix **out)
  * copying it would hold those weights twice, over the plan. */
 static int pack_wanted(const kn_matrix *w)
 {
-    return kn_q4s_pack16_ok(w) &&
+    return kn_pack16_ok(w) &&
            fmt_mapguard_covers(w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols)) &&
            fmt_mapguard_covers(w->scales, (size_t)kn_wformat_scale_bytes(w->fmt, w->rows, w->cols,
                                                                          w->group));
@@ -336,6 +336,7 @@ static int pack_wanted(const kn_matrix *w)
 typedef struct pack_job {
     kn_matrix **ms;
     uint8_t **dst;
+    kn_matrix *src;   /* [n] matrix i's row view before packing */
     size_t n;
     atomic_size_t next;
 } pack_job;
@@ -348,6 +349,7 @@ static void *pack_worker(void *arg)
         kn_matrix *w = j->ms[i];
         if (!j->dst[i])
             continue;
+        j->src[i] = *w;
         /* PACK_ROWS rows at a time (panels are independent), each piece's
          * source dropped once copied: the load holds at most a piece per
          * thread twice, never a whole matrix.  Whole pages, rounded out:
@@ -355,16 +357,19 @@ static void *pack_worker(void *arg)
          * touched, the same bytes. */
         const uint64_t rb = kn_wformat_data_bytes(w->fmt, 1, w->cols);
         const uint64_t sr = kn_wformat_scale_bytes(w->fmt, 1, w->cols, w->group);
-        const uint64_t pb = kn_p16_panel_bytes(w->cols, w->group);
+        const uint64_t pb = kn_pack16_panel_bytes(w);
         for (uint32_t r = 0; r < w->rows; r += PACK_ROWS) {
             kn_matrix piece = *w;
             piece.rows = w->rows - r < PACK_ROWS ? w->rows - r : PACK_ROWS;
             piece.data = (const uint8_t *)w->data + r * rb;
             piece.scales = (const uint8_t *)w->scales + r * sr;
-            kn_q4s_pack16(&piece, j->dst[i] + (uint64_t)(r / 16) * pb, &piece);
+            kn_pack16(&piece, j->dst[i] + (uint64_t)(r / 16) * pb, &piece);
             fmt_mapguard_drop((const uint8_t *)w->data + r * rb, (size_t)(piece.rows * rb));
             fmt_mapguard_drop((const uint8_t *)w->scales + r * sr, (size_t)(piece.rows * sr));
         }
+        /* and the whole matrix once more: the fault-around (pack_for_cpu) */
+        fmt_mapguard_drop(w->data, (size_t)(w->rows * rb));
+        fmt_mapguard_drop(w->scales, (size_t)(w->rows * sr));
         kn_matrix v = *w;
         v.data = j->dst[i];
         v.scales = NULL;
@@ -374,9 +379,9 @@ static void *pack_worker(void *arg)
     return NULL;
 }
 
-/* On a CPU with AVX-512 VNNI, copy the int4-sym matrices into 16-row
- * panels (kn_pack16.h: decode reads one stream, the prefill GEMM skips
- * its transposes) unless the plan is for the GPU or MC_NO_REPACK is set.
+/* On a CPU with AVX-512 VNNI, copy the int4-sym and int8 matrices into
+ * 16-row panels (kn_pack16.h: decode reads one stream, the prefill GEMM
+ * skips its transposes) unless the plan is for the GPU or MC_NO_REPACK is set.
  * Each source range is dropped from the resident set once copied (a
  * mapped section: it is read back from the file if touched), so the
  * process holds the weights once, as the plan counts them; matrices in
@@ -396,27 +401,30 @@ static void pack_for_cpu(loader *L)
     size_t cap = (size_t)m->cfg.num_layers * 7 + 2;
     kn_matrix **ms = mc_malloc_array(cap, sizeof *ms);
     uint8_t **dst = mc_calloc(cap, sizeof *dst);
-    if (!ms || !dst) {
+    kn_matrix *src = mc_calloc(cap, sizeof *src);
+    if (!ms || !dst || !src) {
         mc_free(ms);
         mc_free(dst);
+        mc_free(src);
         return;
     }
-    pack_job job = {ms, dst, model_matrices(m, ms), 0};
+    pack_job job = {ms, dst, src, model_matrices(m, ms), 0};
     uint64_t total = 0;
     for (size_t i = 0; i < job.n; i++)
         if (pack_wanted(ms[i]))
-            total += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
+            total += (kn_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
     if (total == 0 || total > SIZE_MAX - 64 ||
         !(L->o->packed = mc_malloc((size_t)total + 64))) {
         mc_free(ms);
         mc_free(dst);
+        mc_free(src);
         return;
     }
     uint8_t *at = (uint8_t *)(((uintptr_t)L->o->packed + 63) & ~(uintptr_t)63);
     for (size_t i = 0; i < job.n; i++)
         if (pack_wanted(ms[i])) {
             dst[i] = at;
-            at += (kn_q4s_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
+            at += (kn_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
         }
     int ncpu = kn_cpu_count();
     int nth = ncpu > 4 ? 4 : ncpu, started = 0;
@@ -427,10 +435,23 @@ static void pack_for_cpu(loader *L)
     pack_worker(&job); /* this thread too; alone if none started */
     for (int t = 0; t < started; t++)
         pthread_join(th[t], NULL);
+    /* Once more, whole: a page fault on the mapping maps the cached pages
+     * around it too (the kernel's fault-around, 64 KiB), so reading one
+     * piece or a page of scales brought back neighbours already dropped
+     * (measured: 6.4 MB of SmolLM's int8 artifact still resident after
+     * the copy, its run's peak 4.5 MB over the plan). */
+    for (size_t i = 0; i < job.n; i++)
+        if (dst[i]) {
+            const kn_matrix *w = &job.src[i];
+            fmt_mapguard_drop(w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols));
+            fmt_mapguard_drop(w->scales, (size_t)kn_wformat_scale_bytes(w->fmt, w->rows, w->cols,
+                                                                        w->group));
+        }
     if (m->cfg.tie_word_embeddings)
         m->lm_head = m->embed;
     mc_free(ms);
     mc_free(dst);
+    mc_free(src);
 }
 
 mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,

@@ -86,7 +86,7 @@ static void put_matrix(wput *w, const kn_matrix *h, kn_matrix *d)
                 w->failed = 1;
                 w->cuda_error = 2; /* cudaErrorMemoryAllocation */
             } else {
-                kn_q4s_unpack16(h, tmp, tmp + db);
+                kn_unpack16(h, tmp, tmp + db);
             }
         }
         /* counting (no base) or a failure: any non-NULL view sizes it */
