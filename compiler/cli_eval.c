@@ -13,6 +13,7 @@
 #include "kn_ops.h"
 #include "mc_alloc.h"
 #include "mc_parse.h"
+#include "rt_artifact.h"
 #include "rt_model.h"
 
 /* Every option of `mcompile eval`. */
@@ -111,7 +112,8 @@ int cmp_cli_eval(int argc, char **argv)
     rc = 1;
     if (cmp_ids_load(tokens, &tok, &off, &nseq, &e) != MC_OK ||
         rt_model_open_hf(ref, &mr, &e) != MC_OK ||
-        rt_model_open(art, &mq, &e) != MC_OK) {
+        (rt_artifact_is(art) ? rt_model_open_artifact_ex(art, RT_ART_ROWS, &mq, &e)
+                             : rt_model_open_hf(art, &mq, &e)) != MC_OK) {
         fprintf(stderr, "mcompile eval: %s\n", mc_error_format(&e, buf, sizeof buf));
         goto out;
     }

@@ -388,14 +388,16 @@ static void *pack_worker(void *arg)
  * zstd sections stay in rows (pack_wanted).  Results are
  * bit for bit those of the row layout.  A failed allocation keeps the
  * row layout (slower, not wrong).  Not with the float path switched on
- * (MC_FLOAT_DOT): its AVX2 kernels read the row layout.  The copy runs on
+ * (MC_FLOAT_DOT) or asked for (RT_ART_ROWS): its SIMD kernels read the
+ * row layout.  The copy runs on
  * up to 4 threads: most of its time is the kernel zeroing the new pages,
  * which each faulting thread does for itself. */
-static void pack_for_cpu(loader *L)
+static void pack_for_cpu(loader *L, unsigned flags)
 {
     rt_model *m = L->m;
     const char *off = getenv("MC_NO_REPACK");
-    if ((m->has_plan && m->plan.cuda) || (off && *off && *off != '0') ||
+    if ((flags & RT_ART_ROWS) || (m->has_plan && m->plan.cuda) ||
+        (off && *off && *off != '0') ||
         !kn_cpu_has_avx512() || kn_float_dot())
         return;
     size_t cap = (size_t)m->cfg.num_layers * 7 + 2;
@@ -490,7 +492,7 @@ mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
         st = mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
                      "norm/bias tensors do not match the config");
     if (st == MC_OK)
-        pack_for_cpu(&L);
+        pack_for_cpu(&L, flags);
     if (st != MC_OK) {
         rt_model_free(m);
         return st;

@@ -28,6 +28,11 @@
 #include "rt_model.h"
 
 #define RT_ART_NO_VERIFY 1u  /* skip the section checksums (cheap checks only) */
+#define RT_ART_ROWS 2u       /* keep every matrix in the row layout: for a
+                              * caller of the float path (kn_matmul, e.g.
+                              * `mcompile eval`), whose SIMD kernels read
+                              * rows only; panels would take the scalar
+                              * reference there, ~10x slower */
 
 /* Open path as an artifact (verifying every section).  *out owned by the
  * caller (rt_model_free). */

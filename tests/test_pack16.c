@@ -226,6 +226,12 @@ static void check_artifact(const char *dir, const char *name, const char *quant)
     assert_int_equal(rt_model_open_artifact(art, &rm, &e), MC_OK);
     unsetenv("MC_NO_REPACK");
     assert_int_equal(rm->layers[0].w.wq.layout, KN_LAYOUT_ROWS);
+    /* the float path's callers (`mcompile eval`) ask for rows */
+    rt_model *fm;
+    assert_int_equal(rt_model_open_artifact_ex(art, RT_ART_ROWS, &fm, &e), MC_OK);
+    assert_int_equal(fm->layers[0].w.wq.layout, KN_LAYOUT_ROWS);
+    assert_int_equal(fm->embed.layout, KN_LAYOUT_ROWS);
+    rt_model_free(fm);
     uint32_t V = pm->cfg.vocab_size;
     for (int c = 0; c < 2; c++) {
         uint32_t chunk = c ? 64 : 4;
