@@ -41,15 +41,19 @@ static inline int8_t kn_q8_code(const kn_matrix *W, uint32_t r, uint32_t c)
     }
     return ((const int8_t *)W->data)[(size_t)r * W->cols + c];
 }
+/* Where row r's f32 scale is; the scales of the rows after it up to the
+ * end of its 16-row panel follow it (all of them in the row layout). */
+static inline const float *kn_q8_scale_ptr(const kn_matrix *W, uint32_t r)
+{
+    if (W->layout == KN_LAYOUT_P16)
+        return (const float *)(const void *)((const uint8_t *)W->data +
+                                             (size_t)(r / 16) * kn_p16_q8_panel_bytes(W->cols)) +
+               r % 16;
+    return (const float *)W->scales + r;
+}
 static inline float kn_q8_scale(const kn_matrix *W, uint32_t r)
 {
-    if (W->layout == KN_LAYOUT_P16) {
-        float v;
-        memcpy(&v, (const uint8_t *)W->data + (size_t)(r / 16) * kn_p16_q8_panel_bytes(W->cols) +
-                       (r % 16) * 4, 4);
-        return v;
-    }
-    return ((const float *)W->scales)[r];
+    return *kn_q8_scale_ptr(W, r);
 }
 
 /* The bfloat16 bits of x (kn_gram.h, kn_gemm_bf16.h): round to nearest

@@ -444,12 +444,8 @@ void kn_avx512_gemm_q_rows(const kn_matrix *W, const void *xqv, const float *xd,
             }
             /* y = acc (Q8: * row scale); Y += y for the group's R rows */
             const __mmask16 m = (__mmask16)((1u << R) - 1);
-            const float *rsp = fmt != KN_W_Q8 ? NULL
-                               : W->layout == KN_LAYOUT_P16
-                                   ? (const float *)((const uint8_t *)W->data +
-                                                     (size_t)(r / 16) * kn_p16_q8_panel_bytes(W->cols))
-                                   : (const float *)W->scales + r;
-            const __m512 rs = rsp ? _mm512_maskz_loadu_ps(m, rsp) : _mm512_setzero_ps();
+            const __m512 rs = fmt == KN_W_Q8 ? _mm512_maskz_loadu_ps(m, kn_q8_scale_ptr(W, r))
+                                             : _mm512_setzero_ps();
             for (size_t t = 0; t < tn; t++) {
                 __m512 y = _mm512_load_ps(acc + t * PG_R);
                 if (fmt == KN_W_Q8)
