@@ -112,8 +112,7 @@ int cmp_cli_eval(int argc, char **argv)
     rc = 1;
     if (cmp_ids_load(tokens, &tok, &off, &nseq, &e) != MC_OK ||
         rt_model_open_hf(ref, &mr, &e) != MC_OK ||
-        (rt_artifact_is(art) ? rt_model_open_artifact_ex(art, RT_ART_ROWS, &mq, &e)
-                             : rt_model_open_hf(art, &mq, &e)) != MC_OK) {
+        rt_model_open_ex(art, RT_ART_ROWS, &mq, &e) != MC_OK) {
         fprintf(stderr, "mcompile eval: %s\n", mc_error_format(&e, buf, sizeof buf));
         goto out;
     }

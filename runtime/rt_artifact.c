@@ -331,6 +331,19 @@ static int pack_wanted(const kn_matrix *w)
 #define PACK_ROWS 128u /* rows a packing step copies (a multiple of 16; the
                         * test fixture's 160-row matrices take two) */
 
+/* Drop the whole source range of w (rows, as the artifact maps it) from
+ * the resident set: a page fault on the mapping maps the cached pages
+ * around it too (the kernel's fault-around, 64 KiB), so reading one piece
+ * or a page of scales brings back neighbours already dropped (measured:
+ * 6.4 MB of SmolLM's int8 artifact still resident after the copy, its
+ * run's peak 4.5 MB over the plan). */
+static void drop_source(const kn_matrix *w)
+{
+    fmt_mapguard_drop(w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols));
+    fmt_mapguard_drop(w->scales,
+                      (size_t)kn_wformat_scale_bytes(w->fmt, w->rows, w->cols, w->group));
+}
+
 /* The packing work, shared by the threads of pack_for_cpu: matrix i goes
  * to dst[i] (NULL: stays in rows); threads take the next index. */
 typedef struct pack_job {
@@ -367,9 +380,7 @@ static void *pack_worker(void *arg)
             fmt_mapguard_drop((const uint8_t *)w->data + r * rb, (size_t)(piece.rows * rb));
             fmt_mapguard_drop((const uint8_t *)w->scales + r * sr, (size_t)(piece.rows * sr));
         }
-        /* and the whole matrix once more: the fault-around (pack_for_cpu) */
-        fmt_mapguard_drop(w->data, (size_t)(w->rows * rb));
-        fmt_mapguard_drop(w->scales, (size_t)(w->rows * sr));
+        drop_source(w); /* once more, whole: the fault-around */
         kn_matrix v = *w;
         v.data = j->dst[i];
         v.scales = NULL;
@@ -437,18 +448,11 @@ static void pack_for_cpu(loader *L, unsigned flags)
     pack_worker(&job); /* this thread too; alone if none started */
     for (int t = 0; t < started; t++)
         pthread_join(th[t], NULL);
-    /* Once more, whole: a page fault on the mapping maps the cached pages
-     * around it too (the kernel's fault-around, 64 KiB), so reading one
-     * piece or a page of scales brought back neighbours already dropped
-     * (measured: 6.4 MB of SmolLM's int8 artifact still resident after
-     * the copy, its run's peak 4.5 MB over the plan). */
+    /* and all of them after every thread is done: one thread's faults
+     * map back pages of a matrix another thread finished */
     for (size_t i = 0; i < job.n; i++)
-        if (dst[i]) {
-            const kn_matrix *w = &job.src[i];
-            fmt_mapguard_drop(w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols));
-            fmt_mapguard_drop(w->scales, (size_t)kn_wformat_scale_bytes(w->fmt, w->rows, w->cols,
-                                                                        w->group));
-        }
+        if (dst[i])
+            drop_source(&job.src[i]);
     if (m->cfg.tie_word_embeddings)
         m->lm_head = m->embed;
     mc_free(ms);

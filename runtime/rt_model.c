@@ -297,11 +297,17 @@ fail:
     return st;
 }
 
-mc_status rt_model_open(const char *path, rt_model **out, mc_error *err)
+mc_status rt_model_open_ex(const char *path, unsigned flags, rt_model **out,
+                           mc_error *err)
 {
     /* An artifact is recognised by its magic; anything else is a Hugging
      * Face directory or file. */
     if (rt_artifact_is(path))
-        return rt_model_open_artifact(path, out, err);
+        return rt_model_open_artifact_ex(path, flags, out, err);
     return rt_model_open_hf(path, out, err);
+}
+
+mc_status rt_model_open(const char *path, rt_model **out, mc_error *err)
+{
+    return rt_model_open_ex(path, 0, out, err);
 }

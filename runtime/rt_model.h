@@ -62,6 +62,10 @@ typedef struct rt_model {
  * magic here and call rt_model_open_artifact.)  *out owned by the caller,
  * released with rt_model_free. */
 mc_status rt_model_open(const char *path, rt_model **out, mc_error *err);
+/* rt_model_open with flags for an artifact (RT_ART_*, rt_artifact.h; a
+ * Hugging Face checkpoint ignores them). */
+mc_status rt_model_open_ex(const char *path, unsigned flags, rt_model **out,
+                           mc_error *err);
 
 /* Hugging Face checkpoint (see fmt_model.h for what path may be).  Checks
  * every tensor's presence, dtype (F32/F16/BF16) and shape against the
