@@ -1,7 +1,8 @@
-/* bench_gemm_bf16.c - the calibration quantized pass's products: an int8 or
- * int4 linear over T tokens as the float GEMM computes it (kn_matmul, the
- * codes dequantized to float: `--calib-forward f32`) against the bfloat16
- * products (kn_bf16_act_pack + kn_matmul_bf16_multi: the default), at the
+/* bench_gemm_bf16.c - the calibration's bfloat16 products: an int8, int4
+ * or float32 linear over T tokens as the float GEMM computes it
+ * (kn_matmul, the codes dequantized to float: `--calib-forward f32`,
+ * `--calib-full-pass f32`) against the bfloat16 products
+ * (kn_bf16_act_pack + kn_matmul_bf16_multi), at the
  * SmolLM2-135M and Mistral-7B linear shapes.  Prints GMAC/s of each, best
  * of --reps, and bf16 / float.  MC_NO_BF16=1 in the environment: the AVX2
  * emulation instead of vdpbf16ps (MC_NO_AVX512=1 as well: the AVX2 float
@@ -38,8 +39,12 @@ static kn_matrix make(kn_wformat f, uint32_t rows, uint32_t cols, uint64_t *st,
         fprintf(stderr, "bench_gemm_bf16: out of memory\n");
         exit(1);
     }
-    for (size_t i = 0; i < db; i++)
-        p[i] = (uint8_t)bench_rnd(st, 128.0f, 100.0f);
+    if (f == KN_W_F32)
+        for (size_t i = 0; i < db / 4; i++)
+            ((float *)(void *)p)[i] = bench_rnd(st, 0.0f, 0.05f);
+    else
+        for (size_t i = 0; i < db; i++)
+            p[i] = (uint8_t)bench_rnd(st, 128.0f, 100.0f);
     uint8_t *s = p + db;
     if (f == KN_W_Q8)
         for (uint32_t r = 0; r < rows; r++)
@@ -107,8 +112,9 @@ int main(int argc, char **argv)
            kn_cpu_has_avx2());
     kn_pool *pool = kn_pool_create(threads);
     uint64_t st = 0x853c49e6748fea9bull;
-    static const kn_wformat fs[] = {KN_W_Q8, KN_W_Q4};
-    for (int fi = 0; fi < 2; fi++)
+    static const kn_wformat fs[] = {KN_W_Q8, KN_W_Q4, KN_W_F32};
+    static const char *const fname[] = {"int8", "int4", "f32"};
+    for (int fi = 0; fi < 3; fi++)
         for (int s = 0; s < 3; s++) {
             void *own = NULL;
             kn_matrix W = make(fs[fi], sh[s].rows, sh[s].cols, &st, &own);
@@ -125,7 +131,7 @@ int main(int argc, char **argv)
             double tf = best_of(reps, 0, pool, &W, X, T, Y, xb);
             double tb = best_of(reps, 1, pool, &W, X, T, Y, xb);
             printf("%-5s %-16s float %6.1f GMAC/s  bf16 %6.1f GMAC/s  bf16 / float %.2fx\n",
-                   fi ? "int4" : "int8", sh[s].name, madds / tf * 1e-9,
+                   fname[fi], sh[s].name, madds / tf * 1e-9,
                    madds / tb * 1e-9, tf / tb);
             free(X);
             free(Y);

@@ -27,6 +27,7 @@ typedef struct compile_cli {
     int calib_stages;      /* 0 not given, else 1, 2 or 4 */
     int calib_stats;       /* -1 not given, 0 bf16 (the default), 1 f32 */
     int calib_fwd;         /* -1 not given, 0 bf16 (the default), 1 f32 */
+    int calib_full_pass;   /* -1 not given, 0 bf16, 1 f32 */
     uint64_t calib_seqs;   /* 0 not given */
     uint64_t calib_full_layers; /* 0 not given */
     int method_set;        /* --method given */
@@ -171,7 +172,17 @@ static const mc_opt compile_opts[] = {
              "bfloat16, codes exact, scales after: the same bits\n"
              "on every CPU, ~1.9x the rate where it has\n"
              "AVX512_BF16; f32: float activations, the artifacts\n"
-             "of before).  The full-precision pass stays float"},
+             "of before)"},
+    {.kind = MC_OPT_CHOICE, .flags = "--calib-full-pass", .value = "bf16|f32",
+     .off = F(calib_full_pass), .choices = stats_choices,
+     .help = "products of the full-precision weights (the\n"
+             "unquantized model's pass that gptaq and best aim\n"
+             "at, and the linears not yet quantized): bf16,\n"
+             "weights and activations rounded to bfloat16,\n"
+             "~1.8x the rate where the CPU has AVX512_BF16; f32:\n"
+             "float (default bf16 with int4 / int4-sym linears,\n"
+             "f32 otherwise: int8's error is near bfloat16's\n"
+             "rounding); bf16 needs --calib-forward bf16"},
     {.kind = MC_OPT_U64, .flags = "--calib-seqs", .value = "N",
      .off = F(calib_seqs), .ulo = 1, .uhi = 1u << 30,
      .help = "calibrate on the first N sequences not held out\n"
@@ -251,6 +262,12 @@ static int check_args(compile_cli *c)
         return cmp_cli_usage(cmd, "--calib-stats needs --calib FILE");
     if (c->calib_fwd >= 0 && !o->calib)
         return cmp_cli_usage(cmd, "--calib-forward needs --calib FILE");
+    if (c->calib_full_pass >= 0 && !o->calib)
+        return cmp_cli_usage(cmd, "--calib-full-pass needs --calib FILE");
+    if (c->calib_full_pass == 0 && c->calib_fwd == 1)
+        return cmp_cli_usage(cmd, "--calib-full-pass bf16 needs the "
+                             "quantized pass in bfloat16 too: leave out "
+                             "--calib-forward f32");
     if ((o->calib_time_s > 0.0 || c->calib_stages || c->calib_seqs ||
          c->calib_full_layers) && !o->calib)
         return cmp_cli_usage(cmd, "--calib-time, --calib-stages, --calib-seqs "
@@ -271,6 +288,9 @@ static int check_args(compile_cli *c)
     o->calib_gpu = c->calib_device == 1;
     o->calib_stats_f32 = c->calib_stats == 1;
     o->calib_fwd_f32 = c->calib_fwd == 1;
+    o->calib_full_pass = c->calib_full_pass < 0   ? CMP_FULL_PASS_DEFAULT
+                         : c->calib_full_pass == 0 ? CMP_FULL_PASS_BF16
+                                                   : CMP_FULL_PASS_F32;
     o->rotate = o->calib && !c->no_rotate;
     if (o->calib && !c->method_set)
         o->method = CMP_QM_BEST;
@@ -309,6 +329,7 @@ int cmp_cli_compile(int argc, char **argv)
     c.awq_grid = -1;
     c.calib_stats = -1;
     c.calib_fwd = -1;
+    c.calib_full_pass = -1;
     char *out_owned = NULL;
     int rc = cmp_cli_parse(&cmp_cli_compile_cmd, argc, argv, &c);
     if (rc < 0)

@@ -245,6 +245,9 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                 json_object_set_new(c, "forward",
                                     json_string(o->calib_fwd_f32 ? "f32" : "bf16"));
             if (c)
+                json_object_set_new(c, "full_pass",
+                                    json_string(r->full_bf16 ? "bf16" : "f32"));
+            if (c)
                 json_object_set_new(
                     c, "phase_seconds",
                     json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "total",

@@ -73,6 +73,10 @@ static void print_calibration(const json_t *cal)
     printf("  quantized pass: %s products\n",
            json_is_string(json_object_get(cal, "forward")) ? gets(cal, "forward")
                                                           : "float");
+    /* and the full-precision weights' (--calib-full-pass) */
+    printf("  full-precision pass: %s products\n",
+           json_is_string(json_object_get(cal, "full_pass")) ? gets(cal, "full_pass")
+                                                            : "float");
     const json_t *rot = json_object_get(cal, "rotation");
     if (json_is_object(rot))
         printf("  rotated: Hadamard blocks of %lld (value heads %lld), seed "

@@ -137,6 +137,15 @@ typedef struct cmp_calib_progress {
 uint32_t cmp_calib_default_full_layers(kn_wformat fmt, int mixed,
                                        uint32_t layers);
 
+/* Whether the full-precision weights multiply in bfloat16 when the user
+ * does not say (cmp_calib_opts.full_bf16): with int4 linears, not with
+ * int8 or a per-linear mix.  Measured (docs/benchmarks.md, session 22):
+ * int4's KLD moves by -1.9 % (SmolLM2-135M shape, 32K tokens, g128) and
+ * -0.5 / +0.9 / +0.6 % (stories260k g32 / g128 / int4-sym g32) for ~18 %
+ * less forward time; int8's rises by 4-6 %: its error is near the
+ * rounding of the weights to bfloat16. */
+int cmp_calib_default_full_bf16(kn_wformat fmt, int mixed);
+
 /* AWQ's pre-scaling of down (and, under MHA, o) needs the statistics of
  * their inputs before anything of the block is quantized: a pass through
  * the block as far as down's input, in stage 0, where no group reads them
@@ -223,8 +232,14 @@ typedef struct cmp_calib_opts {
                                 activations rounded to bfloat16
                                 (kn_gemm_bf16.h: codes exact, scales
                                 after; twice the rate where the CPU has
-                                AVX512_BF16, the same bits on every CPU).
-                                The full-precision pass stays float. */
+                                AVX512_BF16, the same bits on every CPU). */
+    int full_bf16;           /* 1 (with fwd_f32 0): the full-precision
+                                weights multiply bfloat16 activations too,
+                                rounded to bfloat16 themselves (kn_gemm_
+                                bf16.h's float weights): the full-precision
+                                pass and the moves, and the linears a
+                                stage's quantized pass reaches before they
+                                are quantized; 0 (the default): float */
     int down_full_c;         /* 1: down_proj's statistics as every other
                                 point's, Hf and C (width^2 each); 0 (the
                                 default): where its stage's full-precision
@@ -435,6 +450,8 @@ typedef struct cmp_calib_result {
     float **mlp_norm;        /* [layers] -> [hidden] */
     float **bias;            /* [layers][CMP_LIN_COUNT] -> bias or NULL */
     cmp_qbuf lm_head;        /* when lm_head_q8: owned buffers; else data NULL */
+    int full_bf16;           /* 1: the full-precision weights multiplied
+                                in bfloat16 (cmp_calib_opts.full_bf16) */
     int rotated;             /* 1: the model below is the rotated one: its
                                 norm weights are 1 and embed, final_norm
                                 and lm_head come from here (untied) */

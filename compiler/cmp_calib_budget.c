@@ -174,6 +174,11 @@ uint32_t cmp_calib_default_full_layers(kn_wformat fmt, int mixed,
     return (layers + 1) / 2;
 }
 
+int cmp_calib_default_full_bf16(kn_wformat fmt, int mixed)
+{
+    return !mixed && (fmt == KN_W_Q4 || fmt == KN_W_Q4S);
+}
+
 const char *cmp_calib_effort_options(const cmp_calib_effort *e, char *buf,
                                      size_t n)
 {

@@ -94,6 +94,12 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define EFF_FACTOR 0.42
 #define EFF_SEARCH 0.16
 #define FWD_BF16_SPEEDUP 1.9
+/* The full-precision weights' bfloat16 products (--calib-full-pass bf16):
+ * their tile runs 1.63-1.77x the float GEMM (bench_gemm_bf16, SmolLM2
+ * shapes), but the compile's forward fell by 12-18 % of its CPU where
+ * this count predicted ~28 % at 1.9x; 1.4 on those multiply-adds matches
+ * the runs (docs/benchmarks.md, session 22). */
+#define FWD_BF16_FULL_SPEEDUP 1.4
 
 /* Multiply-adds per token of a block run up to tap point p (0: q/k/v's
  * input, a norm; 1: o's; 2: gate/up's; 3: down's; 4: the whole block),
@@ -378,7 +384,7 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     const double nl[2] = {Lf, L - Lf};
     const unsigned ln[2] = {mem->lean, mem->lean | 0xFu};
     int store = cmp_calib_stores_down(o, mem->lean);
-    double qlin = 0.0;
+    double qlin = 0.0, lin = 0.0;
     for (int i = 0; i < CMP_PH_COUNT; i++)
         out->madds[i] = 0.0;
     for (int i = 0; i < 2; i++) {
@@ -398,6 +404,9 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
         out->madds[CMP_PH_SEARCH] += nl[i] * sea;
         qlin += nl[i] * T * cmp_calib_plan_qlin_madds(c, o->stages, ln[i], pre,
                                                       rot, store);
+        /* every pass's linears: the block's walk without attention */
+        lin += nl[i] * T * cmp_calib_plan_block_madds(c, 0, o->stages, ln[i],
+                                                      pre, rot, store);
     }
     /* the held-out evaluation as cmp_calib_heldout.c runs it: both models
      * over each sequence that has a next token, block by block with the
@@ -424,10 +433,14 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
      * at ~1.9x the float GEMM's rate where the CPU has AVX512_BF16
      * (perf, SmolLM2 shape: kn_avx512bf16_gemm_tile against
      * kn_gemm_rows_avx512 per multiply-add); elsewhere the emulation
-     * runs at the float rate */
+     * runs at the float rate.  With full_bf16 the other linears gain
+     * too. */
     double fwd_time = out->madds[CMP_PH_FORWARD];
-    if (!o->fwd_f32 && kn_cpu_has_avx512bf16())
+    if (!o->fwd_f32 && kn_cpu_has_avx512bf16()) {
         fwd_time -= (1.0 - 1.0 / FWD_BF16_SPEEDUP) * qlin;
+        if (o->full_bf16)
+            fwd_time -= (1.0 - 1.0 / FWD_BF16_FULL_SPEEDUP) * (lin - qlin);
+    }
     double eff_stats = !o->stats_f32 && !o->stats_on_gpu && kn_cpu_has_avx512bf16()
                        ? EFF_STATS_BF16 : EFF_STATS;
     const double eff[CMP_PH_COUNT] = {EFF_FORWARD, eff_stats, EFF_FACTOR,

@@ -193,7 +193,7 @@ static mc_status states_setup(const rt_model *m, const int32_t *tok,
                        "calibration states (%zu tokens x %u)", ntok, H);
     mc_status st = cmp_fwd_create(m, maxT, o->pool, &rb->f, err);
     if (st == MC_OK)
-        cmp_fwd_set_bf16_dot(rb->f, !o->fwd_f32);
+        cmp_fwd_set_bf16_dot(rb->f, o->fwd_f32 ? 0 : o->full_bf16 ? 2 : 1);
     size_t at = 0;
     for (size_t i = 0; i < ncal && st == MC_OK; i++) {
         rb->len[i] = off[i + 1] - off[i];
@@ -357,6 +357,7 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         goto fail;
     r->calib_tokens = ntok;
     r->mem = mem;
+    r->full_bf16 = !o->fwd_f32 && o->full_bf16;
     /* the plan, told before anything large is allocated */
     cmp_calib_plan_make(m, ntok, maxT, off + ncal, nseq - ncal, o, &mem,
                         o->progress ? 0.0 : -1.0, &r->plan);

@@ -363,6 +363,12 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
         json_decref(c);
         return NULL;
     }
+    /* and the bfloat16 full-precision weights (--calib-full-pass) */
+    if (c && r->full_bf16 &&
+        json_object_set_new(c, "full_pass", json_string("bf16"))) {
+        json_decref(c);
+        return NULL;
+    }
     if (c && json_object_set_new(
                  c, "rotation",
                  r->rotated ? json_pack("{s:s, s:I, s:I, s:o}", "kind",

@@ -49,6 +49,15 @@
 #include "fmt_config.h"
 #include "mc_error.h"
 
+/* --calib-full-pass: the products of the full-precision weights in the
+ * calibration (cmp_calib_opts.full_bf16); the default is
+ * cmp_calib_default_full_bf16's. */
+typedef enum cmp_full_pass {
+    CMP_FULL_PASS_DEFAULT = 0,
+    CMP_FULL_PASS_BF16,
+    CMP_FULL_PASS_F32
+} cmp_full_pass;
+
 typedef struct cmp_compile_opts {
     const char *model;                 /* HF directory or file */
     const char *out;                   /* artifact path */
@@ -90,6 +99,9 @@ typedef struct cmp_compile_opts {
     int calib_fwd_f32;                 /* with calib: float activations in
                                           the quantized pass's linears
                                           (0: bfloat16) */
+    int calib_full_pass;               /* with calib: the products of the
+                                          full-precision weights
+                                          (cmp_full_pass) */
     int calib_gpu;                     /* with calib: statistics on a CUDA
                                           GPU (cmp_gpu_stats.h) */
     uint64_t calib_memory;             /* with calib: the calibration's

@@ -336,6 +336,10 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     }
     co.fmt = req->policy.linear;
     co.group = req->policy.group;
+    co.full_bf16 = !o->calib_fwd_f32 &&
+                   (o->calib_full_pass == CMP_FULL_PASS_DEFAULT
+                        ? cmp_calib_default_full_bf16(co.fmt, s->is_auto)
+                        : o->calib_full_pass == CMP_FULL_PASS_BF16);
     co.method = o->method;
     co.awq_coarse = !o->awq_full_grid;
     co.tensor_fmt = req->policy.linear_fmt;

@@ -181,9 +181,9 @@ void cmp_fwd_set_down_out(cmp_fwd *f, int on)
     f->s.tap_down_out = on;
 }
 
-void cmp_fwd_set_bf16_dot(cmp_fwd *f, int on)
+void cmp_fwd_set_bf16_dot(cmp_fwd *f, int level)
 {
-    f->s.bf16_dot = on;
+    f->s.bf16_dot = level;
 }
 
 void cmp_fwd_linear(cmp_fwd *f, const kn_matrix *W, const float *X, size_t T,

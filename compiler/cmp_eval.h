@@ -60,8 +60,9 @@ void cmp_fwd_block_until(cmp_fwd *f, const kn_block_weights *w,
 void cmp_fwd_set_down_out(cmp_fwd *f, int on);
 /* 1: the block passes below multiply quantized matrices by bfloat16-
  * rounded activations (kn_block_scratch.bf16_dot: the calibration's
- * quantized pass); 0 (the default): float activations. */
-void cmp_fwd_set_bf16_dot(cmp_fwd *f, int on);
+ * quantized pass); 2: f32 matrices too, their weights rounded to bfloat16;
+ * 0 (the default): float activations. */
+void cmp_fwd_set_bf16_dot(cmp_fwd *f, int level);
 /* Y = X W^T + bias for T <= max_T rows of X [T][W->cols], W->cols <= the
  * model's intermediate size: a block's linear as cmp_fwd_block runs it. */
 void cmp_fwd_linear(cmp_fwd *f, const kn_matrix *W, const float *X, size_t T,

@@ -34,7 +34,8 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
 /* linears() with bf16_dot: the matrices kn_gemm_bf16 takes (when a row
  * of its packed input fits qbuf's qwidth floats) as one job on X rounded
  * once into qbuf, the rest as another on the float X. */
-static void linears_bf16(kn_pool *pool, const float *X, size_t T, size_t cols,
+static void linears_bf16(kn_pool *pool, int floats_too, const float *X,
+                         size_t T, size_t cols,
                          void *qbuf, size_t qwidth, int n,
                          const kn_matrix *const W[], float *const Y[],
                          const float *const B[])
@@ -45,7 +46,8 @@ static void linears_bf16(kn_pool *pool, const float *X, size_t T, size_t cols,
     int nb = 0, nf = 0;
     int fits = kn_bf16_act_bytes(1, (uint32_t)cols) <= (uint64_t)qwidth * sizeof(float);
     for (int i = 0; i < n; i++) {
-        if (fits && kn_bf16_dot_supported(W[i]))
+        if (fits && kn_bf16_dot_supported(W[i]) &&
+            (floats_too || W[i]->fmt != KN_W_F32))
             bw[nb] = W[i], by[nb] = Y[i], bb[nb++] = B[i];
         else
             fw[nf] = W[i], fy[nf] = Y[i], fb[nf++] = B[i];
@@ -74,7 +76,7 @@ static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
                     const float *const B[])
 {
     if (s->bf16_dot && !s->int_dot) {
-        linears_bf16(pool, X, T, cols, qbuf, qwidth, n, W, Y, B);
+        linears_bf16(pool, s->bf16_dot > 1, X, T, cols, qbuf, qwidth, n, W, Y, B);
         return;
     }
     int on = s->int_dot && !kn_float_dot();

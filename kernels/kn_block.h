@@ -104,7 +104,11 @@ typedef struct kn_block_scratch {
                                    (kn_gemm_bf16.h), quantized once per
                                    group into the idle buffer int_dot
                                    uses: the calibration's quantized
-                                   pass; float matrices keep float */
+                                   pass; float matrices keep float.
+                                   2: f32 matrices too, their weights
+                                   rounded to bfloat16 (the calibration's
+                                   full-precision pass, --calib-full-pass
+                                   bf16) */
     int tap_stop;               /* 1 + a kn_tap_point: with a tap, return
                                    right after calling it there (x is then
                                    partly updated: a calibration pass that

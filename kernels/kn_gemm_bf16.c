@@ -23,30 +23,12 @@ static int path_now(void)
 
 int kn_bf16_dot_supported(const kn_matrix *W)
 {
-    if (W->fmt == KN_W_Q8)
-        return W->cols > 0;
+    if (W->fmt == KN_W_Q8 || W->fmt == KN_W_F32)
+        return W->cols > 0 && W->layout == KN_LAYOUT_ROWS;
     if (W->fmt != KN_W_Q4 && W->fmt != KN_W_Q4S)
         return 0;
     return W->cols > 0 && W->layout == KN_LAYOUT_ROWS && W->group >= 32 &&
            W->group % 32 == 0 && KN_BF16_KC % W->group == 0;
-}
-
-int kn_bf16_code(const kn_matrix *W, uint32_t r, uint32_t c)
-{
-    if (W->fmt == KN_W_Q8)
-        return ((const int8_t *)W->data)[(size_t)r * W->cols + c];
-    uint8_t b = kn_q4_byte(W, r, c / 2);
-    int q = (c & 1) ? (b >> 4) : (b & 15);
-    if (W->fmt == KN_W_Q4S)
-        return q - KN_Q4_ZERO_SYM;
-    return q - W->zeros[(size_t)r * kn_q4_ngroups(W->cols, W->group) + c / W->group];
-}
-
-float kn_bf16_scale(const kn_matrix *W, uint32_t r, uint32_t c)
-{
-    if (W->fmt == KN_W_Q8)
-        return ((const float *)W->scales)[r];
-    return fmt_f16_to_f32(kn_q4_scale_bits(W, r, c / W->group));
 }
 
 /* x rounded to bfloat16 (kn_bf16_bits), as the float it stands for. */
@@ -56,6 +38,28 @@ static inline float round_bf16(float x)
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+}
+
+float kn_bf16_weight(const kn_matrix *W, uint32_t r, uint32_t c)
+{
+    if (W->fmt == KN_W_F32)
+        return round_bf16(((const float *)W->data)[(size_t)r * W->cols + c]);
+    if (W->fmt == KN_W_Q8)
+        return ((const int8_t *)W->data)[(size_t)r * W->cols + c];
+    uint8_t b = kn_q4_byte(W, r, c / 2);
+    int q = (c & 1) ? (b >> 4) : (b & 15);
+    if (W->fmt == KN_W_Q4S)
+        return (float)(q - KN_Q4_ZERO_SYM);
+    return (float)q - (float)W->zeros[(size_t)r * kn_q4_ngroups(W->cols, W->group) + c / W->group];
+}
+
+float kn_bf16_scale(const kn_matrix *W, uint32_t r, uint32_t c)
+{
+    if (W->fmt == KN_W_F32)
+        return 1.0f;
+    if (W->fmt == KN_W_Q8)
+        return ((const float *)W->scales)[r];
+    return fmt_f16_to_f32(kn_q4_scale_bits(W, r, c / W->group));
 }
 
 /* FTZ / DAZ by hand: a value below FLT_MIN becomes signed zero. */
@@ -76,8 +80,8 @@ static float element(const kn_matrix *W, uint32_t r, const float *xr, float y)
         float s = 0.0f;
         for (uint32_t c = c0; c < c1; c += 2) {
             if (c + 1 < c1)
-                s = ftz(s + (float)kn_bf16_code(W, r, c + 1) * round_bf16(xr[c + 1]));
-            s = ftz(s + (float)kn_bf16_code(W, r, c) * round_bf16(xr[c]));
+                s = ftz(s + kn_bf16_weight(W, r, c + 1) * round_bf16(xr[c + 1]));
+            s = ftz(s + kn_bf16_weight(W, r, c) * round_bf16(xr[c]));
         }
         y = ftz(fmaf(kn_bf16_scale(W, r, c0), s, y));
     }

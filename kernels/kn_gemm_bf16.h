@@ -1,7 +1,8 @@
 /*
- * kn_gemm_bf16.h - the calibration's quantized linears with bfloat16
- * products: Y = W X^T for int8 / int4 weight codes (exact in bfloat16)
- * and activations rounded to bfloat16, the products summed in float as
+ * kn_gemm_bf16.h - the calibration's linears with bfloat16 products:
+ * Y = W X^T for int8 / int4 weight codes (exact in bfloat16), or float
+ * weights rounded to bfloat16, and activations rounded to bfloat16, the
+ * products summed in float as
  * AVX512_BF16's vdpbf16ps sums them (twice the multiply-adds of a float
  * FMA per instruction), the scales applied after.
  *
@@ -10,23 +11,28 @@
  * weights are codes times scales, so only the activations lose bits when
  * they are rounded to bfloat16, and measured (docs/benchmarks.md, session
  * 14's simulation) that moves the calibrated KLD by -1 %.  The full-
- * precision pass and every runtime path keep their float or integer
- * arithmetic: nothing here is used outside the calibration.
+ * precision pass takes the float weights' form where the user or the
+ * int4 default asks (--calib-full-pass: the weights lose bits too, which
+ * int4's error hides and int8's does not).  Every runtime path keeps its
+ * float or integer arithmetic: nothing here is used outside the
+ * calibration.
  *
  * The arithmetic, which every path below gives to the bit:
  *  - an activation x becomes bfloat16 by round to nearest even, a float
  *    or bfloat16 subnormal becoming signed zero (kn_gram.h's rounding);
  *  - a weight becomes its code c: q (KN_W_Q8), q - zero (KN_W_Q4),
  *    q - 8 (KN_W_Q4S), an integer of at most 8 bits, exact in bfloat16;
+ *    a KN_W_F32 weight is rounded to bfloat16 as an activation is;
  *  - the columns split into blocks: Q4 / Q4S groups, 128 columns for Q8
- *    (the last block may be shorter; a missing odd column is zero);
+ *    and F32 (the last block may be shorter; a missing odd column is
+ *    zero);
  *  - per output element and block, a float chain S from +0 over the
  *    block's column pairs (2p, 2p + 1) in order, adding c * x of column
  *    2p + 1 and then of column 2p, each product exact and each add rounded
  *    once, a result below FLT_MIN flushed to zero (vdpbf16ps's order and
  *    its DAZ / FTZ);
  *  - y = fma(scale, S, y) per block in order, y starting at Y's value
- *    (the bias or 0), with DAZ and FTZ.
+ *    (the bias or 0), with DAZ and FTZ; F32's scale is 1.
  * Paths: AVX512_BF16 (kn_gemm_bf16_avx512.c) when kn_cpu_has_avx512bf16();
  * the same chains as float FMAs with MXCSR's FTZ and DAZ set
  * (kn_gemm_bf16_avx2.c) when kn_cpu_has_avx2(); the scalar loop of
@@ -49,11 +55,12 @@
  * KN_BF16_Q8_BLOCK for int8. */
 static inline uint32_t kn_bf16_block_cols(const kn_matrix *W)
 {
-    return W->fmt == KN_W_Q8 ? KN_BF16_Q8_BLOCK : W->group;
+    return W->fmt == KN_W_Q8 || W->fmt == KN_W_F32 ? KN_BF16_Q8_BLOCK : W->group;
 }
 
-/* Whether W takes this path: Q8, or Q4 / Q4S in the row layout with a
- * group that divides KN_BF16_KC. */
+/* Whether W takes this path: F32 or Q8 in the row layout, or Q4 / Q4S in
+ * the row layout with a group that divides KN_BF16_KC.  (kn_block.c
+ * sends F32 here only at kn_block_scratch.bf16_dot 2.) */
 int kn_bf16_dot_supported(const kn_matrix *W);
 
 /* The packed activations of T rows of cols columns: on the AVX512_BF16
@@ -87,9 +94,10 @@ void kn_ref_matmul_bf16(const kn_matrix *W, const float *X, size_t T,
 
 /* ---- internal: the tiles of the two vector paths ---- */
 
-/* The integer code of W[r][c] (c < cols), and the scale of row r's block
- * that holds column c. */
-int kn_bf16_code(const kn_matrix *W, uint32_t r, uint32_t c);
+/* The bfloat16 weight of W[r][c] (c < cols) as a float: the integer code,
+ * or the float weight rounded; and the scale of row r's block that holds
+ * column c (1 for float weights). */
+float kn_bf16_weight(const kn_matrix *W, uint32_t r, uint32_t c);
 float kn_bf16_scale(const kn_matrix *W, uint32_t r, uint32_t c);
 
 /* Packed weights of a panel of rows over one KN_BF16_KC span: the codes

@@ -68,6 +68,22 @@ static inline __m512i words32(__m512i v)
     return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
 
+/* Row r's float weights of columns [c, c + 32) rounded to bfloat16
+ * words, columns at or past cols zero. */
+static inline __m512i floats32(const kn_matrix *W, uint32_t r, uint32_t c)
+{
+    const float *row = (const float *)W->data + (size_t)r * W->cols + c;
+    uint32_t n = W->cols - c < 32 ? W->cols - c : 32;
+    __mmask16 k0 = n >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << n) - 1u);
+    __mmask16 k1 = n >= 32 ? (__mmask16)0xffffu
+                           : (__mmask16)(n > 16 ? (1u << (n - 16)) - 1u : 0u);
+    __m512i a = kn_bf16_top512(_mm512_maskz_loadu_epi32(k0, row));
+    __m512i b = kn_bf16_top512(_mm512_maskz_loadu_epi32(k1, row + 16));
+    __m256i lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16));
+    __m256i hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
 void kn_avx512bf16_gemm_pack(const kn_matrix *W, uint32_t r0, uint32_t nr,
                              uint32_t c0, uint32_t span, uint32_t *w,
                              float *s)
@@ -77,8 +93,9 @@ void kn_avx512bf16_gemm_pack(const kn_matrix *W, uint32_t r0, uint32_t nr,
     uint32_t pairs = (span + 1) / 2, chunks = (span + 31) / 32;
     for (uint32_t j = 0; j < 32; j++)
         for (uint32_t k = 0; k < chunks; k++) {
-            __m512i v = j < nr ? words32(codes32(W, r0 + j, c0 + 32 * k))
-                               : _mm512_setzero_si512();
+            __m512i v = j >= nr                ? _mm512_setzero_si512()
+                        : W->fmt == KN_W_F32 ? floats32(W, r0 + j, c0 + 32 * k)
+                                             : words32(codes32(W, r0 + j, c0 + 32 * k));
             _mm512_store_si512(rowmajor + j * PAIRS + 16 * k, v);
         }
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8,

@@ -9,7 +9,12 @@
  * f32 names nothing, as the compilers before the option wrote; the two
  * artifacts differ, both verify, and bf16 given is the default's bytes.
  * `--calib-forward bf16|f32` (the quantized pass's products): likewise,
- * "forward": "bf16", inspect's "quantized pass: ... products". */
+ * "forward": "bf16", inspect's "quantized pass: ... products".
+ * `--calib-full-pass bf16|f32` (the full-precision weights' products):
+ * likewise for int4, "full_pass": "bf16", inspect's "full-precision pass:
+ * ... products"; int8's default is f32 (nothing named, the bytes of
+ * before) and bf16 given changes them; bf16 with --calib-forward f32 is
+ * refused. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -79,19 +84,24 @@ static void refused(const char *opt, const char *value, const char *bad,
     free(err);
 }
 
-/* Compile the llama fixture int4 g32 with --calib and EXTRA into ART. */
-static void compile_with(const char *extra, const char *art)
+/* Compile the llama fixture --quant QUANT with --calib and EXTRA into ART. */
+static void compile_quant(const char *quant, const char *extra, const char *art)
 {
     char *out = NULL, *err = NULL;
     int rc = tu_run_bin(&out, &err, "mcompile",
-                        "%s/llama --target 64MiB --quant int4 --group 32 "
-                        "--calib %s %s -q -o %s",
-                        MC_FIXTURE_DIR, g_ids, extra, art);
+                        "%s/llama --target 64MiB --quant %s --calib %s %s -q -o %s",
+                        MC_FIXTURE_DIR, quant, g_ids, extra, art);
     if (rc != 0)
         print_message("%s\n", err ? err : "");
     assert_int_equal(rc, 0);
     free(out);
     free(err);
+}
+
+/* The same int4 g32. */
+static void compile_with(const char *extra, const char *art)
+{
+    compile_quant("int4 --group 32", extra, art);
 }
 
 static void test_awq_grid_needs_calib_and_names_its_values(void **state)
@@ -213,6 +223,61 @@ static void test_calib_forward_recorded_only_for_bf16(void **state)
     recorded_only_for_bf16("--calib-forward", "forward", "quantized pass");
 }
 
+static void test_calib_full_pass_needs_calib_and_names_its_values(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"bf16", "f32", NULL};
+    refused("--calib-full-pass", "f32", "f16", values);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                "%s/llama --target 64MiB --quant int4 --calib %s "
+                                "--calib-full-pass bf16 --calib-forward f32 "
+                                "-o %s/x.mca",
+                                MC_FIXTURE_DIR, g_ids, g_dir), 2);
+    assert_non_null(strstr(err, "--calib-full-pass bf16 needs"));
+    char *x = tu_fmt("%s/x.mca", g_dir);
+    assert_int_equal(tu_exists(x), 0);
+    free(x);
+    free(out);
+    free(err);
+}
+
+static void test_calib_full_pass_recorded_only_for_bf16(void **state)
+{
+    (void)state;
+    recorded_only_for_bf16("--calib-full-pass", "full_pass", "full-precision pass");
+}
+
+/* int8's default keeps the float full-precision pass: nothing named, the
+ * bytes of --calib-full-pass f32; bf16 asked is named and differs. */
+static void test_calib_full_pass_int8_default_is_float(void **state)
+{
+    (void)state;
+    static const char *const opt[3] = {"", "--calib-full-pass f32",
+                                       "--calib-full-pass bf16"};
+    char *art[3], *a[3];
+    size_t n[3];
+    for (int k = 0; k < 3; k++) {
+        art[k] = tu_fmt("%s/i8full%d.mca", g_dir, k);
+        compile_quant("int8", opt[k], art[k]);
+        json_t *c = calibration(art[k]);
+        json_t *s = json_object_get(c, "full_pass");
+        if (k < 2)
+            assert_null(s);
+        else
+            assert_string_equal(json_string_value(s), "bf16");
+        json_decref(c);
+        a[k] = tu_read_file(art[k], &n[k]);
+        assert_non_null(a[k]);
+    }
+    assert_true(n[0] == n[1] && memcmp(a[0], a[1], n[0]) == 0);
+    assert_false(n[0] == n[2] && memcmp(a[0], a[2], n[0]) == 0);
+    for (int k = 0; k < 3; k++) {
+        free(art[k]);
+        free(a[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +287,9 @@ int main(void)
         cmocka_unit_test(test_calib_stats_recorded_only_for_bf16),
         cmocka_unit_test(test_calib_forward_needs_calib_and_names_its_values),
         cmocka_unit_test(test_calib_forward_recorded_only_for_bf16),
+        cmocka_unit_test(test_calib_full_pass_needs_calib_and_names_its_values),
+        cmocka_unit_test(test_calib_full_pass_recorded_only_for_bf16),
+        cmocka_unit_test(test_calib_full_pass_int8_default_is_float),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,8 @@
 /* test_gemm_bf16.c - the calibration's bfloat16 products of quantized
  * linears (kn_gemm_bf16.h): every path (vdpbf16ps where the CPU has
  * AVX512_BF16, the AVX2 emulation, the scalar loop) gives the bits of the
- * element-by-element reference, for Q8, Q4 and Q4S at every group, ragged
+ * element-by-element reference, for float weights (rounded to bfloat16),
+ * Q8, Q4 and Q4S at every group, ragged
  * rows, columns (odd ones included) and tokens, 1 and 2 threads, with
  * activations near FLT_MIN whose sums flush; and the reference stays
  * within bfloat16's rounding of the float product. */
@@ -119,7 +120,7 @@ static void test_paths_give_the_reference_bits(void **state)
 {
     (void)state;
     static const struct { kn_wformat f; uint32_t g; } fmts[] = {
-        {KN_W_Q8, 0}, {KN_W_Q4, 32}, {KN_W_Q4, 64}, {KN_W_Q4, 128},
+        {KN_W_F32, 0}, {KN_W_Q8, 0}, {KN_W_Q4, 32}, {KN_W_Q4, 64}, {KN_W_Q4, 128},
         {KN_W_Q4S, 32}, {KN_W_Q4S, 128},
     };
     static const uint32_t rows[] = {1, 16, 17, 40, 70};
@@ -146,15 +147,17 @@ static void test_larger_shape(void **state)
     check_case(pool, KN_W_Q8, 0, 200, 1536, 29, 0);
     check_case(pool, KN_W_Q4, 128, 200, 1536, 29, 1);
     check_case(pool, KN_W_Q4S, 32, 72, 600, 31, 0);
+    check_case(pool, KN_W_F32, 0, 100, 1000, 23, 1);
 }
 
 /* The reference against the float product of the dequantized weights:
- * only the activations' rounding (8 significant bits) separates them. */
+ * only the activations' rounding (8 significant bits) separates them, and
+ * for float weights theirs. */
 static void test_reference_near_float_product(void **state)
 {
     (void)state;
-    static const kn_wformat fs[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S};
-    for (int i = 0; i < 3; i++) {
+    static const kn_wformat fs[] = {KN_W_Q8, KN_W_Q4, KN_W_Q4S, KN_W_F32};
+    for (int i = 0; i < 4; i++) {
         uint32_t rows = 48, cols = 384;
         size_t T = 9;
         tu_tmat t = tu_tmat_make(&g_rng, fs[i], rows, cols, 64);
@@ -175,12 +178,12 @@ static void test_reference_near_float_product(void **state)
     }
 }
 
-/* What the path does not take falls back: f32, f16, the 16-row panels. */
+/* What the path does not take falls back: f16, the 16-row panels. */
 static void test_supported(void **state)
 {
     (void)state;
     tu_tmat t = tu_tmat_make(&g_rng, KN_W_F32, 4, 64, 0);
-    assert_false(kn_bf16_dot_supported(&t.m));
+    assert_true(kn_bf16_dot_supported(&t.m));
     tu_tmat_free(&t);
     t = tu_tmat_make(&g_rng, KN_W_F16, 4, 64, 0);
     assert_false(kn_bf16_dot_supported(&t.m));
