@@ -12,13 +12,15 @@
 
 #include "kn_internal.h"
 
-enum { PATH_SCALAR, PATH_AVX2, PATH_BF16 };
+enum { PATH_SCALAR, PATH_AVX2, PATH_AVX512F, PATH_BF16 };
 
 static int path_now(void)
 {
     if (kn_force_scalar() || !kn_cpu_has_avx2())
         return PATH_SCALAR;
-    return kn_cpu_has_avx512bf16() ? PATH_BF16 : PATH_AVX2;
+    if (kn_cpu_has_avx512bf16())
+        return PATH_BF16;
+    return kn_cpu_has_avx512() ? PATH_AVX512F : PATH_AVX2;
 }
 
 int kn_bf16_dot_supported(const kn_matrix *W)
@@ -156,7 +158,9 @@ static void vector_rows(const bf16_ctx *c, uint32_t r0, uint32_t r1)
     const kn_matrix *W = c->W;
     const int bf = c->path == PATH_BF16;
     const uint32_t pr = bf ? 32 : 16;
-    const size_t nt_max = bf ? KN_BF16_NT512 : KN_BF16_NT2;
+    const size_t nt_max = bf                          ? KN_BF16_NT512
+                          : c->path == PATH_AVX512F ? KN_BF16_NT512F
+                                                    : KN_BF16_NT2;
     /* words (bf16 path) or floats per token row */
     const size_t xstride = bf ? kn_bf16_act_stride(W->cols) / 2
                               : kn_bf16_act_stride(W->cols);
@@ -179,6 +183,9 @@ static void vector_rows(const bf16_ctx *c, uint32_t r0, uint32_t r1)
                 if (bf)
                     kn_avx512bf16_gemm_tile(&P, (const uint32_t *)c->xb + t * xstride + c0 / 2,
                                             xstride, nt, Y, W->rows, nr);
+                else if (c->path == PATH_AVX512F)
+                    kn_avx512_gemm_bf16_emu_tile(&P, (const float *)c->xb + t * xstride + c0,
+                                                 xstride, nt, Y, W->rows, nr);
                 else
                     kn_avx2_gemm_bf16_tile(&P, (const float *)c->xb + t * xstride + c0,
                                            xstride, nt, Y, W->rows, nr);

@@ -34,8 +34,9 @@
  *  - y = fma(scale, S, y) per block in order, y starting at Y's value
  *    (the bias or 0), with DAZ and FTZ; F32's scale is 1.
  * Paths: AVX512_BF16 (kn_gemm_bf16_avx512.c) when kn_cpu_has_avx512bf16();
- * the same chains as float FMAs with MXCSR's FTZ and DAZ set
- * (kn_gemm_bf16_avx2.c) when kn_cpu_has_avx2(); the scalar loop of
+ * the same chains as float FMAs with MXCSR's FTZ and DAZ set, with
+ * AVX-512 F when kn_cpu_has_avx512() (kn_avx512_gemm_bf16_emu_tile) or
+ * AVX2 (kn_gemm_bf16_avx2.c) when kn_cpu_has_avx2(); the scalar loop of
  * kn_gemm_bf16.c otherwise, which flushes by hand.  test_gemm_bf16 checks
  * them against each other and against kn_ref_matmul_bf16.
  */
@@ -114,6 +115,7 @@ typedef struct kn_bf16_panel {
 
 #define KN_BF16_NT512 6      /* tokens per AVX512_BF16 tile */
 #define KN_BF16_NT2 4        /* tokens per AVX2 tile */
+#define KN_BF16_NT512F 8     /* tokens per AVX-512 F (emulation) tile */
 
 /* Pack rows [r0, r0 + nr) (nr <= 32 / 16) of W over columns [c0, c0 +
  * span) (c0 a multiple of KN_BF16_KC, span <= KN_BF16_KC) into the path's
@@ -135,6 +137,11 @@ void kn_avx512bf16_gemm_tile(const kn_bf16_panel *P, const uint32_t *x,
 void kn_avx2_gemm_bf16_tile(const kn_bf16_panel *P, const float *x,
                             size_t xstride, size_t nt, float *Y,
                             size_t ystride, uint32_t nr);
+/* The AVX2 tile's arithmetic and panels with AVX-512 F, where the CPU has
+ * AVX-512 but not AVX512_BF16. */
+void kn_avx512_gemm_bf16_emu_tile(const kn_bf16_panel *P, const float *x,
+                                  size_t xstride, size_t nt, float *Y,
+                                  size_t ystride, uint32_t nr);
 
 /* kn_bf16_act_pack's words of one row with AVX-512 F/BW. */
 void kn_avx512_bf16_row(const float *x, uint32_t cols, uint16_t *out);

@@ -172,3 +172,41 @@ BF16_TARGET void kn_avx512bf16_gemm_tile(const kn_bf16_panel *P, const uint32_t 
         FLUSH(5, a5, b5);
     }
 }
+
+/* The AVX2 emulation's arithmetic with AVX-512 F, for CPUs with AVX-512
+ * but not AVX512_BF16 (Skylake-SP to Ice Lake): the AVX2 path's panels
+ * (16 rows, floats, the odd column before the even one), one zmm per
+ * token, up to KN_BF16_NT512F tokens; each chain takes the odd column's
+ * exact product and then the even one's, one rounding each, as
+ * kn_avx2_gemm_bf16_tile does (FTZ and DAZ set by the caller). */
+void kn_avx512_gemm_bf16_emu_tile(const kn_bf16_panel *P, const float *x,
+                                  size_t xstride, size_t nt, float *Y,
+                                  size_t ystride, uint32_t nr)
+{
+    enum { NT = KN_BF16_NT512F };
+    const float *xt[NT];
+    for (size_t t = 0; t < NT; t++)
+        xt[t] = x + (t < nt ? t : 0) * xstride;
+    const __mmask16 m = nr >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << nr) - 1u);
+    const float *w = P->w;
+    for (size_t p0 = 0, blk = 0; p0 < P->pairs; p0 += P->bpairs, blk++) {
+        size_t p1 = P->pairs - p0 < P->bpairs ? P->pairs : p0 + P->bpairs;
+        __m512 a[NT];
+        for (size_t t = 0; t < NT; t++)
+            a[t] = _mm512_setzero_ps();
+        for (size_t p = p0; p < p1; p++) {
+            const __m512 wo = _mm512_load_ps(w + p * 32);
+            const __m512 we = _mm512_load_ps(w + p * 32 + 16);
+            for (size_t t = 0; t < NT; t++) {
+                a[t] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xt[t][2 * p + 1]), a[t]);
+                a[t] = _mm512_fmadd_ps(we, _mm512_set1_ps(xt[t][2 * p]), a[t]);
+            }
+        }
+        const __m512 s = _mm512_load_ps(P->s + blk * 16);
+        for (size_t t = 0; t < nt; t++) {
+            float *yt = Y + t * ystride;
+            _mm512_mask_storeu_ps(yt, m,
+                                  _mm512_fmadd_ps(s, a[t], _mm512_maskz_loadu_ps(m, yt)));
+        }
+    }
+}

@@ -1,7 +1,8 @@
 /* test_gemm_bf16.c - the calibration's bfloat16 products of quantized
  * linears (kn_gemm_bf16.h): every path (vdpbf16ps where the CPU has
  * AVX512_BF16, the AVX2 emulation, the scalar loop) gives the bits of the
- * element-by-element reference, for float weights (rounded to bfloat16),
+ * element-by-element reference (the AVX2 emulation also with AVX-512 F),
+ * for float weights (rounded to bfloat16),
  * Q8, Q4 and Q4S at every group, ragged
  * rows, columns (odd ones included) and tokens, 1 and 2 threads, with
  * activations near FLT_MIN whose sums flush; and the reference stays
@@ -24,16 +25,20 @@
 
 static tu_rng g_rng = {0x2545f4914f6cdd1dull};
 
-enum { PATH_BF16, PATH_AVX2, PATH_SCALAR, PATH_COUNT };
-static const char *const path_name[] = {"avx512bf16", "avx2", "scalar"};
+enum { PATH_BF16, PATH_AVX512F, PATH_AVX2, PATH_SCALAR, PATH_COUNT };
+static const char *const path_name[] = {"avx512bf16", "avx512f emulation",
+                                        "avx2", "scalar"};
 
 /* Select a path; 0 when this CPU cannot run it. */
 static int use_path(int p)
 {
     kn_set_force_scalar(p == PATH_SCALAR);
     kn_set_no_bf16(p != PATH_BF16);
+    kn_set_no_avx512(p == PATH_AVX2);
     if (p == PATH_BF16)
         return kn_cpu_has_avx512bf16();
+    if (p == PATH_AVX512F)
+        return kn_cpu_has_avx512();
     if (p == PATH_AVX2)
         return kn_cpu_has_avx2();
     return 1;
@@ -42,6 +47,7 @@ static int use_path(int p)
 static int restore(void **state)
 {
     kn_set_no_bf16(0);
+    kn_set_no_avx512(0);
     return tu_reset_kernel_switches(state);
 }
 
