@@ -50,4 +50,25 @@ __attribute__((always_inline)) static inline __m256 kn_exp256(__m256 x)
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+/* kn_bf16_bits of 8 floats (kn_internal.h), lane by lane, as the floats
+ * they stand for: round to nearest even, subnormals to signed zero, NaN
+ * kept quiet. */
+__attribute__((always_inline)) static inline __m256 kn_avx2_bf16_round8(__m256 x)
+{
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i u = _mm256_castps_si256(x);
+    __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), top);
+    /* magnitudes are below 2^31: signed compares order them */
+    __m256i sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), mag);
+    __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)),
+                           sub);
+    r = _mm256_blendv_epi8(
+        r, _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), top), nan);
+    return _mm256_castsi256_ps(r);
+}
+
 #endif /* KN_AVX2_H */

@@ -11,6 +11,7 @@
  */
 #include <immintrin.h>
 
+#include "kn_avx2.h"
 #include "kn_gemm_bf16.h"
 #include "kn_internal.h"
 
@@ -18,20 +19,9 @@
  * [c, c + 8) as floats, c + 8 <= cols, the 8 columns in one group. */
 static inline __m256 codes8(const kn_matrix *W, uint32_t r, uint32_t c)
 {
-    if (W->fmt == KN_W_F32) {
-        /* kn_bf16_bits lane by lane: nearest even, subnormals to signed
-         * zero, NaNs kept quiet */
-        const float *row = (const float *)W->data + (size_t)r * W->cols;
-        __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(row + c));
-        __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        __m256i v = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
-        __m256i sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), mag);
-        __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
-        v = _mm256_blendv_epi8(v, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), sub);
-        v = _mm256_blendv_epi8(v, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
-        return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
-    }
+    if (W->fmt == KN_W_F32)
+        return kn_avx2_bf16_round8(
+            _mm256_loadu_ps((const float *)W->data + (size_t)r * W->cols + c));
     if (W->fmt == KN_W_Q8) {
         const int8_t *row = (const int8_t *)W->data + (size_t)r * W->cols;
         __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(row + c));

@@ -6,6 +6,7 @@
  * registers (cmp_lanes.h measured an array 3x slower with GCC 12). */
 #include <immintrin.h>
 
+#include "kn_avx2.h"
 #include "kn_gram.h"
 
 _Static_assert(KN_GRAM_MR == 6 && KN_GRAM_NR == 16,
@@ -74,26 +75,6 @@ void kn_avx2_gram_tile(const float *ap, const float *bp, size_t m,
                  m - t0 < KN_GRAM_FC ? m - t0 : KN_GRAM_FC, out);
 }
 
-/* kn_bf16_round of 8 floats (kn_gram.c's bf16_bits, lane by lane): round
- * to nearest even, subnormals to signed zero, NaN kept quiet. */
-static inline __m256 bf16_round8(__m256 x)
-{
-    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
-    __m256i u = _mm256_castps_si256(x);
-    __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_and_si256(
-        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), top);
-    /* magnitudes are below 2^31: signed compares order them */
-    __m256i sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), mag);
-    __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)),
-                           sub);
-    r = _mm256_blendv_epi8(
-        r, _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), top), nan);
-    return _mm256_castsi256_ps(r);
-}
-
 void kn_avx2_gram_pack_swapped(const float *x, size_t n, size_t m, size_t c0,
                                size_t pw, float *d)
 {
@@ -113,10 +94,10 @@ void kn_avx2_gram_pack_swapped(const float *x, size_t n, size_t m, size_t c0,
         const float *r = x + src * n + c0;
         size_t c = 0;
         for (; c < whole; c += 8)
-            _mm256_storeu_ps(dt + c, bf16_round8(_mm256_loadu_ps(r + c)));
+            _mm256_storeu_ps(dt + c, kn_avx2_bf16_round8(_mm256_loadu_ps(r + c)));
         if (c < w)
             _mm256_maskstore_ps(dt + c, tail,
-                                bf16_round8(_mm256_maskload_ps(r + c, tail)));
+                                kn_avx2_bf16_round8(_mm256_maskload_ps(r + c, tail)));
         for (c = w; c < pw; c++)
             dt[c] = 0.0f;
     }
