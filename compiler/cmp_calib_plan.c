@@ -96,7 +96,7 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define FWD_BF16_SPEEDUP 1.9
 /* The full-precision weights' bfloat16 products (--calib-full-pass bf16):
  * their tile runs 1.63-1.77x the float GEMM (bench_gemm_bf16, SmolLM2
- * shapes), but the compile's forward fell by 12-18 % of its CPU where
+ * shapes), but the compile's forward fell by 12-23 % of its CPU where
  * this count predicted ~28 % at 1.9x; 1.4 on those multiply-adds matches
  * the runs (docs/benchmarks.md, session 22). */
 #define FWD_BF16_FULL_SPEEDUP 1.4
