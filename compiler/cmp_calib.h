@@ -288,7 +288,10 @@ typedef struct cmp_calib_tensor {
     double err_rtn;          /* relative output error of plain RTN */
     double err_local;        /* own error: tr(D Hq D^T) / tr(W Hq W^T) on
                                 this linear's actual inputs (no upstream
-                                error): the sensitivity auto precision uses */
+                                error): the sensitivity auto precision uses;
+                                measured where the statistics are lean
+                                (err_own_inputs 1, as auto's runs force),
+                                -1 elsewhere */
     double err_local_rtn;    /* the same for plain RTN */
     double alpha;            /* AWQ alpha (0 when not scaled) */
     int err_own_inputs;      /* 1: lean statistics (no Hf, C): err and

@@ -73,8 +73,9 @@ static mc_status regptq(const float *w, const cmp_hessian *h,
 
 /* The candidate-independent energies of each linear of the group, the
  * denominators of its relative errors: ef = tr(W Hf W^T) (full-precision
- * outputs; 0 without C) and dl = tr(W Hq W^T) (own inputs).  Each costs
- * rows x cols^2: computed once per group, not once per candidate. */
+ * outputs; 0 without C) and, only without C (where the own-input error is
+ * the error: lean statistics), dl = tr(W Hq W^T).  Each costs rows x
+ * cols^2: computed once per group, not once per candidate. */
 typedef struct group_energy {
     double ef[3], dl[3];
 } group_energy;
@@ -88,12 +89,13 @@ static mc_status group_energies(const layer_ctx *c, const int *slots, int n,
         g->ef[i] = g->dl[i] = 0.0;
         if (!cmp_quant_is_quantized(c->fmt[sl]))
             continue;
-        g->dl[i] = cmp_hessian_output_error_par(c->o->pool, &c->acc.h[tp], c->w[sl],
-                                                NULL, c->rows[sl]);
         if (tp == KN_TAP_DOWN_IN && c->acc.wc)
             g->ef[i] = c->acc.y_energy; /* sum ||W x_f||^2 */
         else if (c->acc.c[tp])
             g->ef[i] = cmp_hessian_output_error_par(c->o->pool, &c->acc.hf[tp],
+                                                    c->w[sl], NULL, c->rows[sl]);
+        else
+            g->dl[i] = cmp_hessian_output_error_par(c->o->pool, &c->acc.h[tp],
                                                     c->w[sl], NULL, c->rows[sl]);
         if (isnan(g->dl[i]) || isnan(g->ef[i]))
             return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
@@ -115,7 +117,10 @@ static double wc_cross(const double *wc, const float *q, size_t n)
 /* Quantize n linears of one input group with one candidate method.  s:
  * AWQ scales (NULL = none); hs: the Hessian of x_q / s (NULL when s is).
  * q[i] receive the results, rel[i] the relative output errors against the
- * full-precision model (loc[i] on own inputs); g: group_energies. */
+ * full-precision model; loc[i] the error on own inputs where the
+ * statistics are lean (then rel[i] too), -1 where they are not (nothing
+ * reads it there, and it would cost a pass over H per candidate);
+ * g: group_energies. */
 static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                                cmp_qmethod m, int act_order, const float *s,
                                const cmp_hessian *hs, const group_energy *g,
@@ -220,10 +225,8 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                     for (uint32_t k = 0; k < K; k++)
                         wc[(size_t)r * K + k] /= s[k];
             kn_pool *p = c->o->pool;
-            double el = cmp_hessian_output_error_par(p, h, c->w[sl], wc, R);
-            double dl = g->dl[i];
-            loc[i] = dl > 0.0 ? el / dl : 0.0;
-            double cross = 0.0, eq = 0.0;
+            double el = 0.0, cross = 0.0, eq = 0.0;
+            loc[i] = -1.0;
             if (C || WC) {
                 double ef = g->ef[i];
                 cross = WC ? wc_cross(WC, wc, nel)
@@ -232,7 +235,11 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                 double e = ef - 2.0 * cross + eq;
                 rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
             } else {
-                rel[i] = loc[i]; /* lean statistics: own inputs only */
+                /* lean statistics: own inputs only */
+                el = cmp_hessian_output_error_par(p, h, c->w[sl], wc, R);
+                double dl = g->dl[i];
+                loc[i] = dl > 0.0 ? el / dl : 0.0;
+                rel[i] = loc[i];
             }
             /* NaN: a measure's work space could not be allocated */
             if (isnan(el) || isnan(cross) || isnan(eq))

@@ -312,14 +312,18 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
         *factor += nkeys * (1.0 / 3.0) * k * k * k;
         for (int i = 0; i < gn[g]; i++)
             *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
-        double measures = full ? 2.0 * SEARCH_W_OERR + SEARCH_W_CROSS : SEARCH_W_OERR;
+        /* per candidate: with C the error against the full-precision
+         * outputs (one output error, one cross term), without it the
+         * own-input error (cmp_calib_group.c, run_candidate) */
+        double measures = full ? SEARCH_W_OERR + SEARCH_W_CROSS : SEARCH_W_OERR;
         double later = lean & CMP_CALIB_LEAN_REFIT_HW ? SEARCH_W_REFIT
                                                       : SEARCH_W_REFIT_KEPT;
         double per_gptq = SEARCH_W_GPTQ + SEARCH_W_REFIT +
                           (second ? SEARCH_W_GPTQ + later + 2.0 * SEARCH_W_OERR : 0.0) +
                           SEARCH_W_DESCENT + later;
         double awq_points = awq * grid + (o->method == CMP_QM_AWQ ? grid : 0.0);
-        *search += rkk * ((full ? 2.0 : 1.0) * SEARCH_W_OERR + ncand * measures +
+        /* one energy per linear: tr(W Hf W^T) with C, tr(W Hq W^T) without */
+        *search += rkk * (SEARCH_W_OERR + ncand * measures +
                           ng * per_gptq + awq_points * SEARCH_W_AWQ);
     }
 }
