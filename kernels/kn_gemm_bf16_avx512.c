@@ -23,14 +23,25 @@
  * the target itself and runs only when kn_cpu_has_avx512bf16(). */
 #define BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
 
+/* The floats x[i] for lanes i in k, rounded to bfloat16 words (kn_bf16_bits),
+ * the other lanes zero. */
+static inline __m256i words16(const float *x, __mmask16 k)
+{
+    __m512i t = kn_bf16_top512(_mm512_maskz_loadu_epi32(k, x));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(t, 16));
+}
+
+/* The lanes of a 16-lane mask for the n (<= 16) elements left. */
+static inline __mmask16 lanes16(uint32_t n)
+{
+    return n >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << n) - 1u);
+}
+
 void kn_avx512_bf16_row(const float *x, uint32_t cols, uint16_t *out)
 {
     for (uint32_t j = 0; j < cols; j += 16) {
-        uint32_t n = cols - j < 16 ? cols - j : 16;
-        __mmask16 k = (__mmask16)((1u << n) - 1u);
-        __m512i t = kn_bf16_top512(_mm512_maskz_loadu_epi32(k, x + j));
-        _mm256_mask_storeu_epi16(out + j, k,
-                                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(t, 16)));
+        __mmask16 k = lanes16(cols - j);
+        _mm256_mask_storeu_epi16(out + j, k, words16(x + j, k));
     }
 }
 
@@ -73,14 +84,9 @@ static inline __m512i words32(__m512i v)
 static inline __m512i floats32(const kn_matrix *W, uint32_t r, uint32_t c)
 {
     const float *row = (const float *)W->data + (size_t)r * W->cols + c;
-    uint32_t n = W->cols - c < 32 ? W->cols - c : 32;
-    __mmask16 k0 = n >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << n) - 1u);
-    __mmask16 k1 = n >= 32 ? (__mmask16)0xffffu
-                           : (__mmask16)(n > 16 ? (1u << (n - 16)) - 1u : 0u);
-    __m512i a = kn_bf16_top512(_mm512_maskz_loadu_epi32(k0, row));
-    __m512i b = kn_bf16_top512(_mm512_maskz_loadu_epi32(k1, row + 16));
-    __m256i lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16));
-    __m256i hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+    uint32_t n = W->cols - c;
+    __m256i lo = words16(row, lanes16(n));
+    __m256i hi = words16(row + 16, n > 16 ? lanes16(n - 16) : 0);
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
@@ -187,7 +193,7 @@ void kn_avx512_gemm_bf16_emu_tile(const kn_bf16_panel *P, const float *x,
     const float *xt[NT];
     for (size_t t = 0; t < NT; t++)
         xt[t] = x + (t < nt ? t : 0) * xstride;
-    const __mmask16 m = nr >= 16 ? (__mmask16)0xffffu : (__mmask16)((1u << nr) - 1u);
+    const __mmask16 m = lanes16(nr);
     const float *w = P->w;
     for (size_t p0 = 0, blk = 0; p0 < P->pairs; p0 += P->bpairs, blk++) {
         size_t p1 = P->pairs - p0 < P->bpairs ? P->pairs : p0 + P->bpairs;
