@@ -129,6 +129,8 @@ static json_t *effort_json(const cmp_compile_report *rep)
                           cmp_calib_effort_options(e, opts, sizeof opts));
     if (j && e->full_layers)
         json_object_set_new(j, "full_layers", json_integer((json_int_t)e->full_layers));
+    if (j)
+        json_object_set_new(j, "refine", json_boolean(!e->no_refine));
     if (j && rep->calib_budget_s > 0.0) {
         json_object_set_new(j, "budget_seconds", json_real(rep->calib_budget_s));
         json_object_set_new(j, "estimate_seconds", json_real(e->estimate_s));

@@ -77,6 +77,10 @@ static void print_calibration(const json_t *cal)
     printf("  full-precision pass: %s products\n",
            json_is_string(json_object_get(cal, "full_pass")) ? gets(cal, "full_pass")
                                                             : "float");
+    /* GPTQ's codes unrefined (--calib-refine off) are named; an
+     * artifact without the key was refined or had no GPTQ */
+    if (json_is_false(json_object_get(cal, "refine")))
+        printf("  GPTQ codes: unrefined (no scale refit or code descent)\n");
     const json_t *rot = json_object_get(cal, "rotation");
     if (json_is_object(rot))
         printf("  rotated: Hadamard blocks of %lld (value heads %lld), seed "

@@ -261,6 +261,13 @@ typedef struct cmp_calib_opts {
                                 CMP_CALIB_LEAN_DOWN_STORE: no store of
                                 down's inputs; CMP_CALIB_LEAN_REFIT_HW: no
                                 H w kept between refits */
+    int no_refine;           /* 1: a GPTQ candidate keeps GPTQ's codes and
+                                group parameters as they come: no scale
+                                refit, second pass or code descent (the
+                                GPTQ of the papers; --calib-refine off).
+                                At a 7B shape the refinement is ~85 % of
+                                a GPTQ candidate's search (cmp_calib_plan.c,
+                                SEARCH_W_*); 0 (the default): refined */
     int awq_coarse;          /* 1: AWQ's alpha search walks its grid
                                 coarse to fine (cmp_awq.h): 11 of the 20
                                 points, the same pick where the error is

@@ -56,6 +56,7 @@ static mc_status estimate(const rt_model *m, const size_t *off, size_t nseq,
     oe.stages = e->stages;
     oe.method = e->method;
     oe.full_layers = e->full_layers;
+    oe.no_refine = e->no_refine;
     cmp_calib_mem mem;
     size_t nn = e->seqs + o->heldout;
     st = cmp_calib_plan_memory(&m->cfg, o2, nn, &oe, &mem, err);
@@ -77,36 +78,42 @@ static mc_status estimate(const rt_model *m, const size_t *off, size_t nseq,
  * effort accepted so far; 0 past the ladder's end.  A move that does not
  * apply (a stage count not below the options', a method the user named)
  * leaves *e as it is. */
-static int ladder_move(const cmp_calib_opts *o, int method_fixed,
+static int ladder_move(const cmp_calib_opts *o, unsigned fixed,
                        uint32_t layers, unsigned k, cmp_calib_effort *e)
 {
     uint32_t s0 = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
-    int best = !method_fixed && cmp_calib_is_best(o->method);
+    int best = !(fixed & CMP_EFFORT_FIXED_METHOD) && cmp_calib_is_best(o->method);
     switch (k) {
     case 0:
         if (best)
             e->method = CMP_QM_GPTAQ;
         return 1;
-    case 1: case 2: case 3: {
+    case 1:
+        /* a method without GPTQ has nothing to refine: the estimate
+         * does not drop and the move is not taken */
+        if (!(fixed & CMP_EFFORT_FIXED_REFINE))
+            e->no_refine = 1;
+        return 1;
+    case 2: case 3: case 4: {
         /* the full-precision statistics on the first 3/4, 1/2, 1/4 of
          * the blocks (at least one, below what is taken already) */
-        uint32_t f = (uint32_t)((uint64_t)layers * (4 - k) / 4);
+        uint32_t f = (uint32_t)((uint64_t)layers * (5 - k) / 4);
         uint32_t now = e->full_layers ? e->full_layers : layers;
         if (best && f >= 1 && f < now)
             e->full_layers = f;
         return 1;
     }
-    case 4:
+    case 5:
         if (best) {
             e->method = CMP_QM_GPTQ; /* no full-precision pass */
             e->full_layers = 0;
         }
         return 1;
-    case 5:
+    case 6:
         if (2 < s0)
             e->stages = 2;
         return 1;
-    case 6:
+    case 7:
         if (1 < s0)
             e->stages = 1;
         return 1;
@@ -120,7 +127,7 @@ static int ladder_move(const cmp_calib_opts *o, int method_fixed,
 
 mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                                   size_t nseq, const cmp_calib_opts *o,
-                                  int method_fixed, double budget_s,
+                                  unsigned fixed, double budget_s,
                                   double rate, cmp_calib_effort *out,
                                   cmp_calib_effort *most, mc_error *err)
 {
@@ -134,6 +141,7 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
     cur.method = o->method;
     cur.seqs = nseq - o->heldout;
     cur.full_layers = o->full_layers < m->cfg.num_layers ? o->full_layers : 0;
+    cur.no_refine = o->no_refine;
     mc_status st = estimate(m, off, nseq, o, rate, &cur, err);
     if (st != MC_OK)
         return st;
@@ -141,7 +149,7 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
     if (most)
         *most = cur;
     cmp_calib_effort e = cur;
-    for (unsigned k = 0; cur.estimate_s > budget_s && ladder_move(o, method_fixed, m->cfg.num_layers, k, &e);
+    for (unsigned k = 0; cur.estimate_s > budget_s && ladder_move(o, fixed, m->cfg.num_layers, k, &e);
          k++) {
         if (memcmp(&e, &cur, sizeof e) == 0)
             continue; /* the move did not apply */
@@ -185,7 +193,9 @@ const char *cmp_calib_effort_options(const cmp_calib_effort *e, char *buf,
     int w = snprintf(buf, n, "--method %s --calib-stages %u --calib-seqs %zu",
                      cmp_qmethod_name(e->method), e->stages, e->seqs);
     if (e->full_layers && w >= 0 && (size_t)w < n)
-        snprintf(buf + w, n - (size_t)w, " --calib-full-layers %u",
-                 e->full_layers);
+        w += snprintf(buf + w, n - (size_t)w, " --calib-full-layers %u",
+                      e->full_layers);
+    if (e->no_refine && w >= 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, " --calib-refine off");
     return buf;
 }

@@ -6,7 +6,9 @@
  * The efforts, most first (each a step down from the one before):
  *   1. the options as given (stages S0, default 4; the method; every
  *      calibration sequence);
- *   2. the method best (or best-all) becomes gptaq; then gptaq keeps the
+ *   2. the method best (or best-all) becomes gptaq; then GPTQ's codes
+ *      are kept unrefined (cmp_calib_opts.no_refine: no scale refits or
+ *      code descent; unless the user asked for them); then gptaq keeps the
  *      full-precision statistics on the first 3/4, 1/2 and 1/4 of the
  *      blocks only (cmp_calib_opts.full_layers: the full-precision pass
  *      stops there); then gptq -- all unless the user named the method
@@ -19,15 +21,18 @@
  * A step whose estimate is not below the effort before it is skipped:
  * with 4 stages reusing their passes (cmp_calib_stage_span) fewer stages
  * run no fewer multiply-adds, only worse statistics.  Why this order
- * (docs/benchmarks.md): on stories260k gptaq for best costs +1-2 % KLD
- * and gptq +17-22 %, for about half the time at SmolLM2's shape; 2 stages
+ * (docs/benchmarks.md): on stories260k gptaq for best costs +1-2 % KLD,
+ * unrefined codes +3-6 % (and most of the search at a 7B shape), a
+ * quarter of the blocks without the full-precision pass +4-5 %,
+ * gptq +17-22 %, for about half the time at SmolLM2's shape; 2 stages
  * cost +9-14 % and save time only where the passes are not reused; half
  * the sequences costs +4-5 % there but +36 % at SmolLM2's widths.
  * The first effort whose estimate fits the budget is chosen.  The choice
  * depends only on the estimate (so on the rate measured at start: on
  * machine load), never on a clock read during the run; its effort is
  * reproduced exactly, budget or not, by the options
- * `--method M --calib-stages S --calib-seqs N [--calib-full-layers F]`
+ * `--method M --calib-stages S --calib-seqs N [--calib-full-layers F]
+ * [--calib-refine off]`
  * (cmp_calib_effort_options),
  * which is what an artifact's options must say (the budget itself is not
  * recorded: it would not reproduce the bytes on another machine).
@@ -48,6 +53,8 @@ typedef struct cmp_calib_effort {
     size_t seqs;         /* calibration sequences used: the first seqs */
     uint32_t full_layers; /* blocks with the full-precision statistics
                             (cmp_calib_opts.full_layers); 0: all */
+    int no_refine;       /* 1: GPTQ's codes unrefined
+                            (cmp_calib_opts.no_refine) */
     double estimate_s;   /* the plan's total at this effort */
 } cmp_calib_effort;
 
@@ -61,9 +68,13 @@ mc_status cmp_calib_subset(const int32_t *tok, const size_t *off, size_t nseq,
                            size_t ncal, size_t n, int32_t **tok_out,
                            size_t **off_out, mc_error *err);
 
+/* What the user named, which a budget keeps (cmp_calib_effort_choose). */
+#define CMP_EFFORT_FIXED_METHOD 1u /* --method */
+#define CMP_EFFORT_FIXED_REFINE 2u /* --calib-refine on */
+
 /* Choose the effort for model m, sequences off (nseq, the last o->heldout
  * held out), options o (its stages and method are the most effort asked),
- * method_fixed (1: the user named the method: it is kept), a budget of
+ * fixed (CMP_EFFORT_FIXED_* bits: what the user named is kept), a budget of
  * budget_s seconds and the float GEMM rate (> 0; cmp_calib_measure_rate).
  * *out: the first effort that fits; *most (optional): the first effort
  * (the estimate without a budget).  MC_ERR_INVALID_ARG naming the
@@ -71,7 +82,7 @@ mc_status cmp_calib_subset(const int32_t *tok, const size_t *off, size_t nseq,
  * returns otherwise. */
 mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                                   size_t nseq, const cmp_calib_opts *o,
-                                  int method_fixed, double budget_s,
+                                  unsigned fixed, double budget_s,
                                   double rate, cmp_calib_effort *out,
                                   cmp_calib_effort *most, mc_error *err);
 

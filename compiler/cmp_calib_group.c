@@ -184,9 +184,12 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                                     &c->times->factor, fk};
                 if (st == MC_OK)
                     st = cmp_gptq_quantize(wc, hq, &go, &q[i], wc, NULL, err);
+                /* unrefined (--calib-refine off): GPTQ's codes and
+                 * group parameters are the candidate */
+                int refine = !c->o->no_refine;
                 /* the refits below share H ws (unless the plan gave the
                  * cache up: CMP_CALIB_LEAN_REFIT_HW) */
-                if (st == MC_OK && !(c->lean & CMP_CALIB_LEAN_REFIT_HW)) {
+                if (st == MC_OK && refine && !(c->lean & CMP_CALIB_LEAN_REFIT_HW)) {
                     hwc.hw = mc_malloc(cmp_gptq_refit_hw_bytes(R, K));
                     if (!hwc.hw)
                         st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
@@ -195,9 +198,9 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                 cmp_refit_hw *hp = hwc.hw ? &hwc : NULL;
                 /* the group parameters were fixed at each group start;
                  * refitting the scales to the whole row never loses */
-                if (st == MC_OK)
+                if (st == MC_OK && refine)
                     st = cmp_gptq_refit_scales_cached(ws, hq, &q[i], wc, hp, c->o->pool, err);
-                if (st == MC_OK &&
+                if (st == MC_OK && refine &&
                     cmp_calib_second_pass(c->fmt[sl], c->o->method))
                     st = regptq(ws, hq, &go, &q[i], wc, R, hp, err);
                 /* alone in its group: the factor is not needed again, and
@@ -206,9 +209,9 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                     cmp_gptq_factor_free(fk);
                 /* GPTQ never revisits a rounding: descend the codes to a
                  * local minimum, then refit the scales to them */
-                if (st == MC_OK)
+                if (st == MC_OK && refine)
                     st = cmp_descend_codes(ws, hq, &q[i], wc, 0, NULL, c->o->pool, err);
-                if (st == MC_OK)
+                if (st == MC_OK && refine)
                     st = cmp_gptq_refit_scales_cached(ws, hq, &q[i], wc, hp, c->o->pool, err);
                 mc_free(hwc.hw);
                 hwc.hw = NULL;

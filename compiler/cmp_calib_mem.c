@@ -149,11 +149,13 @@ static uint64_t candidate_bytes(const mem_ctx *m, int slot, kn_wformat f,
         uint64_t fm = multi ? fb : 0;
         /* from the first refit to the last, the refits' H w
          * (CMP_CALIB_LEAN_REFIT_HW): through the second pass too */
-        int second = cmp_calib_second_pass(f, meth);
-        uint64_t hw = refit_hw ? blk(cmp_gptq_refit_hw_bytes(R, K)) : 0;
+        int refine = !m->o->no_refine; /* no refits, second pass, descent */
+        int second = refine && cmp_calib_second_pass(f, meth);
+        uint64_t hw = refine && refit_hw ? blk(cmp_gptq_refit_hw_bytes(R, K)) : 0;
         uint64_t quant = work(cmp_gptq_work_bytes(R, K, 128, T));
-        uint64_t g = work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb;
-        g = u64max(g, work(cmp_descend_work_bytes(K, T)) + fm);
+        uint64_t g = refine ? work(cmp_gptq_refit_work_bytes(K, ngroups, T)) + fb : 0;
+        if (refine)
+            g = u64max(g, work(cmp_descend_work_bytes(K, T)) + fm);
         /* the second pass (cmp_calib_second_pass) measures its two errors
          * with the factor still held, whatever the group */
         g = u64max(g, measure + (second ? fb : fm));

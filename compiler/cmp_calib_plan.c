@@ -318,9 +318,11 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
         double measures = full ? SEARCH_W_OERR + SEARCH_W_CROSS : SEARCH_W_OERR;
         double later = lean & CMP_CALIB_LEAN_REFIT_HW ? SEARCH_W_REFIT
                                                       : SEARCH_W_REFIT_KEPT;
-        double per_gptq = SEARCH_W_GPTQ + SEARCH_W_REFIT +
-                          (second ? SEARCH_W_GPTQ + later + 2.0 * SEARCH_W_OERR : 0.0) +
-                          SEARCH_W_DESCENT + later;
+        /* unrefined (o->no_refine): GPTQ's loop alone */
+        double per_gptq = o->no_refine ? SEARCH_W_GPTQ
+                          : SEARCH_W_GPTQ + SEARCH_W_REFIT +
+                                (second ? SEARCH_W_GPTQ + later + 2.0 * SEARCH_W_OERR : 0.0) +
+                                SEARCH_W_DESCENT + later;
         double awq_points = awq * grid + (o->method == CMP_QM_AWQ ? grid : 0.0);
         /* one energy per linear: tr(W Hf W^T) with C, tr(W Hq W^T) without */
         *search += rkk * (SEARCH_W_OERR + ncand * measures +

@@ -343,6 +343,13 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
         json_decref(c);
         return NULL;
     }
+    /* Unrefined GPTQ codes are named (refined, the default, keeps the
+     * manifest of before) */
+    if (c && cs->effort.no_refine &&
+        json_object_set_new(c, "refine", json_false())) {
+        json_decref(c);
+        return NULL;
+    }
     /* Only the coarse walk is named: a full-grid artifact keeps the
      * manifest, and so the bytes, of the compilers before it existed. */
     if (c && !o->awq_full_grid &&

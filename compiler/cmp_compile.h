@@ -118,6 +118,12 @@ typedef struct cmp_compile_opts {
                                           statistics on the first N blocks
                                           only (cmp_calib_opts.full_layers;
                                           0: all) */
+    int calib_no_refine;               /* with calib: GPTQ's codes and
+                                          group parameters unrefined
+                                          (cmp_calib_opts.no_refine) */
+    int calib_refine_fixed;            /* with calib: the user asked for
+                                          the refinement (a budget keeps
+                                          it) */
     double calib_time_s;               /* with calib: a time budget in
                                           seconds (0: none): the effort is
                                           chosen from the plan's estimate

@@ -240,7 +240,9 @@ static mc_status choose_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
         co->plan_rate = cmp_calib_measure_rate(co->pool, &s->m->cfg, maxT);
     }
     st = cmp_calib_effort_choose(s->m, o2, s->effort.seqs + s->heldout, co,
-                                 o->method_fixed, o->calib_time_s,
+                                 (o->method_fixed ? CMP_EFFORT_FIXED_METHOD : 0u) |
+                                     (o->calib_refine_fixed ? CMP_EFFORT_FIXED_REFINE : 0u),
+                                 o->calib_time_s,
                                  co->plan_rate, &s->effort, &s->most, err);
     mc_free(o2);
     return st;
@@ -374,12 +376,15 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
                                                         s->m->cfg.num_layers);
     s->effort.full_layers = full < s->m->cfg.num_layers ? full : 0;
     co.full_layers = s->effort.full_layers;
+    s->effort.no_refine = o->calib_no_refine;
+    co.no_refine = s->effort.no_refine;
     if (o->calib_time_s > 0.0 &&
         (st = choose_effort(o, s, &co, off, nseq, ncal, err)) != MC_OK)
         return st;
     co.stages = s->effort.stages;
     co.method = s->effort.method;
     co.full_layers = s->effort.full_layers;
+    co.no_refine = s->effort.no_refine;
     if (s->effort.seqs < ncal) {
         if ((st = cmp_calib_subset(tok, off, nseq, ncal, s->effort.seqs,
                                    &s->sub_tok, &s->sub_off, err)) != MC_OK)

@@ -213,6 +213,52 @@ static void test_calib_threads_do_not_change_the_result(void **state)
     tu_fixture_close(m, path, tok, off);
 }
 
+/* GPTQ's codes unrefined (cmp_calib_opts.no_refine, --calib-refine off):
+ * the first block's q / k / v see the same inputs either way, and the
+ * scale refits and the code descent only lower a candidate's error, so
+ * their summed error refined is at most the unrefined one's; some tensor
+ * differs; the plan counts less search and no more memory
+ * (test_calib_memory measures an unrefined run against its plan). */
+static void test_calib_refine_off_keeps_gptq_codes(void **state)
+{
+    (void)state;
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
+    cmp_calib_result *r[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
+        o.no_refine = k;
+        assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[k], NULL), MC_OK);
+        cmp_calib_plan p;
+        cmp_calib_plan_make(m, 5 * 40, 40, off + 5, 1, &o, &r[k]->mem, 1e9, &p);
+        r[k]->plan = p;
+    }
+    double e[2] = {0.0, 0.0};
+    for (int k = 0; k < 2; k++)
+        for (int sl = CMP_LIN_Q; sl <= CMP_LIN_V; sl++)
+            e[k] += r[k]->t[sl].err;
+    print_message("first block q/k/v summed error: refined %.6g, unrefined %.6g\n",
+                  e[0], e[1]);
+    assert_true(e[0] <= e[1] * (1.0 + 1e-9));
+    int differs = 0;
+    for (size_t i = 0; i < (size_t)r[0]->layers * CMP_LIN_COUNT && !differs; i++) {
+        const cmp_calib_tensor *a = &r[0]->t[i], *b = &r[1]->t[i];
+        if (cmp_quant_is_quantized(a->fmt))
+            differs = memcmp(a->q.data, b->q.data,
+                             kn_wformat_data_bytes(a->fmt, a->q.rows, a->q.cols)) != 0;
+    }
+    assert_true(differs);
+    print_message("search multiply-adds planned: refined %.4g, unrefined %.4g\n",
+                  r[0]->plan.madds[CMP_PH_SEARCH], r[1]->plan.madds[CMP_PH_SEARCH]);
+    assert_true(r[1]->plan.madds[CMP_PH_SEARCH] < 0.7 * r[0]->plan.madds[CMP_PH_SEARCH]);
+    assert_true(r[1]->mem.peak <= r[0]->mem.peak);
+    for (int k = 0; k < 2; k++)
+        cmp_calib_result_free(r[k]);
+    tu_fixture_close(m, path, tok, off);
+}
+
 /* With down's inputs stored, the 4 stages' later passes begin where the
  * earlier ones left off (cmp_calib_stage_span: stage 2 at o from stage
  * 1's attention outputs, stage 3 at the MLP from stage 2's residual);
@@ -624,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_calib_fixture_qwen2_bias_int8),
         cmocka_unit_test(test_calib_all_float_is_identity),
         cmocka_unit_test(test_calib_threads_do_not_change_the_result),
+        cmocka_unit_test(test_calib_refine_off_keeps_gptq_codes),
         cmocka_unit_test(test_calib_pass_reuse_keeps_the_bits),
         cmocka_unit_test(test_calib_stages_trade_passes_for_order),
         cmocka_unit_test(test_calib_down_from_outputs_matches_full_c),

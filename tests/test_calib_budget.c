@@ -181,9 +181,9 @@ static void test_choice_walks_the_ladder(void **state)
     assert_int_equal(got.seqs, 16);
     assert_true(got.estimate_s == most.estimate_s && most.estimate_s > 0.0);
     /* each budget just under the effort chosen steps down the ladder:
-     * gptaq, gptaq with the full-precision statistics on the first 3, 2,
-     * 1 of the 4 blocks, gptq (no full-precision pass), then 8, 4, 2, 1
-     * sequences.
+     * gptaq, gptaq with GPTQ's codes unrefined, with the full-precision
+     * statistics on the first 3, 2, 1 of the 4 blocks, gptq (no
+     * full-precision pass), then 8, 4, 2, 1 sequences.
      * The stage steps are not taken: with the 4 stages' passes reused
      * (cmp_calib_stage_span) 2 or 1 stages run more multiply-adds than 4
      * (stage 0's passes cannot be reused), and a move that saves no time
@@ -195,13 +195,15 @@ static void test_choice_walks_the_ladder(void **state)
                                              rate, &two, NULL, &e), MC_OK);
     assert_true(two.estimate_s > most.estimate_s);
     assert_int_equal(lc.m->cfg.num_layers, 4);
-    static const uint32_t st[9] = {4, 4, 4, 4, 4, 4, 4, 4, 4};
-    static const cmp_qmethod me[9] = {CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
-                                      CMP_QM_GPTAQ, CMP_QM_GPTQ, CMP_QM_GPTQ,
-                                      CMP_QM_GPTQ, CMP_QM_GPTQ, CMP_QM_GPTQ};
-    static const uint32_t fl[9] = {0, 3, 2, 1, 0, 0, 0, 0, 0};
-    static const size_t sq[9] = {16, 16, 16, 16, 16, 8, 4, 2, 1};
-    for (int k = 0; k < 9; k++) {
+    static const uint32_t st[10] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    static const cmp_qmethod me[10] = {CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTAQ,
+                                       CMP_QM_GPTAQ, CMP_QM_GPTAQ, CMP_QM_GPTQ,
+                                       CMP_QM_GPTQ, CMP_QM_GPTQ, CMP_QM_GPTQ,
+                                       CMP_QM_GPTQ};
+    static const int nr[10] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint32_t fl[10] = {0, 0, 3, 2, 1, 0, 0, 0, 0, 0};
+    static const size_t sq[10] = {16, 16, 16, 16, 16, 16, 8, 4, 2, 1};
+    for (int k = 0; k < 10; k++) {
         prev = got;
         assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
                                                  prev.estimate_s * 0.999, rate,
@@ -210,11 +212,14 @@ static void test_choice_walks_the_ladder(void **state)
         assert_int_equal(got.method, me[k]);
         assert_int_equal(got.seqs, sq[k]);
         assert_int_equal(got.full_layers, fl[k]);
+        assert_int_equal(got.no_refine, nr[k]);
         assert_true(got.estimate_s < prev.estimate_s);
-        /* the options name the blocks only where they are cut */
+        /* the options name the blocks only where they are cut, the
+         * refinement only where it is off */
         char opts[160];
         cmp_calib_effort_options(&got, opts, sizeof opts);
         assert_true((strstr(opts, "--calib-full-layers") != NULL) == (fl[k] != 0));
+        assert_true((strstr(opts, " --calib-refine off") != NULL) == (nr[k] != 0));
         /* deterministic: the same inputs, the same choice */
         cmp_calib_effort again;
         assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
@@ -237,19 +242,30 @@ static void test_choice_walks_the_ladder(void **state)
     cmp_calib_effort s1;
     assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 0,
                                              1e12, rate, &s1, NULL, &e), MC_OK);
-    /* best kept: a stage move is taken where it saves time (1 stage is
-     * estimated below 4 for best on this fixture) */
+    /* best kept: the refinement is the first move taken */
     cmp_calib_effort kept;
-    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1,
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o,
+                                             CMP_EFFORT_FIXED_METHOD,
                                              most.estimate_s * 0.999, rate, &kept,
                                              NULL, &e), MC_OK);
     assert_int_equal(kept.method, CMP_QM_BEST);
+    assert_int_equal(kept.no_refine, 1);
+    assert_int_equal(kept.stages, 4);
+    /* the refinement asked for too: a stage move is taken where it
+     * saves time (1 stage is estimated below 4 for best on this
+     * fixture) */
+    const unsigned both = CMP_EFFORT_FIXED_METHOD | CMP_EFFORT_FIXED_REFINE;
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, both,
+                                             most.estimate_s * 0.999, rate, &kept,
+                                             NULL, &e), MC_OK);
+    assert_int_equal(kept.method, CMP_QM_BEST);
+    assert_int_equal(kept.no_refine, 0);
     assert_int_equal(kept.stages, 1);
     assert_int_equal(kept.seqs, 16);
     lc.o.stages = 1;
-    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1, 1e12,
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, both, 1e12,
                                              rate, &s1, NULL, &e), MC_OK);
-    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, 1,
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &lc.o, both,
                                              s1.estimate_s * 0.999, rate, &got,
                                              NULL, &e), MC_OK);
     assert_int_equal(got.method, CMP_QM_BEST);

@@ -38,6 +38,7 @@ typedef struct run_case {
                          row-parallel quantization, each thread its own
                          work space) */
     int down_full_c;  /* cmp_calib_opts.down_full_c */
+    int no_refine;    /* cmp_calib_opts.no_refine */
 } run_case;
 
 /* Calibrate one case with tracking on; check measured <= planned and that
@@ -60,6 +61,7 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
     o.heldout = rc->heldout;
     o.lm_head_q8 = rc->lm_head_q8;
     o.down_full_c = rc->down_full_c;
+    o.no_refine = rc->no_refine;
     o.spill_dir = dir;
     kn_pool *pool = NULL;
     if (rc->threads > 1) {
@@ -88,12 +90,12 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
         char buf[2048];
         fail_msg("%s: %s", rc->fixture, mc_error_format(&e, buf, sizeof buf));
     }
-    printf("# %-8s %s g%u %-5s rot %d held %zu spill %d lean %#x threads %d: "
+    printf("# %-8s %s g%u %-5s rot %d held %zu spill %d lean %#x threads %d%s: "
            "planned %lld (at %s), measured %lld (%.2f)\n", rc->fixture,
            rc->fmt == KN_W_Q8 ? "q8" : "q4", rc->group,
            cmp_qmethod_name(rc->method), rc->rotate, rc->heldout, rc->spill,
-           plan.lean, rc->threads > 1 ? rc->threads : 1, (long long)plan.peak,
-           plan.phase, (long long)measured,
+           plan.lean, rc->threads > 1 ? rc->threads : 1,
+           rc->no_refine ? " unrefined" : "", (long long)plan.peak, plan.phase, (long long)measured,
            (double)measured / (double)plan.peak);
     assert_true((uint64_t)measured <= plan.peak);
     /* not a blanket over-estimate: within a tenth of the real peak */
@@ -149,6 +151,9 @@ static void test_calib_memory_bounds_measured_peak(void **state)
          * embedding rows of an unrotated tied model */
         {"qwen2", KN_W_Q8, 0, CMP_QM_RTN, 0, 4, 0, 1, 0, 2},
         {"llama", KN_W_Q4, 64, CMP_QM_GPTQ, 0, 6, 1, 0, 0, 1},
+        /* GPTQ's codes unrefined: no refits' H w, no descent's H */
+        {"llama", KN_W_Q4, 32, CMP_QM_BEST, 1, 2, 0, 0, 0, 2, 0, 1},
+        {"mistral", KN_W_Q8, 0, CMP_QM_GPTQ, 0, 0, 0, 0, 0, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cmp_calib_mem plan;

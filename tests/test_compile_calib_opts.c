@@ -14,7 +14,10 @@
  * likewise for int4, "full_pass": "bf16", inspect's "full-precision pass:
  * ... products"; int8's default is f32 (nothing named, the bytes of
  * before) and bf16 given changes them; bf16 with --calib-forward f32 is
- * refused. */
+ * refused.
+ * `--calib-refine on|off`: the same refusals; off is named in the
+ * manifest ("refine": false), by inspect and in --json's effort options
+ * and changes the bytes; on is the default's bytes, named nowhere. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -278,6 +281,52 @@ static void test_calib_full_pass_int8_default_is_float(void **state)
     }
 }
 
+static void test_calib_refine_off_is_named_and_changes_the_bytes(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"on", "off", NULL};
+    refused("--calib-refine", "off", "maybe", values);
+    static const char *const opt[3] = {"", "--calib-refine on", "--calib-refine off"};
+    char *art[3], *a[3];
+    size_t n[3];
+    for (int k = 0; k < 3; k++) {
+        art[k] = tu_fmt("%s/refine%d.mca", g_dir, k);
+        char *out = NULL, *err = NULL;
+        assert_int_equal(tu_run_bin(&out, &err, "mcompile",
+                                    "%s/llama --target 64MiB --quant int4 --group 32 "
+                                    "--calib %s %s --json -o %s",
+                                    MC_FIXTURE_DIR, g_ids, opt[k], art[k]), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        json_t *eff = json_object_get(json_object_get(j, "calibration"), "effort");
+        const char *eo = json_string_value(json_object_get(eff, "options"));
+        assert_non_null(eo);
+        assert_true((strstr(eo, "--calib-refine off") != NULL) == (k == 2));
+        assert_true(json_is_boolean(json_object_get(eff, "refine")));
+        assert_true(json_is_true(json_object_get(eff, "refine")) == (k < 2));
+        json_decref(j);
+        json_t *c = calibration(art[k]);
+        json_t *r = json_object_get(c, "refine");
+        if (k < 2)
+            assert_null(r);
+        else
+            assert_true(json_is_false(r));
+        json_decref(c);
+        assert_int_equal(tu_run_bin(&out, &err, "mcompile", "inspect %s", art[k]), 0);
+        assert_true((strstr(out, "GPTQ codes: unrefined") != NULL) == (k == 2));
+        free(out);
+        free(err);
+        a[k] = tu_read_file(art[k], &n[k]);
+        assert_non_null(a[k]);
+    }
+    assert_true(n[0] == n[1] && memcmp(a[0], a[1], n[0]) == 0);
+    assert_false(n[0] == n[2] && memcmp(a[0], a[2], n[0]) == 0);
+    for (int k = 0; k < 3; k++) {
+        free(art[k]);
+        free(a[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_calib_full_pass_needs_calib_and_names_its_values),
         cmocka_unit_test(test_calib_full_pass_recorded_only_for_bf16),
         cmocka_unit_test(test_calib_full_pass_int8_default_is_float),
+        cmocka_unit_test(test_calib_refine_off_is_named_and_changes_the_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
