@@ -154,6 +154,15 @@ static const mc_opt compile_opts[] = {
              "the estimate rests on a rate measured at start, so\n"
              "the choice depends on the machine and its load: the\n"
              "options printed reproduce the artifact without it"},
+    {.kind = MC_OPT_F64, .flags = "--calib-passes", .value = "N",
+     .off = F(o.calib_passes), .flo = 0.0, .fhi = 1e6,
+     .help = "without --calib-time, the effort is cut as\n"
+             "--calib-time cuts it (down to gptq unrefined; never\n"
+             "fewer stages or tokens) until the estimate is within\n"
+             "N forward passes over the calibration tokens, or\n"
+             "10 minutes at 100 G multiply-adds/s: the same\n"
+             "choice on every machine (default 7: a 7B shape's\n"
+             "default is cut, a 135M's is not; 0: no cap)"},
     {.kind = MC_OPT_CHOICE, .flags = "--calib-stages", .value = "1|2|4",
      .off = F(calib_stages), .choices = stages_choices,
      .help = "passes collecting a block's statistics (default 4:\n"
@@ -283,6 +292,12 @@ static int check_args(compile_cli *c)
          c->calib_full_layers) && !o->calib)
         return cmp_cli_usage(cmd, "--calib-time, --calib-stages, --calib-seqs "
                              "and --calib-full-layers need --calib FILE");
+    if (o->calib_passes >= 0.0 && (!o->calib || o->calib_time_s > 0.0))
+        return cmp_cli_usage(cmd, "--calib-passes needs --calib FILE and "
+                             "no --calib-time (a budget in seconds replaces "
+                             "the cap)");
+    if (o->calib_passes < 0.0)
+        o->calib_passes = CMP_CALIB_PASSES_DEFAULT;
     if (c->calib_refine >= 0 && !o->calib)
         return cmp_cli_usage(cmd, "--calib-refine needs --calib FILE");
     if (o->calib_time_s > 0.0 && o->quant_auto)
@@ -346,6 +361,7 @@ int cmp_cli_compile(int argc, char **argv)
     c.calib_fwd = -1;
     c.calib_full_pass = -1;
     c.calib_refine = -1;
+    c.o.calib_passes = -1.0; /* not given */
     char *out_owned = NULL;
     int rc = cmp_cli_parse(&cmp_cli_compile_cmd, argc, argv, &c);
     if (rc < 0)

@@ -51,12 +51,14 @@ static void print_calib_plan(FILE *out, const cmp_calib_plan *p)
     double madds = 0.0;
     for (int i = 0; i < CMP_PH_COUNT; i++)
         madds += p->madds[i];
-    fprintf(out, "calibration plan: time ~%.0f s (on cores of its own, "
+    fprintf(out, "calibration plan: time ~%.0f s (%.1f forward passes over "
+            "the calibration tokens; on cores of its own, "
             "longer under load; per phase within ~1.5x on the runs "
             "checked): forward %.0f s, statistics "
             "%.0f s, factorization %.0f s, search %.0f s, held-out %.0f s; "
             "%.3g multiply-adds, a float GEMM at %.1f G/s measured at start\n",
-            p->total_s, p->seconds[CMP_PH_FORWARD], p->seconds[CMP_PH_STATS],
+            p->total_s, p->forward_once_s > 0.0 ? p->total_s / p->forward_once_s : 0.0,
+            p->seconds[CMP_PH_FORWARD], p->seconds[CMP_PH_STATS],
             p->seconds[CMP_PH_FACTOR], p->seconds[CMP_PH_SEARCH],
             p->seconds[CMP_PH_ENDS], madds, p->rate / 1e9);
 }
@@ -65,7 +67,7 @@ static json_t *calib_plan_json(const cmp_calib_plan *p)
 {
     const cmp_calib_mem *m = &p->mem;
     return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
-                     "s:f, s:{s:f, s:f, s:f, s:f, s:f}}",
+                     "s:f, s:f, s:{s:f, s:f, s:f, s:f, s:f}}",
                      "peak_rss_bytes", (json_int_t)p->rss, "states_bytes",
                      (json_int_t)m->states, "block_bytes", (json_int_t)m->block,
                      "statistics_bytes", (json_int_t)m->stats, "alloc_peak_bytes",
@@ -78,6 +80,7 @@ static json_t *calib_plan_json(const cmp_calib_plan *p)
                      (json_int_t)(p->madds[0] + p->madds[1] + p->madds[2] +
                                   p->madds[3] + p->madds[4]),
                      "rate_madds_per_s", p->rate, "seconds", p->total_s,
+                     "forward_once_seconds", p->forward_once_s,
                      "phase_seconds", "forward", p->seconds[0], "statistics",
                      p->seconds[1], "factorization", p->seconds[2], "search",
                      p->seconds[3], "held_out", p->seconds[4]);
@@ -103,17 +106,37 @@ void cmp_cli_calib_progress(void *ctx, const cmp_calib_progress *p)
 
 /* The effort calibrated with: its options (which reproduce it without a
  * budget) and, under --calib-time, the estimates the choice compared. */
-static void print_effort(FILE *out, const cmp_compile_report *rep)
+static void print_effort(FILE *out, const cmp_compile_report *rep, int cut)
 {
     char opts[128];
     const cmp_calib_effort *e = &rep->calib_effort;
     cmp_calib_effort_options(e, opts, sizeof opts);
+    const cmp_calib_effort *most = &rep->calib_effort_most;
+    double once = most->forward_once_s;
     if (rep->calib_budget_s > 0.0)
         fprintf(out, "calibration effort: %s (estimate %.0f s within the "
                 "budget of %.0f s; the options as given: %.0f s); these "
                 "options reproduce the artifact without --calib-time\n",
                 opts, e->estimate_s, rep->calib_budget_s,
-                rep->calib_effort_most.estimate_s);
+                most->estimate_s);
+    else if (rep->calib_passes > 0.0 && once > 0.0 && cut)
+        fprintf(out, "calibration effort: %s (%.1f forward passes over the "
+                "calibration tokens: the options as given, %.1f, are over "
+                "the cap of %g; --calib-passes 0 keeps them)\n",
+                opts, e->estimate_s / once, most->estimate_s / once,
+                rep->calib_passes);
+    else if (rep->calib_passes > 0.0 && once > 0.0 &&
+             e->estimate_s > rep->calib_passes * once)
+        fprintf(out, "calibration effort: %s (%.1f forward passes over the "
+                "calibration tokens, over the cap of %g but within its "
+                "floor, %.0f minutes at %.0f G multiply-adds/s: a short "
+                "compile keeps its effort)\n",
+                opts, e->estimate_s / once, rep->calib_passes,
+                CMP_CALIB_PASSES_FLOOR_S / 60.0, CMP_CALIB_NOMINAL_RATE / 1e9);
+    else if (rep->calib_passes > 0.0 && once > 0.0)
+        fprintf(out, "calibration effort: %s (%.1f forward passes over the "
+                "calibration tokens, within the cap of %g)\n",
+                opts, e->estimate_s / once, rep->calib_passes);
     else
         fprintf(out, "calibration effort: %s\n", opts);
 }
@@ -136,6 +159,13 @@ static json_t *effort_json(const cmp_compile_report *rep)
         json_object_set_new(j, "estimate_seconds", json_real(e->estimate_s));
         json_object_set_new(j, "options_given_estimate_seconds",
                             json_real(rep->calib_effort_most.estimate_s));
+    }
+    double once = rep->calib_effort_most.forward_once_s;
+    if (j && rep->calib_passes > 0.0 && once > 0.0) {
+        json_object_set_new(j, "cap_forward_passes", json_real(rep->calib_passes));
+        json_object_set_new(j, "forward_passes", json_real(e->estimate_s / once));
+        json_object_set_new(j, "options_given_forward_passes",
+                            json_real(rep->calib_effort_most.estimate_s / once));
     }
     return j;
 }
@@ -192,8 +222,11 @@ static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
             fprintf(out, "calibration device memory: statistics %.1f MiB (at %s)\n",
                     mm->device / 1048576.0, mm->device_phase ? mm->device_phase : "-");
     }
-    if (verbose || rep->calib_budget_s > 0.0)
-        print_effort(out, rep);
+    /* a cut effort is always said: the user did not ask for it */
+    int cut = memcmp(&rep->calib_effort, &rep->calib_effort_most,
+                     sizeof rep->calib_effort) != 0 && rep->calib_passes > 0.0;
+    if (verbose || rep->calib_budget_s > 0.0 || cut)
+        print_effort(out, rep, cut);
     if (r->rotated)
         fprintf(out, "rotated: residual stream (Hadamard blocks of %u), value "
                 "heads (%u)\n", r->rot_block, r->rot_head_block);

@@ -272,6 +272,11 @@ typedef struct cmp_calib_opts {
                                 coarse to fine (cmp_awq.h): 11 of the 20
                                 points, the same pick where the error is
                                 unimodal in alpha */
+    int plan_nominal;        /* 1: the plan's estimate as on a CPU with
+                                AVX512_BF16 whatever this one has, so that
+                                a choice made from it in units of a
+                                forward pass (--calib-passes) is the same
+                                on every machine */
     double plan_rate;        /* float GEMM multiply-adds per second for the
                                 plan's estimate (the rate a budget's choice
                                 used, cmp_calib_budget.h); 0: measured */
@@ -403,6 +408,12 @@ typedef struct cmp_calib_plan {
                                       measured at start */
     double seconds[CMP_PH_COUNT];  /* per phase */
     double total_s;                /* their sum */
+    double forward_once_s;         /* one plain forward pass of the model
+                                      over the ntok calibration tokens
+                                      (blocks and output layer, float, at
+                                      the forward phase's efficiency): the
+                                      unit total_s is stated in, and
+                                      --calib-passes' */
 } cmp_calib_plan;
 
 /* The plan for model m (its config and weight formats), the ntok

@@ -69,10 +69,16 @@ static mc_status estimate(const rt_model *m, const size_t *off, size_t nseq,
         cmp_calib_plan_make(m, o2[e->seqs], maxT, o2 + e->seqs,
                             nn - e->seqs, &oe, &mem, rate, &p);
         e->estimate_s = p.total_s;
+        e->forward_once_s = p.forward_once_s;
     }
     mc_free(o2);
     return st;
 }
+
+/* The moves that change how each block is calibrated (method,
+ * refinement, the full-precision cut, gptq), not the statistics' stages
+ * or tokens: the default cap's (cmp_calib_effort_within_passes). */
+#define LADDER_METHOD_MOVES 6u
 
 /* Move k of the ladder (cmp_calib_budget.h) applied to *e, which is the
  * effort accepted so far; 0 past the ladder's end.  A move that does not
@@ -125,6 +131,45 @@ static int ladder_move(const cmp_calib_opts *o, unsigned fixed,
     }
 }
 
+/* The ladder's walk from the options' effort (*first) down to the first
+ * effort within the budget or, past move moves_end, the cheapest taken
+ * (*cur).  The budget: budget_s, or with passes > 0 that many forward
+ * passes over the options' tokens, at least budget_s; into *budget_out. */
+static mc_status walk(const rt_model *m, const size_t *off, size_t nseq,
+                      const cmp_calib_opts *o, unsigned fixed, double budget_s,
+                      double passes, double rate, unsigned moves_end,
+                      cmp_calib_effort *cur, cmp_calib_effort *first,
+                      double *budget_out, mc_error *err)
+{
+    memset(cur, 0, sizeof *cur);
+    cur->stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
+    cur->method = o->method;
+    cur->seqs = nseq - o->heldout;
+    cur->full_layers = o->full_layers < m->cfg.num_layers ? o->full_layers : 0;
+    cur->no_refine = o->no_refine;
+    mc_status st = estimate(m, off, nseq, o, rate, cur, err);
+    if (st != MC_OK)
+        return st;
+    *first = *cur;
+    if (passes > 0.0 && passes * first->forward_once_s > budget_s)
+        budget_s = passes * first->forward_once_s;
+    *budget_out = budget_s;
+    cmp_calib_effort e = *cur;
+    for (unsigned k = 0; k < moves_end && cur->estimate_s > budget_s &&
+                         ladder_move(o, fixed, m->cfg.num_layers, k, &e);
+         k++) {
+        if (memcmp(&e, cur, sizeof e) == 0)
+            continue; /* the move did not apply */
+        if ((st = estimate(m, off, nseq, o, rate, &e, err)) != MC_OK)
+            return st;
+        if (e.estimate_s < cur->estimate_s)
+            *cur = e;  /* accepted: later moves start from it */
+        else
+            e = *cur;  /* less effort for no less time: never taken */
+    }
+    return MC_OK;
+}
+
 mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                                   size_t nseq, const cmp_calib_opts *o,
                                   unsigned fixed, double budget_s,
@@ -136,30 +181,12 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                        "a budget needs a positive rate and budget and a "
                        "calibration sequence");
     cmp_calib_effort cur, first;
-    memset(&cur, 0, sizeof cur);
-    cur.stages = o->stages ? o->stages : CMP_CALIB_STAGES_DEFAULT;
-    cur.method = o->method;
-    cur.seqs = nseq - o->heldout;
-    cur.full_layers = o->full_layers < m->cfg.num_layers ? o->full_layers : 0;
-    cur.no_refine = o->no_refine;
-    mc_status st = estimate(m, off, nseq, o, rate, &cur, err);
+    mc_status st = walk(m, off, nseq, o, fixed, budget_s, 0.0, rate, ~0u, &cur,
+                        &first, &budget_s, err);
     if (st != MC_OK)
         return st;
-    first = cur;
     if (most)
-        *most = cur;
-    cmp_calib_effort e = cur;
-    for (unsigned k = 0; cur.estimate_s > budget_s && ladder_move(o, fixed, m->cfg.num_layers, k, &e);
-         k++) {
-        if (memcmp(&e, &cur, sizeof e) == 0)
-            continue; /* the move did not apply */
-        if ((st = estimate(m, off, nseq, o, rate, &e, err)) != MC_OK)
-            return st;
-        if (e.estimate_s < cur.estimate_s)
-            cur = e;  /* accepted: later moves start from it */
-        else
-            e = cur;  /* less effort for no less time: never taken */
-    }
+        *most = first;
     if (cur.estimate_s <= budget_s) {
         *out = cur;
         return MC_OK;
@@ -172,6 +199,30 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                    budget_s, cur.estimate_s,
                    cmp_calib_effort_options(&cur, opts, sizeof opts),
                    rate / 1e9, first.estimate_s);
+}
+
+mc_status cmp_calib_effort_within_passes(const rt_model *m, const size_t *off,
+                                         size_t nseq, const cmp_calib_opts *o,
+                                         unsigned fixed, double passes,
+                                         double floor_s, cmp_calib_effort *out,
+                                         cmp_calib_effort *most,
+                                         double *budget_s, mc_error *err)
+{
+    if (!(passes > 0.0) || !(floor_s >= 0.0) || nseq <= o->heldout)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--calib-passes", -1,
+                       "a cap needs a positive count of passes and a "
+                       "calibration sequence");
+    /* the estimate as on a CPU with AVX512_BF16 at a fixed rate: a ratio
+     * of multiply-add counts, the same on every machine */
+    cmp_calib_opts on = *o;
+    on.plan_nominal = 1;
+    cmp_calib_effort first;
+    mc_status st = walk(m, off, nseq, &on, fixed, floor_s, passes,
+                        CMP_CALIB_NOMINAL_RATE, LADDER_METHOD_MOVES, out,
+                        &first, budget_s, err);
+    if (st == MC_OK && most)
+        *most = first;
+    return st;
 }
 
 uint32_t cmp_calib_default_full_layers(kn_wformat fmt, int mixed,

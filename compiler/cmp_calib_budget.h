@@ -56,7 +56,22 @@ typedef struct cmp_calib_effort {
     int no_refine;       /* 1: GPTQ's codes unrefined
                             (cmp_calib_opts.no_refine) */
     double estimate_s;   /* the plan's total at this effort */
+    double forward_once_s; /* the plan's one forward pass over its tokens */
 } cmp_calib_effort;
+
+/* The default cap on the calibration's effort (mcompile --calib-passes):
+ * the estimate within this many forward passes over the calibration
+ * tokens (cmp_calib_plan.forward_once_s), or within
+ * CMP_CALIB_PASSES_FLOOR_S at CMP_CALIB_NOMINAL_RATE multiply-adds per
+ * second, whichever is more: a compile that is short anyway keeps its
+ * effort.  Measured (docs/benchmarks.md, session 23): stories260k's
+ * default is ~3 passes, SmolLM2-135M's with 32K tokens 2.1-2.5, a
+ * Mistral-7B-shape int4 g128 compile with 8K tokens 32.9 with best, 6.1
+ * with gptq unrefined and 8.0 / 9.9 with gptaq unrefined on a quarter /
+ * half of the blocks: 7 keeps the 7B-shape default off either edge. */
+#define CMP_CALIB_PASSES_DEFAULT 7.0
+#define CMP_CALIB_PASSES_FLOOR_S 600.0
+#define CMP_CALIB_NOMINAL_RATE 1e11
 
 /* Sequences subset: the first n of the ncal calibration sequences of
  * off (nseq of them, the last nseq - ncal held out), then the held-out
@@ -85,6 +100,26 @@ mc_status cmp_calib_effort_choose(const rt_model *m, const size_t *off,
                                   unsigned fixed, double budget_s,
                                   double rate, cmp_calib_effort *out,
                                   cmp_calib_effort *most, mc_error *err);
+
+/* The default cap: the first effort of the ladder's method moves
+ * (best -> gptaq, unrefined codes, the full-precision cut, gptq; never
+ * fewer stages or tokens) whose estimate is within `passes` forward
+ * passes or floor_s nominal seconds, whichever is more (see
+ * CMP_CALIB_PASSES_DEFAULT; the CLI's floor is CMP_CALIB_PASSES_FLOOR_S),
+ * or the cheapest of them when none is: a cap, never a refusal.  The estimates are made as on a CPU
+ * with AVX512_BF16 at CMP_CALIB_NOMINAL_RATE (cmp_calib_opts.
+ * plan_nominal): the choice is a function of the shapes, tokens and
+ * options, the same on every machine, and so are the bytes.  *out and
+ * *most (optional: the options' effort) carry nominal estimates;
+ * *budget_s the cap in those seconds.  MC_ERR_INVALID_ARG when passes
+ * <= 0 or nothing is left to calibrate on; what cmp_calib_plan_memory
+ * returns otherwise. */
+mc_status cmp_calib_effort_within_passes(const rt_model *m, const size_t *off,
+                                         size_t nseq, const cmp_calib_opts *o,
+                                         unsigned fixed, double passes,
+                                         double floor_s, cmp_calib_effort *out,
+                                         cmp_calib_effort *most,
+                                         double *budget_s, mc_error *err);
 
 /* "--method gptaq --calib-stages 1 --calib-seqs 12" into buf, with
  * " --calib-full-layers F" when e->full_layers is set (always

@@ -441,13 +441,14 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
      * kn_gemm_rows_avx512 per multiply-add); elsewhere the emulation
      * runs at the float rate.  With full_bf16 the other linears gain
      * too. */
+    int bf16_cpu = o->plan_nominal || kn_cpu_has_avx512bf16();
     double fwd_time = out->madds[CMP_PH_FORWARD];
-    if (!o->fwd_f32 && kn_cpu_has_avx512bf16()) {
+    if (!o->fwd_f32 && bf16_cpu) {
         fwd_time -= (1.0 - 1.0 / FWD_BF16_SPEEDUP) * qlin;
         if (o->full_bf16)
             fwd_time -= (1.0 - 1.0 / FWD_BF16_FULL_SPEEDUP) * (lin - qlin);
     }
-    double eff_stats = !o->stats_f32 && !o->stats_on_gpu && kn_cpu_has_avx512bf16()
+    double eff_stats = !o->stats_f32 && !o->stats_on_gpu && bf16_cpu
                        ? EFF_STATS_BF16 : EFF_STATS;
     const double eff[CMP_PH_COUNT] = {EFF_FORWARD, eff_stats, EFF_FACTOR,
                                       EFF_SEARCH, EFF_FORWARD};
@@ -456,4 +457,10 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
         out->seconds[p] = out->rate > 0.0 ? madds / (out->rate * eff[p]) : 0.0;
         out->total_s += out->seconds[p];
     }
+    /* one forward pass over the calibration tokens, attention over each
+     * sequence's own length as the blocks' count has it (maxT) */
+    double cum[5];
+    block_prefix(c, maxT, cum);
+    double once = T * (L * cum[4] + (double)m->lm_head.rows * c->hidden_size);
+    out->forward_once_s = out->rate > 0.0 ? once / (out->rate * EFF_FORWARD) : 0.0;
 }

@@ -124,6 +124,14 @@ typedef struct cmp_compile_opts {
     int calib_refine_fixed;            /* with calib: the user asked for
                                           the refinement (a budget keeps
                                           it) */
+    double calib_passes;               /* with calib and no calib_time_s:
+                                          the effort capped at this many
+                                          forward passes over the
+                                          calibration tokens
+                                          (cmp_calib_effort_within_passes;
+                                          the CLI's default
+                                          CMP_CALIB_PASSES_DEFAULT); 0:
+                                          the options as given */
     double calib_time_s;               /* with calib: a time budget in
                                           seconds (0: none): the effort is
                                           chosen from the plan's estimate
@@ -166,6 +174,9 @@ typedef struct cmp_compile_report {
     cmp_calib_effort calib_effort_most; /* with a budget: the options'
                                           effort and its estimate */
     double calib_budget_s;             /* the budget (0: none) */
+    double calib_passes;               /* the default cap applied (0: none,
+                                          or a budget instead) */
+    double calib_cap_s;                /* its nominal seconds */
     double calib_seconds;              /* wall time of the calibration stage
                                           (reading the ids, auto precision,
                                           cmp_calib_run); 0 without one */

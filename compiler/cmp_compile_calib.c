@@ -204,6 +204,33 @@ static const char *dir_of(const char *path, char *buf, size_t n)
     return buf;
 }
 
+/* The efforts the user named, which neither a budget nor the cap cuts. */
+static unsigned fixed_effort(const cmp_compile_opts *o)
+{
+    return (o->method_fixed ? CMP_EFFORT_FIXED_METHOD : 0u) |
+           (o->calib_refine_fixed ? CMP_EFFORT_FIXED_REFINE : 0u);
+}
+
+/* The default cap (--calib-passes): the first effort of the method
+ * moves within o->calib_passes forward passes, from nominal estimates
+ * (the same choice on every machine; cmp_calib_budget.h).  The run's
+ * plan measures its own rate. */
+static mc_status cap_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
+                            const cmp_calib_opts *co, const size_t *off,
+                            size_t nseq, size_t ncal, mc_error *err)
+{
+    size_t *o2 = NULL;
+    mc_status st = cmp_calib_subset(NULL, off, nseq, ncal, s->effort.seqs,
+                                    NULL, &o2, err);
+    if (st != MC_OK)
+        return st;
+    st = cmp_calib_effort_within_passes(s->m, o2, s->effort.seqs + s->heldout,
+                                        co, fixed_effort(o), o->calib_passes,
+                                        CMP_CALIB_PASSES_FLOOR_S, &s->effort, &s->most, &s->cap_s, err);
+    mc_free(o2);
+    return st;
+}
+
 /* --calib-time: the effort whose estimate fits (cmp_calib_budget.h),
  * from s->effort (the options' effort) down, at a rate measured once
  * (the run's plan then uses the same rate: co->plan_rate). */
@@ -240,9 +267,7 @@ static mc_status choose_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
         co->plan_rate = cmp_calib_measure_rate(co->pool, &s->m->cfg, maxT);
     }
     st = cmp_calib_effort_choose(s->m, o2, s->effort.seqs + s->heldout, co,
-                                 (o->method_fixed ? CMP_EFFORT_FIXED_METHOD : 0u) |
-                                     (o->calib_refine_fixed ? CMP_EFFORT_FIXED_REFINE : 0u),
-                                 o->calib_time_s,
+                                 fixed_effort(o), o->calib_time_s,
                                  co->plan_rate, &s->effort, &s->most, err);
     mc_free(o2);
     return st;
@@ -378,9 +403,13 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     co.full_layers = s->effort.full_layers;
     s->effort.no_refine = o->calib_no_refine;
     co.no_refine = s->effort.no_refine;
-    if (o->calib_time_s > 0.0 &&
-        (st = choose_effort(o, s, &co, off, nseq, ncal, err)) != MC_OK)
-        return st;
+    if (o->calib_time_s > 0.0) {
+        if ((st = choose_effort(o, s, &co, off, nseq, ncal, err)) != MC_OK)
+            return st;
+    } else if (o->calib_passes > 0.0 && !s->is_auto) {
+        if ((st = cap_effort(o, s, &co, off, nseq, ncal, err)) != MC_OK)
+            return st;
+    }
     co.stages = s->effort.stages;
     co.method = s->effort.method;
     co.full_layers = s->effort.full_layers;

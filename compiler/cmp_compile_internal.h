@@ -42,7 +42,10 @@ typedef struct cmp_calib_stage {
                                 all (cmp_calib_subset; owned) */
     size_t *sub_off;
     cmp_calib_effort effort; /* the effort calibrated with */
-    cmp_calib_effort most;   /* with a budget: the options' effort */
+    cmp_calib_effort most;   /* with a budget or the cap: the options'
+                                effort */
+    double cap_s;            /* the default cap applied (--calib-passes),
+                                in nominal seconds; 0: none */
 } cmp_calib_stage;
 
 /* Open the float model (merged through merge when it is not NULL), load

@@ -3,7 +3,9 @@
  * the forward is counted pass by pass as the calibration runs it; the
  * sequence subset keeps the held-out ones; the effort choice walks its
  * ladder deterministically at fixed rates and refuses a budget below the
- * cheapest effort, naming the estimate; end to end, a tight budget picks
+ * cheapest effort, naming the estimate; the default cap in forward passes
+ * (--calib-passes) cuts only the method moves, from nominal estimates,
+ * and never refuses; end to end, a tight budget picks
  * a cheaper effort whose printed options reproduce the artifact's bytes
  * without the budget. */
 #include <stdarg.h>
@@ -276,6 +278,76 @@ static void test_choice_walks_the_ladder(void **state)
                                              2 * rate, &fast, NULL, &e), MC_OK);
     assert_true(fast.estimate_s > 0.49 * s1.estimate_s &&
                 fast.estimate_s < 0.51 * s1.estimate_s);
+    tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
+}
+
+/* The default cap (cmp_calib_effort_within_passes, --calib-passes): in
+ * forward passes over the calibration tokens from nominal estimates.
+ * Above the options' count it keeps them; just under it takes the
+ * first method move that fits, the one a budget of those seconds takes
+ * at the nominal rate; far under it stops at the cheapest method move
+ * (gptq unrefined), every stage and token kept, without refusing; the
+ * floor keeps a short compile's effort; named efforts are kept. */
+static void test_cap_in_forward_passes(void **state)
+{
+    (void)state;
+    ladder_case lc;
+    ladder_open(&lc);
+    mc_error e;
+    double cap;
+    cmp_calib_effort most, got, again;
+    assert_int_equal(cmp_calib_effort_within_passes(lc.m, lc.off, 18, &lc.o, 0, 1e6,
+                                                    0.0, &got, &most, &cap, &e),
+                     MC_OK);
+    assert_memory_equal(&got, &most, sizeof got);
+    assert_int_equal(got.method, CMP_QM_BEST);
+    assert_true(most.forward_once_s > 0.0);
+    double r0 = most.estimate_s / most.forward_once_s;
+    print_message("options as given: %.2f forward passes\n", r0);
+    assert_int_equal(cmp_calib_effort_within_passes(lc.m, lc.off, 18, &lc.o, 0,
+                                                    r0 * 1.001, 0.0, &got, NULL,
+                                                    &cap, &e), MC_OK);
+    assert_memory_equal(&got, &most, sizeof got);
+    /* just under: cut, within the cap, as a budget of its seconds */
+    assert_int_equal(cmp_calib_effort_within_passes(lc.m, lc.off, 18, &lc.o, 0,
+                                                    r0 * 0.999, 0.0, &got, NULL,
+                                                    &cap, &e), MC_OK);
+    assert_true(got.estimate_s <= cap && cap < most.estimate_s);
+    assert_int_not_equal(got.method, CMP_QM_BEST);
+    cmp_calib_opts nominal = lc.o;
+    nominal.plan_nominal = 1;
+    assert_int_equal(cmp_calib_effort_choose(lc.m, lc.off, 18, &nominal, 0, cap,
+                                             CMP_CALIB_NOMINAL_RATE, &again, NULL,
+                                             &e), MC_OK);
+    assert_memory_equal(&again, &got, sizeof got);
+    /* far under: the cheapest method move, no refusal, no fewer tokens */
+    assert_int_equal(cmp_calib_effort_within_passes(lc.m, lc.off, 18, &lc.o, 0,
+                                                    1e-6, 0.0, &got, NULL, &cap, &e),
+                     MC_OK);
+    assert_true(got.estimate_s > cap);
+    assert_int_equal(got.method, CMP_QM_GPTQ);
+    assert_int_equal(got.no_refine, 1);
+    assert_int_equal(got.stages, 4);
+    assert_int_equal(got.seqs, 16);
+    char opts[160];
+    assert_non_null(strstr(cmp_calib_effort_options(&got, opts, sizeof opts),
+                           "--method gptq --calib-stages 4 --calib-seqs 16 "
+                           "--calib-refine off"));
+    /* the floor: a compile shorter than it keeps its options */
+    assert_int_equal(cmp_calib_effort_within_passes(lc.m, lc.off, 18, &lc.o, 0,
+                                                    1e-6, 1e9, &got, NULL, &cap, &e),
+                     MC_OK);
+    assert_memory_equal(&got, &most, sizeof got);
+    /* the method and the refinement named: nothing is cut */
+    assert_int_equal(cmp_calib_effort_within_passes(
+                         lc.m, lc.off, 18, &lc.o,
+                         CMP_EFFORT_FIXED_METHOD | CMP_EFFORT_FIXED_REFINE, 1e-6,
+                         0.0, &got, NULL, &cap, &e), MC_OK);
+    assert_memory_equal(&got, &most, sizeof got);
+    /* refused: no passes */
+    assert_int_equal(cmp_calib_effort_within_passes(lc.m, lc.off, 18, &lc.o, 0, 0.0,
+                                                    0.0, &got, NULL, &cap, &e),
+                     MC_ERR_INVALID_ARG);
     tu_fixture_close(lc.m, lc.path, lc.tok, lc.off);
 }
 
@@ -608,6 +680,36 @@ static void test_budget_end_to_end_reproduces(void **state)
     json_decref(j6);
     free(out6);
     free(c6);
+    /* the default cap: stated in the effort (a compile this short is
+     * under its floor and keeps its options); --calib-passes needs
+     * --calib and no --calib-time; 0 removes it */
+    char *a7 = tu_fmt("%s --calib-seqs 4 -o %s/cap.mca", base, dir);
+    json_t *cap = compile_effort(a7);
+    assert_true(json_number_value(json_object_get(cap, "cap_forward_passes")) ==
+                CMP_CALIB_PASSES_DEFAULT);
+    assert_true(json_number_value(json_object_get(cap, "forward_passes")) > 0.0);
+    assert_string_equal(json_string_value(json_object_get(cap, "method")), "best");
+    json_decref(cap);
+    free(a7);
+    a7 = tu_fmt("%s --calib-seqs 4 --calib-passes 0 -o %s/cap.mca", base, dir);
+    cap = compile_effort(a7);
+    assert_null(json_object_get(cap, "cap_forward_passes"));
+    json_decref(cap);
+    free(a7);
+    static const char *const capbad[2] = {"--calib-time 5 --calib-passes 4", "--calib-passes -1"};
+    for (int i = 0; i < 2; i++) {
+        c5 = tu_fmt("%s/mcompile %s %s -o %s/x.mca", MC_BIN_DIR, base, capbad[i], dir);
+        assert_int_equal(tu_run(c5, NULL, &err5), 2);
+        assert_non_null(strstr(err5, "--calib-passes"));
+        free(err5);
+        free(c5);
+    }
+    c5 = tu_fmt("%s/mcompile %s --target 1GiB --quant int4 --calib-passes 4",
+                MC_BIN_DIR, model);
+    assert_int_equal(tu_run(c5, NULL, &err5), 2);
+    assert_non_null(strstr(err5, "--calib-passes needs --calib FILE"));
+    free(err5);
+    free(c5);
     /* far below anything: refused with the estimate named */
     char *a4 = tu_fmt("%s --calib-time 1e-9 -o %s/none.mca", base, dir);
     char *c4 = tu_fmt("%s/mcompile %s", MC_BIN_DIR, a4);
@@ -636,6 +738,7 @@ int main(void)
         cmocka_unit_test(test_prescale_sample),
         cmocka_unit_test(test_subset_keeps_the_heldout),
         cmocka_unit_test(test_choice_walks_the_ladder),
+        cmocka_unit_test(test_cap_in_forward_passes),
         cmocka_unit_test(test_full_layers),
         cmocka_unit_test(test_source_pages_dropped),
         cmocka_unit_test(test_budget_end_to_end_reproduces),
