@@ -296,6 +296,10 @@ static int check_args(compile_cli *c)
         return cmp_cli_usage(cmd, "--calib-passes needs --calib FILE and "
                              "no --calib-time (a budget in seconds replaces "
                              "the cap)");
+    if (o->calib_passes >= 0.0 && o->quant_auto)
+        return cmp_cli_usage(cmd, "--calib-passes does not cover --quant "
+                             "auto's measuring pass (nor does the default "
+                             "cap): use --quant int8, int4 or int4-sym");
     if (o->calib_passes < 0.0)
         o->calib_passes = CMP_CALIB_PASSES_DEFAULT;
     if (c->calib_refine >= 0 && !o->calib)

@@ -696,8 +696,11 @@ static void test_budget_end_to_end_reproduces(void **state)
     assert_null(json_object_get(cap, "cap_forward_passes"));
     json_decref(cap);
     free(a7);
-    static const char *const capbad[2] = {"--calib-time 5 --calib-passes 4", "--calib-passes -1"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const capbad[3] = {"--calib-time 5 --calib-passes 4",
+                                          "--calib-passes -1",
+                                          "--quant auto --max-batch 1 --max-seq 64 "
+                                          "--calib-passes 4"};
+    for (int i = 0; i < 3; i++) {
         c5 = tu_fmt("%s/mcompile %s %s -o %s/x.mca", MC_BIN_DIR, base, capbad[i], dir);
         assert_int_equal(tu_run(c5, NULL, &err5), 2);
         assert_non_null(strstr(err5, "--calib-passes"));
