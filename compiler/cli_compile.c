@@ -375,6 +375,7 @@ int cmp_cli_compile(int argc, char **argv)
     cmp_compile_opts *o = &c.o;
     cmp_cli_calib_prog cp = {!c.quiet && !c.json && isatty(2), !c.quiet, 0.0};
     o->progress = cmp_cli_calib_progress;
+    o->capped = cmp_cli_calib_capped;
     o->progress_ctx = &cp;
     o->threads = 0; /* every CPU: kernels give the same bits on any count */
     if (!o->out)

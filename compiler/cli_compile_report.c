@@ -104,6 +104,28 @@ void cmp_cli_calib_progress(void *ctx, const cmp_calib_progress *p)
         fputc('\n', stderr);
 }
 
+/* The effort the default cap cut to, against the options' (both in
+ * forward passes over the calibration tokens). */
+static void print_capped(FILE *out, const cmp_calib_effort *e,
+                         const cmp_calib_effort *most, double passes)
+{
+    char opts[128];
+    double once = most->forward_once_s > 0.0 ? most->forward_once_s : 1.0;
+    fprintf(out, "calibration effort: %s (%.1f forward passes over the "
+            "calibration tokens: the options as given, %.1f, are over "
+            "the cap of %g; --calib-passes 0 keeps them)\n",
+            cmp_calib_effort_options(e, opts, sizeof opts),
+            e->estimate_s / once, most->estimate_s / once, passes);
+}
+
+void cmp_cli_calib_capped(void *ctx, const cmp_calib_effort *chosen,
+                          const cmp_calib_effort *given, double passes)
+{
+    const cmp_cli_calib_prog *c = ctx;
+    if (c->plan_on)
+        print_capped(stderr, chosen, given, passes);
+}
+
 /* The effort calibrated with: its options (which reproduce it without a
  * budget) and, under --calib-time, the estimates the choice compared. */
 static void print_effort(FILE *out, const cmp_compile_report *rep, int cut)
@@ -120,11 +142,7 @@ static void print_effort(FILE *out, const cmp_compile_report *rep, int cut)
                 opts, e->estimate_s, rep->calib_budget_s,
                 most->estimate_s);
     else if (rep->calib_passes > 0.0 && once > 0.0 && cut)
-        fprintf(out, "calibration effort: %s (%.1f forward passes over the "
-                "calibration tokens: the options as given, %.1f, are over "
-                "the cap of %g; --calib-passes 0 keeps them)\n",
-                opts, e->estimate_s / once, most->estimate_s / once,
-                rep->calib_passes);
+        print_capped(out, e, most, rep->calib_passes);
     else if (rep->calib_passes > 0.0 && once > 0.0 &&
              e->estimate_s > rep->calib_passes * once)
         fprintf(out, "calibration effort: %s (%.1f forward passes over the "

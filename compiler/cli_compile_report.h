@@ -24,6 +24,11 @@ double cmp_cli_mono_s(void);
 /* cmp_compile_opts.progress: ctx is a cmp_cli_calib_prog. */
 void cmp_cli_calib_progress(void *ctx, const cmp_calib_progress *p);
 
+/* cmp_compile_opts.capped: the effort line on stderr at the start
+ * (unless -q); ctx is a cmp_cli_calib_prog. */
+void cmp_cli_calib_capped(void *ctx, const cmp_calib_effort *chosen,
+                          const cmp_calib_effort *given, double passes);
+
 /* The result of cmp_compile (status s, rep filled by it, seconds of
  * wall time) on stdout: the --json object (also on failure), or unless
  * quiet on success the "wrote ..." line, after the plan (verbose) and the

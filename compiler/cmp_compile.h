@@ -140,6 +140,11 @@ typedef struct cmp_compile_opts {
                                           options give without it */
     void (*progress)(void *ctx, const cmp_calib_progress *p); /* or NULL */
     void *progress_ctx;
+    /* or NULL: called with progress_ctx before the calibration starts
+     * when the default cap (calib_passes) cut the effort: the effort
+     * chosen and the options' (a long compile says so at its start) */
+    void (*capped)(void *ctx, const cmp_calib_effort *chosen,
+                   const cmp_calib_effort *given, double passes);
 } cmp_compile_opts;
 
 /* The parts of the weights the report sizes (cmp_compile_report). */

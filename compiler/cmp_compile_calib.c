@@ -226,8 +226,12 @@ static mc_status cap_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
         return st;
     st = cmp_calib_effort_within_passes(s->m, o2, s->effort.seqs + s->heldout,
                                         co, fixed_effort(o), o->calib_passes,
-                                        CMP_CALIB_PASSES_FLOOR_S, &s->effort, &s->most, &s->cap_s, err);
+                                        CMP_CALIB_PASSES_FLOOR_S, &s->effort,
+                                        &s->most, &s->cap_s, err);
     mc_free(o2);
+    if (st == MC_OK && o->capped &&
+        memcmp(&s->effort, &s->most, sizeof s->effort) != 0)
+        o->capped(o->progress_ctx, &s->effort, &s->most, o->calib_passes);
     return st;
 }
 
