@@ -128,7 +128,7 @@ void cmp_cli_calib_capped(void *ctx, const cmp_calib_effort *chosen,
 
 /* The effort calibrated with: its options (which reproduce it without a
  * budget) and, under --calib-time, the estimates the choice compared. */
-static void print_effort(FILE *out, const cmp_compile_report *rep, int cut)
+static void print_effort(FILE *out, const cmp_compile_report *rep)
 {
     char opts[128];
     const cmp_calib_effort *e = &rep->calib_effort;
@@ -141,7 +141,7 @@ static void print_effort(FILE *out, const cmp_compile_report *rep, int cut)
                 "options reproduce the artifact without --calib-time\n",
                 opts, e->estimate_s, rep->calib_budget_s,
                 most->estimate_s);
-    else if (rep->calib_passes > 0.0 && once > 0.0 && cut)
+    else if (rep->calib_capped)
         print_capped(out, e, most, rep->calib_passes);
     else if (rep->calib_passes > 0.0 && once > 0.0 &&
              e->estimate_s > rep->calib_passes * once)
@@ -241,10 +241,8 @@ static void print_calib(FILE *out, const cmp_compile_report *rep, int verbose)
                     mm->device / 1048576.0, mm->device_phase ? mm->device_phase : "-");
     }
     /* a cut effort is always said: the user did not ask for it */
-    int cut = memcmp(&rep->calib_effort, &rep->calib_effort_most,
-                     sizeof rep->calib_effort) != 0 && rep->calib_passes > 0.0;
-    if (verbose || rep->calib_budget_s > 0.0 || cut)
-        print_effort(out, rep, cut);
+    if (verbose || rep->calib_budget_s > 0.0 || rep->calib_capped)
+        print_effort(out, rep);
     if (r->rotated)
         fprintf(out, "rotated: residual stream (Hadamard blocks of %u), value "
                 "heads (%u)\n", r->rot_block, r->rot_head_block);

@@ -620,6 +620,7 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
         rep->calib_budget_s = o->calib_time_s;
         rep->calib_passes = cs.cap_s > 0.0 ? o->calib_passes : 0.0;
         rep->calib_cap_s = cs.cap_s;
+        rep->calib_capped = cs.capped;
     }
     /* the plan echoes req; its per-linear table dies with the stage */
     rep->plan.req.policy.linear_fmt = NULL;

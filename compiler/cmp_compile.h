@@ -182,6 +182,7 @@ typedef struct cmp_compile_report {
     double calib_passes;               /* the default cap applied (0: none,
                                           or a budget instead) */
     double calib_cap_s;                /* its nominal seconds */
+    int calib_capped;                  /* 1: the cap cut the effort */
     double calib_seconds;              /* wall time of the calibration stage
                                           (reading the ids, auto precision,
                                           cmp_calib_run); 0 without one */

@@ -229,8 +229,9 @@ static mc_status cap_effort(const cmp_compile_opts *o, cmp_calib_stage *s,
                                         CMP_CALIB_PASSES_FLOOR_S, &s->effort,
                                         &s->most, &s->cap_s, err);
     mc_free(o2);
-    if (st == MC_OK && o->capped &&
-        memcmp(&s->effort, &s->most, sizeof s->effort) != 0)
+    s->capped = st == MC_OK &&
+                memcmp(&s->effort, &s->most, sizeof s->effort) != 0;
+    if (s->capped && o->capped)
         o->capped(o->progress_ctx, &s->effort, &s->most, o->calib_passes);
     return st;
 }

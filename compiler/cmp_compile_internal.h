@@ -46,6 +46,7 @@ typedef struct cmp_calib_stage {
                                 effort */
     double cap_s;            /* the default cap applied (--calib-passes),
                                 in nominal seconds; 0: none */
+    int capped;              /* 1: the cap cut effort below most */
 } cmp_calib_stage;
 
 /* Open the float model (merged through merge when it is not NULL), load
