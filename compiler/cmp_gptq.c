@@ -101,6 +101,10 @@ static void argsort_desc(const double *key, uint32_t *idx, uint32_t *tmp,
     }
 }
 
+/* Columns per chunk of the column loop's trailing update (a multiple of
+ * KN_GPTQ_STRIP). */
+#define GPTQ_CC 256
+
 /* Work space of one cmp_gptq_quantize call, shared with
  * cmp_gptq_work_bytes so the estimate cannot drift from the code. */
 typedef struct gptq_sizes {
@@ -145,7 +149,8 @@ uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block,
            3 * req(n * 4) +                           /* perm, tmp, imp */
            T * req(n * 4) +                           /* gbuf, per thread */
            T * req(z.chunk * z.block * sizeof(float)) + /* E, per thread */
-           (T > 1 ? 3 * req(T * sizeof(void *)) : 0); /* their tables */
+           T * req(z.block * GPTQ_CC * sizeof(float)) + /* U panel, per thread */
+           (T > 1 ? 4 * req(T * sizeof(void *)) : 0); /* their tables */
 }
 
 /* What every thread of the row loop reads, and its own buffers. */
@@ -160,11 +165,31 @@ typedef struct gptq_job {
     size_t n, block, chunk;
     uint32_t span, ng;
     int static_params;
-    float **W, **E, **gbuf; /* [threads] */
+    float **W, **E, **gbuf, **P; /* [threads] */
 } gptq_job;
 
-/* Columns per chunk of the column loop's trailing update. */
-#define GPTQ_CC 256
+
+/* Index in a kn_lanes.h panel of ne rows of the value of row k, column c. */
+static inline size_t panel_at(size_t ne, size_t k, size_t c)
+{
+    return (c / KN_GPTQ_STRIP * ne + k) * KN_GPTQ_STRIP + c % KN_GPTQ_STRIP;
+}
+
+/* u's ne rows (stride ldu) of nc columns, rounded to float, into the
+ * panel P (kn_lanes.h), the last strip padded with zeros. */
+static void gptq_panel(const double *u, size_t ldu, size_t ne, size_t nc,
+                       float *P)
+{
+    size_t ns = (nc + KN_GPTQ_STRIP - 1) / KN_GPTQ_STRIP;
+    for (size_t s = 0; s < ns; s++)
+        for (size_t k = 0; k < ne; k++) {
+            float *p = P + (s * ne + k) * KN_GPTQ_STRIP;
+            const double *uk = u + k * ldu + s * KN_GPTQ_STRIP;
+            size_t live = nc - s * KN_GPTQ_STRIP;
+            for (size_t l = 0; l < KN_GPTQ_STRIP; l++)
+                p[l] = l < live ? (float)uk[l] : 0.0f;
+        }
+}
 
 /* Rows [ra, rb) in chunks of j->chunk: with U fixed, each row's updates
  * read only that row, so any split gives exactly the whole-matrix
@@ -182,6 +207,7 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
     const float *imp = j->imp;
     const double *U = j->U;
     float *W = j->W[slot], *E = j->E[slot], *gbuf = j->gbuf[slot];
+    float *P = j->P[slot];
     int avx = kn_cpu_has_avx2() && !kn_force_scalar();
     for (size_t r0 = ra; r0 < rb; r0 += j->chunk) {
         size_t R = rb - r0 < j->chunk ? rb - r0 : j->chunk;
@@ -236,28 +262,26 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
                 }
             }
             /* The block's errors to all later columns, in column chunks of
-             * GPTQ_CC: the chunk of the block's U rows (block x GPTQ_CC
-             * doubles, 256 KiB) stays in L2 for all R rows, where a row at
-             * a time streamed block x n doubles of U per row (at n = 14336,
-             * 15 MB a row).  Each element still takes the block's updates
-             * one by one, k ascending: the same bits as row by row
-             * (kn_avx2_gptq_update with AVX2, four rows at a time). */
+             * GPTQ_CC: the chunk of the block's U rows goes into a float
+             * panel (block x GPTQ_CC floats, 128 KiB, kn_lanes.h's
+             * strips) that stays in L2 for all R rows; each value takes
+             * the block's errors as one fused multiply-add per error, k
+             * ascending (kn_avx2_gptq_update with AVX2, the loop below
+             * without: the same bits). */
+            size_t ne = i2 - i1;
             for (size_t c0 = i2; c0 < n; c0 += GPTQ_CC) {
-                size_t c1 = n - c0 < GPTQ_CC ? n : c0 + GPTQ_CC;
-                if (avx && i2 - i1 <= KN_GPTQ_UPDATE_MAX) {
-                    kn_avx2_gptq_update(W, n, R, E, block, U + i1 * n, n, i2 - i1,
-                                        c0, c1);
+                size_t nc = n - c0 < GPTQ_CC ? n - c0 : GPTQ_CC;
+                gptq_panel(U + i1 * n + c0, n, ne, nc, P);
+                if (avx) {
+                    kn_avx2_gptq_update(W + c0, n, R, E, block, P, ne, nc);
                     continue;
                 }
                 for (size_t r = 0; r < R; r++) {
-                    float *wr = W + r * n;
-                    for (size_t k = i1; k < i2; k++) {
-                        double e = E[r * block + (k - i1)];
-                        if (e == 0.0)
-                            continue;
-                        const double *uk = U + k * n;
-                        for (size_t c = c0; c < c1; c++)
-                            wr[c] -= (float)(e * uk[c]);
+                    float *wr = W + r * n + c0;
+                    for (size_t k = 0; k < ne; k++) {
+                        float e = E[r * block + k];
+                        for (size_t c = 0; c < nc; c++)
+                            wr[c] = fmaf(-e, P[panel_at(ne, k, c)], wr[c]);
                     }
                 }
             }
@@ -394,16 +418,18 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
 
     /* Everything is allocated up front and stays live to the end: the sum
      * is what cmp_gptq_work_bytes reports. */
-    float *Wone = NULL, *Eone = NULL, *gone = NULL;
+    float *Wone = NULL, *Eone = NULL, *gone = NULL, *Pone = NULL;
     float **Wt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Wone;
     float **Et = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Eone;
     float **gt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &gone;
-    int have = Wt && Et && gt;
+    float **Pt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Pone;
+    int have = Wt && Et && gt && Pt;
     for (int t = 0; have && t < T; t++) {
         Wt[t] = mc_malloc_array(chunk * n, sizeof(float));
         gt[t] = mc_malloc_array(n, sizeof(float));
         Et[t] = mc_malloc_array(chunk * block, sizeof(float));
-        have = Wt[t] && gt[t] && Et[t];
+        Pt[t] = mc_malloc_array(block * GPTQ_CC, sizeof(float));
+        have = Wt[t] && gt[t] && Et[t] && Pt[t];
     }
     double *A = fac ? NULL : mc_malloc_array(n * n, sizeof(double));
     double *diag = mc_malloc_array(n, sizeof(double));
@@ -435,7 +461,7 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
     if (fmt != KN_W_Q8)
         memset(out->data, 0, (size_t)kn_wformat_data_bytes(fmt, out->rows, out->cols));
     gptq_job job = {w, h, &o, out, U, order, imp, n, block, chunk, span, ng,
-                    fmt == KN_W_Q8 || o.act_order, Wt, Et, gt};
+                    fmt == KN_W_Q8 || o.act_order, Wt, Et, gt, Pt};
     cmp_par_rows(o.pool, (uint32_t)rows, 1, gptq_rows, &job);
     if (deq)
         cmp_dequant_matrix(out, deq);
@@ -448,11 +474,14 @@ done:
             mc_free(Et[t]);
         if (gt)
             mc_free(gt[t]);
+        if (Pt)
+            mc_free(Pt[t]);
     }
     if (T > 1) {
         mc_free(Wt);
         mc_free(Et);
         mc_free(gt);
+        mc_free(Pt);
     }
     mc_free(A);
     mc_free(diag);

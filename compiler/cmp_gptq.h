@@ -188,10 +188,12 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
  *   cols^2 * 8            U (one matrix, factorized in place)
  *   + T * c * cols * 4    each thread's float work copy of c rows of W
  *   + T * c * b * 4       each thread's block of scaled errors
+ *   + T * b * 256 * 4     each thread's float panel of U (the trailing
+ *                         update's 256-column chunk)
  *   + cols * 28           diag, inversion row (doubles); perm, argsort
  *                         scratch, importance (4 bytes each)
  *   + T * cols * 4        each thread's row buffer
- *   + 3 * T * 8           the per-thread tables (T > 1 only)
+ *   + 4 * T * 8           the per-thread tables (T > 1 only)
  * c = min(ceil(rows / T), max(1, CMP_GPTQ_CHUNK_BYTES / (cols * 4) / T)).
  * Exact when block is a multiple of 128, the default included (int4
  * groups are 32, 64 or 128, so quantize runs such a block as given); for

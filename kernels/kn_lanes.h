@@ -64,18 +64,20 @@ void kn_avx2_refit_step2(const double *const u[2], const double *a,
                          double *const sa[2], double *const hwi[2]);
 
 /* GPTQ's update of later columns by a block's errors (compiler/
- * cmp_gptq.c): for rows r < nr, columns c in [c0, c1) and t = 0 .. ne - 1
- * ascending (ne <= KN_GPTQ_UPDATE_MAX), with e = (double)E[r * lde + t]:
- *   if (e != 0) W[r * ldw + c] -= (float)(e * U[t * ldu + c])
- * (U: the block's first factor row, each value rounded to float before
- * the subtraction), each value's chain in that order: the scalar loop's
- * bits.  Four rows share each load of U, and each row's eight values
- * stay in registers across the block, where the scalar loop loaded and
- * stored W once per error. */
-#define KN_GPTQ_UPDATE_MAX 128
+ * cmp_gptq.c), from a float panel of the block's factor rows: for each
+ * KN_GPTQ_STRIP-column strip s of the nc columns, ne rows of
+ * KN_GPTQ_STRIP floats, P[(s * ne + t) * KN_GPTQ_STRIP + l] = U[t][s *
+ * KN_GPTQ_STRIP + l] (zero beyond nc), so a strip's ne x 16 values are
+ * one contiguous 8 KiB run (ne = 128) that stays in L1 for six rows.
+ * For rows r < nr, columns c < nc and t = 0 .. ne - 1 ascending:
+ *   W[r * ldw + c] = fmaf(-E[r * lde + t], U[t][c], W[r * ldw + c])
+ * one fused multiply-add per step, each value's chain in that order: the
+ * scalar loop's bits (cmp_gptq.c's fallback).  Six rows by sixteen
+ * columns at a time: twelve accumulators, two panel loads and six
+ * broadcasts per twelve multiply-adds (the loop is a float GEMM's). */
+#define KN_GPTQ_STRIP 16
 void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
-                         size_t lde, const double *U, size_t ldu, size_t ne,
-                         size_t c0, size_t c1);
+                         size_t lde, const float *P, size_t ne, size_t nc);
 
 /* The code descent's scan (compiler/cmp_descend.c): the first column c in
  * [c0, c1) of one row where one code step lowers the row's error, c1 when

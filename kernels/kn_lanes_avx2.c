@@ -154,65 +154,67 @@ void kn_avx2_refit_step2(const double *const u[2], const double *a,
     _mm256_storeu_pd(hwi[1] + 4, h11);
 }
 
-/* Rows r0 .. r0 + NR - 1 (NR <= 4) of kn_avx2_gptq_update over columns
- * [c, c + 8): the rows' eight values stay in registers across the
- * block's errors (U's eight doubles loaded once for all rows). */
+/* Rows [0, NR) (NR <= 6) x one strip of kn_avx2_gptq_update: live
+ * columns of the strip's 16 (16 but at the ragged end, where the other
+ * lanes are loaded as 0 and not stored).  The chains stay in registers
+ * across the block's errors. */
 static inline __attribute__((always_inline)) void
-gptq_cols8(float *W, size_t ldw, int nr, const double *ed, const int32_t *em,
-           size_t ne, const double *U, size_t ldu, size_t c)
+gptq_strip(float *W, size_t ldw, int NR, const float *E, size_t lde,
+           const float *ps, size_t ne, int live)
 {
-    __m256 w[4];
-    for (int j = 0; j < nr; j++)
-        w[j] = _mm256_loadu_ps(W + (size_t)j * ldw + c);
-    for (size_t t = 0; t < ne; t++) {
-        const double *u = U + t * ldu + c;
-        __m256d ulo = _mm256_loadu_pd(u), uhi = _mm256_loadu_pd(u + 4);
-        for (int j = 0; j < nr; j++) {
-            __m256d e = _mm256_broadcast_sd(ed + (size_t)j * KN_GPTQ_UPDATE_MAX + t);
-            __m128 plo = _mm256_cvtpd_ps(_mm256_mul_pd(e, ulo));
-            __m128 phi = _mm256_cvtpd_ps(_mm256_mul_pd(e, uhi));
-            __m256 p = _mm256_insertf128_ps(_mm256_castps128_ps256(plo), phi, 1);
-            /* a zero error leaves the value as it is (not w - (-0)) */
-            p = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(
-                                     em[(size_t)j * KN_GPTQ_UPDATE_MAX + t])));
-            w[j] = _mm256_sub_ps(w[j], p);
+    __m256 a[6][2];
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+    if (live < KN_GPTQ_STRIP) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), lane);
+        m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(live - 8), lane);
+    }
+    for (int j = 0; j < NR; j++) {
+        float *w = W + (size_t)j * ldw;
+        if (live == KN_GPTQ_STRIP) {
+            a[j][0] = _mm256_loadu_ps(w);
+            a[j][1] = _mm256_loadu_ps(w + 8);
+        } else {
+            a[j][0] = _mm256_maskload_ps(w, m0);
+            a[j][1] = _mm256_maskload_ps(w + 8, m1);
         }
     }
-    for (int j = 0; j < nr; j++)
-        _mm256_storeu_ps(W + (size_t)j * ldw + c, w[j]);
+    for (size_t t = 0; t < ne; t++) {
+        __m256 u0 = _mm256_loadu_ps(ps + t * KN_GPTQ_STRIP);
+        __m256 u1 = _mm256_loadu_ps(ps + t * KN_GPTQ_STRIP + 8);
+        for (int j = 0; j < NR; j++) {
+            __m256 e = _mm256_broadcast_ss(E + (size_t)j * lde + t);
+            a[j][0] = _mm256_fnmadd_ps(e, u0, a[j][0]);
+            a[j][1] = _mm256_fnmadd_ps(e, u1, a[j][1]);
+        }
+    }
+    for (int j = 0; j < NR; j++) {
+        float *w = W + (size_t)j * ldw;
+        if (live == KN_GPTQ_STRIP) {
+            _mm256_storeu_ps(w, a[j][0]);
+            _mm256_storeu_ps(w + 8, a[j][1]);
+        } else {
+            _mm256_maskstore_ps(w, m0, a[j][0]);
+            _mm256_maskstore_ps(w + 8, m1, a[j][1]);
+        }
+    }
 }
 
 void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
-                         size_t lde, const double *U, size_t ldu, size_t ne,
-                         size_t c0, size_t c1)
+                         size_t lde, const float *P, size_t ne, size_t nc)
 {
-    double ed[4 * KN_GPTQ_UPDATE_MAX];
-    int32_t em[4 * KN_GPTQ_UPDATE_MAX];
-    for (size_t r0 = 0; r0 < nr; r0 += 4) {
-        int rows = nr - r0 < 4 ? (int)(nr - r0) : 4;
-        for (int j = 0; j < rows; j++)
-            for (size_t t = 0; t < ne; t++) {
-                double e = E[(r0 + (size_t)j) * lde + t];
-                ed[(size_t)j * KN_GPTQ_UPDATE_MAX + t] = e;
-                em[(size_t)j * KN_GPTQ_UPDATE_MAX + t] = e == 0.0 ? 0 : -1;
-            }
+    for (size_t r0 = 0; r0 < nr; r0 += 6) {
+        int rows = nr - r0 < 6 ? (int)(nr - r0) : 6;
         float *Wr = W + r0 * ldw;
-        size_t c = c0;
-        for (; c + 8 <= c1; c += 8) {
-            if (rows == 4)
-                gptq_cols8(Wr, ldw, 4, ed, em, ne, U, ldu, c);
+        const float *Er = E + r0 * lde;
+        for (size_t c = 0; c < nc; c += KN_GPTQ_STRIP) {
+            const float *ps = P + c * ne;
+            int live = nc - c < KN_GPTQ_STRIP ? (int)(nc - c) : KN_GPTQ_STRIP;
+            if (rows == 6 && live == KN_GPTQ_STRIP)
+                gptq_strip(Wr + c, ldw, 6, Er, lde, ps, ne, KN_GPTQ_STRIP);
             else
-                gptq_cols8(Wr, ldw, rows, ed, em, ne, U, ldu, c);
+                gptq_strip(Wr + c, ldw, rows, Er, lde, ps, ne, live);
         }
-        for (; c < c1; c++) /* the ragged end: the same chain per value */
-            for (int j = 0; j < rows; j++) {
-                float *wv = Wr + (size_t)j * ldw + c;
-                for (size_t t = 0; t < ne; t++) {
-                    double e = ed[(size_t)j * KN_GPTQ_UPDATE_MAX + t];
-                    if (e != 0.0)
-                        *wv -= (float)(e * U[t * ldu + c]);
-                }
-            }
     }
 }
 

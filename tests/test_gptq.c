@@ -686,9 +686,10 @@ static void test_gptq_shared_factor_gives_identical_codes(void **state)
 }
 
 /* GPTQ's update of later columns (kn_avx2_gptq_update) gives the scalar
- * loop's bits: each value's chain over the block's errors in order, a
- * zero error skipped (a -0.0 value stays -0.0), four rows at a time then
- * the rest, columns in eights then the ragged end. */
+ * loop's bits: each value's chain over the block's errors in order, one
+ * fmaf per error, from the float panel's strips; six rows at a time then
+ * the rest, whole strips then the ragged one (whose lanes beyond the
+ * columns are neither read nor written). */
 static void test_gptq_update_kernel_gives_the_scalar_bits(void **state)
 {
     (void)state;
@@ -696,32 +697,34 @@ static void test_gptq_update_kernel_gives_the_scalar_bits(void **state)
         print_message("no AVX2 on this CPU: the kernel is not used\n");
         return;
     }
-    enum { NR = 7, LDW = 53, NE = 37, LDE = 40, LDU = 61, C0 = 3, C1 = 50 };
+    enum { NR = 13, LDW = 61, NE = 37, LDE = 40, NC = 45, S = KN_GPTQ_STRIP };
+    enum { NS = (NC + S - 1) / S };
     float *W = malloc(NR * LDW * sizeof(float)), *ref = malloc(NR * LDW * sizeof(float));
     float *E = malloc(NR * LDE * sizeof(float));
-    double *U = malloc(NE * LDU * sizeof(double));
-    assert_true(W && ref && E && U);
+    float *P = malloc(NS * NE * S * sizeof(float));
+    assert_true(W && ref && E && P);
     for (int i = 0; i < NR * LDW; i++)
         W[i] = i % 11 == 0 ? -0.0f : tu_gq_nrand();
     for (int i = 0; i < NR * LDE; i++)
         E[i] = i % 5 == 0 || i / LDE == 2 ? 0.0f : 0.1f * tu_gq_nrand(); /* row 2: all */
-    for (int i = 0; i < NE * LDU; i++)
-        U[i] = i % 7 == 0 ? -1.0 : (double)tu_gq_nrand();
+    for (int s = 0; s < NS; s++)
+        for (int t = 0; t < NE; t++)
+            for (int l = 0; l < S; l++)
+                P[(s * NE + t) * S + l] =
+                    s * S + l >= NC ? 0.0f : (t + l) % 7 == 0 ? -1.0f : tu_gq_nrand();
     memcpy(ref, W, NR * LDW * sizeof(float));
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NE; t++) {
-            double e = E[r * LDE + t];
-            if (e == 0.0)
-                continue;
-            for (int c = C0; c < C1; c++)
-                ref[r * LDW + c] -= (float)(e * U[t * LDU + c]);
-        }
-    kn_avx2_gptq_update(W, LDW, NR, E, LDE, U, LDU, NE, C0, C1);
+        for (int t = 0; t < NE; t++)
+            for (int c = 0; c < NC; c++)
+                ref[r * LDW + c] = fmaf(-E[r * LDE + t], P[((c / S) * NE + t) * S + c % S],
+                                        ref[r * LDW + c]);
+    /* columns NC .. LDW - 1 are past the update: the kernel leaves them */
+    kn_avx2_gptq_update(W, LDW, NR, E, LDE, P, NE, NC);
     assert_memory_equal(W, ref, NR * LDW * sizeof(float));
     free(W);
     free(ref);
     free(E);
-    free(U);
+    free(P);
 }
 
 int main(void)
