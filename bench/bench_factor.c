@@ -12,8 +12,12 @@
  *
  * Usage: bench_factor [--n N] [--rows R] [--tokens T] [--threads T]
  *                     [--skip-hinv] [--skip-gptq] [--skip-retarget]
+ *                     [--act-order]
  * Defaults: n 4096, rows 256, tokens 256, threads 2.  Prints one line per
- * step: CPU seconds (all threads), wall seconds, and the 1-minute load. */
+ * step: CPU seconds (all threads), wall seconds, and the 1-minute load.
+ * --act-order: the inverse factor reads H through a shuffled column order,
+ * as GPTQ's act-order does (the columns sorted by H's diagonal, which
+ * for real activations is close to a random order). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +52,7 @@ static void report(const char *what, size_t n, tick t0, double per)
 int main(int argc, char **argv)
 {
     uint64_t n = 4096, rows = 256, tokens = 256, threads = 2;
-    int skip_gptq = 0, skip_rt = 0, skip_hinv = 0;
+    int skip_gptq = 0, skip_rt = 0, skip_hinv = 0, act_order = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc)
             n = bench_arg_u64("--n", argv[++i], 1, 65536);
@@ -64,10 +68,12 @@ int main(int argc, char **argv)
             skip_hinv = 1;
         else if (!strcmp(argv[i], "--skip-retarget"))
             skip_rt = 1;
+        else if (!strcmp(argv[i], "--act-order"))
+            act_order = 1;
         else {
             fprintf(stderr, "usage: bench_factor [--n N] [--rows R] [--tokens T] "
                             "[--threads T] [--skip-hinv] [--skip-gptq] "
-                            "[--skip-retarget]\n");
+                            "[--skip-retarget] [--act-order]\n");
             return 2;
         }
     }
@@ -94,6 +100,13 @@ int main(int argc, char **argv)
     double lambda = 0.01 * mean / (double)n;
     for (uint32_t j = 0; j < n; j++)
         perm[j] = j;
+    for (size_t j = n; act_order && j > 1; j--) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        size_t k = (size_t)((s >> 33) % j);
+        uint32_t t = perm[j - 1];
+        perm[j - 1] = perm[k];
+        perm[k] = t;
+    }
     printf("bench_factor: n %llu, threads %llu, tokens %llu, rows %llu\n",
            (unsigned long long)n, (unsigned long long)threads,
            (unsigned long long)tokens, (unsigned long long)rows);

@@ -92,6 +92,16 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define EFF_STATS 0.81
 #define EFF_STATS_BF16 1.0
 #define EFF_FACTOR 0.42
+/* GPTQ's inverse factor alone (the Cholesky and the triangular inverse,
+ * kn_ddot's 3 x 4 double tiles): bench_factor on a Zen 4 host whose float
+ * GEMM ran at 102 G/s, Cholesky + inverse at 14.2 / 20.4 / 23.9 G
+ * multiply-adds a second of wall at K = 1536 / 4096 / 14336, and the
+ * Mistral-7B-shape layer's factorization phase (gptq, one inverse factor
+ * per input group) 20.8 G/s: 0.21 of the GEMM rate, half of what
+ * EFF_FACTOR said (that layer's factorization ran 0.48x of its
+ * estimate, 0.56x in the 32-layer run; session 24).  EFF_FACTOR stays
+ * for the retargets, whose row solves it was fitted on. */
+#define EFF_FACTOR_INV 0.21
 #define EFF_SEARCH 0.16
 #define FWD_BF16_SPEEDUP 1.9
 /* The full-precision weights' bfloat16 products (--calib-full-pass bf16):
@@ -278,7 +288,8 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
 #define SEARCH_W_DESCENT 1.0   /* the descent: H d and the moves */
 #define SEARCH_W_AWQ 0.17      /* a point of AWQ's grid */
 static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
-                        unsigned lean, double *factor, double *search)
+                        unsigned lean, double *factor, double *inverse,
+                        double *search)
 {
     double H = c->hidden_size, F = c->intermediate_size;
     double Q = (double)fmt_config_q_dim(c), KV = (double)fmt_config_kv_dim(c);
@@ -290,7 +301,7 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
                 o->method == CMP_QM_AWQ_GPTAQ;
     int second = cmp_calib_second_pass(o->fmt, o->method);
     double grid = o->awq_coarse ? 11.0 : 20.0;
-    *factor = *search = 0.0;
+    *factor = *inverse = *search = 0.0;
     for (int g = 0; g < 4; g++) {
         int full = !((lean >> g) & 1u);
         double k = K[g], rkk = 0.0;
@@ -312,6 +323,7 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
             awq = awq_m && scale[g] ? 1.0 : 0.0, ncand = 2.0;
         }
         *factor += nkeys * (1.0 / 3.0) * k * k * k;
+        *inverse += nkeys * (1.0 / 3.0) * k * k * k;
         for (int i = 0; i < gn[g]; i++)
             *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
         /* per candidate: with C the error against the full-precision
@@ -392,13 +404,13 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     const double nl[2] = {Lf, L - Lf};
     const unsigned ln[2] = {mem->lean, mem->lean | 0xFu};
     int store = cmp_calib_stores_down(o, mem->lean);
-    double qlin = 0.0, lin = 0.0;
+    double qlin = 0.0, lin = 0.0, factor_time = 0.0;
     for (int i = 0; i < CMP_PH_COUNT; i++)
         out->madds[i] = 0.0;
     for (int i = 0; i < 2; i++) {
         if (nl[i] <= 0.0)
             continue;
-        double fac = 0.0, sea = 0.0;
+        double fac = 0.0, inv = 0.0, sea = 0.0;
         out->madds[CMP_PH_FORWARD] +=
             nl[i] * T * cmp_calib_plan_block_madds(c, maxT, o->stages, ln[i],
                                                    pre, rot, store);
@@ -407,8 +419,11 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
                                     cmp_calib_down_from_outputs(o, ln[i], rot,
                                                                 c->hidden_size,
                                                                 c->intermediate_size));
-        quant_madds(c, o, ln[i], &fac, &sea);
+        quant_madds(c, o, ln[i], &fac, &inv, &sea);
         out->madds[CMP_PH_FACTOR] += nl[i] * fac;
+        /* the inverse factors at their own efficiency, in units of
+         * EFF_FACTOR's multiply-adds */
+        factor_time += nl[i] * (fac - inv + inv * (EFF_FACTOR / EFF_FACTOR_INV));
         out->madds[CMP_PH_SEARCH] += nl[i] * sea;
         qlin += nl[i] * T * cmp_calib_plan_qlin_madds(c, o->stages, ln[i], pre,
                                                       rot, store);
@@ -455,7 +470,8 @@ void cmp_calib_plan_make(const rt_model *m, size_t ntok, size_t maxT,
     const double eff[CMP_PH_COUNT] = {EFF_FORWARD, eff_stats, EFF_FACTOR,
                                       EFF_SEARCH, EFF_FORWARD};
     for (int p = 0; p < CMP_PH_COUNT; p++) {
-        double madds = p == CMP_PH_FORWARD ? fwd_time : out->madds[p];
+        double madds = p == CMP_PH_FORWARD ? fwd_time
+                       : p == CMP_PH_FACTOR ? factor_time : out->madds[p];
         out->seconds[p] = out->rate > 0.0 ? madds / (out->rate * eff[p]) : 0.0;
         out->total_s += out->seconds[p];
     }
