@@ -93,15 +93,14 @@ static uint64_t src_bytes(const kn_matrix *w)
 #define EFF_STATS_BF16 1.0
 #define EFF_FACTOR 0.42
 /* GPTQ's inverse factor alone (the Cholesky and the triangular inverse,
- * kn_ddot's 3 x 4 double tiles): bench_factor on a Zen 4 host whose float
- * GEMM ran at 102 G/s, Cholesky + inverse at 14.2 / 20.4 / 23.9 G
- * multiply-adds a second of wall at K = 1536 / 4096 / 14336, and the
- * Mistral-7B-shape layer's factorization phase (gptq, one inverse factor
- * per input group) 20.8 G/s: 0.21 of the GEMM rate, half of what
- * EFF_FACTOR said (that layer's factorization ran 0.48x of its
- * estimate, 0.56x in the 32-layer run; session 24).  EFF_FACTOR stays
- * for the retargets, whose row solves it was fitted on. */
-#define EFF_FACTOR_INV 0.21
+ * kn_ddot's 3 x 4 double tiles): the Mistral-7B-shape layer's
+ * factorization phase (gptq, one inverse factor per input group: 1.05e12
+ * multiply-adds) took 35.0 CPU-s a thread on a Zen 4 host whose float
+ * GEMM ran at 104 G/s, 30 G/s: 0.29 of the GEMM rate, where EFF_FACTOR
+ * said 0.42 (the phase ran 0.48x of its estimate before the packed rows
+ * of cmp_chol.c, 0.56x in the 32-layer run; session 24).  EFF_FACTOR
+ * stays for the retargets, whose row solves it was fitted on. */
+#define EFF_FACTOR_INV 0.29
 #define EFF_SEARCH 0.16
 #define FWD_BF16_SPEEDUP 1.9
 /* The full-precision weights' bfloat16 products (--calib-full-pass bf16):
