@@ -277,11 +277,12 @@ static double stats_madds(const fmt_model_config *c, uint32_t stages,
  * costs the group's R K^2).  Re-measured in session 15 at K = 4096, int4 g128, against the
  * paired refit (9.7 CPU-s per 4096 rows; kept H w 4.2, an output error
  * 3.0, the descent 9.9, GPTQ's loop 7.7).  GPTQ's loop since its trailing
- * update became a float panel product (session 24): bench_factor's loop
- * 3.5x faster at K = 4096 and 3.3x at 14336, so 0.40 -> 0.12. */
+ * update became one double chain per value over a panel (session 24):
+ * bench_factor's loop 1.9x faster at K = 4096 and 2.6x at 14336, so
+ * 0.40 -> 0.18. */
 #define SEARCH_W_OERR 0.23     /* an output error (d^T H d, tiled) */
 #define SEARCH_W_CROSS 0.38    /* the cross term a^T C b (tiled) */
-#define SEARCH_W_GPTQ 0.12     /* GPTQ's column loop */
+#define SEARCH_W_GPTQ 0.18     /* GPTQ's column loop */
 #define SEARCH_W_REFIT 1.0     /* a scale refit forming H w */
 #define SEARCH_W_REFIT_KEPT 0.43 /* one with H w kept from the first */
 #define SEARCH_W_DESCENT 1.0   /* the descent: H d and the moves */

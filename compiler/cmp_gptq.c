@@ -149,7 +149,7 @@ uint64_t cmp_gptq_work_bytes(uint32_t rows, uint32_t cols, uint32_t block,
            3 * req(n * 4) +                           /* perm, tmp, imp */
            T * req(n * 4) +                           /* gbuf, per thread */
            T * req(z.chunk * z.block * sizeof(float)) + /* E, per thread */
-           T * req(z.block * GPTQ_CC * sizeof(float)) + /* U panel, per thread */
+           T * req(z.block * GPTQ_CC * sizeof(double)) + /* U panel, per thread */
            (T > 1 ? 4 * req(T * sizeof(void *)) : 0); /* their tables */
 }
 
@@ -165,7 +165,8 @@ typedef struct gptq_job {
     size_t n, block, chunk;
     uint32_t span, ng;
     int static_params;
-    float **W, **E, **gbuf, **P; /* [threads] */
+    float **W, **E, **gbuf; /* [threads] */
+    double **P;              /* [threads] */
 } gptq_job;
 
 
@@ -175,19 +176,19 @@ static inline size_t panel_at(size_t ne, size_t k, size_t c)
     return (c / KN_GPTQ_STRIP * ne + k) * KN_GPTQ_STRIP + c % KN_GPTQ_STRIP;
 }
 
-/* u's ne rows (stride ldu) of nc columns, rounded to float, into the
- * panel P (kn_lanes.h), the last strip padded with zeros. */
+/* u's ne rows (stride ldu) of nc columns into the panel P (kn_lanes.h),
+ * the last strip padded with zeros. */
 static void gptq_panel(const double *u, size_t ldu, size_t ne, size_t nc,
-                       float *P)
+                       double *P)
 {
     size_t ns = (nc + KN_GPTQ_STRIP - 1) / KN_GPTQ_STRIP;
     for (size_t s = 0; s < ns; s++)
         for (size_t k = 0; k < ne; k++) {
-            float *p = P + (s * ne + k) * KN_GPTQ_STRIP;
+            double *p = P + (s * ne + k) * KN_GPTQ_STRIP;
             const double *uk = u + k * ldu + s * KN_GPTQ_STRIP;
             size_t live = nc - s * KN_GPTQ_STRIP;
             for (size_t l = 0; l < KN_GPTQ_STRIP; l++)
-                p[l] = l < live ? (float)uk[l] : 0.0f;
+                p[l] = l < live ? uk[l] : 0.0;
         }
 }
 
@@ -207,7 +208,7 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
     const float *imp = j->imp;
     const double *U = j->U;
     float *W = j->W[slot], *E = j->E[slot], *gbuf = j->gbuf[slot];
-    float *P = j->P[slot];
+    double *P = j->P[slot];
     int avx = kn_cpu_has_avx2() && !kn_force_scalar();
     for (size_t r0 = ra; r0 < rb; r0 += j->chunk) {
         size_t R = rb - r0 < j->chunk ? rb - r0 : j->chunk;
@@ -262,26 +263,28 @@ static void gptq_rows(void *ctx, uint32_t ra, uint32_t rb, int slot)
                 }
             }
             /* The block's errors to all later columns, in column chunks of
-             * GPTQ_CC: the chunk of the block's U rows goes into a float
-             * panel (block x GPTQ_CC floats, 128 KiB, kn_lanes.h's
-             * strips) that stays in L2 for all R rows; each value takes
-             * the block's errors as one fused multiply-add per error, k
-             * ascending (kn_avx2_gptq_update with AVX2, the loop below
-             * without: the same bits). */
+             * GPTQ_CC: the chunk of the block's U rows is copied into a
+             * panel of 8-column strips (block x GPTQ_CC doubles, 256
+             * KiB, kn_lanes.h) that stays in L2 for all R rows; each
+             * value takes the block's errors as one chain of double fused
+             * multiply-adds, k ascending, rounded to float once
+             * (kn_avx2_gptq_update with AVX2, the loop below without: the
+             * same bits). */
             size_t ne = i2 - i1;
             for (size_t c0 = i2; c0 < n; c0 += GPTQ_CC) {
                 size_t nc = n - c0 < GPTQ_CC ? n - c0 : GPTQ_CC;
                 gptq_panel(U + i1 * n + c0, n, ne, nc, P);
-                if (avx) {
+                if (avx && ne <= KN_GPTQ_UPDATE_MAX) {
                     kn_avx2_gptq_update(W + c0, n, R, E, block, P, ne, nc);
                     continue;
                 }
                 for (size_t r = 0; r < R; r++) {
                     float *wr = W + r * n + c0;
-                    for (size_t k = 0; k < ne; k++) {
-                        float e = E[r * block + k];
-                        for (size_t c = 0; c < nc; c++)
-                            wr[c] = fmaf(-e, P[panel_at(ne, k, c)], wr[c]);
+                    for (size_t c = 0; c < nc; c++) {
+                        double acc = wr[c];
+                        for (size_t k = 0; k < ne; k++)
+                            acc = fma(-(double)E[r * block + k], P[panel_at(ne, k, c)], acc);
+                        wr[c] = (float)acc;
                     }
                 }
             }
@@ -418,17 +421,18 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
 
     /* Everything is allocated up front and stays live to the end: the sum
      * is what cmp_gptq_work_bytes reports. */
-    float *Wone = NULL, *Eone = NULL, *gone = NULL, *Pone = NULL;
+    float *Wone = NULL, *Eone = NULL, *gone = NULL;
+    double *Pone = NULL;
     float **Wt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Wone;
     float **Et = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Eone;
     float **gt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &gone;
-    float **Pt = T > 1 ? mc_calloc((size_t)T, sizeof(float *)) : &Pone;
+    double **Pt = T > 1 ? mc_calloc((size_t)T, sizeof(double *)) : &Pone;
     int have = Wt && Et && gt && Pt;
     for (int t = 0; have && t < T; t++) {
         Wt[t] = mc_malloc_array(chunk * n, sizeof(float));
         gt[t] = mc_malloc_array(n, sizeof(float));
         Et[t] = mc_malloc_array(chunk * block, sizeof(float));
-        Pt[t] = mc_malloc_array(block * GPTQ_CC, sizeof(float));
+        Pt[t] = mc_malloc_array(block * GPTQ_CC, sizeof(double));
         have = Wt[t] && gt[t] && Et[t] && Pt[t];
     }
     double *A = fac ? NULL : mc_malloc_array(n * n, sizeof(double));

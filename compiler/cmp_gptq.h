@@ -188,7 +188,7 @@ mc_status cmp_gptq_quantize(const float *w, const cmp_hessian *h,
  *   cols^2 * 8            U (one matrix, factorized in place)
  *   + T * c * cols * 4    each thread's float work copy of c rows of W
  *   + T * c * b * 4       each thread's block of scaled errors
- *   + T * b * 256 * 4     each thread's float panel of U (the trailing
+ *   + T * b * 256 * 8     each thread's panel of U (the trailing
  *                         update's 256-column chunk)
  *   + cols * 28           diag, inversion row (doubles); perm, argsort
  *                         scratch, importance (4 bytes each)

@@ -64,20 +64,23 @@ void kn_avx2_refit_step2(const double *const u[2], const double *a,
                          double *const sa[2], double *const hwi[2]);
 
 /* GPTQ's update of later columns by a block's errors (compiler/
- * cmp_gptq.c), from a float panel of the block's factor rows: for each
+ * cmp_gptq.c), from a panel of the block's factor rows: for each
  * KN_GPTQ_STRIP-column strip s of the nc columns, ne rows of
- * KN_GPTQ_STRIP floats, P[(s * ne + t) * KN_GPTQ_STRIP + l] = U[t][s *
- * KN_GPTQ_STRIP + l] (zero beyond nc), so a strip's ne x 16 values are
- * one contiguous 8 KiB run (ne = 128) that stays in L1 for six rows.
- * For rows r < nr, columns c < nc and t = 0 .. ne - 1 ascending:
- *   W[r * ldw + c] = fmaf(-E[r * lde + t], U[t][c], W[r * ldw + c])
- * one fused multiply-add per step, each value's chain in that order: the
- * scalar loop's bits (cmp_gptq.c's fallback).  Six rows by sixteen
- * columns at a time: twelve accumulators, two panel loads and six
- * broadcasts per twelve multiply-adds (the loop is a float GEMM's). */
-#define KN_GPTQ_STRIP 16
+ * KN_GPTQ_STRIP doubles, P[(s * ne + t) * KN_GPTQ_STRIP + l] = U[t][s *
+ * KN_GPTQ_STRIP + l] (zero beyond nc), so a strip's ne x 8 values are one
+ * contiguous 8 KiB run (ne = 128) that stays in L1 for six rows.  For
+ * rows r < nr and columns c < nc, one chain in double from the value:
+ *   acc = W[r * ldw + c];
+ *   acc = fma(-(double)E[r * lde + t], U[t][c], acc)  for t = 0 .. ne - 1
+ *   W[r * ldw + c] = (float)acc
+ * (one rounding to float per block, where a step per error rounded
+ * twice), the scalar loop's bits (cmp_gptq.c's fallback).  Six rows by
+ * eight columns at a time: twelve accumulators, two panel loads and six
+ * broadcasts per twelve fused multiply-adds. */
+#define KN_GPTQ_STRIP 8
+#define KN_GPTQ_UPDATE_MAX 128 /* ne at most */
 void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
-                         size_t lde, const float *P, size_t ne, size_t nc);
+                         size_t lde, const double *P, size_t ne, size_t nc);
 
 /* The code descent's scan (compiler/cmp_descend.c): the first column c in
  * [c0, c1) of one row where one code step lowers the row's error, c1 when

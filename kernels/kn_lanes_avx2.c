@@ -155,65 +155,62 @@ void kn_avx2_refit_step2(const double *const u[2], const double *a,
 }
 
 /* Rows [0, NR) (NR <= 6) x one strip of kn_avx2_gptq_update: live
- * columns of the strip's 16 (16 but at the ragged end, where the other
- * lanes are loaded as 0 and not stored).  The chains stay in registers
- * across the block's errors. */
+ * columns of the strip's 8 (8 but at the ragged end, where the other
+ * lanes are loaded as 0 and not stored); ed: the rows' errors as doubles
+ * (KN_GPTQ_UPDATE_MAX apart).  The chains stay in registers across the
+ * block's errors. */
 static inline __attribute__((always_inline)) void
-gptq_strip(float *W, size_t ldw, int NR, const float *E, size_t lde,
-           const float *ps, size_t ne, int live)
+gptq_strip(float *W, size_t ldw, int NR, const double *ed, const double *ps,
+           size_t ne, int live)
 {
-    __m256 a[6][2];
-    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
-    if (live < KN_GPTQ_STRIP) {
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), lane);
-        m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(live - 8), lane);
-    }
+    __m256d a[6][2];
+    __m256i m = _mm256_setzero_si256();
+    if (live < KN_GPTQ_STRIP)
+        m = _mm256_cmpgt_epi32(_mm256_set1_epi32(live),
+                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     for (int j = 0; j < NR; j++) {
         float *w = W + (size_t)j * ldw;
-        if (live == KN_GPTQ_STRIP) {
-            a[j][0] = _mm256_loadu_ps(w);
-            a[j][1] = _mm256_loadu_ps(w + 8);
-        } else {
-            a[j][0] = _mm256_maskload_ps(w, m0);
-            a[j][1] = _mm256_maskload_ps(w + 8, m1);
-        }
+        __m256 v = live == KN_GPTQ_STRIP ? _mm256_loadu_ps(w) : _mm256_maskload_ps(w, m);
+        a[j][0] = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+        a[j][1] = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
     }
     for (size_t t = 0; t < ne; t++) {
-        __m256 u0 = _mm256_loadu_ps(ps + t * KN_GPTQ_STRIP);
-        __m256 u1 = _mm256_loadu_ps(ps + t * KN_GPTQ_STRIP + 8);
+        __m256d u0 = _mm256_loadu_pd(ps + t * KN_GPTQ_STRIP);
+        __m256d u1 = _mm256_loadu_pd(ps + t * KN_GPTQ_STRIP + 4);
         for (int j = 0; j < NR; j++) {
-            __m256 e = _mm256_broadcast_ss(E + (size_t)j * lde + t);
-            a[j][0] = _mm256_fnmadd_ps(e, u0, a[j][0]);
-            a[j][1] = _mm256_fnmadd_ps(e, u1, a[j][1]);
+            __m256d e = _mm256_broadcast_sd(ed + (size_t)j * KN_GPTQ_UPDATE_MAX + t);
+            a[j][0] = _mm256_fnmadd_pd(e, u0, a[j][0]);
+            a[j][1] = _mm256_fnmadd_pd(e, u1, a[j][1]);
         }
     }
     for (int j = 0; j < NR; j++) {
         float *w = W + (size_t)j * ldw;
-        if (live == KN_GPTQ_STRIP) {
-            _mm256_storeu_ps(w, a[j][0]);
-            _mm256_storeu_ps(w + 8, a[j][1]);
-        } else {
-            _mm256_maskstore_ps(w, m0, a[j][0]);
-            _mm256_maskstore_ps(w + 8, m1, a[j][1]);
-        }
+        __m256 v = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(a[j][0])),
+                                        _mm256_cvtpd_ps(a[j][1]), 1);
+        if (live == KN_GPTQ_STRIP)
+            _mm256_storeu_ps(w, v);
+        else
+            _mm256_maskstore_ps(w, m, v);
     }
 }
 
 void kn_avx2_gptq_update(float *W, size_t ldw, size_t nr, const float *E,
-                         size_t lde, const float *P, size_t ne, size_t nc)
+                         size_t lde, const double *P, size_t ne, size_t nc)
 {
+    double ed[6 * KN_GPTQ_UPDATE_MAX];
     for (size_t r0 = 0; r0 < nr; r0 += 6) {
         int rows = nr - r0 < 6 ? (int)(nr - r0) : 6;
+        for (int j = 0; j < rows; j++)
+            for (size_t t = 0; t < ne; t++)
+                ed[(size_t)j * KN_GPTQ_UPDATE_MAX + t] = E[(r0 + (size_t)j) * lde + t];
         float *Wr = W + r0 * ldw;
-        const float *Er = E + r0 * lde;
         for (size_t c = 0; c < nc; c += KN_GPTQ_STRIP) {
-            const float *ps = P + c * ne;
+            const double *ps = P + c * ne;
             int live = nc - c < KN_GPTQ_STRIP ? (int)(nc - c) : KN_GPTQ_STRIP;
             if (rows == 6 && live == KN_GPTQ_STRIP)
-                gptq_strip(Wr + c, ldw, 6, Er, lde, ps, ne, KN_GPTQ_STRIP);
+                gptq_strip(Wr + c, ldw, 6, ed, ps, ne, KN_GPTQ_STRIP);
             else
-                gptq_strip(Wr + c, ldw, rows, Er, lde, ps, ne, live);
+                gptq_strip(Wr + c, ldw, rows, ed, ps, ne, live);
         }
     }
 }

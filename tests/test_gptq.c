@@ -686,9 +686,9 @@ static void test_gptq_shared_factor_gives_identical_codes(void **state)
 }
 
 /* GPTQ's update of later columns (kn_avx2_gptq_update) gives the scalar
- * loop's bits: each value's chain over the block's errors in order, one
- * fmaf per error, from the float panel's strips; six rows at a time then
- * the rest, whole strips then the ragged one (whose lanes beyond the
+ * loop's bits: each value's chain in double over the block's errors in
+ * order, one fma per error, rounded to float once; six rows at a time
+ * then the rest, whole strips then the ragged one (whose lanes beyond the
  * columns are neither read nor written). */
 static void test_gptq_update_kernel_gives_the_scalar_bits(void **state)
 {
@@ -701,7 +701,7 @@ static void test_gptq_update_kernel_gives_the_scalar_bits(void **state)
     enum { NS = (NC + S - 1) / S };
     float *W = malloc(NR * LDW * sizeof(float)), *ref = malloc(NR * LDW * sizeof(float));
     float *E = malloc(NR * LDE * sizeof(float));
-    float *P = malloc(NS * NE * S * sizeof(float));
+    double *P = malloc(NS * NE * S * sizeof(double));
     assert_true(W && ref && E && P);
     for (int i = 0; i < NR * LDW; i++)
         W[i] = i % 11 == 0 ? -0.0f : tu_gq_nrand();
@@ -711,13 +711,15 @@ static void test_gptq_update_kernel_gives_the_scalar_bits(void **state)
         for (int t = 0; t < NE; t++)
             for (int l = 0; l < S; l++)
                 P[(s * NE + t) * S + l] =
-                    s * S + l >= NC ? 0.0f : (t + l) % 7 == 0 ? -1.0f : tu_gq_nrand();
+                    s * S + l >= NC ? 0.0 : (t + l) % 7 == 0 ? -1.0 : (double)tu_gq_nrand() / 3.0;
     memcpy(ref, W, NR * LDW * sizeof(float));
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NE; t++)
-            for (int c = 0; c < NC; c++)
-                ref[r * LDW + c] = fmaf(-E[r * LDE + t], P[((c / S) * NE + t) * S + c % S],
-                                        ref[r * LDW + c]);
+        for (int c = 0; c < NC; c++) {
+            double acc = ref[r * LDW + c];
+            for (int t = 0; t < NE; t++)
+                acc = fma(-(double)E[r * LDE + t], P[((c / S) * NE + t) * S + c % S], acc);
+            ref[r * LDW + c] = (float)acc;
+        }
     /* columns NC .. LDW - 1 are past the update: the kernel leaves them */
     kn_avx2_gptq_update(W, LDW, NR, E, LDE, P, NE, NC);
     assert_memory_equal(W, ref, NR * LDW * sizeof(float));

@@ -445,7 +445,7 @@ static void test_gptq_work_bytes_match_measured_peak(void **state)
     /* the formulas themselves, at a 70B model's widest input */
     uint64_t n = 28672, c = CMP_GPTQ_CHUNK_BYTES / (n * 4);
     assert_true(cmp_gptq_work_bytes(8192, 28672, 0, 1) ==
-                n * n * 8 + c * n * 4 + c * 128 * 4 + 128 * 256 * 4 + n * 32);
+                n * n * 8 + c * n * 4 + c * 128 * 4 + 128 * 256 * 8 + n * 32);
     assert_true(cmp_gptq_work_bytes(8192, 28672, 128, 1) == cmp_gptq_work_bytes(8192, 28672, 0, 1));
     assert_true(cmp_gptq_retarget_work_bytes(28672, 1) ==
                 n * n * 8 + n * CMP_RETARGET_ROWS * 8);
