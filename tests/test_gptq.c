@@ -559,8 +559,9 @@ static void test_gptq_row_chunks_give_identical_results(void **state)
     } cs[4] = {{KN_W_Q4, 32, 128, 0, 0}, {KN_W_Q4, 32, 64, 1, 1},
                {KN_W_Q8, 0, 48, 0, 0}, {KN_W_Q4S, 64, 0, 0, 1}};
     /* the last: the whole matrix on the scalar path (the AVX2 update
-     * takes four rows at a time, then the rest; columns in eights, then
-     * the ragged end) */
+     * takes six rows at a time, then the rest; columns in 8-column
+     * strips, then the ragged one; blocks 64 and 48 leave later columns
+     * to it) */
     uint32_t chunks[3] = {5, 1, 0};
     size_t nel = (size_t)rows * cols;
     for (int c = 0; c < 4; c++) {
