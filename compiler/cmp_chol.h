@@ -21,7 +21,8 @@
  * same operations in the same order whatever the split (tiles start at
  * absolute multiples of KN_DDOT_MR, product chunks at absolute column
  * offsets), so the results do not depend on the thread count.
- * No function allocates.
+ * No function allocates: each thread copies a block's chunk of rows into
+ * its own 256 KiB thread-local buffer (cmp_chol.c says why).
  */
 #ifndef CMP_CHOL_H
 #define CMP_CHOL_H

@@ -23,7 +23,7 @@ int cmp_gptq_cholesky_lower(double *a, size_t n, kn_pool *p)
 
 /* The fill of cmp_gptq_hinv_factor's lower triangle, split over threads
  * by area (row i holds i + 1 elements): under act-order each element is
- * a random read of the packed H, ~3 s at 14336 wide on one thread. */
+ * a random read of the packed H, seconds at 14336 wide on one thread. */
 typedef struct hinv_fill {
     const cmp_hessian *h;
     const uint32_t *perm;
@@ -45,7 +45,8 @@ static void hinv_fill_rows(void *ctx, int tid, int nth)
     /* R = J P^T H' P J into the lower triangle: R[i][j] = H'[p(n-1-i)]
      * [p(n-1-j)].  Without a permutation, row i of R reads packed row
      * n-1-i backwards, contiguously. */
-    for (size_t i = fill_split(n, tid, nth); i < fill_split(n, tid + 1, nth); i++) {
+    size_t i0 = fill_split(n, tid, nth), i1 = fill_split(n, tid + 1, nth);
+    for (size_t i = i0; i < i1; i++) {
         size_t pi = perm ? perm[n - 1 - i] : n - 1 - i;
         double *ai = f->a + i * n;
         for (size_t j = 0; j < i; j++) {
@@ -64,7 +65,7 @@ mc_status cmp_gptq_hinv_factor(const cmp_hessian *h, const uint32_t *perm,
     size_t n = h->cols;
     hinv_fill fill = {h, perm, lambda, a, n};
     int T = cmp_par_threads(pool);
-    if (T > 1 && n >= 1024)
+    if (T > 1 && n >= 512)
         cmp_par_spawn(T, hinv_fill_rows, &fill);
     else
         hinv_fill_rows(&fill, 0, 1);
@@ -197,7 +198,6 @@ typedef struct gptq_job {
     float **W, **E, **gbuf; /* [threads] */
     double **P;              /* [threads] */
 } gptq_job;
-
 
 /* Index in a kn_lanes.h panel of ne rows of the value of row k, column c. */
 static inline size_t panel_at(size_t ne, size_t k, size_t c)

@@ -263,7 +263,8 @@ static void test_threads_give_identical_results(void **state)
         cmp_hessian_free(&h3);
     }
     /* the factorization's columns and the inverse's rows go parallel only
-     * from about 400 wide: compare there, with an act-order permutation */
+     * from about 400 wide, the fill of the factor from H from 512: compare
+     * there, with an act-order permutation */
     {
         uint32_t wide = 600;
         float *Xw = tu_gq_correlated_inputs(700, wide);
