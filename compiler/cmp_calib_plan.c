@@ -322,8 +322,9 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
                           o->method == CMP_QM_AWQ_GPTAQ);
             awq = awq_m && scale[g] ? 1.0 : 0.0, ncand = 2.0;
         }
-        *factor += nkeys * (1.0 / 3.0) * k * k * k;
-        *inverse += nkeys * (1.0 / 3.0) * k * k * k;
+        double inv = nkeys * (1.0 / 3.0) * k * k * k;
+        *factor += inv;
+        *inverse += inv;
         for (int i = 0; i < gn[g]; i++)
             *factor += nr * (k * k * k / 6.0 + 2.0 * rows[g][i] * k * k);
         /* per candidate: with C the error against the full-precision
