@@ -41,6 +41,15 @@ int cmp_calib_is_best(cmp_qmethod m)
     return m == CMP_QM_BEST || m == CMP_QM_BEST_ALL;
 }
 
+uint32_t cmp_calib_baseline_stride(const cmp_calib_opts *o, uint32_t rows)
+{
+    if (cmp_calib_is_best(o->method) || o->method == CMP_QM_RTN)
+        return 1;
+    uint32_t n = o->baseline_rows ? o->baseline_rows : CMP_CALIB_BASELINE_ROWS;
+    uint32_t s = rows / n;
+    return s ? s : 1;
+}
+
 int cmp_calib_method_asymmetric(cmp_qmethod m)
 {
     return cmp_calib_is_best(m) || m == CMP_QM_GPTAQ || m == CMP_QM_AWQ_GPTAQ;
@@ -314,9 +323,11 @@ const char *cmp_calib_table_row(const cmp_calib_tensor *t, uint32_t group,
     case KN_W_Q4S: snprintf(f, sizeof f, "q4sg%u", group); break;
     default: snprintf(f, sizeof f, "float"); break;
     }
-    snprintf(buf, n, "%5u  %-9s  %-6s  %-9s  %9.5f  %9.5f  a=%.2f%s", t->layer,
+    /* a sampled RTN baseline is marked ~ (cmp_calib_baseline_stride) */
+    int sampled = t->err_rtn_rows && t->err_rtn_rows < t->q.rows;
+    snprintf(buf, n, "%5u  %-9s  %-6s  %-9s  %9.5f %c%9.5f  a=%.2f%s", t->layer,
              cmp_lin_name(t->slot), f, cmp_qmethod_name(t->method), t->err,
-             t->err_rtn, t->alpha,
+             sampled ? '~' : ' ', t->err_rtn, t->alpha,
              t->err_own_inputs ? "  (lean: own inputs)" : "");
     return buf;
 }

@@ -268,6 +268,12 @@ typedef struct cmp_calib_opts {
                                 At a 7B shape the refinement is ~85 % of
                                 a GPTQ candidate's search (cmp_calib_plan.c,
                                 SEARCH_W_*); 0 (the default): refined */
+    uint32_t baseline_rows;  /* a named method's RTN baseline (err_rtn,
+                                never a candidate there) is measured on
+                                about this many of each linear's rows,
+                                every (rows / baseline_rows)-th
+                                (cmp_calib_baseline_stride); 0:
+                                CMP_CALIB_BASELINE_ROWS; UINT32_MAX: all */
     int awq_coarse;          /* 1: AWQ's alpha search walks its grid
                                 coarse to fine (cmp_awq.h): 11 of the 20
                                 points, the same pick where the error is
@@ -287,6 +293,19 @@ typedef struct cmp_calib_opts {
     void *progress_ctx;
 } cmp_calib_opts;
 
+/* A named method's RTN baseline: RTN is never its candidate (the method
+ * asked is the result), so RTN's error is measured for the table only,
+ * and on a sample of rows: about CMP_CALIB_BASELINE_ROWS of each linear's,
+ * every stride-th from row 0 (a ratio of the sample's error to the
+ * sample's energy).  Measured whole it is about a quarter of the search
+ * of gptq unrefined on lean statistics (one output error of the four
+ * passes over H a linear gets, by the plan's weights), 1/8 of that at
+ * the 7B shape sampled.  Returns 1 where every row is measured: best, best-all and rtn
+ * (RTN is a candidate there), and linears of fewer than twice the
+ * sample's rows. */
+#define CMP_CALIB_BASELINE_ROWS 512u
+uint32_t cmp_calib_baseline_stride(const cmp_calib_opts *o, uint32_t rows);
+
 /* One linear's result. */
 typedef struct cmp_calib_tensor {
     char name[96];           /* HF name: model.layers.L.self_attn.q_proj.weight */
@@ -297,7 +316,12 @@ typedef struct cmp_calib_tensor {
     float *f32;              /* [rows][cols] when kept float (owned) */
     cmp_qmethod method;      /* what was chosen */
     double err;              /* relative output error of the result */
-    double err_rtn;          /* relative output error of plain RTN */
+    double err_rtn;          /* relative output error of plain RTN; for a
+                                named method an estimate from
+                                err_rtn_rows of its rows */
+    uint32_t err_rtn_rows;   /* rows err_rtn was measured on: all of them
+                                except as a named method's baseline
+                                (cmp_calib_opts.baseline_rows) */
     double err_local;        /* own error: tr(D Hq D^T) / tr(W Hq W^T) on
                                 this linear's actual inputs (no upstream
                                 error): the sensitivity auto precision uses;
@@ -513,7 +537,7 @@ void cmp_calib_result_free(cmp_calib_result *r); /* NULL is a no-op */
 /* One line of the per-layer error table into buf (always NUL-terminated):
  *   "  3  down_proj  q4g32  gptaq      0.01234   0.02345  a=0.25"
  * (layer, linear, format, method, error vs full precision, RTN's error,
- * AWQ alpha).  cmp_calib_table_header gives the matching header.  The CLI
+ * preceded by ~ where estimated on a sample of rows, AWQ alpha).  cmp_calib_table_header gives the matching header.  The CLI
  * prints them; the library does not. */
 const char *cmp_calib_table_header(void);
 const char *cmp_calib_table_row(const cmp_calib_tensor *t, uint32_t group,

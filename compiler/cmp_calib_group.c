@@ -114,6 +114,59 @@ static double wc_cross(const double *wc, const float *q, size_t n)
     return s;
 }
 
+/* A named method's RTN baseline for linear sl on every stride-th row
+ * (cmp_calib_baseline_stride > 1): the sample's error over the sample's
+ * energy, the measures run_candidate makes for the whole matrix.  *rel,
+ * *loc as there; nothing else is written (RTN's buffers are never the
+ * result under a named method). */
+static mc_status rtn_baseline(const layer_ctx *c, int sl, uint32_t stride,
+                              double *rel, double *loc, mc_error *err)
+{
+    uint32_t R = c->rows[sl], K = c->cols[sl], rs = (R + stride - 1) / stride;
+    int tp = LIN_TAP[sl];
+    const cmp_hessian *h = &c->acc.h[tp];
+    const double *C = c->acc.c[tp];
+    const double *WC = tp == KN_TAP_DOWN_IN ? c->acc.wc : NULL;
+    kn_pool *p = c->o->pool;
+    float *ws = mc_malloc_array((size_t)rs * K, sizeof(float));
+    float *wq = mc_malloc_array((size_t)rs * K, sizeof(float));
+    if (!ws || !wq) {
+        mc_free(ws);
+        mc_free(wq);
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "RTN baseline rows");
+    }
+    for (uint32_t j = 0; j < rs; j++)
+        memcpy(ws + (size_t)j * K, c->w[sl] + (size_t)j * stride * K,
+               (size_t)K * sizeof(float));
+    cmp_quant_fake(c->fmt[sl], c->o->group, ws, NULL, rs, K, wq);
+    double e = 0.0, ef = 0.0, cross = 0.0, eq = 0.0;
+    *loc = -1.0;
+    if (C || WC) {
+        if (WC)
+            for (uint32_t j = 0; j < rs; j++) {
+                size_t r = (size_t)j * stride;
+                ef += c->acc.y_energy_row[r];
+                cross += wc_cross(WC + r * K, wq + (size_t)j * K, K);
+            }
+        else {
+            ef = cmp_hessian_output_error_par(p, &c->acc.hf[tp], ws, NULL, rs);
+            cross = cmp_qform_cross_par(p, C, K, ws, wq, rs);
+        }
+        eq = cmp_hessian_output_error_par(p, h, wq, NULL, rs);
+        *rel = ef > 0.0 ? fmax(ef - 2.0 * cross + eq, 0.0) / ef : 0.0;
+    } else {
+        e = cmp_hessian_output_error_par(p, h, ws, wq, rs);
+        ef = cmp_hessian_output_error_par(p, h, ws, NULL, rs);
+        *loc = ef > 0.0 ? e / ef : 0.0;
+        *rel = *loc;
+    }
+    mc_free(ws);
+    mc_free(wq);
+    if (isnan(e) || isnan(ef) || isnan(cross) || isnan(eq))
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "output error work space");
+    return MC_OK;
+}
+
 /* Quantize n linears of one input group with one candidate method.  s:
  * AWQ scales (NULL = none); hs: the Hessian of x_q / s (NULL when s is).
  * q[i] receive the results, rel[i] the relative output errors against the
@@ -143,6 +196,16 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
         rel[i] = 0.0;
         if (!cmp_quant_is_quantized(c->fmt[sl]))
             continue;
+        uint32_t stride = cmp_calib_baseline_stride(c->o, R);
+        if (m == CMP_QM_RTN && stride > 1) {
+            if ((st = rtn_baseline(c, sl, stride, &rel[i], &loc[i], err)) != MC_OK) {
+                if (err)
+                    snprintf(err->field, sizeof err->field, "%s",
+                             c->r->t[c->l * CMP_LIN_COUNT + sl].name);
+                return st;
+            }
+            continue;
+        }
         size_t nel = (size_t)R * K;
         cmp_refit_hw hwc = {NULL, 0};
         float *ws = mc_malloc_array(nel, sizeof(float));
@@ -470,12 +533,14 @@ static mc_status quant_group(layer_ctx *c, const int *slots, int n,
             cmp_awq_scale_cols(c->w[sl], c->rows[sl], C, s);
         if (!cmp_quant_is_quantized(c->fmt[sl]))
             continue;
+        uint32_t stride = cmp_calib_baseline_stride(o, c->rows[sl]);
         t->fmt = c->fmt[sl];
         t->q = best[i];
         memset(&best[i], 0, sizeof best[i]);
         t->method = chosen;
         t->err = best_rel[i];
         t->err_rtn = rtn_rel[i];
+        t->err_rtn_rows = (c->rows[sl] + stride - 1) / stride;
         t->err_local = best_loc[i];
         t->err_local_rtn = rtn_loc[i];
         t->err_own_inputs = lean;

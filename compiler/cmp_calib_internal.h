@@ -66,6 +66,9 @@ typedef struct tap_acc {
                                pass */
     double *wc;             /* [down_rows][width] sum y_f x_q^T = W C */
     double y_energy;        /* sum ||y_f||^2 = tr(W Hf W^T) */
+    double *y_energy_row;   /* [down_rows] sum_t y_f,t[r]^2: row r's share
+                               of y_energy (a sampled baseline's energy,
+                               cmp_calib_baseline_stride) */
 } tap_acc;
 
 /* One layer being calibrated. */

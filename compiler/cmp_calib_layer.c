@@ -43,6 +43,11 @@ static void tap_collect(void *ctx, kn_tap_point where, const float *x,
         for (size_t k = 0; k < T * width; k++)
             e += (double)x[k] * x[k];
         a->y_energy += e;
+        for (size_t t = 0; t < T; t++)
+            for (size_t r = 0; r < width; r++) {
+                double v = x[t * width + r];
+                a->y_energy_row[r] += v * v;
+            }
         cmp_par_clock_add(a->stats, t0);
         return;
     }
@@ -131,8 +136,10 @@ static void stats_free(layer_ctx *c, int p)
     if (p == KN_TAP_DOWN_IN) {
         mc_free(c->acc.yf);
         mc_free(c->acc.wc);
+        mc_free(c->acc.y_energy_row);
         c->acc.yf = NULL;
         c->acc.wc = NULL;
+        c->acc.y_energy_row = NULL;
         c->acc.y_energy = 0.0;
     }
     c->acc.abs_sum[p] = c->acc.c[p] = NULL;
@@ -157,8 +164,10 @@ static mc_status stats_alloc(layer_ctx *c, int p, int full, size_t maxT,
         c->xabs[p] = mc_malloc_array(w, sizeof(float));
         c->acc.wc = mc_zeroed((size_t)R * w, sizeof(double));
         c->acc.yf = mc_malloc_array(maxT * R, sizeof(float));
+        c->acc.y_energy_row = mc_calloc(R, sizeof(double));
         c->acc.y_energy = 0.0;
-        if (!c->acc.abs_sum[p] || !c->xabs[p] || !c->acc.wc || !c->acc.yf)
+        if (!c->acc.abs_sum[p] || !c->xabs[p] || !c->acc.wc || !c->acc.yf ||
+            !c->acc.y_energy_row)
             return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
                            "statistics of a %u-wide input", w);
         return MC_OK;

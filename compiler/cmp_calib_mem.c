@@ -78,9 +78,10 @@ static uint64_t stats_bytes(const mem_ctx *m, int p, int full)
     uint64_t w = m->width[p];
     uint64_t b = work(cmp_hessian_bytes((uint32_t)w)) + blk(w * 8) + blk(w * 4);
     if (full && p == KN_TAP_DOWN_IN && m->down_out) {
-        /* W C and this sequence's y_f instead of Hf, C and x_f */
+        /* W C, this sequence's y_f and the rows' energies instead of
+         * Hf, C and x_f */
         uint64_t R = m->rows[CMP_LIN_DOWN];
-        return b + blk(R * w * 8) + blk(m->maxT * R * 4);
+        return b + blk(R * w * 8) + blk(m->maxT * R * 4) + blk(R * 8);
     }
     if (full)
         b += work(cmp_hessian_bytes((uint32_t)w)) + blk(w * w * 8);

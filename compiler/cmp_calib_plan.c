@@ -1,6 +1,7 @@
 /* cmp_calib_plan.c - the plan printed before calibration starts: the
  * whole process's peak resident memory by part and a time estimate from
  * multiply-add counts and a measured GEMM rate (see cmp_calib.h). */
+#include <math.h>
 #include <string.h>
 
 #include "cmp_calib_budget.h"
@@ -304,9 +305,15 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
     *factor = *inverse = *search = 0.0;
     for (int g = 0; g < 4; g++) {
         int full = !((lean >> g) & 1u);
-        double k = K[g], rkk = 0.0;
-        for (int i = 0; i < gn[g]; i++)
+        /* rbkk: the rows RTN's measures run on (a named method's
+         * baseline is a sample, cmp_calib_baseline_stride) */
+        double k = K[g], rkk = 0.0, rbkk = 0.0;
+        for (int i = 0; i < gn[g]; i++) {
+            uint32_t st = cmp_calib_baseline_stride(o, (uint32_t)rows[g][i]);
             rkk += rows[g][i] * k * k;
+            rbkk += ceil(rows[g][i] / st) * k * k;
+        }
+        int sampled = rbkk < rkk;
         /* GPTQ candidates, retargeted ones, AWQ searches */
         double ng = 0.0, nr = 0.0, nkeys = 0.0, awq = 0.0, ncand = 1.0;
         if (all) {
@@ -339,9 +346,12 @@ static void quant_madds(const fmt_model_config *c, const cmp_calib_opts *o,
                                 (second ? SEARCH_W_GPTQ + later + 2.0 * SEARCH_W_OERR : 0.0) +
                                 SEARCH_W_DESCENT + later;
         double awq_points = awq * grid + (o->method == CMP_QM_AWQ ? grid : 0.0);
-        /* one energy per linear: tr(W Hf W^T) with C, tr(W Hq W^T) without */
-        *search += rkk * (SEARCH_W_OERR + ncand * measures +
-                          ng * per_gptq + awq_points * SEARCH_W_AWQ);
+        /* one energy per linear: tr(W Hf W^T) with C, tr(W Hq W^T) without
+         * (and the sample's, for a sampled baseline); RTN's measures are
+         * one of the ncand */
+        *search += rkk * (SEARCH_W_OERR + (ncand - 1.0) * measures +
+                          ng * per_gptq + awq_points * SEARCH_W_AWQ) +
+                   rbkk * (measures + (sampled ? SEARCH_W_OERR : 0.0));
     }
 }
 

@@ -308,7 +308,11 @@ static json_t *tensor_json(const cmp_tensor_plan *t, size_t section,
                              json_string(cmp_qmethod_name(c->method))) |
          json_object_set_new(j, "err", json_real(c->err)) |
          json_object_set_new(j, "err_rtn", json_real(c->err_rtn)) |
-         json_object_set_new(j, "alpha", json_real(c->alpha)))) {
+         json_object_set_new(j, "alpha", json_real(c->alpha)) |
+         /* a sampled baseline says on how many rows */
+         (c->err_rtn_rows && c->err_rtn_rows < c->q.rows
+              ? json_object_set_new(j, "err_rtn_rows", json_integer(c->err_rtn_rows))
+              : 0))) {
         json_decref(j);
         return NULL;
     }

@@ -20,7 +20,9 @@
  * linear's format first and the planner lists those formats
  * (cmp_wpolicy.linear_fmt), so plan and artifact agree byte for byte.
  * The manifest then also records, per linear, "method", "err", "err_rtn"
- * and "alpha", and a "calibration" object (method, id file checksum,
+ * and "alpha" ("err_rtn_rows" too where a named method's RTN baseline was
+ * measured on a sample of the rows, cmp_calib_baseline_stride), and a
+ * "calibration" object (method, id file checksum,
  * sequences, the held-out summary; "awq_grid": "coarse" unless the full
  * grid was asked, which writes what compilers before the option wrote;
  * "stages" when not 4 and "full_layers" when the full-precision
@@ -121,6 +123,11 @@ typedef struct cmp_compile_opts {
     int calib_no_refine;               /* with calib: GPTQ's codes and
                                           group parameters unrefined
                                           (cmp_calib_opts.no_refine) */
+    uint32_t calib_baseline_rows;      /* with calib: a named method's RTN
+                                          baseline on about this many rows
+                                          of each linear
+                                          (cmp_calib_opts.baseline_rows;
+                                          0: the default) */
     int calib_refine_fixed;            /* with calib: the user asked for
                                           the refinement (a budget keeps
                                           it) */

@@ -374,6 +374,7 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
                         : o->calib_full_pass == CMP_FULL_PASS_BF16);
     co.method = o->method;
     co.awq_coarse = !o->awq_full_grid;
+    co.baseline_rows = o->calib_baseline_rows;
     co.tensor_fmt = req->policy.linear_fmt;
     co.heldout = s->heldout;
     /* the held-out summary sees the output layer the artifact stores: the

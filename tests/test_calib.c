@@ -259,6 +259,75 @@ static void test_calib_refine_off_keeps_gptq_codes(void **state)
     tu_fixture_close(m, path, tok, off);
 }
 
+/* A named method's RTN baseline on a sample of rows
+ * (cmp_calib_opts.baseline_rows, cmp_calib_baseline_stride): gptq on lean
+ * statistics (own-input errors) and gptaq rotated (the error against the
+ * full-precision outputs through C, and down's through W C and the rows'
+ * energies).  The result is the same bit for bit as with every row
+ * measured: only err_rtn moves, and it stays near the whole matrix's; a
+ * stride of 1 measures every row the same way; the plan counts less
+ * search. */
+static void test_calib_named_baseline_on_a_sample(void **state)
+{
+    (void)state;
+    char *path;
+    int32_t *tok;
+    size_t *off;
+    rt_model *m = tu_fixture_open("llama", 6, 40, &path, &tok, &off);
+    static const cmp_qmethod meth[2] = {CMP_QM_GPTQ, CMP_QM_GPTAQ};
+    /* all rows; 8 of them (stride rows / 8); as many as the largest
+     * linear has (stride 1 everywhere) */
+    const uint32_t sample[3] = {UINT32_MAX, 8, m->cfg.intermediate_size};
+    for (int k = 0; k < 2; k++) {
+        cmp_calib_result *r[3] = {NULL, NULL, NULL};
+        cmp_calib_plan p[3];
+        for (int j = 0; j < 3; j++) {
+            cmp_calib_opts o = tu_calib_opts_best_q4(32, 1);
+            o.method = meth[k];
+            o.rotate = k;
+            o.baseline_rows = sample[j];
+            assert_int_equal(cmp_calib_run(m, tok, off, 6, &o, &r[j], NULL), MC_OK);
+            cmp_calib_plan_make(m, 5 * 40, 40, off + 5, 1, &o, &r[j]->mem, 1e9, &p[j]);
+            /* gptaq's down measured through W C: the rows' energies */
+            assert_int_equal(cmp_calib_down_from_outputs(&o, r[j]->mem.lean, o.rotate,
+                                                         m->cfg.hidden_size,
+                                                         m->cfg.intermediate_size),
+                             k);
+        }
+        assert_same_result(r[0], r[1]);
+        assert_same_result(r[0], r[2]);
+        double worst = 0.0;
+        int sampled = 0, down_sampled = 0;
+        for (size_t i = 0; i < (size_t)r[0]->layers * CMP_LIN_COUNT; i++) {
+            const cmp_calib_tensor *a = &r[0]->t[i], *b = &r[1]->t[i], *c = &r[2]->t[i];
+            uint32_t R = a->q.rows, st = R / 8 ? R / 8 : 1;
+            assert_int_equal(a->err_rtn_rows, R);
+            assert_int_equal(c->err_rtn_rows, R);
+            assert_true(c->err_rtn == a->err_rtn);
+            assert_int_equal(b->err_rtn_rows, (R + st - 1) / st);
+            assert_true(b->err_rtn > 0.0);
+            if (b->err_rtn_rows < R) {
+                sampled++;
+                down_sampled += a->slot == CMP_LIN_DOWN;
+                double d = fabs(b->err_rtn - a->err_rtn) / a->err_rtn;
+                worst = d > worst ? d : worst;
+            } else
+                assert_true(b->err_rtn == a->err_rtn);
+        }
+        print_message("%s: %d linears' baselines sampled (%d down), worst "
+                      "relative change %.3f; search planned %.4g -> %.4g\n",
+                      cmp_qmethod_name(meth[k]), sampled, down_sampled, worst,
+                      p[0].madds[CMP_PH_SEARCH], p[1].madds[CMP_PH_SEARCH]);
+        assert_true(sampled > 0 && down_sampled > 0);
+        assert_true(worst < 0.5);
+        assert_true(p[1].madds[CMP_PH_SEARCH] < p[0].madds[CMP_PH_SEARCH]);
+        assert_true(p[2].madds[CMP_PH_SEARCH] == p[0].madds[CMP_PH_SEARCH]);
+        for (int j = 0; j < 3; j++)
+            cmp_calib_result_free(r[j]);
+    }
+    tu_fixture_close(m, path, tok, off);
+}
+
 /* With down's inputs stored, the 4 stages' later passes begin where the
  * earlier ones left off (cmp_calib_stage_span: stage 2 at o from stage
  * 1's attention outputs, stage 3 at the MLP from stage 2's residual);
@@ -671,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_calib_all_float_is_identity),
         cmocka_unit_test(test_calib_threads_do_not_change_the_result),
         cmocka_unit_test(test_calib_refine_off_keeps_gptq_codes),
+        cmocka_unit_test(test_calib_named_baseline_on_a_sample),
         cmocka_unit_test(test_calib_pass_reuse_keeps_the_bits),
         cmocka_unit_test(test_calib_stages_trade_passes_for_order),
         cmocka_unit_test(test_calib_down_from_outputs_matches_full_c),

@@ -684,10 +684,13 @@ static void test_compile_calib_lowers_kld_on_stories_int4_g32(void **state)
     free(eval_src);
 }
 
-/* In-process cmp_compile with calibration (merged LoRA, or auto). */
-static mc_status compile_calib_inproc(int use_auto, const char *ids,
+/* In-process cmp_compile with calibration: mode 0 RTN of a merged LoRA,
+ * 1 auto, 2 gptq with its RTN baseline on 8 rows of each linear
+ * (cmp_calib_opts.baseline_rows). */
+static mc_status compile_calib_inproc(int mode, const char *ids,
                                       const char *out)
 {
+    int use_auto = mode == 1;
     char *model = tu_fmt("%s/llama", MC_FIXTURE_DIR);
     char *ad = tu_fmt("%s/adapters/llama-plain", MC_FIXTURE_DIR);
     cmp_adapter_spec spec = {ad, 1.0};
@@ -704,10 +707,14 @@ static mc_status compile_calib_inproc(int use_auto, const char *ids,
     o.calib = ids;
     o.method = CMP_QM_RTN; /* the compile's own paths (stage, merge, auto,
                               emit) at a fraction of best's time */
+    if (mode == 2) {
+        o.method = CMP_QM_GPTQ;
+        o.calib_baseline_rows = 8;
+    }
     o.quant_auto = use_auto;
     o.rotate = 1; /* as the CLI does: the rotation's allocations too */
     o.threads = 1;
-    if (!use_auto) {
+    if (mode == 0) {
         o.adapters = &spec;
         o.n_adapters = 1;
     }
@@ -719,6 +726,36 @@ static mc_status compile_calib_inproc(int use_auto, const char *ids,
     return st;
 }
 
+/* The manifest of a gptq compile with its RTN baseline on 8 rows
+ * (compile_calib_inproc mode 2): every linear of more than 15 rows says
+ * on how many rows its err_rtn was measured, the others do not. */
+static void check_sampled_baselines(const char *art)
+{
+    json_t *man = inspect_manifest(art);
+    const json_t *ts = json_object_get(man, "tensors");
+    size_t i, sampled = 0;
+    json_t *t;
+    json_array_foreach(ts, i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (!strstr(name, "_proj.weight"))
+            continue;
+        json_int_t rows = json_integer_value(json_array_get(json_object_get(t, "shape"), 0));
+        const json_t *n = json_object_get(t, "err_rtn_rows");
+        assert_true(rows > 0);
+        assert_int_equal(json_string_value(json_object_get(t, "method"))[0], 'g');
+        if (rows < 16) {
+            assert_null(n);
+            continue;
+        }
+        json_int_t stride = rows / 8;
+        assert_true(json_is_integer(n));
+        assert_int_equal(json_integer_value(n), (rows + stride - 1) / stride);
+        sampled++;
+    }
+    assert_true(sampled > 0);
+    json_decref(man);
+}
+
 static void test_compile_calib_survives_every_failed_allocation(void **state)
 {
     (void)state;
@@ -727,14 +764,16 @@ static void test_compile_calib_survives_every_failed_allocation(void **state)
                       "3 7 11 12 13 14 15 16\n";
     assert_int_equal(tu_write_file(ids, txt, strlen(txt)), 0);
     char *out = tu_fmt("%s/chaos.mca", g_dir);
-    for (int use_auto = 0; use_auto < 2; use_auto++) {
+    for (int mode = 0; mode < 3; mode++) {
         mc_alloc_fail_after(-1);
         mc_alloc_reset_count();
-        assert_int_equal(compile_calib_inproc(use_auto, ids, out), MC_OK);
+        assert_int_equal(compile_calib_inproc(mode, ids, out), MC_OK);
         uint64_t count = mc_alloc_count();
         assert_true(count > 10);
-        printf("calibrated compile (auto %d): %llu allocations\n", use_auto,
+        printf("calibrated compile (mode %d): %llu allocations\n", mode,
                (unsigned long long)count);
+        if (mode == 2)
+            check_sampled_baselines(out);
         /* the first 8 (opening), then an even spread (time);
          * MC_FA_EXHAUSTIVE=1: every one */
         uint64_t points = getenv("MC_UNDER_SANITIZER") ? 24 : 48;
@@ -743,13 +782,13 @@ static void test_compile_calib_survives_every_failed_allocation(void **state)
             step = 1;
         for (uint64_t k = 0; k < count; k += k < 8 ? 1 : step) {
             mc_alloc_fail_after((long)k);
-            mc_status st = compile_calib_inproc(use_auto, ids, out);
+            mc_status st = compile_calib_inproc(mode, ids, out);
             int injected = mc_alloc_failure_injected();
             mc_alloc_fail_after(-1);
             if (injected && st == MC_OK)
                 fail_msg("allocation %llu of %llu failed but compile "
-                         "returned OK (auto %d)", (unsigned long long)k,
-                         (unsigned long long)count, use_auto);
+                         "returned OK (mode %d)", (unsigned long long)k,
+                         (unsigned long long)count, mode);
         }
     }
     free(out);
