@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fmt_artifact.h"
@@ -402,7 +403,29 @@ static void *pack_worker(void *arg)
  * (MC_FLOAT_DOT) or asked for (RT_ART_ROWS): its SIMD kernels read the
  * row layout.  The copy runs on
  * up to 4 threads: most of its time is the kernel zeroing the new pages,
- * which each faulting thread does for itself. */
+ * which each faulting thread does for itself; the pages are asked to be
+ * 2 MiB (advise_huge). */
+/* Ask the kernel for 2 MiB pages over the whole 2 MiB pages inside
+ * [p, p + n): the panels are streamed whole every decode step, and with
+ * 4 KiB pages every 64 cache lines cross a page (a TLB miss, and the
+ * hardware prefetchers stop there).  Measured on TinyLlama's shape,
+ * batch-1 decode +7 % (int8) and +8 % (int4-sym), the load's copy 27 %
+ * faster (fewer faults to zero); the resident bytes are the same, as
+ * every page of the range is written anyway (docs/benchmarks.md,
+ * session 25).  Only advice: where transparent huge pages are off the
+ * call changes nothing.  MC_NO_THP=1 leaves the pages small (for
+ * comparisons). */
+static void advise_huge(void *p, size_t n)
+{
+    const char *off = getenv("MC_NO_THP");
+    if (off && *off && *off != '0')
+        return;
+    uintptr_t a = ((uintptr_t)p + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)((2u << 20) - 1);
+    if (b > a)
+        (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+}
+
 static void pack_for_cpu(loader *L, unsigned flags)
 {
     rt_model *m = L->m;
@@ -433,6 +456,7 @@ static void pack_for_cpu(loader *L, unsigned flags)
         mc_free(src);
         return;
     }
+    advise_huge(L->o->packed, (size_t)total + 64);
     uint8_t *at = (uint8_t *)(((uintptr_t)L->o->packed + 63) & ~(uintptr_t)63);
     for (size_t i = 0; i < job.n; i++)
         if (pack_wanted(ms[i])) {
