@@ -391,6 +391,26 @@ static void *pack_worker(void *arg)
     return NULL;
 }
 
+/* Ask the kernel for 2 MiB pages over the whole 2 MiB pages inside
+ * [p, p + n): the panels are streamed whole every decode step, and with
+ * 4 KiB pages every 64 cache lines cross a page (a TLB miss each).
+ * Measured on TinyLlama's shape, batch-1 decode +7 % (int8) and +8 %
+ * (int4-sym), the load's copy 27 % faster (fewer faults to zero); the
+ * resident bytes are the same, as every page of the range is written
+ * anyway (docs/benchmarks.md, session 25).  Only advice: where
+ * transparent huge pages are off the call changes nothing.
+ * MC_NO_THP=1 leaves the pages small (for comparisons). */
+static void advise_huge(void *p, size_t n)
+{
+    const char *off = getenv("MC_NO_THP");
+    if (off && *off && *off != '0')
+        return;
+    uintptr_t a = ((uintptr_t)p + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)((2u << 20) - 1);
+    if (b > a)
+        (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+}
+
 /* On a CPU with AVX-512 VNNI, copy the int4-sym and int8 matrices into
  * 16-row panels (kn_pack16.h: decode reads one stream, the prefill GEMM
  * skips its transposes) unless the plan is for the GPU or MC_NO_REPACK is set.
@@ -405,27 +425,6 @@ static void *pack_worker(void *arg)
  * up to 4 threads: most of its time is the kernel zeroing the new pages,
  * which each faulting thread does for itself; the pages are asked to be
  * 2 MiB (advise_huge). */
-/* Ask the kernel for 2 MiB pages over the whole 2 MiB pages inside
- * [p, p + n): the panels are streamed whole every decode step, and with
- * 4 KiB pages every 64 cache lines cross a page (a TLB miss, and the
- * hardware prefetchers stop there).  Measured on TinyLlama's shape,
- * batch-1 decode +7 % (int8) and +8 % (int4-sym), the load's copy 27 %
- * faster (fewer faults to zero); the resident bytes are the same, as
- * every page of the range is written anyway (docs/benchmarks.md,
- * session 25).  Only advice: where transparent huge pages are off the
- * call changes nothing.  MC_NO_THP=1 leaves the pages small (for
- * comparisons). */
-static void advise_huge(void *p, size_t n)
-{
-    const char *off = getenv("MC_NO_THP");
-    if (off && *off && *off != '0')
-        return;
-    uintptr_t a = ((uintptr_t)p + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
-    uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)((2u << 20) - 1);
-    if (b > a)
-        (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
-}
-
 static void pack_for_cpu(loader *L, unsigned flags)
 {
     rt_model *m = L->m;
