@@ -323,10 +323,25 @@ static size_t model_matrices(rt_model *m, kn_matrix **out)
  * copying it would hold those weights twice, over the plan. */
 static int pack_wanted(const kn_matrix *w)
 {
-    return kn_pack16_ok(w) &&
+    return kn_cpu_has_avx512() && !kn_float_dot() && kn_pack16_ok(w) &&
            fmt_mapguard_covers(w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols)) &&
            fmt_mapguard_covers(w->scales, (size_t)kn_wformat_scale_bytes(w->fmt, w->rows, w->cols,
                                                                          w->group));
+}
+
+/* 1 if pack_for_cpu copies f16 w as it is (rows) into its arena: only
+ * for the pages (advise_huge), so on any CPU; mapped, as pack_wanted. */
+static int copy_wanted(const kn_matrix *w)
+{
+    return w->fmt == KN_W_F16 && w->layout == KN_LAYOUT_ROWS &&
+           fmt_mapguard_covers(w->data, (size_t)kn_wformat_data_bytes(w->fmt, w->rows, w->cols));
+}
+
+/* Bytes of w in pack_for_cpu's arena (0: w stays where it is). */
+static uint64_t arena_bytes(const kn_matrix *w)
+{
+    return pack_wanted(w) ? kn_pack16_bytes(w)
+           : copy_wanted(w) ? kn_wformat_data_bytes(w->fmt, w->rows, w->cols) : 0;
 }
 
 #define PACK_ROWS 128u /* rows a packing step copies (a multiple of 16; the
@@ -364,6 +379,17 @@ static void *pack_worker(void *arg)
         if (!j->dst[i])
             continue;
         j->src[i] = *w;
+        if (w->fmt == KN_W_F16) { /* copy_wanted: rows as they are */
+            const uint64_t rb = kn_wformat_data_bytes(w->fmt, 1, w->cols);
+            for (uint32_t r = 0; r < w->rows; r += PACK_ROWS) {
+                uint32_t n = w->rows - r < PACK_ROWS ? w->rows - r : PACK_ROWS;
+                memcpy(j->dst[i] + r * rb, (const uint8_t *)w->data + r * rb, n * rb);
+                fmt_mapguard_drop((const uint8_t *)w->data + r * rb, (size_t)(n * rb));
+            }
+            drop_source(w);
+            w->data = j->dst[i];
+            continue;
+        }
         /* PACK_ROWS rows at a time (panels are independent), each piece's
          * source dropped once copied: the load holds at most a piece per
          * thread twice, never a whole matrix.  Whole pages, rounded out:
@@ -392,7 +418,7 @@ static void *pack_worker(void *arg)
 }
 
 /* Ask the kernel for 2 MiB pages over the whole 2 MiB pages inside
- * [p, p + n): the panels are streamed whole every decode step, and with
+ * [p, p + n): the weights are streamed whole every decode step, and with
  * 4 KiB pages every 64 cache lines cross a page (a TLB miss each).
  * Measured on TinyLlama's shape, batch-1 decode +7 % (int8) and +8 %
  * (int4-sym), the load's copy 27 % faster (fewer faults to zero); the
@@ -413,7 +439,10 @@ static void advise_huge(void *p, size_t n)
 
 /* On a CPU with AVX-512 VNNI, copy the int4-sym and int8 matrices into
  * 16-row panels (kn_pack16.h: decode reads one stream, the prefill GEMM
- * skips its transposes) unless the plan is for the GPU or MC_NO_REPACK is set.
+ * skips its transposes), and on any CPU the f16 ones as they are, for
+ * the 2 MiB pages alone (TinyLlama's shape, batch-1 decode +11 %, the
+ * open 0.13 -> 0.36-0.54 s: docs/benchmarks.md, session 25), unless the
+ * plan is for the GPU or MC_NO_REPACK is set.
  * Each source range is dropped from the resident set once copied (a
  * mapped section: it is read back from the file if touched), so the
  * process holds the weights once, as the plan counts them; matrices in
@@ -430,8 +459,7 @@ static void pack_for_cpu(loader *L, unsigned flags)
     rt_model *m = L->m;
     const char *off = getenv("MC_NO_REPACK");
     if ((flags & RT_ART_ROWS) || (m->has_plan && m->plan.cuda) ||
-        (off && *off && *off != '0') ||
-        !kn_cpu_has_avx512() || kn_float_dot())
+        (off && *off && *off != '0'))
         return;
     size_t cap = (size_t)m->cfg.num_layers * 7 + 2;
     kn_matrix **ms = mc_malloc_array(cap, sizeof *ms);
@@ -446,8 +474,7 @@ static void pack_for_cpu(loader *L, unsigned flags)
     pack_job job = {ms, dst, src, model_matrices(m, ms), 0};
     uint64_t total = 0;
     for (size_t i = 0; i < job.n; i++)
-        if (pack_wanted(ms[i]))
-            total += (kn_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
+        total += (arena_bytes(ms[i]) + 63) & ~(uint64_t)63;
     if (total == 0 || total > SIZE_MAX - 64 ||
         !(L->o->packed = mc_malloc((size_t)total + 64))) {
         mc_free(ms);
@@ -458,9 +485,9 @@ static void pack_for_cpu(loader *L, unsigned flags)
     advise_huge(L->o->packed, (size_t)total + 64);
     uint8_t *at = (uint8_t *)(((uintptr_t)L->o->packed + 63) & ~(uintptr_t)63);
     for (size_t i = 0; i < job.n; i++)
-        if (pack_wanted(ms[i])) {
+        if (arena_bytes(ms[i])) {
             dst[i] = at;
-            at += (kn_pack16_bytes(ms[i]) + 63) & ~(uint64_t)63;
+            at += (arena_bytes(ms[i]) + 63) & ~(uint64_t)63;
         }
     int ncpu = kn_cpu_count();
     int nth = ncpu > 4 ? 4 : ncpu, started = 0;
