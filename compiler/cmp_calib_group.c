@@ -104,14 +104,50 @@ static mc_status group_energies(const layer_ctx *c, const int *slots, int n,
     return MC_OK;
 }
 
-/* sum_t (W x_f,t) . (Q x_q,t) = sum of W C (wc: [rows][cols]) times Q,
- * element by element, in order. */
-static double wc_cross(const double *wc, const float *q, size_t n)
+/* sum_t (W x_f,t) . (Q x_q,t) = sum of W C times Q, element by element,
+ * in order: rows rows of K, W C's rows pitch apart (wc: [..][pitch]),
+ * Q's packed ([rows][K]); one chain over them all. */
+static double wc_cross(const double *wc, size_t pitch, const float *q,
+                       uint32_t rows, uint32_t K)
 {
     double s = 0.0;
-    for (size_t k = 0; k < n; k++)
-        s += wc[k] * q[k];
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t k = 0; k < K; k++)
+            s += wc[r * pitch + k] * q[(size_t)r * K + k];
     return s;
+}
+
+/* The relative output error of wq [rows][K] standing for w [rows][K] in
+ * tap point tp's linear, with energy the rows' own (ef: tr(W Hf W^T) or
+ * sum ||W x_f||^2 where the point has C or W C; dl: tr(W Hq W^T) where it
+ * is lean): against the full-precision outputs (a cross term, one output
+ * error), or on the linear's own inputs (one output error; then also
+ * *loc, else -1).  WC: down's W C rows, wc_pitch apart (NULL: C, or
+ * lean).  MC_ERR_NOMEM where a measure's work space could not be had. */
+static mc_status output_rel(const layer_ctx *c, int tp, const float *w,
+                            const float *wq, uint32_t rows, uint32_t K,
+                            const double *WC, size_t wc_pitch, double energy,
+                            double *rel, double *loc, mc_error *err)
+{
+    kn_pool *p = c->o->pool;
+    const cmp_hessian *h = &c->acc.h[tp];
+    const double *C = c->acc.c[tp];
+    double e = 0.0, cross = 0.0, eq = 0.0;
+    *loc = -1.0;
+    if (C || WC) {
+        cross = WC ? wc_cross(WC, wc_pitch, wq, rows, K)
+                   : cmp_qform_cross_par(p, C, K, w, wq, rows);
+        eq = cmp_hessian_output_error_par(p, h, wq, NULL, rows);
+        e = energy - 2.0 * cross + eq;
+        *rel = energy > 0.0 ? fmax(e, 0.0) / energy : 0.0;
+    } else {
+        e = cmp_hessian_output_error_par(p, h, w, wq, rows);
+        *loc = energy > 0.0 ? e / energy : 0.0;
+        *rel = *loc;
+    }
+    if (isnan(e) || isnan(cross) || isnan(eq))
+        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "output error work space");
+    return MC_OK;
 }
 
 /* A named method's RTN baseline for linear sl on every stride-th row
@@ -124,10 +160,7 @@ static mc_status rtn_baseline(const layer_ctx *c, int sl, uint32_t stride,
 {
     uint32_t R = c->rows[sl], K = c->cols[sl], rs = (R + stride - 1) / stride;
     int tp = LIN_TAP[sl];
-    const cmp_hessian *h = &c->acc.h[tp];
-    const double *C = c->acc.c[tp];
     const double *WC = tp == KN_TAP_DOWN_IN ? c->acc.wc : NULL;
-    kn_pool *p = c->o->pool;
     float *ws = mc_malloc_array((size_t)rs * K, sizeof(float));
     float *wq = mc_malloc_array((size_t)rs * K, sizeof(float));
     if (!ws || !wq) {
@@ -139,32 +172,22 @@ static mc_status rtn_baseline(const layer_ctx *c, int sl, uint32_t stride,
         memcpy(ws + (size_t)j * K, c->w[sl] + (size_t)j * stride * K,
                (size_t)K * sizeof(float));
     cmp_quant_fake(c->fmt[sl], c->o->group, ws, NULL, rs, K, wq);
-    double e = 0.0, ef = 0.0, cross = 0.0, eq = 0.0;
-    *loc = -1.0;
-    if (C || WC) {
-        if (WC)
-            for (uint32_t j = 0; j < rs; j++) {
-                size_t r = (size_t)j * stride;
-                ef += c->acc.y_energy_row[r];
-                cross += wc_cross(WC + r * K, wq + (size_t)j * K, K);
-            }
-        else {
-            ef = cmp_hessian_output_error_par(p, &c->acc.hf[tp], ws, NULL, rs);
-            cross = cmp_qform_cross_par(p, C, K, ws, wq, rs);
-        }
-        eq = cmp_hessian_output_error_par(p, h, wq, NULL, rs);
-        *rel = ef > 0.0 ? fmax(ef - 2.0 * cross + eq, 0.0) / ef : 0.0;
-    } else {
-        e = cmp_hessian_output_error_par(p, h, ws, wq, rs);
-        ef = cmp_hessian_output_error_par(p, h, ws, NULL, rs);
-        *loc = ef > 0.0 ? e / ef : 0.0;
-        *rel = *loc;
-    }
+    /* the sample's energy, as group_energies has the whole matrix's */
+    double energy = 0.0;
+    if (WC)
+        for (uint32_t j = 0; j < rs; j++)
+            energy += c->acc.y_energy_row[(size_t)j * stride];
+    else
+        energy = cmp_hessian_output_error_par(c->o->pool,
+                                              c->acc.c[tp] ? &c->acc.hf[tp] : &c->acc.h[tp],
+                                              ws, NULL, rs);
+    mc_status st = isnan(energy)
+                       ? mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "output error work space")
+                       : output_rel(c, tp, ws, wq, rs, K, WC, (size_t)stride * K, energy,
+                                    rel, loc, err);
     mc_free(ws);
     mc_free(wq);
-    if (isnan(e) || isnan(ef) || isnan(cross) || isnan(eq))
-        return mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1, "output error work space");
-    return MC_OK;
+    return st;
 }
 
 /* Quantize n linears of one input group with one candidate method.  s:
@@ -290,27 +313,8 @@ static mc_status run_candidate(layer_ctx *c, const int *slots, int n,
                 for (uint32_t r = 0; r < R; r++)
                     for (uint32_t k = 0; k < K; k++)
                         wc[(size_t)r * K + k] /= s[k];
-            kn_pool *p = c->o->pool;
-            double el = 0.0, cross = 0.0, eq = 0.0;
-            loc[i] = -1.0;
-            if (C || WC) {
-                double ef = g->ef[i];
-                cross = WC ? wc_cross(WC, wc, nel)
-                           : cmp_qform_cross_par(p, C, K, c->w[sl], wc, R);
-                eq = cmp_hessian_output_error_par(p, h, wc, NULL, R);
-                double e = ef - 2.0 * cross + eq;
-                rel[i] = ef > 0.0 ? fmax(e, 0.0) / ef : 0.0;
-            } else {
-                /* lean statistics: own inputs only */
-                el = cmp_hessian_output_error_par(p, h, c->w[sl], wc, R);
-                double dl = g->dl[i];
-                loc[i] = dl > 0.0 ? el / dl : 0.0;
-                rel[i] = loc[i];
-            }
-            /* NaN: a measure's work space could not be allocated */
-            if (isnan(el) || isnan(cross) || isnan(eq))
-                st = mc_fail(err, MC_ERR_NOMEM, NULL, NULL, -1,
-                             "output error work space");
+            st = output_rel(c, tp, c->w[sl], wc, R, K, WC, K,
+                            C || WC ? g->ef[i] : g->dl[i], &rel[i], &loc[i], err);
         }
         mc_free(ws);
         mc_free(wc);
