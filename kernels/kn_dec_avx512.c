@@ -29,9 +29,15 @@
  * tokens = 24 zmm accumulators (48 chains; canon_blk has 3 rows x 4
  * tokens = 12), so each converted weight vector feeds all T tokens (the
  * AVX2 kernel converts every weight again for each group of 4 tokens)
- * and each broadcast feeds 3 FMAs.  The column block stays the outer loop
- * (canon_fmt says why) and the L2 (T1) prefetch of the rows KN_D5_PF on
- * is canon_blk's (its comment says why Zen 4 needs it).
+ * and each broadcast feeds 3 FMAs.  Unlike canon_fmt, the row tile is the
+ * outer loop (each tile's rows read whole, every column block in order;
+ * Y takes the blocks' sums in the same order either way): with all T
+ * tokens in one tile the weights need no reuse from L1, the T x cols
+ * inputs (up to 180 KiB) are read from L2, and the tile's bytes are one
+ * sequential stream, prefetched as one into L2 KN_D5_PF rows on (blk).
+ * Measured against the column block outermost (session 26, TinyLlama
+ * f16, bench_vs tg8, interleaved pairs): 73-75 -> 78-80 tok/s, and the
+ * one-stream prefetch 78.5 -> 81.9.
  *
  * Code size: ONE copy of the tile per format.  The token count is a
  * runtime value: each 8-column step jumps into the unrolled sequence of
@@ -159,9 +165,9 @@ KN_AI void blk(const kn_matrix *W, const float *X, size_t T, float *Y,
     }
     const uint32_t n = cols - c0 < KN_KC ? cols - c0 : KN_KC;
     const uint32_t n32 = n & ~31u, n8 = n & ~7u;
-    /* canon_blk's prefetch: the same columns KN_D5_PF rows on, one line
-     * per 32 columns and row (two for f32), into L2. */
-    const size_t pf = KN_D5_PF * rowb;
+    /* Into L2 (T1), KN_D5_PF rows on; lstep: bytes of 32 columns of a
+     * row (f32 takes two lines, Q8 half of one). */
+    const size_t pf = KN_D5_PF * rowb, lstep = 32 * esz;
     __m512 acc[KN_D5_P][KN_D5_T];
     #pragma GCC unroll 16
     for (int p = 0; p < KN_D5_P; p++)
@@ -170,10 +176,20 @@ KN_AI void blk(const kn_matrix *W, const float *X, size_t T, float *Y,
             acc[p][t] = _mm512_setzero_ps();
     const float *Xc = X + c0;
     for (uint32_t k = 0; k < n32; k += 32) {
+        /* The tile's R rows are contiguous and dec_fmt reads them whole
+         * before the next tile, so prefetch them as ONE stream: the
+         * R x lstep bytes these 32 columns take, at their position in
+         * the tile.  The hardware prefetcher alone does little here (a
+         * batch-1 trial kernel went from ~20 to 8.7 tok/s on TinyLlama
+         * f16 with its prefetches made useless), and the same lines
+         * fetched row by row (6 streams) measured 4 % slower at T = 8
+         * (docs/benchmarks.md, session 26). */
+        const char *q = (const char *)base + (size_t)r * rowb +
+                        (size_t)(c0 + k) * esz * R + pf;
         #pragma GCC unroll 16
         for (int p = 0; p < KN_D5_P; p++) {
-            const char *qa = (const char *)pa[p] + (size_t)(c0 + k) * esz + pf;
-            const char *qb = (const char *)pb[p] + (size_t)(c0 + k) * esz + pf;
+            const char *qa = q + (size_t)(2 * p) * lstep;
+            const char *qb = q + (size_t)(2 * p + 1) * lstep;
             _mm_prefetch(qa, _MM_HINT_T1);
             _mm_prefetch(qb, _MM_HINT_T1);
             if (fmt == KN_W_F32) {
@@ -227,14 +243,14 @@ KN_AI void blk(const kn_matrix *W, const float *X, size_t T, float *Y,
     }
 }
 
-/* Rows [r0, r1), tokens [0, T), column block outermost (canon_fmt).  Not
+/* Rows [r0, r1), tokens [0, T), row tile outermost (see the top).  Not
  * inlined into one another: one copy per format. */
 KN_AI void dec_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
                    uint32_t r0, uint32_t r1, int fmt)
 {
     const uint32_t tile = 2 * KN_D5_P;
-    for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
-        for (uint32_t r = r0; r < r1; r += tile)
+    for (uint32_t r = r0; r < r1; r += tile)
+        for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
             blk(W, X, T, Y, r, r1 - r < tile ? r1 - r : tile, c0, fmt);
 }
 

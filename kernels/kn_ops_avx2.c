@@ -124,7 +124,9 @@ int kn_avx2_matmul_supported(const kn_matrix *W)
  * is free: canon_fmt picks it for the cache (see there). */
 
 /* Column block [c0, c0 + KN_KC) of rows r .. r+R-1 for tokens t0 .. t0+T-1:
- * Y[t][row] += the block's sum.  pf: prefetch the rows KN_PF_ROWS on. */
+ * Y[t][row] += the block's sum.  pf_on: prefetch the rows KN_PF_ROWS on
+ * (1: each row's columns; 2: the rows as one stream, when the caller
+ * reads the tile's rows whole before the next tile). */
 KN_AI void canon_blk(const kn_matrix *W, const float *X, float *Y, uint32_t r,
                      uint32_t c0, size_t t0, int fmt, int R, int T, int pf_on)
 {
@@ -136,7 +138,11 @@ KN_AI void canon_blk(const kn_matrix *W, const float *X, float *Y, uint32_t r,
      * too little of each stream to get ahead.  Into L2 (T1), not L1:
      * on Zen 4, with 4 interleaved 1152-byte rows, T0 prefetches read
      * 10 GB/s on one core, T1 ones 19 (a plain sequential read 23); this
-     * kernel's f16 GEMV went 9.3 -> 23.4 GB/s (docs/benchmarks.md). */
+     * kernel's f16 GEMV went 9.3 -> 23.4 GB/s (docs/benchmarks.md).
+     * With pf_on == 2 the same lines in the order they lie in memory (the
+     * tile's rows one after another): TinyLlama f16 batch 1 on one core
+     * 12.6-12.8 -> 14.2-15.2 tok/s, at the one-core read probe's rate
+     * (session 26). */
     size_t ebits = fmt == KN_W_F32 ? 32 : fmt == KN_W_Q8 ? 8
                  : (fmt == KN_W_F16 || fmt == KN_W_BF16) ? 16 : 4;
     size_t pf = KN_PF_ROWS * (fmt == KN_W_Q4 || fmt == KN_W_Q4S
@@ -162,7 +168,13 @@ KN_AI void canon_blk(const kn_matrix *W, const float *X, float *Y, uint32_t r,
         if (pf_on)
             #pragma GCC unroll 16
             for (int i = 0; i < R; i++) {
-                const uint8_t *a = rp[i].data + (size_t)(c0 + k) * ebits / 8 + pf;
+                /* pf_on == 2: rows r .. r+R-1 are read whole, one tile
+                 * after another (canon_rows), so their bytes are one
+                 * stream: its R lines for these 32 columns */
+                const uint8_t *a = pf_on == 2
+                    ? rp[0].data + (size_t)(c0 + k) * ebits / 8 * (size_t)R +
+                          (size_t)i * 4 * ebits + pf
+                    : rp[i].data + (size_t)(c0 + k) * ebits / 8 + pf;
                 _mm_prefetch((const char *)a, _MM_HINT_T1);
                 if (fmt == KN_W_F32)
                     _mm_prefetch((const char *)a + 64, _MM_HINT_T1);
@@ -232,7 +244,7 @@ KN_AI void canon_rows(const kn_matrix *W, const float *X, float *Y,
                       uint32_t r, size_t t0, int fmt, int R, int T)
 {
     for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
-        canon_blk(W, X, Y, r, c0, t0, fmt, R, T, 1);
+        canon_blk(W, X, Y, r, c0, t0, fmt, R, T, 2);
 }
 
 /* 3 rows from r, tokens [0, T) of one column block, in token groups of 4

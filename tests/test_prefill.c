@@ -215,6 +215,7 @@ static void test_decode_avx512_bit_identical_to_avx2_all_formats(void **st)
     static const mshape sh[] = {
         {19, 1100}, {13, 37}, {5, 1037}, {7, 532}, {1, 520}, {11, 2100},
         {6, 1048}, {4, 64}, {2, 13}, {3, 8}, {29, 1100}, {3, 5},
+        {5, 2560}, {9, 3584}, {4, 1536}, {3, 2048}, {7, 4100},
     };
     static const size_t Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     if (!cmp_avx512_avx2(sh, sizeof sh / sizeof sh[0], Ts, sizeof Ts / sizeof Ts[0], "decode"))
