@@ -5,8 +5,8 @@
  * Matmul has two shapes of work:
  *  - decode (T <= 8 tokens): memory bound at T = 1.  Each weight row is
  *    streamed once, dequantized 8 columns at a time in registers and
- *    multiplied into the tokens while it is in registers; 2-8 tokens run
- *    column block by column block so that the inputs stay in L1
+ *    multiplied into the tokens while it is in registers; a row tile is
+ *    read whole before the next, so the weights are one stream
  *    (canon_fmt).
  *  - prefill (T > 8): compute bound, the GEMM of kn_gemm_avx2.c, which
  *    dequantizes through kn_avx2_dequant_block below.
@@ -254,22 +254,27 @@ KN_AI void canon_tile3(const kn_matrix *W, const float *X, size_t T, float *Y,
 {
     size_t t = 0;
     for (; t + 4 <= T; t += 4)
-        canon_blk(W, X, Y, r, c0, t, fmt, 3, 4, t == 0);
+        canon_blk(W, X, Y, r, c0, t, fmt, 3, 4, t == 0 ? 2 : 0);
     switch (T - t) {
-    case 3: canon_blk(W, X, Y, r, c0, t, fmt, 3, 3, t == 0); break;
-    case 2: canon_blk(W, X, Y, r, c0, t, fmt, 3, 2, t == 0); break;
-    case 1: canon_blk(W, X, Y, r, c0, t, fmt, 3, 1, t == 0); break;
+    case 3: canon_blk(W, X, Y, r, c0, t, fmt, 3, 3, t == 0 ? 2 : 0); break;
+    case 2: canon_blk(W, X, Y, r, c0, t, fmt, 3, 2, t == 0 ? 2 : 0); break;
+    case 1: canon_blk(W, X, Y, r, c0, t, fmt, 3, 1, t == 0 ? 2 : 0); break;
     default: break;
     }
 }
 
-/* Rows [r0, r1) for T <= 8 tokens.  One token: row tiles of 4, each over
- * the whole row (the input, a few KiB, stays in L1).  2-8 tokens: the
- * input is T x cols floats (180 KiB at 8 x 5632), more than L1, so the
- * column block is the outer loop: its T x 512 inputs (16 KiB at T = 8)
- * stay in L1 while all the rows' weights stream past once, and each
- * 3-row tile's dequantized weights are reused by every token group from
- * L1 too.  Each weight byte still comes from memory once per step. */
+/* Rows [r0, r1) for T <= 8 tokens, one row tile after another, each over
+ * its whole rows, so a thread's weights are one sequential stream and
+ * are prefetched as one (canon_blk's pf_on == 2).  One token: tiles of 4
+ * rows (the input, a few KiB, stays in L1).  2-8 tokens: tiles of 3 rows,
+ * every column block in order, token groups of 4 within a block (the
+ * block's dequantized weights reused from L1); the T x cols inputs (180
+ * KiB at 8 x 5632) come from L2.  Until session 26 the column block was
+ * the outer loop (to keep its T x 512 inputs in L1), which read each row
+ * in 512-column pieces across all the rows: TinyLlama f16 batch 8 with
+ * AVX2 alone (MC_NO_AVX512=1) went 55.9-57.1 -> 62.3-63.4 tok/s with the
+ * tile outermost, interleaved.  Each weight byte still comes from memory
+ * once per step. */
 KN_AI void canon_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
                      uint32_t r0, uint32_t r1, int fmt)
 {
@@ -280,8 +285,8 @@ KN_AI void canon_fmt(const kn_matrix *W, const float *X, size_t T, float *Y,
             canon_rows(W, X, Y, r, 0, fmt, 4, 1);
     } else {
         r4 = r0 + (r1 - r0) / 3 * 3;
-        for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
-            for (uint32_t r = r0; r < r4; r += 3)
+        for (uint32_t r = r0; r < r4; r += 3)
+            for (uint32_t c0 = 0; c0 < W->cols; c0 += KN_KC)
                 canon_tile3(W, X, T, Y, r, c0, fmt);
     }
 #define KN_C1(tt)                                                              \
