@@ -61,7 +61,9 @@
  * KN_D5_PF 12 against canon_blk's 8 (first version, 5 rounds, load
  * 2.7): gate/up and down 5-12 % faster at T = 2, 4, 8, q/o 2048x2048 as
  * fast at T = 8 but 13-29 % slower at T = 2-4.  Not tried: 2 row pairs
- * (4 x 8) instead of 3, T = 1.
+ * (4 x 8) instead of 3.  T = 1 stays on canon_rows: a one-token kernel
+ * here taking one row's four column blocks at once (two per zmm, two rows
+ * a pass) measured 6 % slower on one core (session 26, dropped).
  */
 #include <immintrin.h>
 

@@ -208,7 +208,9 @@ static void test_gemm_avx512_bit_identical_to_avx2_all_formats(void **st)
  * short tile repeats its last row in the missing slots) and that 2 threads
  * split unevenly (each half ending in a short tile), columns with a ragged
  * KN_KC block whose length is not a multiple of 32 or 8 (whole 8-groups
- * past the last 32, a scalar tail), shorter than 32 and shorter than 8. */
+ * past the last 32, a scalar tail), shorter than 32 and shorter than 8,
+ * and rows of 3 to 8 column blocks (the blocks a row tile walks in order
+ * before the next tile). */
 static void test_decode_avx512_bit_identical_to_avx2_all_formats(void **st)
 {
     (void)st;
