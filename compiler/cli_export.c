@@ -172,9 +172,9 @@ int cmp_cli_export(int argc, char **argv)
                    rep.fallback == 1 ? "" : "s", rep.fallback_first,
                    rep.fallback_why);
         if (rep.dense_embed)
-            printf("  the int8 embeddings (the tied output layer) written "
-                   "dequantized in float32: the engines look them up "
-                   "dense\n");
+            printf("  the quantized embeddings (the tied output layer) "
+                   "written dequantized in float32: the engines look them "
+                   "up dense\n");
         if (rep.q8_exact)
             printf("  Q8_0 from int8, bit-exact (each row's scale an f16 "
                    "value): %s\n", rep.q8_exact_names);

@@ -156,14 +156,15 @@ static int on_lm_head(void *base, const mc_opt *row, const char *flag,
         const char *name;
         kn_wformat f;
     } c[] = {{"f32", KN_W_F32}, {"f16", KN_W_F16}, {"bf16", KN_W_BF16},
-             {"int8", KN_W_Q8}};
+             {"int8", KN_W_Q8}, {"int4", KN_W_Q4}, {"int4-sym", KN_W_Q4S}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         if (strcmp(v, c[i].name) == 0) {
             r->policy.lm_head_set = 1; /* also kept by a later --quant */
             r->policy.lm_head_fmt = c[i].f;
             return 0;
         }
-    snprintf(why, n, "%s: expected f32, f16, bf16 or int8, got '%s'", flag, v);
+    snprintf(why, n, "%s: expected f32, f16, bf16, int8, int4 or int4-sym, "
+             "got '%s'", flag, v);
     return -1;
 }
 
@@ -231,11 +232,13 @@ const mc_opt cmp_cli_plan_opts[] = {
      .help = "threads the plan is sized for (default 4)"},
     {.kind = MC_OPT_CALL, .flags = "--lm-head", .value = "F",
      .call = on_lm_head,
-     .help = "output layer f32 | f16 | bf16 | int8 (default: int8\n"
-             "with quantized linears; one untied by the rotation:\n"
-             "f32 from an f32 checkpoint, else the embedding's\n"
-             "format); tied, the output layer is the embedding:\n"
-             "its format (f16 keeps a float embedding)"},
+     .help = "output layer f32 | f16 | bf16 | int8 | int4 |\n"
+             "int4-sym (default: int8 with quantized linears; one\n"
+             "untied by the rotation: f32 from an f32 checkpoint,\n"
+             "else the embedding's format); int4 at --group, round\n"
+             "to nearest, as GGUF's --pure Q4_0 / Q4_1; tied, the\n"
+             "output layer is the embedding: its format (f16 keeps\n"
+             "a float embedding)"},
     {.kind = MC_OPT_CALL, .flags = "--kv", .value = "f16|int8|f32",
      .call = on_kv, .help = "KV cache type (default f16)"},
     {.kind = MC_OPT_CALL, .flags = "--device", .value = "cpu|cuda",

@@ -114,7 +114,7 @@ void cmp_cli_print_plan(FILE *o, const fmt_model_config *cfg,
             cfg->vocab_size, (unsigned long long)p->params);
     fprintf(o, "weights: --quant %s (linear %s%s), KV %s, device %s\n",
             p->req.policy.quant, kn_wformat_name(p->req.policy.linear),
-            p->req.policy.group ? " groups" : "",
+            cmp_wpolicy_linear_group(&p->req.policy) ? " groups" : "",
             kn_kvtype_name(p->limits.kv_type),
             p->req.device == CMP_DEV_CUDA ? "cuda" : "cpu");
     fprintf(o, "plan: batch %u x context %llu (%s), prefill chunk %u, "

@@ -187,7 +187,15 @@ typedef struct cmp_calib_opts {
     double damp;             /* GPTQ dampening; 0 -> 0.01 */
     size_t heldout;          /* last sequences kept out of calibration and
                                 used for the summary (0 = none) */
-    int lm_head_q8;          /* 1: output layer int8 per channel (RTN) */
+    kn_wformat lm_head_fmt;  /* the output layer as the artifact stores
+                                it: Q8 (per row), Q4 or Q4S (at .group)
+                                quantize it, RTN, for the held-out view;
+                                F32 (0), F16, BF16: left float */
+    kn_wformat embed_fmt;    /* the embedding as the artifact stores it,
+                                for the held-out view's lookups: F16 / BF16
+                                round its rows; F32 (0): the source's.  An
+                                unrotated tied model's quantized output
+                                layer (lm_head_fmt) is its embedding */
     int rotate;              /* 1: rotate the residual stream and value
                                 heads first (cmp_rotate.h); ignored (the
                                 result says so) when the width does not
@@ -494,7 +502,8 @@ typedef struct cmp_calib_result {
     float **attn_norm;       /* [layers] -> [hidden] into vecs */
     float **mlp_norm;        /* [layers] -> [hidden] */
     float **bias;            /* [layers][CMP_LIN_COUNT] -> bias or NULL */
-    cmp_qbuf lm_head;        /* when lm_head_q8: owned buffers; else data NULL */
+    cmp_qbuf lm_head;        /* lm_head_fmt quantized: owned buffers;
+                                else data NULL */
     int full_bf16;           /* 1: the full-precision weights multiplied
                                 in bfloat16 (cmp_calib_opts.full_bf16) */
     int rotated;             /* 1: the model below is the rotated one: its

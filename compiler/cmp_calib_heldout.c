@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cmp_calib_internal.h"
+#include "fmt_dtype.h"
 #include "mc_alloc.h"
 
 struct cmp_heldout {
@@ -51,28 +52,36 @@ uint64_t cmp_heldout_state_bytes(const fmt_model_config *c, const size_t *off,
              : 0;
 }
 
-/* The quantized model's embedding of token `tok` into x [hidden], as the
- * calibration's view (cmp_calib_view) looks it up: the rotated row, or,
- * when q8 (unrotated, tied, int8 output layer), the row through int8 as
- * lm_head_q8 (cmp_calib_run.c) quantizes it: per row, so one row alone
- * gives the same codes and scale. */
+/* The quantized model's embedding of token `tok` into x [hidden] (the
+ * source's row on entry), as the artifact stores it: rotated by rot when
+ * given, then in fmt: F16 / BF16 rounded as the writer rounds (RNE), or,
+ * quantized (an unrotated tied model, whose output layer is its
+ * embedding), the row through fmt as lm_head_quant (cmp_calib_run.c)
+ * quantizes it: per row (int8) or per group of a row (int4), so one row
+ * alone gives the same codes and parameters.  F32: as it is. */
 static mc_status embed_quant(const rt_model *m, const cmp_rotation *rot,
-                             int q8, int32_t tok, float *x, mc_error *err)
+                             kn_wformat fmt, uint32_t group, int32_t tok,
+                             float *x, mc_error *err)
 {
-    if (rot) {
+    uint32_t H = m->cfg.hidden_size;
+    if (rot)
         cmp_rotate_hidden(rot, x);
+    if (fmt == KN_W_F16 || fmt == KN_W_BF16) {
+        for (uint32_t c = 0; c < H; c++)
+            x[c] = fmt == KN_W_F16 ? fmt_f16_to_f32(fmt_f32_to_f16(x[c]))
+                                   : fmt_bf16_to_f32(fmt_f32_to_bf16(x[c]));
         return MC_OK;
     }
-    if (!q8)
+    if (rot || !cmp_quant_is_quantized(fmt))
         return MC_OK;
     cmp_qbuf b;
-    uint32_t H = m->cfg.hidden_size;
-    mc_status st = cmp_calib_qbuf_alloc(&b, KN_W_Q8, 1, H, 0);
+    mc_status st = cmp_calib_qbuf_alloc(&b, fmt, 1, H, group);
     if (st != MC_OK) {
         cmp_calib_qbuf_release(&b);
         return mc_fail(err, st, NULL, "lm_head", -1, "held-out embedding row");
     }
-    b.q8scale = CMP_Q8_EMBED;
+    if (fmt == KN_W_Q8)
+        b.q8scale = CMP_Q8_EMBED;
     kn_matrix_row(&m->lm_head, (uint32_t)tok, x);
     st = cmp_quant_matrix(x, NULL, &b, err);
     if (st == MC_OK) {
@@ -85,8 +94,9 @@ static mc_status embed_quant(const rt_model *m, const cmp_rotation *rot,
 
 mc_status cmp_heldout_create(const rt_model *m, const int32_t *tok,
                              const size_t *off, size_t n,
-                             const cmp_rotation *rot, int q8_embed,
-                             kn_pool *pool, cmp_heldout **out, mc_error *err)
+                             const cmp_rotation *rot, kn_wformat embed_fmt,
+                             uint32_t group, kn_pool *pool, cmp_heldout **out,
+                             mc_error *err)
 {
     *out = NULL;
     cmp_heldout *h = mc_calloc(1, sizeof *h);
@@ -117,7 +127,7 @@ mc_status cmp_heldout_create(const rt_model *m, const int32_t *tok,
         if (st == MC_OK)
             memcpy(xq, xr, T * h->hidden * sizeof(float));
         for (size_t t = 0; t < T && st == MC_OK; t++)
-            st = embed_quant(m, rot, q8_embed, tok[off[i] + t],
+            st = embed_quant(m, rot, embed_fmt, group, tok[off[i] + t],
                              xq + t * h->hidden, err);
     }
     return st;

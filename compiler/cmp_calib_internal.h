@@ -199,15 +199,17 @@ typedef struct cmp_heldout cmp_heldout;
 /* States for the n sequences seq i = tok[off[i] .. off[i+1]) of source
  * model m (borrowed, as tok and off: they must outlive it): the
  * reference's embeddings, and the quantized model's as its view will look
- * them up: rotated by rot (NULL: not rotated), or through int8 when
- * q8_embed (unrotated tied model whose output layer, its embedding, is
- * int8).  *out is set even on failure (free it with cmp_heldout_free).
+ * them up: rotated by rot (NULL: not rotated), then in embed_fmt, the
+ * artifact's: F16 / BF16 rounded, or through Q8 / Q4 / Q4S (at group) for
+ * an unrotated tied model whose output layer, its embedding, is quantized
+ * (F32: as they are).  *out is set even on failure (free it with cmp_heldout_free).
  * MC_ERR_INVALID_ARG for a sequence past the context or a token outside
  * the vocabulary, MC_ERR_NOMEM. */
 mc_status cmp_heldout_create(const rt_model *m, const int32_t *tok,
                              const size_t *off, size_t n,
-                             const cmp_rotation *rot, int q8_embed,
-                             kn_pool *pool, cmp_heldout **out, mc_error *err);
+                             const cmp_rotation *rot, kn_wformat embed_fmt,
+                             uint32_t group, kn_pool *pool, cmp_heldout **out,
+                             mc_error *err);
 /* Move both state sets through one block: ref (the source's) and quant
  * (the calibrated one), of dims d.  A no-op after cmp_heldout_blocks_done. */
 void cmp_heldout_block(cmp_heldout *h, const kn_block_weights *ref,

@@ -410,17 +410,18 @@ mc_status cmp_calib_memory(const fmt_model_config *cfg, const size_t *off,
     end.states = held;
     end.result = tables + spill_list + kept;
     uint64_t vh = blk(V * H * sizeof(float));
-    uint64_t lmq = o->lm_head_q8 ? qbytes(KN_W_Q8, (uint32_t)V, (uint32_t)H, 0) : 0;
+    /* the output layer quantized for the held-out view (0: kept float) */
+    uint64_t lmq = qbytes(o->lm_head_fmt, (uint32_t)V, (uint32_t)H, o->group);
     end.phase = "ends";
     if (rotate) {
         /* embed (spilled before the output layer is made), output layer,
-         * its int8 copy */
+         * its quantized copy */
         end.ends = (o->spill_dir ? vh : 2 * vh) + blk(H * sizeof(float)) + lmq;
         if (o->spill_dir)
             spill += 2 * vh + lmq;
         else
             end.result += 2 * vh + blk(H * sizeof(float)) + lmq;
-    } else if (o->lm_head_q8) {
+    } else if (lmq) {
         end.ends = vh + lmq;
         if (o->spill_dir)
             spill += lmq;

@@ -119,6 +119,10 @@ static mc_status check_opts(const rt_model *m, const size_t *off, size_t nseq,
                 o->group != 32 && o->group != 64 && o->group != 128)
                 return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
                                "int4 group must be 32, 64 or 128, not %u", o->group);
+    if ((o->lm_head_fmt == KN_W_Q4 || o->lm_head_fmt == KN_W_Q4S) &&
+        o->group != 32 && o->group != 64 && o->group != 128)
+        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
+                       "int4 group must be 32, 64 or 128, not %u", o->group);
     if (o->stages != 0 && o->stages != 1 && o->stages != 2 && o->stages != 4)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "stages", -1,
                        "statistics stages must be 1, 2 or 4, not %u", o->stages);
@@ -272,14 +276,17 @@ static mc_status layers_run(const rt_model *m, const cmp_calib_opts *o,
     return MC_OK;
 }
 
-/* The output layer in int8 (o->lm_head_q8): the rotated one, or the
- * model's. */
-static mc_status lm_head_q8(const rt_model *m, cmp_calib_result *r, mc_error *err)
+/* The output layer quantized as the artifact stores it (o->lm_head_fmt,
+ * RTN, as the writer rounds it): the rotated one, or the model's. */
+static mc_status lm_head_quant(const rt_model *m, const cmp_calib_opts *o,
+                               cmp_calib_result *r, mc_error *err)
 {
     const kn_matrix *lm = &m->lm_head;
+    kn_wformat f = o->lm_head_fmt;
     float *w = r->rotated ? r->lm_head_f32
                           : mc_malloc_array((size_t)lm->rows * lm->cols, sizeof(float));
-    if (!w || cmp_calib_qbuf_alloc(&r->lm_head, KN_W_Q8, lm->rows, lm->cols, 0) != MC_OK) {
+    if (!w || cmp_calib_qbuf_alloc(&r->lm_head, f, lm->rows, lm->cols,
+                                   o->group) != MC_OK) {
         if (!r->rotated)
             mc_free(w);
         return mc_fail(err, MC_ERR_NOMEM, NULL, "lm_head", -1, "output layer");
@@ -289,7 +296,7 @@ static mc_status lm_head_q8(const rt_model *m, cmp_calib_result *r, mc_error *er
             kn_matrix_row(lm, i, w + (size_t)i * lm->cols);
     /* unrotated, it is a tied model's embedding: f16-exact row scales, as
      * the writer quantizes it (cmp_compile_qbuf) */
-    if (!r->rotated && m->cfg.tie_word_embeddings)
+    if (f == KN_W_Q8 && !r->rotated && m->cfg.tie_word_embeddings)
         r->lm_head.q8scale = CMP_Q8_EMBED;
     mc_status st = cmp_quant_matrix(w, NULL, &r->lm_head, err);
     if (!r->rotated)
@@ -299,7 +306,7 @@ static mc_status lm_head_q8(const rt_model *m, cmp_calib_result *r, mc_error *er
     return st;
 }
 
-/* After the layers: the rotated ends, the int8 output layer, the spill
+/* After the layers: the rotated ends, the quantized output layer, the spill
  * mapped back, the held-out summary from the carried states (held, or
  * NULL for none). */
 static mc_status ends_run(const rt_model *m, cmp_heldout *held,
@@ -309,7 +316,8 @@ static mc_status ends_run(const rt_model *m, cmp_heldout *held,
     mc_status st = MC_OK;
     if (r->rotated && (st = rotate_ends(m, rot, r, err)) != MC_OK)
         return st;
-    if (o->lm_head_q8 && (st = lm_head_q8(m, r, err)) != MC_OK)
+    if (cmp_quant_is_quantized(o->lm_head_fmt) &&
+        (st = lm_head_quant(m, o, r, err)) != MC_OK)
         return st;
     if (r->spill && r->lm_head_f32 &&
         (st = cmp_spill_put(r->spill, (void **)&r->lm_head_f32,
@@ -376,12 +384,17 @@ mc_status cmp_calib_run(const rt_model *m, const int32_t *tok,
         goto fail;
     }
     const cmp_rotation *rp = r->rotated ? &rot : NULL;
-    /* the quantized model embeds as its view will (cmp_calib_view): the
-     * rotated rows, or an unrotated tied model's int8 output layer */
-    int q8_embed = !r->rotated && o->lm_head_q8 && m->cfg.tie_word_embeddings;
+    /* the quantized model embeds as the artifact will: the rotated rows,
+     * or an unrotated tied model's quantized output layer, in the stored
+     * format */
+    kn_wformat embed_fmt = !r->rotated && m->cfg.tie_word_embeddings &&
+                                   cmp_quant_is_quantized(o->lm_head_fmt)
+                               ? o->lm_head_fmt
+                               : o->embed_fmt;
     if (o->heldout > 0) {
         cmp_clock th = cmp_par_clock();
-        st = cmp_heldout_create(m, tok, off + ncal, o->heldout, rp, q8_embed,
+        st = cmp_heldout_create(m, tok, off + ncal, o->heldout, rp,
+                                embed_fmt, o->group,
                                 o->pool, &held, err);
         cmp_par_clock_add(&r->times.ends, th);
         if (st != MC_OK)

@@ -331,7 +331,7 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
                           (json_int_t)cs->ids->n_seqs, "heldout_sequences",
                           (json_int_t)cs->heldout, "tokens",
                           (json_int_t)r->calib_tokens, "group",
-                          (json_int_t)req->policy.group);
+                          (json_int_t)cmp_wpolicy_linear_group(&req->policy));
     /* Fewer stages than the default are named (the default's manifest
      * stays what it was before the option) */
     if (c && cs->effort.stages != CMP_CALIB_STAGES_DEFAULT &&
@@ -615,7 +615,7 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
     if (st == MC_OK && calib) {
         rep->calib = cs.r;
         cs.r = NULL;
-        rep->calib_group = req.policy.group;
+        rep->calib_group = cmp_wpolicy_linear_group(&req.policy);
         rep->calib_seqs = cs.ids->n_seqs;
         rep->heldout_seqs = cs.heldout;
         rep->auto_total_bytes = cs.is_auto ? cs.autoplan.total_bytes : 0;

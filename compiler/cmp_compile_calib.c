@@ -377,16 +377,15 @@ mc_status cmp_calib_stage_run(const cmp_compile_opts *o,
     co.baseline_rows = o->calib_baseline_rows;
     co.tensor_fmt = req->policy.linear_fmt;
     co.heldout = s->heldout;
-    /* the held-out summary sees the output layer the artifact stores: the
-     * rotated one rounded to int8 as the writer rounds it (RTN), or a
-     * tied model's int8 embedding (cmp_calib_view looks tokens up in it) */
-    co.lm_head_q8 = rotate ? (req->policy.lm_head_set
-                                  ? req->policy.lm_head_fmt == KN_W_Q8
-                                  : !req->policy.lm_head_float)
-                           : cfg->tie_word_embeddings &&
-                                 cmp_plan_role_format(&req->policy,
-                                                      CMP_ROLE_EMBED,
-                                                      1) == KN_W_Q8;
+    /* the held-out summary sees the output layer the artifact stores, in
+     * the plan's format, rounded as the writer rounds it (RTN): the
+     * rotated one, the model's own, or a tied model's embedding
+     * (cmp_calib_view looks tokens up in it) */
+    co.embed_fmt = cmp_plan_role_format(&req->policy, CMP_ROLE_EMBED,
+                                        cfg->tie_word_embeddings);
+    co.lm_head_fmt = cfg->tie_word_embeddings
+                         ? cmp_plan_role_format(&req->policy, CMP_ROLE_EMBED, 1)
+                         : cmp_plan_role_format(&req->policy, CMP_ROLE_LM_HEAD, 0);
     co.progress = o->progress;
     co.progress_ctx = o->progress_ctx;
     co.stages = o->calib_stages;

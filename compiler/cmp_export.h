@@ -78,7 +78,7 @@ typedef struct cmp_export_report {
     size_t fallback;          /* quantized in the input, written float32 */
     char fallback_first[128]; /* first such tensor's name */
     char fallback_why[160];   /* and why the format cannot hold it */
-    int dense_embed;          /* compressed-tensors: an int8 embedding
+    int dense_embed;          /* compressed-tensors: a quantized embedding
                                  written dequantized in float32 (its form
                                  there, not a fallback) */
     uint64_t bytes;           /* bytes written (all files) */

@@ -92,7 +92,7 @@ static mc_status classify(ctx *c, size_t i, const cmp_xtensor *t,
         return MC_OK;
     }
     if (strcmp(t->name, "model.embed_tokens.weight") == 0) {
-        /* a tied model's int8 embedding (its output layer): the engines
+        /* a tied model's quantized embedding (its output layer): the engines
          * look embeddings up dense, so float32 is its form here, not a
          * fallback; the values are the runtime's lookup's, q * scale */
         c->kind[i] = -2;

@@ -38,13 +38,18 @@ mc_status cmp_wpolicy_parse(const char *quant, uint32_t group,
         if (strcmp(quant, q[i].name) == 0) {
             snprintf(out->quant, sizeof out->quant, "%s", q[i].name);
             out->linear = q[i].f;
-            out->group = q[i].f == KN_W_Q4 || q[i].f == KN_W_Q4S ? group : 0;
+            out->group = group; /* also an int4 --lm-head's */
             return MC_OK;
         }
     }
     return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "--quant", -1,
                    "unknown --quant '%s' (f32, f16, bf16, int8, int4, "
                    "int4-sym)", quant);
+}
+
+uint32_t cmp_wpolicy_linear_group(const cmp_wpolicy *p)
+{
+    return p->linear == KN_W_Q4 || p->linear == KN_W_Q4S ? p->group : 0;
 }
 
 int cmp_plan_untie_for_rotation(fmt_model_config *cfg, cmp_wpolicy *p,
@@ -556,7 +561,8 @@ json_t *cmp_plan_to_json(const cmp_plan *p)
     bad |= json_object_set_new(o, "reserve_source", json_string(p->reserve_source));
     bad |= json_object_set_new(o, "job_bytes", u64j(p->job_bytes));
     bad |= json_object_set_new(o, "quant", json_string(p->req.policy.quant));
-    bad |= json_object_set_new(o, "group", u64j(p->req.policy.group));
+    bad |= json_object_set_new(o, "group",
+                               u64j(cmp_wpolicy_linear_group(&p->req.policy)));
     bad |= json_object_set_new(o, "fits", json_boolean(p->fits));
     bad |= json_object_set_new(o, "chosen", json_boolean(p->chosen));
     bad |= json_object_set_new(o, "frontier", fr);

@@ -89,7 +89,10 @@ typedef struct cmp_wpolicy {
     char quant[16];          /* "f32", "f16", "bf16", "int8", "int4",
                                 "int4-sym", "auto" */
     kn_wformat linear;       /* format of the linear layers */
-    uint32_t group;          /* int4 group size (32, 64, 128) */
+    uint32_t group;          /* int4 group size (32, 64, 128; --group,
+                                default 128) of int4 linears and of an
+                                int4 output layer, whatever the linears
+                                (cmp_wpolicy_linear_group: the linears') */
     const kn_wformat *linear_fmt; /* optional, borrowed: per-linear format
                                      [layers][7] in q k v o gate up down
                                      order (--quant auto); NULL: `linear`
@@ -102,7 +105,7 @@ typedef struct cmp_wpolicy {
                                 untied lm_head, or for a tied model's
                                 embedding, which is its output layer
                                 (--lm-head) */
-    kn_wformat lm_head_fmt;  /* F32, F16, BF16 or Q8 */
+    kn_wformat lm_head_fmt;  /* F32, F16, BF16, Q8, Q4 or Q4S (at group) */
 } cmp_wpolicy;
 
 /* What the calibration's rotation (cmp_rotate.h) does to the compiled
@@ -117,6 +120,10 @@ int cmp_plan_untie_for_rotation(fmt_model_config *cfg, cmp_wpolicy *p,
 /* Parse --quant (and the int4 group, 0 = 128). */
 mc_status cmp_wpolicy_parse(const char *quant, uint32_t group,
                             cmp_wpolicy *out, mc_error *err);
+
+/* The linears' int4 group: p->group when they are int4 (or int4-sym, or
+ * --quant auto's), else 0 (what the plan and the manifest record). */
+uint32_t cmp_wpolicy_linear_group(const cmp_wpolicy *p);
 
 typedef enum cmp_role {
     CMP_ROLE_EMBED = 0,

@@ -38,9 +38,13 @@ FORMATS = [  # (ours, --quant args, llama.cpp type, llama-quantize type)
     ("f16", ["--quant", "f16"], "F16", None),
     ("int8", ["--quant", "int8"], "Q8_0", "Q8_0"),
     # like for like: our asymmetric int4 (scale + zero per group) against
-    # Q4_1 (scale + min per block), our symmetric int4 against Q4_0
-    ("int4 g32", ["--quant", "int4", "--group", "32"], "Q4_1", "Q4_1"),
-    ("int4-sym g32", ["--quant", "int4-sym", "--group", "32"], "Q4_0", "Q4_0"),
+    # Q4_1 (scale + min per block), our symmetric int4 against Q4_0; the
+    # output layer (a tied model's embedding) in the same int4, as
+    # llama-quantize --pure writes output.weight / token_embd
+    ("int4 g32", ["--quant", "int4", "--group", "32", "--lm-head", "int4"],
+     "Q4_1", "Q4_1"),
+    ("int4-sym g32", ["--quant", "int4-sym", "--group", "32",
+                      "--lm-head", "int4-sym"], "Q4_0", "Q4_0"),
 ]
 
 

@@ -38,7 +38,7 @@ typedef struct held_case {
     kn_wformat fmt;
     uint32_t group;
     int rotate;
-    int lm_head_q8;
+    kn_wformat lm_head; /* cmp_calib_opts.lm_head_fmt */
     int threads; /* > 1: a pool */
     int spill;
 } held_case;
@@ -94,7 +94,7 @@ static void check_case(const held_case *hc)
     o.group = hc->group;
     o.method = CMP_QM_GPTQ;
     o.rotate = hc->rotate;
-    o.lm_head_q8 = hc->lm_head_q8;
+    o.lm_head_fmt = hc->lm_head;
     o.pool = pool;
     o.spill_dir = dir;
     o.heldout = NHELD;
@@ -112,10 +112,10 @@ static void check_case(const held_case *hc)
                                      NULL, NULL, &want, &e), MC_OK);
     cmp_calib_view_free(&view);
     const cmp_eval_report *got = &r->heldout;
-    print_message("%s %s g%u rot %d lm8 %d threads %d spill %d: KLD %.9g "
+    print_message("%s %s g%u rot %d lm %s threads %d spill %d: KLD %.9g "
                   "(whole model %.9g) p99 %.6g top-1 %.4f ppl %.5f/%.5f, %llu "
                   "positions\n", hc->fixture, hc->fmt == KN_W_Q8 ? "q8" : "q4",
-                  hc->group, hc->rotate, hc->lm_head_q8, hc->threads, hc->spill,
+                  hc->group, hc->rotate, kn_wformat_name(hc->lm_head), hc->threads, hc->spill,
                   got->kld_mean, want.kld_mean, got->kld_p99, got->top1,
                   got->ppl_ref, got->ppl, (unsigned long long)got->tokens);
     assert_int_equal(got->tokens, 16 + 1 + 39 + 8);
@@ -163,11 +163,17 @@ static void test_heldout_streamed_equals_whole_model_unrotated(void **state)
 {
     (void)state;
     static const held_case cases[] = {
-        {"llama", KN_W_Q8, 0, 0, 0, 1, 0},
-        {"mistral", KN_W_Q4, 64, 0, 0, 2, 0}, /* sliding window */
-        /* tied, the output layer int8: the embedding rows through int8 */
-        {"qwen2", KN_W_Q8, 0, 0, 1, 2, 1},
-        {"qwen2", KN_W_Q4, 32, 0, 1, 1, 0},
+        {"llama", KN_W_Q8, 0, 0, KN_W_F32, 1, 0},
+        {"mistral", KN_W_Q4, 64, 0, KN_W_F32, 2, 0}, /* sliding window */
+        /* untied: the output layer quantized, the embedding float */
+        {"llama", KN_W_Q4, 32, 0, KN_W_Q8, 2, 0},
+        {"mistral", KN_W_Q4S, 64, 0, KN_W_Q4S, 1, 1},
+        /* tied, the output layer quantized: the embedding rows through
+         * its format (int4: per group of the row) */
+        {"qwen2", KN_W_Q8, 0, 0, KN_W_Q8, 2, 1},
+        {"qwen2", KN_W_Q4, 32, 0, KN_W_Q8, 1, 0},
+        {"qwen2", KN_W_Q4S, 32, 0, KN_W_Q4S, 2, 0},
+        {"qwen2", KN_W_Q4, 64, 0, KN_W_Q4, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i]);
@@ -177,10 +183,13 @@ static void test_heldout_streamed_equals_whole_model_rotated(void **state)
 {
     (void)state;
     static const held_case cases[] = {
-        {"llama", KN_W_Q4, 32, 1, 1, 3, 1},
-        {"llama", KN_W_Q8, 0, 1, 0, 1, 0},
-        {"qwen2", KN_W_Q8, 0, 1, 1, 2, 0}, /* tied, untied by the rotation */
-        {"llama-bias", KN_W_Q4, 32, 1, 1, 1, 0},
+        {"llama", KN_W_Q4, 32, 1, KN_W_Q8, 3, 1},
+        {"llama", KN_W_Q8, 0, 1, KN_W_F32, 1, 0},
+        /* tied, untied by the rotation */
+        {"qwen2", KN_W_Q8, 0, 1, KN_W_Q8, 2, 0},
+        {"qwen2", KN_W_Q4S, 32, 1, KN_W_Q4S, 1, 1},
+        {"llama-bias", KN_W_Q4, 32, 1, KN_W_Q8, 1, 0},
+        {"llama-bias", KN_W_Q4, 64, 1, KN_W_Q4, 2, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i]);
@@ -230,7 +239,7 @@ static void test_heldout_survives_every_failed_allocation(void **state)
         o.fmt = KN_W_Q8;
         o.method = CMP_QM_RTN;
         o.heldout = 2;
-        o.lm_head_q8 = 1;
+        o.lm_head_fmt = KN_W_Q8;
         o.rotate = k; /* qwen2 unrotated: the int8 embedding rows */
         cmp_calib_result *r = NULL;
         mc_alloc_fail_after(-1);

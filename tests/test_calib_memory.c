@@ -32,7 +32,7 @@ typedef struct run_case {
     int rotate;
     size_t heldout;
     int spill;
-    int lm_head_q8;
+    kn_wformat lm_head; /* cmp_calib_opts.lm_head_fmt (F32: none) */
     int force_lean;   /* budget between the full and the down-lean plan */
     int threads;      /* > 1: a pool of this many (forward passes and the
                          row-parallel quantization, each thread its own
@@ -59,7 +59,7 @@ static double run_tracked(const run_case *rc, cmp_calib_mem *plan_out,
     o.method = rc->method;
     o.rotate = rc->rotate;
     o.heldout = rc->heldout;
-    o.lm_head_q8 = rc->lm_head_q8;
+    o.lm_head_fmt = rc->lm_head;
     o.down_full_c = rc->down_full_c;
     o.no_refine = rc->no_refine;
     o.spill_dir = dir;
@@ -142,18 +142,20 @@ static void test_calib_memory_bounds_measured_peak(void **state)
 {
     (void)state;
     static const run_case cases[] = {
-        {"llama", KN_W_Q8, 0, CMP_QM_BEST, 1, 2, 1, 0, 0},
-        {"llama", KN_W_Q4, 32, CMP_QM_GPTQ, 0, 0, 0, 0, 0},
-        {"qwen2", KN_W_Q4, 32, CMP_QM_BEST, 1, 3, 0, 1, 0, 3},
-        {"mistral", KN_W_Q8, 0, CMP_QM_AWQ, 0, 2, 1, 1, 0, 2},
-        {"llama-bias", KN_W_Q4S, 64, CMP_QM_GPTAQ, 1, 0, 1, 0, 0, 3},
+        {"llama", KN_W_Q8, 0, CMP_QM_BEST, 1, 2, 1, KN_W_F32, 0},
+        {"llama", KN_W_Q4, 32, CMP_QM_GPTQ, 0, 0, 0, KN_W_F32, 0},
+        {"qwen2", KN_W_Q4, 32, CMP_QM_BEST, 1, 3, 0, KN_W_Q8, 0, 3},
+        {"qwen2", KN_W_Q4S, 32, CMP_QM_RTN, 1, 2, 1, KN_W_Q4S, 0, 2},
+        {"llama", KN_W_Q4, 64, CMP_QM_GPTQ, 0, 2, 0, KN_W_Q4, 0, 1},
+        {"mistral", KN_W_Q8, 0, CMP_QM_AWQ, 0, 2, 1, KN_W_Q8, 0, 2},
+        {"llama-bias", KN_W_Q4S, 64, CMP_QM_GPTAQ, 1, 0, 1, KN_W_F32, 0, 3},
         /* the held-out states carried with the layers, the int8
          * embedding rows of an unrotated tied model */
-        {"qwen2", KN_W_Q8, 0, CMP_QM_RTN, 0, 4, 0, 1, 0, 2},
-        {"llama", KN_W_Q4, 64, CMP_QM_GPTQ, 0, 6, 1, 0, 0, 1},
+        {"qwen2", KN_W_Q8, 0, CMP_QM_RTN, 0, 4, 0, KN_W_Q8, 0, 2},
+        {"llama", KN_W_Q4, 64, CMP_QM_GPTQ, 0, 6, 1, KN_W_F32, 0, 1},
         /* GPTQ's codes unrefined: no refits' H w, no descent's H */
-        {"llama", KN_W_Q4, 32, CMP_QM_BEST, 1, 2, 0, 0, 0, 2, 0, 1},
-        {"mistral", KN_W_Q8, 0, CMP_QM_GPTQ, 0, 0, 0, 0, 0, 1, 0, 1},
+        {"llama", KN_W_Q4, 32, CMP_QM_BEST, 1, 2, 0, KN_W_F32, 0, 2, 0, 1},
+        {"mistral", KN_W_Q8, 0, CMP_QM_GPTQ, 0, 0, 0, KN_W_F32, 0, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cmp_calib_mem plan;
@@ -170,7 +172,7 @@ static void test_calib_memory_bounds_measured_peak(void **state)
 static void test_calib_memory_lean_fits_budget(void **state)
 {
     (void)state;
-    run_case full = {"llama", KN_W_Q4, 32, CMP_QM_BEST, 1, 0, 1, 0, 0, 0, 1};
+    run_case full = {"llama", KN_W_Q4, 32, CMP_QM_BEST, 1, 0, 1, KN_W_F32, 0, 0, 1};
     run_case lean = full;
     lean.force_lean = 1;
     cmp_calib_mem pf, pl;

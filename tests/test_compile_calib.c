@@ -247,6 +247,75 @@ static const char *tensor_format(const json_t *man, const char *name)
     return NULL;
 }
 
+/* The held-out summary in man (art's manifest) measures the artifact
+ * itself: `mcompile eval` of art over the held-out sequence (the last of
+ * g_ids' 10) gives the same KLD. */
+static void check_heldout_is_artifact(const char *art, const json_t *man,
+                                      const char *model)
+{
+    size_t len = 0;
+    char *text = tu_read_file(g_ids, &len);
+    assert_non_null(text);
+    const char *last = text + len - 1;
+    while (last > text && last[-1] != '\n')
+        last--;
+    char *held = tu_fmt("%s/heldout.txt", g_dir);
+    assert_int_equal(tu_write_file(held, last, (size_t)(text + len - last)), 0);
+    double want = json_number_value(json_object_get(json_object_get(
+        json_object_get(man, "calibration"), "heldout"), "kld_mean"));
+    double got = eval_kld(art, model, held);
+    print_message("%s: held-out KLD %.6g, eval of the artifact %.6g\n", art,
+                  want, got);
+    assert_true(want > 0 && fabs(got - want) <= 1e-5 * want);
+    free(held);
+    free(text);
+}
+
+/* --lm-head int4 / int4-sym: the output layer (a tied model's embedding,
+ * or an untied lm_head) in int4 at the linears' group, written as the
+ * plan says, run by mrun; the held-out summary measures the artifact as
+ * stored (output layer, an untied model's int8 one included, and the
+ * embedding rows, f16 or quantized, rotated or not): the same KLD as
+ * `mcompile eval` of the artifact. */
+static void test_compile_calib_int4_output_layer(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fixture, *args, *tensor, *fmt;
+    } cases[] = {
+        {"qwen2", "--quant int4-sym --group 32 --lm-head int4-sym --no-rotate",
+         "model.embed_tokens.weight", "q4s"},
+        {"qwen2", "--quant int8 --lm-head int4 --no-rotate",
+         "model.embed_tokens.weight", "q4"},
+        {"llama", "--quant int4 --group 64 --no-rotate", "lm_head.weight",
+         "q8"},
+        {"llama", "--quant int4-sym --group 32 --lm-head int4 --no-rotate",
+         "lm_head.weight", "q4"},
+        {"mistral", "--quant int8 --group 64 --lm-head int4-sym --no-rotate",
+         "lm_head.weight", "q4s"},
+        /* rotated: the tied model untied, its f16 embedding rows rounded */
+        {"qwen2", "--quant int4-sym --group 32 --lm-head int4-sym",
+         "lm_head.weight", "q4s"},
+        {"llama", "--quant int4 --group 32", "model.embed_tokens.weight",
+         "f16"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *model = tu_fmt("%s/%s", MC_FIXTURE_DIR, cases[i].fixture);
+        char *art = tu_fmt("%s/lm4-%zu.mca", g_dir, i);
+        char *args = tu_fmt("%s --target 64MiB %s --calib %s -o %s",
+                            model, cases[i].args, g_ids, art);
+        compile_ok(args);
+        json_t *man = inspect_manifest(art);
+        assert_string_equal(tensor_format(man, cases[i].tensor), cases[i].fmt);
+        check_heldout_is_artifact(art, man, model);
+        mrun_ok(art);
+        json_decref(man);
+        free(args);
+        free(art);
+        free(model);
+    }
+}
+
 /* With --calib the model is rotated (cmp_rotate.h): the manifest says so,
  * a tied model (qwen2) gets an untied lm_head, int8 like the linears (the
  * report's weights by part say so and add up), and the artifact still
@@ -288,27 +357,8 @@ static void test_compile_calib_rotation_unties_and_records(void **state)
     assert_string_equal(tensor_format(m2, "model.embed_tokens.weight"), "q8");
     assert_string_equal(tensor_format(m1, "model.embed_tokens.weight"), "f16");
     /* the held-out summary of the tied model measures the artifact, int8
-     * embedding included: `mcompile eval` on the held-out sequence (the
-     * last of 10) gives the same KLD */
-    {
-        size_t len = 0;
-        char *text = tu_read_file(g_ids, &len);
-        assert_non_null(text);
-        const char *last = text + len - 1;
-        while (last > text && last[-1] != '\n')
-            last--;
-        char *held = tu_fmt("%s/heldout.txt", g_dir);
-        assert_int_equal(tu_write_file(held, last,
-                                       (size_t)(text + len - last)), 0);
-        double want = json_number_value(json_object_get(json_object_get(
-            json_object_get(m2, "calibration"), "heldout"), "kld_mean"));
-        double got = eval_kld(plain, model, held);
-        print_message("qwen2 int8 --no-rotate held-out KLD %.6g, eval of "
-                      "the artifact %.6g\n", want, got);
-        assert_true(want > 0 && fabs(got - want) <= 1e-5 * want);
-        free(held);
-        free(text);
-    }
+     * embedding included */
+    check_heldout_is_artifact(plain, m2, model);
     assert_string_equal(tensor_format(m3, "lm_head.weight"), "f32");
     /* both compute the model: small KLD against the float fixture */
     double k1 = eval_kld(rot, model, g_ids), k2 = eval_kld(plain, model, g_ids);
@@ -933,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_compile_calib_prints_plan_before_start),
         cmocka_unit_test(test_compile_calib_with_lora_calibrates_merged_weights),
         cmocka_unit_test(test_compile_calib_rotation_unties_and_records),
+        cmocka_unit_test(test_compile_calib_int4_output_layer),
         cmocka_unit_test(test_compile_calib_text_file_through_tokenizer),
         cmocka_unit_test(test_compile_auto_fits_target_and_mixes_formats),
         cmocka_unit_test(test_compile_calib_usage_errors_exit_2),

@@ -415,8 +415,8 @@ static void test_int4_sym_compiles_inspects_runs_and_exports_q4_0(void **st)
     } bad[] = {
         {"--target 64MiB --quant int4-sym --group 48", "32, 64 or 128"},
         {"--target 64MiB --quant int4sym", "int4-sym"},
-        {"--target 64MiB --quant int4-sym --lm-head int4-sym",
-         "f32, f16, bf16 or int8"},
+        {"--target 64MiB --quant int4-sym --lm-head int2",
+         "f32, f16, bf16, int8, int4 or int4-sym"},
         {"--target 64MiB --quant f16 --calib x.ids", "int4-sym"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

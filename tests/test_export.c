@@ -342,6 +342,75 @@ static void test_export_tied_int8_embedding(void **state)
     free(dir);
 }
 
+/* --lm-head int4-sym / int4 at group 32: the output layer (untied llama's
+ * lm_head, tied qwen2's embedding) exports as Q4_0 (symmetric) or Q5_0
+ * (asymmetric, exact), values checked against the artifact like every
+ * tensor; compressed-tensors writes a quantized untied lm_head as float32
+ * (a fallback, the engines load it dense) and the tied embedding dense,
+ * with the artifact's values. */
+static void test_export_int4_output_layer(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("ex4");
+    char *mca = tu_fmt("%s/m.mca", dir), *gg = tu_fmt("%s/m.gguf", dir);
+    char *ct = tu_fmt("%s/ct", dir);
+    static const struct {
+        const char *model, *quant;
+        kn_wformat head;
+        uint32_t want;
+        int linears;        /* 7 x layers */
+        const char *tensor; /* the output layer in the GGUF */
+    } cases[] = {
+        {"llama", "int4-sym", KN_W_Q4S, FMT_GGUF_T_Q4_0, 28, "output.weight"},
+        {"llama", "int4", KN_W_Q4, FMT_GGUF_T_Q5_0, 28, "output.weight"},
+        {"qwen2", "int4-sym", KN_W_Q4S, FMT_GGUF_T_Q4_0, 21,
+         "token_embd.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cmp_compile_opts o;
+        memset(&o, 0, sizeof o);
+        cmp_plan_request_default(&o.req);
+        assert_int_equal(cmp_wpolicy_parse(cases[i].quant, 32, &o.req.policy,
+                                           NULL), MC_OK);
+        o.req.policy.lm_head_set = 1; /* --lm-head */
+        o.req.policy.lm_head_fmt = cases[i].head;
+        o.req.target_bytes = 1ull << 30;
+        o.req.max_batch = 1;
+        o.req.max_seq = 64;
+        char *model = tu_fmt("%s/%s", FX, cases[i].model);
+        o.model = model;
+        o.out = mca;
+        mc_error err;
+        assert_int_equal(cmp_compile(&o, NULL, &err), MC_OK);
+        int tied = strcmp(cases[i].model, "qwen2") == 0;
+        char *args = tu_fmt("'%s' --format gguf -o '%s' -q%s", mca, gg,
+                            tied ? " --ignore-sliding-window" : "");
+        assert_int_equal(tu_x_run_export(args, NULL, NULL), 0);
+        /* the linears and the output layer */
+        assert_int_equal(tu_x_check_gguf_values(mca, gg, cases[i].want, !tied),
+                         cases[i].linears + 1);
+        tg_file f;
+        assert_int_equal(tg_open(gg, &f), 0);
+        assert_int_equal(tg_tensor_find(&f, cases[i].tensor)->type,
+                         cases[i].want);
+        tg_close(&f);
+        free(args);
+        args = tu_fmt("'%s' --format compressed-tensors -q -o '%s'", mca, ct);
+        assert_int_equal(tu_x_run_export(args, NULL, NULL), 0);
+        tu_x_check_ct_values(mca, ct);
+        free(args);
+        char *rm = tu_fmt("rm -rf '%s'", ct);
+        assert_int_equal(tu_run(rm, NULL, NULL), 0);
+        free(rm);
+        free(model);
+    }
+    tu_rmtree(dir);
+    free(ct);
+    free(mca);
+    free(gg);
+    free(dir);
+}
+
 static void test_export_refuses_sliding_window_by_name(void **state)
 {
     (void)state;
@@ -520,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_export_ragged_rows_fall_back_or_are_refused),
         cmocka_unit_test(test_export_compressed_tensors_layout_and_values),
         cmocka_unit_test(test_export_tied_int8_embedding),
+        cmocka_unit_test(test_export_int4_output_layer),
         cmocka_unit_test(test_export_refuses_q8_scale_beyond_f16),
         cmocka_unit_test(test_export_refuses_sliding_window_by_name),
         cmocka_unit_test(test_export_usage_errors_and_overwrite),
