@@ -763,6 +763,15 @@ static void test_stories_int4_integer_path_kld_under_tenth_of_quant(void **state
     check_stories_kld("int4", "--group 32");
 }
 
+/* The output layer (the tied embedding) in int4-sym too, as GGUF's --pure
+ * Q4_0: int8 activations against the int4 head as well. */
+static void test_stories_int4_head_integer_path_kld_under_tenth_of_quant(void **state)
+{
+    (void)state;
+    TU_SKIP_IF(!tu_stories_dir(), "stories260k not found in ../shared");
+    check_stories_kld("int4-sym", "--group 32 --lm-head int4-sym");
+}
+
 static void test_stories_int8_integer_path_kld_under_tenth_of_quant(void **state)
 {
     (void)state;
@@ -792,6 +801,7 @@ int main(void)
         cmocka_unit_test_teardown(test_qdot_avx512_gemm_tiles_bit_identical, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_stories_int4_integer_path_kld_under_tenth_of_quant, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_stories_int8_integer_path_kld_under_tenth_of_quant, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_stories_int4_head_integer_path_kld_under_tenth_of_quant, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_qdot_avx2_gemm_int4_code_minus128_exact, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_qdot_avx2_gemm_panel_boundaries_bit_identical, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_qdot_multi_matches_one_call_per_matrix, tu_reset_kernel_switches),
