@@ -19,9 +19,11 @@
  *                back to back: what one parallel op pays to start and
  *                join its workers (a decode step runs ~7 per layer)
  *
- * usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]
+ * usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg|probe]
  *   --only: just those figures (the others print as 0), e.g. to profile
- *   decode with perf; tg = tg1 and tg8.
+ *   decode with perf; tg = tg1 and tg8; probe: {"read_gbs": X} alone, the
+ *   artifact not opened (the side-by-side probes before llama.cpp's
+ *   rounds with it).
  * Progress and errors on stderr; exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +96,7 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int threads = 2;
     uint32_t ntg = 32;
-    int want_pp = 1, want_tg1 = 1, want_tg8 = 1;
+    int want_pp = 1, want_tg1 = 1, want_tg8 = 1, probe_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = (int)bench_arg_u64("--threads", argv[++i], 1, 64);
@@ -105,17 +107,27 @@ int main(int argc, char **argv)
             want_pp = !strcmp(o, "pp");
             want_tg1 = !strcmp(o, "tg1") || !strcmp(o, "tg");
             want_tg8 = !strcmp(o, "tg8") || !strcmp(o, "tg");
+            probe_only = !strcmp(o, "probe");
         }
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]\n");
+            fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg|probe]\n");
             return 2;
         }
     }
     if (!path || ntg == 0) {
-        fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg]\n");
+        fprintf(stderr, "usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg|probe]\n");
         return 2;
+    }
+    if (probe_only) { /* the read probe alone, the artifact not opened */
+        kn_pool *pool = kn_pool_create(threads);
+        if (!pool)
+            die("thread pool", NULL);
+        printf("{\"read_gbs\": %.3f}\n",
+               bench_bandwidth(pool, (size_t)512 << 20, 0));
+        kn_pool_free(pool);
+        return 0;
     }
     mc_error e;
     rt_model *m = NULL;

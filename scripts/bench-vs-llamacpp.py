@@ -124,10 +124,20 @@ def ours_round(bin_dir, art):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def llama_round(bin_dir, model):
+def probe(ours_bin):
+    """The read probe bench_vs runs before our figures, alone: taken
+    right before llama.cpp's, so each system's round has the read
+    bandwidth of the moment it started (this host switches between a
+    ~35 and a ~65 GB/s phase within a minute)."""
+    p, _ = run([f"{ours_bin}/bench/bench_vs", "none", "--threads", str(THREADS),
+                "--only", "probe"])
+    return json.loads(p.stdout.strip().splitlines()[-1])["read_gbs"]
+
+
+def llama_round(bin_dir, model, ours_bin):
+    res = {"read_gbs": probe(ours_bin)}
     p, _ = run([f"{bin_dir}/llama-bench", "-m", model, "-t", str(THREADS),
                 "-p", "128,512", "-n", str(NTG), "-r", "1", "-o", "json"])
-    res = {}
     for e in json.loads(p.stdout):
         if e["n_prompt"] == 128 and e["n_gen"] == 0:
             res["pp128"] = e["avg_ts"]
@@ -198,7 +208,8 @@ def main():
                 # odd rounds in the reverse order: whoever runs first in a
                 # round does not always get the same state of the machine
                 steps = [lambda: ours.append(ours_round(ours_bin, art)),
-                         lambda: llama.append(llama_round(llama_bin, lmodel))]
+                         lambda: llama.append(llama_round(llama_bin, lmodel,
+                                                          ours_bin))]
                 if base_bin:
                     steps.append(lambda: base.append(ours_round(base_bin, art)))
                 b0, c0, t0 = busy_cpu_s(), children_cpu_s(), time.monotonic()
@@ -222,6 +233,27 @@ def main():
     with open(os.path.join(work, "bench-vs.json"), "w") as f:
         json.dump(report, f, indent=1)
     print_table(report)
+
+
+PHASE_TOL = 0.2  # probes within 20 % of each other: the same phase
+
+
+def same_phase_line(o, l):
+    """Decode b1 is bound by the read bandwidth, which moves between two
+    phases here: its ratio over only the rounds whose two probes (ours at
+    the start of bench_vs, llama.cpp's right before llama-bench) agree."""
+    if not l or not all("read_gbs" in y for y in l):
+        return  # a report from before the llama.cpp probe
+    pairs = [(x, y) for x, y in zip(o, l)
+             if abs(x["read_gbs"] - y["read_gbs"])
+             <= PHASE_TOL * max(x["read_gbs"], y["read_gbs"])]
+    same = [x["tg1"] / y["tg1"] for x, y in pairs if x["tg1"] and y["tg1"]]
+    probes = ", ".join(f"{x['read_gbs']:.0f}/{y['read_gbs']:.0f}"
+                       for x, y in zip(o, l))
+    verdict = (f"b1 ratio {med(same):.2f} over the {len(same)} of {len(o)} "
+               f"rounds in one phase" if same else "no round in one phase")
+    print(f"  {'':<20} {'probe GB/s':<16} ours/llama.cpp by round {probes}: "
+          f"{verdict}")
 
 
 def print_table(rep):
@@ -265,6 +297,7 @@ def print_table(rep):
                 mb = r["f16_bytes"] / 1e6
                 print(f"  {'':<20} {'quantize MB/s':<16} {mb / a:9.1f} {mb / b:9.1f} "
                       f"{b / a:6.2f}   ({a:.2f} s vs {b:.2f} s from f16)")
+            same_phase_line(o, l)
             fs = r.get("foreign_cpu_share") or []
             if fs and max(fs) > FOREIGN_MAX:
                 print(f"  {'':<20} DISTURBED: other processes took "
@@ -283,7 +316,9 @@ def print_table(rep):
           "us; bound: the read bandwidth of this run / bytes a step reads; "
           "before: BASE_BIN's runtime on the same artifacts; rounds: the "
           "lowest and highest ratio of a single round (rounds alternate the "
-          "order of the systems)")
+          "order of the systems); probe: the read bandwidth as each "
+          "system's round started, and decode b1's ratio over the rounds "
+          f"whose two probes are within {100 * PHASE_TOL:.0f} %")
 
 
 if __name__ == "__main__":
