@@ -125,20 +125,26 @@ def ours_round(bin_dir, art):
 
 
 def probe(ours_bin):
-    """The read probe bench_vs runs before our figures, alone: taken
-    right before llama.cpp's, so each system's round has the read
-    bandwidth of the moment it started (this host switches between a
-    ~35 and a ~65 GB/s phase within a minute)."""
+    """The read probe bench_vs runs right before its batch-1 decode,
+    alone: taken right before llama.cpp's batch-1 decode too, so each
+    system's b1 figure has the read bandwidth of its moment (this host
+    switches between a ~35 and a ~65 GB/s phase within a minute)."""
     p, _ = run([f"{ours_bin}/bench/bench_vs", "none", "--threads", str(THREADS),
                 "--only", "probe"])
     return json.loads(p.stdout.strip().splitlines()[-1])["read_gbs"]
 
 
 def llama_round(bin_dir, model, ours_bin):
+    def bench(pn):
+        p, _ = run([f"{bin_dir}/llama-bench", "-m", model, "-t", str(THREADS),
+                    *pn, "-r", "1", "-o", "json"])
+        return json.loads(p.stdout)
+
+    # the prefills, then the probe, then batch-1 decode: bench_vs's order
+    out = bench(["-p", "128,512", "-n", "0"])
     res = {"read_gbs": probe(ours_bin)}
-    p, _ = run([f"{bin_dir}/llama-bench", "-m", model, "-t", str(THREADS),
-                "-p", "128,512", "-n", str(NTG), "-r", "1", "-o", "json"])
-    for e in json.loads(p.stdout):
+    out += bench(["-p", "0", "-n", str(NTG)])
+    for e in out:
         if e["n_prompt"] == 128 and e["n_gen"] == 0:
             res["pp128"] = e["avg_ts"]
         elif e["n_prompt"] == 512 and e["n_gen"] == 0:
@@ -240,8 +246,8 @@ PHASE_TOL = 0.2  # probes within 20 % of each other: the same phase
 
 def same_phase_line(o, l):
     """Decode b1 is bound by the read bandwidth, which moves between two
-    phases here: its ratio over only the rounds whose two probes (ours at
-    the start of bench_vs, llama.cpp's right before llama-bench) agree."""
+    phases here: its ratio over only the rounds whose two probes (each
+    right before the system's batch-1 decode) agree."""
     if not l or not all("read_gbs" in y for y in l):
         return  # a report from before the llama.cpp probe
     pairs = [(x, y) for x, y in zip(o, l)
@@ -316,8 +322,8 @@ def print_table(rep):
           "us; bound: the read bandwidth of this run / bytes a step reads; "
           "before: BASE_BIN's runtime on the same artifacts; rounds: the "
           "lowest and highest ratio of a single round (rounds alternate the "
-          "order of the systems); probe: the read bandwidth as each "
-          "system's round started, and decode b1's ratio over the rounds "
+          "order of the systems); probe: the read bandwidth right before "
+          "each system's batch-1 decode, and decode b1's ratio over the rounds "
           f"whose two probes are within {100 * PHASE_TOL:.0f} %")
 
 
