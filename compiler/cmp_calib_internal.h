@@ -202,8 +202,8 @@ typedef struct cmp_heldout cmp_heldout;
  * them up: rotated by rot (NULL: not rotated), then in embed_fmt, the
  * artifact's: F16 / BF16 rounded, or through Q8 / Q4 / Q4S (at group) for
  * an unrotated tied model whose output layer, its embedding, is quantized
- * (F32: as they are).  *out is set even on failure (free it with cmp_heldout_free).
- * MC_ERR_INVALID_ARG for a sequence past the context or a token outside
+ * (F32: as they are).  *out is set even on failure (free it with
+ * cmp_heldout_free).  MC_ERR_INVALID_ARG for a sequence past the context or a token outside
  * the vocabulary, MC_ERR_NOMEM. */
 mc_status cmp_heldout_create(const rt_model *m, const int32_t *tok,
                              const size_t *off, size_t n,

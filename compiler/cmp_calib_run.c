@@ -109,18 +109,13 @@ static mc_status check_opts(const rt_model *m, const size_t *off, size_t nseq,
     if (!cmp_quant_is_quantized(o->fmt) && !o->tensor_fmt)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "quant", -1,
                        "calibration needs a quantized format");
-    if (o->fmt != KN_W_Q8 && cmp_quant_is_quantized(o->fmt) &&
-        o->group != 32 && o->group != 64 && o->group != 128)
-        return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
-                       "int4 group must be 32, 64 or 128, not %u", o->group);
-    if (o->tensor_fmt)
-        for (size_t i = 0; i < (size_t)m->cfg.num_layers * CMP_LIN_COUNT; i++)
-            if ((o->tensor_fmt[i] == KN_W_Q4 || o->tensor_fmt[i] == KN_W_Q4S) &&
-                o->group != 32 && o->group != 64 && o->group != 128)
-                return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
-                               "int4 group must be 32, 64 or 128, not %u", o->group);
-    if ((o->lm_head_fmt == KN_W_Q4 || o->lm_head_fmt == KN_W_Q4S) &&
-        o->group != 32 && o->group != 64 && o->group != 128)
+    /* every int4 matrix (linears, per-linear table, output layer) takes
+     * o->group */
+    int int4 = o->fmt == KN_W_Q4 || o->fmt == KN_W_Q4S ||
+               o->lm_head_fmt == KN_W_Q4 || o->lm_head_fmt == KN_W_Q4S;
+    for (size_t i = 0; o->tensor_fmt && i < (size_t)m->cfg.num_layers * CMP_LIN_COUNT; i++)
+        int4 |= o->tensor_fmt[i] == KN_W_Q4 || o->tensor_fmt[i] == KN_W_Q4S;
+    if (int4 && o->group != 32 && o->group != 64 && o->group != 128)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, "group", -1,
                        "int4 group must be 32, 64 or 128, not %u", o->group);
     if (o->stages != 0 && o->stages != 1 && o->stages != 2 && o->stages != 4)

@@ -549,6 +549,14 @@ static void test_calib_rejects_bad_options(void **state)
     mc_error e;
     assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
     assert_string_equal(e.field, "group");
+    /* int8 linears under an int4 output layer: the group is its */
+    o.fmt = KN_W_Q8;
+    o.lm_head_fmt = KN_W_Q4S;
+    o.group = 0;
+    assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
+    assert_string_equal(e.field, "group");
+    o.fmt = KN_W_Q4;
+    o.lm_head_fmt = KN_W_F32;
     o.group = 32;
     o.heldout = 2;
     assert_int_equal(cmp_calib_run(m, tok, off, 2, &o, &r, &e), MC_ERR_INVALID_ARG);
