@@ -23,8 +23,8 @@
  * usage: bench_vs ARTIFACT [--threads N] [--ntg N] [--only pp|tg1|tg8|tg|probe]
  *   --only: just those figures (the others print as 0), e.g. to profile
  *   decode with perf; tg = tg1 and tg8; probe: {"read_gbs": X} alone, the
- *   artifact not opened (the side-by-side probes before llama.cpp's
- *   rounds with it).
+ *   artifact not opened (the side-by-side runs it right before
+ *   llama.cpp's batch-1 decode).
  * Progress and errors on stderr; exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
