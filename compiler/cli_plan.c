@@ -112,9 +112,25 @@ void cmp_cli_print_plan(FILE *o, const fmt_model_config *cfg,
             "%llu parameters\n", cfg->model_type, cfg->num_layers,
             cfg->hidden_size, cfg->num_heads, cfg->num_kv_heads,
             cfg->vocab_size, (unsigned long long)p->params);
-    fprintf(o, "weights: --quant %s (linear %s%s), KV %s, device %s\n",
+    /* The output layer's format too: --lm-head and the int8 rule for
+     * quantized linears make it differ from the linears' (cfg is the
+     * compiled model's: untied when a calibrated compile rotates). */
+    int tied = cfg->tie_word_embeddings;
+    uint32_t group = cmp_wpolicy_linear_group(&p->req.policy);
+    kn_wformat head = cmp_plan_role_format(
+        &p->req.policy, tied ? CMP_ROLE_EMBED : CMP_ROLE_LM_HEAD, tied);
+    char groups[48] = "";
+    if (group)
+        snprintf(groups, sizeof groups, " groups of %u", group);
+    char head_group[48] = "";
+    if (head == KN_W_Q4 || head == KN_W_Q4S)
+        snprintf(head_group, sizeof head_group, " groups of %u",
+                 p->req.policy.group);
+    fprintf(o, "weights: --quant %s (linear %s%s), output layer %s%s%s, "
+            "KV %s, device %s\n",
             p->req.policy.quant, kn_wformat_name(p->req.policy.linear),
-            cmp_wpolicy_linear_group(&p->req.policy) ? " groups" : "",
+            groups, kn_wformat_name(head), head_group,
+            tied ? " (the tied embedding)" : "",
             kn_kvtype_name(p->limits.kv_type),
             p->req.device == CMP_DEV_CUDA ? "cuda" : "cpu");
     fprintf(o, "plan: batch %u x context %llu (%s), prefill chunk %u, "

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "export_util.h"
 #include "fmt_gguf.h"
@@ -86,6 +87,49 @@ static void test_plan_json_for_mistral_config_without_weights(void **state)
     free(out);
     free(err);
     free(cmd);
+}
+
+/* The human report's "weights:" line names the output layer's format,
+ * which the int8 rule and --lm-head make differ from the linears'. */
+static void test_plan_names_the_output_layer_format(void **state)
+{
+    (void)state;
+    char *tied_dir = tu_fmt("%s/tied", g_dir);
+    assert_int_equal(mkdir(tied_dir, 0700), 0);
+    char *cfg = tu_fmt("%s/config.json", tied_dir);
+    char *text = tu_fmt("%s", MISTRAL_7B);
+    char *f = strstr(text, "\"tie_word_embeddings\": false");
+    assert_non_null(f);
+    memcpy(strstr(f, "false"), "true, ", 6);
+    assert_int_equal(tu_write_file(cfg, text, strlen(text)), 0);
+    static const struct {
+        int tied;
+        const char *flags, *line;
+    } cases[] = {
+        {0, "--quant int4 --group 64",
+         "weights: --quant int4 (linear q4 groups of 64), output layer q8, KV f16"},
+        {0, "--quant int8 --lm-head f16",
+         "weights: --quant int8 (linear q8), output layer f16, KV f16"},
+        {1, "--quant int4-sym --group 32 --lm-head int4-sym",
+         "weights: --quant int4-sym (linear q4s groups of 32), output layer "
+         "q4s groups of 32 (the tied embedding), KV f16"},
+        {1, "--quant f16", "weights: --quant f16 (linear f16), output layer "
+                           "f16 (the tied embedding), KV f16"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL, *err = NULL;
+        char *cmd = tu_fmt("%s/mcompile plan %s --target 24GiB %s", MC_BIN_DIR,
+                           cases[i].tied ? tied_dir : g_dir, cases[i].flags);
+        assert_int_equal(tu_run(cmd, &out, &err), 0);
+        if (!strstr(out, cases[i].line))
+            fail_msg("%s: no \"%s\" in:\n%s", cmd, cases[i].line, out);
+        free(out);
+        free(err);
+        free(cmd);
+    }
+    free(text);
+    free(cfg);
+    free(tied_dir);
 }
 
 static void test_plan_refusal_exits_1_with_breakdown(void **state)
@@ -442,6 +486,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_json_for_mistral_config_without_weights),
+        cmocka_unit_test(test_plan_names_the_output_layer_format),
         cmocka_unit_test(test_plan_refusal_exits_1_with_breakdown),
         cmocka_unit_test(test_compile_cli_refuses_and_inspects),
         cmocka_unit_test(test_stories_artifact_reproduces_reference_greedy),
