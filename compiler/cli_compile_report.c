@@ -377,4 +377,15 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                human_size(rep->part_bytes[CMP_PART_LINEARS], hn, sizeof hn),
                human_size(rep->part_bytes[CMP_PART_OTHER], ho, sizeof ho));
     }
+    /* An int4 tied output layer is the embedding: the token lookup reads
+     * the int4 rows too, which costs more than the head's own error
+     * (docs/quantization.md "An int4 output layer"). */
+    if (s == MC_OK && !quiet && rep->lm_head_tied &&
+        (rep->lm_head_fmt == KN_W_Q4 || rep->lm_head_fmt == KN_W_Q4S))
+        fprintf(stderr, "mcompile: note: the output layer is the tied "
+                "embedding, so the token lookup reads %s rows too (a "
+                "cost beyond the head's own: docs/quantization.md, \"An "
+                "int4 output layer\"); a calibrated compile that rotates "
+                "unties the two and keeps the embedding float\n",
+                kn_wformat_name(rep->lm_head_fmt));
 }

@@ -132,6 +132,39 @@ static void test_plan_names_the_output_layer_format(void **state)
     free(tied_dir);
 }
 
+/* A compile that leaves an int4 output layer tied says that the lookup
+ * reads the int4 rows too; untied, or an int8 tied head, says nothing. */
+static void test_compile_notes_an_int4_tied_output_layer(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *model, *flags;
+        int noted;
+    } cases[] = {
+        {"qwen2", "--quant int4-sym --lm-head int4-sym", 1},
+        {"qwen2", "--quant int8 --lm-head int4", 1},
+        {"qwen2", "--quant int4-sym", 0},
+        {"llama", "--quant int4-sym --lm-head int4-sym", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL, *err = NULL;
+        char *art = tu_fmt("%s/note%zu.mca", g_dir, i);
+        char *cmd = tu_fmt("%s/mcompile %s/%s --target 1GiB %s -o %s",
+                           MC_BIN_DIR, MC_FIXTURE_DIR, cases[i].model,
+                           cases[i].flags, art);
+        assert_int_equal(tu_run(cmd, &out, &err), 0);
+        int noted = strstr(err, "note: the output layer is the tied "
+                                "embedding") != NULL;
+        if (noted != cases[i].noted)
+            fail_msg("%s: note %s expected; stderr:\n%s", cmd,
+                     cases[i].noted ? "" : "not", err);
+        free(out);
+        free(err);
+        free(cmd);
+        free(art);
+    }
+}
+
 static void test_plan_refusal_exits_1_with_breakdown(void **state)
 {
     (void)state;
@@ -487,6 +520,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_json_for_mistral_config_without_weights),
         cmocka_unit_test(test_plan_names_the_output_layer_format),
+        cmocka_unit_test(test_compile_notes_an_int4_tied_output_layer),
         cmocka_unit_test(test_plan_refusal_exits_1_with_breakdown),
         cmocka_unit_test(test_compile_cli_refuses_and_inspects),
         cmocka_unit_test(test_stories_artifact_reproduces_reference_greedy),
