@@ -196,6 +196,8 @@ void kn_avx2_rmsnorm_row(float *out, const float *x, const float *w,
                          size_t n, float eps);
 void kn_avx2_silu_mul(float *gate, const float *up, size_t n);
 void kn_avx2_add(float *y, const float *x, size_t n);
+/* fmt_f32_to_f16 of n values, bit for bit (the KV cache's stores). */
+void kn_avx2_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 /* Tiled (flash-style) attention, kn_attn_avx2.c: positions per K/V
  * block, query rows per tile at most, largest head_dim (stack buffers). */
 #define KN_FA_B 32

@@ -242,7 +242,10 @@ static void kv_store_one(const kn_kv *kv, void *base, float *scale,
         memcpy((float *)base + slot * w, x, w * sizeof(float));
         break;
     case KN_KV_F16:
-        fmt_from_f32(FMT_DT_F16, x, (uint16_t *)base + slot * w, w);
+        if (use_avx2()) /* a prefill stores its rows on one thread */
+            kn_avx2_f32_to_f16((uint16_t *)base + slot * w, x, w);
+        else
+            fmt_from_f32(FMT_DT_F16, x, (uint16_t *)base + slot * w, w);
         break;
     case KN_KV_I8:
         for (uint32_t h = 0; h < kv->n_kv_heads; h++) {

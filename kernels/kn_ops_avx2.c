@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fmt_dtype.h"
 #include "kn_avx2.h"
 #include "kn_internal.h"
 
@@ -387,6 +388,29 @@ void kn_avx2_silu_mul(float *gate, const float *up, size_t n)
     }
     for (; i < n; i++)
         gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void kn_avx2_f32_to_f16(uint16_t *dst, const float *src, size_t n)
+{
+    /* vcvtps2ph rounds to nearest even, overflow to Inf and subnormals as
+     * fmt_f32_to_f16 does; only a NaN's payload differs (F16C keeps its
+     * top bits, fmt_f32_to_f16 writes the sign and 0x7e00), so NaN lanes
+     * are blended to that. */
+    size_t i = 0;
+    const __m128i qnan = _mm_set1_epi16(0x7e00);
+    const __m128i sign = _mm_set1_epi16((short)0x8000);
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(src + i);
+        __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32),
+                                        _mm256_extracti128_si256(nan32, 1));
+        __m128i canon = _mm_or_si128(_mm_and_si128(h, sign), qnan);
+        h = _mm_blendv_epi8(h, canon, nan16);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), h);
+    }
+    for (; i < n; i++)
+        dst[i] = fmt_f32_to_f16(src[i]);
 }
 
 void kn_avx2_add(float *y, const float *x, size_t n)

@@ -439,6 +439,58 @@ static void test_kv_store_i8_quantizes_per_head(void **state)
     assert_true(vs[1] == 0.0f && v[1][0] == 0 && v[1][3] == 0);
 }
 
+/* An f16 KV cache stores fmt_f32_to_f16's bits on every path (the AVX2
+ * one converts 8 at a time with F16C): ties to even at every exponent,
+ * the subnormal range, overflow at 65520, signed zeros, Inf, NaN with any
+ * payload (canonical 0x7e00 with its sign), and a sweep of every 4099th
+ * bit pattern. */
+static void test_kv_store_f16_is_fmt_f32_to_f16_bitwise(void **state)
+{
+    (void)state;
+    enum { W = 40 }; /* 5 vectors of 8: both the vector loop and no tail */
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+        0xffc00001u, 0x7f800001u, 0xff812345u, 0x7fbfffffu, 0x477fefffu,
+        0x477ff000u, 0x477fe000u, 0xc77ff000u, 0x38800000u, 0x387fffffu,
+        0x33000000u, 0x33000001u, 0x32ffffffu, 0x33800000u, 0x00000001u,
+        0x80800000u, 0x3f801000u, 0x3f803000u, 0x3f800fffu, 0x3f801001u,
+        0x38801000u, 0x38803000u, 0x35000000u, 0x35400000u, 0x35c00000u,
+        0x7f7fffffu, 0xc7800000u,
+    };
+    uint16_t kc[2][W], vc[2][W];
+    kn_kv kv = {KN_KV_F16, 1, W, 2, kc, vc, NULL, NULL};
+    float x[W], zero[W] = {0};
+    uint32_t next = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        kn_set_force_scalar(pass); /* AVX2 (where present), then scalar */
+        uint64_t sweep = 0;
+        for (int round = 0; sweep < (1ull << 32); round++) {
+            for (int i = 0; i < W; i++) {
+                uint32_t b;
+                if (round == 0 && i < (int)(sizeof special / sizeof special[0]))
+                    b = special[i];
+                else if (round < 40) /* halfway points at each exponent */
+                    b = ((uint32_t)(round * 6 + i % 6) << 23) |
+                        ((uint32_t)(i & 1) << 31) | 0x1000u | (uint32_t)(i * 0x2000u);
+                else
+                    b = (uint32_t)(sweep += 4099u * 7u);
+                memcpy(&x[i], &b, 4);
+            }
+            kn_kv_store(&kv, next++, x, zero);
+            const uint16_t *got = kc[(next - 1) % 2];
+            for (int i = 0; i < W; i++)
+                if (got[i] != fmt_f32_to_f16(x[i])) {
+                    uint32_t b;
+                    memcpy(&b, &x[i], 4);
+                    kn_set_force_scalar(0);
+                    fail_msg("pass %d: 0x%08x stored 0x%04x, want 0x%04x", pass,
+                             b, got[i], fmt_f32_to_f16(x[i]));
+                }
+        }
+    }
+    kn_set_force_scalar(0);
+}
+
 /* The merge's delta product: the AVX-512 and AVX2 paths equal the scalar
  * reference bit for bit (same summation order, no fused multiply-add) for
  * every shape edge (rows not a multiple of 4, columns not a multiple of
@@ -624,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_attention_sliding_window_and_ring_wrap),
         cmocka_unit_test(test_attention_f16_and_i8_kv_match_reference),
         cmocka_unit_test(test_kv_store_i8_quantizes_per_head),
+        cmocka_unit_test(test_kv_store_f16_is_fmt_f32_to_f16_bitwise),
         cmocka_unit_test(test_lora_rows_avx2_equals_reference_bitwise),
         cmocka_unit_test(test_lora_finish_rounds_once_and_finds_overflow),
         cmocka_unit_test(test_lora_rows_add_equals_rows_then_add),
