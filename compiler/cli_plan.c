@@ -12,6 +12,7 @@
 #include "rt_plan.h"
 #include "fmt_atomic.h"
 #include "fmt_config.h"
+#include "fmt_input.h"
 #include "mc_alloc.h"
 
 #define GIB 1073741824.0
@@ -183,7 +184,12 @@ static int write_svg(const char *path, const fmt_model_config *cfg,
     mc_error_clear(&err);
     char *svg = NULL;
     fmt_atomic_file *f = NULL;
-    mc_status st = cmp_plan_svg(cfg, plan, &svg, &err);
+    /* an existing file is replaced only if it is an earlier picture */
+    mc_status st = fmt_output_check_ours(path, "a plan picture mcompile "
+                                         "wrote", "<?xml", CMP_SVG_MARK,
+                                         1024, &err);
+    if (st == MC_OK)
+        st = cmp_plan_svg(cfg, plan, &svg, &err);
     if (st == MC_OK)
         st = fmt_atomic_create(path, &f, &err);
     if (st == MC_OK)

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_input.h"
+
 /* 1 if out names input, or (a directory output replaces the whole
  * directory) a directory that holds input. */
 static int overwrites_input(const char *input, const char *out)
@@ -33,6 +35,16 @@ mc_status cmp_export(const char *input, const char *out,
     if (overwrites_input(input, out))
         return mc_fail(err, MC_ERR_INVALID_ARG, out, "-o", -1,
                        "the output would overwrite the input %s", input);
+    /* a GGUF file replaces only an earlier export (its general.quantized_by
+     * sits among the first keys); compressed-tensors' directory has the
+     * output marker (fmt_output_check_dir) */
+    if (o->format == CMP_EXPORT_GGUF) {
+        mc_status g = fmt_output_check_ours(out, "a GGUF file mcompile "
+                                            "exported", "GGUF",
+                                            CMP_EXPORT_GGUF_BY, 4096, err);
+        if (g != MC_OK)
+            return g;
+    }
     cmp_xsrc *s;
     mc_status st = cmp_xsrc_open(input, &s, err);
     if (st != MC_OK)

@@ -72,6 +72,10 @@ typedef struct cmp_export_opts {
 
 #define CMP_EXPORT_MAX_NOTES 16
 
+/* A GGUF export's general.quantized_by: the tool that wrote it, and how a
+ * later export knows the file is one it may replace. */
+#define CMP_EXPORT_GGUF_BY "mcompile"
+
 typedef struct cmp_export_report {
     size_t tensors;           /* tensors written */
     size_t quantized;         /* of those, in a quantized type */

@@ -345,8 +345,13 @@ static mc_status add_general(fmt_gguf_writer *w, const fmt_model_config *c,
     if (bl > 5 && strcmp(base + bl - 5, ".gguf") == 0)
         bl -= 5;
     mc_status st;
+    /* general.quantized_by (GGUF's key for the tool) also marks the file
+     * as ours: a later export may replace it (cmp_export.c) */
     if ((st = fmt_gguf_add_string(w, "general.architecture", arch,
                                   strlen(arch), err)) != MC_OK ||
+        (st = fmt_gguf_add_string(w, "general.quantized_by",
+                                  CMP_EXPORT_GGUF_BY, strlen(CMP_EXPORT_GGUF_BY),
+                                  err)) != MC_OK ||
         (st = fmt_gguf_add_string(w, "general.name", base, bl, err)) !=
             MC_OK ||
         (st = fmt_gguf_add_u32(w, "general.file_type", ftype, err)) != MC_OK ||

@@ -218,7 +218,7 @@ mc_status cmp_plan_svg(const fmt_model_config *cfg, const cmp_plan *plan,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" "
             "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
             "font-family=\"sans-serif\">\n"
-            "<title>mcompile memory plan</title>\n"
+            CMP_SVG_MARK "\n"
             "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
         W, H, W, H, W, H);
     put(&b, "<text x=\"%d\" y=\"40\" font-size=\"15\" font-weight=\"bold\">"

@@ -20,6 +20,10 @@
 
 /* Render plan (built from cfg) to *out, an mc_malloc'ed NUL-terminated
  * string the caller frees with mc_free. */
+/* The picture's title, in its first lines: what `plan --svg` looks for
+ * before it replaces an existing file (fmt_output_check_ours). */
+#define CMP_SVG_MARK "<title>mcompile memory plan</title>"
+
 mc_status cmp_plan_svg(const fmt_model_config *cfg, const cmp_plan *plan,
                        char **out, mc_error *err);
 

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -167,8 +169,18 @@ mc_status fmt_output_check_file(const char *path, mc_error *err)
     if (!path || !*path)
         return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1,
                        "empty output path");
-    if (stat(path, &st) != 0) /* absent, or a dangling link: rename is safe */
-        return MC_OK;
+    if (strcmp(path, "-") == 0)
+        return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1,
+                       "'-' (standard output) cannot take this output; "
+                       "name a file (./- for a file called '-')");
+    /* A link is refused, dangling or not: renaming over it would replace
+     * the link and leave what it points to stale (/dev/stdout is one), and
+     * opening through it would write wherever it points. */
+    if (lstat(path, &st) != 0)
+        return MC_OK; /* absent */
+    if (S_ISLNK(st.st_mode))
+        return refuse(err, path, "it is a symbolic link (name the file it "
+                      "points to, or remove the link)", NULL);
     if (!S_ISREG(st.st_mode))
         return refuse(err, path, "it is ", fmt_input_kind(&st));
     if (fmt_input_is_input(&st))
@@ -178,6 +190,87 @@ mc_status fmt_output_check_file(const char *path, mc_error *err)
         return refuse(err, path, "more inputs were opened than can be "
                       "compared against", NULL);
     return MC_OK;
+}
+
+mc_status fmt_output_check_ours(const char *path, const char *what,
+                                const char *head, const char *mark,
+                                size_t window, mc_error *err)
+{
+    mc_status s = fmt_output_check_file(path, err);
+    struct stat st;
+    if (s != MC_OK || lstat(path, &st) != 0 || st.st_size == 0)
+        return s; /* refused, absent, or empty: nothing to lose */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    char buf[65536];
+    if (window > sizeof buf - 1)
+        window = sizeof buf - 1;
+    size_t got = 0;
+    while (fd >= 0 && got < window) {
+        ssize_t r = read(fd, buf + got, window - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (fd >= 0)
+        close(fd);
+    int ours = got > 0 && (!head || (got >= strlen(head) &&
+                                     memcmp(buf, head, strlen(head)) == 0));
+    if (ours && mark) {
+        ours = 0;
+        size_t ml = strlen(mark);
+        for (size_t i = 0; !ours && ml <= got && i <= got - ml; i++)
+            ours = memcmp(buf + i, mark, ml) == 0;
+    }
+    if (!ours)
+        return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1,
+                       "refusing to replace it: it exists and is not %s "
+                       "(remove it, or choose another name); nothing was "
+                       "written", what);
+    return MC_OK;
+}
+
+/* The absolute path path names, its directory resolved (malloc'ed; NULL
+ * when the directory does not resolve): an existing path through
+ * realpath, a new one as realpath(directory) + "/" + its name. */
+static char *fmt_output_canonical(const char *path)
+{
+    char *r = realpath(path, NULL);
+    if (r)
+        return r;
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    char *dir;
+    if (!slash)
+        dir = realpath(".", NULL);
+    else if (slash == path)
+        dir = realpath("/", NULL);
+    else {
+        char *d = strndup(path, (size_t)(slash - path));
+        dir = d ? realpath(d, NULL) : NULL;
+        free(d);
+    }
+    if (!dir)
+        return NULL;
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *out = malloc(n);
+    if (out)
+        snprintf(out, n, "%s/%s", strcmp(dir, "/") ? dir : "", name);
+    free(dir);
+    return out;
+}
+
+int fmt_output_same(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    /* one of them does not exist yet: compare the resolved directories
+     * and the names */
+    char *ca = fmt_output_canonical(a), *cb = fmt_output_canonical(b);
+    int same = ca && cb ? strcmp(ca, cb) == 0 : strcmp(a, b) == 0;
+    free(ca);
+    free(cb);
+    return same;
 }
 
 /* 1 if an input of this run lies in the directory dfd (owned, closed

@@ -19,8 +19,12 @@
  * Outputs.  fmt_atomic_create and fmt_atomic_dir_create call the guard
  * before they create anything, so every writer of both programs goes
  * through it.  An existing path may be replaced only when
- *   - file output: it is, after following symlinks, a regular file that is
- *     not an input of this run;
+ *   - file output: it is a regular file (not a symbolic link: renaming
+ *     over a link replaces the link, not what it points to) that is not
+ *     an input of this run, and for the outputs with a recognisable form
+ *     (fmt_output_check_ours: GGUF exports, plan pictures, metrics) one
+ *     that mcompile wrote; "-" is refused (it means standard output
+ *     elsewhere);
  *   - directory output: it is a directory this tool wrote (it holds the
  *     marker file FMT_OUTPUT_MARKER, which fmt_atomic_dir_create writes
  *     into every directory it builds) or an empty one, and no input of
@@ -64,6 +68,16 @@ int fmt_input_is_input(const struct stat *st);
  * replaced. */
 mc_status fmt_output_check_file(const char *path, mc_error *err);
 mc_status fmt_output_check_dir(const char *path, mc_error *err);
+/* fmt_output_check_file, and an existing non-empty file is replaced only
+ * if it is one of ours: its first window bytes (at most 64 KiB) start
+ * with head and hold mark (either NULL: not checked).  what ("a GGUF
+ * file mcompile wrote") completes the refusal's message. */
+mc_status fmt_output_check_ours(const char *path, const char *what,
+                                const char *head, const char *mark,
+                                size_t window, mc_error *err);
+/* 1 if paths a and b name the same file, existing or not (two outputs of
+ * one run: another spelling, a link, a hard link). */
+int fmt_output_same(const char *a, const char *b);
 
 /* "a FIFO", "a directory", ... for messages about st's file type. */
 const char *fmt_input_kind(const struct stat *st);

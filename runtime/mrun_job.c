@@ -56,7 +56,7 @@ static int open_files(job *j)
     }
     /* Every input is open now: the output and the metrics file may not be
      * one of them, nor a device or a FIFO (the one output guard). */
-    if (o->metrics && fmt_output_check_file(o->metrics, &err) != MC_OK) {
+    if (o->metrics && rt_metrics_check_path(o->metrics, &err) != MC_OK) {
         fprintf(stderr, "mrun: --metrics: %s\n",
                 mc_error_format(&err, buf, sizeof buf));
         return 1;
@@ -83,7 +83,7 @@ static int open_files(job *j)
         return rc;
     /* Appending, not a temp file + rename: a crash must leave every line
      * written so far for --resume (each line is one write()). */
-    j->out_fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND |
+    j->out_fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW |
                                     (o->resume ? 0 : O_TRUNC), 0644);
     if (j->out_fd < 0) {
         fprintf(stderr, "mrun: cannot write %s: %s\n", o->output,

@@ -329,7 +329,7 @@ static int run(mrun_cli *c)
      * them (or a device, a FIFO...) before running, not after. */
     mc_error ge;
     if (c->metrics_path &&
-        fmt_output_check_file(c->metrics_path, &ge) != MC_OK) {
+        rt_metrics_check_path(c->metrics_path, &ge) != MC_OK) {
         char buf[1400];
         fprintf(stderr, "mrun: --metrics: %s\n",
                 mc_error_format(&ge, buf, sizeof buf));

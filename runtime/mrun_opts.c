@@ -10,6 +10,7 @@
 
 #include "fmt_file.h"
 #include "fmt_ids.h"
+#include "fmt_input.h"
 #include "mc_alloc.h"
 #include "mc_parse.h"
 #include "rt_stopstr.h"
@@ -423,11 +424,7 @@ static int check_job_args(mrun_cli *c)
         return usage_error("--resume needs an output file, not stdout");
     /* Inputs are compared by device+inode when the job opens its files
      * (fmt_output_check_file); here only the two outputs with each other. */
-    struct stat so, sm;
-    if (c->metrics_path &&
-        (!strcmp(c->metrics_path, j->output) ||
-         (stat(c->metrics_path, &sm) == 0 && stat(j->output, &so) == 0 &&
-          sm.st_dev == so.st_dev && sm.st_ino == so.st_ino)))
+    if (c->metrics_path && fmt_output_same(c->metrics_path, j->output))
         return usage_error("--output and --metrics name the same file");
     j->metrics = c->metrics_path;
     j->metrics_period = 2.0;

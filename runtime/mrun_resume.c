@@ -56,8 +56,21 @@ int mrun_resume_load(const char *path, int quiet, mrun_resume *r)
     uint64_t k = 0;
     int rc = 0;
     while ((n = getline(&line, &lcap, f)) > 0) {
-        if (line[n - 1] != '\n')
-            break; /* a partial last line: cut off below */
+        if (line[n - 1] != '\n') {
+            /* a partial last line, cut off below; with no whole line
+             * before it, only if it can be the start of one of ours (a
+             * file without a newline is not evidence that mrun wrote it) */
+            static const char start[] = "{\"id\":";
+            size_t m = (size_t)n < sizeof start - 1 ? (size_t)n : sizeof start - 1;
+            if (k == 0 && memcmp(line, start, m) != 0) {
+                fprintf(stderr,
+                        "mrun: --resume: %s holds no whole line and does not "
+                        "start as mrun's lines do ({\"id\":...); not "
+                        "resuming into a file mrun did not write\n", path);
+                rc = 1;
+            }
+            break;
+        }
         k++;
         char *id = NULL;
         int failed = 0;

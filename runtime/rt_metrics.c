@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 
 #include "fmt_atomic.h"
+#include "fmt_input.h"
 #include "mc_alloc.h"
 
 void rt_metrics_init(rt_metrics *m)
@@ -242,9 +243,12 @@ mc_status rt_metrics_write_prometheus(const rt_metrics *m, const char *path,
     if (!path)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1,
                        "rt_metrics_write_prometheus: NULL path");
+    mc_status s = rt_metrics_check_path(path, err);
+    if (s != MC_OK)
+        return s;
     char *text = NULL;
     size_t len = 0;
-    mc_status s = rt_metrics_format_prometheus(m, &text, &len, err);
+    s = rt_metrics_format_prometheus(m, &text, &len, err);
     if (s != MC_OK)
         return s;
     fmt_atomic_file *f = NULL;
@@ -258,4 +262,10 @@ mc_status rt_metrics_write_prometheus(const rt_metrics *m, const char *path,
     }
     mc_free(text);
     return s;
+}
+
+mc_status rt_metrics_check_path(const char *path, mc_error *err)
+{
+    return fmt_output_check_ours(path, "a metrics file mrun wrote",
+                                 "# HELP mcompile_", NULL, 64, err);
 }

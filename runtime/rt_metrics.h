@@ -83,8 +83,15 @@ mc_status rt_metrics_format_prometheus(const rt_metrics *m, char **out,
                                        size_t *len, mc_error *err);
 
 /* Write m to path atomically (temp file, fsync, rename).  On failure path
- * is untouched and err says why (MC_ERR_IO with the path, MC_ERR_NOMEM). */
+ * is untouched and err says why (MC_ERR_IO with the path, MC_ERR_NOMEM;
+ * MC_ERR_INVALID_ARG from rt_metrics_check_path). */
 mc_status rt_metrics_write_prometheus(const rt_metrics *m, const char *path,
                                       mc_error *err);
+
+/* The output guard for a metrics path (fmt_input.h): not an input, a
+ * link or a special file, and an existing file only if it is metrics
+ * this program wrote (it starts "# HELP mcompile_").  Programs call it
+ * before they run, so a refusal costs no work. */
+mc_status rt_metrics_check_path(const char *path, mc_error *err);
 
 #endif /* RT_METRICS_H */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "mc_alloc.h"
@@ -367,8 +368,16 @@ static void test_metrics_rewrite_replaces_whole_file(void **state)
     fill(&m);
     char *dir = tu_mkdtemp("metrics");
     char *path = tu_fmt("%s/m.prom", dir);
+    /* a file that is not metrics is refused, untouched */
     assert_int_equal(tu_write_file(path, "garbage that is longer than it "
                                          "should be\n", 42), 0);
+    mc_error e;
+    assert_int_equal(rt_metrics_write_prometheus(&m, path, &e),
+                     MC_ERR_INVALID_ARG);
+    assert_non_null(strstr(e.message, "not a metrics file"));
+    assert_true(tu_file_is(path, "garbage that is longer than it should be\n",
+                           42));
+    assert_int_equal(unlink(path), 0);
     assert_int_equal(rt_metrics_write_prometheus(&m, path, NULL), MC_OK);
     m.requests_served = 8;
     assert_int_equal(rt_metrics_write_prometheus(&m, path, NULL), MC_OK);

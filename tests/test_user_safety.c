@@ -126,9 +126,9 @@ static void test_outputs_never_replace_inputs_or_foreign_data(void **st)
     expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
                cfg), 1, "plan --svg config.json", "input of this run", NULL);
     expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
-               lcfg), 1, "plan --svg link", "input of this run", NULL);
+               lcfg), 1, "plan --svg link", "symbolic link", NULL);
     expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 --metrics %s",
-               MC_BIN_DIR, m, lw), 1, "mrun --metrics link", "input of this run",
+               MC_BIN_DIR, m, lw), 1, "mrun --metrics link", "symbolic link",
            NULL);
     expect(run("%s/mcompile %s --target 64MiB -o %s", MC_BIN_DIR, m, lw), 1,
            "compile -o link", "refusing", NULL);
@@ -150,11 +150,19 @@ static void test_outputs_never_replace_inputs_or_foreign_data(void **st)
                NULL, NULL);
     expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s",
                MC_BIN_DIR, out, out), 1, "merge -o its input", "input", NULL);
-    /* a plain regular file that is no input is replaced */
+    /* a regular file that is no input but not metrics is kept; an empty
+     * one, and then the metrics written into it, are replaced */
     char *prom = tu_fmt("%s/metrics.prom", d);
     assert_int_equal(tu_write_file(prom, "old", 3), 0);
     expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 -q --metrics %s",
-               MC_BIN_DIR, m, prom), 0, "mrun --metrics new file", NULL, NULL);
+               MC_BIN_DIR, m, prom), 1, "mrun --metrics user file",
+           "not a metrics file mrun wrote", NULL);
+    assert_true(tu_file_is(prom, "old", 3));
+    assert_int_equal(tu_write_file(prom, "", 0), 0);
+    for (int i = 0; i < 2; i++)
+        expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 -q --metrics %s",
+                   MC_BIN_DIR, m, prom), 0, "mrun --metrics own file", NULL,
+               NULL);
     char *p1 = tu_read_file(prom, NULL);
     assert_non_null(strstr(p1, "mcompile_"));
     free(p1);
@@ -168,6 +176,92 @@ static void test_outputs_never_replace_inputs_or_foreign_data(void **st)
     free(cfg0), free(cfg1), free(w0), free(w1);
     free(prom), free(out), free(user), free(notes), free(lcfg), free(lw);
     free(cfg), free(w), free(m);
+    tu_rmtree(d);
+    free(d);
+}
+
+/* Outputs with a recognisable form replace only an earlier one of their
+ * own kind: plan --svg never replaces the weights beside config.json (plan
+ * does not open them) or a user's file; export --format gguf replaces an
+ * earlier export, not a user's file or artifact; a symbolic link (live
+ * or dangling, /dev/stdout's kind) and "-" are refused as outputs; mrun's
+ * --output and --metrics are the same file under another spelling. */
+static void test_outputs_replace_only_their_own_kind(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-own");
+    char *m = tu_fmt("%s/m", d), *w = tu_fmt("%s/m/model.safetensors", d);
+    copy_dir(FX "/llama", m);
+    size_t w_len;
+    char *w0 = tu_read_file(w, &w_len);
+    char *notes = tu_fmt("%s/notes.txt", d), *art = tu_fmt("%s/a.mca", d);
+    char *user_art = tu_fmt("%s/user.mca", d);
+    assert_int_equal(tu_write_file(notes, "my notes", 8), 0);
+    expect(run("%s/mcompile %s --target 64MiB -q -o %s", MC_BIN_DIR, m, art),
+           0, "compile", NULL, NULL);
+    expect(run("%s/mcompile %s --target 64MiB -q -o %s", MC_BIN_DIR, m,
+               user_art), 0, "compile", NULL, NULL);
+    size_t ua_len;
+    char *ua0 = tu_read_file(user_art, &ua_len);
+
+    expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m, w),
+           1, "plan --svg weights", "not a plan picture mcompile wrote", NULL);
+    expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
+               notes), 1, "plan --svg notes", "not a plan picture", NULL);
+    char *svg = tu_fmt("%s/plan.svg", d);
+    for (int i = 0; i < 2; i++)
+        expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
+                   svg), 0, "plan --svg own picture", NULL, NULL);
+
+    expect(run("%s/mcompile export %s --format gguf -o %s", MC_BIN_DIR, art,
+               notes), 1, "export gguf notes", "not a GGUF file mcompile", NULL);
+    expect(run("%s/mcompile export %s --format gguf -o %s", MC_BIN_DIR, art,
+               user_art), 1, "export gguf user artifact", "not a GGUF", NULL);
+    char *gg = tu_fmt("%s/a.gguf", d);
+    for (int i = 0; i < 2; i++)
+        expect(run("%s/mcompile export %s --format gguf -o %s -q", MC_BIN_DIR,
+                   art, gg), 0, "export gguf own file", NULL, NULL);
+
+    /* links and "-" */
+    char *live = tu_fmt("%s/live.gguf", d), *dang = tu_fmt("%s/dang", d);
+    assert_int_equal(symlink(gg, live), 0);
+    assert_int_equal(symlink("/nonexistent/target", dang), 0);
+    expect(run("%s/mcompile export %s --format gguf -o %s", MC_BIN_DIR, art,
+               live), 1, "export gguf link", "symbolic link", NULL);
+    expect(run("%s/mcompile %s --target 64MiB -o %s", MC_BIN_DIR, m, dang), 1,
+           "compile -o dangling link", "symbolic link", NULL);
+    expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
+               dang), 1, "plan --svg dangling link", "symbolic link", NULL);
+    expect(run_in(d, "%s/mcompile export %s --format gguf -o -", MC_BIN_DIR,
+                  art), 1, "export -o -", "standard output", NULL);
+    expect(run_in(d, "%s/mcompile %s --target 64MiB -o -", MC_BIN_DIR, m), 1,
+           "compile -o -", "standard output", NULL);
+    char *dash = tu_fmt("%s/-", d);
+    assert_false(tu_exists(dash));
+    free(dash);
+
+    /* mrun: the same file under two spellings, one not yet existing */
+    char *in = tu_fmt("%s/in.jsonl", d), *out = tu_fmt("%s/o.jsonl", d);
+    char *out2 = tu_fmt("%s/../%s/o.jsonl", d, strrchr(d, '/') + 1);
+    assert_int_equal(tu_write_file(in, "{\"ids\": [1, 2]}\n", 16), 0);
+    expect(run("%s/mrun %s --input %s --output %s --metrics %s -q", MC_BIN_DIR,
+               art, in, out, out2), 2, "mrun --output = --metrics",
+           "same file", NULL);
+    assert_false(tu_exists(out));
+    expect(run("%s/mrun %s --input %s --output %s -q", MC_BIN_DIR, art, in,
+               dang), 1, "mrun --output dangling link", "symbolic link", NULL);
+
+    /* nothing of the user's moved */
+    assert_true(tu_file_is(notes, "my notes", 8));
+    assert_true(tu_file_is(user_art, ua0, ua_len));
+    assert_true(tu_file_is(w, w0, w_len));
+    struct stat sl;
+    assert_int_equal(lstat(live, &sl), 0);
+    assert_true(S_ISLNK(sl.st_mode));
+    assert_false(has_temp(d));
+    free(w0), free(ua0), free(in), free(out), free(out2), free(live);
+    free(dang), free(gg), free(svg), free(notes), free(art), free(user_art);
+    free(m), free(w);
     tu_rmtree(d);
     free(d);
 }
@@ -482,6 +576,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outputs_never_replace_inputs_or_foreign_data),
+        cmocka_unit_test(test_outputs_replace_only_their_own_kind),
         cmocka_unit_test(test_fifo_as_any_input_fails_promptly),
         cmocka_unit_test(test_special_files_are_never_outputs),
         cmocka_unit_test(test_input_truncated_while_mapped_is_a_clean_error),
