@@ -31,6 +31,69 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
     return kn_attention_scratch_floats(nthreads, max_ctx, d->head_dim);
 }
 
+/* ---- the elementwise steps, split over the pool in a prefill ---------------
+ * Each gives every value the bits of the one-thread call: rmsnorm and RoPE
+ * work per row, and the flat steps (SiLU x up, the residual add) split at
+ * multiples of EW_BLOCK values, so the AVX2 loops' 8-value steps and
+ * scalar tail fall where the whole call puts them. */
+#define EW_BLOCK 4096
+
+typedef struct ew_job {
+    float *out, *x2;
+    const float *x, *w;
+    size_t n, total; /* row length; flat: value count */
+    float eps;
+    const kn_rope *rope;
+    uint32_t heads, kv_heads;
+    const int64_t *pos;
+} ew_job;
+
+static void rmsnorm_rows(void *c, size_t t0, size_t t1)
+{
+    const ew_job *j = c;
+    kn_rmsnorm(j->out + t0 * j->n, j->x + t0 * j->n, j->w, t1 - t0, j->n, j->eps);
+}
+
+static void rmsnorm_pool(kn_pool *pool, float *out, const float *x,
+                         const float *w, size_t T, size_t n, float eps)
+{
+    ew_job j = {.out = out, .x = x, .w = w, .n = n, .eps = eps};
+    kn_pool_rows(pool, T, KN_POOL_MIN_VALUES / n + 1, rmsnorm_rows, &j);
+}
+
+/* out: q [T][heads][head_dim], x2: k [T][kv_heads][head_dim] */
+static void rope_rows(void *c, size_t t0, size_t t1)
+{
+    const ew_job *j = c;
+    size_t hd = j->rope->head_dim;
+    kn_rope_apply(j->rope, j->out + t0 * j->heads * hd, t1 - t0, j->heads,
+                  j->pos + t0);
+    kn_rope_apply(j->rope, j->x2 + t0 * j->kv_heads * hd, t1 - t0, j->kv_heads,
+                  j->pos + t0);
+}
+
+static void silu_blocks(void *c, size_t b0, size_t b1)
+{
+    const ew_job *j = c;
+    size_t v0 = b0 * EW_BLOCK, v1 = b1 * EW_BLOCK < j->total ? b1 * EW_BLOCK : j->total;
+    kn_silu_mul(j->out + v0, j->x + v0, v1 - v0);
+}
+
+static void add_blocks(void *c, size_t b0, size_t b1)
+{
+    const ew_job *j = c;
+    size_t v0 = b0 * EW_BLOCK, v1 = b1 * EW_BLOCK < j->total ? b1 * EW_BLOCK : j->total;
+    kn_add(j->out + v0, j->x + v0, v1 - v0);
+}
+
+static void flat_pool(kn_pool *pool, void (*fn)(void *, size_t, size_t),
+                      float *y, const float *x, size_t total)
+{
+    ew_job j = {.out = y, .x = x, .total = total};
+    kn_pool_rows(pool, (total + EW_BLOCK - 1) / EW_BLOCK,
+                 KN_POOL_MIN_VALUES / EW_BLOCK, fn, &j);
+}
+
 /* linears() with bf16_dot: the matrices kn_gemm_bf16 takes (when a row
  * of its packed input fits qbuf's qwidth floats) as one job on X rounded
  * once into qbuf, the rest as another on the float X. */
@@ -101,14 +164,15 @@ static void linears(kn_pool *pool, const kn_block_scratch *s, const float *X,
         }
     }
     if (nq) {
-        kn_qact_quantize((kn_qact_kind)kind, X, T, (uint32_t)cols, qbuf);
+        kn_qact_quantize_pool(pool, (kn_qact_kind)kind, X, T, (uint32_t)cols, qbuf);
         kn_matmul_q_multi(pool, nq, qw, qbuf, T, qy, qb);
     }
     if (nf)
         kn_matmul_multi(pool, nf, fw, X, T, fy, fb);
     for (int j = 0; j < nrest; j++) {
         int i = rest[j];
-        kn_qact_quantize(kn_qact_kind_of(W[i]), X, T, (uint32_t)cols, qbuf);
+        kn_qact_quantize_pool(pool, kn_qact_kind_of(W[i]), X, T, (uint32_t)cols,
+                              qbuf);
         kn_matmul_q(pool, W[i], qbuf, T, Y[i], B[i]);
     }
 }
@@ -136,7 +200,7 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
     const int start = s->tap_start;
     if (start <= 1 + KN_TAP_QKV_IN) {
         /* ---- attention ---- */
-        kn_rmsnorm(s->xb, x, w->attn_norm, T, hidden, d->eps);
+        rmsnorm_pool(pool, s->xb, x, w->attn_norm, T, hidden, d->eps);
         if (tap)
             tap(tap_ctx, KN_TAP_QKV_IN, s->xb, T, hidden);
         if (tap && s->tap_stop == 1 + KN_TAP_QKV_IN)
@@ -152,8 +216,10 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
             const kn_rope *r = g->rope ? g->rope : rope;
             float *q = s->q + row * q_dim;
             float *k = s->k + row * kv_dim;
-            kn_rope_apply(r, q, g->count, d->heads, pos + row);
-            kn_rope_apply(r, k, g->count, d->kv_heads, pos + row);
+            ew_job rj = {.out = q, .x2 = k, .rope = r, .heads = d->heads,
+                         .kv_heads = d->kv_heads, .pos = pos + row};
+            kn_pool_rows(pool, g->count,
+                         KN_POOL_MIN_VALUES / (q_dim + kv_dim) + 1, rope_rows, &rj);
             /* Store the whole segment first: its later rows attend its
              * earlier ones through the cache. */
             for (size_t t = 0; t < g->count; t++)
@@ -173,11 +239,11 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
         linears(pool, s, s->att, T, q_dim, s->hb, ffn, 1,
                 (const kn_matrix *const[]){&w->wo}, (float *const[]){s->xb},
                 (const float *const[]){w->bo});
-        kn_add(x, s->xb, T * hidden);
+        flat_pool(pool, add_blocks, x, s->xb, T * hidden);
     }
 
     /* ---- MLP ---- */
-    kn_rmsnorm(s->xb, x, w->mlp_norm, T, hidden, d->eps);
+    rmsnorm_pool(pool, s->xb, x, w->mlp_norm, T, hidden, d->eps);
     if (tap)
         tap(tap_ctx, KN_TAP_GATE_UP_IN, s->xb, T, hidden);
     if (tap && s->tap_stop == 1 + KN_TAP_GATE_UP_IN)
@@ -186,7 +252,7 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
             (const kn_matrix *const[]){&w->w_gate, &w->w_up},
             (float *const[]){s->hb, s->hb2},
             (const float *const[]){w->b_gate, w->b_up});
-    kn_silu_mul(s->hb, s->hb2, T * ffn);
+    flat_pool(pool, silu_blocks, s->hb, s->hb2, T * ffn);
     if (tap)
         tap(tap_ctx, KN_TAP_DOWN_IN, s->hb, T, ffn);
     if (tap && s->tap_stop == 1 + KN_TAP_DOWN_IN)
@@ -196,5 +262,5 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
             (const float *const[]){w->b_down});
     if (tap && s->tap_down_out)
         tap(tap_ctx, KN_TAP_DOWN_OUT, s->xb, T, hidden);
-    kn_add(x, s->xb, T * hidden);
+    flat_pool(pool, add_blocks, x, s->xb, T * hidden);
 }

@@ -59,6 +59,17 @@ void kn_pool_run(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
  * slice. */
 void kn_pool_run_shared(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
                         void *ctx);
+/* fn(ctx, u0, u1) over disjoint ranges covering units [0, n) (rows of an
+ * elementwise step), claimed by p's threads as they go (a shared job);
+ * inline as fn(ctx, 0, n) when p is NULL or has one thread, or when n <
+ * min_units (too little work for a wake-up).  fn must give each unit
+ * the same result whatever range it comes in. */
+/* Values an elementwise step needs before kn_pool_rows splits it: below,
+ * the wake-up (under a microsecond) and the shared cache lines cost more
+ * than the second thread gains. */
+#define KN_POOL_MIN_VALUES 32768
+void kn_pool_rows(kn_pool *p, size_t n, size_t min_units,
+                  void (*fn)(void *ctx, size_t u0, size_t u1), void *ctx);
 
 /* ---- weights ------------------------------------------------------------- */
 

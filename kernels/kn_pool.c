@@ -245,3 +245,44 @@ void kn_pool_run_shared(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
 {
     run(p, fn, ctx, 1);
 }
+
+/* kn_pool_rows: units [0, n) claimed KN_POOL_ROWS_CLAIMS times per thread
+ * at most, so a parked worker leaves little for the others. */
+#define KN_POOL_ROWS_CLAIMS 4
+
+typedef struct rows_job {
+    void (*fn)(void *ctx, size_t u0, size_t u1);
+    void *ctx;
+    size_t n, chunk;
+    atomic_size_t next;
+} rows_job;
+
+static void rows_task(void *c, int tid, int nth)
+{
+    (void)tid;
+    (void)nth;
+    rows_job *j = c;
+    for (;;) {
+        size_t u0 = atomic_fetch_add(&j->next, j->chunk);
+        if (u0 >= j->n)
+            return;
+        size_t u1 = j->n - u0 < j->chunk ? j->n : u0 + j->chunk;
+        j->fn(j->ctx, u0, u1);
+    }
+}
+
+void kn_pool_rows(kn_pool *p, size_t n, size_t min_units,
+                  void (*fn)(void *ctx, size_t u0, size_t u1), void *ctx)
+{
+    int nth = p ? kn_pool_threads(p) : 1;
+    if (nth < 2 || n < 2 || n < min_units) {
+        if (n)
+            fn(ctx, 0, n);
+        return;
+    }
+    rows_job j = {fn, ctx, n, 0, 0};
+    size_t parts = (size_t)nth * KN_POOL_ROWS_CLAIMS;
+    j.chunk = (n + parts - 1) / parts;
+    atomic_init(&j.next, 0);
+    kn_pool_run_shared(p, rows_task, &j);
+}

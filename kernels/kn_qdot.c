@@ -70,35 +70,61 @@ static size_t qblock_bytes(kn_qact_kind k)
     return k == KN_QACT_I16 ? 2 * KN_QK : KN_QK;
 }
 
-void kn_ref_qact_quantize(kn_qact_kind k, const float *X, size_t T,
-                          uint32_t cols, void *buf)
+/* Rows [t0, t1) of kn_qact_quantize's T-row buffer. */
+static void qact_rows(kn_qact_kind k, const float *X, size_t T, uint32_t cols,
+                      void *buf, size_t t0, size_t t1, int avx2)
 {
     uint32_t nb = kn_qact_blocks(cols);
     size_t qb = qblock_bytes(k);
     uint8_t *q = buf;
     float *d = (float *)(q + T * nb * qb);
-    for (size_t t = 0; t < T; t++)
+    for (size_t t = t0; t < t1; t++) {
+        if (avx2) {
+            kn_avx2_qact_quantize_row(X + t * cols, cols, k == KN_QACT_I16,
+                                      q + t * nb * qb, d + t * nb);
+            continue;
+        }
         for (uint32_t b = 0; b < nb; b++) {
             uint32_t c0 = b * KN_QK, n = cols - c0 < KN_QK ? cols - c0 : KN_QK;
             kn_qact_block(X + t * cols + c0, n, k == KN_QACT_I16,
                           q + (t * nb + b) * qb, d + t * nb + b);
         }
+    }
+}
+
+void kn_ref_qact_quantize(kn_qact_kind k, const float *X, size_t T,
+                          uint32_t cols, void *buf)
+{
+    qact_rows(k, X, T, cols, buf, 0, T, 0);
 }
 
 void kn_qact_quantize(kn_qact_kind k, const float *X, size_t T, uint32_t cols,
                       void *buf)
 {
-    if (kn_force_scalar() || !kn_cpu_has_avx2()) {
-        kn_ref_qact_quantize(k, X, T, cols, buf);
-        return;
-    }
-    uint32_t nb = kn_qact_blocks(cols);
-    size_t qb = qblock_bytes(k);
-    uint8_t *q = buf;
-    float *d = (float *)(q + T * nb * qb);
-    for (size_t t = 0; t < T; t++)
-        kn_avx2_qact_quantize_row(X + t * cols, cols, k == KN_QACT_I16,
-                                  q + t * nb * qb, d + t * nb);
+    qact_rows(k, X, T, cols, buf, 0, T, !kn_force_scalar() && kn_cpu_has_avx2());
+}
+
+typedef struct qact_job {
+    kn_qact_kind k;
+    const float *X;
+    size_t T;
+    uint32_t cols;
+    void *buf;
+    int avx2;
+} qact_job;
+
+static void qact_job_rows(void *c, size_t t0, size_t t1)
+{
+    const qact_job *j = c;
+    qact_rows(j->k, j->X, j->T, j->cols, j->buf, t0, t1, j->avx2);
+}
+
+void kn_qact_quantize_pool(kn_pool *pool, kn_qact_kind k, const float *X,
+                           size_t T, uint32_t cols, void *buf)
+{
+    qact_job j = {k, X, T, cols, buf, !kn_force_scalar() && kn_cpu_has_avx2()};
+    kn_pool_rows(pool, T, KN_POOL_MIN_VALUES / (cols ? cols : 1) + 1,
+                 qact_job_rows, &j);
 }
 
 /* ---- the product ------------------------------------------------------------- */

@@ -103,6 +103,10 @@ void kn_qact_quantize(kn_qact_kind k, const float *X, size_t T, uint32_t cols,
                       void *buf);
 void kn_ref_qact_quantize(kn_qact_kind k, const float *X, size_t T,
                           uint32_t cols, void *buf);
+/* kn_qact_quantize's bytes, the rows split over pool's threads when there
+ * are enough of them (a prefill); pool may be NULL. */
+void kn_qact_quantize_pool(kn_pool *pool, kn_qact_kind k, const float *X,
+                           size_t T, uint32_t cols, void *buf);
 
 /* Y[t][r] = bias[r] + W[r] . Xq[t] (canonical arithmetic above) for t < T.
  * Xq: kn_qact_quantize(kn_qact_kind_of(W)) of T rows of W->cols values;
