@@ -34,9 +34,10 @@ uint64_t kn_block_attn_floats(const kn_block_dims *d, int nthreads,
 /* ---- the elementwise steps, split over the pool in a prefill ---------------
  * Each gives every value the bits of the one-thread call: rmsnorm and RoPE
  * work per row, and the flat steps (SiLU x up, the residual add) split at
- * multiples of EW_BLOCK values, so the AVX2 loops' 8-value steps and
- * scalar tail fall where the whole call puts them. */
-#define EW_BLOCK 4096
+ * multiples of EW_BLOCK values (a unit of kn_pool_rows: the claims are
+ * n / (4 x threads) units), so the AVX2 loops' 8-value steps and scalar
+ * tail fall where the whole call puts them. */
+#define EW_BLOCK 64
 
 typedef struct ew_job {
     float *out, *x2;
@@ -58,7 +59,7 @@ static void rmsnorm_pool(kn_pool *pool, float *out, const float *x,
                          const float *w, size_t T, size_t n, float eps)
 {
     ew_job j = {.out = out, .x = x, .w = w, .n = n, .eps = eps};
-    kn_pool_rows(pool, T, KN_POOL_MIN_VALUES / n + 1, rmsnorm_rows, &j);
+    kn_pool_rows(pool, T, kn_pool_min_values() / n + 1, rmsnorm_rows, &j);
 }
 
 /* out: q [T][heads][head_dim], x2: k [T][kv_heads][head_dim] */
@@ -91,7 +92,7 @@ static void flat_pool(kn_pool *pool, void (*fn)(void *, size_t, size_t),
 {
     ew_job j = {.out = y, .x = x, .total = total};
     kn_pool_rows(pool, (total + EW_BLOCK - 1) / EW_BLOCK,
-                 KN_POOL_MIN_VALUES / EW_BLOCK, fn, &j);
+                 kn_pool_min_values() / EW_BLOCK, fn, &j);
 }
 
 /* linears() with bf16_dot: the matrices kn_gemm_bf16 takes (when a row
@@ -219,7 +220,8 @@ void kn_block_forward(kn_pool *pool, const kn_block_weights *w,
             ew_job rj = {.out = q, .x2 = k, .rope = r, .heads = d->heads,
                          .kv_heads = d->kv_heads, .pos = pos + row};
             kn_pool_rows(pool, g->count,
-                         KN_POOL_MIN_VALUES / (q_dim + kv_dim) + 1, rope_rows, &rj);
+                         kn_pool_min_values() / (q_dim + kv_dim) + 1, rope_rows,
+                         &rj);
             /* Store the whole segment first: its later rows attend its
              * earlier ones through the cache. */
             for (size_t t = 0; t < g->count; t++)

@@ -66,8 +66,11 @@ void kn_pool_run_shared(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
  * the same result whatever range it comes in. */
 /* Values an elementwise step needs before kn_pool_rows splits it: below,
  * the wake-up (under a microsecond) and the shared cache lines cost more
- * than the second thread gains. */
+ * than the second thread gains.  kn_set_pool_min_values(1) makes every
+ * step split (tests: the split must not change a bit); 0 restores it. */
 #define KN_POOL_MIN_VALUES 32768
+size_t kn_pool_min_values(void);
+void kn_set_pool_min_values(size_t v);
 void kn_pool_rows(kn_pool *p, size_t n, size_t min_units,
                   void (*fn)(void *ctx, size_t u0, size_t u1), void *ctx);
 

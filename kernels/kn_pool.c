@@ -246,6 +246,19 @@ void kn_pool_run_shared(kn_pool *p, void (*fn)(void *ctx, int tid, int nth),
     run(p, fn, ctx, 1);
 }
 
+static atomic_size_t g_min_values; /* 0: KN_POOL_MIN_VALUES */
+
+size_t kn_pool_min_values(void)
+{
+    size_t v = atomic_load(&g_min_values);
+    return v ? v : KN_POOL_MIN_VALUES;
+}
+
+void kn_set_pool_min_values(size_t v)
+{
+    atomic_store(&g_min_values, v);
+}
+
 /* kn_pool_rows: units [0, n) claimed KN_POOL_ROWS_CLAIMS times per thread
  * at most, so a parked worker leaves little for the others. */
 #define KN_POOL_ROWS_CLAIMS 4

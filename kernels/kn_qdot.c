@@ -123,7 +123,7 @@ void kn_qact_quantize_pool(kn_pool *pool, kn_qact_kind k, const float *X,
                            size_t T, uint32_t cols, void *buf)
 {
     qact_job j = {k, X, T, cols, buf, !kn_force_scalar() && kn_cpu_has_avx2()};
-    kn_pool_rows(pool, T, KN_POOL_MIN_VALUES / (cols ? cols : 1) + 1,
+    kn_pool_rows(pool, T, kn_pool_min_values() / (cols ? cols : 1) + 1,
                  qact_job_rows, &j);
 }
 

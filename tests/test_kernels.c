@@ -120,6 +120,46 @@ static void test_pool_shared_jobs_do_every_item_once(void **state)
     assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
+typedef struct rows_ctx {
+    atomic_int hits[5000];
+    atomic_int calls;
+} rows_ctx;
+
+static void rows_fn(void *c, size_t u0, size_t u1)
+{
+    rows_ctx *r = c;
+    assert_true(u0 < u1);
+    atomic_fetch_add(&r->calls, 1);
+    for (size_t u = u0; u < u1; u++)
+        atomic_fetch_add(&r->hits[u], 1);
+}
+
+/* kn_pool_rows covers every unit exactly once, inline (one call) without
+ * a pool, with one thread or under min_units, split otherwise. */
+static void test_pool_rows_cover_every_unit_once(void **state)
+{
+    (void)state;
+    static const size_t ns[] = {0, 1, 2, 7, 64, 1000, 4999};
+    for (int th = 0; th <= 4; th++) {
+        kn_pool *p = th ? kn_pool_create(th) : NULL;
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t min = 1; min <= 100; min *= 10) {
+            rows_ctx *r = calloc(1, sizeof *r);
+            assert_non_null(r);
+            kn_pool_rows(p, ns[i], min, rows_fn, r);
+            for (size_t u = 0; u < 5000; u++)
+                assert_int_equal(atomic_load(&r->hits[u]), u < ns[i]);
+            int calls = atomic_load(&r->calls);
+            if (th < 2 || ns[i] < 2 || ns[i] < min)
+                assert_int_equal(calls, ns[i] ? 1 : 0);
+            else
+                assert_true(calls >= 2);
+            free(r);
+        }
+        kn_pool_free(p);
+    }
+}
+
 static void test_pool_null_runs_inline_and_free_null_is_noop(void **state)
 {
     (void)state;
@@ -663,6 +703,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_runs_every_thread_once_per_call),
         cmocka_unit_test(test_pool_shared_jobs_do_every_item_once),
+        cmocka_unit_test(test_pool_rows_cover_every_unit_once),
         cmocka_unit_test(test_pool_null_runs_inline_and_free_null_is_noop),
         cmocka_unit_test(test_force_scalar_switch_round_trips),
         cmocka_unit_test(test_rmsnorm_matches_reference_odd_sizes),

@@ -70,6 +70,39 @@ static void test_qact_avx2_matches_reference_bytes(void **state)
     }
 }
 
+/* The pooled quantization (a prefill's) writes the one-thread bytes,
+ * split or not (T x cols below and above KN_POOL_MIN_VALUES), with 1, 2
+ * and 3 threads and without a pool. */
+static void test_qact_pool_matches_one_thread_bytes(void **state)
+{
+    (void)state;
+    static const struct { size_t T; uint32_t cols; } shapes[] = {
+        {1, 2048}, {9, 33}, {16, 5632}, {300, 576}, {97, 1000}};
+    for (int th = 0; th <= 3; th++) {
+        kn_pool *pool = th ? kn_pool_create(th) : NULL;
+        assert_true(!th || pool);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int k = 0; k < 2; k++) {
+            size_t T = shapes[s].T;
+            uint32_t cols = shapes[s].cols;
+            float *x = make_x(T, cols);
+            size_t n = (size_t)kn_qact_bytes((kn_qact_kind)k, T, cols);
+            uint8_t *a = malloc(n), *b = malloc(n);
+            assert_true(a && b);
+            memset(a, 0xa5, n);
+            kn_qact_quantize_pool(pool, (kn_qact_kind)k, x, T, cols, a);
+            kn_qact_quantize((kn_qact_kind)k, x, T, cols, b);
+            if (memcmp(a, b, n) != 0)
+                fail_msg("pooled quantization (kind %d, %d threads) differs "
+                         "at T %zu cols %u", k, th, T, cols);
+            free(x);
+            free(a);
+            free(b);
+        }
+        kn_pool_free(pool);
+    }
+}
+
 static void test_qact_known_values(void **state)
 {
     (void)state;
@@ -784,6 +817,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_qact_avx2_matches_reference_bytes, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_qact_known_values, tu_reset_kernel_switches),
+        cmocka_unit_test_teardown(test_qact_pool_matches_one_thread_bytes,
+                                  tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_qdot_avx2_decode_bit_identical_to_reference, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_qdot_avx2_decode_chunks_bit_identical, tu_reset_kernel_switches),
         cmocka_unit_test_teardown(test_qdot_avx2_gemm_bit_identical_to_reference, tu_reset_kernel_switches),

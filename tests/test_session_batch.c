@@ -264,6 +264,64 @@ static void test_quantized_head_same_bits_batched_and_any_threads(void **st)
     check_quantized_head("llama", "int4-sym", KN_W_Q4S, 0.1);
 }
 
+/* The elementwise steps split over the pool (every step split: pool
+ * minimum 1 value) give the one-thread bits, float path (HF model) and
+ * integer path (int8 artifact, whose activation quantization splits too),
+ * one by one and batched. */
+static void test_split_elementwise_steps_same_bits(void **st)
+{
+    (void)st;
+    char *dir = tu_mkdtemp("split");
+    char *art = tu_fmt("%s/a.mca", dir);
+    cmp_compile_opts o;
+    memset(&o, 0, sizeof o);
+    cmp_plan_request_default(&o.req);
+    assert_int_equal(cmp_wpolicy_parse("int8", 0, &o.req.policy, NULL), MC_OK);
+    o.req.target_bytes = 1ull << 30;
+    o.req.max_batch = 3;
+    o.req.max_seq = 64;
+    char *model = tu_fmt("%s/qwen2", MC_FIXTURE_DIR);
+    o.model = model;
+    o.out = art;
+    mc_error e;
+    assert_int_equal(cmp_compile(&o, NULL, &e), MC_OK);
+    for (int which = 0; which < 2; which++) {
+        rt_model *m;
+        char *hf = tu_fmt("%s/llama", MC_FIXTURE_DIR);
+        assert_int_equal(which ? rt_model_open(art, &m, &e)
+                               : rt_model_open_hf(hf, &m, &e), MC_OK);
+        free(hf);
+        static req one[NREQ], split[NREQ], cont[NREQ];
+        req *sets[3] = {one, split, cont};
+        for (int v = 0; v < 3; v++) {
+            tu_rng g = {0x5EEDu};
+            for (size_t k = 0; k < NREQ; k++)
+                make_req(&sets[v][k], k, &g);
+        }
+        rt_session *s1, *s3;
+        rt_limits L1 = {.max_batch = 3, .max_seq = 64, .prefill_chunk = 16,
+                        .threads = 1};
+        rt_limits L3 = L1;
+        L3.threads = 3;
+        assert_int_equal(tu_session_create(m, &L1, NULL, &s1, &e), MC_OK);
+        assert_int_equal(tu_session_create(m, &L3, NULL, &s3, &e), MC_OK);
+        run_one_by_one(s1, one, NREQ);
+        kn_set_pool_min_values(1);
+        run_one_by_one(s3, split, NREQ);
+        run_continuous(s3, cont, NREQ, 3);
+        kn_set_pool_min_values(0);
+        assert_same(one, split, NREQ);
+        assert_same(one, cont, NREQ);
+        rt_session_free(s1);
+        rt_session_free(s3);
+        rt_model_free(m);
+    }
+    tu_rmtree(dir);
+    free(model);
+    free(art);
+    free(dir);
+}
+
 static void test_admit_refuses_beyond_plan_and_busy_slots(void **st)
 {
     (void)st;
@@ -309,6 +367,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_continuous_mix_equals_one_by_one),
         cmocka_unit_test(test_quantized_head_same_bits_batched_and_any_threads),
+        cmocka_unit_test_teardown(test_split_elementwise_steps_same_bits,
+                                  tu_reset_kernel_switches),
         cmocka_unit_test(test_admit_refuses_beyond_plan_and_busy_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

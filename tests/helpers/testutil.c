@@ -330,5 +330,6 @@ int tu_reset_kernel_switches(void **state)
     kn_set_no_avx512(0);
     kn_set_force_scalar(0);
     kn_set_float_dot(0);
+    kn_set_pool_min_values(0);
     return 0;
 }
