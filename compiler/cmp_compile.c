@@ -19,6 +19,7 @@
 #include "kn_cpus.h"
 #include "mc_alloc.h"
 #include "mc_checked.h"
+#include "rt_tokenizer.h"
 
 /* Where float32 values of a tensor come from: the merge (when adapters are
  * given) or the base checkpoint directly. */
@@ -416,6 +417,32 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
     return c;
 }
 
+/* The tokenizer.json compile embeds is parsed as the runtime will parse it
+ * (it was copied unread, and a broken one failed only at mrun's first
+ * prompt), and its ids must be the model's: an id at or past vocab_size
+ * would index past the embedding. */
+static mc_status check_tokenizer(const char *path, const char *bytes,
+                                 size_t len, const fmt_model_config *cfg,
+                                 mc_error *err)
+{
+    if (len == 0)
+        return mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
+                       "the file is empty; expected a tokenizer.json (or "
+                       "no file)");
+    rt_tokenizer *t = NULL;
+    mc_status st = rt_tokenizer_load_memory(bytes, len, path, &t, err);
+    if (st != MC_OK)
+        return st;
+    size_t n = rt_tokenizer_vocab_size(t);
+    rt_tokenizer_free(t);
+    if (n > cfg->vocab_size)
+        return mc_fail(err, MC_ERR_SHAPE, path, "model.vocab", -1,
+                       "the tokenizer has ids up to %zu, but config.json's "
+                       "vocab_size is %u: expected every id below it", n - 1,
+                       cfg->vocab_size);
+    return MC_OK;
+}
+
 static mc_status emit(source *s, const cmp_compile_opts *o,
                       const cmp_plan_request *req, const cmp_calib_stage *cs,
                       const fmt_model_config *cfg, cmp_compile_report *rep,
@@ -438,6 +465,8 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         if (st == MC_ERR_NOT_FOUND) {
             mc_error_clear(err);
             st = MC_OK;
+        } else if (st == MC_OK) {
+            st = check_tokenizer(tokpath, tok, toklen, cfg, err);
         }
         if (!toklen) {
             mc_free(tok);

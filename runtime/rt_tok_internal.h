@@ -183,10 +183,15 @@ typedef struct rt_tok_work {
 void rt_tok_work_free(rt_tok_work *w);
 
 /* ---- rt_tok_norm.c ---- */
+/* The most a normalizer may grow a text of n bytes to: GROWTH x n + SLACK
+ * bytes after any step. */
+#define RT_TOK_NORM_GROWTH 64
+#define RT_TOK_NORM_SLACK 4096
 /* Run the normalizer steps over src[0..n) into out (cleared first; tmp is
  * scratch).  *lost_start is set when the first original characters were
  * removed (so the result no longer begins at the original offset 0), else
- * left alone.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (regex match failure). */
+ * left alone.  MC_ERR_NOMEM, MC_ERR_INVALID_ARG (regex match failure),
+ * MC_ERR_OVERFLOW (a step grew the text past the bound above). */
 mc_status rt_tok_normalize(const rt_tokenizer *t, const uint8_t *src, size_t n,
                            rt_tok_buf *out, rt_tok_buf *tmp, rt_tok_work *w,
                            int *lost_start);

@@ -296,6 +296,12 @@ mc_status rt_tok_normalize(const rt_tokenizer *t, const uint8_t *src, size_t n,
         }
         if (r)
             return r;
+        /* A tokenizer.json is untrusted: chained Replace steps ("a" ->
+         * "aa", 40 times) would grow the text exponentially.  Real
+         * normalizers stay far below this (NFKC's worst character is 18
+         * code points). */
+        if (tmp->len > RT_TOK_NORM_GROWTH * n + RT_TOK_NORM_SLACK)
+            return MC_ERR_OVERFLOW;
         rt_tok_buf x = *out;
         *out = *tmp;
         *tmp = x;

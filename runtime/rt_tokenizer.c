@@ -383,6 +383,11 @@ mc_status rt_tokenizer_encode(const rt_tokenizer *tok, const char *text,
             memcpy(ids, w.out.p, w.out.len);
     } else if (r == MC_ERR_NOMEM) {
         mc_fail(err, r, NULL, NULL, -1, "out of memory while encoding");
+    } else if (r == MC_ERR_OVERFLOW) {
+        mc_fail(err, r, "tokenizer.json", "normalizer", -1,
+                "the normalizer steps grow the text past %d x its length "
+                "+ %d bytes; refusing such a tokenizer",
+                RT_TOK_NORM_GROWTH, RT_TOK_NORM_SLACK);
     } else {
         mc_fail(err, r, NULL, NULL, -1,
                 "a pre-tokenized word is too long, or a regex hit PCRE2's "

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmp_compile.h"
 #include "fmt_artifact.h"
@@ -18,6 +19,7 @@
 #include "rt_artifact.h"
 #include "rt_session.h"
 #include "testutil.h"
+#include "tok_fixture.h"
 
 /* Whole file as bytes (the text helper stops at a NUL). */
 static uint8_t *read_bin(const char *path, size_t *len)
@@ -494,22 +496,18 @@ static void test_artifact_lora_compile_equals_merge_then_compile(void **s)
 }
 
 /* tokenizer.json beside the model is embedded as section "tokenizer" and
- * handed back by the runtime loader; its checksum is in the provenance. */
+ * handed back by the runtime loader; its checksum is in the provenance.
+ * One whose ids do not fit config.json's vocab_size (the real Mistral
+ * tokenizer beside the 256-id fixture) is refused, naming both. */
 static void test_artifact_embeds_tokenizer(void **s)
 {
     (void)s;
-    char *tokp = tu_fmt("%s/tokenizers/mistral-7b-instruct-v0.1/tokenizer.json",
-                        MC_SHARED_DIR);
-    if (!tu_exists(tokp)) {
-        free(tokp);
-        TU_SKIP_IF(1, "no tokenizer.json in ../shared/tokenizers");
-    }
     char *dir = tu_mkdtemp("artt");
     char *mdir = tu_fmt("%s/model", dir);
+    char *tokp = tu_fmt("%s/tokenizer.json", mdir);
     char *cmd = tu_fmt("mkdir -p '%s' && ln -s '%s/llama/config.json' "
-                       "'%s/llama/model.safetensors' '%s' && ln -s '%s' "
-                       "'%s/tokenizer.json'", mdir, MC_FIXTURE_DIR,
-                       MC_FIXTURE_DIR, mdir, tokp, mdir);
+                       "'%s/llama/model.safetensors' '%s'", mdir, MC_FIXTURE_DIR,
+                       MC_FIXTURE_DIR, mdir);
     assert_int_equal(system(cmd), 0);
     char *art = tu_fmt("%s/t.mca", dir);
     cmp_compile_opts o;
@@ -520,6 +518,23 @@ static void test_artifact_embeds_tokenizer(void **s)
     o.out = art;
     o.compress = 1;
     mc_error err;
+    char *mistral = tu_fmt("%s/tokenizers/mistral-7b-instruct-v0.1/"
+                           "tokenizer.json", MC_SHARED_DIR);
+    if (tu_exists(mistral)) {
+        char *ln = tu_fmt("ln -s '%s' '%s'", mistral, tokp);
+        assert_int_equal(system(ln), 0);
+        free(ln);
+        assert_int_equal(cmp_compile(&o, NULL, &err), MC_ERR_SHAPE);
+        assert_non_null(strstr(err.file, "tokenizer.json"));
+        assert_non_null(strstr(err.message, "vocab_size is 256"));
+        assert_false(tu_exists(art));
+        assert_int_equal(unlink(tokp), 0);
+    } else {
+        print_message("[  SKIP    ] the Mistral tokenizer case: no "
+                      "../shared/tokenizers\n");
+    }
+    free(mistral);
+    tu_tiny_tokenizer_write(tokp);
     cmp_compile_report rep;
     assert_int_equal(cmp_compile(&o, &rep, &err), MC_OK);
     assert_true(rep.tokenizer);

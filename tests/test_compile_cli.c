@@ -165,6 +165,46 @@ static void test_compile_notes_an_int4_tied_output_layer(void **state)
     }
 }
 
+/* A tokenizer.json beside the model is parsed before it is embedded: a
+ * malformed or empty one is refused by file (and field), no artifact. */
+static void test_compile_refuses_a_broken_tokenizer(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"{\"x\":1}", "'model'"},
+        {"", "the file is empty"},
+        {NULL, "vocab_size is 256"}, /* 300 ids, below */
+    };
+    char big[8192];
+    int o = snprintf(big, sizeof big, "{\"model\":{\"type\":\"BPE\","
+                     "\"vocab\":{");
+    for (int id = 0; id < 300; id++)
+        o += snprintf(big + o, sizeof big - (size_t)o, "%s\"t%d\":%d",
+                      id ? "," : "", id, id);
+    snprintf(big + o, sizeof big - (size_t)o, "}}}");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *m = tu_fmt("%s/tok%zu", g_dir, i);
+        char *cmd = tu_fmt("mkdir -p '%s' && cp %s/llama/config.json "
+                           "%s/llama/model.safetensors '%s'", m,
+                           MC_FIXTURE_DIR, MC_FIXTURE_DIR, m);
+        assert_int_equal(system(cmd), 0);
+        free(cmd);
+        char *tp = tu_fmt("%s/tokenizer.json", m);
+        const char *text = cases[i].text ? cases[i].text : big;
+        assert_int_equal(tu_write_file(tp, text, strlen(text)), 0);
+        char *art = tu_fmt("%s/t%zu.mca", g_dir, i), *out = NULL, *err = NULL;
+        cmd = tu_fmt("%s/mcompile %s --target 1GiB -o %s", MC_BIN_DIR, m, art);
+        assert_int_equal(tu_run(cmd, &out, &err), 1);
+        if (!strstr(err, "tokenizer.json") || !strstr(err, cases[i].needle))
+            fail_msg("%s: stderr lacks tokenizer.json / %s:\n%s", cmd,
+                     cases[i].needle, err);
+        assert_false(tu_exists(art));
+        free(out), free(err), free(cmd), free(art), free(tp), free(m);
+    }
+}
+
 static void test_plan_refusal_exits_1_with_breakdown(void **state)
 {
     (void)state;
@@ -521,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_plan_json_for_mistral_config_without_weights),
         cmocka_unit_test(test_plan_names_the_output_layer_format),
         cmocka_unit_test(test_compile_notes_an_int4_tied_output_layer),
+        cmocka_unit_test(test_compile_refuses_a_broken_tokenizer),
         cmocka_unit_test(test_plan_refusal_exits_1_with_breakdown),
         cmocka_unit_test(test_compile_cli_refuses_and_inspects),
         cmocka_unit_test(test_stories_artifact_reproduces_reference_greedy),

@@ -341,6 +341,44 @@ static void test_encode_reports_needed_size(void **state)
     rt_tokenizer_free(t);
 }
 
+/* A normalizer that grows the text exponentially (chained Replace "a" ->
+ * "aa") is refused at encode, by name, after bounded work; a normal
+ * growth (" " -> a 3-byte character, every character) encodes. */
+static void test_encode_refuses_runaway_normalizer(void **state)
+{
+    (void)state;
+    char json[4096];
+    int o = snprintf(json, sizeof json,
+                     "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,"
+                     "\"b\":1}},\"normalizer\":{\"type\":\"Sequence\","
+                     "\"normalizers\":[");
+    for (int i = 0; i < 40; i++)
+        o += snprintf(json + o, sizeof json - (size_t)o,
+                      "%s{\"type\":\"Replace\",\"pattern\":{\"String\":"
+                      "\"a\"},\"content\":\"aa\"}", i ? "," : "");
+    snprintf(json + o, sizeof json - (size_t)o, "]}}");
+    rt_tokenizer *t = NULL;
+    mc_error e;
+    assert_int_equal(rt_tokenizer_load_memory(json, strlen(json), "t", &t, &e),
+                     MC_OK);
+    size_t n = 0;
+    assert_int_equal(rt_tokenizer_encode(t, "ab", 2, 0, NULL, 0, &n, &e),
+                     MC_ERR_OVERFLOW);
+    assert_string_equal(e.field, "normalizer");
+    assert_non_null(strstr(e.message, "grow the text"));
+    rt_tokenizer_free(t);
+    const char *ok = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,"
+                     "\"\\u2581\":1}},\"normalizer\":{\"type\":\"Replace\","
+                     "\"pattern\":{\"String\":\"a\"},\"content\":"
+                     "\"\\u2581\"}}";
+    assert_int_equal(rt_tokenizer_load_memory(ok, strlen(ok), "t", &t, &e),
+                     MC_OK);
+    assert_int_equal(rt_tokenizer_encode(t, "aaaa", 4, 0, NULL, 0, &n, &e),
+                     MC_ERR_INVALID_ARG); /* a size query: n ids needed */
+    assert_int_equal(n, 4);
+    rt_tokenizer_free(t);
+}
+
 static void test_decode_checks_ids_and_size(void **state)
 {
     (void)state;
@@ -598,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_split_behaviours_match_tokenizers),
         cmocka_unit_test(test_regex_refuses_what_it_cannot_translate),
         cmocka_unit_test(test_encode_reports_needed_size),
+        cmocka_unit_test(test_encode_refuses_runaway_normalizer),
         cmocka_unit_test(test_decode_checks_ids_and_size),
         cmocka_unit_test(test_tokenizer_rejects_malformed_files),
         cmocka_unit_test(test_tokenizer_load_reports_missing_file),
