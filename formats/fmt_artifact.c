@@ -365,6 +365,14 @@ static mc_status check_tensors_schema(fmt_art *a, mc_error *err)
             return SCHEMA(t->name, "tensor '%s': section %llu of %zu", t->name,
                           (unsigned long long)sec, a->nsections);
         t->section = (size_t)sec;
+        /* a tensor's bytes are its own section's: named after it, of kind
+         * "tensor" (the writer's layout); one pointed at another tensor's
+         * or the tokenizer's would load other bytes under its name */
+        const fmt_art_section *ts = &a->sections[t->section];
+        if (strcmp(ts->name, t->name) != 0 || strcmp(ts->kind, "tensor") != 0)
+            return SCHEMA(t->name, "tensor '%s': section %zu is '%s' of kind "
+                          "'%s'; expected its own, of kind 'tensor'", t->name,
+                          t->section, ts->name, ts->kind);
         mc_status st;
         if ((st = check_part(a, t, "data", t->data, err)) != MC_OK ||
             (st = check_part(a, t, "scales", t->scales, err)) != MC_OK ||
@@ -417,6 +425,15 @@ static mc_status check_manifest(fmt_art *a, mc_error *err)
     st = check_sections_schema(a, err);
     if (st != MC_OK)
         return st;
+    /* "tokenizer" says whether the tokenizer section is there */
+    const json_t *tk = json_object_get(a->manifest, "tokenizer");
+    size_t ts = fmt_art_find_section(a, "tokenizer");
+    int has = ts < a->nsections && strcmp(a->sections[ts].kind, "tokenizer") == 0;
+    if (tk && (!json_is_boolean(tk) || json_is_true(tk) != has))
+        return SCHEMA("tokenizer", "manifest \"tokenizer\" is %s, but the "
+                      "artifact has %s section \"tokenizer\" of kind "
+                      "\"tokenizer\"", json_is_true(tk) ? "true" : "not true",
+                      has ? "a" : "no");
     return check_tensors_schema(a, err);
 }
 

@@ -63,7 +63,14 @@ typedef struct loader {
     rt_model *m;
     float *next;              /* next free float of m->owned */
     float *owned_end;
+    uint8_t *taken;           /* [tensors]: 1 once the config took it */
 } loader;
+
+/* Mark t (found by name) as taken by the config. */
+static void take(loader *L, const fmt_art_tensor *t)
+{
+    L->taken[t - fmt_art_tensor_at(L->o->a, 0)] = 1;
+}
 
 static mc_status get_matrix(loader *L, const char *name, uint32_t rows,
                             uint32_t cols, kn_matrix *out, mc_error *err)
@@ -72,6 +79,7 @@ static mc_status get_matrix(loader *L, const char *name, uint32_t rows,
     if (!t)
         return mc_fail(err, MC_ERR_NOT_FOUND, L->path, name, -1,
                        "tensor '%s' is missing from the artifact", name);
+    take(L, t);
     kn_wformat f;
     if (t->ndim != 2 || t->rows != rows || t->cols != cols ||
         kn_wformat_parse(t->format, &f) != 0)
@@ -132,6 +140,7 @@ static mc_status get_vec(loader *L, const char *name, uint32_t n, int optional,
         return mc_fail(err, MC_ERR_NOT_FOUND, L->path, name, -1,
                        "tensor '%s' is missing from the artifact", name);
     }
+    take(L, t);
     if (t->ndim != 1 || t->cols != n || strcmp(t->format, "f32") != 0 ||
         t->data.bytes != (uint64_t)n * 4)
         return mc_fail(err, MC_ERR_SHAPE, L->path, name, -1,
@@ -216,6 +225,25 @@ static mc_status load_sections(loader *L, unsigned flags, mc_error *err)
         uint64_t r = 0;
         mc_align_up_u64(s->raw_bytes, 64, &r);
         zoff += r;
+    }
+    return MC_OK;
+}
+
+/* A tensor stored but not taken (an lm_head.weight beside
+ * tie_word_embeddings true, a layer past num_hidden_layers) would be
+ * dropped without a word: the config and the tensors disagree. */
+static mc_status unused_tensor(const loader *L, mc_error *err)
+{
+    const fmt_model_config *c = &L->m->cfg;
+    for (size_t i = 0; i < fmt_art_tensor_count(L->o->a); i++) {
+        if (L->taken[i])
+            continue;
+        const char *n = fmt_art_tensor_at(L->o->a, i)->name;
+        return mc_fail(err, MC_ERR_FORMAT, L->path, n, -1,
+                       "tensor '%s' is stored but the manifest's config has "
+                       "no place for it (num_hidden_layers %u, "
+                       "tie_word_embeddings %s)", n, c->num_layers,
+                       c->tie_word_embeddings ? "true" : "false");
     }
     return MC_OK;
 }
@@ -524,7 +552,7 @@ mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
     m->owner = o;
     m->owner_free = owner_free;
     snprintf(m->path, sizeof m->path, "%s", path);
-    loader L = {path, o, m, NULL, NULL};
+    loader L = {path, o, m, NULL, NULL, NULL};
     mc_status st = fmt_art_open(path, &o->a, err);
     if (st == MC_OK) {
         char *cj = json_dumps(json_object_get(fmt_art_manifest(o->a), "config"),
@@ -540,11 +568,17 @@ mc_status rt_model_open_artifact_ex(const char *path, unsigned flags,
         st = load_plan(&L, err);
     if (st == MC_OK)
         st = load_sections(&L, flags, err);
+    if (st == MC_OK &&
+        !(L.taken = mc_calloc(fmt_art_tensor_count(o->a) + 1, 1)))
+        st = mc_fail(err, MC_ERR_NOMEM, path, NULL, -1, "out of memory");
     if (st == MC_OK)
         st = load_weights(&L, err);
     if (st == MC_OK && L.next != L.owned_end)
         st = mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
                      "norm/bias tensors do not match the config");
+    if (st == MC_OK)
+        st = unused_tensor(&L, err);
+    mc_free(L.taken);
     if (st == MC_OK)
         pack_for_cpu(&L, flags);
     if (st != MC_OK) {

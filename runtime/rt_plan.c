@@ -177,6 +177,25 @@ static mc_status check_totals(const json_t *o, const rt_plan *p,
                            "disagree", keys[i], (long long)v,
                            (unsigned long long)want[i]);
     }
+    /* "fits" (the compiler's, when it wrote one) is the total against the
+     * target */
+    const json_t *fits = json_object_get(o, "fits");
+    if (fits) {
+        json_int_t target;
+        if (!get_int(o, "target_bytes", 0, INT64_MAX, &target) ||
+            !json_is_boolean(fits))
+            return mc_fail(err, MC_ERR_FORMAT, path, "plan", -1,
+                           "manifest plan needs an integer target_bytes >= 0 "
+                           "and a boolean fits");
+        if (json_is_true(fits) != (p->total_bytes <= (uint64_t)target))
+            return mc_fail(err, MC_ERR_FORMAT, path, "plan", -1,
+                           "manifest plan says fits %s with total_bytes %llu "
+                           "against target_bytes %lld; expected fits = "
+                           "(total <= target)",
+                           json_is_true(fits) ? "true" : "false",
+                           (unsigned long long)p->total_bytes,
+                           (long long)target);
+    }
     return MC_OK;
 }
 

@@ -477,16 +477,17 @@ static void test_numeric_options_are_strict(void **st)
 
 /* Rewrite artifact src as dst with plan[key] = value, every checksum
  * recomputed: a doctored file that passes every integrity check. */
-static void rewrite_plan(const char *src, const char *dst, const char *key,
-                         json_int_t value)
+/* Copy src to dst with its manifest changed by doctor (may be NULL) and
+ * the checksums redone, as anyone can. */
+static void rewrite_manifest(const char *src, const char *dst,
+                             void (*doctor)(json_t *man))
 {
     fmt_art *a = NULL;
     mc_error e;
     assert_int_equal(fmt_art_open(src, &a, &e), MC_OK);
     json_t *man = json_deep_copy(fmt_art_manifest(a));
-    if (key)
-        json_object_set_new(json_object_get(man, "plan"), key,
-                            json_integer(value));
+    if (doctor)
+        doctor(man);
     fmt_art_writer *w = NULL;
     assert_int_equal(fmt_art_writer_create(dst, &w, &e), MC_OK);
     size_t n = fmt_art_section_count(a);
@@ -509,6 +510,85 @@ static void rewrite_plan(const char *src, const char *dst, const char *key,
     assert_int_equal(fmt_art_writer_finish(w, &e), MC_OK);
     json_decref(man);
     fmt_art_close(a);
+}
+
+static const char *g_plan_key;
+static json_int_t g_plan_value;
+
+static void doctor_plan(json_t *man)
+{
+    json_object_set_new(json_object_get(man, "plan"), g_plan_key,
+                        json_integer(g_plan_value));
+}
+
+static void rewrite_plan(const char *src, const char *dst, const char *key,
+                         json_int_t value)
+{
+    g_plan_key = key;
+    g_plan_value = value;
+    rewrite_manifest(src, dst, key ? doctor_plan : NULL);
+}
+
+/* The first tensor's bytes taken from the last tensor's section. */
+static void doctor_section(json_t *man)
+{
+    json_t *ts = json_object_get(man, "tensors");
+    json_t *last = json_object_get(json_array_get(ts, json_array_size(ts) - 1),
+                                   "section");
+    json_object_set(json_array_get(ts, 0), "section", last);
+}
+
+static void doctor_tokenizer(json_t *man)
+{
+    json_object_set_new(man, "tokenizer", json_true());
+}
+
+/* A tied config while lm_head.weight is stored (the llama fixture's). */
+static void doctor_tie(json_t *man)
+{
+    json_object_set_new(json_object_get(man, "config"), "tie_word_embeddings",
+                        json_true());
+}
+
+static void doctor_target(json_t *man)
+{
+    json_object_set_new(json_object_get(man, "plan"), "target_bytes",
+                        json_integer(1));
+}
+
+/* Manifests re-signed with tables that disagree are refused by mrun and by
+ * `inspect --verify` alike (which before checked the checksums only). */
+static void test_doctored_manifest_tables_are_refused(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-tab");
+    char *art = tu_fmt("%s/a.mca", d), *doc = tu_fmt("%s/doc.mca", d);
+    expect(run("%s/mcompile " FX "/llama --target 64MiB -q -o %s", MC_BIN_DIR,
+               art), 0, "compile", NULL, NULL);
+    expect(run("%s/mcompile inspect --verify %s", MC_BIN_DIR, art), 0,
+           "inspect --verify", NULL, NULL);
+    assert_non_null(strstr(g_out, "the runtime loads it"));
+    static const struct {
+        void (*doctor)(json_t *);
+        const char *needle;
+    } cases[] = {
+        {doctor_section, "expected its own"},
+        {doctor_tokenizer, "\"tokenizer\" is true"},
+        {doctor_tie, "no place for it"},
+        {doctor_target, "expected fits"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unlink(doc);
+        rewrite_manifest(art, doc, cases[i].doctor);
+        expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1", MC_BIN_DIR, doc),
+               1, cases[i].needle, cases[i].needle, NULL);
+        expect(run("%s/mcompile inspect --verify %s", MC_BIN_DIR, doc), 1,
+               cases[i].needle, cases[i].needle, NULL);
+    }
+    free(art);
+    free(doc);
+    tu_rmtree(d);
+    free(d);
 }
 
 static void test_doctored_manifest_plan_is_refused(void **st)
@@ -582,6 +662,7 @@ int main(void)
         cmocka_unit_test(test_input_truncated_while_mapped_is_a_clean_error),
         cmocka_unit_test(test_numeric_options_are_strict),
         cmocka_unit_test(test_doctored_manifest_plan_is_refused),
+        cmocka_unit_test(test_doctored_manifest_tables_are_refused),
         cmocka_unit_test(test_default_output_is_named_after_the_directory),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
