@@ -293,8 +293,10 @@ static inline int bench_gen_llama(const char *dir, const bench_llama_config *c,
     }
     snprintf(ts[n].name, 96, "model.norm.weight");
     ts[n].r = H, ts[n].base = 1.0f, ts[n].scale = 0.1f, n++;
-    snprintf(ts[n].name, 96, "lm_head.weight");
-    ts[n].r = c->vocab, ts[n].c = H, ts[n].scale = 0.05f, n++;
+    if (!c->tied) { /* a tied model's output layer is its embedding */
+        snprintf(ts[n].name, 96, "lm_head.weight");
+        ts[n].r = c->vocab, ts[n].c = H, ts[n].scale = 0.05f, n++;
+    }
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         uint64_t shp[2] = {ts[i].r, ts[i].c};

@@ -417,6 +417,64 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
     return c;
 }
 
+/* Every tensor of the checkpoint is one config.json implies (names from
+ * cmp_plan_tensors, the compile's own list): a layer past
+ * num_hidden_layers, a stray module or a tied model's lm_head.weight that
+ * is not the embedding would otherwise be dropped without a word (and the
+ * compiled model would not be the checkpoint).  RoPE's inv_freq buffers,
+ * which old Llama conversions store, are skipped as transformers does; a
+ * tied model's lm_head.weight equal to its embedding (some checkpoints
+ * store both) is fine. */
+static mc_status check_checkpoint_tensors(const fmt_model *base,
+                                          const fmt_model_config *cfg,
+                                          const cmp_wpolicy *policy,
+                                          const char *path, mc_error *err)
+{
+    cmp_tensor_plan *ts = NULL;
+    size_t nt = 0;
+    mc_status st = cmp_plan_tensors(cfg, policy, &ts, &nt, err);
+    for (size_t i = 0; st == MC_OK && i < fmt_model_tensor_count(base); i++) {
+        const fmt_st_tensor *t = fmt_model_tensor(base, i, NULL);
+        int known = 0;
+        for (size_t k = 0; !known && k < nt; k++)
+            known = strcmp(ts[k].name, t->name) == 0;
+        size_t nl = strlen(t->name), sl = strlen(".rotary_emb.inv_freq");
+        if (known || (nl > sl && !strcmp(t->name + nl - sl, ".rotary_emb.inv_freq")))
+            continue;
+        if (cfg->tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
+            const fmt_st_tensor *e =
+                fmt_model_find(base, "model.embed_tokens.weight", NULL);
+            if (e && e->dtype == t->dtype && e->nbytes == t->nbytes &&
+                e->ndim == t->ndim && memcmp(e->shape, t->shape, sizeof e->shape) == 0 &&
+                memcmp(e->data, t->data, (size_t)t->nbytes) == 0)
+                continue;
+            st = mc_fail(err, MC_ERR_SHAPE, path, t->name, -1,
+                         "config.json ties the output layer to the embedding "
+                         "(tie_word_embeddings true), but the checkpoint's "
+                         "lm_head.weight differs from model.embed_tokens."
+                         "weight; set tie_word_embeddings to false to use it");
+            break;
+        }
+        unsigned layer;
+        if (sscanf(t->name, "model.layers.%u.", &layer) == 1 &&
+            layer >= cfg->num_layers)
+            st = mc_fail(err, MC_ERR_SHAPE, path, t->name, -1,
+                         "the checkpoint has layer %u, but config.json's "
+                         "num_hidden_layers is %u", layer, cfg->num_layers);
+        else
+            st = mc_fail(err, MC_ERR_FORMAT, path, t->name, -1,
+                         "the checkpoint holds '%s', which config.json "
+                         "(%s, %u layers%s%s%s) has no place for; expected "
+                         "only the tensors it implies", t->name,
+                         cfg->model_type, cfg->num_layers,
+                         cfg->qkv_bias ? ", q/k/v bias" : "",
+                         cfg->o_bias ? ", o bias" : "",
+                         cfg->mlp_bias ? ", mlp bias" : "");
+    }
+    mc_free(ts);
+    return st;
+}
+
 /* The tokenizer.json compile embeds is parsed as the runtime will parse it
  * (it was copied unread, and a broken one failed only at mrun's first
  * prompt), and its ids must be the model's: an id at or past vocab_size
@@ -615,6 +673,9 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
         return st;
     fmt_model_config cfg;
     st = fmt_config_load(fmt_model_config_path(s.base), &cfg, err);
+    if (st == MC_OK)
+        st = check_checkpoint_tensors(s.base, &cfg, &o->req.policy, o->model,
+                                      err);
     if (st == MC_OK && o->n_adapters) {
         st = cmp_merge_open(s.base, o->adapters, o->n_adapters, &s.merge, err);
         if (st == MC_OK && cmp_merge_unties_lm_head(s.merge))

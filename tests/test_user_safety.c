@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "fmt_artifact.h"
+#include "fmt_safetensors.h"
 #include "testutil.h"
 
 #ifndef MC_IO_SHIM
@@ -616,6 +617,94 @@ static void test_doctored_manifest_plan_is_refused(void **st)
     free(d);
 }
 
+/* Copy fixture src into dst with one more tensor, extra, holding the
+ * values of tensor like (any shape: like's); config.json copied, with
+ * cfg_from replaced by cfg_to when given. */
+static void fixture_plus(const char *src, const char *dst, const char *extra,
+                         const char *like, const char *cfg_from,
+                         const char *cfg_to)
+{
+    copy_dir(src, dst);
+    char *in = tu_fmt("%s/model.safetensors", src);
+    char *out = tu_fmt("%s/model.safetensors", dst);
+    fmt_st_file *f;
+    fmt_st_writer *w;
+    mc_error e;
+    assert_int_equal(fmt_st_open(in, &f, &e), MC_OK);
+    assert_int_equal(unlink(out), 0);
+    assert_int_equal(fmt_st_writer_create(out, &w, &e), MC_OK);
+    size_t n = fmt_st_count(f);
+    const fmt_st_tensor *lk = fmt_st_find(f, like);
+    assert_non_null(lk);
+    for (size_t i = 0; i <= n; i++) {
+        const fmt_st_tensor *t = i < n ? fmt_st_get(f, i) : lk;
+        assert_int_equal(fmt_st_writer_add(w, i < n ? t->name : extra, t->dtype,
+                                           t->ndim, t->shape, &e), MC_OK);
+    }
+    assert_int_equal(fmt_st_writer_begin_data(w, &e), MC_OK);
+    for (size_t i = 0; i <= n; i++) {
+        const fmt_st_tensor *t = i < n ? fmt_st_get(f, i) : lk;
+        assert_int_equal(fmt_st_writer_write(w, t->data, (size_t)t->nbytes, &e),
+                         MC_OK);
+    }
+    assert_int_equal(fmt_st_writer_finish(w, &e), MC_OK);
+    fmt_st_close(f);
+    if (cfg_from) {
+        char *cp = tu_fmt("%s/config.json", dst);
+        size_t len;
+        char *text = tu_read_file(cp, &len);
+        char *at = strstr(text, cfg_from);
+        assert_non_null(at);
+        char *edited = tu_fmt("%.*s%s%s", (int)(at - text), text, cfg_to,
+                              at + strlen(cfg_from));
+        assert_int_equal(tu_write_file(cp, edited, strlen(edited)), 0);
+        free(edited);
+        free(text);
+        free(cp);
+    }
+    free(in);
+    free(out);
+}
+
+/* Every tensor of a checkpoint is one its config implies, or the compile
+ * refuses it by name: a layer past num_hidden_layers, a stray tensor, a
+ * tied model's lm_head.weight that is not its embedding.  A tied model
+ * storing its embedding twice and RoPE's inv_freq buffers are fine. */
+static void test_checkpoint_tensors_match_the_config(void **st)
+{
+    (void)st;
+    char *d = tu_mkdtemp("safe-ckpt");
+    static const struct {
+        const char *src, *extra, *like, *from, *to;
+        int rc;
+        const char *needle;
+    } cases[] = {
+        {"llama", "model.extra.weight", "model.norm.weight", NULL, NULL, 1,
+         "has no place for"},
+        {"llama", "model.layers.0.self_attn.rotary_emb.inv_freq",
+         "model.norm.weight", NULL, NULL, 0, NULL},
+        {"qwen2", "lm_head.weight", "model.embed_tokens.weight", NULL, NULL, 0,
+         NULL},
+        {"qwen2", "lm_head.weight", "model.layers.0.mlp.gate_proj.weight",
+         NULL, NULL, 1, "differs from model.embed_tokens"},
+        {"llama", "model.layers.0.extra", "model.norm.weight",
+         "\"num_hidden_layers\": 4", "\"num_hidden_layers\": 3", 1,
+         "num_hidden_layers is 3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *src = tu_fmt(FX "/%s", cases[i].src);
+        char *m = tu_fmt("%s/m%zu", d, i), *art = tu_fmt("%s/m%zu.mca", d, i);
+        fixture_plus(src, m, cases[i].extra, cases[i].like, cases[i].from,
+                     cases[i].to);
+        expect(run("%s/mcompile %s --target 64MiB -q -o %s", MC_BIN_DIR, m, art),
+               cases[i].rc, cases[i].extra, cases[i].needle, NULL);
+        assert_int_equal(tu_exists(art), cases[i].rc == 0);
+        free(src), free(m), free(art);
+    }
+    tu_rmtree(d);
+    free(d);
+}
+
 static void test_default_output_is_named_after_the_directory(void **st)
 {
     (void)st;
@@ -663,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_numeric_options_are_strict),
         cmocka_unit_test(test_doctored_manifest_plan_is_refused),
         cmocka_unit_test(test_doctored_manifest_tables_are_refused),
+        cmocka_unit_test(test_checkpoint_tensors_match_the_config),
         cmocka_unit_test(test_default_output_is_named_after_the_directory),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
