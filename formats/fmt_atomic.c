@@ -516,26 +516,65 @@ static void dir_free(fmt_atomic_dir *d)
 }
 
 /* The marker by which fmt_output_check_dir recognises a directory we
- * wrote (and so may replace); fsynced with the rest at commit. */
-static mc_status write_marker(const fmt_atomic_dir *d, mc_error *err)
+ * wrote (and so may replace); fsynced with the rest at commit.  At
+ * commit (listed) it is written again with the names of the entries the
+ * directory holds: anything a user adds later is not in the list, and the
+ * next run leaves the directory alone. */
+static mc_status write_marker(const fmt_atomic_dir *d, int listed,
+                              mc_error *err)
 {
-    static const char text[] =
+    static const char head[] =
         "This directory was written by mcompile.  A later mcompile run may\n"
-        "replace it as a whole; a directory without this file is never\n"
-        "replaced.\n";
-    size_t cap = strlen(d->temp_dir) + sizeof FMT_OUTPUT_MARKER + 2;
-    char *p = mc_malloc(cap);
-    if (!p)
+        "replace it as a whole if it holds only what is listed below; a\n"
+        "directory without this file is never replaced.\n";
+    char *text = mc_malloc(FMT_OUTPUT_MARKER_MAX);
+    if (!text)
         return mc_fail(err, MC_ERR_NOMEM, d->final_dir, NULL, -1,
                        "allocating an output directory");
+    size_t len = (size_t)snprintf(text, FMT_OUTPUT_MARKER_MAX, "%s", head);
+    DIR *dir = listed ? opendir(d->temp_dir) : NULL;
+    if (listed && !dir) {
+        mc_status st = io_fail(err, d->final_dir, "listing", d->temp_dir, errno);
+        mc_free(text);
+        return st;
+    }
+    if (dir) {
+        len += (size_t)snprintf(text + len, FMT_OUTPUT_MARKER_MAX - len,
+                                "%s\n", FMT_OUTPUT_MARKER_LIST);
+        struct dirent *ent;
+        while ((ent = readdir(dir)) != NULL) {
+            const char *n = ent->d_name;
+            if (!strcmp(n, ".") || !strcmp(n, "..") ||
+                !strcmp(n, FMT_OUTPUT_MARKER))
+                continue;
+            if (len + strlen(n) + 2 >= FMT_OUTPUT_MARKER_MAX) {
+                closedir(dir);
+                mc_free(text);
+                return mc_fail(err, MC_ERR_INVALID_ARG, d->final_dir, NULL,
+                               -1, "too many entries to list in %s",
+                               FMT_OUTPUT_MARKER);
+            }
+            len += (size_t)snprintf(text + len, FMT_OUTPUT_MARKER_MAX - len,
+                                    "%s\n", n);
+        }
+        closedir(dir);
+    }
+    size_t cap = strlen(d->temp_dir) + sizeof FMT_OUTPUT_MARKER + 2;
+    char *p = mc_malloc(cap);
+    if (!p) {
+        mc_free(text);
+        return mc_fail(err, MC_ERR_NOMEM, d->final_dir, NULL, -1,
+                       "allocating an output directory");
+    }
     snprintf(p, cap, "%s/%s", d->temp_dir, FMT_OUTPUT_MARKER);
-    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                  0666);
     int e = 0;
     if (fd < 0) {
         e = errno;
     } else {
-        for (size_t off = 0; off < sizeof text - 1 && e == 0;) {
-            ssize_t w = write(fd, text + off, sizeof text - 1 - off);
+        for (size_t off = 0; off < len && e == 0;) {
+            ssize_t w = write(fd, text + off, len - off);
             if (w < 0 && errno != EINTR)
                 e = errno;
             else if (w == 0)
@@ -546,6 +585,7 @@ static mc_status write_marker(const fmt_atomic_dir *d, mc_error *err)
         if (close(fd) != 0 && e == 0)
             e = errno;
     }
+    mc_free(text);
     mc_status st = e ? io_fail(err, d->final_dir, "writing the marker", p, e)
                      : MC_OK;
     mc_free(p);
@@ -601,7 +641,7 @@ mc_status fmt_atomic_dir_create(const char *final_dir, fmt_atomic_dir **out,
         dir_free(d);
         return st;
     }
-    mc_status mst = write_marker(d, err);
+    mc_status mst = write_marker(d, 0, err);
     if (mst != MC_OK) {
         fmt_atomic_dir_abort(d);
         return mst;
@@ -661,6 +701,12 @@ mc_status fmt_atomic_dir_commit(fmt_atomic_dir *d, mc_error *err)
     if (!d)
         return mc_fail(err, MC_ERR_INVALID_ARG, NULL, NULL, -1, "commit of NULL");
     mc_status st = fmt_mapguard_check(err); /* see fmt_atomic_commit */
+    /* what the run wrote, for the next one; and the old output checked
+     * again: a user may have put a file into it while we ran */
+    if (st == MC_OK)
+        st = write_marker(d, 1, err);
+    if (st == MC_OK)
+        st = fmt_output_check_dir(d->final_dir, err);
     if (st == MC_OK)
         st = fsync_tree(d->temp_dir, d->final_dir, err);
     if (st != MC_OK) {

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,54 @@ static int holds_input(int dfd, int depth, int *empty, int *marked)
     return found;
 }
 
+/* 1 (and its name in name) if the marked directory path holds an entry
+ * its marker does not list: the user's, added after we wrote it.  A
+ * marker without the list (written before it had one) lists nothing and
+ * allows everything, as then. */
+static int foreign_entry(const char *path, char *name, size_t cap)
+{
+    char mp[PATH_MAX];
+    snprintf(mp, sizeof mp, "%s/%s", path, FMT_OUTPUT_MARKER);
+    int fd = open(mp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char *text = malloc(FMT_OUTPUT_MARKER_MAX + 1);
+    size_t got = 0;
+    while (text && got < FMT_OUTPUT_MARKER_MAX) {
+        ssize_t r = read(fd, text + got, FMT_OUTPUT_MARKER_MAX - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!text)
+        return 0;
+    text[got] = '\0';
+    const char *list = strstr(text, "\n" FMT_OUTPUT_MARKER_LIST "\n");
+    int found = 0;
+    DIR *d = list ? opendir(path) : NULL;
+    struct dirent *e;
+    while (d && !found && (e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, FMT_OUTPUT_MARKER))
+            continue;
+        /* listed: a whole line of the list */
+        size_t nl = strlen(n);
+        int listed = 0;
+        for (const char *p = strstr(list + 1, "\n"); p && !listed;
+             p = strchr(p + 1, '\n'))
+            listed = !strncmp(p + 1, n, nl) && p[1 + nl] == '\n';
+        if (!listed) {
+            snprintf(name, cap, "%s", n);
+            found = 1;
+        }
+    }
+    if (d)
+        closedir(d);
+    free(text);
+    return found;
+}
+
 mc_status fmt_output_check_dir(const char *path, mc_error *err)
 {
     struct stat st;
@@ -335,5 +384,13 @@ mc_status fmt_output_check_dir(const char *path, mc_error *err)
     if (!empty && overflowed())
         return refuse(err, path, "more inputs were opened than can be "
                       "compared against", NULL);
+    char foreign[256];
+    if (marked && foreign_entry(path, foreign, sizeof foreign)) {
+        char why[400];
+        snprintf(why, sizeof why, "it holds '%s', which mcompile did not "
+                 "write (its %s lists what it wrote); move that out first",
+                 foreign, FMT_OUTPUT_MARKER);
+        return refuse(err, path, why, NULL);
+    }
     return MC_OK;
 }

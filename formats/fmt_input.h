@@ -27,8 +27,10 @@
  *     elsewhere);
  *   - directory output: it is a directory this tool wrote (it holds the
  *     marker file FMT_OUTPUT_MARKER, which fmt_atomic_dir_create writes
- *     into every directory it builds) or an empty one, and no input of
- *     this run lies in it (entries compared by device+inode, 4 levels).
+ *     into every directory it builds, listing the entries at commit) and
+ *     holds nothing the marker does not list, or an empty one, and no
+ *     input of this run lies in it (entries compared by device+inode, 4
+ *     levels).
  * Devices, FIFOs and sockets are never replaced.  A refusal is
  * MC_ERR_INVALID_ARG naming the path; nothing has been touched.
  *
@@ -43,8 +45,13 @@
 
 #include "mc_error.h"
 
-/* Marker file inside every directory output: "mcompile wrote this". */
+/* Marker file inside every directory output: "mcompile wrote this", then
+ * a line FMT_OUTPUT_MARKER_LIST and the names of the entries it wrote,
+ * one per line (at most FMT_OUTPUT_MARKER_MAX bytes in all): an entry
+ * the list lacks is the user's, and the directory is not replaced. */
 #define FMT_OUTPUT_MARKER ".mcompile-output"
+#define FMT_OUTPUT_MARKER_LIST "files:"
+#define FMT_OUTPUT_MARKER_MAX 65536
 
 /* Open path read-only as described above.  On MC_OK *fd is open (the
  * caller closes it) and *st (if not NULL) holds its fstat.  Errors name

@@ -151,6 +151,18 @@ static void test_outputs_never_replace_inputs_or_foreign_data(void **st)
                NULL, NULL);
     expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s",
                MC_BIN_DIR, out, out), 1, "merge -o its input", "input", NULL);
+    /* a file the user put into our output makes it theirs: kept */
+    char *mine = tu_fmt("%s/out/my-notes.txt", d);
+    assert_int_equal(tu_write_file(mine, "keep", 4), 0);
+    expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s",
+               MC_BIN_DIR, m, out), 1, "merge -o own output + user file",
+           "my-notes.txt", "did not write");
+    assert_true(tu_file_is(mine, "keep", 4));
+    assert_int_equal(unlink(mine), 0);
+    free(mine);
+    expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s "
+               "-q", MC_BIN_DIR, m, out), 0, "merge -o own output again", NULL,
+           NULL);
     /* a regular file that is no input but not metrics is kept; an empty
      * one, and then the metrics written into it, are replaced */
     char *prom = tu_fmt("%s/metrics.prom", d);
