@@ -166,14 +166,43 @@ static char *split_path(const char *path, const char **name, size_t *name_len)
 }
 
 /* "<dir>/.<name>.mctmp-<pid>-<n>", malloc'ed. */
+/* Where a pid means this process: a hash of the host name and the PID
+ * namespace (the inode of /proc/self/ns/pid), 8 hex digits.  A temp whose
+ * name carries another place's token belongs to a process the sweep
+ * cannot see (another container on a shared volume, another host over
+ * NFS): kill(pid, 0) would call it dead while it writes. */
+static char place_token_text[9];
+static pthread_once_t place_once = PTHREAD_ONCE_INIT;
+
+static void init_place_token(void)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    struct stat ns;
+    unsigned long long ino = stat("/proc/self/ns/pid", &ns) == 0
+                                 ? (unsigned long long)ns.st_ino : 0;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *c = host; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    for (int k = 0; k < 8; k++)
+        h = (h ^ (uint8_t)(ino >> (8 * k))) * 16777619u;
+    snprintf(place_token_text, sizeof place_token_text, "%08x", h);
+}
+
+static const char *place_token(void)
+{
+    pthread_once(&place_once, init_place_token);
+    return place_token_text;
+}
+
 static char *temp_name(const char *dir, const char *name, size_t name_len)
 {
     unsigned long n = atomic_fetch_add(&tmp_counter, 1);
     size_t cap = strlen(dir) + name_len + 64;
     char *t = mc_malloc(cap);
     if (t)
-        snprintf(t, cap, "%s/.%.*s" TMP_TAG "%ld-%lu", dir, (int)name_len,
-                 name, (long)getpid(), n);
+        snprintf(t, cap, "%s/.%.*s" TMP_TAG "%ld-%lu-%s", dir, (int)name_len,
+                 name, (long)getpid(), n, place_token());
     return t;
 }
 
@@ -254,7 +283,12 @@ static pid_t temp_owner(const char *name)
         return 0;
     while (*p >= '0' && *p <= '9')
         p++;
-    return *p == '\0' ? (pid_t)pid : 0;
+    if (*p == '\0') /* written before the names carried a place */
+        return (pid_t)pid;
+    /* "-TOKEN": ours to judge only when written here (place_token) */
+    if (*p != '-' || strlen(p + 1) != 8 || strcmp(p + 1, place_token()) != 0)
+        return 0;
+    return (pid_t)pid;
 }
 
 int fmt_atomic_sweep_stale(const char *dir)

@@ -1,17 +1,20 @@
 /*
  * fmt_atomic.h - outputs that appear whole or not at all.
  *
- * A file is written to "<dir>/.<name>.mctmp-<pid>-<n>" in the destination's
+ * A file is written to "<dir>/.<name>.mctmp-<pid>-<n>-<place>" in the destination's
  * directory, fsynced, renamed over the final name, and the directory is
  * fsynced.  A directory output (merge writes a model directory) is built in
- * "<parent>/.<name>.mctmp-<pid>-<n>/" and swapped in at commit; a previous
+ * "<parent>/.<name>.mctmp-<pid>-<n>-<place>/" and swapped in at commit; a previous
  * output stays intact until that instant.
  *
  * Every temp path in use is registered; fmt_atomic_install_signal_handlers()
  * makes SIGINT/SIGTERM/SIGHUP remove them before the process dies with the
  * same signal.  After SIGKILL nothing can clean up, so temp names carry the
- * pid: fmt_atomic_sweep_stale() removes temps in a directory whose pid is no
- * longer alive, and every create calls it for its own directory.
+ * pid and where it lives (<place>: a hash of the host name and the PID
+ * namespace): fmt_atomic_sweep_stale() removes temps in a directory whose
+ * pid, of this place, is no longer alive (another place's pid cannot be
+ * judged from here: a container sharing the volume), and every create
+ * calls it for its own directory.
  * Write errors (ENOSPC, EIO, short writes) are reported with the path.
  * Writeback of a file's data starts every 8 MiB written (sync_file_range,
  * without waiting: an I/O error still surfaces at the commit's fsync), so

@@ -330,6 +330,44 @@ static void test_atomic_sweep_keeps_temps_of_live_processes(void **state)
     free(dir);
 }
 
+/* A dead pid's temp is swept only when it carries this place's token
+ * (host and PID namespace): another container's pid cannot be judged
+ * from here.  Temps named before the token (no place) are judged as
+ * before. */
+static void test_atomic_sweep_judges_only_its_own_place(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("atomic"), *p = tu_fmt("%s/out", dir);
+    fmt_atomic_file *f;
+    mc_error e;
+    assert_int_equal(fmt_atomic_create(p, &f, &e), MC_OK);
+    const char *tmp = fmt_atomic_temp_path(f);
+    const char *place = strrchr(tmp, '-') + 1;
+    assert_int_equal(strlen(place), 8);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    char other[9];
+    snprintf(other, sizeof other, "%08x", (unsigned)strtoul(place, NULL, 16) ^ 1u);
+    char *mine = tu_fmt("%s/.a.mctmp-%ld-0-%s", dir, (long)dead, place);
+    char *theirs = tu_fmt("%s/.b.mctmp-%ld-0-%s", dir, (long)dead, other);
+    char *old = tu_fmt("%s/.c.mctmp-%ld-0", dir, (long)dead);
+    assert_int_equal(tu_write_file(mine, "", 0), 0);
+    assert_int_equal(tu_write_file(theirs, "", 0), 0);
+    assert_int_equal(tu_write_file(old, "", 0), 0);
+    assert_int_equal(fmt_atomic_sweep_stale(dir), 2);
+    assert_false(tu_exists(mine));
+    assert_false(tu_exists(old));
+    assert_true(tu_exists(theirs));
+    assert_true(tu_exists(tmp)); /* our own live temp */
+    fmt_atomic_abort(f);
+    free(mine), free(theirs), free(old);
+    tu_rmtree(dir);
+    free(p);
+    free(dir);
+}
+
 static void test_atomic_dir_commit_creates_directory(void **state)
 {
     (void)state;
@@ -516,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_atomic_sigterm_removes_temp_dir_with_contents),
         cmocka_unit_test(test_atomic_sweep_removes_temp_of_killed_process),
         cmocka_unit_test(test_atomic_sweep_keeps_temps_of_live_processes),
+        cmocka_unit_test(test_atomic_sweep_judges_only_its_own_place),
         cmocka_unit_test(test_atomic_dir_commit_creates_directory),
         cmocka_unit_test(test_atomic_dir_commit_replaces_previous_directory),
         cmocka_unit_test(test_atomic_dir_abort_keeps_previous_directory),

@@ -9,7 +9,7 @@
  *   - INT/TERM: the process dies by the signal (or exits non-zero) and no
  *     temporary is left (the programs' handlers remove them);
  *   - KILL: the temporary is left, recognisable by its name
- *     (".<name>.mctmp-<pid>-<n>"), and the next run removes it
+ *     (".<name>.mctmp-<pid>-<n>-<place>"), and the next run removes it
  *     (fmt_atomic_sweep_stale on the output's directory).
  * Under ASan the shim is preloaded with verify_asan_link_order=0 (the shim
  * itself is built without sanitizers); if that fails the cases are skipped
@@ -208,7 +208,8 @@ static int count_temps(const char *dir, char *first, size_t cap)
     return n;
 }
 
-/* 1 if name looks like ".<name>.mctmp-<pid>-<n>" with a numeric pid. */
+/* 1 if name looks like ".<name>.mctmp-<pid>-<n>-<place>" with a numeric
+ * pid and an 8-hex-digit place. */
 static int temp_name_ok(const char *name, const char *base)
 {
     char want[256];
@@ -221,7 +222,8 @@ static int temp_name_ok(const char *name, const char *base)
     if (pid <= 0 || *end != '-')
         return 0;
     strtol(end + 1, &end, 10);
-    return *end == '\0';
+    return *end == '-' && strlen(end + 1) == 8 &&
+           strspn(end + 1, "0123456789abcdef") == 8;
 }
 
 /* ---- the cases ------------------------------------------------------------ */
