@@ -613,6 +613,18 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
             st = read_f32(s, &ts[i], wbuf, err);
             if (st == MC_OK)
                 st = convert(&ts[i], wbuf, sec, err);
+            /* name the file the values came from (the tensor is named) */
+            if (st == MC_ERR_NONFINITE && err && !err->file[0]) {
+                size_t sh = 0;
+                const fmt_st_tensor *src = fmt_model_find(s->base, ts[i].name,
+                                                          &sh);
+                if (src)
+                    snprintf(err->file, sizeof err->file, "%s/%s",
+                             fmt_model_dir(s->base),
+                             fmt_model_shard_name(s->base, sh));
+                else
+                    snprintf(err->file, sizeof err->file, "%s", o->model);
+            }
         }
         if (st == MC_OK)
             cmp_sec_pipe_submit(pipe, (size_t)ts[i].section_bytes);

@@ -280,6 +280,12 @@ static int is_file(const char *path)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+static int exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
 static mc_status open_path(fmt_model *m, const char *path, mc_error *err)
 {
     struct stat sb;
@@ -296,6 +302,12 @@ static mc_status open_path(fmt_model *m, const char *path, mc_error *err)
         else if (is_file(ip))
             st = open_index(m, ip, err);
         else if (is_file(sp))
+            st = open_single(m, SINGLE_NAME, err);
+        /* there but no regular file (a FIFO, a device, a directory, a
+         * link loop): the open says what it is, not "no model here" */
+        else if (exists(ip))
+            st = open_index(m, ip, err);
+        else if (exists(sp))
             st = open_single(m, SINGLE_NAME, err);
         else
             st = mc_fail(err, MC_ERR_NOT_FOUND, path, NULL, -1,

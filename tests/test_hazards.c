@@ -251,6 +251,8 @@ static void expect_refused(const char *tmp, const char *model,
     mc_error_format(&e, buf, sizeof buf);
     if (!strstr(buf, tensor))
         fail_msg("error does not name the tensor %s: %s", tensor, buf);
+    if (!strstr(e.file, ".safetensors")) /* and the file it sits in */
+        fail_msg("error does not name the file: %s", buf);
     assert_false(tu_exists(out));
     printf("  refused at %s: %s\n", quant, buf);
     free(out);

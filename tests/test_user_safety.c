@@ -289,15 +289,13 @@ static void test_fifo_as_any_input_fails_promptly(void **st)
     expect(run("%s/mcompile " FX "/llama --target 64MiB -q -o %s", MC_BIN_DIR,
                art), 0, "compile", NULL, NULL);
     /* model directories and an adapter with one file replaced by a FIFO */
-    /* why: what the message says (a single-file model's directory is
-     * scanned for regular files, so there the FIFO is simply no model) */
+    /* why: what the message says (the FIFO named, wherever it is) */
     static const struct {
         const char *src, *file, *why;
     } swaps[] = {{"llama", "config.json", "FIFO"},
-                 {"llama", "model.safetensors", "no model.safetensors"},
+                 {"llama", "model.safetensors", "FIFO"},
                  {"llama", "tokenizer.json", "FIFO"}, /* optional; no FIFO */
-                 {"llama-sharded", "model.safetensors.index.json",
-                  "no model.safetensors"},
+                 {"llama-sharded", "model.safetensors.index.json", "FIFO"},
                  {"llama-sharded", "model-00002-of-00003.safetensors", "FIFO"},
                  {"adapters/llama-plain", "adapter_config.json", "FIFO"},
                  {"adapters/llama-plain", "adapter_model.safetensors", "FIFO"}};
