@@ -365,8 +365,13 @@ mc_status fmt_output_check_dir(const char *path, mc_error *err)
     if (!path || !*path)
         return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1,
                        "empty output directory");
-    if (stat(path, &st) != 0)
+    if (lstat(path, &st) != 0)
         return MC_OK;
+    /* the swap at commit would replace the link, not its target: say so
+     * now, not after the work (a dangling link included) */
+    if (S_ISLNK(st.st_mode))
+        return refuse(err, path, "it is a symbolic link (name the directory "
+                      "it points to, or remove the link)", NULL);
     if (!S_ISDIR(st.st_mode))
         return refuse(err, path, "it is ", fmt_input_kind(&st));
     int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

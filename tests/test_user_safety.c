@@ -245,6 +245,9 @@ static void test_outputs_replace_only_their_own_kind(void **st)
            "compile -o dangling link", "symbolic link", NULL);
     expect(run("%s/mcompile plan %s --target 1GiB --svg %s", MC_BIN_DIR, m,
                dang), 1, "plan --svg dangling link", "symbolic link", NULL);
+    expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s",
+               MC_BIN_DIR, m, dang), 1, "merge -o dangling link",
+           "symbolic link", NULL);
     expect(run_in(d, "%s/mcompile export %s --format gguf -o -", MC_BIN_DIR,
                   art), 1, "export -o -", "standard output", NULL);
     expect(run_in(d, "%s/mcompile %s --target 64MiB -o -", MC_BIN_DIR, m), 1,
