@@ -417,6 +417,54 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
     return c;
 }
 
+/* The tokenizer.json compile embeds is parsed as the runtime will parse it
+ * (it was copied unread, and a broken one failed only at mrun's first
+ * prompt), and its ids must be the model's: an id at or past vocab_size
+ * would index past the embedding. */
+static mc_status check_tokenizer(const char *path, const char *bytes,
+                                 size_t len, const fmt_model_config *cfg,
+                                 mc_error *err)
+{
+    if (len == 0)
+        return mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
+                       "the file is empty; expected a tokenizer.json (or "
+                       "no file)");
+    rt_tokenizer *t = NULL;
+    mc_status st = rt_tokenizer_load_memory(bytes, len, path, &t, err);
+    if (st != MC_OK)
+        return st;
+    size_t n = rt_tokenizer_vocab_size(t);
+    rt_tokenizer_free(t);
+    if (n > cfg->vocab_size)
+        return mc_fail(err, MC_ERR_SHAPE, path, "model.vocab", -1,
+                       "the tokenizer has ids up to %zu, but config.json's "
+                       "vocab_size is %u: expected every id below it", n - 1,
+                       cfg->vocab_size);
+    return MC_OK;
+}
+
+/* The tokenizer.json beside the model, read and checked as emit will (a
+ * file over 1 GiB, a malformed one, ids past vocab_size), so a compile
+ * fails before its calibration and its plan (whose reserve would count
+ * a huge file's bytes) rather than after. */
+static mc_status precheck_tokenizer(const fmt_model *base,
+                                    const fmt_model_config *cfg, mc_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", fmt_model_dir(base));
+    char *tok = NULL;
+    size_t len = 0;
+    mc_status st = fmt_file_read(path, 1u << 30, "1 GiB", &tok, &len, err);
+    if (st == MC_ERR_NOT_FOUND) {
+        mc_error_clear(err);
+        return MC_OK;
+    }
+    if (st == MC_OK)
+        st = check_tokenizer(path, tok, len, cfg, err);
+    mc_free(tok);
+    return st;
+}
+
 /* Every tensor of the checkpoint is one config.json implies (names from
  * cmp_plan_tensors, the compile's own list): a layer past
  * num_hidden_layers, a stray module or a tied model's lm_head.weight that
@@ -473,32 +521,6 @@ static mc_status check_checkpoint_tensors(const fmt_model *base,
     }
     mc_free(ts);
     return st;
-}
-
-/* The tokenizer.json compile embeds is parsed as the runtime will parse it
- * (it was copied unread, and a broken one failed only at mrun's first
- * prompt), and its ids must be the model's: an id at or past vocab_size
- * would index past the embedding. */
-static mc_status check_tokenizer(const char *path, const char *bytes,
-                                 size_t len, const fmt_model_config *cfg,
-                                 mc_error *err)
-{
-    if (len == 0)
-        return mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
-                       "the file is empty; expected a tokenizer.json (or "
-                       "no file)");
-    rt_tokenizer *t = NULL;
-    mc_status st = rt_tokenizer_load_memory(bytes, len, path, &t, err);
-    if (st != MC_OK)
-        return st;
-    size_t n = rt_tokenizer_vocab_size(t);
-    rt_tokenizer_free(t);
-    if (n > cfg->vocab_size)
-        return mc_fail(err, MC_ERR_SHAPE, path, "model.vocab", -1,
-                       "the tokenizer has ids up to %zu, but config.json's "
-                       "vocab_size is %u: expected every id below it", n - 1,
-                       cfg->vocab_size);
-    return MC_OK;
 }
 
 static mc_status emit(source *s, const cmp_compile_opts *o,
@@ -688,6 +710,8 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
     if (st == MC_OK)
         st = check_checkpoint_tensors(s.base, &cfg, &o->req.policy, o->model,
                                       err);
+    if (st == MC_OK) /* before a calibration's minutes, not after */
+        st = precheck_tokenizer(s.base, &cfg, err);
     if (st == MC_OK && o->n_adapters) {
         st = cmp_merge_open(s.base, o->adapters, o->n_adapters, &s.merge, err);
         if (st == MC_OK && cmp_merge_unties_lm_head(s.merge))
