@@ -492,9 +492,7 @@ static mc_status check_checkpoint_tensors(const fmt_model *base,
         if (cfg->tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
             const fmt_st_tensor *e =
                 fmt_model_find(base, "model.embed_tokens.weight", NULL);
-            if (e && e->dtype == t->dtype && e->nbytes == t->nbytes &&
-                e->ndim == t->ndim && memcmp(e->shape, t->shape, sizeof e->shape) == 0 &&
-                memcmp(e->data, t->data, (size_t)t->nbytes) == 0)
+            if (fmt_st_tensor_same(t, e))
                 continue;
             st = mc_fail(err, MC_ERR_SHAPE, path, t->name, -1,
                          "config.json ties the output layer to the embedding "

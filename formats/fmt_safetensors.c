@@ -530,3 +530,11 @@ int fmt_st_metadata_at(const fmt_st_file *f, size_t i, const char **key,
         *value = f->meta[2 * i + 1];
     return 1;
 }
+
+int fmt_st_tensor_same(const fmt_st_tensor *a, const fmt_st_tensor *b)
+{
+    return a && b && a->dtype == b->dtype && a->ndim == b->ndim &&
+           memcmp(a->shape, b->shape, sizeof a->shape) == 0 &&
+           a->nbytes == b->nbytes &&
+           memcmp(a->data, b->data, (size_t)a->nbytes) == 0;
+}

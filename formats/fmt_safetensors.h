@@ -68,6 +68,10 @@ size_t fmt_st_count(const fmt_st_file *f);
 const fmt_st_tensor *fmt_st_get(const fmt_st_file *f, size_t i);
 /* Tensor by name, or NULL (borrowed). */
 const fmt_st_tensor *fmt_st_find(const fmt_st_file *f, const char *name);
+/* 1 if a and b (either may be NULL: 0) hold the same dtype, shape and
+ * bytes (a tied checkpoint's lm_head.weight stored again as the
+ * embedding). */
+int fmt_st_tensor_same(const fmt_st_tensor *a, const fmt_st_tensor *b);
 /* __metadata__ value for key, or NULL (borrowed). */
 const char *fmt_st_metadata(const fmt_st_file *f, const char *key);
 size_t fmt_st_metadata_count(const fmt_st_file *f);

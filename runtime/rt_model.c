@@ -213,13 +213,24 @@ static mc_status all_tensors(hf_loader *L)
             return st;
     if ((st = vec(L, "model.norm.weight", c->hidden_size, &m->final_norm)))
         return st;
-    if (c->tie_word_embeddings && !fmt_model_find(L->fm, "lm_head.weight",
-                                                  NULL)) {
+    if (c->tie_word_embeddings) {
+        /* Some exporters store the tied layer twice; transformers ties it
+         * to the embedding whatever the file holds.  The same bytes are
+         * the embedding; other bytes would make a different model than
+         * the config says (mcompile refuses them the same way). */
+        const fmt_st_tensor *h = fmt_model_find(L->fm, "lm_head.weight", NULL);
+        const fmt_st_tensor *e =
+            fmt_model_find(L->fm, "model.embed_tokens.weight", NULL);
+        if (h && !fmt_st_tensor_same(h, e))
+            return mc_fail(L->err, MC_ERR_SHAPE, L->m->path, "lm_head.weight",
+                           -1, "config.json ties the output layer to the "
+                           "embedding (tie_word_embeddings true), but the "
+                           "checkpoint's lm_head.weight differs from "
+                           "model.embed_tokens.weight; set "
+                           "tie_word_embeddings to false to use it");
         m->lm_head = m->embed;
         return MC_OK;
     }
-    /* Untied, or tied but the checkpoint still stores lm_head (some
-     * exporters do): use what is there. */
     return mat(L, "lm_head.weight", c->vocab_size, c->hidden_size,
                &m->lm_head);
 }

@@ -712,6 +712,11 @@ static void test_checkpoint_tensors_match_the_config(void **st)
         expect(run("%s/mcompile %s --target 64MiB -q -o %s", MC_BIN_DIR, m, art),
                cases[i].rc, cases[i].extra, cases[i].needle, NULL);
         assert_int_equal(tu_exists(art), cases[i].rc == 0);
+        /* mrun on the checkpoint itself agrees about a tied lm_head */
+        if (!strcmp(cases[i].extra, "lm_head.weight"))
+            expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1 -q",
+                       MC_BIN_DIR, m), cases[i].rc, "mrun tied lm_head",
+                   cases[i].needle, NULL);
         free(src), free(m), free(art);
     }
     tu_rmtree(d);
