@@ -1,6 +1,7 @@
 /* rt_plan.c - the stored plan: make, write, read, check (see rt_plan.h). */
 #include "rt_plan.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "mc_checked.h"
@@ -214,11 +215,15 @@ mc_status rt_plan_from_json(const json_t *o, const fmt_model_config *cfg,
                        "manifest plan lacks reserve_bytes (or it is "
                        "negative)");
     if ((st = rt_plan_make(cfg, &lim, weights_bytes, (uint64_t)reserve, out,
-                           err)))
-        return st == MC_ERR_OVERFLOW
-                   ? mc_fail(err, MC_ERR_FORMAT, path, "plan", -1,
-                             "manifest plan's totals overflow 64 bits")
-                   : st;
+                           err))) {
+        if (st == MC_ERR_OVERFLOW)
+            return mc_fail(err, MC_ERR_FORMAT, path, "plan", -1,
+                           "manifest plan's totals overflow 64 bits");
+        /* the limits came from the artifact: name it */
+        if (err && !err->file[0] && path)
+            snprintf(err->file, sizeof err->file, "%s", path);
+        return st;
+    }
     const json_t *dv = json_object_get(o, "device");
     if (dv && (!json_is_string(dv) ||
                (strcmp(json_string_value(dv), "cpu") != 0 &&
