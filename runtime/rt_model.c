@@ -315,6 +315,12 @@ mc_status rt_model_open_ex(const char *path, unsigned flags, rt_model **out,
      * Face directory or file. */
     if (rt_artifact_is(path))
         return rt_model_open_artifact_ex(path, flags, out, err);
+    /* A file named like an artifact without the magic is a damaged one
+     * (or not one): the artifact reader says so ("bad magic"), where the
+     * checkpoint reader would report a safetensors header. */
+    size_t n = strlen(path);
+    if (n > 4 && strcmp(path + n - 4, ".mca") == 0)
+        return rt_model_open_artifact_ex(path, flags, out, err);
     return rt_model_open_hf(path, out, err);
 }
 
