@@ -599,6 +599,16 @@ static void test_doctored_manifest_tables_are_refused(void **st)
         expect(run("%s/mcompile inspect --verify %s", MC_BIN_DIR, doc), 1,
                cases[i].needle, cases[i].needle, NULL);
     }
+    /* a .mca whose magic is damaged is a damaged artifact to mrun too,
+     * not a safetensors file with a strange header */
+    size_t len;
+    char *bytes = tu_read_file(art, &len);
+    bytes[0] ^= 0x20;
+    unlink(doc);
+    assert_int_equal(tu_write_file(doc, bytes, len), 0);
+    free(bytes);
+    expect(run("%s/mrun %s --tokens 1 --max-new-tokens 1", MC_BIN_DIR, doc), 1,
+           "damaged magic", "bad magic", NULL);
     free(art);
     free(doc);
     tu_rmtree(d);
