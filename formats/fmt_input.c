@@ -311,6 +311,32 @@ static int holds_input(int dfd, int depth, int *empty, int *marked)
     return found;
 }
 
+int fmt_output_marker_lists(const char *text, size_t len, const char *name)
+{
+    static const char head[] = "\n" FMT_OUTPUT_MARKER_LIST "\n";
+    const size_t hl = sizeof head - 1, nl = strlen(name);
+    size_t start = 0;
+    for (;;) { /* the list header: the first "\nfiles:\n" */
+        if (start + hl > len)
+            return -1;
+        if (memcmp(text + start, head, hl) == 0)
+            break;
+        start++;
+    }
+    /* the lines after it, each "NAME\n"; a last line without '\n' is
+     * not a whole entry */
+    for (size_t p = start + hl; p < len;) {
+        const char *e = memchr(text + p, '\n', len - p);
+        if (!e)
+            return 0;
+        size_t ll = (size_t)(e - (text + p));
+        if (ll == nl && memcmp(text + p, name, nl) == 0)
+            return 1;
+        p += ll + 1;
+    }
+    return 0;
+}
+
 /* 1 (and its name in name) if the marked directory path holds an entry
  * its marker does not list: the user's, added after we wrote it.  A
  * marker without the list (written before it had one) lists nothing and
@@ -322,7 +348,7 @@ static int foreign_entry(const char *path, char *name, size_t cap)
     int fd = open(mp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    char *text = malloc(FMT_OUTPUT_MARKER_MAX + 1);
+    char *text = malloc(FMT_OUTPUT_MARKER_MAX);
     size_t got = 0;
     while (text && got < FMT_OUTPUT_MARKER_MAX) {
         ssize_t r = read(fd, text + got, FMT_OUTPUT_MARKER_MAX - got);
@@ -333,22 +359,14 @@ static int foreign_entry(const char *path, char *name, size_t cap)
     close(fd);
     if (!text)
         return 0;
-    text[got] = '\0';
-    const char *list = strstr(text, "\n" FMT_OUTPUT_MARKER_LIST "\n");
     int found = 0;
-    DIR *d = list ? opendir(path) : NULL;
+    DIR *d = fmt_output_marker_lists(text, got, "") >= 0 ? opendir(path) : NULL;
     struct dirent *e;
     while (d && !found && (e = readdir(d)) != NULL) {
         const char *n = e->d_name;
         if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, FMT_OUTPUT_MARKER))
             continue;
-        /* listed: a whole line of the list */
-        size_t nl = strlen(n);
-        int listed = 0;
-        for (const char *p = strstr(list + 1, "\n"); p && !listed;
-             p = strchr(p + 1, '\n'))
-            listed = !strncmp(p + 1, n, nl) && p[1 + nl] == '\n';
-        if (!listed) {
+        if (fmt_output_marker_lists(text, got, n) == 0) {
             snprintf(name, cap, "%s", n);
             found = 1;
         }

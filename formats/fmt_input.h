@@ -82,6 +82,10 @@ mc_status fmt_output_check_dir(const char *path, mc_error *err);
 mc_status fmt_output_check_ours(const char *path, const char *what,
                                 const char *head, const char *mark,
                                 size_t window, mc_error *err);
+/* Whether a marker's text[0..len) lists name: 1 listed, 0 not (the marker
+ * has a list), -1 the marker has no list (written before lists: it
+ * allows every entry).  Pure: the fuzz target's entry (fuzz_marker.c). */
+int fmt_output_marker_lists(const char *text, size_t len, const char *name);
 /* 1 if paths a and b name the same file, existing or not (two outputs of
  * one run: another spelling, a link, a hard link). */
 int fmt_output_same(const char *a, const char *b);
