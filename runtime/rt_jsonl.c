@@ -416,13 +416,14 @@ static mc_status get_options(const json_t *o, rt_jsonl_req *r, mc_error *err)
         double t = json_number_value(v);
         if (!json_is_number(v) || !(t >= 0) || !isfinite(t) || t > 1e6)
             return bad(err, r->line, "temperature",
-                       "expected a number >= 0 (0: greedy)");
+                       "expected a number 0..1e6 (0: greedy)");
         r->temperature = (float)t;
     }
     if ((v = json_object_get(o, "top_k"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > UINT32_MAX)
-            return bad(err, r->line, "top_k", "expected an integer >= 0");
+            return bad(err, r->line, "top_k",
+                       "expected an integer 0..4294967295 (0: off)");
         r->top_k = (uint32_t)json_integer_value(v);
     }
     if ((v = json_object_get(o, "top_p"))) {
