@@ -377,6 +377,8 @@ void cmp_cli_compile_print(const cmp_compile_opts *o,
                human_size(rep->part_bytes[CMP_PART_LINEARS], hn, sizeof hn),
                human_size(rep->part_bytes[CMP_PART_OTHER], ho, sizeof ho));
     }
+    if (s == MC_OK && !quiet && rep->tokenizer_note[0])
+        fprintf(stderr, "mcompile: note: %s\n", rep->tokenizer_note);
     /* An int4 tied output layer is the embedding: the token lookup reads
      * the int4 rows too, which costs more than the head's own error
      * (docs/quantization.md "An int4 output layer"). */

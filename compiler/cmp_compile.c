@@ -418,21 +418,37 @@ static json_t *calib_json(const cmp_calib_stage *cs, const cmp_compile_opts *o,
 }
 
 /* The tokenizer.json compile embeds is parsed as the runtime will parse it
- * (it was copied unread, and a broken one failed only at mrun's first
- * prompt), and its ids must be the model's: an id at or past vocab_size
- * would index past the embedding. */
+ * (it was copied unread, so a broken one failed only at mrun's first
+ * prompt).  The model does not need it (prompts may come as ids, and an
+ * export copies it for other tools, which may read forms mrun does not,
+ * a Unigram model say): one mrun cannot read is embedded as it is, with
+ * a note saying why (note, notecap); an empty one is left out, with a
+ * note.  What is refused is a mismatch with the model: an id at or past
+ * vocab_size would index past the embedding. */
 static mc_status check_tokenizer(const char *path, const char *bytes,
                                  size_t len, const fmt_model_config *cfg,
-                                 mc_error *err)
+                                 char *note, size_t notecap, mc_error *err)
 {
-    if (len == 0)
-        return mc_fail(err, MC_ERR_FORMAT, path, NULL, -1,
-                       "the file is empty; expected a tokenizer.json (or "
-                       "no file)");
+    if (len == 0) {
+        snprintf(note, notecap, "%s is empty: no tokenizer embedded", path);
+        return MC_OK;
+    }
     rt_tokenizer *t = NULL;
-    mc_status st = rt_tokenizer_load_memory(bytes, len, path, &t, err);
-    if (st != MC_OK)
+    mc_error le;
+    mc_error_clear(&le);
+    mc_status st = rt_tokenizer_load_memory(bytes, len, path, &t, &le);
+    if (st == MC_ERR_NOMEM) {
+        if (err)
+            *err = le;
         return st;
+    }
+    if (st != MC_OK) {
+        char buf[1024];
+        snprintf(note, notecap, "mrun cannot read this tokenizer (%s); it "
+                 "is embedded as it is: give mrun prompts as ids "
+                 "(--tokens, \"ids\")", mc_error_format(&le, buf, sizeof buf));
+        return MC_OK;
+    }
     size_t n = rt_tokenizer_vocab_size(t);
     rt_tokenizer_free(t);
     if (n > cfg->vocab_size)
@@ -448,7 +464,8 @@ static mc_status check_tokenizer(const char *path, const char *bytes,
  * fails before its calibration and its plan (whose reserve would count
  * a huge file's bytes) rather than after. */
 static mc_status precheck_tokenizer(const fmt_model *base,
-                                    const fmt_model_config *cfg, mc_error *err)
+                                    const fmt_model_config *cfg, char *note,
+                                    size_t notecap, mc_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", fmt_model_dir(base));
@@ -460,7 +477,7 @@ static mc_status precheck_tokenizer(const fmt_model *base,
         return MC_OK;
     }
     if (st == MC_OK)
-        st = check_tokenizer(path, tok, len, cfg, err);
+        st = check_tokenizer(path, tok, len, cfg, note, notecap, err);
     mc_free(tok);
     return st;
 }
@@ -544,7 +561,8 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
             mc_error_clear(err);
             st = MC_OK;
         } else if (st == MC_OK) {
-            st = check_tokenizer(tokpath, tok, toklen, cfg, err);
+            st = check_tokenizer(tokpath, tok, toklen, cfg, rep->tokenizer_note,
+                                 sizeof rep->tokenizer_note, err);
         }
         if (!toklen) {
             mc_free(tok);
@@ -638,7 +656,10 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
                 size_t sh = 0;
                 const fmt_st_tensor *src = fmt_model_find(s->base, ts[i].name,
                                                           &sh);
-                if (src)
+                if (s->merge) /* the value is the merge's, not the file's */
+                    snprintf(err->file, sizeof err->file, "%s merged with "
+                             "its --lora adapters", o->model);
+                else if (src)
                     snprintf(err->file, sizeof err->file, "%s/%s",
                              fmt_model_dir(s->base),
                              fmt_model_shard_name(s->base, sh));
@@ -709,7 +730,8 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
         st = check_checkpoint_tensors(s.base, &cfg, &o->req.policy, o->model,
                                       err);
     if (st == MC_OK) /* before a calibration's minutes, not after */
-        st = precheck_tokenizer(s.base, &cfg, err);
+        st = precheck_tokenizer(s.base, &cfg, rep->tokenizer_note,
+                                sizeof rep->tokenizer_note, err);
     if (st == MC_OK && o->n_adapters) {
         st = cmp_merge_open(s.base, o->adapters, o->n_adapters, &s.merge, err);
         if (st == MC_OK && cmp_merge_unties_lm_head(s.merge))

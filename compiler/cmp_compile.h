@@ -172,6 +172,8 @@ typedef struct cmp_compile_report {
     int lm_head_tied;                  /* 1: no output layer of its own */
     uint64_t file_bytes;               /* artifact size */
     int tokenizer;                     /* 1 if tokenizer.json was embedded */
+    char tokenizer_note[1280];         /* "" or why the tokenizer is left
+                                          out / why mrun cannot read it */
     size_t adapters;                   /* adapters merged */
     /* Calibrated path only (else NULL / 0): */
     cmp_calib_result *calib;           /* per-linear method and errors and
