@@ -383,7 +383,14 @@ mc_status fmt_output_check_dir(const char *path, mc_error *err)
     if (!path || !*path)
         return mc_fail(err, MC_ERR_INVALID_ARG, path, NULL, -1,
                        "empty output directory");
-    if (lstat(path, &st) != 0)
+    /* lstat("link/") follows the link: look at the name without its
+     * trailing slashes */
+    char bare[PATH_MAX];
+    size_t bl = strlen(path);
+    while (bl > 1 && path[bl - 1] == '/')
+        bl--;
+    snprintf(bare, sizeof bare, "%.*s", (int)bl, path);
+    if (lstat(bare, &st) != 0)
         return MC_OK;
     /* the swap at commit would replace the link, not its target: say so
      * now, not after the work (a dangling link included) */

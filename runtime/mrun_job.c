@@ -65,31 +65,51 @@ static int open_files(job *j)
         j->out_fd = STDOUT_FILENO;
         return 0;
     }
-    if (fmt_output_check_file(o->output, &err) != MC_OK) {
+    /* The results are appended in place (no rename), so an output that
+     * is a link to an existing file (a DVC or git-annex path) is written
+     * through: the guard checks the file it names.  A dangling link is
+     * refused: creating its target would write wherever it points. */
+    struct stat st;
+    char *resolved = NULL;
+    const char *out = o->output;
+    if (lstat(out, &st) == 0 && S_ISLNK(st.st_mode)) {
+        resolved = realpath(out, NULL);
+        if (!resolved) {
+            fprintf(stderr, "mrun: --output: %s is a symbolic link to "
+                    "nothing (%s); name the file itself\n", out,
+                    strerror(errno));
+            return 1;
+        }
+        out = resolved;
+    }
+    int rc = 0;
+    if (fmt_output_check_file(out, &err) != MC_OK) {
         fprintf(stderr, "mrun: --output: %s\n",
                 mc_error_format(&err, buf, sizeof buf));
-        return 1;
-    }
-    struct stat st;
-    if (!o->resume && stat(o->output, &st) == 0 && st.st_size > 0) {
+        rc = 1;
+    } else if (!o->resume && stat(out, &st) == 0 && st.st_size > 0) {
         fprintf(stderr,
                 "mrun: %s exists (%lld bytes): add --resume to continue "
                 "it, or remove it\n",
                 o->output, (long long)st.st_size);
-        return 2;
+        rc = 2;
+    } else if (o->resume) {
+        rc = mrun_resume_load(out, o->quiet, &j->prev);
     }
-    int rc = o->resume ? mrun_resume_load(o->output, o->quiet, &j->prev) : 0;
+    if (rc == 0) {
+        /* Appending, not a temp file + rename: a crash must leave every
+         * line written so far for --resume (each line is one write()). */
+        j->out_fd = open(out, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW |
+                                  (o->resume ? 0 : O_TRUNC), 0644);
+        if (j->out_fd < 0) {
+            fprintf(stderr, "mrun: cannot write %s: %s\n", o->output,
+                    strerror(errno));
+            rc = 1;
+        }
+    }
+    free(resolved);
     if (rc)
         return rc;
-    /* Appending, not a temp file + rename: a crash must leave every line
-     * written so far for --resume (each line is one write()). */
-    j->out_fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW |
-                                    (o->resume ? 0 : O_TRUNC), 0644);
-    if (j->out_fd < 0) {
-        fprintf(stderr, "mrun: cannot write %s: %s\n", o->output,
-                strerror(errno));
-        return 1;
-    }
     j->out_is_file = 1;
     return 0;
 }

@@ -424,7 +424,8 @@ static int check_job_args(mrun_cli *c)
         return usage_error("--resume needs an output file, not stdout");
     /* Inputs are compared by device+inode when the job opens its files
      * (fmt_output_check_file); here only the two outputs with each other. */
-    if (c->metrics_path && fmt_output_same(c->metrics_path, j->output))
+    if (c->metrics_path && strcmp(j->output, "-") != 0 &&
+        fmt_output_same(c->metrics_path, j->output))
         return usage_error("--output and --metrics name the same file");
     j->metrics = c->metrics_path;
     j->metrics_period = 2.0;

@@ -62,7 +62,11 @@ int mrun_resume_load(const char *path, int quiet, mrun_resume *r)
              * file without a newline is not evidence that mrun wrote it) */
             static const char start[] = "{\"id\":";
             size_t m = (size_t)n < sizeof start - 1 ? (size_t)n : sizeof start - 1;
-            if (k == 0 && memcmp(line, start, m) != 0) {
+            /* a crash can also leave a zero-filled tail: nothing of value */
+            size_t zeros = 0;
+            while (zeros < (size_t)n && line[zeros] == '\0')
+                zeros++;
+            if (k == 0 && zeros < (size_t)n && memcmp(line, start, m) != 0) {
                 fprintf(stderr,
                         "mrun: --resume: %s holds no whole line and does not "
                         "start as mrun's lines do ({\"id\":...); not "

@@ -248,6 +248,13 @@ static void test_outputs_replace_only_their_own_kind(void **st)
     expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o %s",
                MC_BIN_DIR, m, dang), 1, "merge -o dangling link",
            "symbolic link", NULL);
+    char *ldir = tu_fmt("%s/ldir", d), *tdir = tu_fmt("%s/tdir", d);
+    assert_int_equal(mkdir(tdir, 0777), 0);
+    assert_int_equal(symlink(tdir, ldir), 0);
+    expect(run("%s/mcompile merge %s --lora " FX "/adapters/llama-plain -o "
+               "%s/", MC_BIN_DIR, m, ldir), 1, "merge -o link/",
+           "symbolic link", NULL);
+    free(ldir), free(tdir);
     expect(run_in(d, "%s/mcompile export %s --format gguf -o -", MC_BIN_DIR,
                   art), 1, "export -o -", "standard output", NULL);
     expect(run_in(d, "%s/mcompile %s --target 64MiB -o -", MC_BIN_DIR, m), 1,
@@ -266,6 +273,24 @@ static void test_outputs_replace_only_their_own_kind(void **st)
     assert_false(tu_exists(out));
     expect(run("%s/mrun %s --input %s --output %s -q", MC_BIN_DIR, art, in,
                dang), 1, "mrun --output dangling link", "symbolic link", NULL);
+    /* results are appended in place: a link to a file is written through
+     * (a DVC / git-annex path), and stays a link */
+    char *res = tu_fmt("%s/res.jsonl", d), *lres = tu_fmt("%s/lres.jsonl", d);
+    assert_int_equal(tu_write_file(res, "", 0), 0);
+    assert_int_equal(symlink(res, lres), 0);
+    expect(run("%s/mrun %s --input %s --output %s -q", MC_BIN_DIR, art, in,
+               lres), 0, "mrun --output link to a file", NULL, NULL);
+    char *got = tu_read_file(res, NULL);
+    assert_non_null(strstr(got, "\"id\":1"));
+    free(got);
+    struct stat ls;
+    assert_int_equal(lstat(lres, &ls), 0);
+    assert_true(S_ISLNK(ls.st_mode));
+    free(res), free(lres);
+    /* '-' is standard output, not a file called '-' */
+    expect(run_in(d, "%s/mrun %s --input %s --output - --metrics ./- -q",
+                  MC_BIN_DIR, art, in), 0, "mrun --output - --metrics ./-",
+           NULL, NULL);
 
     /* nothing of the user's moved */
     assert_true(tu_file_is(notes, "my notes", 8));
