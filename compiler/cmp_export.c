@@ -39,9 +39,10 @@ mc_status cmp_export(const char *input, const char *out,
      * sits among the first keys); compressed-tensors' directory has the
      * output marker (fmt_output_check_dir) */
     if (o->format == CMP_EXPORT_GGUF) {
-        mc_status g = fmt_output_check_ours(out, "a GGUF file mcompile "
-                                            "exported", "GGUF",
-                                            CMP_EXPORT_GGUF_BY, 4096, err);
+        mc_status g = fmt_output_check_ours(
+            out, "a GGUF file mcompile exported (its general.quantized_by "
+                 "says mcompile; exports from before 2026-12-05 lack it)",
+            "GGUF", CMP_EXPORT_GGUF_BY, 4096, err);
         if (g != MC_OK)
             return g;
     }

@@ -178,23 +178,28 @@ static mc_status check_totals(const json_t *o, const rt_plan *p,
                            "disagree", keys[i], (long long)v,
                            (unsigned long long)want[i]);
     }
-    /* "fits" (the compiler's, when it wrote one) is the total against the
-     * target */
+    /* "fits" (the compiler's, when it wrote one): the dataset job's
+     * default buffers (job_bytes) and the total both within the target,
+     * as cmp_plan computes it */
     const json_t *fits = json_object_get(o, "fits");
     if (fits) {
-        json_int_t target;
+        json_int_t target, job = 0;
         if (!get_int(o, "target_bytes", 0, INT64_MAX, &target) ||
-            !json_is_boolean(fits))
+            !json_is_boolean(fits) ||
+            (json_object_get(o, "job_bytes") &&
+             !get_int(o, "job_bytes", 0, INT64_MAX, &job)))
             return mc_fail(err, MC_ERR_FORMAT, path, "plan", -1,
-                           "manifest plan needs an integer target_bytes >= 0 "
-                           "and a boolean fits");
-        if (json_is_true(fits) != (p->total_bytes <= (uint64_t)target))
+                           "manifest plan needs integers target_bytes and "
+                           "job_bytes >= 0 beside a boolean fits");
+        int want = job <= target &&
+                   p->total_bytes <= (uint64_t)target - (uint64_t)job;
+        if (json_is_true(fits) != want)
             return mc_fail(err, MC_ERR_FORMAT, path, "plan", -1,
                            "manifest plan says fits %s with total_bytes %llu "
-                           "against target_bytes %lld; expected fits = "
-                           "(total <= target)",
+                           "and job_bytes %lld against target_bytes %lld; "
+                           "expected fits = (job + total <= target)",
                            json_is_true(fits) ? "true" : "false",
-                           (unsigned long long)p->total_bytes,
+                           (unsigned long long)p->total_bytes, (long long)job,
                            (long long)target);
     }
     return MC_OK;

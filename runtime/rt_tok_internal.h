@@ -202,7 +202,9 @@ int rt_tok_replace_into(rt_tok_buf *out, const uint8_t *src, size_t n,
                         size_t rlen);
 /* Append src[0..n) to out through a Replace step (literal a or regex re
  * -> b).  lost_start (may be NULL): set when leading characters are
- * replaced by nothing (see rt_tok_normalize). */
+ * replaced by nothing (see rt_tok_normalize).  MC_ERR_OVERFLOW, nothing
+ * appended, when the result would pass RT_TOK_NORM_GROWTH x n +
+ * RT_TOK_NORM_SLACK bytes (one step with a long replacement). */
 mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
                               const uint8_t *src, size_t n, rt_tok_buf *out,
                               int *lost_start);

@@ -57,7 +57,22 @@ mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
                               const uint8_t *src, size_t n, rt_tok_buf *out,
                               int *lost_start)
 {
+    /* the result's size before it is built: a long replacement would
+     * otherwise allocate n x its length in one step */
+    const size_t limit = RT_TOK_NORM_GROWTH * n + RT_TOK_NORM_SLACK;
     if (!st->re) { /* a literal: no spans needed */
+        if (st->a_len > 0 && st->b_len > st->a_len) {
+            size_t hits = 0;
+            for (size_t i = 0; i + st->a_len <= n;)
+                if (src[i] == st->a[0] && !memcmp(src + i, st->a, st->a_len)) {
+                    hits++;
+                    i += st->a_len;
+                } else {
+                    i++;
+                }
+            if (hits > (limit - n) / (st->b_len - st->a_len))
+                return MC_ERR_OVERFLOW;
+        }
         if (lost_start && st->b_len == 0 && st->a_len > 0 && n > st->a_len &&
             memcmp(src, st->a, st->a_len) == 0)
             *lost_start = 1;
@@ -77,6 +92,12 @@ mc_status rt_tok_replace_step(const rt_tok_step *st, rt_tok_work *w,
     if (!r && lost_start && st->b_len == 0 && w->n_spans > 0 &&
         w->spans[0].match && w->spans[0].end > 0)
         *lost_start = 1;
+    size_t size = 0;
+    for (size_t i = 0; !r && i < w->n_spans && size <= limit; i++)
+        size += w->spans[i].match ? st->b_len
+                                  : w->spans[i].end - w->spans[i].start;
+    if (!r && size > limit)
+        return MC_ERR_OVERFLOW;
     for (size_t i = 0; !r && i < w->n_spans; i++) {
         const rt_tok_span *sp = &w->spans[i];
         int ok = sp->match ? rt_tok_buf_append(out, st->b, st->b_len)

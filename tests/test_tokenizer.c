@@ -367,6 +367,24 @@ static void test_encode_refuses_runaway_normalizer(void **state)
     assert_string_equal(e.field, "normalizer");
     assert_non_null(strstr(e.message, "grow the text"));
     rt_tokenizer_free(t);
+    /* one step with a long replacement is stopped before it is built */
+    char *big = malloc(12000);
+    assert_non_null(big);
+    o = snprintf(big, 12000, "{\"model\":{\"type\":\"BPE\",\"vocab\":{"
+                 "\"a\":0}},\"normalizer\":{\"type\":\"Replace\","
+                 "\"pattern\":{\"String\":\"a\"},\"content\":\"");
+    for (int i = 0; i < 5000; i++)
+        big[o++] = 'a';
+    snprintf(big + o, 12000 - (size_t)o, "\"}}");
+    assert_int_equal(rt_tokenizer_load_memory(big, strlen(big), "t", &t, &e),
+                     MC_OK);
+    char text[101];
+    memset(text, 'a', 100);
+    text[100] = '\0';
+    assert_int_equal(rt_tokenizer_encode(t, text, 100, 0, NULL, 0, &n, &e),
+                     MC_ERR_OVERFLOW);
+    rt_tokenizer_free(t);
+    free(big);
     const char *ok = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,"
                      "\"\\u2581\":1}},\"normalizer\":{\"type\":\"Replace\","
                      "\"pattern\":{\"String\":\"a\"},\"content\":"
