@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fmt_ids.h"
 #include "fmt_input.h"
 #include "fmt_mapguard.h"
 #include "kn_cpus.h"
@@ -324,6 +325,24 @@ static int run(mrun_cli *c)
         mrun_report_finish(c, &r, 0);
         rt_tokenizer_free(tok);
         return 1;
+    }
+    /* --tokens-file ids against the model's vocabulary, with the file's
+     * line and column (the session would name only "sequence i") */
+    if (c->tokens_file) {
+        mcrt_info in;
+        fmt_ids *f = NULL;
+        mc_error ie;
+        mc_error_clear(&ie);
+        if (mcrt_get_info(h, &in) == 0 &&
+            fmt_ids_load(c->tokens_file, in.vocab_size, &f, &ie) != MC_OK) {
+            char buf[1400];
+            fprintf(stderr, "mrun: --tokens-file: %s\n",
+                    mc_error_format(&ie, buf, sizeof buf));
+            mcrt_close(h);
+            rt_tokenizer_free(tok);
+            return 1;
+        }
+        fmt_ids_free(f);
     }
     /* Every input is open now: refuse a --metrics path that is one of
      * them (or a device, a FIFO...) before running, not after. */

@@ -520,6 +520,12 @@ static void test_mrun_tokens_file_uses_the_shared_ids_syntax(void **st)
     assert_int_equal(mrun("%s --tokens-file %s", m, file), 2);
     assert_non_null(strstr(g_err, "line 2"));
     assert_int_equal(mrun("%s --tokens '1,2'", m), 2);
+    /* an id past the model's vocabulary: the file's line and column */
+    const char *oov = "1 5\n\n# c\n4 300 5\n";
+    assert_int_equal(tu_write_file(file, oov, strlen(oov)), 0);
+    assert_int_equal(mrun("%s --tokens-file %s", m, file), 1);
+    assert_non_null(strstr(g_err, "p.ids"));
+    assert_non_null(strstr(g_err, "line 4, column 3"));
     assert_int_equal(mrun("%s --tokens-file %s/none.ids", m, dir), 1);
     tu_rmtree(dir);
     free(dir);
