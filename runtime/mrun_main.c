@@ -327,31 +327,27 @@ static int run(mrun_cli *c)
         return 1;
     }
     /* --tokens-file ids against the model's vocabulary, with the file's
-     * line and column (the session would name only "sequence i") */
+     * line and column (the session would name only "sequence i"); then,
+     * every input being open, a --metrics path that is one of them (or a
+     * device, a FIFO...): refused before running, not after. */
+    mc_error ie;
+    mc_error_clear(&ie);
+    const char *bad = NULL;
     if (c->tokens_file) {
         mcrt_info in;
         fmt_ids *f = NULL;
-        mc_error ie;
-        mc_error_clear(&ie);
         if (mcrt_get_info(h, &in) == 0 &&
-            fmt_ids_load(c->tokens_file, in.vocab_size, &f, &ie) != MC_OK) {
-            char buf[1400];
-            fprintf(stderr, "mrun: --tokens-file: %s\n",
-                    mc_error_format(&ie, buf, sizeof buf));
-            mcrt_close(h);
-            rt_tokenizer_free(tok);
-            return 1;
-        }
+            fmt_ids_load(c->tokens_file, in.vocab_size, &f, &ie) != MC_OK)
+            bad = "--tokens-file";
         fmt_ids_free(f);
     }
-    /* Every input is open now: refuse a --metrics path that is one of
-     * them (or a device, a FIFO...) before running, not after. */
-    mc_error ge;
-    if (c->metrics_path &&
-        rt_metrics_check_path(c->metrics_path, &ge) != MC_OK) {
+    if (!bad && c->metrics_path &&
+        rt_metrics_check_path(c->metrics_path, &ie) != MC_OK)
+        bad = "--metrics";
+    if (bad) {
         char buf[1400];
-        fprintf(stderr, "mrun: --metrics: %s\n",
-                mc_error_format(&ge, buf, sizeof buf));
+        fprintf(stderr, "mrun: %s: %s\n", bad,
+                mc_error_format(&ie, buf, sizeof buf));
         mcrt_close(h);
         rt_tokenizer_free(tok);
         return 1;
