@@ -27,6 +27,9 @@ typedef struct source {
     fmt_model *base;
     cmp_merge *merge;
     const char *model;
+    char *tok;       /* tokenizer.json's bytes, read and checked once
+                        (take_tokenizer); NULL when absent or empty */
+    size_t toklen;
 } source;
 
 static int shape_matches(const cmp_tensor_plan *t, int ndim,
@@ -430,7 +433,9 @@ static mc_status check_tokenizer(const char *path, const char *bytes,
                                  char *note, size_t notecap, mc_error *err)
 {
     if (len == 0) {
-        snprintf(note, notecap, "%s is empty: no tokenizer embedded", path);
+        /* a note is one line of a report: long paths are cut */
+        snprintf(note, notecap, "%.1024s is empty: no tokenizer embedded",
+                 path);
         return MC_OK;
     }
     rt_tokenizer *t = NULL;
@@ -444,7 +449,7 @@ static mc_status check_tokenizer(const char *path, const char *bytes,
     }
     if (st != MC_OK) {
         char buf[1024];
-        snprintf(note, notecap, "mrun cannot read this tokenizer (%s); it "
+        snprintf(note, notecap, "mrun cannot read this tokenizer (%.1100s); it "
                  "is embedded as it is: give mrun prompts as ids "
                  "(--tokens, \"ids\")", mc_error_format(&le, buf, sizeof buf));
         return MC_OK;
@@ -459,26 +464,31 @@ static mc_status check_tokenizer(const char *path, const char *bytes,
     return MC_OK;
 }
 
-/* The tokenizer.json beside the model, read and checked as emit will (a
- * file over 1 GiB, a malformed one, ids past vocab_size), so a compile
- * fails before its calibration and its plan (whose reserve would count
- * a huge file's bytes) rather than after. */
-static mc_status precheck_tokenizer(const fmt_model *base,
-                                    const fmt_model_config *cfg, char *note,
-                                    size_t notecap, mc_error *err)
+/* The tokenizer.json beside the model, read and checked once (a file
+ * over 1 GiB, ids past vocab_size refused) into s->tok, the bytes emit
+ * embeds: right after config.json, so a compile fails before its
+ * calibration and its plan (whose reserve would count a huge file's
+ * bytes) rather than after.  Optional: an absent file is fine; one that
+ * cannot be read (a FIFO, a directory, an I/O error) is an error, not a
+ * silent skip. */
+static mc_status take_tokenizer(source *s, const fmt_model_config *cfg,
+                                char *note, size_t notecap, mc_error *err)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", fmt_model_dir(base));
-    char *tok = NULL;
-    size_t len = 0;
-    mc_status st = fmt_file_read(path, 1u << 30, "1 GiB", &tok, &len, err);
+    snprintf(path, sizeof path, "%s/tokenizer.json", fmt_model_dir(s->base));
+    mc_status st = fmt_file_read(path, 1u << 30, "1 GiB", &s->tok, &s->toklen,
+                                 err);
     if (st == MC_ERR_NOT_FOUND) {
         mc_error_clear(err);
-        return MC_OK;
+        st = MC_OK;
+    } else if (st == MC_OK) {
+        st = check_tokenizer(path, s->tok, s->toklen, cfg, note, notecap, err);
     }
-    if (st == MC_OK)
-        st = check_tokenizer(path, tok, len, cfg, note, notecap, err);
-    mc_free(tok);
+    if (st != MC_OK || !s->toklen) {
+        mc_free(s->tok);
+        s->tok = NULL;
+        s->toklen = 0;
+    }
     return st;
 }
 
@@ -549,26 +559,8 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
     mc_status st = cmp_plan_tensors(cfg, &req->policy, &ts, &nt, err);
     if (st != MC_OK)
         return st;
-    char tokpath[4096];
-    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", fmt_model_dir(s->base));
-    char *tok = NULL;
-    size_t toklen = 0;
-    /* Optional: an absent tokenizer.json is fine; one that cannot be read
-     * (a FIFO, a directory, an I/O error) is an error, not a silent skip. */
-    {
-        st = fmt_file_read(tokpath, 1u << 30, "1 GiB", &tok, &toklen, err);
-        if (st == MC_ERR_NOT_FOUND) {
-            mc_error_clear(err);
-            st = MC_OK;
-        } else if (st == MC_OK) {
-            st = check_tokenizer(tokpath, tok, toklen, cfg, rep->tokenizer_note,
-                                 sizeof rep->tokenizer_note, err);
-        }
-        if (!toklen) {
-            mc_free(tok);
-            tok = NULL;
-        }
-    }
+    const char *tok = s->tok; /* take_tokenizer's, checked */
+    size_t toklen = s->toklen;
 
     fmt_art_writer *w = NULL;
     json_t *man = json_object(), *tj = json_array();
@@ -582,8 +574,6 @@ static mc_status emit(source *s, const cmp_compile_opts *o,
         maxn = n > maxn ? n : maxn;
         maxsec = ts[i].section_bytes > maxsec ? ts[i].section_bytes : maxsec;
     }
-    if (st != MC_OK) /* the tokenizer could not be read */
-        goto done;
     /* the fast path's threads and their row scratch (any count gives the
      * same bytes) */
     int nthreads = o->threads > 0 ? o->threads : kn_cpu_count();
@@ -710,7 +700,6 @@ done:
     mc_free(wbuf);
     mc_free(rows);
     mc_free(sec);
-    mc_free(tok);
     mc_free(ts);
     return st;
 }
@@ -720,7 +709,7 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
 {
     cmp_compile_report local, *rep = rep_out ? rep_out : &local;
     memset(rep, 0, sizeof *rep);
-    source s = {NULL, NULL, o->model};
+    source s = {NULL, NULL, o->model, NULL, 0};
     mc_status st = fmt_model_open(o->model, &s.base, err);
     if (st != MC_OK)
         return st;
@@ -730,8 +719,8 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
         st = check_checkpoint_tensors(s.base, &cfg, &o->req.policy, o->model,
                                       err);
     if (st == MC_OK) /* before a calibration's minutes, not after */
-        st = precheck_tokenizer(s.base, &cfg, rep->tokenizer_note,
-                                sizeof rep->tokenizer_note, err);
+        st = take_tokenizer(&s, &cfg, rep->tokenizer_note,
+                            sizeof rep->tokenizer_note, err);
     if (st == MC_OK && o->n_adapters) {
         st = cmp_merge_open(s.base, o->adapters, o->n_adapters, &s.merge, err);
         if (st == MC_OK && cmp_merge_unties_lm_head(s.merge))
@@ -779,6 +768,7 @@ mc_status cmp_compile(const cmp_compile_opts *o, cmp_compile_report *rep_out,
         cmp_compile_report_release(rep);
     cmp_merge_close(s.merge);
     fmt_model_close(s.base);
+    mc_free(s.tok);
     return st;
 }
 
